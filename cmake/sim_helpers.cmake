@@ -1,0 +1,11 @@
+# sim_add_library(NAME SRCS ... DEPS ...): one static library per layer, include root = project root,
+# so every header is included by its path from the top ("sim/alloc/block_pool.h").
+function(sim_add_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  if(SIM_DEBUG_FULL)
+    target_compile_definitions(${name} PUBLIC SIM_DEBUG_FULL=1)
+  endif()
+endfunction()

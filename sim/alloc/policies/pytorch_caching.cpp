@@ -1,0 +1,521 @@
+#include "sim/alloc/policies/pytorch_caching.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/alloc/size_classes.h"
+#include "sim/core/assert.h"
+
+namespace vramsim {
+
+PyTorchCachingPolicy::PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device, IAllocObserver& events)
+    : m_config(std::move(config)), m_device(device), m_events(events) {
+  if (m_config.per_process_memory_fraction > 0.0) {
+    set_memory_fraction(m_config.per_process_memory_fraction);
+  }
+}
+
+void PyTorchCachingPolicy::set_memory_fraction(double fraction) {
+  m_set_fraction = true;
+  m_allowed_bytes = static_cast<Bytes>(std::floor(fraction * static_cast<double>(m_device.total_bytes())));
+}
+
+BlockEventInfo PyTorchCachingPolicy::block_info(const Block& b, TimeNs time_ns) const {
+  return BlockEventInfo{b.addr,   b.size_bytes, b.requested_bytes, b.pool,
+                        b.stream, b.size_bytes >= m_config.max_split_size_bytes, time_ns};
+}
+
+void PyTorchCachingPolicy::insert_into_blocks(BlockId block) {
+  Block& b = m_pool.block(block);
+  b.gc_count_base = m_lookup_count[static_cast<int>(b.pool)];
+  m_pool.insert_free(block);
+}
+
+// ---- malloc -----------------------------------------------------------------------------------------------
+
+AllocResult PyTorchCachingPolicy::allocate(const AllocRequest& request) {
+  SIM_ASSERT(request.size_bytes > 0);
+  AllocParams p;
+  p.orig_bytes = request.size_bytes;
+  p.stream = request.stream;
+  p.time_ns = request.time_ns;
+  if (request.size_bytes >= kAllocationCeiling) {
+    // "Tried to allocate more than 1EB memory": raised before anything else is looked at.
+    m_events.on_oom(OomInfo{request.size_bytes, request.size_bytes, m_device.free_bytes(),
+                            m_set_fraction ? m_allowed_bytes : 0, request.stream, request.time_ns});
+    return {};
+  }
+  p.size_bytes = round_size(request.size_bytes, m_config);
+  p.pool = get_pool(p.size_bytes);
+  p.alloc_bytes = get_allocation_size(p.size_bytes);
+
+  bool block_found = get_free_block(p);
+  if (!block_found) {
+    if (gc_enabled()) {
+      garbage_collect_cached_blocks();
+    }
+    block_found = alloc_block(p, false) || (release_available_cached_blocks(p) && alloc_block(p, false)) ||
+                  (release_cached_blocks() && alloc_block(p, true));
+  }
+  if (!block_found) {
+    m_events.on_oom(OomInfo{p.size_bytes, p.alloc_bytes, m_device.free_bytes(), m_set_fraction ? m_allowed_bytes : 0,
+                            p.stream, p.time_ns});
+    return {};
+  }
+  return alloc_found_block(p, should_split(p.block, p.size_bytes));
+}
+
+bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
+  if (gc_enabled()) {
+    ++m_lookup_count[static_cast<int>(p.pool)];
+  }
+  auto& free_set = m_pool.free_set(p.pool);
+  auto it = free_set.lower_bound(BlockPool::FreeKey{p.stream, p.size_bytes, 0, kNoBlock});
+  if (it == free_set.end() || it->stream != p.stream) {
+    return false;
+  }
+  if (m_pool.block(it->id).expandable) {
+    if (m_config.expandable_segments) {
+      // Note [Expandable best fit]: a block bordering the unmapped rest of its reservation can grow, so for
+      // best fit its size is what it can expand to; step past such tails to interior blocks.
+      auto expandable_size = [this](BlockId id) {
+        const Block& b = m_pool.block(id);
+        return b.size_bytes + (b.next != kNoBlock && !m_pool.block(b.next).mapped ? m_pool.block(b.next).size_bytes : 0);
+      };
+      auto next = std::next(it);
+      while (m_pool.block(it->id).expandable && next != free_set.end() && next->stream == p.stream &&
+             expandable_size(next->id) < expandable_size(it->id)) {
+        it = next++;
+      }
+    } else {
+      // Expandable segments were turned off after some were created: honour it, skip them.
+      do {
+        ++it;
+      } while (it != free_set.end() && m_pool.block(it->id).expandable && it->stream == p.stream);
+      if (it == free_set.end() || it->stream != p.stream) {
+        return false;
+      }
+    }
+  }
+  const Bytes max_split = m_config.max_split_size_bytes;
+  if (p.size_bytes < max_split && it->size_bytes >= max_split) {
+    return false;  // G4: never carve a normal request out of an oversize block
+  }
+  if (p.size_bytes >= max_split && it->size_bytes >= p.size_bytes + m_config.max_non_split_rounding_bytes) {
+    return false;  // G5: an oversize request takes an oversize block only if the waste is bounded
+  }
+  p.block = it->id;
+  free_set.erase(it);
+  return true;
+}
+
+bool PyTorchCachingPolicy::alloc_block(AllocParams& p, bool is_retry) {
+  if (is_retry) {
+    m_events.on_alloc_retry();
+  }
+  if (m_set_fraction && m_total_allocated_bytes + p.alloc_bytes > m_allowed_bytes) {
+    return false;  // B2: over the fraction limit, CUDA is not even asked
+  }
+  if (m_config.expandable_segments) {
+    p.block = try_allocate_expandable_block(p);
+    return p.block != kNoBlock;
+  }
+  const std::optional<Bytes> ptr = m_device.malloc(p.alloc_bytes, p.pool, p.stream);
+  if (!ptr) {
+    return false;
+  }
+  m_total_allocated_bytes += p.alloc_bytes;
+  const SegmentId sid = m_pool.add_segment(*ptr, p.alloc_bytes, p.pool, p.stream, false, 0);
+  p.block = m_pool.segment(sid).first;
+  m_events.on_segment_alloc(SegmentEventInfo{*ptr, p.alloc_bytes, p.pool, p.stream,
+                                             p.alloc_bytes >= m_config.max_split_size_bytes, p.time_ns});
+  return true;
+}
+
+bool PyTorchCachingPolicy::should_split(BlockId block, Bytes size_bytes) const {
+  const Block& b = m_pool.block(block);
+  const Bytes remaining = b.size_bytes - size_bytes;
+  if (b.pool == PoolKind::kSmall || m_config.expandable_segments) {
+    return remaining >= kMinBlockSize;  // S2
+  }
+  return size_bytes < m_config.max_split_size_bytes && remaining > kSmallSize;  // S3
+}
+
+AllocResult PyTorchCachingPolicy::alloc_found_block(AllocParams& p, bool split_remainder) {
+  BlockId block = p.block;
+  const bool already_split = m_pool.block(block).is_split();
+  const bool expandable = m_pool.block(block).expandable;
+  if (split_remainder) {
+    const BlockId remaining = block;
+    block = m_pool.split_front(remaining, p.size_bytes);
+    insert_into_blocks(remaining);
+    if (!expandable) {
+      if (already_split) {
+        m_events.on_inactive_split(p.pool, 0, -static_cast<std::int64_t>(p.size_bytes));
+      } else {
+        m_events.on_inactive_split(p.pool, 1, static_cast<std::int64_t>(m_pool.block(remaining).size_bytes));
+      }
+    }
+  } else if (already_split && !expandable) {
+    m_events.on_inactive_split(p.pool, -1, -static_cast<std::int64_t>(m_pool.block(block).size_bytes));
+  }
+  Block& b = m_pool.block(block);
+  b.allocated = true;
+  b.requested_bytes = p.orig_bytes;
+  m_events.on_alloc(block_info(b, p.time_ns));
+  return AllocResult{block, b.addr, b.size_bytes};
+}
+
+// ---- free -------------------------------------------------------------------------------------------------
+
+void PyTorchCachingPolicy::free(BlockId block, TimeNs time_ns) {
+  Block& b = m_pool.block(block);
+  SIM_ASSERT(b.allocated);
+  b.allocated = false;
+  m_events.on_free_requested(block_info(b, time_ns));
+  if (!b.stream_uses.empty()) {
+    insert_events(block);
+  } else {
+    free_block(block, time_ns);
+  }
+}
+
+void PyTorchCachingPolicy::record_stream(BlockId block, StreamId stream) {
+  Block& b = m_pool.block(block);
+  if (stream == b.stream) {
+    return;  // ST2: the block's own stream needs no event
+  }
+  if (std::find(b.stream_uses.begin(), b.stream_uses.end(), stream) == b.stream_uses.end()) {
+    b.stream_uses.push_back(stream);
+  }
+}
+
+void PyTorchCachingPolicy::insert_events(BlockId block) {
+  Block& b = m_pool.block(block);
+  b.event_count += static_cast<std::uint32_t>(b.stream_uses.size());
+  b.stream_uses.clear();
+  m_pending_frees.push_back(block);
+}
+
+void PyTorchCachingPolicy::complete_stream_events(BlockId block) {
+  auto it = std::find(m_pending_frees.begin(), m_pending_frees.end(), block);
+  SIM_ASSERT(it != m_pending_frees.end());
+  m_pending_frees.erase(it);
+  m_pool.block(block).event_count = 0;
+  free_block(block, 0);
+}
+
+void PyTorchCachingPolicy::synchronize_and_free_events() {
+  std::vector<BlockId> pending;
+  pending.swap(m_pending_frees);
+  for (BlockId block : pending) {
+    m_pool.block(block).event_count = 0;
+    free_block(block, 0);
+  }
+}
+
+Bytes PyTorchCachingPolicy::try_merge_blocks(BlockId dst, BlockId src) {
+  if (src == kNoBlock) {
+    return 0;
+  }
+  const Block& s = m_pool.block(src);
+  if (s.allocated || s.event_count > 0 || !s.stream_uses.empty() || s.mapped != m_pool.block(dst).mapped) {
+    return 0;
+  }
+  const Bytes subsumed = s.size_bytes;
+  m_pool.erase_free(src);
+  m_pool.merge(dst, src);
+  return subsumed;
+}
+
+void PyTorchCachingPolicy::free_block(BlockId block, TimeNs time_ns) {
+  const Block& before = m_pool.block(block);
+  const BlockEventInfo freed = block_info(before, time_ns);
+  std::int64_t split_count = 0;
+  std::int64_t split_bytes = 0;
+  for (BlockId candidate : {before.prev, before.next}) {
+    const Bytes subsumed = try_merge_blocks(block, candidate);
+    if (subsumed > 0) {
+      split_count -= 1;
+      split_bytes -= static_cast<std::int64_t>(subsumed);
+    }
+  }
+  insert_into_blocks(block);
+  const Block& b = m_pool.block(block);
+  if (b.is_split()) {
+    split_count += 1;
+    split_bytes += static_cast<std::int64_t>(b.size_bytes);
+  }
+  if (!b.expandable && (split_count != 0 || split_bytes != 0)) {
+    m_events.on_inactive_split(b.pool, split_count, split_bytes);
+  }
+  m_events.on_free_completed(freed);
+}
+
+// ---- releasing memory ------------------------------------------------------------------------------------
+
+void PyTorchCachingPolicy::release_block(BlockId block) {
+  const Block& b = m_pool.block(block);
+  SIM_ASSERT(!b.expandable && !b.is_split());
+  const SegmentEventInfo seg{b.addr, b.size_bytes, b.pool, b.stream, b.size_bytes >= m_config.max_split_size_bytes,
+                             0};
+  m_events.on_segment_free(seg);
+  m_pool.erase_free(block);
+  m_pool.remove_segment(b.segment);
+  m_device.free(seg.addr, seg.size_bytes);
+  m_total_allocated_bytes -= seg.size_bytes;
+}
+
+bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p) {
+  const Bytes max_split = m_config.max_split_size_bytes;
+  if (max_split == kUnlimitedSplitSize) {
+    return false;  // RA1
+  }
+  auto& free_set = m_pool.free_set(p.pool);
+  const Bytes key_size = std::max(p.size_bytes, max_split);
+  auto it = free_set.lower_bound(BlockPool::FreeKey{p.stream, key_size, 0, kNoBlock});
+  if (it != free_set.end() && it->stream == p.stream && !m_pool.block(it->id).expandable) {
+    release_block(it->id);  // RA3: the smallest single block that covers the request
+    return true;
+  }
+  // RA4: free oversize blocks from the largest down until enough was released.
+  if (it == free_set.begin()) {
+    return false;
+  }
+  --it;
+  Bytes released = 0;
+  while (released < key_size && it->size_bytes >= max_split && it->stream == p.stream) {
+    const auto cur = it;
+    const bool is_first = cur == free_set.begin();
+    if (!is_first) {
+      --it;
+    }
+    if (!m_pool.block(cur->id).expandable) {
+      released += cur->size_bytes;
+      release_block(cur->id);
+    }
+    if (is_first) {
+      break;
+    }
+  }
+  return released >= key_size;
+}
+
+bool PyTorchCachingPolicy::release_cached_blocks() {
+  synchronize_and_free_events();
+  m_events.on_sync_all_streams();
+  release_blocks(PoolKind::kLarge);
+  release_blocks(PoolKind::kSmall);
+  return true;
+}
+
+void PyTorchCachingPolicy::release_blocks(PoolKind pool) {
+  std::vector<BlockId> to_unmap;
+  auto& free_set = m_pool.free_set(pool);
+  for (auto it = free_set.begin(); it != free_set.end();) {
+    const BlockId id = it->id;
+    ++it;  // release_block erases `id` from the set
+    const Block& b = m_pool.block(id);
+    if (b.expandable) {
+      to_unmap.push_back(id);
+    } else if (!b.is_split()) {
+      release_block(id);
+    }
+  }
+  for (BlockId id : to_unmap) {
+    unmap_block(id);
+  }
+}
+
+void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
+  const auto gc_threshold_bytes = static_cast<Bytes>(m_config.garbage_collection_threshold *
+                                                     static_cast<double>(m_allowed_bytes));
+  if (m_total_allocated_bytes <= gc_threshold_bytes) {
+    return;
+  }
+  const Bytes target = m_total_allocated_bytes - gc_threshold_bytes;
+  auto& free_set = m_pool.free_set(PoolKind::kLarge);
+  std::uint64_t total_age = 0;
+  std::int64_t freeable = 0;
+  for (const auto& key : free_set) {
+    const Block& b = m_pool.block(key.id);
+    if (!b.is_split() && !b.expandable) {
+      total_age += gc_age(b);
+      ++freeable;
+    }
+  }
+  Bytes reclaimed = 0;
+  bool block_freed = true;
+  while (reclaimed < target && block_freed && freeable > 0) {
+    const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
+    block_freed = false;
+    for (auto it = free_set.begin(); it != free_set.end();) {
+      const BlockId id = it->id;
+      ++it;
+      const Block& b = m_pool.block(id);
+      if (!b.is_split() && !b.expandable && static_cast<double>(gc_age(b)) >= age_threshold) {
+        block_freed = true;
+        reclaimed += b.size_bytes;
+        total_age -= gc_age(b);
+        --freeable;
+        release_block(id);
+      }
+    }
+  }
+}
+
+// ---- expandable segments ------------------------------------------------------------------------------------
+
+BlockId PyTorchCachingPolicy::find_expandable_block(const AllocParams& p) {
+  auto allocatable = [this](BlockId id) {
+    if (id == kNoBlock) {
+      return false;
+    }
+    const Block& b = m_pool.block(id);
+    return !b.allocated && b.event_count == 0 && b.stream_uses.empty();
+  };
+  auto has_available_address_space = [&](BlockId id) {
+    Bytes bytes = 0;
+    while (bytes < p.size_bytes && allocatable(id)) {
+      bytes += m_pool.block(id).size_bytes;
+      id = m_pool.block(id).next;
+    }
+    return bytes >= p.size_bytes;
+  };
+  auto& unmapped = m_pool.unmapped_set(p.pool);
+  for (auto it = unmapped.lower_bound(BlockPool::UnmappedKey{p.stream, 0, kNoBlock});
+       it != unmapped.end() && it->stream == p.stream; ++it) {
+    BlockId candidate = it->id;
+    if (allocatable(m_pool.block(candidate).prev)) {
+      candidate = m_pool.block(candidate).prev;  // a free mapped block right before the hole counts too
+    }
+    if (has_available_address_space(candidate)) {
+      return candidate;
+    }
+  }
+  // A new reservation of ~1.125x device memory, in whole pages (spec E1).
+  const Bytes page = p.pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
+  const Bytes total = m_device.total_bytes();
+  const Bytes want = total + total / 8;
+  const Bytes reservation = (want + page - 1) / page * page;
+  const Bytes base = m_device.reserve(reservation, p.pool, p.stream);
+  const SegmentId sid = m_pool.add_segment(base, reservation, p.pool, p.stream, true, page);
+  const BlockId block = m_pool.segment(sid).first;
+  insert_into_blocks(block);  // unmapped set
+  return block;
+}
+
+bool PyTorchCachingPolicy::map_block(BlockId to_map, Bytes size_bytes, TimeNs time_ns) {
+  Block& b = m_pool.block(to_map);
+  SIM_ASSERT(!b.mapped && size_bytes <= b.size_bytes);
+  const Segment& seg = m_pool.segment(b.segment);
+  const Bytes page = seg.page_bytes;
+  const Bytes map_bytes = (size_bytes + page - 1) / page * page;  // b.addr is page aligned (E3)
+  SIM_ASSERT((b.addr - seg.base) % page == 0 && map_bytes <= b.size_bytes);
+  const Bytes map_addr = b.addr;
+  if (!m_device.map(map_addr, map_bytes)) {
+    return false;
+  }
+  m_pool.erase_free(to_map);
+  if (map_bytes < m_pool.block(to_map).size_bytes) {
+    const BlockId rest = m_pool.split_back(to_map, m_pool.block(to_map).size_bytes - map_bytes);
+    m_pool.insert_free(rest);  // still unmapped
+  }
+  m_pool.block(to_map).mapped = true;
+  try_merge_blocks(to_map, m_pool.block(to_map).prev);
+  try_merge_blocks(to_map, m_pool.block(to_map).next);
+  insert_into_blocks(to_map);
+  const Block& mapped = m_pool.block(to_map);
+  m_total_allocated_bytes += map_bytes;
+  m_events.on_segment_map(SegmentEventInfo{map_addr, map_bytes, mapped.pool, mapped.stream, false, time_ns});
+  return true;
+}
+
+BlockId PyTorchCachingPolicy::try_allocate_expandable_block(const AllocParams& p) {
+  BlockId candidate = find_expandable_block(p);
+  // candidate is: unmapped -> ..., or free -> unmapped -> ...
+  if (!m_pool.block(candidate).mapped &&
+      !map_block(candidate, std::min(m_pool.block(candidate).size_bytes, p.size_bytes), p.time_ns)) {
+    return kNoBlock;
+  }
+  while (m_pool.block(candidate).size_bytes < p.size_bytes) {
+    const Bytes remaining = p.size_bytes - m_pool.block(candidate).size_bytes;
+    const BlockId next = m_pool.block(candidate).next;
+    SIM_ASSERT(next != kNoBlock);
+    if (!map_block(next, std::min(remaining, m_pool.block(next).size_bytes), p.time_ns)) {
+      return kNoBlock;
+    }
+    candidate = next;  // map_block merged the free block before it into `next`
+  }
+  m_pool.erase_free(candidate);
+  return candidate;
+}
+
+void PyTorchCachingPolicy::unmap_block(BlockId block) {
+  const Block& b0 = m_pool.block(block);
+  const Segment& seg = m_pool.segment(b0.segment);
+  const Bytes page = seg.page_bytes;
+  const Bytes offset = b0.addr - seg.base;
+  const Bytes begin_page = (offset + page - 1) / page;
+  const Bytes end_page = (offset + b0.size_bytes) / page;
+  if (begin_page >= end_page) {
+    return;  // no whole page inside this free block (E8)
+  }
+  const Bytes unmap_addr = seg.base + begin_page * page;
+  const Bytes unmap_bytes = (end_page - begin_page) * page;
+  m_pool.erase_free(block);
+  const Bytes before_bytes = unmap_addr - b0.addr;
+  const Bytes after_bytes = b0.size_bytes - before_bytes - unmap_bytes;
+  if (after_bytes > 0) {
+    insert_into_blocks(m_pool.split_back(block, after_bytes));  // free mapped piece after the hole
+  }
+  if (before_bytes > 0) {
+    const BlockId before = m_pool.split_front(block, before_bytes);
+    insert_into_blocks(before);  // free mapped piece before the hole
+  }
+  Block& b = m_pool.block(block);
+  b.mapped = false;
+  const PoolKind pool = b.pool;
+  const StreamId stream = b.stream;
+  const SegmentId sid = b.segment;
+  try_merge_blocks(block, m_pool.block(block).prev);
+  try_merge_blocks(block, m_pool.block(block).next);
+  m_device.unmap(unmap_addr, unmap_bytes);
+  m_total_allocated_bytes -= unmap_bytes;
+  m_events.on_segment_unmap(SegmentEventInfo{unmap_addr, unmap_bytes, pool, stream, false, 0});
+  if (!m_pool.block(block).is_split()) {
+    // The whole reservation is unmapped again: release the address space (no trace entry).
+    const Segment& s = m_pool.segment(sid);
+    m_device.release_reservation(s.base, s.size_bytes);
+    m_pool.remove_segment(sid);
+  } else {
+    m_pool.insert_free(block);
+  }
+}
+
+// ---- adopting a recorded state ---------------------------------------------------------------------------
+
+std::vector<BlockId> PyTorchCachingPolicy::adopt_segment(Bytes base, PoolKind pool, StreamId stream,
+                                                         const std::vector<AdoptedBlock>& blocks) {
+  Bytes total = 0;
+  for (const AdoptedBlock& ab : blocks) {
+    total += ab.size_bytes;
+  }
+  const SegmentId sid = m_pool.add_segment(base, total, pool, stream, false, 0);
+  m_total_allocated_bytes += total;
+  std::vector<BlockId> ids;
+  BlockId rest = m_pool.segment(sid).first;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const BlockId id = i + 1 < blocks.size() ? m_pool.split_front(rest, blocks[i].size_bytes) : rest;
+    Block& b = m_pool.block(id);
+    b.requested_bytes = blocks[i].requested_bytes;
+    b.allocated = blocks[i].allocated;
+    if (!b.allocated) {
+      insert_into_blocks(id);
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,109 @@
+// The native PyTorch CUDA caching allocator (DeviceCachingAllocator), one device, as a policy.
+//
+// Algorithm (spec §1-§6; function names are PyTorch's, so this file and the spec read side by side):
+//   malloc:  process_events -> round_size -> get_pool -> get_free_block (best fit in the pool's
+//            (stream, size, address) order) -> on a miss: garbage_collect_cached_blocks (fraction + threshold
+//            only) -> alloc_block -> release_available_cached_blocks + alloc_block -> release_cached_blocks +
+//            alloc_block(retry) -> OOM.  Then should_split decides whether the front of the block is carved off.
+//   free:    free_block merges with idle neighbours (try_merge_blocks) unless record_stream made the free wait
+//            for stream events (insert_events / process_events).
+//   expandable_segments: one reservation per (pool, stream), grown by mapping 2 MiB / 20 MiB pages
+//            (find_expandable_block, map_block) and shrunk only by release_cached_blocks (unmap_block).
+//
+// Complexity (n = free blocks in the pool, k = blocks released):
+//   allocate, cache hit      O(log n)            allocate, new segment   O(log n)
+//   free                     O(log n)            empty_cache             O(n + k log n)
+//   garbage collection       O(n) per pass
+//
+// Not modelled (spec §10): CUDA-graph private pools, IPC, multi-threaded interleavings.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "sim/alloc/alloc_observer.h"
+#include "sim/alloc/block_pool.h"
+#include "sim/alloc/caching_config.h"
+#include "sim/alloc/device_memory.h"
+#include "sim/alloc/i_allocator_policy.h"
+
+namespace vramsim {
+
+// One block of a segment that already exists when a replay starts (rebuilt from a snapshot).
+struct AdoptedBlock {
+  Bytes size_bytes = 0;
+  Bytes requested_bytes = 0;
+  bool allocated = false;
+};
+
+class PyTorchCachingPolicy final : public IAllocatorPolicy {
+ public:
+  PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device, IAllocObserver& events);
+
+  std::string_view name() const override { return m_config.expandable_segments ? "pytorch-expandable" : "pytorch"; }
+  AllocResult allocate(const AllocRequest& request) override;
+  void free(BlockId block, TimeNs time_ns) override;
+  void record_stream(BlockId block, StreamId stream) override;
+  void complete_stream_events(BlockId block) override;
+  void empty_cache() override { release_cached_blocks(); }
+  const BlockPool& blocks() const override { return m_pool; }
+
+  // torch.cuda.set_per_process_memory_fraction: allowed = floor(fraction * device total) (spec F1).
+  void set_memory_fraction(double fraction);
+  // torch.cuda.memory._set_allocator_settings: re-parse on top of the current settings (spec D5).
+  void set_settings(const CachingConfig& config) { m_config = config; }
+  const CachingConfig& config() const { return m_config; }
+  Bytes total_allocated_bytes() const { return m_total_allocated_bytes; }
+
+  // Installs a segment that existed before the replay started, tiled by `blocks` (free runs as given; the
+  // caller passes them maximal, spec M3). Emits no events: observers seed themselves from blocks().
+  // Returns the ids of the blocks, in order.
+  std::vector<BlockId> adopt_segment(Bytes base, PoolKind pool, StreamId stream,
+                                     const std::vector<AdoptedBlock>& blocks);
+
+ private:
+  struct AllocParams {
+    Bytes orig_bytes = 0;
+    Bytes size_bytes = 0;   // round_size(orig)
+    Bytes alloc_bytes = 0;  // get_allocation_size(size)
+    PoolKind pool = PoolKind::kLarge;
+    StreamId stream = 0;
+    TimeNs time_ns = 0;
+    BlockId block = kNoBlock;
+  };
+
+  bool get_free_block(AllocParams& p);
+  bool alloc_block(AllocParams& p, bool is_retry);
+  bool should_split(BlockId block, Bytes size_bytes) const;
+  AllocResult alloc_found_block(AllocParams& p, bool split_remainder);
+  void free_block(BlockId block, TimeNs time_ns);
+  Bytes try_merge_blocks(BlockId dst, BlockId src);
+  bool release_available_cached_blocks(const AllocParams& p);
+  bool release_cached_blocks();
+  void release_blocks(PoolKind pool);
+  void release_block(BlockId block);
+  void garbage_collect_cached_blocks();
+  BlockId try_allocate_expandable_block(const AllocParams& p);
+  BlockId find_expandable_block(const AllocParams& p);
+  bool map_block(BlockId to_map, Bytes size_bytes, TimeNs time_ns);
+  void unmap_block(BlockId block);
+  void insert_events(BlockId block);
+  void synchronize_and_free_events();
+
+  bool gc_enabled() const { return m_set_fraction && m_config.garbage_collection_threshold > 0.0; }
+  std::uint64_t gc_age(const Block& b) const { return m_lookup_count[static_cast<int>(b.pool)] - b.gc_count_base; }
+  void insert_into_blocks(BlockId block);
+  BlockEventInfo block_info(const Block& b, TimeNs time_ns) const;
+
+  CachingConfig m_config;
+  IDeviceMemory& m_device;
+  IAllocObserver& m_events;
+  BlockPool m_pool;
+  Bytes m_total_allocated_bytes = 0;  // live cudaMalloc segments + mapped pages (spec B2)
+  bool m_set_fraction = false;
+  Bytes m_allowed_bytes = 0;
+  std::uint64_t m_lookup_count[kNumPools] = {0, 0};  // get_free_blocks_call_count (GC ages)
+  std::vector<BlockId> m_pending_frees;              // blocks waiting for stream events, FIFO
+};
+
+}  // namespace vramsim

@@ -1,0 +1,14 @@
+// The vramsim subcommands. Each registers its options on a CLI11 app and runs after parsing; user errors
+// are thrown as InputError and turned into a one-line message and exit status 2 by main().
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace vramsim::cli {
+
+// Registers `replay` on `app`; `run` is set to the action to execute when it was chosen.
+void add_replay_command(CLI::App& app, std::function<int()>& run);
+void add_convert_command(CLI::App& app, std::function<int()>& run);
+
+}  // namespace vramsim::cli

@@ -1,0 +1,34 @@
+// vramsim: will this training job fit in GPU memory, and why not?
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "sim/cli/commands.h"
+#include "sim/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vramsim: a faithful model of PyTorch's CUDA caching allocator, for replaying memory snapshots "
+               "and predicting GPU memory use"};
+  app.set_version_flag("--version", "vramsim 0.1");
+  app.require_subcommand(1);
+  std::function<int()> run;
+  vramsim::cli::add_replay_command(app, run);
+  vramsim::cli::add_convert_command(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run();
+  } catch (const vramsim::InputError& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "vramsim: error: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "vramsim: error: out of host memory\n");
+    return 2;
+  }
+}

@@ -1,0 +1,213 @@
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "sim/cli/commands.h"
+#include "sim/core/size_format.h"
+#include "sim/replay/trace_replay.h"
+#include "sim/report/memory_stats.h"
+#include "traces/trace_io.h"
+
+namespace vramsim::cli {
+namespace {
+
+struct ReplayArgs {
+  std::string file;
+  int device = -1;
+  std::string alloc_conf;
+  bool alloc_conf_given = false;
+  std::string capacity;
+  bool check = false;
+  bool stats = false;
+  bool json = false;
+  bool summary = false;
+  std::string snapshot_out;
+};
+
+std::string bytes_and_human(std::int64_t b) {
+  return fmt::format("{:>10}  ({} bytes)", format_bytes_short(static_cast<Bytes>(b)), b);
+}
+
+std::string ratio(std::size_t a, std::size_t b) { return fmt::format("{} / {}", a, b); }
+
+nlohmann::ordered_json divergence_json(const std::optional<Divergence>& d) {
+  if (!d) {
+    return nullptr;
+  }
+  return {{"event_index", d->event_index}, {"expected", d->expected}, {"model", d->got}};
+}
+
+nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+  nlohmann::ordered_json j;
+  j["file"] = r.source;
+  j["device"] = r.device;
+  j["events"] = r.events;
+  j["policy"] = r.policy;
+  j["alloc_conf"] = r.config.text;
+  j["alloc_conf_origin"] = r.config_origin;
+  j["starts_mid_run"] = r.starts_mid_run;
+  j["reserved_at_start_bytes"] = r.reserved_at_start_bytes;
+  j["peak_allocated_bytes"] = r.peaks.peak_allocated_bytes;
+  j["peak_reserved_bytes"] = r.peaks.peak_reserved_bytes;
+  j["peak_active_bytes"] = r.peaks.peak_active_bytes;
+  j["peak_requested_bytes"] = r.peaks.peak_requested_bytes;
+  j["fragmentation"] = r.peaks.fragmentation();
+  j["inactive_split_bytes_at_reserved_peak"] = r.peaks.inactive_split_bytes_at_reserved_peak;
+  j["num_device_alloc"] = r.stats.num_device_alloc;
+  j["num_device_free"] = r.stats.num_device_free;
+  j["num_ooms"] = r.stats.num_ooms;
+  j["num_alloc_retries"] = r.stats.num_alloc_retries;
+  j["recorded_cudamalloc_failures_followed"] = r.recorded_failures_followed;
+  if (a.check) {
+    const CheckReport& c = r.check;
+    j["check"] = {
+        {"identical", identical},
+        {"segment_events_recorded", c.segment_events_recorded},
+        {"segment_events_matched", c.segment_events_matched},
+        {"segment_events_model", c.model_segment_events},
+        {"allocs_recorded", c.allocs_recorded},
+        {"allocs_same_offset", c.allocs_same_offset},
+        {"ooms_recorded", c.ooms_recorded},
+        {"final_segments_recorded", c.final_segments_recorded},
+        {"final_segments_matched", c.final_segments_matched},
+        {"final_blocks_recorded", c.final_blocks_recorded},
+        {"final_blocks_matched", c.final_blocks_matched},
+        {"recorded_peak_reserved_bytes", c.recorded_peak_reserved_bytes},
+        {"recorded_peak_requested_bytes", c.recorded_peak_requested_bytes},
+        {"invariant_violations", c.invariant_violations},
+        {"first_divergence", divergence_json(c.first_divergence)},
+    };
+  }
+  return j;
+}
+
+void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+  fmt::print("trace            {}: device {}, {} events\n", r.source, r.device, r.events);
+  if (r.starts_mid_run) {
+    fmt::print("start state      recorded mid-run: {} reserved before the first event, rebuilt from the final "
+               "snapshot ({} block sizes inferred)\n",
+               format_bytes_short(r.reserved_at_start_bytes), r.guessed_block_sizes);
+  } else {
+    fmt::print("start state      empty allocator\n");
+  }
+  fmt::print("allocator        {} \"{}\" ({})\n", r.policy, r.config.text, r.config_origin);
+  fmt::print("peak allocated   {}\n", bytes_and_human(r.peaks.peak_allocated_bytes));
+  fmt::print("peak reserved    {}\n", bytes_and_human(r.peaks.peak_reserved_bytes));
+  fmt::print("peak active      {}\n", bytes_and_human(r.peaks.peak_active_bytes));
+  fmt::print("peak requested   {}\n", bytes_and_human(r.peaks.peak_requested_bytes));
+  fmt::print("fragmentation    {:.2f} %  (1 - peak active / peak reserved); inactive split at the reserved peak: "
+             "{}\n",
+             100.0 * r.peaks.fragmentation(),
+             format_bytes_short(static_cast<Bytes>(r.peaks.inactive_split_bytes_at_reserved_peak)));
+  fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n", r.stats.num_device_alloc,
+             r.stats.num_device_free, r.stats.num_alloc_retries);
+  fmt::print("OOMs             {}{}\n", r.stats.num_ooms,
+             r.recorded_failures_followed > 0
+                 ? fmt::format(" ({} cudaMalloc failures taken from the recording)", r.recorded_failures_followed)
+                 : "");
+  if (!a.check) {
+    return;
+  }
+  const CheckReport& c = r.check;
+  auto ok = [](bool good) { return good ? "ok" : "DIFFERS"; };
+  fmt::print("check segments   {:<22} recorded segment events reproduced (model made {})  {}\n",
+             ratio(c.segment_events_matched, c.segment_events_recorded), c.model_segment_events,
+             ok(c.segment_events_matched == c.segment_events_recorded &&
+                c.model_segment_events == c.segment_events_recorded));
+  fmt::print("check allocs     {:<22} allocations at the recorded segment and offset  {}\n",
+             ratio(c.allocs_same_offset, c.allocs_recorded), ok(c.allocs_same_offset == c.allocs_recorded));
+  if (c.has_final_state) {
+    fmt::print("check final      {:<22} segments and {} blocks identical to the snapshot  {}\n",
+               ratio(c.final_segments_matched, c.final_segments_recorded),
+               ratio(c.final_blocks_matched, c.final_blocks_recorded),
+               ok(c.final_segments_matched == c.final_segments_recorded &&
+                  c.final_blocks_matched == c.final_blocks_recorded));
+  }
+  fmt::print("check peaks      reserved {} recorded / {} model, requested {} / {}  {}\n",
+             c.recorded_peak_reserved_bytes, r.peaks.peak_reserved_bytes, c.recorded_peak_requested_bytes,
+             r.peaks.peak_requested_bytes,
+             ok(c.recorded_peak_reserved_bytes == r.peaks.peak_reserved_bytes &&
+                c.recorded_peak_requested_bytes == r.peaks.peak_requested_bytes));
+  if (!c.invariant_violations.empty()) {
+    fmt::print("check invariants {} violations, first: {}\n", c.invariant_violations.size(),
+               c.invariant_violations.front());
+  }
+  if (c.first_divergence) {
+    fmt::print("first divergence event {}: expected {}; model: {}\n", c.first_divergence->event_index,
+               c.first_divergence->expected, c.first_divergence->got);
+  } else {
+    fmt::print("first divergence none\n");
+  }
+  fmt::print("verdict          {}\n", identical ? "IDENTICAL to the recording" : "DIVERGES from the recording");
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, std::function<int()>& run) {
+  static ReplayArgs args;
+  auto* cmd = app.add_subcommand("replay", "Replay a PyTorch memory snapshot (or a vramsim trace) through the "
+                                           "allocator model; --check scores it against the recording");
+  cmd->add_option("FILE", args.file, "snapshot .pickle / .json from torch.cuda.memory._dump_snapshot, or .vtrace")
+      ->required();
+  cmd->add_option("--device", args.device, "device index (default: the first device with a trace)")
+      ->check(CLI::Range(0, 1023));
+  cmd->add_option("--alloc-conf", args.alloc_conf,
+                  "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (default: the snapshot's allocator_settings)");
+  cmd->add_option("--capacity", args.capacity,
+                  "device memory available to the allocator, e.g. 80GiB (default: follow the recorded cudaMalloc "
+                  "outcomes)");
+  cmd->add_flag("--check", args.check, "compare the model with the recording; exit 1 unless identical");
+  cmd->add_flag("--stats", args.stats, "print torch.cuda.memory_stats() of the model at the end");
+  cmd->add_flag("--summary", args.summary, "print a torch.cuda.memory_summary() style table");
+  cmd->add_flag("--json", args.json, "machine-readable output");
+  cmd->add_option("--snapshot-out", args.snapshot_out,
+                  "write the model's final state as a snapshot (.json / .pickle / .vtrace)");
+  cmd->callback([&run, cmd] {
+    args.alloc_conf_given = cmd->count("--alloc-conf") > 0;
+    run = [] {
+      ReplayOptions options;
+      options.device = args.device;
+      if (args.alloc_conf_given) {
+        options.alloc_conf = args.alloc_conf;
+      }
+      if (!args.capacity.empty()) {
+        options.capacity_bytes = parse_size(args.capacity, "--capacity");
+      }
+      const Snapshot snapshot = load_snapshot(args.file);
+      const ReplayResult r = replay_snapshot(snapshot, options);
+      const bool identical = r.check.identical(r.peaks);
+      if (args.json) {
+        nlohmann::ordered_json j = to_json(r, args, identical);
+        if (args.stats) {
+          nlohmann::ordered_json stats;
+          for (const auto& [k, v] : flatten_stats(r.stats)) {
+            stats[k] = v;
+          }
+          j["memory_stats"] = stats;
+        }
+        fmt::print("{}\n", j.dump(2));
+      } else {
+        print_text(r, args, identical);
+        if (args.stats) {
+          fmt::print("\nmemory_stats\n");
+          for (const auto& [k, v] : flatten_stats(r.stats)) {
+            fmt::print("  {:<40} {}\n", k, v);
+          }
+        }
+        if (args.summary) {
+          fmt::print("\n{}", memory_summary(r.stats, r.device));
+        }
+      }
+      if (!args.snapshot_out.empty()) {
+        Snapshot out;
+        out.source = args.snapshot_out;
+        out.segments = r.final_segments;
+        out.device_traces.resize(static_cast<std::size_t>(r.device) + 1);
+        save_snapshot(out, args.snapshot_out, format_from_path(args.snapshot_out));
+      }
+      return args.check && !identical ? 1 : 0;
+    };
+  });
+}
+
+}  // namespace vramsim::cli

@@ -1,0 +1,51 @@
+// The allocator state when recording started, rebuilt from the final snapshot by undoing the trace, as
+// PyTorch's MemoryViz does (spec §8.7, §10; shared/traces/real/README.md).
+//
+// Undo rules, walking the trace backwards: segment_alloc removes its segment, segment_free restores it (pool:
+// small iff 2 MiB); alloc removes its block, free_requested makes it allocated again, free_completed makes it
+// pending-free again. Free space is then the gaps between live blocks, as maximal runs (M3).
+//
+// Blocks allocated before the trace and freed during it are known only by their requested size: they get
+// round_size(requested), widened over a following gap that no free block of that pool could be (<= 1 MiB in
+// the large pool, S3; < 512 bytes in the small pool), because such a gap must be an unsplit remainder.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "sim/alloc/caching_config.h"
+#include "sim/alloc/policies/pytorch_caching.h"
+#include "traces/snapshot.h"
+
+namespace vramsim {
+
+struct InitialBlock {
+  Bytes addr = 0;
+  Bytes size_bytes = 0;
+  Bytes requested_bytes = 0;
+  bool allocated = false;     // live when the trace starts (allocated or pending-free)
+  bool pending_free = false;  // freed before the trace, free_completed inside it
+  bool size_guessed = false;  // born before the trace and freed in it: size inferred
+};
+
+struct InitialSegment {
+  Bytes base = 0;
+  Bytes size_bytes = 0;
+  PoolKind pool = PoolKind::kLarge;
+  StreamId stream = 0;
+  std::vector<InitialBlock> blocks;  // address order, tiling the segment; free runs merged
+};
+
+struct InitialState {
+  std::vector<InitialSegment> segments;  // address order
+  Bytes reserved_bytes = 0;
+  std::size_t guessed_blocks = 0;
+  bool starts_empty() const { return segments.empty(); }
+};
+
+// Throws InputError("<file>: device_traces[d][i]: ...") when the trace contradicts the final snapshot (an
+// alloc of a block that is not live at the end and never freed, overlapping blocks, a free of an address
+// that was never live, ...), and when it would need expandable-segment state (not reconstructed yet).
+InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const CachingConfig& config);
+
+}  // namespace vramsim

@@ -1,0 +1,329 @@
+#include "sim/replay/trace_replay.h"
+
+#include <map>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "sim/alloc/policies/pytorch_caching.h"
+#include "sim/alloc/size_classes.h"
+#include "sim/core/error.h"
+#include "sim/replay/initial_state.h"
+#include "sim/replay/model_snapshot.h"
+
+namespace vramsim {
+namespace {
+
+// A stream handle no recorded block uses: record_stream onto it makes a free wait for free_completed.
+constexpr StreamId kDeferredFreeStream = ~StreamId{0} - 1;
+
+bool is_segment_event(TraceAction a) {
+  return a == TraceAction::kSegmentAlloc || a == TraceAction::kSegmentFree || a == TraceAction::kSegmentMap ||
+         a == TraceAction::kSegmentUnmap;
+}
+bool is_release(TraceAction a) { return a == TraceAction::kSegmentFree || a == TraceAction::kSegmentUnmap; }
+
+CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin) {
+  if (options.alloc_conf) {
+    origin = "--alloc-conf";
+    return parse_alloc_conf(*options.alloc_conf, "--alloc-conf");
+  }
+  if (!snapshot.allocator_settings) {
+    origin = "default (the file records no allocator_settings)";
+    return CachingConfig{};
+  }
+  origin = "recorded allocator_settings";
+  const RecordedAllocatorSettings& s = *snapshot.allocator_settings;
+  CachingConfig c;
+  c.text = s.alloc_conf;
+  c.max_split_size_bytes = s.max_split_size < 0 ? kUnlimitedSplitSize : static_cast<Bytes>(s.max_split_size);
+  c.garbage_collection_threshold = s.garbage_collection_threshold;
+  c.expandable_segments = s.expandable_segments;
+  c.roundup_power2_divisions = s.roundup_power2_divisions;
+  return c;
+}
+
+int pick_device(const Snapshot& snapshot, int requested) {
+  if (requested >= 0) {
+    const bool has_trace = static_cast<std::size_t>(requested) < snapshot.device_traces.size();
+    bool has_segments = false;
+    for (const SnapshotSegment& s : snapshot.segments) {
+      has_segments = has_segments || s.device == requested;
+    }
+    if (!has_trace && !has_segments && requested != 0) {
+      throw InputError(fmt::format("--device {}: {} has no trace or segments for that device", requested,
+                                   snapshot.source));
+    }
+    return requested;
+  }
+  for (std::size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    if (!snapshot.device_traces[d].events.empty()) {
+      return static_cast<int>(d);
+    }
+  }
+  return snapshot.segments.empty() ? 0 : snapshot.segments.front().device;
+}
+
+void compare_final_state(const Snapshot& snapshot, int device, const std::vector<SnapshotSegment>& model,
+                         CheckReport& check) {
+  std::map<Bytes, const SnapshotSegment*> by_addr;
+  for (const SnapshotSegment& s : model) {
+    by_addr[s.address] = &s;
+  }
+  std::map<Bytes, const SnapshotBlock*> model_blocks;
+  for (const SnapshotSegment& s : model) {
+    for (const SnapshotBlock& b : s.blocks) {
+      model_blocks[b.address] = &b;
+    }
+  }
+  for (const SnapshotSegment& rec : snapshot.segments) {
+    if (rec.device != device) {
+      continue;
+    }
+    ++check.final_segments_recorded;
+    bool segment_same = false;
+    if (auto it = by_addr.find(rec.address); it != by_addr.end()) {
+      segment_same = it->second->total_size_bytes == rec.total_size_bytes &&
+                     it->second->blocks.size() == rec.blocks.size();
+    }
+    for (const SnapshotBlock& rb : rec.blocks) {
+      ++check.final_blocks_recorded;
+      auto it = model_blocks.find(rb.address);
+      const bool same = it != model_blocks.end() && it->second->size_bytes == rb.size_bytes &&
+                        it->second->state == rb.state &&
+                        (rb.state == BlockState::kInactive || it->second->requested_bytes == rb.requested_bytes);
+      check.final_blocks_matched += same ? 1 : 0;
+      segment_same = segment_same && same;
+    }
+    check.final_segments_matched += segment_same ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+bool CheckReport::identical(const PeakSummary& model) const {
+  return segment_events_matched == segment_events_recorded && model_segment_events == segment_events_recorded &&
+         allocs_same_offset == allocs_recorded && final_segments_matched == final_segments_recorded &&
+         final_blocks_matched == final_blocks_recorded && !first_divergence && invariant_violations.empty() &&
+         model.peak_reserved_bytes == recorded_peak_reserved_bytes &&
+         model.peak_requested_bytes == recorded_peak_requested_bytes;
+}
+
+ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& options) {
+  ReplayResult result;
+  result.source = snapshot.source;
+  result.device = pick_device(snapshot, options.device);
+  result.config = resolve_config(snapshot, options, result.config_origin);
+  result.policy = result.config.expandable_segments ? "pytorch-expandable" : "pytorch";
+  const std::size_t dev = static_cast<std::size_t>(result.device);
+  static const std::vector<TraceEvent> kNoEvents;
+  const std::vector<TraceEvent>& events =
+      dev < snapshot.device_traces.size() ? snapshot.device_traces[dev].events : kNoEvents;
+  result.events = events.size();
+
+  const InitialState initial = rebuild_initial_state(snapshot, result.device, result.config);
+  result.starts_mid_run = !initial.starts_empty();
+  result.reserved_at_start_bytes = initial.reserved_bytes;
+  result.guessed_block_sizes = initial.guessed_blocks;
+
+  RecordedDevice device(events, options.capacity_bytes, initial.reserved_bytes);
+  MemoryStatsObserver stats(result.config.max_split_size_bytes == kUnlimitedSplitSize
+                                ? -1
+                                : static_cast<std::int64_t>(result.config.max_split_size_bytes));
+  PyTorchCachingPolicy policy(result.config, device, stats);
+
+  // Blocks live at trace start, by recorded address.
+  std::unordered_map<Bytes, BlockId> live;
+  std::unordered_map<Bytes, BlockId> pending;  // freed, waiting for free_completed
+  std::vector<Bytes> pending_at_start;
+  std::int64_t recorded_requested = 0;
+  for (const InitialSegment& seg : initial.segments) {
+    std::vector<AdoptedBlock> adopted;
+    for (const InitialBlock& b : seg.blocks) {
+      adopted.push_back(AdoptedBlock{b.size_bytes, b.requested_bytes, b.allocated});
+    }
+    const std::vector<BlockId> ids = policy.adopt_segment(seg.base, seg.pool, seg.stream, adopted);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (seg.blocks[i].allocated) {
+        live[seg.blocks[i].addr] = ids[i];
+        recorded_requested += static_cast<std::int64_t>(seg.blocks[i].requested_bytes);
+        if (seg.blocks[i].pending_free) {
+          pending_at_start.push_back(seg.blocks[i].addr);
+        }
+      }
+    }
+  }
+  for (Bytes addr : pending_at_start) {  // freed before the trace, still waiting on stream events
+    policy.record_stream(live[addr], kDeferredFreeStream);
+    policy.free(live[addr], 0);
+    pending[addr] = live[addr];
+  }
+  stats.seed_from(policy.blocks(), result.config.max_split_size_bytes);
+
+  PeakTracker peaks;
+  peaks.sample(stats.stats(), 0);
+  CheckReport& check = result.check;
+  std::int64_t recorded_reserved = static_cast<std::int64_t>(initial.reserved_bytes);
+  check.recorded_peak_reserved_bytes = recorded_reserved;
+  check.recorded_peak_requested_bytes = recorded_requested;
+  bool any_op_yet = false;
+  std::size_t window_begin = 0;
+  std::size_t window_end = 0;
+  const auto where = [&](std::size_t i) {
+    return fmt::format("{}: device_traces[{}][{}]", snapshot.source, result.device, i);
+  };
+
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = events[i];
+    // Recorded-side bookkeeping for the peaks the recording implies.
+    switch (e.action) {
+      case TraceAction::kSegmentAlloc:
+      case TraceAction::kSegmentMap:
+        recorded_reserved += static_cast<std::int64_t>(e.size_bytes);
+        break;
+      case TraceAction::kSegmentFree:
+      case TraceAction::kSegmentUnmap:
+        recorded_reserved -= static_cast<std::int64_t>(e.size_bytes);
+        break;
+      case TraceAction::kAlloc:
+        recorded_requested += static_cast<std::int64_t>(e.size_bytes);
+        break;
+      case TraceAction::kFreeCompleted:
+        recorded_requested -= static_cast<std::int64_t>(e.size_bytes);
+        break;
+      default:
+        break;
+    }
+    check.recorded_peak_reserved_bytes = std::max(check.recorded_peak_reserved_bytes, recorded_reserved);
+    check.recorded_peak_requested_bytes = std::max(check.recorded_peak_requested_bytes, recorded_requested);
+
+    if (is_segment_event(e.action)) {
+      if (i < window_end) {
+        continue;  // already assigned to the coming alloc / oom
+      }
+      std::size_t j = i;
+      while (j < events.size() && is_segment_event(events[j].action)) {
+        ++j;
+      }
+      const bool feeds_op = j < events.size() && (events[j].action == TraceAction::kAlloc ||
+                                                  events[j].action == TraceAction::kOom);
+      std::size_t releases_end = i;
+      while (releases_end < j && is_release(events[releases_end].action)) {
+        ++releases_end;
+      }
+      const bool leading_empty_cache = !any_op_yet && releases_end > i;
+      if (feeds_op && !leading_empty_cache) {
+        window_begin = i;
+        window_end = j;
+        continue;
+      }
+      const std::size_t burst_end = feeds_op ? releases_end : j;
+      device.open_window(i, burst_end, i, false);
+      policy.empty_cache();
+      device.close_window();
+      peaks.sample(stats.stats(), i);
+      window_begin = window_end = burst_end;
+      if (burst_end < j) {
+        window_end = j;  // the rest (segment_alloc / map) belongs to the alloc that follows
+      }
+      i = burst_end - 1;
+      continue;
+    }
+
+    switch (e.action) {
+      case TraceAction::kAlloc:
+      case TraceAction::kOom: {
+        any_op_yet = true;
+        const bool is_oom = e.action == TraceAction::kOom;
+        if (window_end <= window_begin || window_end != i) {
+          window_begin = window_end = i;
+        }
+        device.open_window(window_begin, window_end, i, is_oom);
+        const AllocResult r = policy.allocate(AllocRequest{std::max<Bytes>(e.size_bytes, 1), e.stream, e.time_ns});
+        device.close_window();
+        window_begin = window_end = 0;
+        if (is_oom) {
+          ++check.ooms_recorded;
+          if (r.ok()) {
+            device.note_divergence(i, fmt::format("oom for {} bytes", e.size_bytes),
+                                   fmt::format("model allocated 0x{:x}", r.addr));
+            policy.free(r.block, e.time_ns);
+          }
+          break;
+        }
+        ++check.allocs_recorded;
+        if (!r.ok()) {
+          device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
+                                 "model ran out of memory");
+          break;
+        }
+        if (r.addr == e.addr) {
+          ++check.allocs_same_offset;
+        } else {
+          device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
+                                 fmt::format("model placed it at 0x{:x}", r.addr));
+        }
+        if (!live.emplace(e.addr, r.block).second) {
+          throw InputError(fmt::format("{}: alloc at 0x{:x}, which is already live", where(i), e.addr));
+        }
+        break;
+      }
+      case TraceAction::kFreeRequested: {
+        any_op_yet = true;
+        ++check.frees_recorded;
+        auto it = live.find(e.addr);
+        if (it == live.end()) {
+          // The model may have refused the alloc (OOM divergence); otherwise the trace is inconsistent.
+          if (check.first_divergence || device.first_divergence()) {
+            break;
+          }
+          throw InputError(fmt::format("{}: free_requested of 0x{:x}, which is not a live block", where(i), e.addr));
+        }
+        const BlockId block = it->second;
+        live.erase(it);
+        const bool completes_now = i + 1 < events.size() && events[i + 1].action == TraceAction::kFreeCompleted &&
+                                   events[i + 1].addr == e.addr;
+        if (!completes_now) {
+          policy.record_stream(block, kDeferredFreeStream);
+          pending[e.addr] = block;
+        }
+        policy.free(block, e.time_ns);
+        if (completes_now) {
+          ++i;  // its free_completed
+          recorded_requested -= static_cast<std::int64_t>(events[i].size_bytes);
+        }
+        break;
+      }
+      case TraceAction::kFreeCompleted: {
+        auto it = pending.find(e.addr);
+        if (it == pending.end()) {
+          throw InputError(fmt::format("{}: free_completed of 0x{:x} without a pending free", where(i), e.addr));
+        }
+        policy.complete_stream_events(it->second);
+        pending.erase(it);
+        break;
+      }
+      default:
+        break;
+    }
+    peaks.sample(stats.stats(), i);
+  }
+
+  check.segment_events_recorded = device.segment_events_recorded();
+  check.segment_events_matched = device.segment_events_matched();
+  check.model_segment_events = device.model_segment_calls();
+  if (!check.first_divergence) {
+    check.first_divergence = device.first_divergence();
+  }
+  result.recorded_failures_followed = device.refused_mallocs();
+  result.final_segments = take_model_snapshot(policy.blocks(), result.device);
+  check.has_final_state = snapshot.has_final_state;
+  if (snapshot.has_final_state) {
+    compare_final_state(snapshot, result.device, result.final_segments, check);
+  }
+  result.stats = stats.stats();
+  result.peaks = peaks.summary();
+  return result;
+}
+
+}  // namespace vramsim

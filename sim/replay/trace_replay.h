@@ -1,0 +1,73 @@
+// `vramsim replay`: run a recorded or generated trace through an allocator model and, with --check, score
+// the model against what the recording says the real allocator did.
+//
+// Mapping a recorded trace to model commands (spec Appendix A):
+//   alloc            -> allocate(size, stream); its preceding segment events are the device's answers
+//   free_requested   -> free; when free_completed does not follow at once, the block was record_stream'ed:
+//                       the free is deferred until that free_completed (spec ST3)
+//   oom              -> allocate, with the device refusing as it did on the GPU
+//   a burst of segment_free / segment_unmap not followed by an alloc -> empty_cache(); a burst at the very
+//                       start of a trace is an empty_cache too (the usual recipe: record, empty_cache, run)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/alloc/caching_config.h"
+#include "sim/replay/recorded_device.h"
+#include "sim/report/memory_stats.h"
+#include "sim/report/peak_tracker.h"
+#include "traces/snapshot.h"
+
+namespace vramsim {
+
+struct ReplayOptions {
+  int device = -1;                         // -1: the first device whose trace has events (else 0)
+  std::optional<std::string> alloc_conf;   // overrides the recorded allocator_settings
+  Bytes capacity_bytes = 0;                // 0: follow the recorded cudaMalloc outcomes
+};
+
+struct CheckReport {
+  std::size_t segment_events_recorded = 0;
+  std::size_t segment_events_matched = 0;
+  std::size_t model_segment_events = 0;
+  std::size_t allocs_recorded = 0;
+  std::size_t allocs_same_offset = 0;
+  std::size_t frees_recorded = 0;
+  std::size_t ooms_recorded = 0;
+  bool has_final_state = false;
+  std::size_t final_segments_recorded = 0;
+  std::size_t final_segments_matched = 0;
+  std::size_t final_blocks_recorded = 0;
+  std::size_t final_blocks_matched = 0;
+  std::int64_t recorded_peak_reserved_bytes = 0;   // rebuilt from the trace's segment events
+  std::int64_t recorded_peak_requested_bytes = 0;  // rebuilt from alloc / free_completed sizes
+  std::optional<Divergence> first_divergence;
+  std::vector<std::string> invariant_violations;  // static checks of the recorded snapshot
+
+  bool identical(const PeakSummary& model) const;
+};
+
+struct ReplayResult {
+  std::string source;
+  int device = 0;
+  std::size_t events = 0;
+  std::string policy = "pytorch";
+  CachingConfig config;
+  std::string config_origin;  // "recorded allocator_settings", "--alloc-conf", "default"
+  bool starts_mid_run = false;
+  Bytes reserved_at_start_bytes = 0;
+  std::size_t guessed_block_sizes = 0;
+  std::size_t recorded_failures_followed = 0;  // cudaMalloc calls refused because the GPU refused them
+  DeviceStats stats;
+  PeakSummary peaks;
+  CheckReport check;
+  std::vector<SnapshotSegment> final_segments;  // the model's state at the end
+};
+
+// Throws InputError for traces that contradict themselves (free of an unknown address, ...) and bad options.
+ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& options);
+
+}  // namespace vramsim

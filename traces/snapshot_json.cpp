@@ -1,0 +1,634 @@
+// The snapshot dict of torch.cuda.memory._snapshot() (spec §8.2-§8.5) <-> Snapshot.
+//
+// Reading accepts
+//   * the dict form {segments, device_traces?, allocator_settings?, ...}; other keys (external_annotations,
+//     _source, ...) are ignored;
+//   * the legacy form, a bare list of segments (what torch.cuda.memory_snapshot() returns): no traces.
+// Every value is type- and range-checked; the first problem throws InputError
+// "<source>: <json path>: <problem>", e.g. "x.json: segments[3].blocks[0].size: expected a non-negative
+// integer, got string". Nothing is recursive on the input, so no JSON value can crash the reader.
+//
+// Rules worth knowing (units: bytes, time in ns):
+//   * Block addresses are always recomputed as segment address + sizes of earlier blocks, as MemoryViz does;
+//     PyTorch 2.0 files have no block `address` (they carry `history` instead, ignored here). A recorded
+//     address that disagrees with the running sum is an error, as are blocks that do not tile their segment
+//     and recorded allocated_size / active_size / requested_size that disagree with the blocks (the real
+//     files agree exactly, spec §12, so a mismatch means the file is corrupt).
+//   * Defaults for keys older PyTorch versions lack: is_expandable false, segment_pool_id (0, 0),
+//     segment_type small iff total_size == 2 MiB, requested_size 0, time_us unknown (time_ns 0).
+//   * Sizes must be below 2^60 (PyTorch's allocation ceiling), addresses below 2^63, device indices below
+//     kMaxDevices. Segments are sorted by (device, address); same-device segments must not overlap.
+//   * device_traces is padded with empty traces so that every segment's device has one.
+//   * "annotate" trace entries (newest PyTorch; user markers, no memory) are skipped; other unknown actions
+//     are errors.
+//   * Keys of our own: "vramsim_has_final_state": false marks a generated trace with no final state, and
+//     trace entries may carry "category" (what MemoryViz reads for profiler-made files) and "op" strings,
+//     stored through Snapshot::strings.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sim/core/assert.h"
+#include "sim/core/error.h"
+#include "traces/trace_io.h"
+
+namespace vramsim {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::uint64_t kSizeLimit = std::uint64_t{1} << 60;  // spec §1.1 allocation ceiling
+constexpr std::uint64_t kAddressLimit = std::uint64_t{1} << 63;
+constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
+constexpr int kMaxDevices = 1024;
+constexpr Bytes kSmallSegmentBytes = 2 * kMiB;
+constexpr std::int64_t kMaxTimeUs = std::numeric_limits<std::int64_t>::max() / 1000;
+
+// A JSON path built on the stack and only turned into text when an error is reported, so reading a large
+// file allocates no path strings.
+struct JsonPath {
+  const JsonPath* parent = nullptr;
+  std::string_view key;  // object member name; empty for the root and for array elements
+  std::size_t index = 0;
+  bool is_index = false;
+
+  JsonPath operator/(std::string_view member) const { return JsonPath{this, member, 0, false}; }
+  JsonPath operator[](std::size_t i) const { return JsonPath{this, {}, i, true}; }
+
+  std::string str() const {
+    std::vector<const JsonPath*> chain;
+    for (const JsonPath* p = this; p != nullptr; p = p->parent) {
+      chain.push_back(p);
+    }
+    std::string out;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const JsonPath& p = **it;
+      if (p.is_index) {
+        out += fmt::format("[{}]", p.index);
+      } else if (!p.key.empty()) {
+        if (!out.empty()) {
+          out += '.';
+        }
+        out += p.key;
+      }
+    }
+    return out;
+  }
+};
+
+std::string_view kind_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "integer";
+    case json::value_t::number_float:
+      return "float";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::object:
+      return "object";
+    default:
+      return "binary data";
+  }
+}
+
+// Quotes user text for a one-line message: control characters become '?', long text is cut.
+std::string quote_text(std::string_view text) {
+  constexpr std::size_t kMaxShown = 60;
+  std::string out = "\"";
+  for (std::size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+  }
+  out += text.size() > kMaxShown ? "...\"" : "\"";
+  return out;
+}
+
+class JsonReader {
+ public:
+  explicit JsonReader(std::string_view source) : source_(source) {}
+
+  [[noreturn]] void fail(const JsonPath& path, std::string_view problem) const {
+    const std::string where = path.str();
+    if (where.empty()) {
+      throw InputError(fmt::format("{}: {}", source_, problem));
+    }
+    throw InputError(fmt::format("{}: {}: {}", source_, where, problem));
+  }
+
+  const json::object_t& object(const json& v, const JsonPath& path) const {
+    if (!v.is_object()) {
+      fail(path, fmt::format("expected an object, got {}", kind_name(v)));
+    }
+    return *v.get_ptr<const json::object_t*>();
+  }
+  const json::array_t& array(const json& v, const JsonPath& path) const {
+    if (!v.is_array()) {
+      fail(path, fmt::format("expected a list, got {}", kind_name(v)));
+    }
+    return *v.get_ptr<const json::array_t*>();
+  }
+  const std::string& string(const json& v, const JsonPath& path) const {
+    if (!v.is_string()) {
+      fail(path, fmt::format("expected a string, got {}", kind_name(v)));
+    }
+    return *v.get_ptr<const std::string*>();
+  }
+  bool boolean(const json& v, const JsonPath& path) const {
+    if (!v.is_boolean()) {
+      fail(path, fmt::format("expected true or false, got {}", kind_name(v)));
+    }
+    return v.get<bool>();
+  }
+  // A non-negative integer below `limit` (exclusive; kNoLimit = any 64-bit value).
+  std::uint64_t uint(const json& v, const JsonPath& path, std::uint64_t limit) const {
+    if (v.is_number_unsigned()) {
+      const auto value = v.get<std::uint64_t>();
+      if (limit != kNoLimit && value >= limit) {
+        const std::string bound = std::has_single_bit(limit) ? fmt::format("2^{}", std::bit_width(limit) - 1)
+                                                             : std::to_string(limit);
+        fail(path, fmt::format("expected a non-negative integer below {}, got {}", bound, value));
+      }
+      return value;
+    }
+    if (v.is_number_integer()) {
+      const auto value = v.get<std::int64_t>();
+      if (value < 0) {
+        fail(path, fmt::format("expected a non-negative integer, got {}", value));
+      }
+      return uint(json(static_cast<std::uint64_t>(value)), path, limit);
+    }
+    fail(path, fmt::format("expected a non-negative integer, got {}", kind_name(v)));
+  }
+  std::int64_t int64(const json& v, const JsonPath& path) const {
+    if (v.is_number_unsigned()) {
+      const auto value = v.get<std::uint64_t>();
+      if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        fail(path, fmt::format("integer {} does not fit 64-bit signed", value));
+      }
+      return static_cast<std::int64_t>(value);
+    }
+    if (v.is_number_integer()) {
+      return v.get<std::int64_t>();
+    }
+    fail(path, fmt::format("expected an integer, got {}", kind_name(v)));
+  }
+  double number(const json& v, const JsonPath& path) const {
+    if (!v.is_number()) {
+      fail(path, fmt::format("expected a number, got {}", kind_name(v)));
+    }
+    return v.get<double>();
+  }
+
+  static const json* find(const json::object_t& obj, std::string_view key) {
+    const auto it = obj.find(std::string(key));
+    return it == obj.end() ? nullptr : &it->second;
+  }
+  const json& require(const json::object_t& obj, const JsonPath& path, std::string_view key) const {
+    const json* v = find(obj, key);
+    if (v == nullptr) {
+      fail(path, fmt::format("missing key \"{}\"", key));
+    }
+    return *v;
+  }
+
+ private:
+  std::string_view source_;
+};
+
+class SnapshotReader {
+ public:
+  explicit SnapshotReader(std::string_view source) : in_(source) { out_.source = std::string(source); }
+
+  Snapshot read(const json& root) {
+    const JsonPath root_path;
+    if (root.is_array()) {  // legacy: torch.cuda.memory_snapshot() / a pickled segment list
+      read_segments(root, root_path);
+    } else if (root.is_object()) {
+      const auto& obj = *root.get_ptr<const json::object_t*>();
+      read_segments(in_.require(obj, root_path, "segments"), root_path / "segments");
+      if (const json* traces = JsonReader::find(obj, "device_traces")) {
+        read_traces(*traces, root_path / "device_traces");
+      }
+      if (const json* settings = JsonReader::find(obj, "allocator_settings")) {
+        read_settings(*settings, root_path / "allocator_settings");
+      }
+      if (const json* flag = JsonReader::find(obj, "vramsim_has_final_state")) {
+        out_.has_final_state = in_.boolean(*flag, root_path / "vramsim_has_final_state");
+      }
+    } else {
+      in_.fail(root_path, fmt::format("expected a snapshot dict or a list of segments at the top level, got {}",
+                                      kind_name(root)));
+    }
+    sort_and_check_overlap();
+    std::size_t devices = out_.device_traces.size();
+    for (const SnapshotSegment& segment : out_.segments) {
+      devices = std::max(devices, static_cast<std::size_t>(segment.device) + 1);
+    }
+    out_.device_traces.resize(devices);
+    return std::move(out_);
+  }
+
+ private:
+  void read_segments(const json& value, const JsonPath& path) {
+    const auto& list = in_.array(value, path);
+    out_.segments.reserve(list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      out_.segments.push_back(read_segment(list[i], path[i]));
+    }
+  }
+
+  SnapshotSegment read_segment(const json& value, const JsonPath& path) {
+    const auto& obj = in_.object(value, path);
+    SnapshotSegment seg;
+    seg.device = read_device(in_.require(obj, path, "device"), path / "device");
+    seg.address = in_.uint(in_.require(obj, path, "address"), path / "address", kAddressLimit);
+    seg.total_size_bytes = in_.uint(in_.require(obj, path, "total_size"), path / "total_size", kSizeLimit);
+    if (seg.total_size_bytes == 0) {
+      in_.fail(path / "total_size", "a segment cannot be empty");
+    }
+    seg.stream = in_.uint(in_.require(obj, path, "stream"), path / "stream", kNoLimit);
+    seg.is_small_pool = seg.total_size_bytes == kSmallSegmentBytes;
+    if (const json* type = JsonReader::find(obj, "segment_type")) {
+      const std::string& text = in_.string(*type, path / "segment_type");
+      if (text != "small" && text != "large") {
+        in_.fail(path / "segment_type", fmt::format("expected \"small\" or \"large\", got {}", quote_text(text)));
+      }
+      seg.is_small_pool = text == "small";
+    }
+    if (const json* expandable = JsonReader::find(obj, "is_expandable")) {
+      seg.is_expandable = in_.boolean(*expandable, path / "is_expandable");
+    }
+    if (const json* pool = JsonReader::find(obj, "segment_pool_id")) {
+      const JsonPath pool_path = path / "segment_pool_id";
+      const auto& pair = in_.array(*pool, pool_path);
+      if (pair.size() != 2) {
+        in_.fail(pool_path, fmt::format("expected a pair of integers, got a list of {}", pair.size()));
+      }
+      seg.pool_id_first = in_.int64(pair[0], pool_path[0]);
+      seg.pool_id_second = in_.int64(pair[1], pool_path[1]);
+    }
+    read_blocks(obj, path, seg);
+    check_recorded(obj, path, "allocated_size", seg.allocated_bytes);
+    check_recorded(obj, path, "active_size", seg.active_bytes);
+    check_recorded(obj, path, "requested_size", seg.requested_bytes);
+    return seg;
+  }
+
+  void read_blocks(const json::object_t& seg_obj, const JsonPath& seg_path, SnapshotSegment& seg) {
+    const JsonPath path = seg_path / "blocks";
+    const auto& list = in_.array(in_.require(seg_obj, seg_path, "blocks"), path);
+    seg.blocks.reserve(list.size());
+    Bytes offset = 0;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const JsonPath block_path = path[i];
+      const auto& obj = in_.object(list[i], block_path);
+      SnapshotBlock block;
+      block.address = seg.address + offset;
+      block.size_bytes = in_.uint(in_.require(obj, block_path, "size"), block_path / "size", kSizeLimit);
+      if (block.size_bytes == 0) {
+        in_.fail(block_path / "size", "a block cannot be empty");
+      }
+      if (block.size_bytes > seg.total_size_bytes - offset) {
+        in_.fail(block_path / "size",
+                 fmt::format("block ends at offset {}, past the segment's total_size {}",
+                             offset + block.size_bytes, seg.total_size_bytes));
+      }
+      if (const json* address = JsonReader::find(obj, "address")) {
+        const Bytes recorded = in_.uint(*address, block_path / "address", kAddressLimit);
+        if (recorded != block.address) {
+          in_.fail(block_path / "address",
+                   fmt::format("recorded address {:#x} disagrees with segment address + earlier block sizes "
+                               "({:#x})",
+                               recorded, block.address));
+        }
+      }
+      if (const json* requested = JsonReader::find(obj, "requested_size")) {
+        block.requested_bytes = in_.uint(*requested, block_path / "requested_size", kSizeLimit);
+      }
+      block.state = read_state(in_.require(obj, block_path, "state"), block_path / "state");
+      offset += block.size_bytes;
+      if (block.state != BlockState::kInactive) {
+        seg.active_bytes += block.size_bytes;
+        seg.requested_bytes += block.requested_bytes;
+        if (block.state == BlockState::kActiveAllocated) {
+          seg.allocated_bytes += block.size_bytes;
+        }
+      }
+      seg.blocks.push_back(block);
+    }
+    if (offset != seg.total_size_bytes) {
+      in_.fail(path, fmt::format("block sizes add up to {}, but the segment's total_size is {}", offset,
+                                 seg.total_size_bytes));
+    }
+  }
+
+  BlockState read_state(const json& value, const JsonPath& path) const {
+    const std::string& text = in_.string(value, path);
+    if (text == "active_allocated") {
+      return BlockState::kActiveAllocated;
+    }
+    // The newest docstring says "active_awaiting_free"; the code emits "active_pending_free" (spec §8.4).
+    if (text == "active_pending_free" || text == "active_awaiting_free") {
+      return BlockState::kActivePendingFree;
+    }
+    if (text == "inactive") {
+      return BlockState::kInactive;
+    }
+    in_.fail(path, fmt::format("unknown block state {} (expected active_allocated, active_pending_free or "
+                               "inactive)",
+                               quote_text(text)));
+  }
+
+  void check_recorded(const json::object_t& obj, const JsonPath& path, std::string_view key,
+                      Bytes from_blocks) const {
+    if (const json* value = JsonReader::find(obj, key)) {
+      const Bytes recorded = in_.uint(*value, path / key, kSizeLimit);
+      if (recorded != from_blocks) {
+        in_.fail(path / key, fmt::format("recorded {} disagrees with the blocks ({})", recorded, from_blocks));
+      }
+    }
+  }
+
+  int read_device(const json& value, const JsonPath& path) const {
+    const std::uint64_t device = in_.uint(value, path, kNoLimit);
+    if (device >= kMaxDevices) {
+      in_.fail(path, fmt::format("device index {} is out of range (below {} expected)", device, kMaxDevices));
+    }
+    return static_cast<int>(device);
+  }
+
+  void read_traces(const json& value, const JsonPath& path) {
+    const auto& devices = in_.array(value, path);
+    if (devices.size() > kMaxDevices) {
+      in_.fail(path, fmt::format("{} device traces (at most {} devices expected)", devices.size(), kMaxDevices));
+    }
+    out_.device_traces.resize(devices.size());
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      const auto& entries = in_.array(devices[d], path[d]);
+      std::vector<TraceEvent>& events = out_.device_traces[d].events;
+      events.reserve(entries.size());
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        read_event(entries[i], path[d][i], events);
+      }
+    }
+  }
+
+  void read_event(const json& value, const JsonPath& path, std::vector<TraceEvent>& events) {
+    const auto& obj = in_.object(value, path);
+    const std::string& name = in_.string(in_.require(obj, path, "action"), path / "action");
+    const std::optional<TraceAction> action = parse_trace_action(name);
+    if (!action) {
+      if (name == "annotate") {  // newest PyTorch: user annotation markers, no memory involved
+        return;
+      }
+      in_.fail(path / "action", fmt::format("unknown action {}", quote_text(name)));
+    }
+    TraceEvent event;
+    event.action = *action;
+    const json* addr = JsonReader::find(obj, "addr");
+    std::string_view addr_key = "addr";
+    if (*action == TraceAction::kOom) {
+      if (const json* device_free = JsonReader::find(obj, "device_free")) {
+        addr = device_free;
+        addr_key = "device_free";
+      }
+    }
+    if (addr == nullptr) {
+      in_.fail(path, *action == TraceAction::kOom ? "missing key \"device_free\"" : "missing key \"addr\"");
+    }
+    event.addr = in_.uint(*addr, path / addr_key, kAddressLimit);
+    event.size_bytes = in_.uint(in_.require(obj, path, "size"), path / "size", kSizeLimit);
+    event.stream = in_.uint(in_.require(obj, path, "stream"), path / "stream", kNoLimit);
+    if (const json* time = JsonReader::find(obj, "time_us")) {
+      const std::uint64_t time_us = in_.uint(*time, path / "time_us", static_cast<std::uint64_t>(kMaxTimeUs) + 1);
+      event.time_ns = static_cast<TimeNs>(time_us) * 1000;
+    }
+    event.category_tag = read_tag(obj, "category");
+    event.op_tag = read_tag(obj, "op");
+    events.push_back(event);
+  }
+
+  // Optional free-text labels; a non-string value (profiler files may hold null) is treated as absent.
+  std::uint32_t read_tag(const json::object_t& obj, std::string_view key) {
+    const json* value = JsonReader::find(obj, key);
+    if (value == nullptr || !value->is_string() || value->get_ref<const std::string&>().empty()) {
+      return kNoTag;
+    }
+    const std::string& text = value->get_ref<const std::string&>();
+    const auto [it, inserted] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(out_.strings.size()));
+    if (inserted) {
+      out_.strings.push_back(text);
+    }
+    return it->second;
+  }
+
+  void read_settings(const json& value, const JsonPath& path) {
+    const auto& obj = in_.object(value, path);
+    RecordedAllocatorSettings settings;
+    if (const json* conf = JsonReader::find(obj, "PYTORCH_CUDA_ALLOC_CONF"); conf != nullptr && !conf->is_null()) {
+      settings.alloc_conf = in_.string(*conf, path / "PYTORCH_CUDA_ALLOC_CONF");
+    }
+    if (const json* split = JsonReader::find(obj, "max_split_size")) {
+      const JsonPath split_path = path / "max_split_size";
+      // Unlimited is -1; some builds may print SIZE_MAX instead.
+      if (split->is_number_unsigned() && split->get<std::uint64_t>() == kNoLimit) {
+        settings.max_split_size = -1;
+      } else {
+        settings.max_split_size = in_.int64(*split, split_path);
+        if (settings.max_split_size < -1) {
+          in_.fail(split_path, fmt::format("expected -1 (unlimited) or a size, got {}", settings.max_split_size));
+        }
+      }
+    }
+    if (const json* gc = JsonReader::find(obj, "garbage_collection_threshold")) {
+      const JsonPath gc_path = path / "garbage_collection_threshold";
+      settings.garbage_collection_threshold = in_.number(*gc, gc_path);
+      if (!(settings.garbage_collection_threshold >= 0.0 && settings.garbage_collection_threshold <= 1.0)) {
+        in_.fail(gc_path, fmt::format("expected a fraction in [0, 1], got {}", settings.garbage_collection_threshold));
+      }
+    }
+    if (const json* expandable = JsonReader::find(obj, "expandable_segments")) {
+      settings.expandable_segments = in_.boolean(*expandable, path / "expandable_segments");
+    }
+    if (const json* divisions = JsonReader::find(obj, "roundup_power2_divisions")) {
+      read_divisions(*divisions, path / "roundup_power2_divisions", settings.roundup_power2_divisions);
+    }
+    out_.allocator_settings = settings;
+  }
+
+  // {"1": d0, "2": d1, ..., "32768": d15}: keys are interval lower bounds in MiB (spec §1.3). A plain list of
+  // 16 values is accepted too.
+  void read_divisions(const json& value, const JsonPath& path, std::array<std::uint64_t, 16>& table) const {
+    if (value.is_array()) {
+      const auto& list = *value.get_ptr<const json::array_t*>();
+      if (list.size() != table.size()) {
+        in_.fail(path, fmt::format("expected 16 values, got {}", list.size()));
+      }
+      for (std::size_t i = 0; i < table.size(); ++i) {
+        table[i] = in_.uint(list[i], path[i], kNoLimit);
+      }
+      return;
+    }
+    for (const auto& [key, entry] : in_.object(value, path)) {
+      std::size_t index = table.size();
+      for (std::size_t i = 0; i < table.size(); ++i) {
+        if (key == std::to_string(std::uint64_t{1} << i)) {
+          index = i;
+        }
+      }
+      if (index == table.size()) {
+        in_.fail(path, fmt::format("unknown interval {} (expected \"1\", \"2\", \"4\", ..., \"32768\")", quote_text(key)));
+      }
+      table[index] = in_.uint(entry, path / key, kNoLimit);
+    }
+  }
+
+  // Segments come sorted by (device, address) from PyTorch; sort anyway (stable, a no-op for real files) and
+  // reject overlapping segments of one device, which no allocator state can produce.
+  void sort_and_check_overlap() {
+    auto& segs = out_.segments;
+    const auto key_less = [](const SnapshotSegment& a, const SnapshotSegment& b) {
+      return a.device != b.device ? a.device < b.device : a.address < b.address;
+    };
+    if (!std::is_sorted(segs.begin(), segs.end(), key_less)) {
+      std::stable_sort(segs.begin(), segs.end(), key_less);
+    }
+    for (std::size_t i = 1; i < segs.size(); ++i) {
+      const SnapshotSegment& prev = segs[i - 1];
+      const SnapshotSegment& next = segs[i];
+      if (prev.device == next.device && next.address < prev.address + prev.total_size_bytes) {
+        in_.fail(JsonPath{}, fmt::format("segments at {:#x} ({} bytes) and {:#x} on device {} overlap", prev.address,
+                                         prev.total_size_bytes, next.address, next.device));
+      }
+    }
+  }
+
+  JsonReader in_;
+  Snapshot out_;
+  std::unordered_map<std::string, std::uint32_t> tag_index_;
+};
+
+std::string_view block_state_name(BlockState state) {
+  switch (state) {
+    case BlockState::kActiveAllocated:
+      return "active_allocated";
+    case BlockState::kActivePendingFree:
+      return "active_pending_free";
+    case BlockState::kInactive:
+      return "inactive";
+  }
+  return "inactive";
+}
+
+json segment_to_json(const SnapshotSegment& seg) {
+  json::array_t blocks;
+  blocks.reserve(seg.blocks.size());
+  Bytes allocated = 0;
+  Bytes active = 0;
+  Bytes requested = 0;
+  for (const SnapshotBlock& block : seg.blocks) {
+    if (block.state != BlockState::kInactive) {
+      active += block.size_bytes;
+      requested += block.requested_bytes;
+      if (block.state == BlockState::kActiveAllocated) {
+        allocated += block.size_bytes;
+      }
+    }
+    blocks.push_back(json{{"address", block.address},
+                          {"size", block.size_bytes},
+                          {"requested_size", block.requested_bytes},
+                          {"state", block_state_name(block.state)},
+                          {"frames", json::array()}});
+  }
+  return json{{"device", seg.device},
+              {"address", seg.address},
+              {"total_size", seg.total_size_bytes},
+              {"allocated_size", allocated},
+              {"active_size", active},
+              {"requested_size", requested},
+              {"stream", seg.stream},
+              {"segment_type", seg.is_small_pool ? "small" : "large"},
+              {"segment_pool_id", json::array({seg.pool_id_first, seg.pool_id_second})},
+              {"is_expandable", seg.is_expandable},
+              {"frames", json::array()},
+              {"blocks", std::move(blocks)}};
+}
+
+json event_to_json(const TraceEvent& event, const std::vector<std::string>& strings) {
+  json entry{{"action", trace_action_name(event.action)},
+             {event.action == TraceAction::kOom ? "device_free" : "addr", event.addr},
+             {"size", event.size_bytes},
+             {"stream", event.stream},
+             {"time_us", event.time_ns / 1000},
+             {"frames", json::array()}};
+  if (event.category_tag != kNoTag) {
+    SIM_ASSERT(event.category_tag < strings.size());
+    entry["category"] = strings[event.category_tag];
+  }
+  if (event.op_tag != kNoTag) {
+    SIM_ASSERT(event.op_tag < strings.size());
+    entry["op"] = strings[event.op_tag];
+  }
+  return entry;
+}
+
+json settings_to_json(const RecordedAllocatorSettings& settings) {
+  json divisions = json::object();
+  for (std::size_t i = 0; i < settings.roundup_power2_divisions.size(); ++i) {
+    divisions[std::to_string(std::uint64_t{1} << i)] = settings.roundup_power2_divisions[i];
+  }
+  return json{{"PYTORCH_CUDA_ALLOC_CONF", settings.alloc_conf},
+              {"max_split_size", settings.max_split_size},
+              {"garbage_collection_threshold", settings.garbage_collection_threshold},
+              {"expandable_segments", settings.expandable_segments},
+              {"roundup_power2_divisions", std::move(divisions)}};
+}
+
+}  // namespace
+
+Snapshot snapshot_from_json(const nlohmann::json& root, std::string_view source) {
+  return SnapshotReader(source).read(root);
+}
+
+nlohmann::json snapshot_to_json(const Snapshot& snapshot) {
+  json::array_t segments;
+  segments.reserve(snapshot.segments.size());
+  for (const SnapshotSegment& seg : snapshot.segments) {
+    segments.push_back(segment_to_json(seg));
+  }
+  json::array_t traces;
+  traces.reserve(snapshot.device_traces.size());
+  for (const DeviceTrace& trace : snapshot.device_traces) {
+    json::array_t entries;
+    entries.reserve(trace.events.size());
+    for (const TraceEvent& event : trace.events) {
+      entries.push_back(event_to_json(event, snapshot.strings));
+    }
+    traces.emplace_back(std::move(entries));
+  }
+  json root{{"segments", std::move(segments)}, {"device_traces", std::move(traces)}};
+  if (snapshot.allocator_settings) {
+    root["allocator_settings"] = settings_to_json(*snapshot.allocator_settings);
+  }
+  if (!snapshot.has_final_state) {
+    root["vramsim_has_final_state"] = false;
+  }
+  return root;
+}
+
+}  // namespace vramsim

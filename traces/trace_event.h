@@ -1,0 +1,43 @@
+// One entry of an allocator trace: the project's in-memory form of PyTorch's TraceEntry
+// (spec §8.5), also used for traces the step simulator generates.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "sim/core/types.h"
+
+namespace vramsim {
+
+enum class TraceAction : std::uint8_t {
+  kAlloc,          // a block was handed out; addr = block start, size = requested (unrounded) bytes
+  kFreeRequested,  // the caller freed it; size = requested bytes of that block
+  kFreeCompleted,  // the block returned to the free set (later than kFreeRequested after record_stream)
+  kSegmentAlloc,   // cudaMalloc succeeded; addr/size = the segment
+  kSegmentFree,    // just before cudaFree; addr/size = the segment
+  kSegmentMap,     // expandable segment pages mapped; addr = first mapped byte, size = bytes
+  kSegmentUnmap,   // expandable segment pages unmapped
+  kOom,            // OutOfMemoryError raised; size = rounded request, addr = device_free bytes
+  kSnapshot,       // a snapshot was taken; size = active bytes
+};
+
+// PyTorch's action names ("alloc", "free_requested", ...). Returns nullopt for anything else.
+std::optional<TraceAction> parse_trace_action(std::string_view name);
+std::string_view trace_action_name(TraceAction action);
+
+inline constexpr std::uint32_t kNoTag = 0;  // index 0 of a string table is always ""
+
+struct TraceEvent {
+  TraceAction action = TraceAction::kAlloc;
+  Bytes addr = 0;        // for kOom: device_free in bytes
+  Bytes size_bytes = 0;  // see TraceAction
+  StreamId stream = 0;
+  TimeNs time_ns = 0;    // recorded time_us * 1000, or simulated time; 0 when unknown
+  std::uint32_t op_tag = kNoTag;        // index into Trace::strings: op name (generated traces)
+  std::uint32_t category_tag = kNoTag;  // index into Trace::strings: tensor category
+
+  bool operator==(const TraceEvent&) const = default;
+};
+
+}  // namespace vramsim

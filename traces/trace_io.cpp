@@ -1,0 +1,285 @@
+// Files <-> Snapshot: format sniffing, reading, writing (contracts in trace_io.h).
+//
+// Besides the three formats, load_snapshot reads the `alloc_data` JSON that the late-2022 / early-2023
+// torch.cuda._memory_viz trace_plot pages embed (zdevito_*.alloc_data.json in shared/traces/real): either the
+// bare dict {actions, elements_size, initially_allocated?, ...} or that dict under the key "alloc_data".
+// `actions` lists element ids; an id that is not live is allocated, a live one is freed (so the first
+// occurrence is the alloc and the second the free), ids in `initially_allocated` start live. It holds only
+// requested sizes and order, so the Snapshot gets:
+//   * device 0, stream 0, time 0, has_final_state = false, no segments;
+//   * synthetic addresses: element i lives at kAllocDataBase + the sizes of elements 0..i-1, each rounded up
+//     to 512 bytes, so live elements never overlap and every id has one fixed address;
+//   * one `alloc` per allocation, and per free the `free_requested` + `free_completed` pair that PyTorch
+//     records for a free without record_stream;
+//   * the elements in `initially_allocated` as `alloc` events at the start (the trace starts empty).
+// Element stack frames and categories are ignored.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "traces/pickle/pickle_reader.h"
+#include "traces/trace_io.h"
+
+namespace vramsim {
+namespace {
+
+using nlohmann::json;
+
+constexpr Bytes kAllocDataBase = Bytes{1} << 32;  // synthetic address of alloc_data element 0
+constexpr Bytes kAllocDataAlign = 512;
+constexpr std::uint64_t kSizeLimit = std::uint64_t{1} << 60;
+constexpr std::uint64_t kAddressLimit = std::uint64_t{1} << 63;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("{}: is a directory, not a trace file", path));
+  }
+  const FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (!file) {
+    throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  std::string data;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec) {
+    data.reserve(static_cast<std::size_t>(size));
+  }
+  char buffer[1 << 16];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
+    data.append(buffer, n);
+  }
+  if (std::ferror(file.get())) {
+    throw InputError(fmt::format("{}: read error: {}", path, std::strerror(errno)));
+  }
+  return data;
+}
+
+void write_file(const std::string& path, std::string_view data) {
+  FilePtr file(std::fopen(path.c_str(), "wb"));
+  if (!file) {
+    throw InputError(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+  }
+  const bool wrote = std::fwrite(data.data(), 1, data.size(), file.get()) == data.size();
+  const bool closed = std::fclose(file.release()) == 0;
+  if (!wrote || !closed) {
+    throw InputError(fmt::format("{}: write error: {}", path, std::strerror(errno)));
+  }
+}
+
+// nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>"; keep
+// the reason, on one line.
+std::string parse_error_reason(const char* what) {
+  std::string_view text = what;
+  if (const auto colon = text.find(": "); colon != std::string_view::npos) {
+    text.remove_prefix(colon + 2);
+  }
+  std::string out(text);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      c = ' ';
+    }
+  }
+  return out;
+}
+
+bool is_alloc_data(const json& root) {
+  if (!root.is_object() || root.contains("segments")) {
+    return false;
+  }
+  return root.contains("alloc_data") || (root.contains("actions") && root.contains("elements_size"));
+}
+
+// Reads a list of non-negative integers below `limit`; `where` names the list and `expected` its items in
+// messages.
+std::vector<std::uint64_t> read_uint_list(const json& value, const std::string& source, const std::string& where,
+                                          std::uint64_t limit, std::string_view expected) {
+  if (!value.is_array()) {
+    throw InputError(fmt::format("{}: {}: expected a list, got {}", source, where, value.type_name()));
+  }
+  std::vector<std::uint64_t> out;
+  out.reserve(value.size());
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const json& item = value[i];
+    const bool ok = item.is_number_unsigned() || (item.is_number_integer() && item.get<std::int64_t>() >= 0);
+    if (!ok || item.get<std::uint64_t>() >= limit) {
+      throw InputError(fmt::format("{}: {}[{}]: expected {} below {}, got {}", source, where, i, expected, limit,
+                                   item.is_number_integer() ? item.dump() : item.type_name()));
+    }
+    out.push_back(item.get<std::uint64_t>());
+  }
+  return out;
+}
+
+Snapshot snapshot_from_alloc_data(const json& root, const std::string& source) {
+  const bool nested = root.contains("alloc_data");
+  const json& data = nested ? root.at("alloc_data") : root;
+  const std::string prefix = nested ? "alloc_data" : "";
+  const auto path = [&prefix](std::string_view key) {
+    return prefix.empty() ? std::string(key) : fmt::format("{}.{}", prefix, key);
+  };
+  if (!data.is_object()) {
+    throw InputError(fmt::format("{}: alloc_data: expected an object, got {}", source, data.type_name()));
+  }
+  for (const char* key : {"actions", "elements_size"}) {
+    if (!data.contains(key)) {
+      throw InputError(fmt::format("{}: {}: missing key \"{}\"", source, prefix.empty() ? "top level" : prefix, key));
+    }
+  }
+  const std::vector<std::uint64_t> sizes = read_uint_list(data.at("elements_size"), source, path("elements_size"),
+                                                          kSizeLimit, "a size in bytes");
+  const std::vector<std::uint64_t> actions = read_uint_list(data.at("actions"), source, path("actions"),
+                                                            sizes.size(), "an element id");
+  std::vector<std::uint64_t> initial;
+  if (const auto it = data.find("initially_allocated"); it != data.end() && !it->is_null()) {
+    initial = read_uint_list(*it, source, path("initially_allocated"), sizes.size(), "an element id");
+  }
+
+  std::vector<Bytes> address(sizes.size());
+  Bytes next = kAllocDataBase;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    address[i] = next;
+    next += (std::max<Bytes>(sizes[i], 1) + kAllocDataAlign - 1) / kAllocDataAlign * kAllocDataAlign;
+    if (next >= kAddressLimit) {
+      throw InputError(fmt::format("{}: {}: the elements add up to more than 2^63 bytes", source,
+                                   path("elements_size")));
+    }
+  }
+
+  Snapshot snapshot;
+  snapshot.source = source;
+  snapshot.has_final_state = false;
+  std::vector<TraceEvent>& events = snapshot.device_traces.emplace_back().events;
+  events.reserve(initial.size() + actions.size() * 2);
+  std::vector<bool> live(sizes.size(), false);
+  const auto toggle = [&](std::uint64_t id) {
+    TraceEvent event;
+    event.addr = address[id];
+    event.size_bytes = sizes[id];
+    if (!live[id]) {
+      event.action = TraceAction::kAlloc;
+      events.push_back(event);
+    } else {
+      event.action = TraceAction::kFreeRequested;
+      events.push_back(event);
+      event.action = TraceAction::kFreeCompleted;
+      events.push_back(event);
+    }
+    live[id] = !live[id];
+  };
+  for (const std::uint64_t id : initial) {
+    if (!live[id]) {
+      toggle(id);
+    }
+  }
+  for (const std::uint64_t id : actions) {
+    toggle(id);
+  }
+  return snapshot;
+}
+
+Snapshot snapshot_from_any_json(const json& root, const std::string& source) {
+  return is_alloc_data(root) ? snapshot_from_alloc_data(root, source) : snapshot_from_json(root, source);
+}
+
+bool ends_with_ci(std::string_view text, std::string_view suffix) {
+  if (text.size() < suffix.size()) {
+    return false;
+  }
+  return std::equal(suffix.begin(), suffix.end(), text.end() - static_cast<std::ptrdiff_t>(suffix.size()),
+                    [](char a, char b) {
+                      return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+                    });
+}
+
+}  // namespace
+
+std::string_view trace_format_name(TraceFormat format) {
+  switch (format) {
+    case TraceFormat::kPickle:
+      return "pickle";
+    case TraceFormat::kJson:
+      return "json";
+    case TraceFormat::kVtrace:
+      return "vtrace";
+  }
+  return "?";
+}
+
+Snapshot load_snapshot(const std::string& path) {
+  const std::string data = read_file(path);
+  if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) {  // pickle PROTO opcode
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(data.data());
+    return snapshot_from_any_json(read_pickle(std::span<const std::uint8_t>(bytes, data.size()), path), path);
+  }
+  if (data.starts_with("vramsim-trace")) {
+    return read_vtrace(data, path);
+  }
+  std::size_t first = data.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // UTF-8 byte order mark
+  while (first < data.size() && std::isspace(static_cast<unsigned char>(data[first]))) {
+    ++first;
+  }
+  if (first < data.size() && (data[first] == '{' || data[first] == '[')) {
+    json root;
+    try {
+      root = json::parse(data);
+    } catch (const json::parse_error& e) {
+      throw InputError(fmt::format("{}: byte {}: invalid JSON: {}", path, e.byte, parse_error_reason(e.what())));
+    }
+    return snapshot_from_any_json(root, path);
+  }
+  throw InputError(fmt::format("{}: not a PyTorch snapshot (pickle or JSON) or vramsim trace", path));
+}
+
+TraceFormat format_from_path(const std::string& path) {
+  if (ends_with_ci(path, ".pickle") || ends_with_ci(path, ".pkl")) {
+    return TraceFormat::kPickle;
+  }
+  if (ends_with_ci(path, ".json")) {
+    return TraceFormat::kJson;
+  }
+  if (ends_with_ci(path, ".vtrace")) {
+    return TraceFormat::kVtrace;
+  }
+  throw InputError(
+      fmt::format("{}: cannot tell the trace format from the file name (expected .pickle, .pkl, .json or .vtrace)",
+                  path));
+}
+
+void save_snapshot(const Snapshot& snapshot, const std::string& path, TraceFormat format) {
+  switch (format) {
+    case TraceFormat::kPickle: {
+      const std::vector<std::uint8_t> bytes = write_pickle(snapshot_to_json(snapshot));
+      write_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      return;
+    }
+    case TraceFormat::kJson: {
+      // Compact (the files get large); strings that are not valid UTF-8 are written with U+FFFD, not thrown on.
+      std::string text = snapshot_to_json(snapshot).dump(-1, ' ', false, json::error_handler_t::replace);
+      text += '\n';
+      write_file(path, text);
+      return;
+    }
+    case TraceFormat::kVtrace:
+      write_file(path, write_vtrace(snapshot));
+      return;
+  }
+}
+
+}  // namespace vramsim
