@@ -10,6 +10,8 @@
 #include "sim/core/error.h"
 #include "sim/replay/initial_state.h"
 #include "sim/replay/model_snapshot.h"
+#include "sim/core/assert.h"
+#include "traces/snapshot_invariants.h"
 
 namespace vramsim {
 namespace {
@@ -99,6 +101,37 @@ void compare_final_state(const Snapshot& snapshot, int device, const std::vector
   }
 }
 
+// The peaks the recording itself implies: reserved from the segment events, requested from the alloc and
+// free_completed sizes, both starting from the rebuilt initial state.
+void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t reserved, std::int64_t requested,
+                           CheckReport& check) {
+  check.recorded_peak_reserved_bytes = reserved;
+  check.recorded_peak_requested_bytes = requested;
+  for (const TraceEvent& e : events) {
+    const auto size = static_cast<std::int64_t>(e.size_bytes);
+    switch (e.action) {
+      case TraceAction::kSegmentAlloc:
+      case TraceAction::kSegmentMap:
+        reserved += size;
+        break;
+      case TraceAction::kSegmentFree:
+      case TraceAction::kSegmentUnmap:
+        reserved -= size;
+        break;
+      case TraceAction::kAlloc:
+        requested += size;
+        break;
+      case TraceAction::kFreeCompleted:
+        requested -= size;
+        break;
+      default:
+        break;
+    }
+    check.recorded_peak_reserved_bytes = std::max(check.recorded_peak_reserved_bytes, reserved);
+    check.recorded_peak_requested_bytes = std::max(check.recorded_peak_requested_bytes, requested);
+  }
+}
+
 }  // namespace
 
 bool CheckReport::identical(const PeakSummary& model) const {
@@ -163,9 +196,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   PeakTracker peaks;
   peaks.sample(stats.stats(), 0);
   CheckReport& check = result.check;
-  std::int64_t recorded_reserved = static_cast<std::int64_t>(initial.reserved_bytes);
-  check.recorded_peak_reserved_bytes = recorded_reserved;
-  check.recorded_peak_requested_bytes = recorded_requested;
+  record_recorded_peaks(events, static_cast<std::int64_t>(initial.reserved_bytes), recorded_requested, check);
   bool any_op_yet = false;
   std::size_t window_begin = 0;
   std::size_t window_end = 0;
@@ -175,28 +206,6 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
 
   for (std::size_t i = 0; i < events.size(); ++i) {
     const TraceEvent& e = events[i];
-    // Recorded-side bookkeeping for the peaks the recording implies.
-    switch (e.action) {
-      case TraceAction::kSegmentAlloc:
-      case TraceAction::kSegmentMap:
-        recorded_reserved += static_cast<std::int64_t>(e.size_bytes);
-        break;
-      case TraceAction::kSegmentFree:
-      case TraceAction::kSegmentUnmap:
-        recorded_reserved -= static_cast<std::int64_t>(e.size_bytes);
-        break;
-      case TraceAction::kAlloc:
-        recorded_requested += static_cast<std::int64_t>(e.size_bytes);
-        break;
-      case TraceAction::kFreeCompleted:
-        recorded_requested -= static_cast<std::int64_t>(e.size_bytes);
-        break;
-      default:
-        break;
-    }
-    check.recorded_peak_reserved_bytes = std::max(check.recorded_peak_reserved_bytes, recorded_reserved);
-    check.recorded_peak_requested_bytes = std::max(check.recorded_peak_requested_bytes, recorded_requested);
-
     if (is_segment_event(e.action)) {
       if (i < window_end) {
         continue;  // already assigned to the coming alloc / oom
@@ -290,7 +299,6 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         policy.free(block, e.time_ns);
         if (completes_now) {
           ++i;  // its free_completed
-          recorded_requested -= static_cast<std::int64_t>(events[i].size_bytes);
         }
         break;
       }
@@ -307,6 +315,10 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         break;
     }
     peaks.sample(stats.stats(), i);
+    SIM_ASSERT_EXPENSIVE(policy.blocks().check_invariants().empty());
+  }
+  if (const std::string broken = policy.blocks().check_invariants(); !broken.empty()) {
+    throw std::logic_error("vramsim: model state broken after replay: " + broken);
   }
 
   check.segment_events_recorded = device.segment_events_recorded();
@@ -320,6 +332,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   check.has_final_state = snapshot.has_final_state;
   if (snapshot.has_final_state) {
     compare_final_state(snapshot, result.device, result.final_segments, check);
+    check.invariant_violations = check_snapshot_invariants(snapshot);
   }
   result.stats = stats.stats();
   result.peaks = peaks.summary();
