@@ -58,6 +58,8 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
   j["num_ooms"] = r.stats.num_ooms;
   j["num_alloc_retries"] = r.stats.num_alloc_retries;
   j["recorded_cudamalloc_failures_followed"] = r.recorded_failures_followed;
+  j["capacity_bytes"] = r.capacity_bytes;
+  j["capacity_refusals"] = r.capacity_refusals;
   if (a.check) {
     const CheckReport& c = r.check;
     j["check"] = {
@@ -101,10 +103,15 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
              format_bytes_short(static_cast<Bytes>(r.peaks.inactive_split_bytes_at_reserved_peak)));
   fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n", r.stats.num_device_alloc,
              r.stats.num_device_free, r.stats.num_alloc_retries);
-  fmt::print("OOMs             {}{}\n", r.stats.num_ooms,
-             r.recorded_failures_followed > 0
-                 ? fmt::format(" ({} cudaMalloc failures taken from the recording)", r.recorded_failures_followed)
-                 : "");
+  fmt::print("OOMs             {}", r.stats.num_ooms);
+  if (r.capacity_bytes != 0) {
+    fmt::print(" against a capacity of {} ({} cudaMalloc/map refusals)", format_bytes_short(r.capacity_bytes),
+               r.capacity_refusals);
+  }
+  if (r.recorded_failures_followed > 0) {
+    fmt::print(" ({} cudaMalloc failures taken from the recording)", r.recorded_failures_followed);
+  }
+  fmt::print("\n");
   if (!a.check) {
     return;
   }

@@ -25,7 +25,10 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
     return fmt::format("{}: device_traces[{}][{}]", snapshot.source, device, i);
   };
 
-  if (snapshot.has_final_state) {
+  if (!snapshot.has_final_state) {
+    return InitialState{};  // a generated trace starts from an empty allocator by definition
+  }
+  {
     for (const SnapshotSegment& seg : snapshot.segments) {
       if (seg.device != device) {
         continue;

@@ -43,6 +43,7 @@ struct InitialState {
   bool starts_empty() const { return segments.empty(); }
 };
 
+// A snapshot without a final state (a generated trace) starts empty.
 // Throws InputError("<file>: device_traces[d][i]: ...") when the trace contradicts the final snapshot (an
 // alloc of a block that is not live at the end and never freed, overlapping blocks, a free of an address
 // that was never live, ...), and when it would need expandable-segment state (not reconstructed yet).

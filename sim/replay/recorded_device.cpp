@@ -51,6 +51,18 @@ bool RecordedDevice::consume(TraceAction action, Bytes addr, Bytes size_bytes) {
   return false;
 }
 
+bool RecordedDevice::refuse(bool recorded_failure, Bytes size_bytes) {
+  if (recorded_failure) {
+    ++m_refused_as_recorded;
+    return true;
+  }
+  if (over_capacity(size_bytes)) {
+    ++m_refused_for_capacity;
+    return true;
+  }
+  return false;
+}
+
 Bytes RecordedDevice::synthetic_address(Bytes size_bytes) {
   const Bytes addr = m_next_synthetic;
   m_next_synthetic += (size_bytes + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
@@ -68,8 +80,7 @@ std::optional<Bytes> RecordedDevice::malloc(Bytes size_bytes, PoolKind, StreamId
   const bool recorded_failure =
       (e != nullptr && (e->action == TraceAction::kSegmentFree || e->action == TraceAction::kSegmentUnmap)) ||
       (e == nullptr && m_ends_in_oom);
-  if (recorded_failure || over_capacity(size_bytes)) {
-    ++m_refused;
+  if (refuse(recorded_failure, size_bytes)) {
     return std::nullopt;
   }
   const Bytes addr = synthetic_address(size_bytes);
@@ -99,8 +110,7 @@ bool RecordedDevice::map(Bytes addr, Bytes size_bytes) {
   const bool recorded_failure =
       (e != nullptr && (e->action == TraceAction::kSegmentFree || e->action == TraceAction::kSegmentUnmap)) ||
       (e == nullptr && m_ends_in_oom);
-  if (recorded_failure || over_capacity(size_bytes)) {
-    ++m_refused;
+  if (refuse(recorded_failure, size_bytes)) {
     return false;
   }
   consume(TraceAction::kSegmentMap, addr, size_bytes);

@@ -51,8 +51,9 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t model_segment_calls() const { return m_model_calls; }
   const std::optional<Divergence>& first_divergence() const { return m_first_divergence; }
   void note_divergence(std::size_t event_index, std::string expected, std::string got);
-  // A device malloc was refused because the recording said the real one failed.
-  std::size_t refused_mallocs() const { return m_refused; }
+  // Device calls refused because the recording says the real one failed / because of --capacity.
+  std::size_t refused_as_recorded() const { return m_refused_as_recorded; }
+  std::size_t refused_for_capacity() const { return m_refused_for_capacity; }
   Bytes used_bytes() const { return m_used_bytes; }
 
  private:
@@ -60,6 +61,8 @@ class RecordedDevice final : public IDeviceMemory {
   bool consume(TraceAction action, Bytes addr, Bytes size_bytes);
   const TraceEvent* peek() const { return m_cursor < m_end ? &m_events[m_cursor] : nullptr; }
   Bytes synthetic_address(Bytes size_bytes);
+  // Counts the refusal; returns true when the call must fail.
+  bool refuse(bool recorded_failure, Bytes size_bytes);
   bool over_capacity(Bytes size_bytes) const { return m_capacity_bytes != 0 && m_used_bytes + size_bytes > m_capacity_bytes; }
 
   const std::vector<TraceEvent>& m_events;
@@ -72,7 +75,8 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t m_recorded = 0;
   std::size_t m_matched = 0;
   std::size_t m_model_calls = 0;
-  std::size_t m_refused = 0;
+  std::size_t m_refused_as_recorded = 0;
+  std::size_t m_refused_for_capacity = 0;
   Bytes m_next_synthetic = Bytes{0xf} << 44;
   std::optional<Divergence> m_first_divergence;
 };

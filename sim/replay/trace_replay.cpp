@@ -2,6 +2,7 @@
 
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -168,6 +169,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   // Blocks live at trace start, by recorded address.
   std::unordered_map<Bytes, BlockId> live;
   std::unordered_map<Bytes, BlockId> pending;  // freed, waiting for free_completed
+  std::unordered_set<Bytes> refused;           // recorded allocs the model could not serve
   std::vector<Bytes> pending_at_start;
   std::int64_t recorded_requested = 0;
   for (const InitialSegment& seg : initial.segments) {
@@ -264,6 +266,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         if (!r.ok()) {
           device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
                                  "model ran out of memory");
+          refused.insert(e.addr);
           break;
         }
         if (r.addr == e.addr) {
@@ -282,9 +285,12 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         ++check.frees_recorded;
         auto it = live.find(e.addr);
         if (it == live.end()) {
-          // The model may have refused the alloc (OOM divergence); otherwise the trace is inconsistent.
-          if (check.first_divergence || device.first_divergence()) {
-            break;
+          if (refused.erase(e.addr) != 0) {
+            if (i + 1 < events.size() && events[i + 1].action == TraceAction::kFreeCompleted &&
+                events[i + 1].addr == e.addr) {
+              ++i;
+            }
+            break;  // the model refused this alloc (its OOM is already reported)
           }
           throw InputError(fmt::format("{}: free_requested of 0x{:x}, which is not a live block", where(i), e.addr));
         }
@@ -327,7 +333,9 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   if (!check.first_divergence) {
     check.first_divergence = device.first_divergence();
   }
-  result.recorded_failures_followed = device.refused_mallocs();
+  result.recorded_failures_followed = device.refused_as_recorded();
+  result.capacity_refusals = device.refused_for_capacity();
+  result.capacity_bytes = options.capacity_bytes;
   result.final_segments = take_model_snapshot(policy.blocks(), result.device);
   check.has_final_state = snapshot.has_final_state;
   if (snapshot.has_final_state) {

@@ -79,12 +79,12 @@ void MemoryStatsObserver::on_inactive_split(PoolKind pool, std::int64_t count, s
 }
 
 void MemoryStatsObserver::seed_from(const BlockPool& pool, std::uint64_t max_split_size_bytes) {
+  // The state at trace start counts as allocated once, so that allocated - freed = current holds (spec §7.4);
+  // what happened before the trace is unknown.
   auto seed = [](Stat& s, std::int64_t v) {
-    s.current = v;
-    s.peak = std::max(s.peak, v);
+    s = Stat{};
+    s.increase(v);
   };
-  DeviceStats fresh;
-  fresh.max_split_size = m_stats.max_split_size;
   std::array<std::int64_t, 3> segs{}, reserved{}, allocs{}, alloc_bytes{}, active{}, active_bytes{}, requested{},
       split{}, split_bytes{};
   std::int64_t oversize_allocs = 0, oversize_segs = 0;

@@ -81,8 +81,8 @@ class MemoryStatsObserver final : public IAllocObserver {
  public:
   explicit MemoryStatsObserver(std::int64_t max_split_size = -1) { m_stats.max_split_size = max_split_size; }
 
-  // Sets every `current` (and `peak`) to what `pool` holds now, for a replay that starts mid-run: the
-  // allocator existed before the trace, so the trace's first event does not start from zero.
+  // Resets every Stat to what `pool` holds now (current = peak = allocated), for a replay that starts mid-run:
+  // the allocator existed before the trace, so the trace's first event does not start from zero.
   void seed_from(const BlockPool& pool, std::uint64_t max_split_size_bytes);
 
   void on_alloc(const BlockEventInfo& e) override;
