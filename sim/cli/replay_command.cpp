@@ -60,6 +60,7 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
   j["recorded_cudamalloc_failures_followed"] = r.recorded_failures_followed;
   j["capacity_bytes"] = r.capacity_bytes;
   j["capacity_refusals"] = r.capacity_refusals;
+  j["inferred_capacity_below_bytes"] = r.inferred_capacity_below_bytes;
   if (a.check) {
     const CheckReport& c = r.check;
     j["check"] = {
@@ -112,6 +113,16 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
     fmt::print(" ({} cudaMalloc failures taken from the recording)", r.recorded_failures_followed);
   }
   fmt::print("\n");
+  if (r.capacity_bytes == 0) {
+    // Nothing in a snapshot says how much memory the GPU had: state what the recorded outcomes imply.
+    fmt::print("device limit     not recorded; the model followed the recorded cudaMalloc outcomes: >= {} (peak "
+               "reserved){}\n",
+               format_bytes_short(static_cast<Bytes>(r.check.recorded_peak_reserved_bytes)),
+               r.inferred_capacity_below_bytes != 0
+                   ? fmt::format(", < {} (smallest reserved + request that failed)",
+                                 format_bytes_short(r.inferred_capacity_below_bytes))
+                   : "");
+  }
   if (!a.check) {
     return;
   }

@@ -1,5 +1,7 @@
 #include "sim/replay/recorded_device.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sim/alloc/size_classes.h"
@@ -54,6 +56,8 @@ bool RecordedDevice::consume(TraceAction action, Bytes addr, Bytes size_bytes) {
 bool RecordedDevice::refuse(bool recorded_failure, Bytes size_bytes) {
   if (recorded_failure) {
     ++m_refused_as_recorded;
+    const Bytes wanted = m_used_bytes + size_bytes;
+    m_failed_total_bytes = m_failed_total_bytes == 0 ? wanted : std::min(m_failed_total_bytes, wanted);
     return true;
   }
   if (over_capacity(size_bytes)) {

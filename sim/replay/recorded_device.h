@@ -55,6 +55,9 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t refused_as_recorded() const { return m_refused_as_recorded; }
   std::size_t refused_for_capacity() const { return m_refused_for_capacity; }
   Bytes used_bytes() const { return m_used_bytes; }
+  // What the recorded cudaMalloc failures say about the device: the smallest (reserved + request) that failed.
+  // 0 when nothing failed.
+  Bytes failed_total_bytes() const { return m_failed_total_bytes; }
 
  private:
   // Compares the model's call with the next recorded event; returns true when it matched.
@@ -77,6 +80,7 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t m_model_calls = 0;
   std::size_t m_refused_as_recorded = 0;
   std::size_t m_refused_for_capacity = 0;
+  Bytes m_failed_total_bytes = 0;
   Bytes m_next_synthetic = Bytes{0xf} << 44;
   std::optional<Divergence> m_first_divergence;
 };

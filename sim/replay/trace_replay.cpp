@@ -335,6 +335,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   }
   result.recorded_failures_followed = device.refused_as_recorded();
   result.capacity_refusals = device.refused_for_capacity();
+  result.inferred_capacity_below_bytes = device.failed_total_bytes();
   result.capacity_bytes = options.capacity_bytes;
   result.final_segments = take_model_snapshot(policy.blocks(), result.device);
   check.has_final_state = snapshot.has_final_state;

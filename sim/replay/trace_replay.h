@@ -63,6 +63,9 @@ struct ReplayResult {
   std::size_t recorded_failures_followed = 0;  // cudaMalloc / map calls refused because the GPU refused them
   std::size_t capacity_refusals = 0;           // ... refused because --capacity was exceeded
   Bytes capacity_bytes = 0;                    // --capacity, 0 = not given
+  // The device limit the recording implies for this allocator: at least the recorded peak reserved; below the
+  // smallest reserved + request whose cudaMalloc failed (0 = no failure recorded, no upper bound).
+  Bytes inferred_capacity_below_bytes = 0;
   DeviceStats stats;
   PeakSummary peaks;
   CheckReport check;
