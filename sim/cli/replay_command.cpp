@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
 #include "sim/core/size_format.h"
 #include "sim/replay/trace_replay.h"
@@ -104,23 +105,27 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
              format_bytes_short(static_cast<Bytes>(r.peaks.inactive_split_bytes_at_reserved_peak)));
   fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n", r.stats.num_device_alloc,
              r.stats.num_device_free, r.stats.num_alloc_retries);
-  fmt::print("OOMs             {}", r.stats.num_ooms);
+  fmt::print("OOMs             {}\n", r.stats.num_ooms);
   if (r.capacity_bytes != 0) {
-    fmt::print(" against a capacity of {} ({} cudaMalloc/map refusals)", format_bytes_short(r.capacity_bytes),
-               r.capacity_refusals);
+    fmt::print("device limit     --capacity {} ({} cudaMalloc/map calls refused by it){}\n",
+               format_bytes_short(r.capacity_bytes), r.capacity_refusals,
+               r.config.per_process_memory_fraction > 0.0
+                   ? fmt::format("; per_process_memory_fraction {} allows {}", r.config.per_process_memory_fraction,
+                                 format_bytes_short(static_cast<Bytes>(r.config.per_process_memory_fraction *
+                                                                        static_cast<double>(r.capacity_bytes))))
+                   : "");
   }
-  if (r.recorded_failures_followed > 0) {
-    fmt::print(" ({} cudaMalloc failures taken from the recording)", r.recorded_failures_followed);
-  }
-  fmt::print("\n");
   if (r.capacity_bytes == 0) {
     // Nothing in a snapshot says how much memory the GPU had: state what the recorded outcomes imply.
     fmt::print("device limit     not recorded; the model followed the recorded cudaMalloc outcomes: >= {} (peak "
-               "reserved){}\n",
+               "reserved){}{}\n",
                format_bytes_short(static_cast<Bytes>(r.check.recorded_peak_reserved_bytes)),
                r.inferred_capacity_below_bytes != 0
                    ? fmt::format(", < {} (smallest reserved + request that failed)",
                                  format_bytes_short(r.inferred_capacity_below_bytes))
+                   : "",
+               r.recorded_failures_followed > 0
+                   ? fmt::format("; {} cudaMalloc calls failed as recorded", r.recorded_failures_followed)
                    : "");
   }
   if (!a.check) {
@@ -180,6 +185,11 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--snapshot-out", args.snapshot_out,
                   "write the model's final state as a snapshot (.json / .pickle / .vtrace)");
+  std::string footer = "\n--alloc-conf keys (PYTORCH_CUDA_ALLOC_CONF syntax, comma-separated key:value):\n";
+  for (const CachingOption& o : caching_options()) {
+    footer += fmt::format("  {:<34} default {:<10} {}\n", o.key, o.default_value, o.meaning);
+  }
+  cmd->footer(footer);
   cmd->callback([&run, cmd] {
     args.alloc_conf_given = cmd->count("--alloc-conf") > 0;
     run = [] {

@@ -148,6 +148,10 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   result.source = snapshot.source;
   result.device = pick_device(snapshot, options.device);
   result.config = resolve_config(snapshot, options, result.config_origin);
+  if (result.config.per_process_memory_fraction > 0.0 && options.capacity_bytes == 0) {
+    throw InputError("--alloc-conf: per_process_memory_fraction needs --capacity: the fraction is of the device "
+                     "total, which a snapshot does not record");
+  }
   result.policy = result.config.expandable_segments ? "pytorch-expandable" : "pytorch";
   const std::size_t dev = static_cast<std::size_t>(result.device);
   static const std::vector<TraceEvent> kNoEvents;
