@@ -63,19 +63,39 @@ class IAllocObserver {
 class AllocObservers final : public IAllocObserver {
  public:
   void add(IAllocObserver* observer) { m_observers.push_back(observer); }
-  void on_alloc(const BlockEventInfo& e) override { for (auto* o : m_observers) o->on_alloc(e); }
-  void on_free_requested(const BlockEventInfo& e) override { for (auto* o : m_observers) o->on_free_requested(e); }
-  void on_free_completed(const BlockEventInfo& e) override { for (auto* o : m_observers) o->on_free_completed(e); }
-  void on_segment_alloc(const SegmentEventInfo& e) override { for (auto* o : m_observers) o->on_segment_alloc(e); }
-  void on_segment_free(const SegmentEventInfo& e) override { for (auto* o : m_observers) o->on_segment_free(e); }
-  void on_segment_map(const SegmentEventInfo& e) override { for (auto* o : m_observers) o->on_segment_map(e); }
-  void on_segment_unmap(const SegmentEventInfo& e) override { for (auto* o : m_observers) o->on_segment_unmap(e); }
+  void on_alloc(const BlockEventInfo& e) override {
+    for (auto* o : m_observers) o->on_alloc(e);
+  }
+  void on_free_requested(const BlockEventInfo& e) override {
+    for (auto* o : m_observers) o->on_free_requested(e);
+  }
+  void on_free_completed(const BlockEventInfo& e) override {
+    for (auto* o : m_observers) o->on_free_completed(e);
+  }
+  void on_segment_alloc(const SegmentEventInfo& e) override {
+    for (auto* o : m_observers) o->on_segment_alloc(e);
+  }
+  void on_segment_free(const SegmentEventInfo& e) override {
+    for (auto* o : m_observers) o->on_segment_free(e);
+  }
+  void on_segment_map(const SegmentEventInfo& e) override {
+    for (auto* o : m_observers) o->on_segment_map(e);
+  }
+  void on_segment_unmap(const SegmentEventInfo& e) override {
+    for (auto* o : m_observers) o->on_segment_unmap(e);
+  }
   void on_inactive_split(PoolKind p, std::int64_t c, std::int64_t b) override {
     for (auto* o : m_observers) o->on_inactive_split(p, c, b);
   }
-  void on_alloc_retry() override { for (auto* o : m_observers) o->on_alloc_retry(); }
-  void on_sync_all_streams() override { for (auto* o : m_observers) o->on_sync_all_streams(); }
-  void on_oom(const OomInfo& e) override { for (auto* o : m_observers) o->on_oom(e); }
+  void on_alloc_retry() override {
+    for (auto* o : m_observers) o->on_alloc_retry();
+  }
+  void on_sync_all_streams() override {
+    for (auto* o : m_observers) o->on_sync_all_streams();
+  }
+  void on_oom(const OomInfo& e) override {
+    for (auto* o : m_observers) o->on_oom(e);
+  }
 
  private:
   std::vector<IAllocObserver*> m_observers;

@@ -28,8 +28,8 @@ void BlockPool::delete_block(BlockId id) {
   m_free_block_ids.push_back(id);
 }
 
-SegmentId BlockPool::add_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream, bool expandable,
-                                 Bytes page_bytes) {
+SegmentId BlockPool::add_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream,
+                                 bool expandable, Bytes page_bytes) {
   SIM_ASSERT(size_bytes > 0);
   SegmentId sid;
   if (!m_free_segment_ids.empty()) {
@@ -189,8 +189,8 @@ std::string BlockPool::check_invariants() const {
     for (BlockId id = seg.first; id != kNoBlock; id = m_blocks[id].next) {
       const Block& b = m_blocks[id];
       if (b.segment != sid || b.prev != prev || b.addr != expect_addr || b.size_bytes == 0) {
-        return fmt::format("segment 0x{:x}: block {} at 0x{:x} breaks the tiling (expected 0x{:x})", seg.base, id,
-                           b.addr, expect_addr);
+        return fmt::format("segment 0x{:x}: block {} at 0x{:x} breaks the tiling (expected 0x{:x})", seg.base,
+                           id, b.addr, expect_addr);
       }
       const bool idle_free = !b.allocated && b.event_count == 0;
       if (idle_free != in_free_set(id)) {
@@ -201,7 +201,8 @@ std::string BlockPool::check_invariants() const {
         if (prev != kNoBlock) {
           const Block& p = m_blocks[prev];
           if (!p.allocated && p.event_count == 0 && p.mapped == b.mapped && p.stream_uses.empty()) {
-            return fmt::format("free blocks 0x{:x} and 0x{:x} are adjacent but not merged (M3)", p.addr, b.addr);
+            return fmt::format("free blocks 0x{:x} and 0x{:x} are adjacent but not merged (M3)", p.addr,
+                               b.addr);
           }
         }
       }

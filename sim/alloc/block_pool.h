@@ -8,9 +8,10 @@
 //   split_front / merge                           O(1)
 //   block lookup by id                            O(1)
 //
-// Note [Free-set order]: free blocks are ordered by (stream, size, address), exactly PyTorch's BlockComparator.
-// Best fit is then "first key >= (stream, size, 0)", ties go to the lowest address, and the release loops
-// walk streams in handle order. Unmapped ranges of expandable segments are ordered by (stream, address).
+// Note [Free-set order]: free blocks are ordered by (stream, size, address), exactly PyTorch's
+// BlockComparator. Best fit is then "first key >= (stream, size, 0)", ties go to the lowest address, and the
+// release loops walk streams in handle order. Unmapped ranges of expandable segments are ordered by (stream,
+// address).
 #pragma once
 
 #include <cstdint>
@@ -41,10 +42,10 @@ struct Block {
   StreamId stream = 0;
   PoolKind pool = PoolKind::kLarge;
   bool allocated = false;
-  bool mapped = true;       // false only for unmapped ranges of expandable segments
-  bool expandable = false;  // lies in an expandable segment's reservation
-  std::uint32_t event_count = 0;    // outstanding cross-stream events (record_stream, spec ST3)
-  std::uint64_t gc_count_base = 0;  // pool lookup counter at the last insertion into the free set (GC ages)
+  bool mapped = true;                 // false only for unmapped ranges of expandable segments
+  bool expandable = false;            // lies in an expandable segment's reservation
+  std::uint32_t event_count = 0;      // outstanding cross-stream events (record_stream, spec ST3)
+  std::uint64_t gc_count_base = 0;    // pool lookup counter at the last insertion into the free set (GC ages)
   std::vector<StreamId> stream_uses;  // record_stream targets not yet turned into events
 
   bool is_split() const { return prev != kNoBlock || next != kNoBlock; }

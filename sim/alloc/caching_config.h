@@ -43,11 +43,12 @@ struct CachingOption {
 };
 const std::vector<CachingOption>& caching_options();
 
-// Parses `conf` on top of `base` the way PyTorch does (spec D5): max_split_size, the divisions table and the GC
-// threshold are reset to defaults first; expandable_segments keeps its previous value unless named.
-// Throws InputError("<origin>: <key>: <problem>") on an unknown key, a malformed value or a value out of
-// range (e.g. "max_split_size_mb:2", "garbage_collection_threshold:1.2").
-CachingConfig parse_alloc_conf(std::string_view conf, std::string_view origin, const CachingConfig& base = {});
+// Parses `conf` on top of `base` the way PyTorch does (spec D5): max_split_size, the divisions table and the
+// GC threshold are reset to defaults first; expandable_segments keeps its previous value unless named. Throws
+// InputError("<origin>: <key>: <problem>") on an unknown key, a malformed value or a value out of range (e.g.
+// "max_split_size_mb:2", "garbage_collection_threshold:1.2").
+CachingConfig parse_alloc_conf(std::string_view conf, std::string_view origin,
+                               const CachingConfig& base = {});
 
 // The recorded-settings form of a divisions table as the index used by round_size.
 std::size_t roundup_interval_index(Bytes size_bytes);

@@ -8,12 +8,12 @@
 
 namespace vramsim {
 
-inline constexpr Bytes kMinBlockSize = 512;          // every block is a multiple of this
-inline constexpr Bytes kSmallSize = 1 * kMiB;        // rounded sizes <= this use the small pool
-inline constexpr Bytes kSmallBuffer = 2 * kMiB;      // small-pool segment; small expandable page
-inline constexpr Bytes kLargeBuffer = 20 * kMiB;     // segment for 1-10 MiB requests; large expandable page
-inline constexpr Bytes kMinLargeAlloc = 10 * kMiB;   // from here a request gets a segment of its own size
-inline constexpr Bytes kRoundLarge = 2 * kMiB;       // ... rounded up to this
+inline constexpr Bytes kMinBlockSize = 512;         // every block is a multiple of this
+inline constexpr Bytes kSmallSize = 1 * kMiB;       // rounded sizes <= this use the small pool
+inline constexpr Bytes kSmallBuffer = 2 * kMiB;     // small-pool segment; small expandable page
+inline constexpr Bytes kLargeBuffer = 20 * kMiB;    // segment for 1-10 MiB requests; large expandable page
+inline constexpr Bytes kMinLargeAlloc = 10 * kMiB;  // from here a request gets a segment of its own size
+inline constexpr Bytes kRoundLarge = 2 * kMiB;      // ... rounded up to this
 inline constexpr Bytes kAllocationCeiling = Bytes{1} << 60;  // larger requests fail at once ("more than 1EB")
 
 // R3: round x up to the next of `divisions` equal steps between powers of two.

@@ -6,17 +6,19 @@
 namespace vramsim::cli {
 
 void add_convert_command(CLI::App& app, std::function<int()>& run) {
-  auto* cmd = app.add_subcommand("convert", "Convert a trace between formats: PyTorch snapshot pickle, its JSON "
-                                            "form, and the vramsim trace format (.vtrace)");
+  auto* cmd = app.add_subcommand("convert",
+                                 "Convert a trace between formats: PyTorch snapshot pickle, its JSON "
+                                 "form, and the vramsim trace format (.vtrace)");
   static std::string in_path, out_path, to;
-  cmd->add_option("IN", in_path, "input: .pickle, .json or .vtrace (format detected from the content)")->required();
+  cmd->add_option("IN", in_path, "input: .pickle, .json or .vtrace (format detected from the content)")
+      ->required();
   cmd->add_option("OUT", out_path, "output file")->required();
   cmd->add_option("--to", to, "output format (default: from OUT's extension)")
       ->check(CLI::IsMember({"pickle", "json", "vtrace"}));
   cmd->callback([&run] {
     run = [] {
       const Snapshot snapshot = load_snapshot(in_path);
-      const TraceFormat format = to.empty()        ? format_from_path(out_path)
+      const TraceFormat format = to.empty()       ? format_from_path(out_path)
                                  : to == "pickle" ? TraceFormat::kPickle
                                  : to == "json"   ? TraceFormat::kJson
                                                   : TraceFormat::kVtrace;
@@ -25,8 +27,8 @@ void add_convert_command(CLI::App& app, std::function<int()>& run) {
       for (const DeviceTrace& t : snapshot.device_traces) {
         events += t.events.size();
       }
-      fmt::print("{} -> {} ({}): {} segments, {} trace events\n", in_path, out_path, trace_format_name(format),
-                 snapshot.segments.size(), events);
+      fmt::print("{} -> {} ({}): {} segments, {} trace events\n", in_path, out_path,
+                 trace_format_name(format), snapshot.segments.size(), events);
       return 0;
     };
   });

@@ -9,8 +9,9 @@
 #include "sim/core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"vramsim: a faithful model of PyTorch's CUDA caching allocator, for replaying memory snapshots "
-               "and predicting GPU memory use"};
+  CLI::App app{
+      "vramsim: a faithful model of PyTorch's CUDA caching allocator, for replaying memory snapshots "
+      "and predicting GPU memory use"};
   app.set_version_flag("--version", "vramsim 0.1");
   app.require_subcommand(1);
   std::function<int()> run;

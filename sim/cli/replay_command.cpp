@@ -88,9 +88,10 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
 void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   fmt::print("trace            {}: device {}, {} events\n", r.source, r.device, r.events);
   if (r.starts_mid_run) {
-    fmt::print("start state      recorded mid-run: {} reserved before the first event, rebuilt from the final "
-               "snapshot ({} block sizes inferred)\n",
-               format_bytes_short(r.reserved_at_start_bytes), r.guessed_block_sizes);
+    fmt::print(
+        "start state      recorded mid-run: {} reserved before the first event, rebuilt from the final "
+        "snapshot ({} block sizes inferred)\n",
+        format_bytes_short(r.reserved_at_start_bytes), r.guessed_block_sizes);
   } else {
     fmt::print("start state      empty allocator\n");
   }
@@ -99,34 +100,37 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   fmt::print("peak reserved    {}\n", bytes_and_human(r.peaks.peak_reserved_bytes));
   fmt::print("peak active      {}\n", bytes_and_human(r.peaks.peak_active_bytes));
   fmt::print("peak requested   {}\n", bytes_and_human(r.peaks.peak_requested_bytes));
-  fmt::print("fragmentation    {:.2f} %  (1 - peak active / peak reserved); inactive split at the reserved peak: "
-             "{}\n",
-             100.0 * r.peaks.fragmentation(),
-             format_bytes_short(static_cast<Bytes>(r.peaks.inactive_split_bytes_at_reserved_peak)));
-  fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n", r.stats.num_device_alloc,
-             r.stats.num_device_free, r.stats.num_alloc_retries);
+  fmt::print(
+      "fragmentation    {:.2f} %  (1 - peak active / peak reserved); inactive split at the reserved peak: "
+      "{}\n",
+      100.0 * r.peaks.fragmentation(),
+      format_bytes_short(static_cast<Bytes>(r.peaks.inactive_split_bytes_at_reserved_peak)));
+  fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n",
+             r.stats.num_device_alloc, r.stats.num_device_free, r.stats.num_alloc_retries);
   fmt::print("OOMs             {}\n", r.stats.num_ooms);
   if (r.capacity_bytes != 0) {
-    fmt::print("device limit     --capacity {} ({} cudaMalloc/map calls refused by it){}\n",
-               format_bytes_short(r.capacity_bytes), r.capacity_refusals,
-               r.config.per_process_memory_fraction > 0.0
-                   ? fmt::format("; per_process_memory_fraction {} allows {}", r.config.per_process_memory_fraction,
-                                 format_bytes_short(static_cast<Bytes>(r.config.per_process_memory_fraction *
-                                                                        static_cast<double>(r.capacity_bytes))))
-                   : "");
+    fmt::print(
+        "device limit     --capacity {} ({} cudaMalloc/map calls refused by it){}\n",
+        format_bytes_short(r.capacity_bytes), r.capacity_refusals,
+        r.config.per_process_memory_fraction > 0.0
+            ? fmt::format("; per_process_memory_fraction {} allows {}", r.config.per_process_memory_fraction,
+                          format_bytes_short(static_cast<Bytes>(r.config.per_process_memory_fraction *
+                                                                static_cast<double>(r.capacity_bytes))))
+            : "");
   }
   if (r.capacity_bytes == 0) {
     // Nothing in a snapshot says how much memory the GPU had: state what the recorded outcomes imply.
-    fmt::print("device limit     not recorded; the model followed the recorded cudaMalloc outcomes: >= {} (peak "
-               "reserved){}{}\n",
-               format_bytes_short(static_cast<Bytes>(r.check.recorded_peak_reserved_bytes)),
-               r.inferred_capacity_below_bytes != 0
-                   ? fmt::format(", < {} (smallest reserved + request that failed)",
-                                 format_bytes_short(r.inferred_capacity_below_bytes))
-                   : "",
-               r.recorded_failures_followed > 0
-                   ? fmt::format("; {} cudaMalloc calls failed as recorded", r.recorded_failures_followed)
-                   : "");
+    fmt::print(
+        "device limit     not recorded; the model followed the recorded cudaMalloc outcomes: >= {} (peak "
+        "reserved){}{}\n",
+        format_bytes_short(static_cast<Bytes>(r.check.recorded_peak_reserved_bytes)),
+        r.inferred_capacity_below_bytes != 0
+            ? fmt::format(", < {} (smallest reserved + request that failed)",
+                          format_bytes_short(r.inferred_capacity_below_bytes))
+            : "",
+        r.recorded_failures_followed > 0
+            ? fmt::format("; {} cudaMalloc calls failed as recorded", r.recorded_failures_followed)
+            : "");
   }
   if (!a.check) {
     return;
@@ -161,24 +165,29 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   } else {
     fmt::print("first divergence none\n");
   }
-  fmt::print("verdict          {}\n", identical ? "IDENTICAL to the recording" : "DIVERGES from the recording");
+  fmt::print("verdict          {}\n",
+             identical ? "IDENTICAL to the recording" : "DIVERGES from the recording");
 }
 
 }  // namespace
 
 void add_replay_command(CLI::App& app, std::function<int()>& run) {
   static ReplayArgs args;
-  auto* cmd = app.add_subcommand("replay", "Replay a PyTorch memory snapshot (or a vramsim trace) through the "
-                                           "allocator model; --check scores it against the recording");
-  cmd->add_option("FILE", args.file, "snapshot .pickle / .json from torch.cuda.memory._dump_snapshot, or .vtrace")
+  auto* cmd = app.add_subcommand("replay",
+                                 "Replay a PyTorch memory snapshot (or a vramsim trace) through the "
+                                 "allocator model; --check scores it against the recording");
+  cmd->add_option("FILE", args.file,
+                  "snapshot .pickle / .json from torch.cuda.memory._dump_snapshot, or .vtrace")
       ->required();
   cmd->add_option("--device", args.device, "device index (default: the first device with a trace)")
       ->check(CLI::Range(0, 1023));
-  cmd->add_option("--alloc-conf", args.alloc_conf,
-                  "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (default: the snapshot's allocator_settings)");
-  cmd->add_option("--capacity", args.capacity,
-                  "device memory available to the allocator, e.g. 80GiB (default: follow the recorded cudaMalloc "
-                  "outcomes)");
+  cmd->add_option(
+      "--alloc-conf", args.alloc_conf,
+      "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (default: the snapshot's allocator_settings)");
+  cmd->add_option(
+      "--capacity", args.capacity,
+      "device memory available to the allocator, e.g. 80GiB (default: follow the recorded cudaMalloc "
+      "outcomes)");
   cmd->add_flag("--check", args.check, "compare the model with the recording; exit 1 unless identical");
   cmd->add_flag("--stats", args.stats, "print torch.cuda.memory_stats() of the model at the end");
   cmd->add_flag("--summary", args.summary, "print a torch.cuda.memory_summary() style table");

@@ -34,18 +34,20 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
         continue;
       }
       if (seg.is_expandable) {
-        throw InputError(fmt::format("{}: segment 0x{:x} is an expandable segment: rebuilding the state before a "
-                                     "mid-run trace is only supported for cudaMalloc segments",
-                                     snapshot.source, seg.address));
+        throw InputError(
+            fmt::format("{}: segment 0x{:x} is an expandable segment: rebuilding the state before a "
+                        "mid-run trace is only supported for cudaMalloc segments",
+                        snapshot.source, seg.address));
       }
-      segments[seg.address] =
-          SegmentInfo{seg.total_size_bytes, seg.is_small_pool ? PoolKind::kSmall : PoolKind::kLarge, seg.stream};
+      segments[seg.address] = SegmentInfo{
+          seg.total_size_bytes, seg.is_small_pool ? PoolKind::kSmall : PoolKind::kLarge, seg.stream};
       for (const SnapshotBlock& b : seg.blocks) {
         if (b.state == BlockState::kInactive) {
           continue;
         }
-        blocks[b.address] = InitialBlock{b.address, b.size_bytes, b.requested_bytes, true,
-                                         b.state == BlockState::kActivePendingFree, false};
+        blocks[b.address] = InitialBlock{
+            b.address, b.size_bytes, b.requested_bytes, true, b.state == BlockState::kActivePendingFree,
+            false};
       }
     }
   }
@@ -60,9 +62,10 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
       case TraceAction::kAlloc: {
         auto it = blocks.find(e.addr);
         if (it == blocks.end() || !it->second.allocated || it->second.pending_free) {
-          throw InputError(fmt::format("{}: alloc of 0x{:x}, but that block is neither live at the end nor freed "
-                                       "later in the trace",
-                                       where(k), e.addr));
+          throw InputError(
+              fmt::format("{}: alloc of 0x{:x}, but that block is neither live at the end nor freed "
+                          "later in the trace",
+                          where(k), e.addr));
         }
         blocks.erase(it);
         break;
@@ -70,48 +73,53 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
       case TraceAction::kFreeRequested: {
         auto it = blocks.find(e.addr);
         if (it == blocks.end() || !it->second.pending_free) {
-          throw InputError(fmt::format("{}: free_requested of 0x{:x} without its free_completed or a pending-free "
-                                       "block at the end",
-                                       where(k), e.addr));
+          throw InputError(
+              fmt::format("{}: free_requested of 0x{:x} without its free_completed or a pending-free "
+                          "block at the end",
+                          where(k), e.addr));
         }
         it->second.pending_free = false;
         break;
       }
       case TraceAction::kFreeCompleted: {
         if (blocks.count(e.addr) != 0) {
-          throw InputError(fmt::format("{}: free_completed of 0x{:x}, but a block is live there afterwards "
-                                       "without a new alloc",
-                                       where(k), e.addr));
+          throw InputError(
+              fmt::format("{}: free_completed of 0x{:x}, but a block is live there afterwards "
+                          "without a new alloc",
+                          where(k), e.addr));
         }
-        blocks[e.addr] = InitialBlock{e.addr, round_size(std::max<Bytes>(e.size_bytes, 1), config), e.size_bytes, true,
-                                      true, true};
+        blocks[e.addr] = InitialBlock{
+            e.addr, round_size(std::max<Bytes>(e.size_bytes, 1), config), e.size_bytes, true, true, true};
         break;
       }
       case TraceAction::kSegmentAlloc: {
         auto it = segments.find(e.addr);
         if (it == segments.end() || it->second.size_bytes != e.size_bytes) {
-          throw InputError(fmt::format("{}: segment_alloc of 0x{:x} ({} bytes) does not match a segment that exists "
-                                       "afterwards",
-                                       where(k), e.addr, e.size_bytes));
+          throw InputError(
+              fmt::format("{}: segment_alloc of 0x{:x} ({} bytes) does not match a segment that exists "
+                          "afterwards",
+                          where(k), e.addr, e.size_bytes));
         }
         segments.erase(it);
         break;
       }
       case TraceAction::kSegmentFree: {
         if (segments.count(e.addr) != 0) {
-          throw InputError(fmt::format("{}: segment_free of 0x{:x}, but a segment starts there afterwards without a "
-                                       "new segment_alloc",
-                                       where(k), e.addr));
+          throw InputError(
+              fmt::format("{}: segment_free of 0x{:x}, but a segment starts there afterwards without a "
+                          "new segment_alloc",
+                          where(k), e.addr));
         }
-        segments[e.addr] =
-            SegmentInfo{e.size_bytes, e.size_bytes == kSmallBuffer ? PoolKind::kSmall : PoolKind::kLarge, e.stream};
+        segments[e.addr] = SegmentInfo{
+            e.size_bytes, e.size_bytes == kSmallBuffer ? PoolKind::kSmall : PoolKind::kLarge, e.stream};
         break;
       }
       case TraceAction::kSegmentMap:
       case TraceAction::kSegmentUnmap:
-        throw InputError(fmt::format("{}: {} in a trace recorded mid-run: rebuilding expandable-segment state is not "
-                                     "supported yet",
-                                     where(k), trace_action_name(e.action)));
+        throw InputError(
+            fmt::format("{}: {} in a trace recorded mid-run: rebuilding expandable-segment state is not "
+                        "supported yet",
+                        where(k), trace_action_name(e.action)));
       case TraceAction::kOom:
       case TraceAction::kSnapshot:
         break;
@@ -140,13 +148,15 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
       const auto next = std::next(block_it);
       const Bytes next_start = (next != blocks.end() && next->first < end) ? next->first : end;
       if (b.addr + b.size_bytes > next_start) {
-        throw InputError(fmt::format("{}: block 0x{:x} ({} bytes) runs past the next block or the segment end",
-                                     snapshot.source, b.addr, b.size_bytes));
+        throw InputError(
+            fmt::format("{}: block 0x{:x} ({} bytes) runs past the next block or the segment end",
+                        snapshot.source, b.addr, b.size_bytes));
       }
       if (b.size_guessed) {
         ++state.guessed_blocks;
         const Bytes gap = next_start - (b.addr + b.size_bytes);
-        const bool unsplit_remainder = info.pool == PoolKind::kLarge ? gap <= kSmallSize : gap < kMinBlockSize;
+        const bool unsplit_remainder =
+            info.pool == PoolKind::kLarge ? gap <= kSmallSize : gap < kMinBlockSize;
         if (gap > 0 && unsplit_remainder) {
           b.size_bytes += gap;  // no free block that small can exist in this pool: it was part of b
         }
@@ -161,8 +171,8 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
     state.segments.push_back(std::move(seg));
   }
   if (block_it != blocks.end()) {
-    throw InputError(
-        fmt::format("{}: block 0x{:x} live at trace start lies in no segment", snapshot.source, block_it->first));
+    throw InputError(fmt::format("{}: block 0x{:x} live at trace start lies in no segment", snapshot.source,
+                                 block_it->first));
   }
   return state;
 }

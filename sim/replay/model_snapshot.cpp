@@ -33,9 +33,9 @@ std::vector<SnapshotSegment> take_model_snapshot(const BlockPool& pool, int devi
       sb.address = b.addr;
       sb.size_bytes = b.size_bytes;
       sb.requested_bytes = b.requested_bytes;
-      sb.state = b.allocated           ? BlockState::kActiveAllocated
-                 : b.event_count > 0   ? BlockState::kActivePendingFree
-                                       : BlockState::kInactive;
+      sb.state = b.allocated         ? BlockState::kActiveAllocated
+                 : b.event_count > 0 ? BlockState::kActivePendingFree
+                                     : BlockState::kInactive;
       cur.total_size_bytes += b.size_bytes;
       if (sb.state == BlockState::kActiveAllocated) {
         cur.allocated_bytes += b.size_bytes;

@@ -14,7 +14,8 @@ std::string describe(TraceAction action, Bytes addr, Bytes size_bytes) {
 }
 }  // namespace
 
-RecordedDevice::RecordedDevice(const std::vector<TraceEvent>& events, Bytes capacity_bytes, Bytes initial_used_bytes)
+RecordedDevice::RecordedDevice(const std::vector<TraceEvent>& events, Bytes capacity_bytes,
+                               Bytes initial_used_bytes)
     : m_events(events), m_capacity_bytes(capacity_bytes), m_used_bytes(initial_used_bytes) {}
 
 void RecordedDevice::note_divergence(std::size_t event_index, std::string expected, std::string got) {

@@ -5,9 +5,9 @@
 // segment events written just before an alloc or oom, or a burst of releases that is an empty_cache). Inside
 // it, each model call is compared with the next recorded event: same action, address and size = matched.
 //   * cudaMalloc / map succeed with the recorded address when the next recorded event is that segment_alloc /
-//     segment_map; they FAIL when the next recorded event is a release or the window ends in an oom: that is how
-//     the real cudaMalloc answered, and it sends the model down the same retry ladder (spec §4.1) -- we follow
-//     the recorded cudaMalloc outcomes rather than guess the device's capacity.
+//     segment_map; they FAIL when the next recorded event is a release or the window ends in an oom: that is
+//     how the real cudaMalloc answered, and it sends the model down the same retry ladder (spec §4.1) -- we
+//     follow the recorded cudaMalloc outcomes rather than guess the device's capacity.
 //   * a call with no recorded counterpart is a divergence; it is served from a synthetic address range far
 //     from the recorded ones (or refused when --capacity says the device is full).
 #pragma once
@@ -29,7 +29,8 @@ struct Divergence {
 
 class RecordedDevice final : public IDeviceMemory {
  public:
-  // `events` must outlive this object. capacity_bytes: the device total; 0 = unknown (never refuses on its own).
+  // `events` must outlive this object. capacity_bytes: the device total; 0 = unknown (never refuses on its
+  // own).
   RecordedDevice(const std::vector<TraceEvent>& events, Bytes capacity_bytes, Bytes initial_used_bytes);
 
   // The recorded segment events [begin, end) belong to the operation about to be replayed at `op_index`.
@@ -55,8 +56,8 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t refused_as_recorded() const { return m_refused_as_recorded; }
   std::size_t refused_for_capacity() const { return m_refused_for_capacity; }
   Bytes used_bytes() const { return m_used_bytes; }
-  // What the recorded cudaMalloc failures say about the device: the smallest (reserved + request) that failed.
-  // 0 when nothing failed.
+  // What the recorded cudaMalloc failures say about the device: the smallest (reserved + request) that
+  // failed. 0 when nothing failed.
   Bytes failed_total_bytes() const { return m_failed_total_bytes; }
 
  private:
@@ -66,7 +67,9 @@ class RecordedDevice final : public IDeviceMemory {
   Bytes synthetic_address(Bytes size_bytes);
   // Counts the refusal; returns true when the call must fail.
   bool refuse(bool recorded_failure, Bytes size_bytes);
-  bool over_capacity(Bytes size_bytes) const { return m_capacity_bytes != 0 && m_used_bytes + size_bytes > m_capacity_bytes; }
+  bool over_capacity(Bytes size_bytes) const {
+    return m_capacity_bytes != 0 && m_used_bytes + size_bytes > m_capacity_bytes;
+  }
 
   const std::vector<TraceEvent>& m_events;
   Bytes m_capacity_bytes;

@@ -8,10 +8,10 @@
 
 #include "sim/alloc/policies/pytorch_caching.h"
 #include "sim/alloc/size_classes.h"
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "sim/replay/initial_state.h"
 #include "sim/replay/model_snapshot.h"
-#include "sim/core/assert.h"
 #include "traces/snapshot_invariants.h"
 
 namespace vramsim {
@@ -92,9 +92,10 @@ void compare_final_state(const Snapshot& snapshot, int device, const std::vector
     for (const SnapshotBlock& rb : rec.blocks) {
       ++check.final_blocks_recorded;
       auto it = model_blocks.find(rb.address);
-      const bool same = it != model_blocks.end() && it->second->size_bytes == rb.size_bytes &&
-                        it->second->state == rb.state &&
-                        (rb.state == BlockState::kInactive || it->second->requested_bytes == rb.requested_bytes);
+      const bool same =
+          it != model_blocks.end() && it->second->size_bytes == rb.size_bytes &&
+          it->second->state == rb.state &&
+          (rb.state == BlockState::kInactive || it->second->requested_bytes == rb.requested_bytes);
       check.final_blocks_matched += same ? 1 : 0;
       segment_same = segment_same && same;
     }
@@ -104,8 +105,8 @@ void compare_final_state(const Snapshot& snapshot, int device, const std::vector
 
 // The peaks the recording itself implies: reserved from the segment events, requested from the alloc and
 // free_completed sizes, both starting from the rebuilt initial state.
-void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t reserved, std::int64_t requested,
-                           CheckReport& check) {
+void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t reserved,
+                           std::int64_t requested, CheckReport& check) {
   check.recorded_peak_reserved_bytes = reserved;
   check.recorded_peak_requested_bytes = requested;
   for (const TraceEvent& e : events) {
@@ -136,9 +137,10 @@ void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t r
 }  // namespace
 
 bool CheckReport::identical(const PeakSummary& model) const {
-  return segment_events_matched == segment_events_recorded && model_segment_events == segment_events_recorded &&
-         allocs_same_offset == allocs_recorded && final_segments_matched == final_segments_recorded &&
-         final_blocks_matched == final_blocks_recorded && !first_divergence && invariant_violations.empty() &&
+  return segment_events_matched == segment_events_recorded &&
+         model_segment_events == segment_events_recorded && allocs_same_offset == allocs_recorded &&
+         final_segments_matched == final_segments_recorded && final_blocks_matched == final_blocks_recorded &&
+         !first_divergence && invariant_violations.empty() &&
          model.peak_reserved_bytes == recorded_peak_reserved_bytes &&
          model.peak_requested_bytes == recorded_peak_requested_bytes;
 }
@@ -149,8 +151,9 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   result.device = pick_device(snapshot, options.device);
   result.config = resolve_config(snapshot, options, result.config_origin);
   if (result.config.per_process_memory_fraction > 0.0 && options.capacity_bytes == 0) {
-    throw InputError("--alloc-conf: per_process_memory_fraction needs --capacity: the fraction is of the device "
-                     "total, which a snapshot does not record");
+    throw InputError(
+        "--alloc-conf: per_process_memory_fraction needs --capacity: the fraction is of the device "
+        "total, which a snapshot does not record");
   }
   result.policy = result.config.expandable_segments ? "pytorch-expandable" : "pytorch";
   const std::size_t dev = static_cast<std::size_t>(result.device);
@@ -254,7 +257,8 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
           window_begin = window_end = i;
         }
         device.open_window(window_begin, window_end, i, is_oom);
-        const AllocResult r = policy.allocate(AllocRequest{std::max<Bytes>(e.size_bytes, 1), e.stream, e.time_ns});
+        const AllocResult r =
+            policy.allocate(AllocRequest{std::max<Bytes>(e.size_bytes, 1), e.stream, e.time_ns});
         device.close_window();
         window_begin = window_end = 0;
         if (is_oom) {
@@ -296,11 +300,13 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
             }
             break;  // the model refused this alloc (its OOM is already reported)
           }
-          throw InputError(fmt::format("{}: free_requested of 0x{:x}, which is not a live block", where(i), e.addr));
+          throw InputError(
+              fmt::format("{}: free_requested of 0x{:x}, which is not a live block", where(i), e.addr));
         }
         const BlockId block = it->second;
         live.erase(it);
-        const bool completes_now = i + 1 < events.size() && events[i + 1].action == TraceAction::kFreeCompleted &&
+        const bool completes_now = i + 1 < events.size() &&
+                                   events[i + 1].action == TraceAction::kFreeCompleted &&
                                    events[i + 1].addr == e.addr;
         if (!completes_now) {
           policy.record_stream(block, kDeferredFreeStream);
@@ -315,7 +321,8 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       case TraceAction::kFreeCompleted: {
         auto it = pending.find(e.addr);
         if (it == pending.end()) {
-          throw InputError(fmt::format("{}: free_completed of 0x{:x} without a pending free", where(i), e.addr));
+          throw InputError(
+              fmt::format("{}: free_completed of 0x{:x} without a pending free", where(i), e.addr));
         }
         policy.complete_stream_events(it->second);
         pending.erase(it);

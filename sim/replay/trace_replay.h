@@ -24,9 +24,9 @@
 namespace vramsim {
 
 struct ReplayOptions {
-  int device = -1;                         // -1: the first device whose trace has events (else 0)
-  std::optional<std::string> alloc_conf;   // overrides the recorded allocator_settings
-  Bytes capacity_bytes = 0;                // 0: follow the recorded cudaMalloc outcomes
+  int device = -1;                        // -1: the first device whose trace has events (else 0)
+  std::optional<std::string> alloc_conf;  // overrides the recorded allocator_settings
+  Bytes capacity_bytes = 0;               // 0: follow the recorded cudaMalloc outcomes
 };
 
 struct CheckReport {

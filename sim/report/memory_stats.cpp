@@ -85,8 +85,8 @@ void MemoryStatsObserver::seed_from(const BlockPool& pool, std::uint64_t max_spl
     s = Stat{};
     s.increase(v);
   };
-  std::array<std::int64_t, 3> segs{}, reserved{}, allocs{}, alloc_bytes{}, active{}, active_bytes{}, requested{},
-      split{}, split_bytes{};
+  std::array<std::int64_t, 3> segs{}, reserved{}, allocs{}, alloc_bytes{}, active{}, active_bytes{},
+      requested{}, split{}, split_bytes{};
   std::int64_t oversize_allocs = 0, oversize_segs = 0;
   for (SegmentId sid : pool.live_segments_by_address()) {
     const Segment& seg = pool.segment(sid);
@@ -170,9 +170,9 @@ std::map<std::string, std::int64_t> flatten_stats(const DeviceStats& stats) {
     out[prefix + ".allocated"] = s.allocated;
     out[prefix + ".freed"] = s.freed;
   };
-#define VRAMSIM_FLATTEN(name, member)                                    \
-  for (int i = 0; i < 3; ++i) {                                          \
-    put_stat(std::string(#name ".") + kPools[i], stats.member[i]);     \
+#define VRAMSIM_FLATTEN(name, member)                              \
+  for (int i = 0; i < 3; ++i) {                                    \
+    put_stat(std::string(#name ".") + kPools[i], stats.member[i]); \
   }
   VRAMSIM_ARRAY_STATS(VRAMSIM_FLATTEN)
 #undef VRAMSIM_FLATTEN

@@ -42,15 +42,15 @@ inline constexpr int kStatLarge = 2;
 using StatArray = std::array<Stat, 3>;
 
 // The array stats, declared once: (name in memory_stats(), member).
-#define VRAMSIM_ARRAY_STATS(X)                     \
-  X(allocation, allocation)                        \
-  X(segment, segment)                              \
-  X(active, active)                                \
-  X(inactive_split, inactive_split)                \
-  X(allocated_bytes, allocated_bytes)              \
-  X(reserved_bytes, reserved_bytes)                \
-  X(active_bytes, active_bytes)                    \
-  X(inactive_split_bytes, inactive_split_bytes)    \
+#define VRAMSIM_ARRAY_STATS(X)                  \
+  X(allocation, allocation)                     \
+  X(segment, segment)                           \
+  X(active, active)                             \
+  X(inactive_split, inactive_split)             \
+  X(allocated_bytes, allocated_bytes)           \
+  X(reserved_bytes, reserved_bytes)             \
+  X(active_bytes, active_bytes)                 \
+  X(inactive_split_bytes, inactive_split_bytes) \
   X(requested_bytes, requested_bytes)
 
 #define VRAMSIM_SINGLE_STATS(X) \
@@ -81,8 +81,8 @@ class MemoryStatsObserver final : public IAllocObserver {
  public:
   explicit MemoryStatsObserver(std::int64_t max_split_size = -1) { m_stats.max_split_size = max_split_size; }
 
-  // Resets every Stat to what `pool` holds now (current = peak = allocated), for a replay that starts mid-run:
-  // the allocator existed before the trace, so the trace's first event does not start from zero.
+  // Resets every Stat to what `pool` holds now (current = peak = allocated), for a replay that starts
+  // mid-run: the allocator existed before the trace, so the trace's first event does not start from zero.
   void seed_from(const BlockPool& pool, std::uint64_t max_split_size_bytes);
 
   void on_alloc(const BlockEventInfo& e) override;

@@ -39,10 +39,10 @@ std::string memory_summary(const DeviceStats& s, int device) {
   std::string out;
   auto line = [&](const std::string& text) { out += "|" + text + "|\n"; };
   line(double_rule);
-  line(fmt::format("{:^75}", fmt::format("PyTorch CUDA memory summary, device ID {}", device)));
+  line(fmt::format(" {:16} PyTorch CUDA memory summary, device ID {:<17d} ", "", device));
   line(rule);
-  line(fmt::format("{:^36}|{:^38}", fmt::format("CUDA OOMs: {}", s.num_ooms),
-                   fmt::format("cudaMalloc retries: {}", s.num_alloc_retries)));
+  line(fmt::format("  {:9} CUDA OOMs: {:<12d} | {:6} cudaMalloc retries: {:<8d}  ", "", s.num_ooms, "",
+                   s.num_alloc_retries));
   line(double_rule);
   line("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
 
@@ -52,27 +52,35 @@ std::string memory_summary(const DeviceStats& s, int device) {
     bool bytes;
   };
   const Row rows[] = {
-      {"Allocated memory", &s.allocated_bytes, true},    {"Active memory", &s.active_bytes, true},
-      {"Requested memory", &s.requested_bytes, true},    {"GPU reserved memory", &s.reserved_bytes, true},
-      {"Non-releasable memory", &s.inactive_split_bytes, true}, {"Allocations", &s.allocation, false},
-      {"Active allocs", &s.active, false},               {"GPU reserved segments", &s.segment, false},
+      {"Allocated memory", &s.allocated_bytes, true},
+      {"Active memory", &s.active_bytes, true},
+      {"Requested memory", &s.requested_bytes, true},
+      {"GPU reserved memory", &s.reserved_bytes, true},
+      {"Non-releasable memory", &s.inactive_split_bytes, true},
+      {"Allocations", &s.allocation, false},
+      {"Active allocs", &s.active, false},
+      {"GPU reserved segments", &s.segment, false},
       {"Non-releasable allocs", &s.inactive_split, false},
   };
-  auto cells = [&](const Stat& st, bool bytes) {
+  // Each column's unit is chosen from that column of the metric's "all" row (`ref`), as PyTorch does.
+  auto cells = [&](const Stat& st, const Stat& ref, bool bytes) {
     auto f = bytes ? format_size_cell : format_count_cell;
-    return fmt::format(" {} | {} | {} | {} ", f(st.current, st.peak), f(st.peak, st.peak), f(st.allocated, st.allocated),
-                       f(st.freed, st.freed));
+    return fmt::format(" {} | {} | {} | {} ", f(st.current, ref.current), f(st.peak, ref.peak),
+                       f(st.allocated, ref.allocated), f(st.freed, ref.freed));
   };
   for (const Row& r : rows) {
+    const Stat& all = (*r.stat)[kStatAll];
     line(rule);
-    line(fmt::format(" {:<21} |{}", r.name, cells((*r.stat)[kStatAll], r.bytes)));
-    line(fmt::format(" {:<21} |{}", "      from large pool", cells((*r.stat)[kStatLarge], r.bytes)));
-    line(fmt::format(" {:<21} |{}", "      from small pool", cells((*r.stat)[kStatSmall], r.bytes)));
+    line(fmt::format(" {:<21} |{}", r.name, cells(all, all, r.bytes)));
+    line(fmt::format(" {:<21} |{}", "      from large pool", cells((*r.stat)[kStatLarge], all, r.bytes)));
+    line(fmt::format(" {:<21} |{}", "      from small pool", cells((*r.stat)[kStatSmall], all, r.bytes)));
   }
   line(rule);
-  line(fmt::format(" {:<21} |{}", "Oversize allocations", cells(s.oversize_allocations, false)));
+  line(fmt::format(" {:<21} |{}", "Oversize allocations",
+                   cells(s.oversize_allocations, s.oversize_allocations, false)));
   line(rule);
-  line(fmt::format(" {:<21} |{}", "Oversize GPU segments", cells(s.oversize_segments, false)));
+  line(fmt::format(" {:<21} |{}", "Oversize GPU segments",
+                   cells(s.oversize_segments, s.oversize_segments, false)));
   line(double_rule);
   return out;
 }

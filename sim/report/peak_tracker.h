@@ -29,9 +29,11 @@ class PeakTracker {
  public:
   void sample(const DeviceStats& s, std::uint64_t event_index) {
     const Stat& reserved = s.reserved_bytes[kStatAll];
-    m_peaks.peak_allocated_bytes = std::max(m_peaks.peak_allocated_bytes, s.allocated_bytes[kStatAll].current);
+    m_peaks.peak_allocated_bytes =
+        std::max(m_peaks.peak_allocated_bytes, s.allocated_bytes[kStatAll].current);
     m_peaks.peak_active_bytes = std::max(m_peaks.peak_active_bytes, s.active_bytes[kStatAll].current);
-    m_peaks.peak_requested_bytes = std::max(m_peaks.peak_requested_bytes, s.requested_bytes[kStatAll].current);
+    m_peaks.peak_requested_bytes =
+        std::max(m_peaks.peak_requested_bytes, s.requested_bytes[kStatAll].current);
     if (reserved.current > m_peaks.peak_reserved_bytes || !m_sampled) {
       m_peaks.peak_reserved_bytes = reserved.current;
       m_peaks.inactive_split_bytes_at_reserved_peak = s.inactive_split_bytes[kStatAll].current;

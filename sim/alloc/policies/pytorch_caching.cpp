@@ -8,7 +8,8 @@
 
 namespace vramsim {
 
-PyTorchCachingPolicy::PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device, IAllocObserver& events)
+PyTorchCachingPolicy::PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device,
+                                           IAllocObserver& events)
     : m_config(std::move(config)), m_device(device), m_events(events) {
   if (m_config.per_process_memory_fraction > 0.0) {
     set_memory_fraction(m_config.per_process_memory_fraction);
@@ -21,8 +22,9 @@ void PyTorchCachingPolicy::set_memory_fraction(double fraction) {
 }
 
 BlockEventInfo PyTorchCachingPolicy::block_info(const Block& b, TimeNs time_ns) const {
-  return BlockEventInfo{b.addr,   b.size_bytes, b.requested_bytes, b.pool,
-                        b.stream, b.size_bytes >= m_config.max_split_size_bytes, time_ns};
+  return BlockEventInfo{b.addr, b.size_bytes, b.requested_bytes,
+                        b.pool, b.stream,     b.size_bytes >= m_config.max_split_size_bytes,
+                        time_ns};
 }
 
 void PyTorchCachingPolicy::insert_into_blocks(BlockId block) {
@@ -58,8 +60,8 @@ AllocResult PyTorchCachingPolicy::allocate(const AllocRequest& request) {
                   (release_cached_blocks() && alloc_block(p, true));
   }
   if (!block_found) {
-    m_events.on_oom(OomInfo{p.size_bytes, p.alloc_bytes, m_device.free_bytes(), m_set_fraction ? m_allowed_bytes : 0,
-                            p.stream, p.time_ns});
+    m_events.on_oom(OomInfo{p.size_bytes, p.alloc_bytes, m_device.free_bytes(),
+                            m_set_fraction ? m_allowed_bytes : 0, p.stream, p.time_ns});
     return {};
   }
   return alloc_found_block(p, should_split(p.block, p.size_bytes));
@@ -80,7 +82,8 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
       // best fit its size is what it can expand to; step past such tails to interior blocks.
       auto expandable_size = [this](BlockId id) {
         const Block& b = m_pool.block(id);
-        return b.size_bytes + (b.next != kNoBlock && !m_pool.block(b.next).mapped ? m_pool.block(b.next).size_bytes : 0);
+        return b.size_bytes +
+               (b.next != kNoBlock && !m_pool.block(b.next).mapped ? m_pool.block(b.next).size_bytes : 0);
       };
       auto next = std::next(it);
       while (m_pool.block(it->id).expandable && next != free_set.end() && next->stream == p.stream &&
@@ -257,8 +260,8 @@ void PyTorchCachingPolicy::free_block(BlockId block, TimeNs time_ns) {
 void PyTorchCachingPolicy::release_block(BlockId block) {
   const Block& b = m_pool.block(block);
   SIM_ASSERT(!b.expandable && !b.is_split());
-  const SegmentEventInfo seg{b.addr, b.size_bytes, b.pool, b.stream, b.size_bytes >= m_config.max_split_size_bytes,
-                             0};
+  const SegmentEventInfo seg{
+      b.addr, b.size_bytes, b.pool, b.stream, b.size_bytes >= m_config.max_split_size_bytes, 0};
   m_events.on_segment_free(seg);
   m_pool.erase_free(block);
   m_pool.remove_segment(b.segment);
@@ -328,8 +331,8 @@ void PyTorchCachingPolicy::release_blocks(PoolKind pool) {
 }
 
 void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
-  const auto gc_threshold_bytes = static_cast<Bytes>(m_config.garbage_collection_threshold *
-                                                     static_cast<double>(m_allowed_bytes));
+  const auto gc_threshold_bytes =
+      static_cast<Bytes>(m_config.garbage_collection_threshold * static_cast<double>(m_allowed_bytes));
   if (m_total_allocated_bytes <= gc_threshold_bytes) {
     return;
   }
@@ -364,7 +367,8 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
   }
 }
 
-// ---- expandable segments ------------------------------------------------------------------------------------
+// ---- expandable segments
+// ------------------------------------------------------------------------------------
 
 BlockId PyTorchCachingPolicy::find_expandable_block(const AllocParams& p) {
   auto allocatable = [this](BlockId id) {

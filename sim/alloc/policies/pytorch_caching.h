@@ -4,8 +4,10 @@
 //   malloc:  process_events -> round_size -> get_pool -> get_free_block (best fit in the pool's
 //            (stream, size, address) order) -> on a miss: garbage_collect_cached_blocks (fraction + threshold
 //            only) -> alloc_block -> release_available_cached_blocks + alloc_block -> release_cached_blocks +
-//            alloc_block(retry) -> OOM.  Then should_split decides whether the front of the block is carved off.
-//   free:    free_block merges with idle neighbours (try_merge_blocks) unless record_stream made the free wait
+//            alloc_block(retry) -> OOM.  Then should_split decides whether the front of the block is carved
+//            off.
+//   free:    free_block merges with idle neighbours (try_merge_blocks) unless record_stream made the free
+//   wait
 //            for stream events (insert_events / process_events).
 //   expandable_segments: one reservation per (pool, stream), grown by mapping 2 MiB / 20 MiB pages
 //            (find_expandable_block, map_block) and shrunk only by release_cached_blocks (unmap_block).
@@ -40,7 +42,9 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
  public:
   PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device, IAllocObserver& events);
 
-  std::string_view name() const override { return m_config.expandable_segments ? "pytorch-expandable" : "pytorch"; }
+  std::string_view name() const override {
+    return m_config.expandable_segments ? "pytorch-expandable" : "pytorch";
+  }
   AllocResult allocate(const AllocRequest& request) override;
   void free(BlockId block, TimeNs time_ns) override;
   void record_stream(BlockId block, StreamId stream) override;
@@ -91,7 +95,9 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   void synchronize_and_free_events();
 
   bool gc_enabled() const { return m_set_fraction && m_config.garbage_collection_threshold > 0.0; }
-  std::uint64_t gc_age(const Block& b) const { return m_lookup_count[static_cast<int>(b.pool)] - b.gc_count_base; }
+  std::uint64_t gc_age(const Block& b) const {
+    return m_lookup_count[static_cast<int>(b.pool)] - b.gc_count_base;
+  }
   void insert_into_blocks(BlockId block);
   BlockEventInfo block_info(const Block& b, TimeNs time_ns) const;
 
