@@ -8,10 +8,10 @@
 namespace vramsim {
 namespace {
 
-constexpr Bytes kMinBlockBytes = 512;              // kMinBlockSize
-constexpr Bytes kSmallPoolMaxBytes = kMiB;         // kSmallSize: large-pool remainders are above this
-constexpr Bytes kSmallSegmentBytes = 2 * kMiB;     // kSmallBuffer
-constexpr Bytes kSegmentGranuleBytes = 2 * kMiB;   // kRoundLarge, also the small expandable page
+constexpr Bytes kMinBlockBytes = 512;             // kMinBlockSize
+constexpr Bytes kSmallPoolMaxBytes = kMiB;        // kSmallSize: large-pool remainders are above this
+constexpr Bytes kSmallSegmentBytes = 2 * kMiB;    // kSmallBuffer
+constexpr Bytes kSegmentGranuleBytes = 2 * kMiB;  // kRoundLarge, also the small expandable page
 
 class Violations {
  public:
@@ -58,15 +58,16 @@ void check_blocks(const SnapshotSegment& seg, const std::string& name, const Con
     }
     if (block.state == BlockState::kInactive) {
       if (j > 0 && seg.blocks[j - 1].state == BlockState::kInactive) {
-        out.add("{} block {}: free block directly after another free block (free runs are merged, M3)", name, j);
+        out.add("{} block {}: free block directly after another free block (free runs are merged, M3)", name,
+                j);
       }
       if (seg.is_small_pool && block.size_bytes < kMinBlockBytes) {
         out.add("{} block {}: free block of {} bytes in the small pool (remainders are >= 512)", name, j,
                 block.size_bytes);
       }
       if (large_remainder_rule && block.size_bytes <= kSmallPoolMaxBytes) {
-        out.add("{} block {}: free block of {} bytes in the large pool (free blocks there are > 1 MiB, S3)", name,
-                j, block.size_bytes);
+        out.add("{} block {}: free block of {} bytes in the large pool (free blocks there are > 1 MiB, S3)",
+                name, j, block.size_bytes);
       }
     } else {
       if (block.requested_bytes > block.size_bytes) {
@@ -86,13 +87,15 @@ void check_blocks(const SnapshotSegment& seg, const std::string& name, const Con
     out.add("{}: blocks cover {} of its {} bytes", name, covered, seg.total_size_bytes);
   }
   if (seg.allocated_bytes != allocated) {
-    out.add("{}: allocated_size {} disagrees with its allocated blocks ({})", name, seg.allocated_bytes, allocated);
+    out.add("{}: allocated_size {} disagrees with its allocated blocks ({})", name, seg.allocated_bytes,
+            allocated);
   }
   if (seg.active_bytes != active) {
     out.add("{}: active_size {} disagrees with its active blocks ({})", name, seg.active_bytes, active);
   }
   if (seg.requested_bytes != requested) {
-    out.add("{}: requested_size {} disagrees with its active blocks ({})", name, seg.requested_bytes, requested);
+    out.add("{}: requested_size {} disagrees with its active blocks ({})", name, seg.requested_bytes,
+            requested);
   }
 }
 
@@ -135,7 +138,8 @@ std::vector<std::string> check_snapshot_invariants(const Snapshot& snapshot) {
       if (prev.device > seg.device || (prev.device == seg.device && prev.address > seg.address)) {
         out.add("{}: not in (device, address) order after segment {}", name, i - 1);
       } else if (prev.device == seg.device && seg.address - prev.address < prev.total_size_bytes) {
-        out.add("{}: overlaps segment {} ({:#x} + {} bytes)", name, i - 1, prev.address, prev.total_size_bytes);
+        out.add("{}: overlaps segment {} ({:#x} + {} bytes)", name, i - 1, prev.address,
+                prev.total_size_bytes);
       }
     }
     check_segment_size(seg, name, out);

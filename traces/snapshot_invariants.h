@@ -1,10 +1,11 @@
 // Static rules that every final allocator state recorded by PyTorch's native caching allocator satisfies
 // (spec §1.4, §3.1, §3.2, §8.3; shared/traces/real/README.md "How to use them" §3). All real snapshots in
-// shared/traces/real pass them; a Snapshot that fails one was not produced by that allocator (or a model of it
-// is wrong).
+// shared/traces/real pass them; a Snapshot that fails one was not produced by that allocator (or a model of
+// it is wrong).
 //
 // Rules checked, per segment (sizes in bytes):
-//   * non-expandable small-pool segments are 2 MiB; non-expandable large-pool segments are multiples of 2 MiB;
+//   * non-expandable small-pool segments are 2 MiB; non-expandable large-pool segments are multiples of 2
+//   MiB;
 //     expandable segments (one mapped run each) are multiples of 2 MiB;
 //   * same-device segments are sorted by address and do not overlap;
 //   * blocks tile the segment: the first starts at the segment address, each next one where the previous

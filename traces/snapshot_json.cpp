@@ -26,7 +26,6 @@
 //     stored through Snapshot::strings.
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -84,26 +83,12 @@ struct JsonPath {
   }
 };
 
+// nlohmann's type names, with integers and floats told apart.
 std::string_view kind_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer";
-    case json::value_t::number_float:
-      return "float";
-    case json::value_t::string:
-      return "string";
-    case json::value_t::array:
-      return "array";
-    case json::value_t::object:
-      return "object";
-    default:
-      return "binary data";
+  if (v.is_number_integer()) {
+    return "integer";
   }
+  return v.is_number_float() ? "float" : v.type_name();
 }
 
 // Quotes user text for a one-line message: control characters become '?', long text is cut.
@@ -195,7 +180,7 @@ class JsonReader {
   }
 
   static const json* find(const json::object_t& obj, std::string_view key) {
-    const auto it = obj.find(std::string(key));
+    const auto it = obj.find(key);  // nlohmann's object comparator is std::less<>: no temporary string
     return it == obj.end() ? nullptr : &it->second;
   }
   const json& require(const json::object_t& obj, const JsonPath& path, std::string_view key) const {
@@ -231,8 +216,9 @@ class SnapshotReader {
         out_.has_final_state = in_.boolean(*flag, root_path / "vramsim_has_final_state");
       }
     } else {
-      in_.fail(root_path, fmt::format("expected a snapshot dict or a list of segments at the top level, got {}",
-                                      kind_name(root)));
+      in_.fail(root_path,
+               fmt::format("expected a snapshot dict or a list of segments at the top level, got {}",
+                           kind_name(root)));
     }
     sort_and_check_overlap();
     std::size_t devices = out_.device_traces.size();
@@ -266,7 +252,8 @@ class SnapshotReader {
     if (const json* type = JsonReader::find(obj, "segment_type")) {
       const std::string& text = in_.string(*type, path / "segment_type");
       if (text != "small" && text != "large") {
-        in_.fail(path / "segment_type", fmt::format("expected \"small\" or \"large\", got {}", quote_text(text)));
+        in_.fail(path / "segment_type",
+                 fmt::format("expected \"small\" or \"large\", got {}", quote_text(text)));
       }
       seg.is_small_pool = text == "small";
     }
@@ -304,9 +291,8 @@ class SnapshotReader {
         in_.fail(block_path / "size", "a block cannot be empty");
       }
       if (block.size_bytes > seg.total_size_bytes - offset) {
-        in_.fail(block_path / "size",
-                 fmt::format("block ends at offset {}, past the segment's total_size {}",
-                             offset + block.size_bytes, seg.total_size_bytes));
+        in_.fail(block_path / "size", fmt::format("block ends at offset {}, past the segment's total_size {}",
+                                                  offset + block.size_bytes, seg.total_size_bytes));
       }
       if (const json* address = JsonReader::find(obj, "address")) {
         const Bytes recorded = in_.uint(*address, block_path / "address", kAddressLimit);
@@ -359,7 +345,8 @@ class SnapshotReader {
     if (const json* value = JsonReader::find(obj, key)) {
       const Bytes recorded = in_.uint(*value, path / key, kSizeLimit);
       if (recorded != from_blocks) {
-        in_.fail(path / key, fmt::format("recorded {} disagrees with the blocks ({})", recorded, from_blocks));
+        in_.fail(path / key,
+                 fmt::format("recorded {} disagrees with the blocks ({})", recorded, from_blocks));
       }
     }
   }
@@ -375,7 +362,8 @@ class SnapshotReader {
   void read_traces(const json& value, const JsonPath& path) {
     const auto& devices = in_.array(value, path);
     if (devices.size() > kMaxDevices) {
-      in_.fail(path, fmt::format("{} device traces (at most {} devices expected)", devices.size(), kMaxDevices));
+      in_.fail(path,
+               fmt::format("{} device traces (at most {} devices expected)", devices.size(), kMaxDevices));
     }
     out_.device_traces.resize(devices.size());
     for (std::size_t d = 0; d < devices.size(); ++d) {
@@ -415,11 +403,12 @@ class SnapshotReader {
     event.size_bytes = in_.uint(in_.require(obj, path, "size"), path / "size", kSizeLimit);
     event.stream = in_.uint(in_.require(obj, path, "stream"), path / "stream", kNoLimit);
     if (const json* time = JsonReader::find(obj, "time_us")) {
-      const std::uint64_t time_us = in_.uint(*time, path / "time_us", static_cast<std::uint64_t>(kMaxTimeUs) + 1);
+      const std::uint64_t time_us =
+          in_.uint(*time, path / "time_us", static_cast<std::uint64_t>(kMaxTimeUs) + 1);
       event.time_ns = static_cast<TimeNs>(time_us) * 1000;
     }
-    event.category_tag = read_tag(obj, "category");
     event.op_tag = read_tag(obj, "op");
+    event.category_tag = read_tag(obj, "category");
     events.push_back(event);
   }
 
@@ -440,7 +429,8 @@ class SnapshotReader {
   void read_settings(const json& value, const JsonPath& path) {
     const auto& obj = in_.object(value, path);
     RecordedAllocatorSettings settings;
-    if (const json* conf = JsonReader::find(obj, "PYTORCH_CUDA_ALLOC_CONF"); conf != nullptr && !conf->is_null()) {
+    if (const json* conf = JsonReader::find(obj, "PYTORCH_CUDA_ALLOC_CONF");
+        conf != nullptr && !conf->is_null()) {
       settings.alloc_conf = in_.string(*conf, path / "PYTORCH_CUDA_ALLOC_CONF");
     }
     if (const json* split = JsonReader::find(obj, "max_split_size")) {
@@ -451,7 +441,8 @@ class SnapshotReader {
       } else {
         settings.max_split_size = in_.int64(*split, split_path);
         if (settings.max_split_size < -1) {
-          in_.fail(split_path, fmt::format("expected -1 (unlimited) or a size, got {}", settings.max_split_size));
+          in_.fail(split_path,
+                   fmt::format("expected -1 (unlimited) or a size, got {}", settings.max_split_size));
         }
       }
     }
@@ -459,7 +450,8 @@ class SnapshotReader {
       const JsonPath gc_path = path / "garbage_collection_threshold";
       settings.garbage_collection_threshold = in_.number(*gc, gc_path);
       if (!(settings.garbage_collection_threshold >= 0.0 && settings.garbage_collection_threshold <= 1.0)) {
-        in_.fail(gc_path, fmt::format("expected a fraction in [0, 1], got {}", settings.garbage_collection_threshold));
+        in_.fail(gc_path,
+                 fmt::format("expected a fraction in [0, 1], got {}", settings.garbage_collection_threshold));
       }
     }
     if (const json* expandable = JsonReader::find(obj, "expandable_segments")) {
@@ -492,7 +484,8 @@ class SnapshotReader {
         }
       }
       if (index == table.size()) {
-        in_.fail(path, fmt::format("unknown interval {} (expected \"1\", \"2\", \"4\", ..., \"32768\")", quote_text(key)));
+        in_.fail(path, fmt::format("unknown interval {} (expected \"1\", \"2\", \"4\", ..., \"32768\")",
+                                   quote_text(key)));
       }
       table[index] = in_.uint(entry, path / key, kNoLimit);
     }
@@ -512,8 +505,8 @@ class SnapshotReader {
       const SnapshotSegment& prev = segs[i - 1];
       const SnapshotSegment& next = segs[i];
       if (prev.device == next.device && next.address < prev.address + prev.total_size_bytes) {
-        in_.fail(JsonPath{}, fmt::format("segments at {:#x} ({} bytes) and {:#x} on device {} overlap", prev.address,
-                                         prev.total_size_bytes, next.address, next.device));
+        in_.fail(JsonPath{}, fmt::format("segments at {:#x} ({} bytes) and {:#x} on device {} overlap",
+                                         prev.address, prev.total_size_bytes, next.address, next.device));
       }
     }
   }

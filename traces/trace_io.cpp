@@ -108,8 +108,9 @@ bool is_alloc_data(const json& root) {
 
 // Reads a list of non-negative integers below `limit`; `where` names the list and `expected` its items in
 // messages.
-std::vector<std::uint64_t> read_uint_list(const json& value, const std::string& source, const std::string& where,
-                                          std::uint64_t limit, std::string_view expected) {
+std::vector<std::uint64_t> read_uint_list(const json& value, const std::string& source,
+                                          const std::string& where, std::uint64_t limit,
+                                          std::string_view expected) {
   if (!value.is_array()) {
     throw InputError(fmt::format("{}: {}: expected a list, got {}", source, where, value.type_name()));
   }
@@ -119,8 +120,8 @@ std::vector<std::uint64_t> read_uint_list(const json& value, const std::string& 
     const json& item = value[i];
     const bool ok = item.is_number_unsigned() || (item.is_number_integer() && item.get<std::int64_t>() >= 0);
     if (!ok || item.get<std::uint64_t>() >= limit) {
-      throw InputError(fmt::format("{}: {}[{}]: expected {} below {}, got {}", source, where, i, expected, limit,
-                                   item.is_number_integer() ? item.dump() : item.type_name()));
+      throw InputError(fmt::format("{}: {}[{}]: expected {} below {}, got {}", source, where, i, expected,
+                                   limit, item.is_number_integer() ? item.dump() : item.type_name()));
     }
     out.push_back(item.get<std::uint64_t>());
   }
@@ -139,13 +140,14 @@ Snapshot snapshot_from_alloc_data(const json& root, const std::string& source) {
   }
   for (const char* key : {"actions", "elements_size"}) {
     if (!data.contains(key)) {
-      throw InputError(fmt::format("{}: {}: missing key \"{}\"", source, prefix.empty() ? "top level" : prefix, key));
+      throw InputError(
+          fmt::format("{}: {}: missing key \"{}\"", source, prefix.empty() ? "top level" : prefix, key));
     }
   }
-  const std::vector<std::uint64_t> sizes = read_uint_list(data.at("elements_size"), source, path("elements_size"),
-                                                          kSizeLimit, "a size in bytes");
-  const std::vector<std::uint64_t> actions = read_uint_list(data.at("actions"), source, path("actions"),
-                                                            sizes.size(), "an element id");
+  const std::vector<std::uint64_t> sizes =
+      read_uint_list(data.at("elements_size"), source, path("elements_size"), kSizeLimit, "a size in bytes");
+  const std::vector<std::uint64_t> actions =
+      read_uint_list(data.at("actions"), source, path("actions"), sizes.size(), "an element id");
   std::vector<std::uint64_t> initial;
   if (const auto it = data.find("initially_allocated"); it != data.end() && !it->is_null()) {
     initial = read_uint_list(*it, source, path("initially_allocated"), sizes.size(), "an element id");
@@ -157,8 +159,8 @@ Snapshot snapshot_from_alloc_data(const json& root, const std::string& source) {
     address[i] = next;
     next += (std::max<Bytes>(sizes[i], 1) + kAllocDataAlign - 1) / kAllocDataAlign * kAllocDataAlign;
     if (next >= kAddressLimit) {
-      throw InputError(fmt::format("{}: {}: the elements add up to more than 2^63 bytes", source,
-                                   path("elements_size")));
+      throw InputError(
+          fmt::format("{}: {}: the elements add up to more than 2^63 bytes", source, path("elements_size")));
     }
   }
 
@@ -204,7 +206,8 @@ bool ends_with_ci(std::string_view text, std::string_view suffix) {
   }
   return std::equal(suffix.begin(), suffix.end(), text.end() - static_cast<std::ptrdiff_t>(suffix.size()),
                     [](char a, char b) {
-                      return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+                      return std::tolower(static_cast<unsigned char>(a)) ==
+                             std::tolower(static_cast<unsigned char>(b));
                     });
 }
 
@@ -238,9 +241,10 @@ Snapshot load_snapshot(const std::string& path) {
   if (first < data.size() && (data[first] == '{' || data[first] == '[')) {
     json root;
     try {
-      root = json::parse(data);
+      root = json::parse(data.data(), data.data() + data.size());
     } catch (const json::parse_error& e) {
-      throw InputError(fmt::format("{}: byte {}: invalid JSON: {}", path, e.byte, parse_error_reason(e.what())));
+      throw InputError(
+          fmt::format("{}: byte {}: invalid JSON: {}", path, e.byte, parse_error_reason(e.what())));
     }
     return snapshot_from_any_json(root, path);
   }
@@ -257,9 +261,9 @@ TraceFormat format_from_path(const std::string& path) {
   if (ends_with_ci(path, ".vtrace")) {
     return TraceFormat::kVtrace;
   }
-  throw InputError(
-      fmt::format("{}: cannot tell the trace format from the file name (expected .pickle, .pkl, .json or .vtrace)",
-                  path));
+  throw InputError(fmt::format(
+      "{}: cannot tell the trace format from the file name (expected .pickle, .pkl, .json or .vtrace)",
+      path));
 }
 
 void save_snapshot(const Snapshot& snapshot, const std::string& path, TraceFormat format) {
@@ -270,7 +274,8 @@ void save_snapshot(const Snapshot& snapshot, const std::string& path, TraceForma
       return;
     }
     case TraceFormat::kJson: {
-      // Compact (the files get large); strings that are not valid UTF-8 are written with U+FFFD, not thrown on.
+      // Compact (the files get large); strings that are not valid UTF-8 are written with U+FFFD, not thrown
+      // on.
       std::string text = snapshot_to_json(snapshot).dump(-1, ' ', false, json::error_handler_t::replace);
       text += '\n';
       write_file(path, text);

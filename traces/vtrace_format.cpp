@@ -1,12 +1,12 @@
 // The vtrace text format (traces/FORMAT.md): a line-oriented, diffable form of a Snapshot.
 //
-// Contract: read_vtrace(write_vtrace(s), s.source) == s for every valid Snapshot (strings[0] == "", other
-// strings non-empty and distinct; blocks tiling their segments with the recorded sums matching; sizes below
-// 2^60, addresses below 2^63). The reader rejects every malformed line with InputError
-// "<source>: line N: <problem>" and never reads past the text it is given.
+// Contract: read_vtrace(write_vtrace(s), s.source) == s for every valid Snapshot: strings[0] == "" and the
+// other strings non-empty and distinct; blocks tiling their segments with the recorded sums matching;
+// segments sorted by (device, address) without overlaps; a trace entry for every segment's device; sizes
+// below 2^60, addresses below 2^63. The reader rejects every malformed line with InputError "<source>: line
+// N: <problem>". Sizes in bytes, times in ns.
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -275,7 +275,8 @@ class VtraceReader {
     } else if (keyword == "tag") {
       expect_fields(1, "a percent-encoded string");
       std::string text = decode(tokens_[1], "tag");
-      const auto [it, inserted] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(out_.strings.size()));
+      const auto [it, inserted] =
+          tag_index_.try_emplace(text, static_cast<std::uint32_t>(out_.strings.size()));
       if (!inserted) {
         fail(fmt::format("duplicate tag {}", shown(text)));
       }
@@ -286,8 +287,8 @@ class VtraceReader {
   }
 
   void read_settings_line(std::string_view keyword) {
-    RecordedAllocatorSettings& settings = out_.allocator_settings ? *out_.allocator_settings
-                                                                  : out_.allocator_settings.emplace();
+    RecordedAllocatorSettings& settings =
+        out_.allocator_settings ? *out_.allocator_settings : out_.allocator_settings.emplace();
     if (keyword == "settings") {
       if (tokens_.size() > 2) {
         fail("'settings' takes one percent-encoded string (write spaces as %20)");
@@ -305,7 +306,8 @@ class VtraceReader {
       double value = 0.0;
       const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
       if (ec != std::errc() || ptr != token.data() + token.size() || !(value >= 0.0 && value <= 1.0)) {
-        fail(fmt::format("bad garbage_collection_threshold {} (expected a fraction in [0, 1])", shown(token)));
+        fail(
+            fmt::format("bad garbage_collection_threshold {} (expected a fraction in [0, 1])", shown(token)));
       }
       settings.garbage_collection_threshold = value;
     } else if (keyword == "settings.expandable_segments") {
@@ -362,7 +364,8 @@ class VtraceReader {
     } else if (state == "inactive") {
       block.state = BlockState::kInactive;
     } else {
-      fail(fmt::format("unknown block state {} (expected allocated, pending_free or inactive)", shown(state)));
+      fail(
+          fmt::format("unknown block state {} (expected allocated, pending_free or inactive)", shown(state)));
     }
     if (block.address != seg.address + segment_offset_) {
       fail(fmt::format("block at {:#x} does not start where the previous block of its segment ends ({:#x})",
@@ -431,7 +434,8 @@ class VtraceReader {
       if (text.empty()) {
         fail(fmt::format("empty value in {}", shown(token)));
       }
-      const auto [it, inserted] = tag_index_.try_emplace(std::move(text), static_cast<std::uint32_t>(out_.strings.size()));
+      const auto [it, inserted] =
+          tag_index_.try_emplace(std::move(text), static_cast<std::uint32_t>(out_.strings.size()));
       if (inserted) {
         out_.strings.push_back(it->first);
       }
@@ -497,7 +501,9 @@ class VtraceReader {
 
 }  // namespace
 
-Snapshot read_vtrace(std::string_view text, std::string_view source) { return VtraceReader(text, source).read(); }
+Snapshot read_vtrace(std::string_view text, std::string_view source) {
+  return VtraceReader(text, source).read();
+}
 
 std::string write_vtrace(const Snapshot& snapshot) {
   SIM_ASSERT(!snapshot.strings.empty() && snapshot.strings[0].empty());
@@ -525,7 +531,8 @@ std::string write_vtrace(const Snapshot& snapshot) {
     fmt::format_to(it, "settings.max_split_size {}\n", settings->max_split_size);
     fmt::format_to(it, "settings.garbage_collection_threshold {}\n", settings->garbage_collection_threshold);
     fmt::format_to(it, "settings.expandable_segments {}\n", settings->expandable_segments ? 1 : 0);
-    fmt::format_to(it, "settings.roundup_power2_divisions {}\n", fmt::join(settings->roundup_power2_divisions, " "));
+    fmt::format_to(it, "settings.roundup_power2_divisions {}\n",
+                   fmt::join(settings->roundup_power2_divisions, " "));
   }
   for (std::size_t i = 1; i < snapshot.strings.size(); ++i) {
     fmt::format_to(it, "tag {}\n", encode_field(snapshot.strings[i]));
@@ -541,8 +548,8 @@ std::string write_vtrace(const Snapshot& snapshot) {
   }
   for (std::size_t d = 0; d < snapshot.device_traces.size(); ++d) {
     for (const TraceEvent& event : snapshot.device_traces[d].events) {
-      fmt::format_to(it, "{} {} {:#x} {} {} {}", d, trace_action_name(event.action), event.addr, event.size_bytes,
-                     event.stream, event.time_ns);
+      fmt::format_to(it, "{} {} {:#x} {} {} {}", d, trace_action_name(event.action), event.addr,
+                     event.size_bytes, event.stream, event.time_ns);
       if (event.op_tag != kNoTag) {
         SIM_ASSERT(event.op_tag < snapshot.strings.size());
         fmt::format_to(it, " op={}", encode_field(snapshot.strings[event.op_tag]));

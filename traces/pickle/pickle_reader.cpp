@@ -21,6 +21,7 @@ namespace vramsim {
 namespace {
 
 // Opcode bytes, named as in Python's pickletools.
+// clang-format off
 enum class Op : std::uint8_t {
   kMark = '(', kStop = '.', kPop = '0', kPopMark = '1', kDup = '2', kFloat = 'F', kInt = 'I', kBinInt = 'J',
   kBinInt1 = 'K', kLong = 'L', kBinInt2 = 'M', kNone = 'N', kPersId = 'P', kBinPersId = 'Q', kReduce = 'R',
@@ -34,6 +35,7 @@ enum class Op : std::uint8_t {
   kEmptySet = 0x8f, kAddItems = 0x90, kFrozenSet = 0x91, kNewObjEx = 0x92, kStackGlobal = 0x93,
   kMemoize = 0x94, kFrame = 0x95, kByteArray8 = 0x96, kNextBuffer = 0x97, kReadonlyBuffer = 0x98,
 };
+// clang-format on
 
 // kCode opcodes would import, call or construct something; kBytes and kTextString are data but outside the
 // subset (JSON has no bytes type; Python 2 / text-mode strings need escape decoding nobody here needs).
@@ -42,31 +44,32 @@ enum class OpClass : std::uint8_t { kUnknown, kData, kCode, kBytes, kTextString 
 struct OpInfo {
   std::string_view name;
   OpClass cls = OpClass::kUnknown;
+  std::uint8_t width = 0;  // bytes of its fixed little-endian argument (an int, memo index or length)
 };
 
 constexpr std::array<OpInfo, 256> make_op_table() {
   std::array<OpInfo, 256> table{};
-  const auto set = [&table](Op op, std::string_view name, OpClass cls) {
-    table[static_cast<std::uint8_t>(op)] = {name, cls};
+  const auto set = [&table](Op op, std::string_view name, OpClass cls, std::uint8_t width = 0) {
+    table[static_cast<std::uint8_t>(op)] = {name, cls, width};
   };
   constexpr OpClass kD = OpClass::kData;
   constexpr OpClass kC = OpClass::kCode;
   set(Op::kMark, "MARK", kD), set(Op::kStop, "STOP", kD), set(Op::kPop, "POP", kD);
   set(Op::kPopMark, "POP_MARK", kD), set(Op::kDup, "DUP", kD), set(Op::kFloat, "FLOAT", kD);
-  set(Op::kInt, "INT", kD), set(Op::kBinInt, "BININT", kD), set(Op::kBinInt1, "BININT1", kD);
-  set(Op::kLong, "LONG", kD), set(Op::kBinInt2, "BININT2", kD), set(Op::kNone, "NONE", kD);
-  set(Op::kBinUnicode, "BINUNICODE", kD), set(Op::kAppend, "APPEND", kD), set(Op::kDict, "DICT", kD);
+  set(Op::kInt, "INT", kD), set(Op::kBinInt, "BININT", kD, 4), set(Op::kBinInt1, "BININT1", kD, 1);
+  set(Op::kLong, "LONG", kD), set(Op::kBinInt2, "BININT2", kD, 2), set(Op::kNone, "NONE", kD);
+  set(Op::kBinUnicode, "BINUNICODE", kD, 4), set(Op::kAppend, "APPEND", kD), set(Op::kDict, "DICT", kD);
   set(Op::kEmptyDict, "EMPTY_DICT", kD), set(Op::kAppends, "APPENDS", kD), set(Op::kGet, "GET", kD);
-  set(Op::kBinGet, "BINGET", kD), set(Op::kLongBinGet, "LONG_BINGET", kD), set(Op::kList, "LIST", kD);
-  set(Op::kEmptyList, "EMPTY_LIST", kD), set(Op::kPut, "PUT", kD), set(Op::kBinPut, "BINPUT", kD);
-  set(Op::kLongBinPut, "LONG_BINPUT", kD), set(Op::kSetItem, "SETITEM", kD), set(Op::kTuple, "TUPLE", kD);
+  set(Op::kBinGet, "BINGET", kD, 1), set(Op::kLongBinGet, "LONG_BINGET", kD, 4), set(Op::kList, "LIST", kD);
+  set(Op::kEmptyList, "EMPTY_LIST", kD), set(Op::kPut, "PUT", kD), set(Op::kBinPut, "BINPUT", kD, 1);
+  set(Op::kLongBinPut, "LONG_BINPUT", kD, 4), set(Op::kSetItem, "SETITEM", kD), set(Op::kTuple, "TUPLE", kD);
   set(Op::kEmptyTuple, "EMPTY_TUPLE", kD), set(Op::kSetItems, "SETITEMS", kD);
-  set(Op::kBinFloat, "BINFLOAT", kD), set(Op::kProto, "PROTO", kD), set(Op::kTuple1, "TUPLE1", kD);
+  set(Op::kBinFloat, "BINFLOAT", kD), set(Op::kProto, "PROTO", kD, 1), set(Op::kTuple1, "TUPLE1", kD);
   set(Op::kTuple2, "TUPLE2", kD), set(Op::kTuple3, "TUPLE3", kD), set(Op::kNewTrue, "NEWTRUE", kD);
-  set(Op::kNewFalse, "NEWFALSE", kD), set(Op::kLong1, "LONG1", kD), set(Op::kLong4, "LONG4", kD);
-  set(Op::kShortBinUnicode, "SHORT_BINUNICODE", kD), set(Op::kBinUnicode8, "BINUNICODE8", kD);
+  set(Op::kNewFalse, "NEWFALSE", kD), set(Op::kLong1, "LONG1", kD, 1), set(Op::kLong4, "LONG4", kD, 4);
+  set(Op::kShortBinUnicode, "SHORT_BINUNICODE", kD, 1), set(Op::kBinUnicode8, "BINUNICODE8", kD, 8);
   set(Op::kEmptySet, "EMPTY_SET", kD), set(Op::kAddItems, "ADDITEMS", kD);
-  set(Op::kFrozenSet, "FROZENSET", kD), set(Op::kMemoize, "MEMOIZE", kD), set(Op::kFrame, "FRAME", kD);
+  set(Op::kFrozenSet, "FROZENSET", kD), set(Op::kMemoize, "MEMOIZE", kD), set(Op::kFrame, "FRAME", kD, 8);
   set(Op::kPersId, "PERSID", kC), set(Op::kBinPersId, "BINPERSID", kC), set(Op::kReduce, "REDUCE", kC);
   set(Op::kBuild, "BUILD", kC), set(Op::kGlobal, "GLOBAL", kC), set(Op::kInst, "INST", kC);
   set(Op::kObj, "OBJ", kC), set(Op::kNewObj, "NEWOBJ", kC), set(Op::kExt1, "EXT1", kC);
@@ -102,43 +105,30 @@ std::string describe_op(std::uint8_t op) {
 // Strict UTF-8 (no overlongs, no surrogates): what nlohmann::json::dump() accepts. Python's unpickler would
 // also take lone surrogates ('surrogatepass'), but JSON cannot carry them.
 bool is_valid_utf8(const std::uint8_t* p, std::size_t n) {
-  std::size_t i = 0;
-  while (i < n) {
-    if (n - i >= 8) {
-      std::uint64_t word;
-      std::memcpy(&word, p + i, 8);
-      if ((word & 0x8080808080808080ULL) == 0) {
-        i += 8;
-        continue;
-      }
-    }
-    const std::uint8_t lead = p[i];
-    if (lead < 0x80) {
-      ++i;
+  constexpr std::array<std::uint32_t, 5> kMinCodePoint = {0, 0, 0x80, 0x800, 0x10000};  // by sequence length
+  for (std::size_t i = 0; i < n;) {
+    std::uint64_t word = 0;
+    if (n - i >= 8 && (std::memcpy(&word, p + i, 8), (word & 0x8080808080808080ULL) == 0)) {
+      i += 8;  // all ASCII, the common case
       continue;
     }
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    std::uint32_t min_cp = 0;
-    if ((lead & 0xe0) == 0xc0) {
-      len = 2, cp = lead & 0x1f, min_cp = 0x80;
-    } else if ((lead & 0xf0) == 0xe0) {
-      len = 3, cp = lead & 0x0f, min_cp = 0x800;
-    } else if ((lead & 0xf8) == 0xf0) {
-      len = 4, cp = lead & 0x07, min_cp = 0x10000;
-    } else {
+    const std::uint8_t lead = p[i];
+    const std::size_t len = lead < 0x80             ? 1
+                            : (lead & 0xe0) == 0xc0 ? 2
+                            : (lead & 0xf0) == 0xe0 ? 3
+                            : (lead & 0xf8) == 0xf0 ? 4
+                                                    : 0;
+    if (len == 0 || n - i < len) {
       return false;
     }
-    if (n - i < len) {
-      return false;
-    }
+    std::uint32_t cp = len == 1 ? lead : lead & (0x7fU >> len);
     for (std::size_t k = 1; k < len; ++k) {
       if ((p[i + k] & 0xc0) != 0x80) {
         return false;
       }
-      cp = (cp << 6) | (p[i + k] & 0x3f);
+      cp = (cp << 6) | (p[i + k] & 0x3fU);
     }
-    if (cp < min_cp || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+    if (cp < kMinCodePoint[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
       return false;
     }
     i += len;
@@ -146,11 +136,11 @@ bool is_valid_utf8(const std::uint8_t* p, std::size_t n) {
   return true;
 }
 
-enum class Kind : std::uint8_t { kNone, kBool, kInt, kUint, kFloat, kStr, kList, kTuple, kDict, kSet };
+enum class Kind { kNone, kBool, kInt, kUint, kFloat, kStr, kList, kTuple, kDict, kSet, kFrozenSet };
 
 std::string_view kind_name(Kind kind) {
-  constexpr std::array<std::string_view, 10> kNames = {"None",  "bool",  "int",  "int",  "float",
-                                                       "str",   "list",  "tuple", "dict", "set"};
+  constexpr std::array<std::string_view, 11> kNames = {"None", "bool",  "int",  "int", "float",    "str",
+                                                       "list", "tuple", "dict", "set", "frozenset"};
   return kNames[static_cast<std::size_t>(kind)];
 }
 
@@ -169,7 +159,7 @@ struct Node {
     struct {
       std::uint32_t begin;
       std::uint32_t size;
-    } str;               // a range of the input (validated UTF-8)
+    } str;                // a range of the input (validated UTF-8)
     std::uint32_t items;  // containers: index into items_
   } v{};
 };
@@ -216,22 +206,15 @@ class Decoder {
     pos_ += n;
     return p;
   }
-  std::uint64_t take_le(std::size_t n) {
+  std::uint64_t take_le(std::size_t n, bool big_endian = false) {  // BINFLOAT is the one big-endian case
     const std::uint8_t* p = take(n);
     std::uint64_t value = 0;
-    for (std::size_t i = n; i-- > 0;) {
-      value = (value << 8) | p[i];
+    for (std::size_t i = 0; i < n; ++i) {
+      value = (value << 8) | p[big_endian ? i : n - 1 - i];
     }
     return value;
   }
-  std::uint64_t take_be8() {  // BINFLOAT is the one big-endian argument
-    const std::uint8_t* p = take(8);
-    std::uint64_t value = 0;
-    for (std::size_t i = 0; i < 8; ++i) {
-      value = (value << 8) | p[i];
-    }
-    return value;
-  }
+  std::uint64_t take_arg() { return take_le(kOps[data_[op_start_]].width); }
   // A declared length is checked against what remains before anything is read or allocated for it.
   const std::uint8_t* take_declared(std::uint64_t n) {
     const std::size_t remaining = data_.size() - pos_;
@@ -326,7 +309,8 @@ class Decoder {
   std::vector<std::uint32_t>& container_at(std::size_t pos, Kind kind) {
     const Node& node = nodes_[stack_[pos]];
     if (node.kind != kind) {
-      fail(op_start_, fmt::format("{} onto a {}, not a {}", op_name(), kind_name(node.kind), kind_name(kind)));
+      fail(op_start_,
+           fmt::format("{} onto a {}, not a {}", op_name(), kind_name(node.kind), kind_name(kind)));
     }
     return items_[node.v.items];
   }
@@ -447,14 +431,15 @@ class Decoder {
 };
 
 void Decoder::step(std::uint8_t op_byte) {
-  switch (static_cast<Op>(op_byte)) {
+  const auto op = static_cast<Op>(op_byte);
+  switch (op) {
     case Op::kProto:
-      if (const std::uint8_t version = *take(1); version > kHighestProtocol) {
+      if (const std::uint64_t version = take_arg(); version > kHighestProtocol) {
         fail(op_start_, fmt::format("unsupported pickle protocol {}", version));
       }
       return;
     case Op::kFrame:  // framing is only a read-ahead hint; the frame must still lie inside the data
-      take_declared(take_le(8));
+      take_declared(take_arg());
       pos_ = op_start_ + 9;
       return;
     case Op::kMark:
@@ -480,22 +465,20 @@ void Decoder::step(std::uint8_t op_byte) {
       return;
     case Op::kNewTrue:
     case Op::kNewFalse:
-      nodes_[push_new(Kind::kBool)].v.b = static_cast<Op>(op_byte) == Op::kNewTrue;
+      nodes_[push_new(Kind::kBool)].v.b = op == Op::kNewTrue;
       return;
     case Op::kBinInt1:
-      push_uint(take_le(1));
-      return;
     case Op::kBinInt2:
-      push_uint(take_le(2));
+      push_uint(take_arg());
       return;
     case Op::kBinInt:
-      push_int(static_cast<std::int32_t>(static_cast<std::uint32_t>(take_le(4))));
+      push_int(static_cast<std::int32_t>(static_cast<std::uint32_t>(take_arg())));
       return;
     case Op::kLong1:
-      push_long(take_le(1));
+      push_long(take_arg());
       return;
     case Op::kLong4: {
-      const auto n = static_cast<std::int32_t>(static_cast<std::uint32_t>(take_le(4)));
+      const auto n = static_cast<std::int32_t>(static_cast<std::uint32_t>(take_arg()));
       if (n < 0) {
         fail(op_start_, "LONG4 has a negative byte count");
       }
@@ -520,7 +503,7 @@ void Decoder::step(std::uint8_t op_byte) {
       return;
     }
     case Op::kBinFloat:
-      push_float(std::bit_cast<double>(take_be8()));
+      push_float(std::bit_cast<double>(take_le(8, true)));
       return;
     case Op::kFloat: {
       const std::string_view text = take_line();
@@ -533,34 +516,27 @@ void Decoder::step(std::uint8_t op_byte) {
       return;
     }
     case Op::kShortBinUnicode:
-      push_str(take_le(1));
-      return;
     case Op::kBinUnicode:
-      push_str(take_le(4));
-      return;
     case Op::kBinUnicode8:
-      push_str(take_le(8));
+      push_str(take_arg());
       return;
     case Op::kEmptyList:
-      push_container(Kind::kList, stack_.size());
-      return;
     case Op::kEmptyTuple:
-      push_container(Kind::kTuple, stack_.size());
-      return;
     case Op::kEmptyDict:
-      push_container(Kind::kDict, stack_.size());
-      return;
     case Op::kEmptySet:
-      push_container(Kind::kSet, stack_.size());
+      push_container(op == Op::kEmptyList    ? Kind::kList
+                     : op == Op::kEmptyTuple ? Kind::kTuple
+                     : op == Op::kEmptyDict  ? Kind::kDict
+                                             : Kind::kSet,
+                     stack_.size());
       return;
     case Op::kList:
-      push_container(Kind::kList, pop_mark());
-      return;
     case Op::kTuple:
-      push_container(Kind::kTuple, pop_mark());
-      return;
-    case Op::kFrozenSet:  // a set is a set to JSON
-      push_container(Kind::kSet, pop_mark());
+    case Op::kFrozenSet:
+      push_container(op == Op::kList    ? Kind::kList
+                     : op == Op::kTuple ? Kind::kTuple
+                                        : Kind::kFrozenSet,
+                     pop_mark());
       return;
     case Op::kTuple1:
     case Op::kTuple2:
@@ -591,7 +567,7 @@ void Decoder::step(std::uint8_t op_byte) {
       if (mark <= fence()) {  // the container must sit just below the MARK, inside the enclosing one
         fail(op_start_, fmt::format("stack underflow in {}", op_name()));
       }
-      auto& items = container_at(mark - 1, static_cast<Op>(op_byte) == Op::kAppends ? Kind::kList : Kind::kSet);
+      auto& items = container_at(mark - 1, op == Op::kAppends ? Kind::kList : Kind::kSet);
       items.insert(items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
       stack_.resize(mark);
       return;
@@ -611,10 +587,8 @@ void Decoder::step(std::uint8_t op_byte) {
       return;
     }
     case Op::kBinPut:
-      memo_put(take_le(1));
-      return;
     case Op::kLongBinPut:
-      memo_put(take_le(4));
+      memo_put(take_arg());
       return;
     case Op::kPut:
       memo_put(parse_unsigned(take_line()));
@@ -623,10 +597,8 @@ void Decoder::step(std::uint8_t op_byte) {
       memo_put(memo_count_);
       return;
     case Op::kBinGet:
-      memo_get(take_le(1));
-      return;
     case Op::kLongBinGet:
-      memo_get(take_le(4));
+      memo_get(take_arg());
       return;
     case Op::kGet:
       memo_get(parse_unsigned(take_line()));
@@ -634,17 +606,11 @@ void Decoder::step(std::uint8_t op_byte) {
     default:
       break;
   }
-  const std::string op = describe_op(op_byte);
-  switch (kOps[op_byte].cls) {
-    case OpClass::kBytes:
-      fail(op_start_, fmt::format("unsupported pickle opcode {}: vramsim reads str values, not bytes", op));
-    case OpClass::kTextString:
-      fail(op_start_, fmt::format("unsupported pickle opcode {}: vramsim reads only the binary str opcodes of "
-                                  "protocols 1-5",
-                                  op));
-    default:
-      fail(op_start_, fmt::format("unsupported pickle opcode {}: vramsim reads data only", op));
-  }
+  const OpClass cls = kOps[op_byte].cls;
+  fail(op_start_, fmt::format("unsupported pickle opcode {}: vramsim reads {}", describe_op(op_byte),
+                              cls == OpClass::kBytes        ? "str values, not bytes"
+                              : cls == OpClass::kTextString ? "only the binary str opcodes of protocols 1-5"
+                                                            : "data only"));
 }
 
 void Decoder::check_expansion(std::uint32_t root) {
@@ -674,7 +640,8 @@ void Decoder::visit(std::uint32_t id, int depth) {
     if (is_container(child.kind)) {
       const std::uint32_t child_slot = child.v.items;
       if (visit_[child_slot] == Visit::kOnPath) {
-        fail(child.offset, fmt::format("this {} contains itself, which JSON cannot represent", kind_name(child.kind)));
+        fail(child.offset,
+             fmt::format("this {} contains itself, which JSON cannot represent", kind_name(child.kind)));
       }
       if (visit_[child_slot] == Visit::kNew) {
         visit(child_id, depth + 1);
@@ -728,7 +695,8 @@ nlohmann::json Decoder::to_json(std::uint32_t id) const {
       auto& fields = object.get_ref<nlohmann::json::object_t&>();
       const std::vector<std::uint32_t>& items = items_[node.v.items];
       for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-        fields.insert_or_assign(key_text(items[i]), to_json(items[i + 1]));  // later duplicates win, as in Python
+        fields.insert_or_assign(key_text(items[i]),
+                                to_json(items[i + 1]));  // later duplicates win, as in Python
       }
       return object;
     }

@@ -1,13 +1,32 @@
 // A data-only decoder for the pickle subset that torch.cuda.memory._dump_snapshot() writes
 // (protocols 2-5 of plain containers: dict, list, tuple, str, int incl. LONG1 big ints up to 64 bits, float,
-// bool, None, memo ops, FRAME).
+// bool, None, memo ops, FRAME), and an encoder for the same subset.
 //
 // Contract: it never imports, calls or constructs anything named in the input. Opcodes that would
-// (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, EXT*, PERSID, ...) and every opcode outside the
-// subset are rejected with InputError("<name>: byte <offset>: <problem>"). Truncated or corrupt input, memo
-// references to unknown slots, stack underflow, ints that do not fit 64 bits and nesting deeper than
-// kMaxPickleDepth are errors too. It never crashes, hangs or allocates more than a small multiple of the
-// input size.
+// (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID,
+// NEXT_BUFFER, READONLY_BUFFER) and every unknown opcode are rejected with
+// InputError("<name>: byte <offset>: unsupported pickle opcode 0x63 ('c' GLOBAL): vramsim reads data only").
+// Every error is an InputError "<name>: byte <offset>: <problem>", where offset is the byte offset of the
+// offending opcode (or of the container at fault), or the input size when the data ran out.
+//
+// Accepted beyond the real files' opcodes: NONE, NEWTRUE, EMPTY_TUPLE, TUPLE, TUPLE1/3, SETITEM, DICT, LIST,
+// BINUNICODE8, EMPTY_SET/ADDITEMS/FROZENSET, PUT/BINPUT/LONG_BINPUT, GET, LONG4, POP, POP_MARK, DUP and the
+// protocol 0/1 text forms INT (incl. "I01" booleans), LONG, FLOAT, PUT, GET (decimal only, 64-bit only).
+// Rejected data opcodes: BINBYTES/SHORT_BINBYTES/BINBYTES8/BYTEARRAY8 (JSON has no bytes type; snapshots
+// hold none) and the text-mode / Python 2 strings STRING, BINSTRING, SHORT_BINSTRING, UNICODE.
+//
+// Also errors: truncated data, a declared length or FRAME past the end (checked before anything is read
+// or allocated for it), stack underflow (an opcode may only use values above the innermost MARK), a
+// missing MARK, a memo reference to an unset slot, APPEND/APPENDS onto a non-list, SETITEM(S) onto a
+// non-dict, ADDITEMS onto a non-set, an odd item count for SETITEMS/DICT, a dict key that is not str or
+// int, a str that is not strict UTF-8 (Python would take lone surrogates; JSON cannot), an int outside
+// [-2^63, 2^64), a container that contains itself, nesting deeper than kMaxPickleDepth, an expansion
+// larger than 16 values per input byte + 1,000,000 (memo sharing expanded into a tree), PROTO > 5, a
+// missing STOP, and any byte after STOP (Python ignores those; here they mean a damaged file). Values
+// left on the stack under the result at STOP are ignored, as Python does.
+//
+// Cost: time and memory linear in the input for decoding, plus the JSON tree itself, which the expansion
+// bound caps. A memo reference shares a node while decoding; sharing is only expanded at the end.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +38,22 @@
 
 namespace vramsim {
 
+// Containers nested deeper than this (counting the outermost as 1) are rejected by both functions.
 inline constexpr int kMaxPickleDepth = 256;
 
-// Decodes `data` into a JSON value: dict -> object (keys must be str or int; ints become their decimal
-// text), list/tuple -> array, str -> string, int -> number (signed or unsigned 64-bit), float -> number,
-// bool -> bool, None -> null. `name` is the file name used in error messages.
+// Decodes `data` into a JSON value: dict -> object (str keys; int keys become their decimal text; a later
+// duplicate key wins, as in Python), list/tuple/set/frozenset -> array (sets in pickle order),
+// str -> string, int -> number_unsigned when >= 0 else number_integer (as nlohmann's own parser does),
+// float -> number_float (NaN/inf kept), bool -> boolean, None -> null. `name` (usually the file name)
+// starts every error message.
 nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name);
 
-// Encodes a JSON value as a protocol-4 pickle of plain containers that PyTorch's tools and MemoryViz load
-// (objects -> dict, arrays -> list, strings -> str, numbers -> int/float, bool, null -> None).
+// Encodes a JSON value as a protocol-4 pickle of plain containers that PyTorch's tools, MemoryViz and
+// pickle.load read: objects -> dict (EMPTY_DICT + SETITEMS in batches of 1000, like Python),
+// arrays -> list, strings -> str (written as-is: nlohmann strings are UTF-8), integers -> int with
+// Python's opcode choice (BININT1/BININT2/BININT/LONG1), floats -> BINFLOAT, bool, null -> None.
+// No MEMOIZE or FRAME (both optional for readers). Throws InputError for binary or discarded values and
+// for nesting deeper than kMaxPickleDepth.
 std::vector<std::uint8_t> write_pickle(const nlohmann::json& value);
 
 }  // namespace vramsim

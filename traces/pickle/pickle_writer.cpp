@@ -132,7 +132,8 @@ class Encoder {
         write_container(value, depth + 1);
         return;
       default:
-        throw InputError(fmt::format("write_pickle: a JSON {} value has no plain-pickle form", value.type_name()));
+        throw InputError(
+            fmt::format("write_pickle: a JSON {} value has no plain-pickle form", value.type_name()));
     }
   }
 

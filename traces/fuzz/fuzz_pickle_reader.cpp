@@ -1,0 +1,50 @@
+// libFuzzer target for read_pickle: any input must either decode or throw InputError - no crash, hang,
+// sanitizer report or other exception. What decodes to a modest tree must also survive
+// write_pickle -> read_pickle unchanged, which checks the writer against the reader on every shape the
+// fuzzer reaches. (Trees near the reader's expansion bound, ~1M values, skip that check: it would take
+// seconds per input under the sanitizers.)
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "sim/core/error.h"
+#include "traces/pickle/pickle_reader.h"
+
+namespace {
+
+constexpr std::size_t kMaxRoundtripValues = 100'000;
+
+// Counts JSON values, stopping early once past `limit`.
+std::size_t count_values(const nlohmann::json& value, std::size_t limit) {
+  std::size_t count = 1;
+  if (value.is_structured()) {
+    for (const auto& child : value) {
+      count += count_values(child, limit - count);
+      if (count > limit) {
+        break;
+      }
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  nlohmann::json value;
+  try {
+    value = vramsim::read_pickle(std::span<const std::uint8_t>(data, size), "fuzz.pickle");
+  } catch (const vramsim::InputError&) {
+    return 0;
+  }
+  if (count_values(value, kMaxRoundtripValues) > kMaxRoundtripValues) {
+    return 0;
+  }
+  const std::vector<std::uint8_t> encoded = vramsim::write_pickle(value);
+  const nlohmann::json decoded = vramsim::read_pickle(encoded, "roundtrip.pickle");
+  // dump() compares NaN (written as null) sensibly and throws if a decoded str were not valid UTF-8.
+  if (decoded.dump() != value.dump()) {
+    __builtin_trap();
+  }
+  return 0;
+}
