@@ -8,23 +8,45 @@
 
 namespace vramsim {
 
-BlockPool::BlockPool()
-    : m_free{FreeSet(&m_node_memory), FreeSet(&m_node_memory)},
-      m_unmapped{UnmappedSet(&m_node_memory), UnmappedSet(&m_node_memory)} {}
+BlockPool::BlockPool() = default;
+
+BlockPool::~BlockPool() {
+  // Unlink before the blocks go, so that safe-mode hooks do not assert on destruction.
+  for (int p = 0; p < kNumPools; ++p) {
+    m_free[p].clear();
+    m_unmapped[p].clear();
+  }
+}
 
 BlockId BlockPool::new_block() {
   if (!m_free_block_ids.empty()) {
     const BlockId id = m_free_block_ids.back();
     m_free_block_ids.pop_back();
-    m_blocks[id] = Block{};
+    Block& b = block(id);
+    SIM_ASSERT_INTERNAL(!b.free_hook.is_linked());
+    b.addr = b.size_bytes = b.requested_bytes = 0;
+    b.prev = b.next = kNoBlock;
+    b.segment = kNoSegment;
+    b.stream = 0;
+    b.pool = PoolKind::kLarge;
+    b.allocated = b.expandable = b.has_stream_uses = false;
+    b.mapped = true;
+    b.event_count = 0;
+    b.gc_count_base = 0;
     return id;
   }
-  m_blocks.emplace_back();
-  return static_cast<BlockId>(m_blocks.size() - 1);
+  if (m_block_count == m_block_chunks.size() * kChunkSize) {
+    m_block_chunks.push_back(std::make_unique<Block[]>(kChunkSize));
+  }
+  const auto id = static_cast<BlockId>(m_block_count++);
+  SIM_ASSERT(id != kNoBlock);
+  block(id).id = id;
+  return id;
 }
 
 void BlockPool::delete_block(BlockId id) {
-  m_blocks[id].segment = kNoSegment;
+  SIM_ASSERT(!block(id).free_hook.is_linked());
+  block(id).segment = kNoSegment;
   m_free_block_ids.push_back(id);
 }
 
@@ -40,7 +62,7 @@ SegmentId BlockPool::add_segment(Bytes base, Bytes size_bytes, PoolKind pool, St
     sid = static_cast<SegmentId>(m_segments.size() - 1);
   }
   const BlockId bid = new_block();
-  Block& b = m_blocks[bid];
+  Block& b = block(bid);
   b.addr = base;
   b.size_bytes = size_bytes;
   b.segment = sid;
@@ -55,7 +77,7 @@ SegmentId BlockPool::add_segment(Bytes base, Bytes size_bytes, PoolKind pool, St
 void BlockPool::remove_segment(SegmentId id) {
   Segment& seg = m_segments[id];
   SIM_ASSERT(seg.live);
-  const Block& b = m_blocks[seg.first];
+  const Block& b = block(seg.first);
   SIM_ASSERT(!b.is_split() && !b.allocated && !in_free_set(seg.first));
   delete_block(seg.first);
   seg = Segment{};
@@ -63,10 +85,10 @@ void BlockPool::remove_segment(SegmentId id) {
 }
 
 BlockId BlockPool::split_front(BlockId id, Bytes front_bytes) {
-  const BlockId fid = new_block();  // may reallocate m_blocks: take references afterwards
-  Block& rest = m_blocks[id];
+  const BlockId fid = new_block();
+  Block& rest = block(id);
   SIM_ASSERT(front_bytes > 0 && front_bytes < rest.size_bytes);
-  Block& front = m_blocks[fid];
+  Block& front = block(fid);
   front.addr = rest.addr;
   front.size_bytes = front_bytes;
   front.segment = rest.segment;
@@ -77,7 +99,7 @@ BlockId BlockPool::split_front(BlockId id, Bytes front_bytes) {
   front.prev = rest.prev;
   front.next = id;
   if (rest.prev != kNoBlock) {
-    m_blocks[rest.prev].next = fid;
+    block(rest.prev).next = fid;
   } else {
     m_segments[rest.segment].first = fid;
   }
@@ -89,9 +111,9 @@ BlockId BlockPool::split_front(BlockId id, Bytes front_bytes) {
 
 BlockId BlockPool::split_back(BlockId id, Bytes back_bytes) {
   const BlockId bid = new_block();
-  Block& front = m_blocks[id];
+  Block& front = block(id);
   SIM_ASSERT(back_bytes > 0 && back_bytes < front.size_bytes);
-  Block& back = m_blocks[bid];
+  Block& back = block(bid);
   back.addr = front.addr + front.size_bytes - back_bytes;
   back.size_bytes = back_bytes;
   back.segment = front.segment;
@@ -102,7 +124,7 @@ BlockId BlockPool::split_back(BlockId id, Bytes back_bytes) {
   back.prev = id;
   back.next = front.next;
   if (front.next != kNoBlock) {
-    m_blocks[front.next].prev = bid;
+    block(front.next).prev = bid;
   }
   front.next = bid;
   front.size_bytes -= back_bytes;
@@ -110,13 +132,13 @@ BlockId BlockPool::split_back(BlockId id, Bytes back_bytes) {
 }
 
 void BlockPool::merge(BlockId dst, BlockId src) {
-  Block& d = m_blocks[dst];
-  Block& s = m_blocks[src];
+  Block& d = block(dst);
+  Block& s = block(src);
   if (d.prev == src) {
     d.addr = s.addr;
     d.prev = s.prev;
     if (s.prev != kNoBlock) {
-      m_blocks[s.prev].next = dst;
+      block(s.prev).next = dst;
     } else {
       m_segments[d.segment].first = dst;
     }
@@ -124,7 +146,7 @@ void BlockPool::merge(BlockId dst, BlockId src) {
     SIM_ASSERT(d.next == src);
     d.next = s.next;
     if (s.next != kNoBlock) {
-      m_blocks[s.next].prev = dst;
+      block(s.next).prev = dst;
     }
   }
   d.size_bytes += s.size_bytes;
@@ -132,37 +154,23 @@ void BlockPool::merge(BlockId dst, BlockId src) {
 }
 
 void BlockPool::insert_free(BlockId id) {
-  const Block& b = m_blocks[id];
-  if (b.mapped) {
-    const bool inserted = free_set(b.pool).insert(FreeKey{b.stream, b.size_bytes, b.addr, id}).second;
-    SIM_ASSERT(inserted);
-  } else {
-    const bool inserted = unmapped_set(b.pool).insert(UnmappedKey{b.stream, b.addr, id}).second;
-    SIM_ASSERT(inserted);
-  }
+  Block& b = block(id);
+  SIM_ASSERT(!b.free_hook.is_linked());
+  const bool inserted = b.mapped ? free_set(b.pool).insert(b).second : unmapped_set(b.pool).insert(b).second;
+  SIM_ASSERT(inserted);
 }
 
 void BlockPool::erase_free(BlockId id) {
-  const Block& b = m_blocks[id];
-  std::size_t erased;
+  Block& b = block(id);
+  SIM_ASSERT(b.free_hook.is_linked());
   if (b.mapped) {
-    erased = free_set(b.pool).erase(FreeKey{b.stream, b.size_bytes, b.addr, id});
+    free_set(b.pool).erase(free_set(b.pool).iterator_to(b));
   } else {
-    erased = unmapped_set(b.pool).erase(UnmappedKey{b.stream, b.addr, id});
+    unmapped_set(b.pool).erase(unmapped_set(b.pool).iterator_to(b));
   }
-  SIM_ASSERT(erased == 1);
 }
 
-bool BlockPool::in_free_set(BlockId id) const {
-  const Block& b = m_blocks[id];
-  const int p = static_cast<int>(b.pool);
-  if (b.mapped) {
-    auto it = m_free[p].find(FreeKey{b.stream, b.size_bytes, b.addr, id});
-    return it != m_free[p].end() && it->id == id;
-  }
-  auto it = m_unmapped[p].find(UnmappedKey{b.stream, b.addr, id});
-  return it != m_unmapped[p].end() && it->id == id;
-}
+bool BlockPool::in_free_set(BlockId id) const { return block(id).free_hook.is_linked(); }
 
 std::vector<SegmentId> BlockPool::live_segments_by_address() const {
   std::vector<SegmentId> ids;
@@ -186,8 +194,8 @@ std::string BlockPool::check_invariants() const {
     }
     Bytes expect_addr = seg.base;
     BlockId prev = kNoBlock;
-    for (BlockId id = seg.first; id != kNoBlock; id = m_blocks[id].next) {
-      const Block& b = m_blocks[id];
+    for (BlockId id = seg.first; id != kNoBlock; id = block(id).next) {
+      const Block& b = block(id);
       if (b.segment != sid || b.prev != prev || b.addr != expect_addr || b.size_bytes == 0) {
         return fmt::format("segment 0x{:x}: block {} at 0x{:x} breaks the tiling (expected 0x{:x})", seg.base,
                            id, b.addr, expect_addr);
@@ -199,8 +207,8 @@ std::string BlockPool::check_invariants() const {
       if (idle_free) {
         (b.mapped ? free_seen : unmapped_seen)[static_cast<int>(b.pool)]++;
         if (prev != kNoBlock) {
-          const Block& p = m_blocks[prev];
-          if (!p.allocated && p.event_count == 0 && p.mapped == b.mapped && p.stream_uses.empty()) {
+          const Block& p = block(prev);
+          if (!p.allocated && p.event_count == 0 && p.mapped == b.mapped && !p.has_stream_uses) {
             return fmt::format("free blocks 0x{:x} and 0x{:x} are adjacent but not merged (M3)", p.addr,
                                b.addr);
           }
@@ -215,6 +223,21 @@ std::string BlockPool::check_invariants() const {
     }
   }
   for (int p = 0; p < kNumPools; ++p) {
+    const Block* last = nullptr;
+    for (const Block& b : m_free[p]) {
+      if (!b.mapped || static_cast<int>(b.pool) != p || (last != nullptr && !FreeOrder{}(*last, b))) {
+        return fmt::format("pool {}: free set out of order or holding a foreign block at 0x{:x}", p, b.addr);
+      }
+      last = &b;
+    }
+    last = nullptr;
+    for (const Block& b : m_unmapped[p]) {
+      if (b.mapped || static_cast<int>(b.pool) != p || (last != nullptr && !UnmappedOrder{}(*last, b))) {
+        return fmt::format("pool {}: unmapped set out of order or holding a foreign block at 0x{:x}", p,
+                           b.addr);
+      }
+      last = &b;
+    }
     if (free_seen[p] != m_free[p].size() || unmapped_seen[p] != m_unmapped[p].size()) {
       return fmt::format("pool {}: free set holds {} blocks, {} free blocks found", p, m_free[p].size(),
                          free_seen[p]);

@@ -4,7 +4,8 @@
 // that each rule can be written once, by name, in the policy (see policies/pytorch_caching.h).
 //
 // Complexity (n = free blocks in the pool):
-//   lower_bound_free / insert_free / erase_free   O(log n)
+//   lower_bound_free / insert_free                 O(log n)
+//   erase_free                                     O(1) amortised (intrusive: no lookup)
 //   split_front / merge                           O(1)
 //   block lookup by id                            O(1)
 //
@@ -15,10 +16,11 @@
 #pragma once
 
 #include <cstdint>
-#include <memory_resource>
-#include <set>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <boost/intrusive/set.hpp>
 
 #include "sim/core/types.h"
 
@@ -42,11 +44,13 @@ struct Block {
   StreamId stream = 0;
   PoolKind pool = PoolKind::kLarge;
   bool allocated = false;
-  bool mapped = true;                 // false only for unmapped ranges of expandable segments
-  bool expandable = false;            // lies in an expandable segment's reservation
-  std::uint32_t event_count = 0;      // outstanding cross-stream events (record_stream, spec ST3)
-  std::uint64_t gc_count_base = 0;    // pool lookup counter at the last insertion into the free set (GC ages)
-  std::vector<StreamId> stream_uses;  // record_stream targets not yet turned into events
+  bool mapped = true;               // false only for unmapped ranges of expandable segments
+  bool expandable = false;          // lies in an expandable segment's reservation
+  std::uint32_t event_count = 0;    // outstanding cross-stream events (record_stream, spec ST3)
+  bool has_stream_uses = false;     // record_stream targets are pending (kept in the policy: rare)
+  std::uint64_t gc_count_base = 0;  // pool lookup counter at the last insertion into the free set (GC ages)
+  BlockId id = kNoBlock;
+  boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>> free_hook;
 
   bool is_split() const { return prev != kNoBlock || next != kNoBlock; }
 };
@@ -64,35 +68,45 @@ struct Segment {
 
 class BlockPool {
  public:
+  // A search key in free-set order.
   struct FreeKey {
     StreamId stream;
     Bytes size_bytes;
     Bytes addr;
-    BlockId id;
-    bool operator<(const FreeKey& o) const {
-      if (stream != o.stream) return stream < o.stream;
-      if (size_bytes != o.size_bytes) return size_bytes < o.size_bytes;
-      return addr < o.addr;
+  };
+  struct FreeOrder {
+    static bool less(StreamId s1, Bytes z1, Bytes a1, StreamId s2, Bytes z2, Bytes a2) {
+      if (s1 != s2) return s1 < s2;
+      if (z1 != z2) return z1 < z2;
+      return a1 < a2;
+    }
+    bool operator()(const Block& a, const Block& b) const {
+      return less(a.stream, a.size_bytes, a.addr, b.stream, b.size_bytes, b.addr);
+    }
+    bool operator()(const FreeKey& k, const Block& b) const {
+      return less(k.stream, k.size_bytes, k.addr, b.stream, b.size_bytes, b.addr);
+    }
+    bool operator()(const Block& b, const FreeKey& k) const {
+      return less(b.stream, b.size_bytes, b.addr, k.stream, k.size_bytes, k.addr);
     }
   };
-  struct UnmappedKey {
-    StreamId stream;
-    Bytes addr;
-    BlockId id;
-    bool operator<(const UnmappedKey& o) const {
-      if (stream != o.stream) return stream < o.stream;
-      return addr < o.addr;
+  struct UnmappedOrder {
+    bool operator()(const Block& a, const Block& b) const {
+      return a.stream != b.stream ? a.stream < b.stream : a.addr < b.addr;
     }
+    bool operator()(StreamId s, const Block& b) const { return s < b.stream; }
+    bool operator()(const Block& b, StreamId s) const { return b.stream < s; }
   };
-  using FreeSet = std::pmr::set<FreeKey>;
-  using UnmappedSet = std::pmr::set<UnmappedKey>;
+  using Hook = boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>;
+  using FreeSet = boost::intrusive::set<Block, Hook, boost::intrusive::compare<FreeOrder>>;
+  using UnmappedSet = boost::intrusive::set<Block, Hook, boost::intrusive::compare<UnmappedOrder>>;
 
   BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
-  Block& block(BlockId id) { return m_blocks[id]; }
-  const Block& block(BlockId id) const { return m_blocks[id]; }
+  Block& block(BlockId id) { return m_block_chunks[id >> kChunkShift][id & (kChunkSize - 1)]; }
+  const Block& block(BlockId id) const { return m_block_chunks[id >> kChunkShift][id & (kChunkSize - 1)]; }
   Segment& segment(SegmentId id) { return m_segments[id]; }
   const Segment& segment(SegmentId id) const { return m_segments[id]; }
 
@@ -112,16 +126,26 @@ class BlockPool {
   // `src` (prev or next neighbour of `dst`) is absorbed into `dst` and deleted. Neither may be in a set.
   void merge(BlockId dst, BlockId src);
 
+  ~BlockPool();
+
   FreeSet& free_set(PoolKind pool) { return m_free[static_cast<int>(pool)]; }
   const FreeSet& free_set(PoolKind pool) const { return m_free[static_cast<int>(pool)]; }
   UnmappedSet& unmapped_set(PoolKind pool) { return m_unmapped[static_cast<int>(pool)]; }
+  // First free block with key >= (stream, size, 0): best fit when it is on `stream` (spec G2).
+  FreeSet::iterator lower_bound_free(PoolKind pool, StreamId stream, Bytes size_bytes) {
+    return free_set(pool).lower_bound(FreeKey{stream, size_bytes, 0}, FreeOrder{});
+  }
+  // First unmapped range of `stream`, lowest address.
+  UnmappedSet::iterator lower_bound_unmapped(PoolKind pool, StreamId stream) {
+    return unmapped_set(pool).lower_bound(stream, UnmappedOrder{});
+  }
   void insert_free(BlockId id);  // into the free set (mapped) or the unmapped set (unmapped)
   void erase_free(BlockId id);
   bool in_free_set(BlockId id) const;
 
   // Live segments in address order (a fresh vector; for reports and snapshots, not hot paths).
   std::vector<SegmentId> live_segments_by_address() const;
-  std::size_t live_block_count() const { return m_blocks.size() - m_free_block_ids.size(); }
+  std::size_t live_block_count() const { return m_block_count - m_free_block_ids.size(); }
 
   // Expensive self-check: blocks tile each live segment, links agree, free blocks are in exactly one set,
   // no two adjacent free idle blocks with the same mapping (M3). Returns "" or the first violation.
@@ -131,11 +155,15 @@ class BlockPool {
   BlockId new_block();
   void delete_block(BlockId id);
 
-  std::vector<Block> m_blocks;
+  // Blocks live in fixed-size chunks: stable addresses (the intrusive sets link Blocks directly) and an id ->
+  // Block lookup that is a shift and a mask.
+  static constexpr unsigned kChunkShift = 12;
+  static constexpr std::size_t kChunkSize = std::size_t{1} << kChunkShift;
+  std::vector<std::unique_ptr<Block[]>> m_block_chunks;
+  std::size_t m_block_count = 0;
   std::vector<BlockId> m_free_block_ids;
   std::vector<Segment> m_segments;
   std::vector<SegmentId> m_free_segment_ids;
-  std::pmr::unsynchronized_pool_resource m_node_memory;
   FreeSet m_free[kNumPools];
   UnmappedSet m_unmapped[kNumPools];
 };

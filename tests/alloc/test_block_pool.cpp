@@ -12,8 +12,19 @@ namespace {
 
 constexpr Bytes kBase = 0x7f0000000000;
 
-std::vector<BlockPool::FreeKey> keys(const BlockPool& pool, PoolKind kind) {
-  return {pool.free_set(kind).begin(), pool.free_set(kind).end()};
+struct Key {
+  StreamId stream;
+  Bytes size_bytes;
+  Bytes addr;
+  BlockId id;
+};
+
+std::vector<Key> keys(const BlockPool& pool, PoolKind kind) {
+  std::vector<Key> out;
+  for (const Block& b : pool.free_set(kind)) {
+    out.push_back(Key{b.stream, b.size_bytes, b.addr, b.id});
+  }
+  return out;
 }
 
 }  // namespace
@@ -135,19 +146,19 @@ TEST_CASE("BlockPool: free set order is (stream, size, address)", "[quick][alloc
 
   // Best fit is the first key >= (stream, size, 0) (G2).
   auto& fs = pool.free_set(PoolKind::kLarge);
-  auto it = fs.lower_bound(BlockPool::FreeKey{0, 16 * kMiB, 0, kNoBlock});
+  auto it = pool.lower_bound_free(PoolKind::kLarge, 0, 16 * kMiB);
   REQUIRE(it != fs.end());
   CHECK(it->addr == kBase + 60 * kMiB);  // smallest fitting size, lowest address among equals
-  it = fs.lower_bound(BlockPool::FreeKey{0, 21 * kMiB, 0, kNoBlock});
+  it = pool.lower_bound_free(PoolKind::kLarge, 0, 21 * kMiB);
   REQUIRE(it != fs.end());
   CHECK(it->addr == kBase);  // the 40 MiB block
-  it = fs.lower_bound(BlockPool::FreeKey{0, 41 * kMiB, 0, kNoBlock});
+  it = pool.lower_bound_free(PoolKind::kLarge, 0, 41 * kMiB);
   REQUIRE(it != fs.end());
   CHECK(it->stream == 7);  // past stream 0: the caller must treat this as a miss
-  it = fs.lower_bound(BlockPool::FreeKey{7, 1, 0, kNoBlock});
+  it = pool.lower_bound_free(PoolKind::kLarge, 7, 1);
   REQUIRE(it != fs.end());
   CHECK(it->addr == kBase + 300 * kMiB);
-  CHECK(fs.lower_bound(BlockPool::FreeKey{7, 21 * kMiB, 0, kNoBlock}) == fs.end());
+  CHECK(pool.lower_bound_free(PoolKind::kLarge, 7, 21 * kMiB) == fs.end());
 
   // erase_free removes exactly that block.
   const BlockId victim = k[1].id;

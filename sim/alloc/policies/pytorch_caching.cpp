@@ -72,11 +72,11 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
     ++m_lookup_count[static_cast<int>(p.pool)];
   }
   auto& free_set = m_pool.free_set(p.pool);
-  auto it = free_set.lower_bound(BlockPool::FreeKey{p.stream, p.size_bytes, 0, kNoBlock});
+  auto it = m_pool.lower_bound_free(p.pool, p.stream, p.size_bytes);
   if (it == free_set.end() || it->stream != p.stream) {
     return false;
   }
-  if (m_pool.block(it->id).expandable) {
+  if (it->expandable) {
     if (m_config.expandable_segments) {
       // Note [Expandable best fit]: a block bordering the unmapped rest of its reservation can grow, so for
       // best fit its size is what it can expand to; step past such tails to interior blocks.
@@ -86,7 +86,7 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
                (b.next != kNoBlock && !m_pool.block(b.next).mapped ? m_pool.block(b.next).size_bytes : 0);
       };
       auto next = std::next(it);
-      while (m_pool.block(it->id).expandable && next != free_set.end() && next->stream == p.stream &&
+      while (it->expandable && next != free_set.end() && next->stream == p.stream &&
              expandable_size(next->id) < expandable_size(it->id)) {
         it = next++;
       }
@@ -94,7 +94,7 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
       // Expandable segments were turned off after some were created: honour it, skip them.
       do {
         ++it;
-      } while (it != free_set.end() && m_pool.block(it->id).expandable && it->stream == p.stream);
+      } while (it != free_set.end() && it->expandable && it->stream == p.stream);
       if (it == free_set.end() || it->stream != p.stream) {
         return false;
       }
@@ -176,7 +176,7 @@ void PyTorchCachingPolicy::free(BlockId block, TimeNs time_ns) {
   SIM_ASSERT(b.allocated);
   b.allocated = false;
   m_events.on_free_requested(block_info(b, time_ns));
-  if (!b.stream_uses.empty()) {
+  if (b.has_stream_uses) {
     insert_events(block);
   } else {
     free_block(block, time_ns);
@@ -188,15 +188,19 @@ void PyTorchCachingPolicy::record_stream(BlockId block, StreamId stream) {
   if (stream == b.stream) {
     return;  // ST2: the block's own stream needs no event
   }
-  if (std::find(b.stream_uses.begin(), b.stream_uses.end(), stream) == b.stream_uses.end()) {
-    b.stream_uses.push_back(stream);
+  std::vector<StreamId>& uses = m_stream_uses[block];
+  if (std::find(uses.begin(), uses.end(), stream) == uses.end()) {
+    uses.push_back(stream);
   }
+  b.has_stream_uses = true;
 }
 
 void PyTorchCachingPolicy::insert_events(BlockId block) {
   Block& b = m_pool.block(block);
-  b.event_count += static_cast<std::uint32_t>(b.stream_uses.size());
-  b.stream_uses.clear();
+  auto uses = m_stream_uses.find(block);
+  b.event_count += static_cast<std::uint32_t>(uses->second.size());
+  m_stream_uses.erase(uses);
+  b.has_stream_uses = false;
   m_pending_frees.push_back(block);
 }
 
@@ -222,7 +226,7 @@ Bytes PyTorchCachingPolicy::try_merge_blocks(BlockId dst, BlockId src) {
     return 0;
   }
   const Block& s = m_pool.block(src);
-  if (s.allocated || s.event_count > 0 || !s.stream_uses.empty() || s.mapped != m_pool.block(dst).mapped) {
+  if (s.allocated || s.event_count > 0 || s.has_stream_uses || s.mapped != m_pool.block(dst).mapped) {
     return 0;
   }
   const Bytes subsumed = s.size_bytes;
@@ -276,8 +280,8 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
   }
   auto& free_set = m_pool.free_set(p.pool);
   const Bytes key_size = std::max(p.size_bytes, max_split);
-  auto it = free_set.lower_bound(BlockPool::FreeKey{p.stream, key_size, 0, kNoBlock});
-  if (it != free_set.end() && it->stream == p.stream && !m_pool.block(it->id).expandable) {
+  auto it = m_pool.lower_bound_free(p.pool, p.stream, key_size);
+  if (it != free_set.end() && it->stream == p.stream && !it->expandable) {
     release_block(it->id);  // RA3: the smallest single block that covers the request
     return true;
   }
@@ -293,7 +297,7 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
     if (!is_first) {
       --it;
     }
-    if (!m_pool.block(cur->id).expandable) {
+    if (!cur->expandable) {
       released += cur->size_bytes;
       release_block(cur->id);
     }
@@ -376,7 +380,7 @@ BlockId PyTorchCachingPolicy::find_expandable_block(const AllocParams& p) {
       return false;
     }
     const Block& b = m_pool.block(id);
-    return !b.allocated && b.event_count == 0 && b.stream_uses.empty();
+    return !b.allocated && b.event_count == 0 && !b.has_stream_uses;
   };
   auto has_available_address_space = [&](BlockId id) {
     Bytes bytes = 0;
@@ -387,7 +391,7 @@ BlockId PyTorchCachingPolicy::find_expandable_block(const AllocParams& p) {
     return bytes >= p.size_bytes;
   };
   auto& unmapped = m_pool.unmapped_set(p.pool);
-  for (auto it = unmapped.lower_bound(BlockPool::UnmappedKey{p.stream, 0, kNoBlock});
+  for (auto it = m_pool.lower_bound_unmapped(p.pool, p.stream);
        it != unmapped.end() && it->stream == p.stream; ++it) {
     BlockId candidate = it->id;
     if (allocatable(m_pool.block(candidate).prev)) {

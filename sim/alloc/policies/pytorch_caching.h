@@ -21,6 +21,7 @@
 #pragma once
 
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/alloc/alloc_observer.h"
@@ -108,8 +109,9 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   Bytes m_total_allocated_bytes = 0;  // live cudaMalloc segments + mapped pages (spec B2)
   bool m_set_fraction = false;
   Bytes m_allowed_bytes = 0;
-  std::uint64_t m_lookup_count[kNumPools] = {0, 0};  // get_free_blocks_call_count (GC ages)
-  std::vector<BlockId> m_pending_frees;              // blocks waiting for stream events, FIFO
+  std::uint64_t m_lookup_count[kNumPools] = {0, 0};                  // get_free_blocks_call_count (GC ages)
+  std::vector<BlockId> m_pending_frees;                              // blocks waiting for stream events, FIFO
+  std::unordered_map<BlockId, std::vector<StreamId>> m_stream_uses;  // record_stream targets (ST2)
 };
 
 }  // namespace vramsim
