@@ -46,7 +46,7 @@ Bytes operator+(Bytes a, const Bytes& b) {
 Bytes repeat(const Bytes& unit, std::size_t times) {
   Bytes out;
   for (std::size_t i = 0; i < times; ++i) {
-    out = out + unit;
+    out.insert(out.end(), unit.begin(), unit.end());
   }
   return out;
 }
@@ -345,6 +345,12 @@ TEST_CASE("read_pickle limits nesting depth", "[quick][traces][pickle]") {
   CHECK(depth == vramsim::kMaxPickleDepth);
   CHECK(error_of(nested(vramsim::kMaxPickleDepth + 1)) ==
         "t.pickle: byte 258: containers nest deeper than 256 levels");
+  // A 200-deep chain C, seen first at depth 2 and then again at depth 102 through a 100-deep wrapper:
+  // [C, [[...[C]...]]] is 301 deep although every container was within bounds on its first visit.
+  const Bytes chain = repeat({']'}, 200) + repeat({'a'}, 199) + Bytes{0x94, '0'};
+  const Bytes wrapper = Bytes{']', 'h', 0, 'a'} + repeat({']'}, 100) + Bytes{'h', 0} + repeat({'a'}, 101);
+  CHECK(error_of(kProto4 + chain + wrapper + Bytes{'.'}) ==
+        "t.pickle: byte 2: containers nest deeper than 256 levels");
 }
 
 TEST_CASE("read_pickle rejects containers that contain themselves", "[quick][traces][pickle]") {
@@ -439,6 +445,11 @@ TEST_CASE("write_pickle emits protocol 4 that read_pickle reads back", "[quick][
   }
   CHECK(read_pickle(write_pickle(value), "roundtrip") == value);
   CHECK_THROWS_AS(write_pickle(json::binary({1, 2})), InputError);
+  json deep = json::array();
+  for (int i = 0; i < vramsim::kMaxPickleDepth; ++i) {
+    deep = json::array({deep});
+  }
+  CHECK_THROWS_WITH(write_pickle(deep), "write_pickle: value nests deeper than 256 levels");
 }
 
 TEST_CASE("every file in the fuzz corpus decodes or throws InputError", "[quick][traces][pickle]") {
@@ -498,4 +509,15 @@ TEST_CASE("read_pickle matches the JSON conversions of the real snapshots", "[qu
     }
   }
   CHECK(files > 0);
+}
+
+TEST_CASE("read_pickle skips the values of listed keys but still checks them", "[quick][traces][pickle]") {
+  // pickle.dumps({'a': [1, (2, 3)]}, protocol=4) again: skipping "a" keeps the key with an empty list.
+  static constexpr std::string_view kSkip[] = {"a"};
+  CHECK(read_pickle(kSmallP4, "t.pickle", kSkip) == json::parse(R"({"a": []})"));
+  CHECK(read_pickle(kSmallP4, "t.pickle") == json::parse(R"({"a": [1, [2, 3]]})"));
+  // A skipped value is still decoded: a GLOBAL inside it is rejected as anywhere else.
+  Bytes evil = kSmallP4;
+  evil[20] = 'c';  // the BININT1 at byte 20 (inside the skipped list) becomes GLOBAL
+  CHECK_THROWS_WITH(read_pickle(evil, "t.pickle", kSkip), Catch::Contains("byte 20"));
 }

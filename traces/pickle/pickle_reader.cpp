@@ -3,6 +3,7 @@
 //      as Python shares one object between memo references, including later mutation of a memoised list.
 //   2. Check the graph reachable from the result (cycles, nesting depth, size of the expanded tree) in one
 //      memoised DFS, and only then expand it into nlohmann::json, whose size is now known to be bounded.
+#include <algorithm>
 #include "traces/pickle/pickle_reader.h"
 
 #include <array>
@@ -166,7 +167,8 @@ struct Node {
 
 class Decoder {
  public:
-  Decoder(std::span<const std::uint8_t> data, std::string_view name) : data_(data), name_(name) {}
+  Decoder(std::span<const std::uint8_t> data, std::string_view name, std::span<const std::string_view> skip_keys)
+      : data_(data), name_(name), skip_keys_(skip_keys) {}
 
   nlohmann::json decode() {
     // Node ids, offsets and string ranges are 32-bit.
@@ -413,6 +415,7 @@ class Decoder {
 
   std::span<const std::uint8_t> data_;
   std::string_view name_;
+  std::span<const std::string_view> skip_keys_;  // dict values under these keys decode to []
   std::size_t pos_ = 0;
   std::size_t op_start_ = 0;
   std::vector<Node> nodes_;
@@ -695,8 +698,10 @@ nlohmann::json Decoder::to_json(std::uint32_t id) const {
       auto& fields = object.get_ref<nlohmann::json::object_t&>();
       const std::vector<std::uint32_t>& items = items_[node.v.items];
       for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-        fields.insert_or_assign(key_text(items[i]),
-                                to_json(items[i + 1]));  // later duplicates win, as in Python
+        std::string key = key_text(items[i]);
+        const bool skipped = std::find(skip_keys_.begin(), skip_keys_.end(), key) != skip_keys_.end();
+        // later duplicates win, as in Python
+        fields.insert_or_assign(std::move(key), skipped ? nlohmann::json::array() : to_json(items[i + 1]));
       }
       return object;
     }
@@ -715,8 +720,9 @@ nlohmann::json Decoder::to_json(std::uint32_t id) const {
 
 }  // namespace
 
-nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name) {
-  return Decoder(data, name).decode();
+nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name,
+                           std::span<const std::string_view> skip_keys) {
+  return Decoder(data, name, skip_keys).decode();
 }
 
 }  // namespace vramsim

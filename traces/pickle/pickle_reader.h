@@ -45,8 +45,11 @@ inline constexpr int kMaxPickleDepth = 256;
 // duplicate key wins, as in Python), list/tuple/set/frozenset -> array (sets in pickle order),
 // str -> string, int -> number_unsigned when >= 0 else number_integer (as nlohmann's own parser does),
 // float -> number_float (NaN/inf kept), bool -> boolean, None -> null. `name` (usually the file name)
-// starts every error message.
-nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name);
+// starts every error message. Values stored under a dict key listed in `skip_keys` come out as an empty
+// array: they are still decoded and checked, but not materialised (snapshot readers pass {"frames"}, which is
+// 97% of a real snapshot once its shared stack frames are expanded).
+nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name,
+                           std::span<const std::string_view> skip_keys = {});
 
 // Encodes a JSON value as a protocol-4 pickle of plain containers that PyTorch's tools, MemoryViz and
 // pickle.load read: objects -> dict (EMPTY_DICT + SETITEMS in batches of 1000, like Python),
