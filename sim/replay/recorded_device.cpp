@@ -54,6 +54,14 @@ bool RecordedDevice::consume(TraceAction action, Bytes addr, Bytes size_bytes) {
   return false;
 }
 
+bool RecordedDevice::recorded_failure_next() const {
+  // The GPU refused this call when the recording goes on with releases (the OOM retry ladder) or ends the
+  // operation in an oom entry.
+  const TraceEvent* e = peek();
+  return e != nullptr ? e->action == TraceAction::kSegmentFree || e->action == TraceAction::kSegmentUnmap
+                      : m_ends_in_oom;
+}
+
 bool RecordedDevice::refuse(bool recorded_failure, Bytes size_bytes) {
   if (recorded_failure) {
     ++m_refused_as_recorded;
@@ -82,9 +90,7 @@ std::optional<Bytes> RecordedDevice::malloc(Bytes size_bytes, PoolKind, StreamId
     m_used_bytes += size_bytes;
     return e->addr;
   }
-  const bool recorded_failure =
-      (e != nullptr && (e->action == TraceAction::kSegmentFree || e->action == TraceAction::kSegmentUnmap)) ||
-      (e == nullptr && m_ends_in_oom);
+  const bool recorded_failure = recorded_failure_next();
   if (refuse(recorded_failure, size_bytes)) {
     return std::nullopt;
   }
@@ -111,10 +117,7 @@ Bytes RecordedDevice::reserve(Bytes size_bytes, PoolKind, StreamId) {
 void RecordedDevice::release_reservation(Bytes, Bytes) {}
 
 bool RecordedDevice::map(Bytes addr, Bytes size_bytes) {
-  const TraceEvent* e = peek();
-  const bool recorded_failure =
-      (e != nullptr && (e->action == TraceAction::kSegmentFree || e->action == TraceAction::kSegmentUnmap)) ||
-      (e == nullptr && m_ends_in_oom);
+  const bool recorded_failure = recorded_failure_next();
   if (refuse(recorded_failure, size_bytes)) {
     return false;
   }

@@ -65,6 +65,7 @@ class RecordedDevice final : public IDeviceMemory {
   bool consume(TraceAction action, Bytes addr, Bytes size_bytes);
   const TraceEvent* peek() const { return m_cursor < m_end ? &m_events[m_cursor] : nullptr; }
   Bytes synthetic_address(Bytes size_bytes);
+  bool recorded_failure_next() const;
   // Counts the refusal; returns true when the call must fail.
   bool refuse(bool recorded_failure, Bytes size_bytes);
   bool over_capacity(Bytes size_bytes) const {
