@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test_paths.h"
 
@@ -24,8 +25,15 @@ struct RunResult {
   std::string err;  // stderr
 };
 
+// Per-process scratch space: CTest runs test cases in parallel processes.
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("vramsim_cli_tests." + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
 RunResult run_vramsim(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / "vramsim_test_stderr.txt";
+  const fs::path err_file = scratch("stderr.txt");
   const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>" + err_file.string();
   RunResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -40,12 +48,6 @@ RunResult run_vramsim(const std::string& args) {
   std::ifstream e(err_file);
   r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
   return r;
-}
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "vramsim_cli_tests";
-  fs::create_directories(dir);
-  return dir / name;
 }
 
 fs::path write_file(const std::string& name, const std::string& bytes) {
