@@ -225,14 +225,17 @@ std::string_view trace_format_name(TraceFormat format) {
   return "?";
 }
 
+Snapshot snapshot_from_pickle(std::span<const std::uint8_t> bytes, std::string_view source) {
+  // Stack frames are never read: skipping them keeps a 3 MB snapshot from expanding into 110 MB of JSON.
+  static constexpr std::string_view kUnreadKeys[] = {"frames"};
+  return snapshot_from_any_json(read_pickle(bytes, source, kUnreadKeys), std::string(source));
+}
+
 Snapshot load_snapshot(const std::string& path) {
   const std::string data = read_file(path);
   if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) {  // pickle PROTO opcode
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(data.data());
-    // Stack frames are never read: skipping them keeps a 3 MB snapshot from expanding into 110 MB of JSON.
-    static constexpr std::string_view kUnreadKeys[] = {"frames"};
-    return snapshot_from_any_json(read_pickle(std::span<const std::uint8_t>(bytes, data.size()), path, kUnreadKeys),
-                                  path);
+    return snapshot_from_pickle(std::span<const std::uint8_t>(bytes, data.size()), path);
   }
   if (data.starts_with("vramsim-trace")) {
     return read_vtrace(data, path);

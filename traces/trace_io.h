@@ -7,6 +7,8 @@
 //   vtrace  - the project's own line-oriented text format, documented in traces/FORMAT.md
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -32,6 +34,9 @@ void save_snapshot(const Snapshot& snapshot, const std::string& path, TraceForma
 // wrong (e.g. "x.json: segments[3].blocks[0].size: expected a non-negative integer").
 Snapshot snapshot_from_json(const nlohmann::json& root, std::string_view source);
 nlohmann::json snapshot_to_json(const Snapshot& snapshot);
+
+// A `_dump_snapshot` pickle from memory (what load_snapshot does after sniffing); stack frames are skipped.
+Snapshot snapshot_from_pickle(std::span<const std::uint8_t> bytes, std::string_view source);
 
 // The vtrace text form (traces/FORMAT.md).
 Snapshot read_vtrace(std::string_view text, std::string_view source);

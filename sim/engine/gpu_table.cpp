@@ -1,0 +1,220 @@
+// The GPU table. Every number has its source next to it; "est." marks estimates.
+//
+// Note [Where the numbers come from]
+//   Peak FLOP/s and bandwidth: NVIDIA datasheets / architecture whitepapers, dense figures (datasheets print
+//   tensor-core numbers "with sparsity" for Ampere and later; we halve those):
+//     A100 (SXM4): A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): FP32 19.5 TF,
+//       TF32 156 TF, FP16/BF16 312 TF, 1,555 GB/s (40GB, HBM2), 2,039 GB/s (80GB, HBM2e).
+//     H100 SXM5: H100 datasheet: FP32 67 TF (66.9), TF32 989 TF*, FP16/BF16 1,979 TF*, FP8 3,958 TF*
+//       (* with sparsity -> 494.7 / 989.4 / 1,978.9 dense), 3.35 TB/s HBM3.
+//     H200 SXM: H200 datasheet: same GH100 compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
+//     L4: L4 datasheet: FP32 30.3 TF, TF32 120 TF*, FP16/BF16 242 TF*, FP8 485 TF* (-> 60 / 121 / 242.5
+//       dense), 300 GB/s GDDR6.
+//     RTX 4090: Ada (AD102) whitepaper: FP32 82.6 TF, TF32 82.6 TF, FP16/BF16 165.2 TF and FP8 330.3 TF with
+//       FP32 accumulate (GeForce runs FP32-accumulate at half the FP16-accumulate rate; PyTorch accumulates
+//       in FP32), 1,008 GB/s GDDR6X.
+//     V100 SXM2: V100 datasheet: FP32 15.7 TF, tensor FP16 125 TF, 900 GB/s HBM2; no TF32/BF16/FP8.
+//     T4: T4 datasheet: FP32 8.1 TF, tensor FP16 65 TF, 320 GB/s GDDR6; no TF32/BF16/FP8.
+//   total_memory_bytes is the runtime's total (deviceQuery's "Total amount of global memory", which is
+//   cudaMemGetInfo's total; PyTorch's OOM message prints it as "GPU 0 has a total capacity of X GiB"),
+//   taken from published deviceQuery outputs or OOM messages. It is below the nominal size (ECC, driver
+//   reservations) and moves by a few MiB to ~200 MiB with the driver version; the values below are one
+//   recent reading each:
+//     A100-40GB 40,441 MiB (deviceQuery, A100 40GB NVLink node, Paderborn PC2 wiki);
+//     A100-80GB 81,158 MiB (deviceQuery, A100-SXM4-80GB, driver 12.5; other drivers show 81,051-81,251);
+//     H100-80GB 81,106 MiB (deviceQuery, H100 80GB HBM3, driver 12.7; = the "79.21 GiB" of OOM messages);
+//     H200-141GB 143,155 MiB (OOM messages on 8xH200: "total capacity of 139.80 GiB"; +-5 MiB rounding);
+//     L4 22,518 MiB (deviceQuery, driver 12.0; OOM messages on other drivers say 22.03 GiB);
+//     RTX-4090 24,207 MiB (trtexec device info; = the "23.64 GiB" of OOM messages);
+//     V100-32GB 32,510 MiB and V100-16GB 16,160 MiB (deviceQuery, Tesla V100-SXM2/PCIE);
+//     T4 15,110 MiB (deviceQuery, Tesla T4, driver 11.2).
+//   launch_overhead_ns: est. 4 us per kernel for every GPU: host-side launch costs ~4-6 us per kernel in
+//   published measurements (e.g. NVIDIA's "Getting Started with CUDA Graphs" blog; pegainfer's launch-
+//   overhead post); with the host running ahead the device-side gap is smaller, so this is a mid value.
+//   cuda_context_bytes: est. 500 MiB for every GPU: the footprint of a PyTorch process before its first
+//   allocation (CUDA context, module images, cuBLAS/cuDNN handles) with lazy module loading, the default on
+//   Linux since CUDA 12.2 (CUDA programming guide, "Lazy Loading"). Eager loading (CUDA < 11.7 or
+//   CUDA_MODULE_LOADING=EAGER) can cost 1-2 GiB more. Measure with nvidia-smi minus torch reserved bytes.
+#include "sim/engine/gpu_table.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "sim/core/assert.h"
+#include "sim/core/error.h"
+
+namespace vramsim {
+namespace {
+
+constexpr double kT = 1e12;  // tera, for FLOP/s and bytes/s
+constexpr double kG = 1e9;
+constexpr TimeNs kLaunchNs = 4'000;          // est., see Note
+constexpr Bytes kContextBytes = 500 * kMiB;  // est., see Note
+
+// clang-format off
+// Per row: name, variant, nominal bytes, runtime total bytes,
+//          FLOP/s fp32, tf32, fp16, bf16, fp8 (dense; 0 = no hardware path), bandwidth B/s, launch ns,
+//          context bytes.
+const std::vector<GpuSpec> kGpus = {
+    {"A100-40GB", "SXM4, HBM2", 40 * kGiB, 42'405'855'232ULL,
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1555 * kG, kLaunchNs, kContextBytes},
+    {"A100-80GB", "SXM4, HBM2e", 80 * kGiB, 85'100'068'864ULL,
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 2039 * kG, kLaunchNs, kContextBytes},
+    {"H100-80GB", "SXM5, HBM3", 80 * kGiB, 85'045'477'376ULL,
+     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 3350 * kG, kLaunchNs, kContextBytes},
+    {"H200-141GB", "SXM, HBM3e", 141 * kGiB, 143'155ULL * kMiB,
+     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 4800 * kG, kLaunchNs, kContextBytes},
+    {"L4", "PCIe, GDDR6", 24 * kGiB, 23'612'293'120ULL,
+     30.3 * kT, 60 * kT, 121 * kT, 121 * kT, 242.5 * kT, 300 * kG, kLaunchNs, kContextBytes},
+    {"RTX-4090", "GeForce, GDDR6X", 24 * kGiB, 24'207ULL * kMiB,
+     82.6 * kT, 82.6 * kT, 165.2 * kT, 165.2 * kT, 330.3 * kT, 1008 * kG, kLaunchNs, kContextBytes},
+    {"V100-32GB", "SXM2, HBM2", 32 * kGiB, 34'089'730'048ULL,
+     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, kContextBytes},
+    {"V100-16GB", "SXM2, HBM2", 16 * kGiB, 16'945'512'448ULL,
+     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, kContextBytes},
+    {"T4", "PCIe, GDDR6", 16 * kGiB, 15'843'721'216ULL,
+     8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, kContextBytes},
+};
+
+// Alias -> canonical name. Keys are normalized (see normalize()). "a100" means the 80GB part (it replaced
+// the 40GB one in the market); "v100" means the 16GB part (the common cloud instance).
+const std::vector<std::pair<std::string_view, std::string_view>> kAliases = {
+    {"a100", "A100-80GB"},          {"a100sxm480gb", "A100-80GB"}, {"a100sxm440gb", "A100-40GB"},
+    {"a10040g", "A100-40GB"},       {"a10080g", "A100-80GB"},      {"h100", "H100-80GB"},
+    {"h100sxm", "H100-80GB"},       {"h100sxm5", "H100-80GB"},     {"h10080gbhbm3", "H100-80GB"},
+    {"h200", "H200-141GB"},         {"h200sxm", "H200-141GB"},     {"4090", "RTX-4090"},
+    {"v100", "V100-16GB"},          {"v100sxm216gb", "V100-16GB"}, {"v100sxm232gb", "V100-32GB"},
+    {"v10016g", "V100-16GB"},       {"v10032g", "V100-32GB"},
+};
+// clang-format on
+
+// Lower case, letters and digits only, without a leading vendor/brand word: "NVIDIA GeForce RTX 4090" ->
+// "rtx4090", "Tesla V100-SXM2-16GB" -> "v100sxm216gb".
+std::string normalize(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0) {
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  for (const std::string_view prefix : {"nvidia", "tesla", "geforce"}) {
+    if (out.size() > prefix.size() && out.starts_with(prefix)) {
+      out.erase(0, prefix.size());
+    }
+  }
+  return out;
+}
+
+const GpuSpec* find_canonical(std::string_view key) {
+  for (const GpuSpec& gpu : kGpus) {
+    if (normalize(gpu.name) == key) {
+      return &gpu;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32:
+      return "fp32";
+    case DType::kTf32:
+      return "tf32";
+    case DType::kFp16:
+      return "fp16";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp8:
+      return "fp8";
+  }
+  SIM_ASSERT(false && "unknown DType");
+  return "";
+}
+
+DType parse_dtype(std::string_view text) {
+  const std::string key = normalize(text);
+  if (key == "fp32" || key == "float32") {
+    return DType::kFp32;
+  }
+  if (key == "tf32") {
+    return DType::kTf32;
+  }
+  if (key == "fp16" || key == "float16" || key == "half") {
+    return DType::kFp16;
+  }
+  if (key == "bf16" || key == "bfloat16") {
+    return DType::kBf16;
+  }
+  if (key == "fp8") {
+    return DType::kFp8;
+  }
+  throw InputError(
+      fmt::format("dtype: unknown compute dtype '{}' (known: fp32, tf32, fp16, bf16, fp8)", text));
+}
+
+double GpuSpec::peak_flops_per_s(DType dtype) const {
+  double flops = 0;
+  switch (dtype) {
+    case DType::kFp32:
+      flops = fp32_flops_per_s;
+      break;
+    case DType::kTf32:
+      flops = tf32_flops_per_s > 0 ? tf32_flops_per_s : fp32_flops_per_s;
+      break;
+    case DType::kFp16:
+      flops = fp16_flops_per_s;
+      break;
+    case DType::kBf16:
+      flops = bf16_flops_per_s > 0 ? bf16_flops_per_s : fp32_flops_per_s;
+      break;
+    case DType::kFp8:
+      flops = fp8_flops_per_s > 0 ? fp8_flops_per_s : fp16_flops_per_s;
+      break;
+  }
+  SIM_ASSERT(flops > 0);
+  return flops;
+}
+
+const std::vector<GpuSpec>& gpu_table() { return kGpus; }
+
+std::string known_gpu_names() {
+  std::string names;
+  for (const GpuSpec& gpu : kGpus) {
+    names += names.empty() ? "" : ", ";
+    names += gpu.name;
+  }
+  return names;
+}
+
+const GpuSpec& find_gpu(std::string_view name) {
+  const std::string key = normalize(name);
+  if (const GpuSpec* gpu = find_canonical(key)) {
+    return *gpu;
+  }
+  for (const auto& [alias, canonical] : kAliases) {
+    if (alias == key) {
+      const GpuSpec* gpu = find_canonical(normalize(canonical));
+      SIM_ASSERT(gpu != nullptr);
+      return *gpu;
+    }
+  }
+  std::string aliases;
+  for (const auto& [alias, canonical] : kAliases) {
+    if (alias.size() <= 5) {  // the short ones users type; the rest are PyTorch device names
+      aliases += aliases.empty() ? "" : ", ";
+      aliases += alias;
+    }
+  }
+  throw InputError(
+      fmt::format("--gpu: unknown GPU '{}' (known: {}; aliases: {}; PyTorch device names such as "
+                  "'NVIDIA A100-SXM4-80GB' are accepted too)",
+                  name, known_gpu_names(), aliases));
+}
+
+}  // namespace vramsim
