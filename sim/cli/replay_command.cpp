@@ -118,7 +118,9 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
                                                                 static_cast<double>(r.capacity_bytes))))
             : "");
   }
-  if (r.capacity_bytes == 0) {
+  if (r.capacity_bytes == 0 && r.check.segment_events_recorded == 0 && !r.check.has_final_state) {
+    fmt::print("device limit     none: the trace records no device calls; give --capacity to model one\n");
+  } else if (r.capacity_bytes == 0) {
     // Nothing in a snapshot says how much memory the GPU had: state what the recorded outcomes imply.
     fmt::print(
         "device limit     not recorded; the model followed the recorded cudaMalloc outcomes: >= {} (peak "
