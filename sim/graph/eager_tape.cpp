@@ -1,0 +1,505 @@
+#include "sim/graph/eager_tape.h"
+
+#include <algorithm>
+
+#include "sim/core/assert.h"
+
+namespace vramsim {
+
+std::int64_t numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    n *= d;
+  }
+  return n;
+}
+
+EagerTape::EagerTape(OpGraph& graph) : m_graph(graph) {}
+
+// ---- raw storage and references ---------------------------------------------------------------------------
+
+OpId EagerTape::begin_op(const std::string& name, const std::string& kind, double flops) {
+  Op op;
+  op.name = name;
+  op.kind = kind;
+  op.step = m_step;
+  op.micro_batch = m_micro_batch;
+  op.layer = m_layer;
+  op.phase = m_phase;
+  op.flops = flops;
+  m_current_op = m_graph.add_op(std::move(op));
+  return m_current_op;
+}
+
+TensorId EagerTape::new_storage(const std::string& name, Bytes size_bytes, DType dtype,
+                                TensorCategory category) {
+  SIM_ASSERT(m_current_op != kNoOp);
+  Tensor t;
+  t.name = name;
+  t.size_bytes = size_bytes;
+  t.dtype = dtype;
+  t.category = category;
+  t.producer = m_current_op;
+  t.layer = m_layer;
+  const TensorId id = m_graph.add_tensor(std::move(t));
+  m_refs.push_back(0);
+  m_freed.push_back(false);
+  m_graph.op(m_current_op).bytes_moved += size_bytes;
+  return id;
+}
+
+TensorId EagerTape::allocate(const std::string& name, Bytes size_bytes, DType dtype,
+                             TensorCategory category) {
+  const TensorId s = new_storage(name, size_bytes, dtype, category);
+  ref(s);
+  return s;
+}
+
+void EagerTape::release(TensorId storage) { unref(storage); }
+
+void EagerTape::use(TensorId storage) {
+  SIM_ASSERT(!m_freed.at(storage));
+  m_graph.add_consumer(storage, m_current_op, EdgeKind::kData);
+  m_graph.op(m_current_op).bytes_moved += m_graph.tensor(storage).size_bytes;
+}
+
+void EagerTape::ref(TensorId s) {
+  SIM_ASSERT(!m_freed.at(s));
+  ++m_refs[s];
+}
+
+void EagerTape::unref(TensorId s) {
+  SIM_ASSERT(m_refs.at(s) > 0);
+  if (--m_refs[s] == 0) {
+    free_if_unreferenced(s);
+  }
+}
+
+void EagerTape::free_if_unreferenced(TensorId s) {
+  if (m_refs.at(s) != 0 || m_freed[s]) {
+    return;
+  }
+  m_freed[s] = true;
+  m_graph.add_consumer(s, m_current_op, EdgeKind::kLifetime);
+}
+
+// ---- variables --------------------------------------------------------------------------------------------
+
+VarId EagerTape::new_var(TensorId storage, Shape shape, DType dtype, std::string name) {
+  Var v;
+  v.storage = storage;
+  v.shape = std::move(shape);
+  v.dtype = dtype;
+  v.name = std::move(name);
+  m_vars.push_back(std::move(v));
+  return static_cast<VarId>(m_vars.size() - 1);
+}
+
+VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dtype) {
+  const TensorId s = allocate(name, static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype), dtype,
+                              TensorCategory::kParameter);
+  const VarId v = new_var(s, shape, dtype, name);
+  m_vars[v].requires_grad = true;
+  m_vars[v].is_parameter = true;
+  return v;
+}
+
+VarId EagerTape::input(const std::string& name, const Shape& shape, DType dtype) {
+  const TensorId s = allocate(name, static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype), dtype,
+                              TensorCategory::kInput);
+  return new_var(s, shape, dtype, name);
+}
+
+VarId EagerTape::constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
+  begin_op(name, kind);
+  const TensorId s = allocate(name, static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype), dtype,
+                              TensorCategory::kTemporary);
+  return new_var(s, shape, dtype, name);
+}
+
+VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, GradRule base_grad) {
+  SIM_ASSERT(numel(shape) <= numel(m_vars[base].shape) || base_grad.kind == GradRule::Kind::kPassThrough);
+  const Var b = m_vars[base];
+  const VarId v = new_var(b.storage, shape, b.dtype, name);
+  ref(b.storage);
+  if (m_grad_enabled && b.requires_grad) {
+    Node node;
+    node.name = name;
+    node.kind = "view";
+    node.layer = m_layer;
+    node.inputs = {base};
+    node.rule.grads = {base_grad};
+    add_node(std::move(node), {v});
+  }
+  return v;
+}
+
+VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId target,
+                         const std::vector<VarId>& inputs, const BackwardRule& rule) {
+  begin_op(name, kind);
+  const Var t = m_vars[target];
+  use(t.storage);
+  bool needs_grad = t.requires_grad;
+  for (VarId in : inputs) {
+    use(m_vars[in].storage);
+    needs_grad = needs_grad || m_vars[in].requires_grad;
+  }
+  const VarId v = new_var(t.storage, t.shape, t.dtype, t.name);
+  ref(t.storage);
+  if (needs_grad && m_grad_enabled) {
+    Node node;
+    node.name = name;
+    node.kind = kind;
+    node.layer = m_layer;
+    node.inputs = {target};
+    node.inputs.insert(node.inputs.end(), inputs.begin(), inputs.end());
+    node.rule = rule;
+    add_node(std::move(node), {v});
+  }
+  return v;
+}
+
+void EagerTape::hold(VarId v) { ref(m_vars[v].storage); }
+
+void EagerTape::drop(VarId v) { unref(m_vars[v].storage); }
+
+void EagerTape::save(Node& node, TensorId s) {
+  ref(s);
+  node.saved.push_back(s);
+  Tensor& t = m_graph.tensor(s);
+  if (t.category == TensorCategory::kTemporary) {
+    t.category = TensorCategory::kActivation;
+    t.layer = m_layer;  // an activation belongs to the layer whose backward needs it
+  }
+}
+
+int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
+  node.outputs = outputs;
+  m_nodes.push_back(std::move(node));
+  const int index = static_cast<int>(m_nodes.size() - 1);
+  for (VarId o : outputs) {
+    m_vars[o].requires_grad = true;
+    m_vars[o].node = index;
+  }
+  return index;
+}
+
+std::vector<VarId> EagerTape::op(const OpCall& c) {
+  begin_op(c.name, c.kind, c.flops);
+  bool needs_grad = false;
+  for (VarId in : c.inputs) {
+    use(m_vars[in].storage);
+    needs_grad = needs_grad || m_vars[in].requires_grad;
+  }
+  needs_grad = needs_grad && m_grad_enabled;
+  std::vector<VarId> outs;
+  for (const OutputSpec& o : c.outputs) {
+    const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
+    const TensorId s = allocate(name, static_cast<Bytes>(numel(o.shape)) * dtype_size_bytes(o.dtype), o.dtype,
+                                TensorCategory::kTemporary);
+    outs.push_back(new_var(s, o.shape, o.dtype, name));
+  }
+  std::vector<TensorId> scratch;
+  for (Bytes b : c.scratch_bytes) {
+    scratch.push_back(allocate(c.name + ".scratch", b, DType::kUInt8, TensorCategory::kTemporary));
+  }
+  if (needs_grad) {
+    Node node;
+    node.name = c.name;
+    node.kind = c.kind;
+    node.layer = m_layer;
+    node.inputs = c.inputs;
+    node.rule = c.backward;
+    for (int i : c.saved.inputs) {
+      save(node, m_vars[c.inputs.at(static_cast<std::size_t>(i))].storage);
+    }
+    for (int i : c.saved.outputs) {
+      save(node, m_vars[outs.at(static_cast<std::size_t>(i))].storage);
+    }
+    std::vector<VarId> differentiable;
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (c.outputs[i].differentiable) {
+        differentiable.push_back(outs[i]);
+      }
+    }
+    add_node(std::move(node), differentiable);
+  }
+  for (TensorId s : scratch) {
+    unref(s);
+  }
+  return outs;
+}
+
+// ---- autograd engine --------------------------------------------------------------------------------------
+
+VarId EagerTape::new_grad(VarId like, const std::string& name) {
+  const Var& v = m_vars[like];
+  const TensorId s = new_storage(name, static_cast<Bytes>(numel(v.shape)) * dtype_size_bytes(v.dtype),
+                                 v.dtype, TensorCategory::kTemporary);
+  return new_var(s, v.shape, v.dtype, name);
+}
+
+VarId EagerTape::take_grad(VarId output) {
+  auto it = m_grad_buffer.find(output);
+  if (it == m_grad_buffer.end()) {
+    return kNoVar;
+  }
+  const VarId g = it->second;
+  m_grad_buffer.erase(it);
+  return g;  // the buffer's reference now belongs to the caller
+}
+
+void EagerTape::accumulate_grad(VarId param, VarId g) {
+  Var& p = m_vars[param];
+  const Var& gv = m_vars[g];
+  use(gv.storage);
+  if (p.grad == kNoTensor) {
+    const Tensor& gt = m_graph.tensor(gv.storage);
+    const Bytes want = static_cast<Bytes>(numel(p.shape)) * dtype_size_bytes(p.dtype);
+    if (m_refs[gv.storage] == 0 && gv.dtype == p.dtype && gt.size_bytes == want) {
+      p.grad = gv.storage;  // AccumulateGrad steals a gradient nobody else references
+      m_graph.tensor(p.grad).category = TensorCategory::kGradient;
+      m_graph.tensor(p.grad).name = p.name + ".grad";
+      m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
+      ref(p.grad);
+      return;
+    }
+    p.grad = allocate(p.name + ".grad", want, p.dtype, TensorCategory::kGradient);  // clone
+    m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
+  } else {
+    use(p.grad);  // param.grad += new_grad, in place
+  }
+  free_if_unreferenced(gv.storage);
+}
+
+void EagerTape::deliver(VarId input, VarId g) {
+  const Var& x = m_vars[input];
+  if (!x.requires_grad) {
+    free_if_unreferenced(m_vars[g].storage);
+    return;
+  }
+  if (x.is_parameter) {
+    accumulate_grad(input, g);
+    return;
+  }
+  auto it = m_grad_buffer.find(input);
+  if (it == m_grad_buffer.end()) {
+    ref(m_vars[g].storage);
+    m_grad_buffer[input] = g;
+  } else {
+    // InputBuffer::accumulate: reuse whichever side nobody else references, else allocate the sum.
+    const VarId old = it->second;
+    const TensorId old_s = m_vars[old].storage;
+    const TensorId new_s = m_vars[g].storage;
+    use(old_s);
+    use(new_s);
+    if (m_refs[old_s] == 1) {
+      free_if_unreferenced(new_s);
+    } else if (m_refs[new_s] == 0) {
+      ref(new_s);
+      it->second = g;
+      unref(old_s);
+    } else {
+      const VarId sum = new_grad(input, m_vars[input].name + ".grad_sum");
+      ref(m_vars[sum].storage);
+      it->second = sum;
+      unref(old_s);
+    }
+  }
+}
+
+void EagerTape::execute(std::size_t index) {
+  Node& node = m_nodes[index];
+  std::vector<VarId> grads_out;
+  VarId primary = kNoVar;
+  for (VarId o : node.outputs) {
+    const VarId g = take_grad(o);
+    grads_out.push_back(g);
+    if (primary == kNoVar) {
+      primary = g;
+    }
+  }
+  if (primary == kNoVar) {
+    return;  // no gradient reached this node
+  }
+  begin_op(node.name + ".backward", node.kind + "_backward");
+  m_graph.op(m_current_op).layer = node.layer;
+  if (node.checkpoint_body) {
+    execute_checkpoint(index, primary);
+    return;
+  }
+  for (VarId g : grads_out) {
+    if (g != kNoVar) {
+      use(m_vars[g].storage);
+    }
+  }
+  for (TensorId s : node.saved) {
+    use(s);
+  }
+  std::vector<TensorId> temps;
+  for (Bytes b : node.rule.temp_bytes) {
+    temps.push_back(allocate(node.name + ".backward.scratch", b, DType::kUInt8, TensorCategory::kTemporary));
+  }
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    const VarId in = node.inputs[i];
+    const GradRule rule = i < node.rule.grads.size() ? node.rule.grads[i] : GradRule{};
+    if (!m_vars[in].requires_grad || rule.kind == GradRule::Kind::kNone) {
+      continue;
+    }
+    VarId g;
+    if (rule.kind == GradRule::Kind::kPassThrough) {
+      g = new_var(m_vars[primary].storage, m_vars[in].shape, m_vars[in].dtype, m_vars[primary].name);
+    } else {
+      g = new_grad(in, m_vars[in].name + ".grad");
+    }
+    deliver(in, g);
+    if (m_backward_workspace_bytes > 0 && (node.kind == "mm" || node.kind == "addmm" || node.kind == "bmm")) {
+      allocate("cublas_workspace.autograd_thread", m_backward_workspace_bytes, DType::kUInt8,
+               TensorCategory::kWorkspace);  // referenced by the cuBLAS handle until the process ends
+      m_backward_workspace_bytes = 0;
+    }
+  }
+  for (TensorId s : temps) {
+    unref(s);
+  }
+  for (VarId g : grads_out) {
+    if (g != kNoVar) {
+      unref(m_vars[g].storage);
+    }
+  }
+  for (TensorId s : node.saved) {
+    unref(s);
+  }
+  node.saved.clear();
+  node.done = true;
+}
+
+// Note [Checkpoint backward]: torch.utils.checkpoint's backward detaches the saved input into a fresh leaf
+// that requires grad, replays the body with grad on (its intermediates are saved as usual), runs backward
+// over that replayed graph from the incoming gradient, and hands the leaf's gradient on as the input's
+// gradient.
+void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out) {
+  const std::vector<VarId> inputs = m_nodes[index].inputs;
+  const CheckpointBody body = m_nodes[index].checkpoint_body;
+  const std::string name = m_nodes[index].name;
+  std::vector<VarId> leaves;
+  for (VarId in : inputs) {
+    const TensorId s = m_vars[in].storage;
+    use(s);
+    const VarId x = new_var(s, m_vars[in].shape, m_vars[in].dtype, name + ".input");
+    ref(s);
+    m_vars[x].requires_grad = m_vars[in].requires_grad;
+    leaves.push_back(x);
+  }
+  const bool was_enabled = m_grad_enabled;
+  m_grad_enabled = true;
+  const std::size_t begin = m_nodes.size();
+  const VarId y = body(leaves);
+  deliver(y, grad_out);
+  unref(m_vars[grad_out].storage);  // the checkpoint node's incoming reference
+  run_nodes(begin, m_nodes.size());
+  release_nodes(begin, m_nodes.size());
+  m_grad_enabled = was_enabled;
+  drop(y);
+  std::vector<VarId> leaf_grads;
+  for (VarId x : leaves) {
+    leaf_grads.push_back(take_grad(x));  // a leaf's gradient stays in the buffer: no node consumes it
+    drop(x);
+  }
+  for (TensorId s : m_nodes[index].saved) {
+    unref(s);
+  }
+  m_nodes[index].saved.clear();
+  m_nodes[index].done = true;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (leaf_grads[i] == kNoVar) {
+      continue;
+    }
+    const TensorId gs = m_vars[leaf_grads[i]].storage;
+    const VarId g = new_var(gs, m_vars[inputs[i]].shape, m_vars[inputs[i]].dtype, m_vars[leaf_grads[i]].name);
+    deliver(inputs[i], g);
+    unref(gs);
+  }
+}
+
+void EagerTape::run_nodes(std::size_t begin, std::size_t end) {
+  for (std::size_t i = end; i-- > begin;) {
+    if (!m_nodes[i].done) {
+      execute(i);
+    }
+  }
+}
+
+void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end && i < m_nodes.size(); ++i) {
+    Node& n = m_nodes[i];
+    for (TensorId s : n.saved) {
+      unref(s);
+    }
+    n.saved.clear();
+    n.done = true;
+    n.checkpoint_body = nullptr;
+  }
+}
+
+void EagerTape::backward(VarId loss) {
+  SIM_ASSERT(m_vars[loss].requires_grad);
+  begin_op("loss.backward.grad_seed", "ones_like");
+  const VarId seed = new_grad(loss, "loss.grad_seed");
+  deliver(loss, seed);
+  std::size_t begin = 0;
+  while (begin < m_nodes.size() && m_nodes[begin].done) {
+    ++begin;
+  }
+  run_nodes(begin, m_nodes.size());
+  release_nodes(begin, m_nodes.size());
+  for (auto& [var, g] : m_grad_buffer) {  // gradients no node consumed (outputs of unreached nodes)
+    (void)var;
+    unref(m_vars[g].storage);
+  }
+  m_grad_buffer.clear();
+}
+
+VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& inputs,
+                            const CheckpointBody& body) {
+  bool any_requires_grad = false;
+  for (VarId in : inputs) {
+    any_requires_grad = any_requires_grad || m_vars[in].requires_grad;
+  }
+  if (!m_grad_enabled || !any_requires_grad) {
+    return body(inputs);
+  }
+  m_grad_enabled = false;
+  const VarId out = body(inputs);
+  m_grad_enabled = true;
+  Node node;
+  node.name = name;
+  node.kind = "checkpoint";
+  node.layer = m_layer;
+  node.inputs = inputs;
+  node.checkpoint_body = body;
+  for (VarId in : inputs) {
+    save(node, m_vars[in].storage);
+  }
+  add_node(std::move(node), {out});
+  return out;
+}
+
+void EagerTape::set_grad_to_none(VarId param) {
+  Var& p = m_vars[param];
+  if (p.grad != kNoTensor) {
+    use(p.grad);
+    unref(p.grad);
+    p.grad = kNoTensor;
+  }
+}
+
+void EagerTape::finish() {
+  for (TensorId id = 0; id < m_graph.tensors().size(); ++id) {
+    if (!m_freed[id]) {
+      m_graph.tensor(id).persistent = true;
+    }
+  }
+}
+
+}  // namespace vramsim

@@ -1,0 +1,199 @@
+// Records what PyTorch eager mode does to device memory while model code runs, into an OpGraph.
+//
+// The model (torch_ops.h and the emitters) calls one method per aten op, in the order the Python executes
+// them, and says when a Python variable lets go of a tensor (drop). The tape keeps PyTorch's reference
+// counting, so a tensor is freed exactly when the real one would be:
+//   * storage refs  : Python references, autograd's saved references, gradient buffer entries; views share
+//                     their base's storage. The last unref frees the storage after the current op.
+//   * autograd      : an op whose input requires grad (with grad mode on) records a node that keeps its saved
+//                     tensors. backward() runs the nodes in reverse creation order (the engine's
+//                     sequence-number order), allocates each input gradient, accumulates gradient buffers the
+//                     way InputBuffer::accumulate does (in place when the buffer holds the only reference),
+//                     steals or accumulates into parameter .grad the way AccumulateGrad does, and releases
+//                     every node's saved tensors after it runs.
+//   * checkpoint    : checkpoint(body) runs body without saving, keeps only its input, and replays body with
+//                     grad on inside the backward (torch.utils.checkpoint).
+//
+// Cost: O(1) per recorded op and per reference change; backward is linear in the nodes.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/graph/op_graph.h"
+
+namespace vramsim {
+
+using Shape = std::vector<std::int64_t>;
+using VarId = std::uint32_t;
+inline constexpr VarId kNoVar = std::numeric_limits<VarId>::max();
+
+std::int64_t numel(const Shape& shape);
+
+// How backward produces the gradient of one forward input.
+struct GradRule {
+  enum class Kind : std::uint8_t {
+    kAlloc,        // a new tensor of the input's shape and dtype
+    kPassThrough,  // the incoming gradient itself (views, add, clone): no allocation
+    kNone,         // not differentiable w.r.t. this input
+  };
+  Kind kind = Kind::kAlloc;
+};
+
+struct BackwardRule {
+  std::vector<GradRule> grads;    // one per forward input; missing entries mean kAlloc
+  std::vector<Bytes> temp_bytes;  // scratch alive while the backward node runs (the node's peak extra)
+};
+
+struct OutputSpec {
+  std::string suffix;  // appended to the op name for the tensor name ("" for the main output)
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  bool differentiable = true;  // false for indices, masks, statistics
+};
+
+// Which tensors an op's backward node keeps: inputs by index, outputs by index.
+struct SavedSpec {
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+};
+
+struct OpCall {
+  std::string name;
+  std::string kind;
+  std::vector<VarId> inputs;
+  std::vector<OutputSpec> outputs;
+  SavedSpec saved;
+  BackwardRule backward;
+  std::vector<Bytes> scratch_bytes;  // forward scratch freed at the op's end
+  double flops = 0.0;
+};
+
+class EagerTape {
+ public:
+  explicit EagerTape(OpGraph& graph);
+
+  // ---- context of the ops recorded next
+  void set_step(int step, int micro_batch = 0) {
+    m_step = step;
+    m_micro_batch = micro_batch;
+  }
+  void set_phase(Phase phase) { m_phase = phase; }
+  Phase phase() const { return m_phase; }
+  void set_layer(int layer) { m_layer = layer; }
+  int layer() const { return m_layer; }
+  bool grad_enabled() const { return m_grad_enabled; }
+  void set_grad_enabled(bool on) { m_grad_enabled = on; }
+
+  // ---- variables
+  VarId parameter(const std::string& name, const Shape& shape,
+                  DType dtype);                                           // persistent leaf, requires grad
+  VarId input(const std::string& name, const Shape& shape, DType dtype);  // persistent, no grad
+  // A fresh tensor that needs no grad (zeros, arange, masks): one allocation.
+  VarId constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype);
+  std::vector<VarId> op(const OpCall& call);
+  VarId op1(const OpCall& call) { return op(call).at(0); }
+  // A view of `base` (rearrange, transpose, slice, reshape that needs no copy): no allocation. Backward
+  // passes the gradient through unless `base_grad` says it allocates (slice / select backward).
+  VarId view(VarId base, const Shape& shape, const std::string& name,
+             GradRule base_grad = {GradRule::Kind::kPassThrough});
+  // An in-place write into `target` (rotated[..., 0] = expr): no allocation. Returns the tensor's new
+  // version (same storage, one Python reference) whose grad_fn reads `target`'s old version and `inputs`.
+  VarId inplace(const std::string& name, const std::string& kind, VarId target,
+                const std::vector<VarId>& inputs, const BackwardRule& rule);
+  void hold(VarId v);  // one more Python reference
+  void drop(VarId v);  // a Python reference goes away; frees the storage if it was the last reference
+  void drop(std::initializer_list<VarId> vs) {
+    for (VarId v : vs) {
+      drop(v);
+    }
+  }
+
+  const Shape& shape(VarId v) const { return m_vars[v].shape; }
+  DType dtype(VarId v) const { return m_vars[v].dtype; }
+  bool requires_grad(VarId v) const { return m_vars[v].requires_grad; }
+  bool is_parameter(VarId v) const { return m_vars[v].is_parameter; }
+  TensorId storage(VarId v) const { return m_vars[v].storage; }
+  const std::string& name(VarId v) const { return m_vars[v].name; }
+
+  // ---- autograd
+  void backward(VarId loss);  // loss.backward(); releases the graph
+  using CheckpointBody = std::function<VarId(const std::vector<VarId>&)>;
+  // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output.
+  VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body);
+  // Called once at the first matmul of the autograd thread: cuBLAS allocates that thread's workspace.
+  void set_backward_workspace_bytes(Bytes bytes) { m_backward_workspace_bytes = bytes; }
+  std::size_t node_count() const { return m_nodes.size(); }
+  // Destroys the autograd nodes [begin, end) not yet run (their saved tensors are released): what happens
+  // when the last Python reference to a graph's output goes away.
+  void release_nodes(std::size_t begin, std::size_t end);
+  TensorId grad(VarId param) const { return m_vars[param].grad; }  // kNoTensor while .grad is None
+  void set_grad_to_none(VarId param);                              // zero_grad(set_to_none=True)
+
+  // ---- raw tensors outside autograd (optimizer states, workspaces)
+  OpId begin_op(const std::string& name, const std::string& kind, double flops = 0.0);
+  TensorId allocate(const std::string& name, Bytes size_bytes, DType dtype,
+                    TensorCategory category);  // 1 ref
+  void release(TensorId storage);              // drops one reference
+  void use(TensorId storage);                  // the current op reads it
+  bool alive(TensorId storage) const { return m_refs.at(storage) > 0; }
+
+  // End of the run: every tensor still referenced is marked persistent.
+  void finish();
+
+ private:
+  struct Var {
+    TensorId storage = kNoTensor;
+    Shape shape;
+    DType dtype = DType::kFloat32;
+    bool requires_grad = false;
+    bool is_parameter = false;
+    int node = -1;              // grad_fn: index into m_nodes, -1 for leaves
+    TensorId grad = kNoTensor;  // parameters: .grad storage
+    std::string name;
+  };
+  struct Node {
+    std::string name;
+    std::string kind;
+    int layer = -1;
+    std::vector<VarId> inputs;
+    std::vector<VarId> outputs;
+    std::vector<TensorId> saved;
+    BackwardRule rule;
+    CheckpointBody checkpoint_body;  // set for checkpoint nodes
+    bool done = false;
+  };
+
+  VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
+  TensorId new_storage(const std::string& name, Bytes size_bytes, DType dtype, TensorCategory category);
+  void ref(TensorId s);
+  void unref(TensorId s);
+  void free_if_unreferenced(TensorId s);
+  void save(Node& node, TensorId s);
+  int add_node(Node node, const std::vector<VarId>& outputs);
+  void run_nodes(std::size_t begin, std::size_t end);
+  void execute(std::size_t index);
+  void execute_checkpoint(std::size_t index, VarId grad_out);
+  VarId take_grad(VarId output);
+  void deliver(VarId input, VarId grad);
+  void accumulate_grad(VarId param, VarId grad);
+  VarId new_grad(VarId like, const std::string& name);
+
+  OpGraph& m_graph;
+  std::vector<Var> m_vars;
+  std::vector<Node> m_nodes;
+  std::vector<int> m_refs;  // per storage (TensorId)
+  std::vector<bool> m_freed;
+  std::unordered_map<VarId, VarId> m_grad_buffer;  // var -> its accumulated gradient (leaves: until taken)
+  OpId m_current_op = kNoOp;
+  int m_step = 0;
+  int m_micro_batch = 0;
+  int m_layer = -1;
+  Phase m_phase = Phase::kSetup;
+  bool m_grad_enabled = true;
+  Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
+};
+
+}  // namespace vramsim

@@ -1,0 +1,67 @@
+#include "sim/graph/op_graph.h"
+
+#include "sim/core/assert.h"
+
+namespace vramsim {
+
+std::string_view phase_name(Phase p) {
+  switch (p) {
+    case Phase::kSetup:
+      return "setup";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kLoss:
+      return "loss";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kZeroGrad:
+      return "zero_grad";
+  }
+  return "?";
+}
+
+std::string_view category_name(TensorCategory c) {
+  switch (c) {
+    case TensorCategory::kParameter:
+      return "parameter";
+    case TensorCategory::kGradient:
+      return "gradient";
+    case TensorCategory::kOptimizerState:
+      return "optimizer_state";
+    case TensorCategory::kActivation:
+      return "activation";
+    case TensorCategory::kTemporary:
+      return "temporary";
+    case TensorCategory::kWorkspace:
+      return "workspace";
+    case TensorCategory::kInput:
+      return "input";
+  }
+  return "?";
+}
+
+OpId OpGraph::add_op(Op op) { return static_cast<OpId>(boost::add_vertex(std::move(op), m_graph)); }
+
+TensorId OpGraph::add_tensor(Tensor t) {
+  SIM_ASSERT(t.producer < op_count());
+  t.id = static_cast<TensorId>(m_tensors.size());
+  m_tensors.push_back(std::move(t));
+  return m_tensors.back().id;
+}
+
+void OpGraph::add_consumer(TensorId tensor, OpId op, EdgeKind kind) {
+  Tensor& t = m_tensors.at(tensor);
+  SIM_ASSERT(op < op_count() && op >= t.producer);
+  SIM_ASSERT(t.consumers.empty() || op >= t.consumers.back());
+  if (!t.consumers.empty() && t.consumers.back() == op) {
+    return;
+  }
+  t.consumers.push_back(op);
+  if (op != t.producer) {
+    boost::add_edge(t.producer, op, DependencyEdge{tensor, kind}, m_graph);
+  }
+}
+
+}  // namespace vramsim

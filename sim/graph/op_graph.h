@@ -1,0 +1,105 @@
+// The op graph of simulated training steps: ops as vertices in execution order, data dependencies as edges,
+// and the table of tensors the ops allocate. This is the only header that includes Boost.Graph.
+//
+// Contract:
+//   * Op ids are vertex indices and equal execution order: op i runs before op i + 1 (one stream, the order
+//     PyTorch eager issues them).
+//   * Every tensor is one allocation request: it is allocated when its producer op starts and freed after the
+//     last of its consumers, unless `persistent` (alive at the end of the run: parameters, gradients kept by
+//     zero_grad(set_to_none=False), optimizer states, workspaces, the input batch).
+//   * A consumer is an op that reads the tensor or holds a reference to it; the last consumer is the op after
+//     which the last reference went away (a Python variable reassigned, autograd releasing saved tensors).
+//     Edges carry the tensor: producer -> consumer, kind kData when the consumer reads it, kLifetime when it
+//     only ends its life.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include "sim/core/types.h"
+#include "sim/graph/dtype.h"
+
+namespace vramsim {
+
+using OpId = std::uint32_t;
+using TensorId = std::uint32_t;
+inline constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
+inline constexpr TensorId kNoTensor = std::numeric_limits<TensorId>::max();
+
+// kSetup: model and batch moved to the device before the first step.
+enum class Phase : std::uint8_t { kSetup, kForward, kLoss, kBackward, kOptimizer, kZeroGrad };
+std::string_view phase_name(Phase p);
+
+enum class TensorCategory : std::uint8_t {
+  kParameter,
+  kGradient,        // .grad of a parameter
+  kOptimizerState,  // exp_avg, momentum_buffer, master weights, ...
+  kActivation,      // a forward tensor autograd saved for backward
+  kTemporary,       // everything transient: unsaved forward intermediates, activation gradients, op scratch
+  kWorkspace,       // library workspaces (cuBLAS)
+  kInput,           // the token batch
+};
+std::string_view category_name(TensorCategory c);
+
+struct Op {
+  std::string name;  // "layers.3.attn.q_proj", "layers.3.attn.q_proj.backward", "optimizer.adamw.exp_avg"
+  std::string kind;  // the aten-level operation: "mm", "mul", "softmax", "_foreach_sqrt", ...
+  int step = 0;      // 1-based training step; 0 = setup
+  int micro_batch = 0;
+  int layer = -1;  // decoder layer, -1 outside the layers
+  Phase phase = Phase::kForward;
+  double flops = 0.0;
+  Bytes bytes_moved = 0;  // bytes read + written
+  StreamId stream = 0;
+};
+
+struct Tensor {
+  TensorId id = kNoTensor;
+  std::string name;
+  Bytes size_bytes = 0;
+  DType dtype = DType::kFloat32;
+  TensorCategory category = TensorCategory::kTemporary;
+  OpId producer = kNoOp;
+  std::vector<OpId> consumers;  // in the order they were recorded (non-decreasing op ids)
+  bool persistent = false;
+  int layer = -1;
+
+  OpId last_consumer() const { return consumers.empty() ? producer : consumers.back(); }
+};
+
+enum class EdgeKind : std::uint8_t { kData, kLifetime };
+struct DependencyEdge {
+  TensorId tensor = kNoTensor;
+  EdgeKind kind = EdgeKind::kData;
+};
+
+using OpAdjacency =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Op, DependencyEdge>;
+
+class OpGraph {
+ public:
+  OpId add_op(Op op);
+  // pre: t.producer is an existing op. Returns the new id (== index in tensors()).
+  TensorId add_tensor(Tensor t);
+  // pre: op >= the tensor's producer and >= its previous consumers (execution order).
+  void add_consumer(TensorId tensor, OpId op, EdgeKind kind = EdgeKind::kData);
+
+  std::size_t op_count() const { return boost::num_vertices(m_graph); }
+  const Op& op(OpId id) const { return m_graph[id]; }
+  Op& op(OpId id) { return m_graph[id]; }
+  const std::vector<Tensor>& tensors() const { return m_tensors; }
+  const Tensor& tensor(TensorId id) const { return m_tensors[id]; }
+  Tensor& tensor(TensorId id) { return m_tensors[id]; }
+  const OpAdjacency& adjacency() const { return m_graph; }
+
+ private:
+  OpAdjacency m_graph;
+  std::vector<Tensor> m_tensors;
+};
+
+}  // namespace vramsim

@@ -1,0 +1,224 @@
+#include "sim/graph/optimizer.h"
+
+#include <string>
+
+#include "sim/core/assert.h"
+
+namespace vramsim {
+namespace {
+
+bool is_adam(OptimizerKind k) { return k == OptimizerKind::kAdam || k == OptimizerKind::kAdamW; }
+
+std::string kind_prefix(const TrainingOptions& o) {
+  return "optimizer." + std::string(optimizer_name(o.optimizer));
+}
+
+}  // namespace
+
+OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params)
+    : m_tape(tape), m_options(options), m_params(std::move(params)), m_states(m_params.size()) {}
+
+std::int64_t OptimizerModel::param_numel(std::size_t i) const { return numel(m_tape.shape(m_params[i])); }
+
+Bytes OptimizerModel::param_bytes(std::size_t i, DType dtype) const {
+  return static_cast<Bytes>(param_numel(i)) * dtype_size_bytes(dtype);
+}
+
+std::string OptimizerModel::param_name(std::size_t i) const { return m_tape.name(m_params[i]); }
+
+void OptimizerModel::construct() {
+  if (m_options.precision != Precision::kBf16) {
+    return;
+  }
+  m_tape.begin_op(kind_prefix(m_options) + ".master_weights", "_to_copy");
+  for (std::size_t i = 0; i < m_params.size(); ++i) {
+    m_master.push_back(m_tape.allocate(param_name(i) + ".master", param_bytes(i, DType::kFloat32),
+                                       DType::kFloat32, TensorCategory::kOptimizerState));
+  }
+}
+
+// State dtype: the parameter's, except under bf16 precision, where the optimizer works on fp32 masters.
+void OptimizerModel::init_states(std::size_t i) {
+  const DType dt = m_options.precision == Precision::kBf16 ? DType::kFloat32 : m_tape.dtype(m_params[i]);
+  const std::string n = param_name(i);
+  std::vector<TensorId>& st = m_states[i];
+  const auto add = [&](const std::string& what, Bytes bytes, DType d) {
+    st.push_back(m_tape.allocate(n + "." + what, bytes, d, TensorCategory::kOptimizerState));
+  };
+  const std::int64_t count = param_numel(i);
+  switch (m_options.optimizer) {
+    case OptimizerKind::kSgd:
+      break;
+    case OptimizerKind::kSgdMomentum:
+      add("momentum_buffer", param_bytes(i, dt), dt);  // torch.clone(grad).detach()
+      break;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      if (m_options.optimizer_impl == OptimizerImpl::kFused) {
+        add("step", 4, DType::kFloat32);  // fused/capturable keep `step` on the device
+      }
+      add("exp_avg", param_bytes(i, dt), dt);
+      add("exp_avg_sq", param_bytes(i, dt), dt);
+      break;
+    case OptimizerKind::kAdamW8bit:
+      if (count < 4096) {  // bitsandbytes min_8bit_size: small tensors keep 32-bit states
+        add("state1", param_bytes(i, DType::kFloat32), DType::kFloat32);
+        add("state2", param_bytes(i, DType::kFloat32), DType::kFloat32);
+      } else {
+        const Bytes blocks = static_cast<Bytes>((count + 255) / 256);
+        add("state1", static_cast<Bytes>(count), DType::kUInt8);
+        add("absmax1", blocks * 4, DType::kFloat32);
+        add("state2", static_cast<Bytes>(count), DType::kUInt8);
+        add("absmax2", blocks * 4, DType::kFloat32);
+      }
+      break;
+    case OptimizerKind::kAdafactor: {
+      const Shape& s = m_tape.shape(m_params[i]);
+      if (s.size() >= 2) {
+        const std::int64_t cols = s.back();
+        const std::int64_t rows = count / cols;
+        add("row_var", static_cast<Bytes>(rows) * dtype_size_bytes(dt), dt);
+        add("col_var", static_cast<Bytes>(cols) * dtype_size_bytes(dt), dt);
+      } else {
+        add("variance", param_bytes(i, dt), dt);
+      }
+      break;
+    }
+  }
+}
+
+void OptimizerModel::step() {
+  std::vector<std::size_t> with_grad;
+  for (std::size_t i = 0; i < m_params.size(); ++i) {
+    if (m_tape.grad(m_params[i]) != kNoTensor) {
+      with_grad.push_back(i);
+    }
+  }
+  // foreach / fused (_init_group): states of every parameter that has a gradient, before any update. The
+  // for-loop path creates each parameter's states inside the loop, right before its update, as the CS336
+  // hand-written AdamW does (torch's single-tensor path creates them all first: at most one parameter's
+  // temporaries apart, at the first step only).
+  bool any_new = false;
+  for (std::size_t i : with_grad) {
+    any_new = any_new || (m_states[i].empty() && m_options.optimizer != OptimizerKind::kSgd);
+  }
+  if (any_new && m_options.optimizer_impl != OptimizerImpl::kForLoop) {
+    m_tape.begin_op(kind_prefix(m_options) + ".init_state", "zeros_like");
+    for (std::size_t i : with_grad) {
+      if (m_states[i].empty()) {
+        init_states(i);
+      }
+    }
+  }
+  const bool fused_kernel =
+      m_options.optimizer_impl == OptimizerImpl::kFused || m_options.optimizer == OptimizerKind::kAdamW8bit;
+  if (fused_kernel) {
+    m_tape.begin_op(kind_prefix(m_options) + ".fused_step", "_fused_adamw_");
+    for (std::size_t i : with_grad) {
+      m_tape.use(m_tape.storage(m_params[i]));
+      m_tape.use(m_tape.grad(m_params[i]));
+    }
+  } else if (m_options.optimizer_impl == OptimizerImpl::kForeach) {
+    step_foreach(with_grad);
+  } else {
+    step_for_loop(with_grad);
+  }
+  if (!m_master.empty()) {  // param.copy_(master): in place
+    m_tape.begin_op(kind_prefix(m_options) + ".copy_master_to_params", "_foreach_copy_");
+    for (std::size_t i : with_grad) {
+      m_tape.use(m_master[i]);
+    }
+  }
+}
+
+void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
+  const std::string n = kind_prefix(m_options);
+  std::vector<TensorId> temps;
+  if (!m_master.empty()) {  // fp32 copies of the bf16 gradients
+    m_tape.begin_op(n + "._foreach_grads_to_fp32", "_to_copy");
+    for (std::size_t i : with_grad) {
+      m_tape.use(m_tape.grad(m_params[i]));
+      temps.push_back(m_tape.allocate(param_name(i) + ".grad_fp32", param_bytes(i, DType::kFloat32),
+                                      DType::kFloat32, TensorCategory::kTemporary));
+    }
+  }
+  if (is_adam(m_options.optimizer) || m_options.optimizer == OptimizerKind::kAdafactor) {
+    const bool adam = is_adam(m_options.optimizer);
+    m_tape.begin_op(n + (adam ? "._foreach_sqrt" : ".var_estimates"),
+                    adam ? "_foreach_sqrt" : "_foreach_mul");
+    for (std::size_t i : with_grad) {
+      const DType pd = m_master.empty() ? m_tape.dtype(m_params[i]) : DType::kFloat32;
+      temps.push_back(m_tape.allocate(param_name(i) + (adam ? ".exp_avg_sq_sqrt" : ".var_estimate"),
+                                      param_bytes(i, pd), pd, TensorCategory::kTemporary));
+    }
+  }
+  m_tape.begin_op(n + ".update", "_foreach_addcdiv_");
+  for (std::size_t i : with_grad) {
+    m_tape.use(m_tape.storage(m_params[i]));
+    m_tape.use(m_tape.grad(m_params[i]));
+    for (TensorId s : m_states[i]) {
+      m_tape.use(s);
+    }
+  }
+  for (TensorId t : temps) {
+    m_tape.release(t);
+  }
+}
+
+void OptimizerModel::step_for_loop(const std::vector<std::size_t>& with_grad) {
+  const std::string n = kind_prefix(m_options);
+  TensorId previous_denom = kNoTensor;
+  for (std::size_t i : with_grad) {
+    const std::string pn = param_name(i);
+    const DType pd = m_master.empty() ? m_tape.dtype(m_params[i]) : DType::kFloat32;
+    m_tape.begin_op(n + ".step." + pn, "for_loop_step");
+    if (m_states[i].empty()) {
+      init_states(i);
+    }
+    m_tape.use(m_tape.storage(m_params[i]));
+    m_tape.use(m_tape.grad(m_params[i]));
+    for (TensorId s : m_states[i]) {
+      m_tape.use(s);
+    }
+    TensorId grad32 = kNoTensor;
+    if (!m_master.empty()) {
+      grad32 = m_tape.allocate(pn + ".grad_fp32", param_bytes(i, DType::kFloat32), DType::kFloat32,
+                               TensorCategory::kTemporary);
+    }
+    if (is_adam(m_options.optimizer)) {
+      // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+      const TensorId sq =
+          m_tape.allocate(pn + ".exp_avg_sq_sqrt", param_bytes(i, pd), pd, TensorCategory::kTemporary);
+      const TensorId denom =
+          m_tape.allocate(pn + ".denom", param_bytes(i, pd), pd, TensorCategory::kTemporary);
+      m_tape.release(sq);
+      if (previous_denom != kNoTensor) {
+        m_tape.release(previous_denom);
+      }
+      previous_denom = denom;
+    } else if (m_options.optimizer == OptimizerKind::kAdafactor) {
+      m_tape.release(
+          m_tape.allocate(pn + ".var_estimate", param_bytes(i, pd), pd, TensorCategory::kTemporary));
+    }
+    if (grad32 != kNoTensor) {
+      m_tape.release(grad32);
+    }
+  }
+  if (previous_denom != kNoTensor) {
+    m_tape.begin_op(n + ".step.return", "return");
+    m_tape.release(previous_denom);
+  }
+}
+
+void OptimizerModel::zero_grad() {
+  m_tape.begin_op("optimizer.zero_grad", m_options.zero_grad_set_to_none ? "set_to_none" : "_foreach_zero_");
+  for (VarId p : m_params) {
+    if (m_options.zero_grad_set_to_none) {
+      m_tape.set_grad_to_none(p);
+    } else if (m_tape.grad(p) != kNoTensor) {
+      m_tape.use(m_tape.grad(p));
+    }
+  }
+}
+
+}  // namespace vramsim

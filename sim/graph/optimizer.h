@@ -1,0 +1,51 @@
+// optimizer.step() and optimizer.zero_grad() as PyTorch's implementations allocate:
+//
+//   states (created lazily at the first step that sees a gradient, so step 1 and step 2 differ; foreach and
+//   fused create all of them before the update, the for-loop each parameter's right before its update):
+//     sgd          none                       sgd-momentum  momentum_buffer = clone(grad)
+//     adam, adamw  exp_avg, exp_avg_sq        (fused: plus a 0-dim fp32 `step` tensor per parameter)
+//     adamw-8bit   two uint8 states + fp32 absmax per 256-element block (bitsandbytes; fp32 states for
+//                  parameters under 4096 elements)
+//     adafactor    row and column second-moment vectors for matrices, a full one for vectors
+//   precision bf16 adds fp32 master weights, created with the optimizer (before the first step).
+//   temporaries:
+//     foreach      every parameter's worth at once: adam's _foreach_sqrt(exp_avg_sq) list, adafactor's
+//                  variance estimates (bf16: also the fp32 copy of the gradient list)
+//     for-loop     one parameter at a time: adam's `denom = (exp_avg_sq.sqrt() / bc2).add_(eps)` is two
+//                  tensors, and `denom` lives until the next parameter's replaces it
+//     fused        none
+//   zero_grad(set_to_none=True) releases every .grad; set_to_none=False zeroes them in place.
+#pragma once
+
+#include <vector>
+
+#include "sim/graph/eager_tape.h"
+#include "sim/graph/training_options.h"
+
+namespace vramsim {
+
+class OptimizerModel {
+ public:
+  // pre: params are the tape's parameters, in model.parameters() order.
+  OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params);
+
+  void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
+  void step();       // optimizer.step()
+  void zero_grad();  // optimizer.zero_grad()
+
+ private:
+  void init_states(std::size_t i);
+  void step_foreach(const std::vector<std::size_t>& with_grad);
+  void step_for_loop(const std::vector<std::size_t>& with_grad);
+  Bytes param_bytes(std::size_t i, DType dtype) const;
+  std::int64_t param_numel(std::size_t i) const;
+  std::string param_name(std::size_t i) const;
+
+  EagerTape& m_tape;
+  TrainingOptions m_options;
+  std::vector<VarId> m_params;
+  std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
+  std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
+};
+
+}  // namespace vramsim

@@ -1,0 +1,131 @@
+#include "sim/graph/tensor_lifetime.h"
+
+#include <unordered_map>
+
+#include "sim/core/assert.h"
+
+namespace vramsim {
+namespace {
+
+class StringTable {
+ public:
+  explicit StringTable(std::vector<std::string>& strings) : m_strings(strings) {
+    for (std::uint32_t i = 0; i < m_strings.size(); ++i) {
+      m_index.emplace(m_strings[i], i);
+    }
+  }
+  std::uint32_t intern(std::string_view s) {
+    auto it = m_index.find(std::string(s));
+    if (it != m_index.end()) {
+      return it->second;
+    }
+    m_strings.emplace_back(s);
+    const auto id = static_cast<std::uint32_t>(m_strings.size() - 1);
+    m_index.emplace(m_strings.back(), id);
+    return id;
+  }
+
+ private:
+  std::vector<std::string>& m_strings;
+  std::unordered_map<std::string, std::uint32_t> m_index;
+};
+
+}  // namespace
+
+std::int64_t AllocationSchedule::live_bytes_before(std::size_t event_index) const {
+  if (event_index == 0 || live_bytes_after.empty()) {
+    return 0;
+  }
+  return live_bytes_after.at(std::min(event_index, live_bytes_after.size()) - 1);
+}
+
+std::optional<PhaseMarker> AllocationSchedule::phase_begin(int step, Phase phase,
+                                                           std::optional<int> micro_batch) const {
+  for (const PhaseMarker& m : phases) {
+    if (m.step == step && m.phase == phase && (!micro_batch || *micro_batch == m.micro_batch)) {
+      return m;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> AllocationSchedule::live_bytes_at(int step, Phase phase) const {
+  const std::optional<PhaseMarker> m = phase_begin(step, phase);
+  if (!m) {
+    return std::nullopt;
+  }
+  return live_bytes_before(m->event_index);
+}
+
+AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
+  AllocationSchedule out;
+  StringTable strings(out.strings);
+  const std::size_t n_ops = graph.op_count();
+  std::vector<std::vector<TensorId>> allocs(n_ops);
+  std::vector<std::vector<TensorId>> frees(n_ops);
+  for (const Tensor& t : graph.tensors()) {
+    if (t.size_bytes == 0) {
+      continue;
+    }
+    allocs[t.producer].push_back(t.id);
+    if (!t.persistent) {
+      frees[t.last_consumer()].push_back(t.id);
+    }
+  }
+  std::uint32_t category_tags[7];
+  for (int c = 0; c < 7; ++c) {
+    category_tags[c] = strings.intern(category_name(static_cast<TensorCategory>(c)));
+  }
+  std::int64_t live = 0;
+  const auto emit = [&](TraceAction action, const Tensor& t, std::uint32_t op_tag) {
+    TraceEvent e;
+    e.action = action;
+    e.addr = synthetic_address(t.id);
+    e.size_bytes = t.size_bytes;
+    e.op_tag = op_tag;
+    e.category_tag = category_tags[static_cast<int>(t.category)];
+    out.events.push_back(e);
+    out.event_tensor.push_back(t.id);
+    if (action == TraceAction::kAlloc) {
+      live += static_cast<std::int64_t>(t.size_bytes);
+    } else if (action == TraceAction::kFreeCompleted) {
+      live -= static_cast<std::int64_t>(t.size_bytes);
+    }
+    out.live_bytes_after.push_back(live);
+    if (live > out.peak_live_bytes) {
+      out.peak_live_bytes = live;
+      out.peak_event_index = out.events.size() - 1;
+    }
+  };
+  for (OpId id = 0; id < n_ops; ++id) {
+    const Op& op = graph.op(id);
+    if (out.phases.empty() || out.phases.back().step != op.step || out.phases.back().phase != op.phase ||
+        out.phases.back().micro_batch != op.micro_batch) {
+      out.phases.push_back(PhaseMarker{op.step, op.micro_batch, op.phase, out.events.size()});
+    }
+    if (allocs[id].empty() && frees[id].empty()) {
+      continue;
+    }
+    const std::uint32_t op_tag = strings.intern(op.name);
+    for (TensorId t : allocs[id]) {
+      emit(TraceAction::kAlloc, graph.tensor(t), op_tag);
+    }
+    for (TensorId t : frees[id]) {
+      emit(TraceAction::kFreeRequested, graph.tensor(t), op_tag);
+      emit(TraceAction::kFreeCompleted, graph.tensor(t), op_tag);
+    }
+  }
+  return out;
+}
+
+Snapshot schedule_to_snapshot(const AllocationSchedule& schedule, std::string source) {
+  Snapshot s;
+  s.source = std::move(source);
+  s.has_final_state = false;
+  s.device_traces.resize(1);
+  s.device_traces[0].events = schedule.events;
+  s.strings = schedule.strings;
+  return s;
+}
+
+}  // namespace vramsim

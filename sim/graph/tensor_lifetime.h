@@ -1,0 +1,54 @@
+// From an op graph to the allocation schedule the allocator model replays: one kAlloc when a tensor's
+// producer op starts, one kFreeRequested + kFreeCompleted after its last consumer (never for persistent
+// tensors). Within an op, allocations come first (tensor order), then the frees.
+//
+// Events use the trace vocabulary of traces/trace_event.h: addr = a synthetic address unique per tensor,
+// size = the tensor's bytes (requested, unrounded, as PyTorch records them), stream 0, op_tag = the op's
+// name and category_tag = the tensor's category, both indices into `strings` (index 0 = "").
+// Cost: O(ops + tensors).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/graph/op_graph.h"
+#include "traces/snapshot.h"
+#include "traces/trace_event.h"
+
+namespace vramsim {
+
+struct PhaseMarker {
+  int step = 0;
+  int micro_batch = 0;
+  Phase phase = Phase::kSetup;
+  std::size_t event_index = 0;  // index of the phase's first event (== events.size() if it has none left)
+};
+
+struct AllocationSchedule {
+  std::vector<TraceEvent> events;
+  std::vector<std::string> strings{""};
+  std::vector<TensorId> event_tensor;          // per event
+  std::vector<PhaseMarker> phases;             // in execution order
+  std::vector<std::int64_t> live_bytes_after;  // allocated bytes after each event
+  std::int64_t peak_live_bytes = 0;
+  std::size_t peak_event_index = 0;  // the event after which the peak was first reached
+
+  // Allocated bytes just before event `event_index` (0 before the first event).
+  std::int64_t live_bytes_before(std::size_t event_index) const;
+  // The first marker of (step, phase) over all micro-batches, or of the given micro-batch.
+  std::optional<PhaseMarker> phase_begin(int step, Phase phase,
+                                         std::optional<int> micro_batch = std::nullopt) const;
+  // Allocated bytes where (step, phase) begins: "after forward" = live_bytes_at(step, kLoss) etc.
+  std::optional<std::int64_t> live_bytes_at(int step, Phase phase) const;
+};
+
+// Synthetic address of a tensor's block in generated traces.
+constexpr Bytes synthetic_address(TensorId id) { return (static_cast<Bytes>(id) + 1) * 512; }
+
+AllocationSchedule build_allocation_schedule(const OpGraph& graph);
+
+// Wraps a schedule as a generated trace (has_final_state = false, one device) for replay_snapshot().
+Snapshot schedule_to_snapshot(const AllocationSchedule& schedule, std::string source);
+
+}  // namespace vramsim

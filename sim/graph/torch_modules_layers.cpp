@@ -1,0 +1,296 @@
+// Decoder layers written with torch.nn modules the way Hugging Face transformers writes GPT-2
+// (GPT2Block, eager attention) and Llama / Mistral / Qwen2 (LlamaDecoderLayer, eager or SDPA attention), and
+// the Megatron-LM accounting of Korthikanti et al. 2022.
+//
+// Choices where the Python offers several (documented so a reader can check them against a recording):
+//   * GELU is F.gelu(approximate="tanh") (one saved input), not HF's Python gelu_new (which saves four).
+//   * The causal mask: GPT-2 reads its registered bool buffer; Llama's eager path adds a (b, 1, s, s) float
+//     mask built once per forward; SDPA/flash needs none.
+//   * Rotary cos/sin tables are computed once per forward in the embeddings' dtype, as LlamaModel does.
+//   * The loss is HF's ForCausalLMLoss: logits.float(), shifted labels, F.cross_entropy.
+//
+// Note [Megatron accounting]: Korthikanti et al. 2022 (Table 2) count, per layer and in bytes, with 16-bit
+// activations and 1-byte dropout masks: attention 11sbh + 5as^2b (LayerNorm output 2sbh, Q and K 4sbh,
+// softmax output 2as^2b, its dropout mask as^2b and output 2as^2b, V 2sbh, projection input 2sbh, dropout
+// mask sbh), MLP 19sbh (input 2sbh, GELU input 8sbh and output 8sbh, dropout mask sbh), two LayerNorm
+// inputs 4sbh: s*b*h*(34 + 5as/h). PyTorch eager saves a little more: each LayerNorm's fp32 mean and rstd
+// (16 bytes per token per layer), the scaled and masked scores feed an unfused softmax, and autocast keeps
+// fp32 softmax outputs. megatron_accounting=true builds the layer with Megatron's fused kernels as the paper
+// counts them: LayerNorm keeps only its input, one scale-mask-softmax kernel keeps only its output.
+#include "sim/graph/transformer_parts.h"
+
+namespace vramsim {
+namespace {
+
+using Kind = GradRule::Kind;
+
+bool megatron(const EmitContext& c) {
+  return c.options.megatron_accounting && c.model.family == ModelFamily::kGpt2;
+}
+
+VarId maybe_dropout(EmitContext& c, const std::string& n, VarId x) {
+  if (c.options.dropout <= 0.0) {
+    return x;
+  }
+  const auto [y, mask] = c.ops.dropout(n, x, c.options.dropout);
+  c.ops.tape().drop({mask, x});
+  return y;
+}
+
+// LlamaRMSNorm.forward
+VarId hf_rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const DType in_dtype = t.dtype(x);
+  const VarId x32 = ops.to(n + ".to_fp32", x, DType::kFloat32);  // hidden_states.to(torch.float32)
+  const VarId sq = ops.pow2(n + ".pow", x32);                    // variance = hidden_states.pow(2).mean(-1)
+  const VarId var = ops.mean_last(n + ".mean", sq);
+  t.drop(sq);
+  const VarId ve = ops.add_scalar(n + ".add_eps", var);
+  t.drop(var);
+  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
+  t.drop(ve);
+  const VarId hn = ops.mul(n + ".mul_rsqrt", x32, r);  // hidden_states * torch.rsqrt(variance + eps)
+  t.drop({x32, r});
+  const VarId hc = ops.to(n + ".to_in_dtype", hn, in_dtype);
+  t.drop(hn);
+  const VarId out = ops.mul(n + ".mul_weight", w, hc);  // self.weight * hidden_states.to(input_dtype)
+  t.drop(hc);
+  return out;
+}
+
+VarId norm(EmitContext& c, const std::string& n, VarId x, VarId w, VarId b) {
+  if (c.model.norm == NormKind::kLayerNorm) {
+    return c.ops.layer_norm(n, x, w, b, !megatron(c));
+  }
+  return hf_rmsnorm(c, n, x, w);
+}
+
+// apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin), rotate_half = cat((-x2, x1), dim=-1)
+VarId hf_rope(EmitContext& c, const std::string& n, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  Shape half = t.shape(x);
+  half.back() /= 2;
+  const VarId a = ops.mul(n + ".mul_cos", x, c.rope_cos);
+  const VarId x1 = t.view(x, half, n + ".x1", GradRule{Kind::kAlloc});  // slice_backward: zeros + copy
+  const VarId x2 = t.view(x, half, n + ".x2", GradRule{Kind::kAlloc});
+  const VarId nx2 = ops.neg(n + ".neg", x2);
+  const VarId rot = ops.cat_last(n + ".rotate_half", nx2, x1);
+  t.drop(nx2);
+  const VarId b = ops.mul(n + ".mul_sin", rot, c.rope_sin);
+  t.drop(rot);
+  const VarId out = ops.add(n + ".add", a, b);
+  t.drop({a, b, x1, x2});
+  return out;
+}
+
+// repeat_kv: expand + reshape, a copy when there are fewer key/value heads than query heads.
+VarId repeat_kv(EmitContext& c, const std::string& n, VarId x) {
+  if (c.model.n_kv_heads == c.model.n_heads) {
+    c.ops.tape().hold(x);
+    return x;
+  }
+  Shape s = c.ops.tape().shape(x);
+  s[1] = c.model.n_heads;
+  const VarId expanded = c.ops.tape().view(x, s, n + ".expand");
+  const VarId out = c.ops.contiguous(n, expanded);
+  c.ops.tape().drop(expanded);
+  return out;
+}
+
+// The attention core from per-head q [b,h,s,hd], k, v [b,h_kv,s,hd] (all strided views) to [b,h,s,hd];
+// `mask` is GPT-2's bool buffer or Llama's additive mask (kNoVar for flash).
+VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, VarId v, VarId mask) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const std::int64_t b = c.options.batch, s = c.options.seq, h = c.model.n_heads, hd = c.model.head_dim;
+  if (c.options.attention == AttentionKind::kFlash) {
+    return ops.sdpa_flash(n + ".sdpa", q, k, v);
+  }
+  // torch.matmul(query, key.transpose(2, 3)): bmm reads contiguous copies of the strided operands
+  const VarId qc = ops.contiguous(n + ".q_contiguous", q);
+  const VarId kr = repeat_kv(c, n + ".repeat_k", k);
+  const VarId kc = c.model.n_kv_heads == c.model.n_heads ? ops.contiguous(n + ".k_contiguous", kr) : kr;
+  if (kc != kr) {
+    t.drop(kr);
+  }
+  const VarId kt = t.view(kc, {b, h, hd, s}, n + ".k_t");
+  const VarId scores = ops.matmul(n + ".scores", qc, kt, {b, h, s, s});
+  t.drop({qc, kc, kt});
+  VarId probs;
+  if (megatron(c)) {  // one fused scale-mask-softmax kernel, output in the activation dtype
+    probs = ops.softmax_last(n + ".scale_mask_softmax", scores, t.dtype(scores));
+    t.drop(scores);
+  } else {
+    const VarId scaled = ops.scale(n + ".scale", scores);
+    t.drop(scores);
+    const VarId masked = c.model.family == ModelFamily::kGpt2 ? ops.where(n + ".causal_where", mask, scaled)
+                                                              : ops.add(n + ".add_mask", scaled, mask);
+    t.drop(scaled);
+    const VarId p32 = ops.softmax_last(n + ".softmax", masked, DType::kFloat32);  // dtype=torch.float32
+    t.drop(masked);
+    probs = ops.to(n + ".softmax_to_dtype", p32, t.dtype(v));  // .to(query.dtype) / .type(value.dtype)
+    t.drop(p32);
+  }
+  probs = maybe_dropout(c, n + ".attn_dropout", probs);
+  const VarId vr = repeat_kv(c, n + ".repeat_v", v);
+  const VarId vc = c.model.n_kv_heads == c.model.n_heads ? ops.contiguous(n + ".v_contiguous", vr) : vr;
+  if (vc != vr) {
+    t.drop(vr);
+  }
+  const VarId out = ops.matmul(n + ".attn_v", probs, vc, {b, h, s, hd});
+  t.drop({vc, probs});
+  return out;
+}
+
+VarId attention(EmitContext& c, int layer, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const std::int64_t b = c.options.batch, s = c.options.seq, hd = c.model.head_dim;
+  const std::string n = layer_name(layer, "attn");
+  const Shape q_heads{b, c.model.n_heads, s, hd};
+  const Shape kv_heads{b, c.model.n_kv_heads, s, hd};
+  VarId q, k, v;
+  if (p.qkv_w != kNoVar) {  // GPT-2: c_attn(hidden).split(); _split_heads: view + permute
+    const VarId qkv = ops.linear(n + ".c_attn", x, p.qkv_w, p.qkv_b);
+    q = t.view(qkv, q_heads, n + ".q_heads");
+    k = t.view(qkv, kv_heads, n + ".k_heads");
+    v = t.view(qkv, kv_heads, n + ".v_heads");
+    t.drop(qkv);
+  } else {  // q_proj(hidden).view(hidden_shape).transpose(1, 2)
+    const VarId qx = ops.linear(n + ".q_proj", x, p.q_w, p.q_b);
+    const VarId kx = ops.linear(n + ".k_proj", x, p.k_w, p.k_b);
+    const VarId vx = ops.linear(n + ".v_proj", x, p.v_w, p.v_b);
+    q = t.view(qx, q_heads, n + ".q_heads");
+    k = t.view(kx, kv_heads, n + ".k_heads");
+    v = t.view(vx, kv_heads, n + ".v_heads");
+    t.drop({qx, kx, vx});
+  }
+  if (c.rope_cos != kNoVar) {
+    const VarId qr = hf_rope(c, n + ".rope_q", q);
+    const VarId kr = hf_rope(c, n + ".rope_k", k);
+    t.drop({q, k});
+    q = qr;
+    k = kr;
+  }
+  const VarId mask = c.model.family == ModelFamily::kGpt2 ? c.buffers.causal_mask : c.additive_mask;
+  VarId core;
+  if (c.options.checkpointing == Checkpointing::kSelective) {
+    // the mask is an input of the checkpointed function, so the replay in backward finds it alive
+    std::vector<VarId> inputs{q, k, v};
+    if (mask != kNoVar) {
+      inputs.push_back(mask);
+    }
+    core = t.checkpoint(n + ".core_attention", inputs, [&c, n](const std::vector<VarId>& in) {
+      return core_attention(c, n, in[0], in[1], in[2], in.size() > 3 ? in[3] : kNoVar);
+    });
+  } else {
+    core = core_attention(c, n, q, k, v, mask);
+  }
+  // transpose(1, 2).contiguous(), then a view to (b, s, heads * head_dim)
+  const VarId transposed = t.view(core, {b, s, c.model.q_dim()}, n + ".transpose");
+  const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
+  t.drop({transposed, core});
+  const VarId out = ops.linear(n + (p.qkv_w != kNoVar ? ".c_proj" : ".o_proj"), merged, p.o_w, p.o_b);
+  t.drop({merged, q, k, v});
+  return maybe_dropout(c, n + ".resid_dropout", out);
+}
+
+VarId mlp(EmitContext& c, int layer, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const std::string n = layer_name(layer, "mlp");
+  if (c.model.mlp == MlpKind::kGelu) {  // c_proj(act(c_fc(x))), dropout
+    const VarId f = ops.linear(n + ".c_fc", x, p.fc1_w, p.fc1_b);
+    const VarId g = ops.gelu(n + ".gelu", f);
+    t.drop(f);
+    const VarId y = ops.linear(n + ".c_proj", g, p.fc2_w, p.fc2_b);
+    t.drop(g);
+    return maybe_dropout(c, n + ".dropout", y);
+  }
+  // down_proj(act_fn(gate_proj(x)) * up_proj(x))
+  const VarId gate = ops.linear(n + ".gate_proj", x, p.gate_w);
+  const VarId act = ops.silu(n + ".silu", gate);
+  t.drop(gate);
+  const VarId up = ops.linear(n + ".up_proj", x, p.up_w);
+  const VarId prod = ops.mul(n + ".mul", act, up);
+  t.drop({act, up});
+  const VarId y = ops.linear(n + ".down_proj", prod, p.down_w);
+  t.drop(prod);
+  return y;
+}
+
+}  // namespace
+
+VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const std::int64_t s = c.options.seq;
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
+  const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
+  c.forward_locals.push_back(positions);
+  if (gpt2) {
+    const VarId pos = ops.embedding("transformer.wpe", c.params.pos, positions);
+    const VarId x = ops.add("transformer.embeddings_add", tok, pos);
+    t.drop({tok, pos});
+    return maybe_dropout(c, "transformer.drop", x);
+  }
+  // LlamaRotaryEmbedding: cos, sin of (1, s, head_dim) in the embeddings' dtype, for every layer
+  c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, c.model.head_dim}, t.dtype(tok));
+  c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, c.model.head_dim}, t.dtype(tok));
+  c.forward_locals.push_back(c.rope_cos);
+  c.forward_locals.push_back(c.rope_sin);
+  if (c.options.attention == AttentionKind::kMath) {
+    c.additive_mask = t.constant("causal_mask", "full", {c.options.batch, 1, s, s}, t.dtype(tok));
+    c.forward_locals.push_back(c.additive_mask);
+  }
+  return tok;
+}
+
+VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
+  EagerTape& t = c.ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  // residual = hidden_states; hidden_states = self.ln_1(hidden_states); attn; hidden_states = attn + residual
+  const VarId h = norm(c, layer_name(layer, gpt2 ? "ln_1" : "input_layernorm"), x, p.norm1_w, p.norm1_b);
+  const VarId a = attention(c, layer, h);
+  t.drop(h);
+  const VarId x1 = c.ops.add(layer_name(layer, "residual_attn"), a, x);
+  t.drop(a);
+  const VarId h2 =
+      norm(c, layer_name(layer, gpt2 ? "ln_2" : "post_attention_layernorm"), x1, p.norm2_w, p.norm2_b);
+  const VarId m = mlp(c, layer, h2);
+  t.drop(h2);
+  const VarId x2 = c.ops.add(layer_name(layer, "residual_mlp"), x1, m);
+  t.drop({m, x1});
+  return x2;
+}
+
+VarId torch_modules_final(EmitContext& c, VarId x) {
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  const VarId h = norm(c, gpt2 ? "transformer.ln_f" : "model.norm", x, c.params.final_w, c.params.final_b);
+  const VarId logits = c.ops.linear("lm_head", h, c.params.head);
+  c.ops.tape().drop(h);
+  return logits;
+}
+
+VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const std::int64_t b = c.options.batch, s = c.options.seq;
+  const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);  // logits = logits.float()
+  // labels = F.pad(labels, (0, 1), value=-100); shift_labels = labels[..., 1:].contiguous()
+  const VarId padded = t.constant("loss.labels_pad", "constant_pad_nd", {b, s + 1}, t.dtype(targets));
+  const VarId shifted = t.constant("loss.shift_labels", "clone", {b, s}, t.dtype(targets));
+  t.drop(padded);
+  const VarId lsm = ops.log_softmax_last("loss.cross_entropy.log_softmax", lf);  // F.cross_entropy
+  const VarId loss = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, shifted);
+  t.drop({lsm, shifted, lf});
+  return loss;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,389 @@
+#include "sim/graph/torch_ops.h"
+
+#include <algorithm>
+
+#include "sim/core/assert.h"
+
+namespace vramsim {
+namespace {
+
+using Kind = GradRule::Kind;
+
+Shape with_last(Shape s, std::int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+double numel_d(const Shape& s) { return static_cast<double>(numel(s)); }
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape out(n, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    SIM_ASSERT(da == db || da == 1 || db == 1);
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+Bytes tensor_bytes(const Shape& shape, DType dtype) {
+  return static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype);
+}
+
+// ---- autocast
+// ----------------------------------------------------------------------------------------------
+
+VarId TorchOps::autocast_low(const std::string& name, VarId x) {
+  if (!m_autocast || !is_floating(m_tape.dtype(x)) || m_tape.dtype(x) == *m_autocast) {
+    m_tape.hold(x);
+    return x;
+  }
+  const bool cacheable = m_tape.is_parameter(x) && m_tape.grad_enabled();
+  if (cacheable) {
+    if (auto it = m_cast_cache.find(x); it != m_cast_cache.end()) {
+      m_tape.hold(it->second);
+      return it->second;
+    }
+  }
+  OpCall c;
+  c.name = cacheable ? m_tape.name(x) + ".autocast" : name + ".autocast_input";
+  c.kind = "_to_copy";
+  c.inputs = {x};
+  c.outputs = {OutputSpec{"", m_tape.shape(x), *m_autocast}};
+  const VarId cast = m_tape.op1(c);
+  if (cacheable) {
+    m_cast_cache[x] = cast;  // the cache's reference; clear_autocast_cache() drops it
+    m_tape.hold(cast);
+  }
+  return cast;
+}
+
+VarId TorchOps::autocast_fp32(const std::string& name, VarId x) {
+  if (!m_autocast || m_tape.dtype(x) == DType::kFloat32 || !is_floating(m_tape.dtype(x))) {
+    m_tape.hold(x);
+    return x;
+  }
+  return to(name + ".autocast_input", x, DType::kFloat32);
+}
+
+void TorchOps::clear_autocast_cache() {
+  for (auto& [param, cast] : m_cast_cache) {
+    (void)param;
+    m_tape.drop(cast);
+  }
+  m_cast_cache.clear();
+}
+
+// ---- matmuls
+// -----------------------------------------------------------------------------------------------
+
+void TorchOps::maybe_allocate_workspace() {
+  if (m_workspace_bytes > 0) {  // after the output, inside the same call (the order the recordings show)
+    m_tape.allocate("cublas_workspace.main_thread", m_workspace_bytes, DType::kUInt8,
+                    TensorCategory::kWorkspace);
+    m_workspace_bytes = 0;
+  }
+}
+
+VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
+  const VarId first = autocast_low(name, weight_first ? w : x);
+  const VarId second = autocast_low(name, weight_first ? x : w);
+  const VarId xa = weight_first ? second : first;
+  const VarId wa = weight_first ? first : second;
+  const VarId ba = bias == kNoVar ? kNoVar : autocast_low(name, bias);
+  const Shape& ws = m_tape.shape(w);
+  // nn.Linear weights are (out, in); GPT-2's Conv1D weights are (in, out): the output width is the one
+  // that is not x's last dimension.
+  const std::int64_t in = m_tape.shape(x).back();
+  const std::int64_t out_features = ws[0] == in && ws[1] != in ? ws[1] : ws[0];
+  OpCall c;
+  c.name = name;
+  c.kind = bias == kNoVar ? "mm" : "addmm";
+  c.inputs = {xa, wa};
+  if (ba != kNoVar) {
+    c.inputs.push_back(ba);
+  }
+  const DType out_dtype = m_autocast ? *m_autocast : promote(m_tape.dtype(x), m_tape.dtype(w));
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(x), out_features), out_dtype}};
+  // mm saves mat1 when mat2 needs grad and mat2 when mat1 does; the bias is not saved.
+  if (m_tape.requires_grad(wa)) {
+    c.saved.inputs.push_back(0);
+  }
+  if (m_tape.requires_grad(xa)) {
+    c.saved.inputs.push_back(1);
+  }
+  c.flops = 2.0 * numel_d(m_tape.shape(x)) * static_cast<double>(out_features);
+  const VarId y = m_tape.op1(c);
+  maybe_allocate_workspace();
+  m_tape.drop(xa);
+  m_tape.drop(wa);
+  if (ba != kNoVar) {
+    m_tape.drop(ba);
+  }
+  return y;
+}
+
+VarId TorchOps::matmul(const std::string& name, VarId a, VarId b, const Shape& out_shape, bool cublas) {
+  const VarId aa = autocast_low(name, a);
+  const VarId bb = autocast_low(name, b);
+  OpCall c;
+  c.name = name;
+  c.kind = "bmm";
+  c.inputs = {aa, bb};
+  const DType out_dtype = m_autocast ? *m_autocast : promote(m_tape.dtype(a), m_tape.dtype(b));
+  c.outputs = {OutputSpec{"", out_shape, out_dtype}};
+  if (m_tape.requires_grad(bb)) {
+    c.saved.inputs.push_back(0);
+  }
+  if (m_tape.requires_grad(aa)) {
+    c.saved.inputs.push_back(1);
+  }
+  c.flops = 2.0 * numel_d(out_shape) * static_cast<double>(m_tape.shape(a).back());
+  const VarId y = m_tape.op1(c);
+  if (cublas) {
+    maybe_allocate_workspace();
+  }
+  m_tape.drop(aa);
+  m_tape.drop(bb);
+  return y;
+}
+
+// ---- elementwise
+// -------------------------------------------------------------------------------------------
+
+VarId TorchOps::binary(const std::string& name, const std::string& kind, VarId a, VarId b, SavedSpec saved,
+                       bool a_pass, bool b_pass) {
+  const Shape out = broadcast_shapes(m_tape.shape(a), m_tape.shape(b));
+  const DType dt = promote(m_tape.dtype(a), m_tape.dtype(b));
+  OpCall c;
+  c.name = name;
+  c.kind = kind;
+  c.inputs = {a, b};
+  c.outputs = {OutputSpec{"", out, dt}};
+  c.saved = std::move(saved);
+  c.flops = numel_d(out);
+  for (VarId in : {a, b}) {
+    const bool pass = in == a ? a_pass : b_pass;
+    const bool broadcast = numel(m_tape.shape(in)) != numel(out);
+    // A broadcast input's gradient is the full-size product reduced to its shape (sum_to_size).
+    if (broadcast && m_tape.requires_grad(in) && !pass) {
+      c.backward.temp_bytes.push_back(tensor_bytes(out, dt));
+    }
+    c.backward.grads.push_back(GradRule{pass && !broadcast ? Kind::kPassThrough : Kind::kAlloc});
+  }
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::add(const std::string& name, VarId a, VarId b) {
+  return binary(name, "add", a, b, {}, true, true);
+}
+
+VarId TorchOps::sub(const std::string& name, VarId a, VarId b) {
+  return binary(name, "sub", a, b, {}, true, false);
+}
+
+VarId TorchOps::mul(const std::string& name, VarId a, VarId b) {
+  SavedSpec s;
+  if (m_tape.requires_grad(b)) {
+    s.inputs.push_back(0);
+  }
+  if (m_tape.requires_grad(a)) {
+    s.inputs.push_back(1);
+  }
+  return binary(name, "mul", a, b, s, false, false);
+}
+
+VarId TorchOps::div(const std::string& name, VarId a, VarId b) {
+  SavedSpec s;
+  if (m_tape.requires_grad(b)) {
+    s.inputs = {0, 1};
+  } else if (m_tape.requires_grad(a)) {
+    s.inputs = {1};
+  }
+  return binary(name, "div", a, b, s, false, false);
+}
+
+VarId TorchOps::unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
+                      std::vector<Bytes> temps) {
+  OpCall c;
+  c.name = name;
+  c.kind = kind;
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", m_tape.shape(a), out}};
+  c.saved = std::move(saved);
+  c.backward.temp_bytes = std::move(temps);
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::scale(const std::string& name, VarId a) { return unary(name, "mul", a, m_tape.dtype(a), {}); }
+
+VarId TorchOps::add_scalar(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "add";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", m_tape.shape(a), m_tape.dtype(a)}};
+  c.backward.grads = {GradRule{Kind::kPassThrough}};
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::neg(const std::string& name, VarId a) { return unary(name, "neg", a, m_tape.dtype(a), {}); }
+
+VarId TorchOps::pow2(const std::string& name, VarId a) {
+  const VarId x = autocast_fp32(name, a);
+  // pow_backward: grad * (2 * self.pow(1)): one full-size temporary beside the gradient at any time.
+  const VarId y = unary(name, "pow", x, m_tape.dtype(x), SavedSpec{{0}, {}},
+                        {tensor_bytes(m_tape.shape(x), m_tape.dtype(x))});
+  m_tape.drop(x);
+  return y;
+}
+
+VarId TorchOps::sqrt(const std::string& name, VarId a) {
+  return unary(name, "sqrt", a, m_tape.dtype(a), SavedSpec{{}, {0}},
+               {tensor_bytes(m_tape.shape(a), m_tape.dtype(a))});
+}
+
+VarId TorchOps::rsqrt(const std::string& name, VarId a) {
+  const VarId x = autocast_fp32(name, a);
+  const VarId y = unary(name, "rsqrt", x, m_tape.dtype(x), SavedSpec{{}, {0}},
+                        {tensor_bytes(m_tape.shape(x), m_tape.dtype(x))});
+  m_tape.drop(x);
+  return y;
+}
+
+VarId TorchOps::exp(const std::string& name, VarId a) {
+  const VarId x = autocast_fp32(name, a);
+  const VarId y = unary(name, "exp", x, m_tape.dtype(x), SavedSpec{{}, {0}});
+  m_tape.drop(x);
+  return y;
+}
+
+VarId TorchOps::log(const std::string& name, VarId a) {
+  const VarId x = autocast_fp32(name, a);
+  const VarId y = unary(name, "log", x, m_tape.dtype(x), SavedSpec{{0}, {}});
+  m_tape.drop(x);
+  return y;
+}
+
+VarId TorchOps::sigmoid(const std::string& name, VarId a) {
+  return unary(name, "sigmoid", a, m_tape.dtype(a), SavedSpec{{}, {0}});
+}
+
+VarId TorchOps::silu(const std::string& name, VarId a) {
+  return unary(name, "silu", a, m_tape.dtype(a), SavedSpec{{0}, {}});
+}
+
+VarId TorchOps::gelu(const std::string& name, VarId a) {
+  return unary(name, "gelu", a, m_tape.dtype(a), SavedSpec{{0}, {}});
+}
+
+VarId TorchOps::to(const std::string& name, VarId a, DType dtype) {
+  if (m_tape.dtype(a) == dtype) {
+    m_tape.hold(a);
+    return a;
+  }
+  return unary(name, "_to_copy", a, dtype, {});
+}
+
+VarId TorchOps::contiguous(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "clone";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", m_tape.shape(a), m_tape.dtype(a)}};
+  c.backward.grads = {GradRule{Kind::kPassThrough}};
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::cat_last(const std::string& name, VarId a, VarId b) {
+  OpCall c;
+  c.name = name;
+  c.kind = "cat";
+  c.inputs = {a, b};
+  Shape out = m_tape.shape(a);
+  out.back() += m_tape.shape(b).back();
+  c.outputs = {OutputSpec{"", out, promote(m_tape.dtype(a), m_tape.dtype(b))}};
+  c.backward.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kPassThrough}};  // narrow() views
+  return m_tape.op1(c);
+}
+
+// ---- reductions
+// --------------------------------------------------------------------------------------------
+
+VarId TorchOps::mean_last(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "mean";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), m_tape.dtype(a)}};
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);  // backward: grad.expand(...) / n -> a full-size gradient
+}
+
+VarId TorchOps::sum_last(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "sum";
+  c.inputs = {a};
+  const DType dt = m_autocast && m_tape.dtype(a) != DType::kFloat32 ? DType::kFloat32 : m_tape.dtype(a);
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), dt}};
+  c.backward.grads = {GradRule{Kind::kPassThrough}};  // grad.expand(sizes): a view
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::mean_all(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "mean";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", {}, m_tape.dtype(a)}};
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+std::pair<VarId, VarId> TorchOps::max_last(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "max";
+  c.inputs = {a};
+  const Shape s = with_last(m_tape.shape(a), 1);
+  c.outputs = {OutputSpec{"", s, m_tape.dtype(a)}, OutputSpec{"indices", s, DType::kInt64, false}};
+  c.saved.outputs = {1};  // value_selecting_reduction_backward: zeros(self) scattered at the indices
+  c.flops = numel_d(m_tape.shape(a));
+  const std::vector<VarId> out = m_tape.op(c);
+  return {out[0], out[1]};
+}
+
+VarId TorchOps::amax_last(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "amax";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), m_tape.dtype(a)}};
+  c.saved = SavedSpec{{0}, {0}};
+  // backward: (self == result) as a full-size bool mask, divided by the count of maxima
+  c.backward.temp_bytes = {tensor_bytes(m_tape.shape(a), DType::kBool)};
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::vector_norm_last(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "linalg_vector_norm";
+  c.inputs = {a};
+  const DType dt = m_autocast && m_tape.dtype(a) != DType::kFloat32 ? DType::kFloat32 : m_tape.dtype(a);
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), dt}};
+  c.saved = SavedSpec{{0}, {0}};  // self * (grad / norm)
+  c.flops = 2.0 * numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+}  // namespace vramsim

@@ -1,0 +1,115 @@
+// The aten operations the emitters call, one method each, with what PyTorch allocates, what autograd saves
+// (derivatives.yaml) and what the backward allocates; plus torch.autocast's casting rules.
+//
+// Conventions:
+//   * Every returned VarId carries one Python reference: the caller drops it when the Python variable goes
+//     away (EagerTape::drop). Inputs are never dropped here.
+//   * Shapes are logical (PyTorch's); the methods do not track strides, so callers insert contiguous() where
+//     the Python code makes reshape/einsum copy a non-contiguous operand.
+//   * Backward allocation is the node's peak: each differentiable input gets its gradient (or the incoming
+//   one,
+//     for pass-through ops) and `temp_bytes` covers scratch alive inside the backward kernel sequence.
+//
+// Autocast (CUDA lists of PyTorch 2.x autocast_mode.cpp): matmuls and SDPA run in the low dtype (weights cast
+// once per region and cached; activations cast per call, each cast a new tensor); exp, log, pow, rsqrt,
+// layer_norm and the losses run in fp32 (a low-precision input is cast first); softmax, log_softmax, sum and
+// vector norms take an fp32 output dtype without a separate cast; everything else follows type promotion.
+#pragma once
+
+#include <optional>
+#include <unordered_map>
+#include <utility>
+
+#include "sim/graph/eager_tape.h"
+
+namespace vramsim {
+
+class TorchOps {
+ public:
+  explicit TorchOps(EagerTape& tape) : m_tape(tape) {}
+  EagerTape& tape() { return m_tape; }
+
+  // ---- torch.autocast
+  void set_autocast(std::optional<DType> low) { m_autocast = low; }
+  std::optional<DType> autocast() const { return m_autocast; }
+  void clear_autocast_cache();  // leaving the outermost autocast region
+  // The tensor a lower-precision op reads (x itself, with one more reference, when no cast is needed). For
+  // ops on autocast's list that copy operands before their matmul (einsum), call it first.
+  VarId autocast_operand(const std::string& name, VarId x) { return autocast_low(name, x); }
+
+  // The first matmul of the process makes cuBLAS allocate its workspace (through the caching allocator).
+  void set_forward_workspace_bytes(Bytes bytes) { m_workspace_bytes = bytes; }
+
+  // ---- matmuls (lower precision under autocast)
+  // nn.Linear / F.linear and GPT-2's Conv1D (addmm): x [..., in] -> [..., out]; saves x and w.
+  // weight_first: the weight is the first operand of the Python call (einsum(self.weight, x, ...)), so
+  // autocast casts it before x.
+  VarId linear(const std::string& name, VarId x, VarId w, VarId bias = kNoVar, bool weight_first = false);
+  // torch.matmul / bmm / einsum contraction of batched matrices already laid out for bmm; saves a and b.
+  // cublas=false for degenerate contractions (inner size 1) that do not reach cuBLAS.
+  VarId matmul(const std::string& name, VarId a, VarId b, const Shape& out_shape, bool cublas = true);
+
+  // ---- elementwise
+  VarId add(const std::string& name, VarId a, VarId b);
+  VarId sub(const std::string& name, VarId a, VarId b);
+  VarId mul(const std::string& name, VarId a, VarId b);
+  VarId div(const std::string& name, VarId a, VarId b);
+  VarId scale(const std::string& name, VarId a);       // a * python scalar, a / python scalar
+  VarId add_scalar(const std::string& name, VarId a);  // a + python scalar
+  VarId neg(const std::string& name, VarId a);
+  VarId pow2(const std::string& name, VarId a);
+  VarId sqrt(const std::string& name, VarId a);
+  VarId rsqrt(const std::string& name, VarId a);
+  VarId exp(const std::string& name, VarId a);
+  VarId log(const std::string& name, VarId a);
+  VarId sigmoid(const std::string& name, VarId a);
+  VarId silu(const std::string& name, VarId a);
+  VarId gelu(const std::string& name, VarId a);
+  VarId to(const std::string& name, VarId a, DType dtype);  // same dtype: returns `a` with one more reference
+  VarId contiguous(const std::string& name, VarId a);       // a copy (clone)
+  VarId cat_last(const std::string& name, VarId a, VarId b);
+
+  // ---- reductions over the last dimension, keepdim=True
+  VarId mean_last(const std::string& name, VarId a);
+  VarId sum_last(const std::string& name, VarId a);
+  std::pair<VarId, VarId> max_last(const std::string& name, VarId a);  // values, int64 indices
+  VarId amax_last(const std::string& name, VarId a);
+  VarId vector_norm_last(const std::string& name, VarId a);
+  VarId mean_all(const std::string& name, VarId a);
+
+  // ---- attention pieces
+  VarId softmax_last(const std::string& name, VarId a, std::optional<DType> dtype = std::nullopt);
+  VarId log_softmax_last(const std::string& name, VarId a);
+  VarId masked_fill(const std::string& name, VarId a, VarId mask);
+  VarId where(const std::string& name, VarId mask, VarId a);  // torch.where(mask, a, python scalar)
+  std::pair<VarId, VarId> dropout(const std::string& name, VarId a, double p);  // output, bool mask
+  // F.scaled_dot_product_attention taking the flash (or, for fp32, memory-efficient) kernel: saves q, k, v,
+  // the output and an fp32 logsumexp; q [b, h, s, d], k/v [b, h_kv, s, d].
+  VarId sdpa_flash(const std::string& name, VarId q, VarId k, VarId v);
+
+  // ---- embedding, loss
+  VarId embedding(const std::string& name, VarId weight, VarId ids);  // F.embedding and weight[ids]
+  VarId gather_last(const std::string& name, VarId a, VarId index);   // -> [..., 1]
+  VarId nll_loss(const std::string& name, VarId log_probs, VarId target);
+  // save_statistics=false: the mean/rstd outputs are neither kept nor saved (Megatron accounting).
+  VarId layer_norm(const std::string& name, VarId x, VarId weight, VarId bias, bool save_statistics = true);
+
+ private:
+  VarId autocast_low(const std::string& name, VarId x);  // the tensor a lower-precision op reads
+  VarId autocast_fp32(const std::string& name, VarId x);
+  VarId unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
+              std::vector<Bytes> temps = {});
+  VarId binary(const std::string& name, const std::string& kind, VarId a, VarId b, SavedSpec saved,
+               bool a_pass, bool b_pass);
+  void maybe_allocate_workspace();
+
+  EagerTape& m_tape;
+  std::optional<DType> m_autocast;
+  std::unordered_map<VarId, VarId> m_cast_cache;  // parameter -> its cached low-precision copy
+  Bytes m_workspace_bytes = 0;
+};
+
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+Bytes tensor_bytes(const Shape& shape, DType dtype);
+
+}  // namespace vramsim

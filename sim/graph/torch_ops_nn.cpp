@@ -1,0 +1,191 @@
+// The nn-level TorchOps: softmax, masking, dropout, fused attention, embedding, losses, LayerNorm.
+// (Elementwise ops, reductions, matmuls and autocast are in torch_ops.cpp.)
+#include "sim/graph/torch_ops.h"
+
+namespace vramsim {
+namespace {
+
+using Kind = GradRule::Kind;
+
+Shape with_last(Shape s, std::int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+double numel_d(const Shape& s) { return static_cast<double>(numel(s)); }
+
+}  // namespace
+
+// ---- attention pieces
+// --------------------------------------------------------------------------------------
+
+VarId TorchOps::softmax_last(const std::string& name, VarId a, std::optional<DType> dtype) {
+  DType out = dtype.value_or(m_tape.dtype(a));
+  if (m_autocast && !dtype) {
+    out = DType::kFloat32;
+  }
+  OpCall c;
+  c.name = name;
+  c.kind = "_softmax";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", m_tape.shape(a), out}};
+  c.saved.outputs = {0};
+  c.flops = 5.0 * numel_d(m_tape.shape(a));
+  if (out != m_tape.dtype(a)) {  // _softmax_backward_data returns fp32, then cast back to the input dtype
+    c.backward.temp_bytes = {tensor_bytes(m_tape.shape(a), out)};
+  }
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::log_softmax_last(const std::string& name, VarId a) {
+  OpCall c;
+  c.name = name;
+  c.kind = "_log_softmax";
+  c.inputs = {a};
+  const DType out = m_autocast ? DType::kFloat32 : m_tape.dtype(a);
+  c.outputs = {OutputSpec{"", m_tape.shape(a), out}};
+  c.saved.outputs = {0};
+  c.flops = 5.0 * numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::masked_fill(const std::string& name, VarId a, VarId mask) {
+  OpCall c;
+  c.name = name;
+  c.kind = "masked_fill";
+  c.inputs = {a, mask};
+  c.outputs = {OutputSpec{"", m_tape.shape(a), m_tape.dtype(a)}};
+  c.saved.inputs = {1};
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  c.flops = numel_d(m_tape.shape(a));
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::where(const std::string& name, VarId mask, VarId a) {
+  // The python scalar becomes a 0-dim device tensor for the call (a 4-byte allocation freed right after).
+  const VarId scalar = m_tape.constant(name + ".scalar", "scalar_tensor", {}, DType::kFloat32);
+  OpCall c;
+  c.name = name;
+  c.kind = "where";
+  c.inputs = {mask, a, scalar};
+  c.outputs = {OutputSpec{"", broadcast_shapes(m_tape.shape(mask), m_tape.shape(a)), m_tape.dtype(a)}};
+  c.saved.inputs = {0};
+  c.backward.grads = {GradRule{Kind::kNone}, GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  c.backward.temp_bytes = {4};  // the zero scalar of where(cond, grad, 0)
+  c.flops = numel_d(m_tape.shape(a));
+  const VarId y = m_tape.op1(c);
+  m_tape.drop(scalar);
+  return y;
+}
+
+std::pair<VarId, VarId> TorchOps::dropout(const std::string& name, VarId a, double p) {
+  OpCall c;
+  c.name = name;
+  c.kind = "native_dropout";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", m_tape.shape(a), m_tape.dtype(a)},
+               OutputSpec{"mask", m_tape.shape(a), DType::kBool, false}};
+  c.saved.outputs = {1};
+  c.flops = numel_d(m_tape.shape(a)) * (p > 0.0 ? 2.0 : 1.0);
+  const std::vector<VarId> out = m_tape.op(c);
+  return {out[0], out[1]};
+}
+
+VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
+  const VarId qa = autocast_low(name, q);
+  const VarId ka = autocast_low(name, k);
+  const VarId va = autocast_low(name, v);
+  const Shape& qs = m_tape.shape(q);  // b, h, s, d
+  const std::int64_t seq_rounded = (qs[2] + 127) / 128 * 128;
+  OpCall c;
+  c.name = name;
+  c.kind = "_scaled_dot_product_flash_attention";
+  c.inputs = {qa, ka, va};
+  c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
+               OutputSpec{"logsumexp", {qs[0], qs[1], qs[2]}, DType::kFloat32, false}};
+  c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
+  // FlashAttention-2 backward: an fp32 dq accumulator (b, s rounded to 128, h, d) and softmax_d (b, h, s).
+  const Bytes dq_accum = static_cast<Bytes>(qs[0] * seq_rounded * qs[1] * qs[3]) * 4;
+  const Bytes softmax_d = static_cast<Bytes>(qs[0] * qs[1] * seq_rounded) * 4;
+  c.backward.temp_bytes = {dq_accum, softmax_d};
+  if (m_tape.shape(k)[1] != qs[1]) {  // grouped-query: dk, dv computed per query head, then summed
+    const Bytes expanded = tensor_bytes(qs, m_tape.dtype(ka));
+    c.backward.temp_bytes.push_back(expanded);
+    c.backward.temp_bytes.push_back(expanded);
+  }
+  c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;  // causal
+  const std::vector<VarId> out = m_tape.op(c);
+  m_tape.drop(out[1]);  // the logsumexp is only referenced by the backward node
+  const VarId y = out[0];
+  m_tape.drop(qa);
+  m_tape.drop(ka);
+  m_tape.drop(va);
+  return y;
+}
+
+// ---- embedding, loss
+// ---------------------------------------------------------------------------------------
+
+VarId TorchOps::embedding(const std::string& name, VarId weight, VarId ids) {
+  OpCall c;
+  c.name = name;
+  c.kind = "embedding";
+  c.inputs = {weight, ids};
+  Shape out = m_tape.shape(ids);
+  out.push_back(m_tape.shape(weight).back());
+  c.outputs = {OutputSpec{"", out, m_tape.dtype(weight)}};
+  c.saved.inputs = {1};
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};  // zeros(weight) + index_put_
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::gather_last(const std::string& name, VarId a, VarId index) {
+  OpCall c;
+  c.name = name;
+  c.kind = "gather";
+  c.inputs = {a, index};
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), m_tape.dtype(a)}};
+  c.saved.inputs = {1};
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};  // zeros(self).scatter_add_
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::nll_loss(const std::string& name, VarId log_probs, VarId target) {
+  const VarId x = autocast_fp32(name, log_probs);
+  OpCall c;
+  c.name = name;
+  c.kind = "nll_loss_forward";
+  c.inputs = {x, target};
+  c.outputs = {OutputSpec{"", {}, m_tape.dtype(x)}, OutputSpec{"total_weight", {}, m_tape.dtype(x), false}};
+  c.saved = SavedSpec{{1}, {1}};
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  const std::vector<VarId> out = m_tape.op(c);
+  m_tape.drop(out[1]);  // total_weight: only the backward node keeps it
+  m_tape.drop(x);
+  return out[0];
+}
+
+VarId TorchOps::layer_norm(const std::string& name, VarId x, VarId weight, VarId bias, bool save_statistics) {
+  const VarId xa = autocast_fp32(name, x);
+  const Shape rows = with_last(m_tape.shape(x), 1);
+  OpCall c;
+  c.name = name;
+  c.kind = "native_layer_norm";
+  c.inputs = {xa, weight, bias};
+  c.outputs = {OutputSpec{"", m_tape.shape(x), m_tape.dtype(xa)}};
+  c.saved = SavedSpec{{0, 1, 2}, {}};
+  if (save_statistics) {
+    c.outputs.push_back(OutputSpec{"mean", rows, DType::kFloat32, false});
+    c.outputs.push_back(OutputSpec{"rstd", rows, DType::kFloat32, false});
+    c.saved.outputs = {1, 2};
+  }
+  c.flops = 8.0 * numel_d(m_tape.shape(x));
+  const std::vector<VarId> out = m_tape.op(c);
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    m_tape.drop(out[i]);
+  }
+  m_tape.drop(xa);
+  return out[0];
+}
+
+}  // namespace vramsim

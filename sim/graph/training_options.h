@@ -1,0 +1,77 @@
+// How a step is run: the settings that change what PyTorch allocates (batch and sequence, precision,
+// optimizer and its implementation, activation checkpointing, attention kernel, dropout, accumulation).
+// The CLI strings are parsed here and nowhere else; every parse_* throws
+// InputError("<option>: unknown value 'x' (known: ...)").
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "sim/core/types.h"
+
+namespace vramsim {
+
+// fp32     : everything fp32.
+// amp-*    : torch.autocast: fp32 parameters, low-precision copies of the weights cached for the autocast
+//            region, matmul outputs in low precision, fp32 gradients (GradScaler for fp16 adds no tensors of
+//            note: a scale and a found-inf flag).
+// bf16     : bf16 parameters and gradients; the optimizer keeps fp32 master weights and fp32 states
+//            (Megatron / DeepSpeed mixed precision).
+enum class Precision : std::uint8_t { kFp32, kAmpFp16, kAmpBf16, kBf16 };
+
+enum class OptimizerKind : std::uint8_t { kSgd, kSgdMomentum, kAdam, kAdamW, kAdamW8bit, kAdafactor };
+
+// torch.optim's three code paths, which differ only in temporaries: foreach (the CUDA default) works on whole
+// tensor lists, so its temporaries are as large as all parameters of a dtype together; fused has none; the
+// for-loop ("single tensor", and hand-written optimizers like CS336's AdamW) has one parameter's worth.
+enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop };
+
+// none: every saved activation kept. full: torch.utils.checkpoint around each decoder layer (only its input
+// is kept; the layer is recomputed in backward). selective: only the attention core (scores, softmax,
+// dropout, weighted sum) is recomputed (Korthikanti et al. 2022).
+enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
+
+// math: materialised batch x heads x S x S scores and probabilities. flash: one fused kernel (SDPA
+// FlashAttention): no S x S tensor; the output and a logsumexp are saved.
+enum class AttentionKind : std::uint8_t { kMath, kFlash };
+
+struct TrainingOptions {
+  std::int64_t batch = 1;
+  std::int64_t seq = 128;
+  Precision precision = Precision::kFp32;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  Checkpointing checkpointing = Checkpointing::kNone;
+  AttentionKind attention = AttentionKind::kMath;
+  double dropout = 0.0;       // probability; 0 = no dropout layers run (no masks)
+  int grad_accumulation = 1;  // micro-batches per optimizer step
+  int steps = 1;
+  bool forward_only = false;          // forward with autograd on, no loss/backward/optimizer
+  bool zero_grad_set_to_none = true;  // optimizer.zero_grad() default since PyTorch 2.0
+  bool autocast_whole_step = false;   // autocast context around backward and step too (weight cache lives on)
+  // Count saved activations exactly as Korthikanti et al. 2022 do (gpt2 family only): fused LayerNorm and
+  // scale-mask-softmax kernels that save nothing beyond the paper's tensors. See Note [Megatron accounting].
+  bool megatron_accounting = false;
+  // cuBLAS workspace the first matmul of the process allocates through the caching allocator (and the first
+  // of the autograd thread). 32 MiB is what PyTorch 2.6 took on the H100 of the kkaitlyn111 recordings.
+  Bytes cublas_workspace_bytes = 32 * kMiB;
+};
+
+// Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).
+void validate(const TrainingOptions& options);
+
+Precision parse_precision(std::string_view text, std::string_view option = "--precision");
+// Accepts a kind ("adamw") or a kind with an implementation ("adamw-fused", "adam-foreach", "sgd-for-loop").
+OptimizerKind parse_optimizer(std::string_view text, std::string_view option = "--optimizer");
+OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback,
+                                   std::string_view option = "--optimizer");
+Checkpointing parse_checkpointing(std::string_view text, std::string_view option = "--checkpointing");
+AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
+
+std::string_view precision_name(Precision p);
+std::string_view optimizer_name(OptimizerKind o);
+std::string_view optimizer_impl_name(OptimizerImpl i);
+std::string_view checkpointing_name(Checkpointing c);
+std::string_view attention_name(AttentionKind a);
+
+}  // namespace vramsim

@@ -1,0 +1,185 @@
+#include "sim/graph/transformer_builder.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/graph/optimizer.h"
+#include "sim/graph/transformer_parts.h"
+
+namespace vramsim {
+namespace {
+
+void check_model(const ModelConfig& m, const TrainingOptions& o) {
+  if (m.n_heads <= 0 || m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0 || m.head_dim <= 0 ||
+      m.head_dim % 2 != 0) {
+    throw InputError(
+        fmt::format("--model {}: heads {} / kv heads {} / head_dim {} do not form a valid attention", m.name,
+                    m.n_heads, m.n_kv_heads, m.head_dim));
+  }
+  if (m.family == ModelFamily::kGpt2 && m.code == ModelCode::kTorchModules && o.seq > m.max_positions) {
+    throw InputError(
+        fmt::format("--seq: {} exceeds the {} learned positions of {}", o.seq, m.max_positions, m.name));
+  }
+}
+
+std::optional<DType> autocast_dtype(Precision p) {
+  switch (p) {
+    case Precision::kAmpFp16:
+      return DType::kFloat16;
+    case Precision::kAmpBf16:
+      return DType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+// One model forward: ids -> logits. Layers run inside checkpoint() for full recomputation; the per-forward
+// tensors a checkpointed layer reads (rotary tables, the mask) are passed as its inputs so the replay in
+// backward finds them alive, as HF passes position_embeddings to the checkpointed layer.
+VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
+  VarId x = emit_embeddings(ctx, ids);
+  for (int l = 0; l < ctx.model.n_layers; ++l) {
+    tape.set_layer(l);
+    VarId y;
+    if (ctx.options.checkpointing == Checkpointing::kFull) {
+      std::vector<VarId> inputs{x};
+      for (VarId extra : {ctx.rope_cos, ctx.rope_sin, ctx.additive_mask}) {
+        inputs.push_back(extra);
+      }
+      inputs.erase(std::remove(inputs.begin() + 1, inputs.end(), kNoVar), inputs.end());
+      const bool rope = ctx.rope_cos != kNoVar;
+      const bool mask = ctx.additive_mask != kNoVar;
+      y = tape.checkpoint(layer_name(l, "checkpoint"), inputs,
+                          [&ctx, l, rope, mask](const std::vector<VarId>& in) {
+                            std::size_t k = 1;
+                            if (rope) {
+                              ctx.rope_cos = in[k++];
+                              ctx.rope_sin = in[k++];
+                            }
+                            if (mask) {
+                              ctx.additive_mask = in[k++];
+                            }
+                            return emit_layer(ctx, l, in[0]);
+                          });
+    } else {
+      y = emit_layer(ctx, l, x);
+    }
+    tape.drop(x);
+    x = y;
+  }
+  tape.set_layer(-1);
+  const VarId logits = emit_final(ctx, x);
+  tape.drop(x);
+  end_forward(ctx);
+  return logits;
+}
+
+}  // namespace
+
+OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
+  validate(options);
+  check_model(model, options);
+  OpGraph graph;
+  EagerTape tape(graph);
+  TorchOps ops(tape);
+  const DType param_dtype = options.precision == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
+
+  tape.set_step(0);
+  tape.set_phase(Phase::kSetup);
+  tape.begin_op("model.to(device)", "_to_copy");
+  const ModelParams params = create_parameters(tape, model, param_dtype);
+  const ModelBuffers buffers = create_buffers(tape, model, options);
+  tape.begin_op("batch.to(device)", "_to_copy");
+  const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
+  const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
+  OptimizerModel optimizer(tape, options, params.all);
+  if (!options.forward_only) {
+    optimizer.construct();
+  }
+  ops.set_forward_workspace_bytes(options.cublas_workspace_bytes);
+  tape.set_backward_workspace_bytes(options.cublas_workspace_bytes);
+  const std::optional<DType> low = autocast_dtype(options.precision);
+
+  VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
+  VarId held_loss = kNoVar;
+  std::size_t held_graph_begin = 0;
+  for (int step = 1; step <= options.steps; ++step) {
+    for (int micro = 0; micro < options.grad_accumulation; ++micro) {
+      tape.set_step(step, micro);
+      tape.set_phase(Phase::kForward);
+      ops.set_autocast(low);
+      const std::size_t graph_begin = tape.node_count();
+      EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar};
+      const VarId logits = forward(ctx, tape, ids);
+      if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
+        tape.drop(held_logits);
+        if (options.forward_only) {
+          tape.release_nodes(held_graph_begin, graph_begin);  // nothing else keeps the old graph alive
+        }
+      }
+      held_logits = logits;
+      held_graph_begin = graph_begin;
+      if (options.forward_only) {
+        if (!options.autocast_whole_step) {
+          ops.set_autocast(std::nullopt);
+          ops.clear_autocast_cache();
+        }
+        continue;
+      }
+      tape.set_phase(Phase::kLoss);
+      const VarId loss = emit_loss(ctx, logits, targets);
+      if (held_loss != kNoVar) {
+        tape.drop(held_loss);
+      }
+      held_loss = loss;
+      if (!options.autocast_whole_step) {
+        ops.set_autocast(std::nullopt);
+        ops.clear_autocast_cache();
+      }
+      tape.set_phase(Phase::kBackward);
+      tape.backward(loss);
+    }
+    if (options.forward_only) {
+      continue;
+    }
+    tape.set_phase(Phase::kOptimizer);
+    optimizer.step();
+    if (options.autocast_whole_step) {
+      ops.set_autocast(std::nullopt);
+      ops.clear_autocast_cache();
+    }
+    tape.set_phase(Phase::kZeroGrad);
+    optimizer.zero_grad();
+  }
+  // The script ends: its variables go away.
+  tape.begin_op("end_of_loop", "release");
+  if (held_logits != kNoVar) {
+    tape.drop(held_logits);
+  }
+  if (held_loss != kNoVar) {
+    tape.drop(held_loss);
+  }
+  tape.release_nodes(0, tape.node_count());
+  if (options.autocast_whole_step) {
+    ops.clear_autocast_cache();
+  }
+  tape.finish();
+  return graph;
+}
+
+Bytes saved_activation_bytes(const OpGraph& graph, int step, int layer) {
+  Bytes total = 0;
+  for (const Tensor& t : graph.tensors()) {
+    const Op& producer = graph.op(t.producer);
+    if (t.category == TensorCategory::kActivation && t.layer == layer && producer.step == step &&
+        producer.micro_batch == 0 && (producer.phase == Phase::kForward || producer.phase == Phase::kLoss)) {
+      total += t.size_bytes;
+    }
+  }
+  return total;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,152 @@
+// Parameters, buffers and the per-code dispatch of the forward pieces.
+#include "sim/graph/transformer_parts.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+#include <utility>
+
+namespace vramsim {
+namespace {
+
+// Parameter name suffix -> role, for the three naming schemes (HF GPT-2, HF Llama/Mistral/Qwen2, CS336).
+VarId* layer_role(LayerParams& p, std::string_view suffix) {
+  static const std::pair<std::string_view, VarId LayerParams::*> kRoles[] = {
+      {"ln_1.weight", &LayerParams::norm1_w},
+      {"ln_1.bias", &LayerParams::norm1_b},
+      {"ln_2.weight", &LayerParams::norm2_w},
+      {"ln_2.bias", &LayerParams::norm2_b},
+      {"attn.c_attn.weight", &LayerParams::qkv_w},
+      {"attn.c_attn.bias", &LayerParams::qkv_b},
+      {"attn.c_proj.weight", &LayerParams::o_w},
+      {"attn.c_proj.bias", &LayerParams::o_b},
+      {"mlp.c_fc.weight", &LayerParams::fc1_w},
+      {"mlp.c_fc.bias", &LayerParams::fc1_b},
+      {"mlp.c_proj.weight", &LayerParams::fc2_w},
+      {"mlp.c_proj.bias", &LayerParams::fc2_b},
+      {"input_layernorm.weight", &LayerParams::norm1_w},
+      {"post_attention_layernorm.weight", &LayerParams::norm2_w},
+      {"self_attn.q_proj.weight", &LayerParams::q_w},
+      {"self_attn.q_proj.bias", &LayerParams::q_b},
+      {"self_attn.k_proj.weight", &LayerParams::k_w},
+      {"self_attn.k_proj.bias", &LayerParams::k_b},
+      {"self_attn.v_proj.weight", &LayerParams::v_w},
+      {"self_attn.v_proj.bias", &LayerParams::v_b},
+      {"self_attn.o_proj.weight", &LayerParams::o_w},
+      {"self_attn.o_proj.bias", &LayerParams::o_b},
+      {"mlp.gate_proj.weight", &LayerParams::gate_w},
+      {"mlp.up_proj.weight", &LayerParams::up_w},
+      {"mlp.down_proj.weight", &LayerParams::down_w},
+      {"ln1.weight", &LayerParams::norm1_w},
+      {"ln2.weight", &LayerParams::norm2_w},
+      {"attn.q_proj.weight", &LayerParams::q_w},
+      {"attn.k_proj.weight", &LayerParams::k_w},
+      {"attn.v_proj.weight", &LayerParams::v_w},
+      {"attn.output_proj.weight", &LayerParams::o_w},
+      {"ffn.w1.weight", &LayerParams::gate_w},
+      {"ffn.w3.weight", &LayerParams::up_w},
+      {"ffn.w2.weight", &LayerParams::down_w},
+  };
+  for (const auto& [name, member] : kRoles) {
+    if (suffix == name) {
+      return &(p.*member);
+    }
+  }
+  return nullptr;
+}
+
+VarId* model_role(ModelParams& p, std::string_view name) {
+  if (name.ends_with("wte.weight") || name.ends_with("embed_tokens.weight") ||
+      name == "token_embeddings.weight") {
+    return &p.embed;
+  }
+  if (name.ends_with("wpe.weight")) {
+    return &p.pos;
+  }
+  if (name.ends_with("ln_f.weight") || name == "model.norm.weight" || name == "ln_final.weight") {
+    return &p.final_w;
+  }
+  if (name.ends_with("ln_f.bias")) {
+    return &p.final_b;
+  }
+  if (name == "lm_head.weight") {
+    return &p.head;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string layer_name(int layer, const char* what) { return fmt::format("layers.{}.{}", layer, what); }
+
+ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype) {
+  ModelParams p;
+  p.layers.resize(static_cast<std::size_t>(model.n_layers));
+  for (const ParameterShape& s : model.parameter_shapes()) {
+    tape.set_layer(s.layer);
+    const VarId v = tape.parameter(s.name, s.shape, dtype);
+    p.all.push_back(v);
+    VarId* slot = nullptr;
+    if (s.layer >= 0) {
+      // "<prefix>.<layer>.<suffix>": the suffix starts after the layer index.
+      const std::string key = fmt::format(".{}.", s.layer);
+      const std::size_t at = s.name.find(key);
+      slot = layer_role(p.layers[static_cast<std::size_t>(s.layer)],
+                        std::string_view(s.name).substr(at + key.size()));
+    } else {
+      slot = model_role(p, s.name);
+    }
+    if (slot != nullptr) {
+      *slot = v;
+    }
+  }
+  tape.set_layer(-1);
+  if (p.head == kNoVar) {
+    p.head = p.embed;  // tied embeddings
+  }
+  return p;
+}
+
+ModelBuffers create_buffers(EagerTape& tape, const ModelConfig& model, const TrainingOptions& options) {
+  ModelBuffers b;
+  if (model.code == ModelCode::kTorchModules && model.family == ModelFamily::kGpt2 &&
+      options.attention == AttentionKind::kMath) {
+    // GPT-2 registers a (1, 1, n_positions, n_positions) bool tril buffer per attention module; we keep one
+    // of the step's sequence length, shared (the per-module copies are model state older than any trace).
+    b.causal_mask = tape.input("causal_mask (buffer)", {1, 1, options.seq, options.seq}, DType::kBool);
+  }
+  if (model.code == ModelCode::kCs336Basics) {
+    b.rope_cache = tape.input("positional_encoder._freq_cis_cache (buffer)",
+                              {2, model.max_positions, model.head_dim / 2}, DType::kFloat32);
+  }
+  return b;
+}
+
+VarId emit_embeddings(EmitContext& ctx, VarId ids) {
+  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_embeddings(ctx, ids)
+                                                    : cs336_embeddings(ctx, ids);
+}
+
+VarId emit_layer(EmitContext& ctx, int layer, VarId x) {
+  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_layer(ctx, layer, x)
+                                                    : cs336_layer(ctx, layer, x);
+}
+
+VarId emit_final(EmitContext& ctx, VarId x) {
+  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_final(ctx, x) : cs336_final(ctx, x);
+}
+
+VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets) {
+  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_loss(ctx, logits, targets)
+                                                    : cs336_loss(ctx, logits, targets);
+}
+
+void end_forward(EmitContext& ctx) {
+  for (VarId v : ctx.forward_locals) {
+    ctx.ops.tape().drop(v);
+  }
+  ctx.forward_locals.clear();
+  ctx.rope_cos = ctx.rope_sin = ctx.additive_mask = kNoVar;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,75 @@
+// The pieces of a decoder-only Transformer's forward, written the way each supported code base writes them
+// (ModelCode), so that the tape sees the same tensors, views, copies and Python variable lifetimes:
+//   torch_modules_layers.cpp : nn.Linear / F.* modules in the shape of HF GPT-2 and Llama (+ Megatron
+//   accounting) cs336_layers.cpp         : the CS336 staff model and the kkaitlyn111 student model
+// Contract of every emit_*: inputs are not dropped (the caller owns them); the returned var carries one
+// Python reference; every intermediate is dropped where the Python code lets go of it.
+#pragma once
+
+#include <vector>
+
+#include "sim/graph/model_config.h"
+#include "sim/graph/torch_ops.h"
+#include "sim/graph/training_options.h"
+
+namespace vramsim {
+
+// A decoder layer's parameters by role; kNoVar where the architecture has none.
+struct LayerParams {
+  VarId norm1_w = kNoVar, norm1_b = kNoVar, norm2_w = kNoVar, norm2_b = kNoVar;
+  VarId qkv_w = kNoVar, qkv_b = kNoVar;  // GPT-2's fused c_attn
+  VarId q_w = kNoVar, q_b = kNoVar, k_w = kNoVar, k_b = kNoVar, v_w = kNoVar, v_b = kNoVar;
+  VarId o_w = kNoVar, o_b = kNoVar;
+  VarId fc1_w = kNoVar, fc1_b = kNoVar, fc2_w = kNoVar, fc2_b = kNoVar;  // GELU MLP
+  VarId gate_w = kNoVar, up_w = kNoVar, down_w = kNoVar;                 // SwiGLU (CS336: w1, w3, w2)
+};
+
+struct ModelParams {
+  VarId embed = kNoVar, pos = kNoVar;
+  std::vector<LayerParams> layers;
+  VarId final_w = kNoVar, final_b = kNoVar, head = kNoVar;
+  std::vector<VarId> all;  // model.parameters() order
+};
+
+// Creates the parameters (in registration order) in the current op. Throws nothing: names come from
+// ModelConfig::parameter_shapes().
+ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype);
+
+// Non-trainable device tensors the model creates at construction (registered buffers), kept for the run.
+struct ModelBuffers {
+  VarId causal_mask = kNoVar;  // GPT-2's bool "bias" buffer, (1, 1, S, S)
+  VarId rope_cache = kNoVar;   // the staff model's _freq_cis_cache, (2, context, head_dim / 2) fp32
+};
+ModelBuffers create_buffers(EagerTape& tape, const ModelConfig& model, const TrainingOptions& options);
+
+struct EmitContext {
+  TorchOps& ops;
+  const ModelConfig& model;
+  const TrainingOptions& options;
+  const ModelParams& params;
+  const ModelBuffers& buffers;
+  // Per-forward tensors (created by emit_embeddings, released by end_forward).
+  std::vector<VarId> forward_locals;
+  VarId rope_cos = kNoVar, rope_sin = kNoVar, additive_mask = kNoVar;
+};
+
+VarId emit_embeddings(EmitContext& ctx, VarId ids);
+VarId emit_layer(EmitContext& ctx, int layer, VarId x);
+VarId emit_final(EmitContext& ctx, VarId x);  // final norm and lm_head: the logits
+void end_forward(EmitContext& ctx);           // the model's forward() returns: its locals go away
+VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets);
+
+// Per code base (called by the dispatchers above).
+VarId torch_modules_embeddings(EmitContext& ctx, VarId ids);
+VarId torch_modules_layer(EmitContext& ctx, int layer, VarId x);
+VarId torch_modules_final(EmitContext& ctx, VarId x);
+VarId torch_modules_loss(EmitContext& ctx, VarId logits, VarId targets);
+VarId cs336_embeddings(EmitContext& ctx, VarId ids);
+VarId cs336_layer(EmitContext& ctx, int layer, VarId x);
+VarId cs336_final(EmitContext& ctx, VarId x);
+VarId cs336_loss(EmitContext& ctx, VarId logits, VarId targets);
+
+// "layers.<l>.<what>"
+std::string layer_name(int layer, const char* what);
+
+}  // namespace vramsim

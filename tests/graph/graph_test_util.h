@@ -1,0 +1,118 @@
+// Shared helpers for the graph tests: small models, the invariants every schedule must satisfy, and the
+// peak rise of a trace.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "sim/graph/model_config.h"
+#include "sim/graph/op_graph.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/training_options.h"
+
+namespace vramsim::test {
+
+// A 2-layer model of the given preset's family and code with small dimensions (fast to build).
+inline ModelConfig tiny_model(const std::string& preset, std::int64_t n_kv_heads = 0) {
+  ModelConfig m = model_preset(preset);
+  m.vocab_size = 1000;
+  m.d_model = 64;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = n_kv_heads > 0 ? n_kv_heads : 4;
+  m.head_dim = 16;
+  m.d_ff = m.mlp == MlpKind::kGelu ? 256 : 172;
+  m.max_positions = 256;
+  return m;
+}
+
+inline TrainingOptions small_options() {
+  TrainingOptions o;
+  o.batch = 2;
+  o.seq = 32;
+  o.steps = 2;
+  o.cublas_workspace_bytes = 0;
+  return o;
+}
+
+// Every tensor is allocated once; a non-persistent one is freed exactly once, after its allocation and not
+// before any op that reads it; parameters and optimizer states persist; live bytes never go negative.
+inline void check_schedule_invariants(const OpGraph& g, const AllocationSchedule& s) {
+  const std::size_t n = g.tensors().size();
+  std::vector<int> allocs(n, 0), frees(n, 0);
+  std::vector<std::size_t> alloc_at(n, 0), free_at(n, 0);
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    const TensorId t = s.event_tensor[i];
+    REQUIRE(s.events[i].addr == synthetic_address(t));
+    if (s.events[i].action == TraceAction::kAlloc) {
+      REQUIRE(allocs[t] == 0);
+      ++allocs[t];
+      alloc_at[t] = i;
+    } else if (s.events[i].action == TraceAction::kFreeCompleted) {
+      REQUIRE(allocs[t] == 1);
+      REQUIRE(frees[t] == 0);
+      ++frees[t];
+      free_at[t] = i;
+    }
+    REQUIRE(s.live_bytes_after[i] >= 0);
+  }
+  std::int64_t persistent_bytes = 0;
+  for (const Tensor& t : g.tensors()) {
+    INFO(t.name);
+    REQUIRE(allocs[t.id] == 1);
+    if (t.category == TensorCategory::kParameter || t.category == TensorCategory::kOptimizerState) {
+      REQUIRE(t.persistent);
+    }
+    if (t.persistent) {
+      REQUIRE(frees[t.id] == 0);
+      persistent_bytes += static_cast<std::int64_t>(t.size_bytes);
+      continue;
+    }
+    REQUIRE(frees[t.id] == 1);
+    REQUIRE(free_at[t.id] > alloc_at[t.id]);
+    for (OpId c : t.consumers) {  // no op touches the tensor after the op that freed it
+      REQUIRE(c >= t.producer);
+      REQUIRE(c <= t.last_consumer());
+    }
+  }
+  REQUIRE(s.live_bytes_after.back() == persistent_bytes);
+  // Every edge runs from the tensor's producer to one of its consumers, forward in execution order.
+  for (auto [it, end] = boost::edges(g.adjacency()); it != end; ++it) {
+    const DependencyEdge& e = g.adjacency()[*it];
+    const Tensor& t = g.tensor(e.tensor);
+    REQUIRE(boost::source(*it, g.adjacency()) == t.producer);
+    const OpId target = static_cast<OpId>(boost::target(*it, g.adjacency()));
+    REQUIRE(target > t.producer);
+    REQUIRE(target <= t.last_consumer());
+  }
+}
+
+// The largest rise of live requested bytes over the start of `events` (alloc minus free_completed sizes).
+inline std::int64_t peak_rise(const std::vector<TraceEvent>& events, std::size_t begin = 0,
+                              std::size_t end = static_cast<std::size_t>(-1)) {
+  std::int64_t live = 0, peak = 0;
+  for (std::size_t i = begin; i < events.size() && i < end; ++i) {
+    if (events[i].action == TraceAction::kAlloc) {
+      live += static_cast<std::int64_t>(events[i].size_bytes);
+    } else if (events[i].action == TraceAction::kFreeCompleted) {
+      live -= static_cast<std::int64_t>(events[i].size_bytes);
+    }
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+inline std::vector<Bytes> alloc_sizes(const std::vector<TraceEvent>& events, std::size_t begin = 0,
+                                      std::size_t end = static_cast<std::size_t>(-1)) {
+  std::vector<Bytes> out;
+  for (std::size_t i = begin; i < events.size() && i < end; ++i) {
+    if (events[i].action == TraceAction::kAlloc) {
+      out.push_back(events[i].size_bytes);
+    }
+  }
+  return out;
+}
+
+}  // namespace vramsim::test

@@ -1,0 +1,81 @@
+// Activation memory per layer against Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+// Transformer Models"), Section 4: a GPT layer with 16-bit activations and 1-byte dropout masks saves
+// s*b*h*(34 + 5*a*s/h) bytes; with full recomputation, 2*s*b*h.
+#include <catch2/catch.hpp>
+
+#include "sim/graph/transformer_builder.h"
+
+using namespace vramsim;
+
+namespace {
+
+ModelConfig megatron_gpt(std::int64_t h, std::int64_t a, std::int64_t s) {
+  ModelConfig m = model_preset("gpt2");  // LayerNorm, GELU MLP of 4h, biases
+  m.name = "megatron-gpt";
+  m.d_model = h;
+  m.n_heads = a;
+  m.n_kv_heads = a;
+  m.head_dim = h / a;
+  m.d_ff = 4 * h;
+  m.n_layers = 2;
+  m.vocab_size = 1024;  // does not enter the per-layer count
+  m.max_positions = s;
+  return m;
+}
+
+TrainingOptions paper_options(std::int64_t s, std::int64_t b) {
+  TrainingOptions o;
+  o.batch = b;
+  o.seq = s;
+  o.precision = Precision::kBf16;  // 16-bit activations
+  o.dropout = 0.1;                 // dropout on: 1-byte masks
+  o.attention = AttentionKind::kMath;
+  o.megatron_accounting = true;
+  o.forward_only = true;  // autograd is on: the forward saves what backward would need
+  o.steps = 1;
+  o.cublas_workspace_bytes = 0;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("Korthikanti et al.: s*b*h*(34 + 5as/h) bytes saved per layer", "[quick][graph]") {
+  const auto [h, a, s, b, mib] =
+      GENERATE(table<std::int64_t, std::int64_t, std::int64_t, std::int64_t, double>({
+          {6144, 64, 2048, 4, 6752.0},
+          {12288, 96, 2048, 1, 2736.0},
+      }));
+  const Bytes formula = static_cast<Bytes>(s * b * h * 34 + 5 * a * s * s * b);
+  REQUIRE(static_cast<double>(formula) / static_cast<double>(kMiB) == mib);
+  const OpGraph g = build_training_steps(megatron_gpt(h, a, s), paper_options(s, b));
+  CHECK(saved_activation_bytes(g, 1, 0) == formula);
+  CHECK(saved_activation_bytes(g, 1, 1) == formula);
+}
+
+TEST_CASE("Korthikanti et al.: full recomputation keeps 2*s*b*h bytes per layer", "[quick][graph]") {
+  const auto [h, a, s, b, mib] =
+      GENERATE(table<std::int64_t, std::int64_t, std::int64_t, std::int64_t, double>({
+          {6144, 64, 2048, 4, 96.0},
+          {12288, 96, 2048, 1, 48.0},
+      }));
+  TrainingOptions o = paper_options(s, b);
+  o.checkpointing = Checkpointing::kFull;
+  const OpGraph g = build_training_steps(megatron_gpt(h, a, s), o);
+  CHECK(static_cast<double>(saved_activation_bytes(g, 1, 0)) / static_cast<double>(kMiB) == mib);
+  CHECK(saved_activation_bytes(g, 1, 1) == static_cast<Bytes>(2 * s * b * h));
+}
+
+TEST_CASE(
+    "Korthikanti et al.: PyTorch eager saves the paper's tensors plus LayerNorm statistics and an "
+    "fp32 softmax",
+    "[quick][graph]") {
+  const std::int64_t h = 6144, a = 64, s = 2048, b = 4;
+  TrainingOptions o = paper_options(s, b);
+  o.megatron_accounting = false;
+  const OpGraph g = build_training_steps(megatron_gpt(h, a, s), o);
+  // + 2 LayerNorms x (mean, rstd) x 4 bytes per token; softmax(dtype=float32) keeps 4 bytes per score
+  // instead of 2.
+  const Bytes expected =
+      static_cast<Bytes>(s * b * h * 34 + 5 * a * s * s * b + 16 * s * b + 2 * a * s * s * b);
+  CHECK(saved_activation_bytes(g, 1, 0) == expected);
+}
