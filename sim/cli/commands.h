@@ -10,5 +10,7 @@ namespace vramsim::cli {
 // Registers `replay` on `app`; `run` is set to the action to execute when it was chosen.
 void add_replay_command(CLI::App& app, std::function<int()>& run);
 void add_convert_command(CLI::App& app, std::function<int()>& run);
+void add_predict_command(CLI::App& app, std::function<int()>& run);
+void add_fit_command(CLI::App& app, std::function<int()>& run);
 
 }  // namespace vramsim::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   vramsim::cli::add_replay_command(app, run);
   vramsim::cli::add_convert_command(app, run);
+  vramsim::cli::add_predict_command(app, run);
+  vramsim::cli::add_fit_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

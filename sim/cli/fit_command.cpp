@@ -1,0 +1,88 @@
+// `vramsim fit`: the largest batch (or sequence length) that fits on the device with a safety margin.
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "sim/cli/commands.h"
+#include "sim/core/size_format.h"
+#include "sim/predict/step_prediction.h"
+
+namespace vramsim::cli {
+
+// Defined in predict_command.cpp: the model, device and training flags both commands share.
+void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);
+
+namespace {
+
+struct FitArgs {
+  RequestArgs request;
+  std::string alloc_conf;
+  std::string margin = "10%";
+  std::string vary = "batch";
+  bool json = false;
+};
+
+}  // namespace
+
+void add_fit_command(CLI::App& app, std::function<int()>& run) {
+  static FitArgs args;
+  auto* cmd = app.add_subcommand(
+      "fit",
+      "Find the largest batch (or sequence length) whose predicted peak reserved memory plus the CUDA "
+      "context stays within (1 - margin) of the device");
+  add_request_options(cmd, args.request, args.alloc_conf);
+  cmd->add_option("--batch", args.request.batch, "batch size (the search starts here with --vary batch)")
+      ->capture_default_str();
+  cmd->add_option("--margin", args.margin, "fraction of the device kept free, e.g. 10% or 0.1")
+      ->capture_default_str();
+  cmd->add_option("--vary", args.vary, "batch|seq")->capture_default_str();
+  cmd->add_flag("--json", args.json, "machine-readable output");
+  cmd->callback([&run, cmd] {
+    if (cmd->count("--alloc-conf") > 0) {
+      args.request.alloc_conf = args.alloc_conf;
+    }
+    run = [] {
+      const double margin = parse_margin(args.margin);
+      const FitVary vary = parse_fit_vary(args.vary);
+      const PredictRequest request = make_request(args.request);
+      const FitResult r = fit(request, vary, margin);
+      const char* what = vary == FitVary::kBatch ? "batch" : "seq";
+      if (args.json) {
+        nlohmann::ordered_json j;
+        j["vary"] = what;
+        j["margin"] = r.margin;
+        j["total_bytes"] = r.total_bytes;
+        j["cuda_context_bytes"] = r.cuda_context_bytes;
+        j["limit_bytes"] = r.limit_bytes;
+        j["best"] = r.best;
+        nlohmann::ordered_json trials = nlohmann::ordered_json::array();
+        for (const FitTrial& t : r.trials) {
+          trials.push_back({{what, t.value},
+                            {"peak_reserved_bytes", t.peak_reserved_bytes},
+                            {"num_ooms", t.num_ooms},
+                            {"fits", t.fits}});
+        }
+        j["trials"] = trials;
+        fmt::print("{}\n", j.dump(2));
+        return 0;
+      }
+      fmt::print("limit            peak reserved + {} context <= {} ({:.0f} % of {})\n",
+                 format_bytes_short(static_cast<Bytes>(r.cuda_context_bytes)),
+                 format_bytes_short(static_cast<Bytes>(r.limit_bytes)), 100.0 * (1.0 - r.margin),
+                 format_bytes_short(static_cast<Bytes>(r.total_bytes)));
+      for (const FitTrial& t : r.trials) {
+        fmt::print("  {} {:>7}   peak reserved {:>12}   {}\n", what, t.value,
+                   format_bytes_short(static_cast<Bytes>(t.peak_reserved_bytes)),
+                   t.fits ? "fits" : (t.num_ooms > 0 ? "OOM" : "over the margin"));
+      }
+      if (r.best == 0) {
+        fmt::print("answer           nothing fits: {} 1 is over the limit\n", what);
+      } else {
+        fmt::print("answer           largest {} that fits: {}\n", what, r.best);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace vramsim::cli

@@ -1,0 +1,167 @@
+// `vramsim predict` / `vramsim fit` as a library: build the op graph of the training steps, turn it into an
+// allocation schedule, replay that through the caching-allocator model on a device of the GPU's capacity,
+// and explain the result (the bill at the peak, phase bytes, per-step peaks, verdict).
+//
+// Which number is which:
+//   * "allocated" = the allocator's allocated_bytes (blocks rounded to 512 B / power-of-two divisions), as
+//     torch.cuda.memory_allocated() reports it. Peaks of the whole run come from the replay; per-event values
+//     (phases, per-step peaks, the peak event) from the schedule with each request rounded by round_size():
+//     a lower bound of the allocator's figure, which also counts the unsplit remainder of blocks it did not
+//     split (e.g. gpt2 batch 1: 2,581,655,552 vs 2,586,702,848 bytes at the peak).
+//   * "requested" = the bytes the tensors hold (the schedule's live bytes); the bill's categories are in
+//   these.
+//   * "reserved" = cudaMalloc'ed segments, from the replay. Per-step reserved peaks come from replaying each
+//     step's prefix, so they are running maxima through that step (= the step's own peak whenever reserved
+//     memory never shrinks, i.e. no OOM retry, garbage_collection_threshold or empty_cache).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/graph/model_config.h"
+#include "sim/graph/op_graph.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/training_options.h"
+#include "traces/snapshot.h"
+
+namespace vramsim {
+
+struct PredictRequest {
+  ModelConfig model;
+  TrainingOptions options;
+  std::string gpu;           // GPU name for find_gpu(); empty = use capacity_bytes
+  Bytes capacity_bytes = 0;  // --capacity: memory for the allocator when no GPU is named (context 0)
+  std::optional<std::string> alloc_conf;
+  bool per_step_reserved = true;  // replay each step's prefix for per-step reserved peaks (fit turns it off)
+};
+
+struct LiveTensor {
+  std::string name;
+  TensorCategory category = TensorCategory::kTemporary;
+  int layer = -1;
+  Bytes size_bytes = 0;
+};
+
+// Requested bytes per category live at the event where allocated memory peaks, plus what lies beyond them.
+struct MemoryBill {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer_states = 0;
+  std::int64_t activations = 0;         // saved for backward
+  std::int64_t temporaries = 0;         // transient tensors and library workspaces
+  std::int64_t workspace = 0;           // the part of `temporaries` that is workspace (cuBLAS)
+  std::int64_t inputs = 0;              // the token batch
+  std::int64_t allocator_rounding = 0;  // allocated - requested at that event (block rounding)
+  std::int64_t allocator_overhead = 0;  // peak reserved - peak allocated (cached, split, rounded-up segments)
+  std::int64_t cuda_context = 0;        // outside the allocator
+};
+
+struct PhaseBytes {  // allocated bytes at the phase boundaries of the last simulated step
+  std::optional<std::int64_t> before_forward;
+  std::optional<std::int64_t> after_forward;
+  std::optional<std::int64_t> after_backward;
+  std::optional<std::int64_t> after_optimizer_step;
+};
+
+struct StepPeak {
+  int step = 0;
+  std::int64_t peak_allocated_bytes = 0;  // within the step (rounded, from the schedule)
+  std::int64_t peak_requested_bytes = 0;  // within the step (tensor bytes)
+  std::int64_t peak_reserved_bytes = 0;   // running maximum through the end of this step (prefix replay)
+};
+
+struct Prediction {
+  std::string model_name;
+  std::string gpu_name;          // "" with --capacity
+  std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
+  std::int64_t cuda_context_bytes = 0;
+  std::int64_t allocator_capacity_bytes = 0;  // total - context: what the allocator may cudaMalloc
+  std::size_t ops = 0;
+  std::size_t tensors = 0;
+  std::size_t events = 0;
+
+  std::int64_t peak_allocated_bytes = 0;  // replay
+  std::int64_t peak_reserved_bytes = 0;   // replay
+  std::int64_t peak_requested_bytes = 0;  // schedule
+  // Allocated bytes the run needs without a device limit (schedule, rounded); == peak_allocated_bytes unless
+  // an allocation OOMed.
+  std::int64_t peak_allocated_needed_bytes = 0;
+  double fragmentation = 0.0;  // 1 - peak active / peak reserved
+  std::int64_t num_ooms = 0;
+
+  // Where allocated memory first peaks (schedule mapping).
+  std::size_t peak_event_index = 0;
+  int peak_step = 0;
+  Phase peak_phase = Phase::kSetup;
+  std::string peak_op;
+  int peak_layer = -1;
+  std::vector<LiveTensor> top_tensors;  // the 5 largest live at that event
+
+  MemoryBill bill;
+  PhaseBytes phases;
+  int phases_step = 0;
+  std::vector<StepPeak> steps;
+
+  bool fits = false;
+  // total - context - peak reserved; after an OOM, total - context - the larger of peak reserved and the
+  // allocated bytes needed (negative: at least that much is missing).
+  std::int64_t headroom_bytes = 0;
+  double headroom_percent = 0.0;  // of total
+};
+
+// The options as a user types them (CLI strings); make_request() parses them with the parse_* helpers and
+// throws InputError naming the option on a bad value.
+struct RequestArgs {
+  std::string model;
+  std::string gpu;
+  std::string capacity;
+  std::int64_t batch = 1;
+  std::int64_t seq = 128;
+  std::string precision = "fp32";
+  std::string optimizer = "adamw";
+  std::string checkpointing = "none";
+  std::string attention = "math";
+  double dropout = 0.0;
+  int grad_accumulation = 1;
+  int steps = 2;
+  bool forward_only = false;
+  std::optional<std::string> alloc_conf;
+};
+PredictRequest make_request(const RequestArgs& args);
+
+// Requested bytes per category of the tensors live after the first `event_count` events of the schedule
+// (only the tensor categories of the bill are filled).
+MemoryBill live_bill(const OpGraph& graph, const AllocationSchedule& schedule, std::size_t event_count);
+
+// Throws InputError on bad options / unknown GPU. `trace_out`, when given, receives the generated trace.
+Prediction predict(const PredictRequest& request, Snapshot* trace_out = nullptr);
+
+enum class FitVary : std::uint8_t { kBatch, kSeq };
+FitVary parse_fit_vary(std::string_view text, std::string_view option = "--vary");
+// "10%" or "0.1" -> 0.1; must be in [0, 1). Throws InputError naming `option`.
+double parse_margin(std::string_view text, std::string_view option = "--margin");
+
+struct FitTrial {
+  std::int64_t value = 0;
+  std::int64_t peak_reserved_bytes = 0;
+  std::int64_t num_ooms = 0;
+  bool fits = false;
+};
+
+struct FitResult {
+  FitVary vary = FitVary::kBatch;
+  double margin = 0.0;
+  std::int64_t total_bytes = 0;
+  std::int64_t cuda_context_bytes = 0;
+  std::int64_t limit_bytes = 0;  // (1 - margin) * total: peak reserved + context must stay at or below it
+  std::int64_t best = 0;         // 0 = even 1 does not fit
+  std::vector<FitTrial> trials;  // in the order tried
+};
+
+// Fits with the margin: no OOM and peak reserved + context <= (1 - margin) * total. Exponential search from
+// `start` (the request's batch or seq) then bisection; values are capped at `max_value`.
+FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::int64_t max_value = 1 << 20);
+
+}  // namespace vramsim

@@ -1,0 +1,212 @@
+// `vramsim predict` / `fit` as a library: hand-derivable bills, verdicts, the fit search and option errors.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "sim/core/error.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
+
+using namespace vramsim;
+
+namespace {
+
+constexpr std::int64_t kGpt2Params = 124'439'808;  // tied embeddings; the graph allocates no buffers
+
+RequestArgs gpt2_args(std::int64_t batch, std::int64_t seq) {
+  RequestArgs a;
+  a.model = "gpt2";
+  a.gpu = "h100";
+  a.batch = batch;
+  a.seq = seq;
+  a.precision = "fp32";
+  a.optimizer = "adamw";
+  a.steps = 2;
+  return a;
+}
+
+std::string run_cli(const std::string& args) {
+  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  while (pipe && fgets(buf, sizeof buf, pipe.get()) != nullptr) {
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("predict: gpt2 fp32 AdamW bill is parameters, gradients and two fp32 moments", "[quick][predict]") {
+  const PredictRequest r = make_request(gpt2_args(1, 128));
+  REQUIRE(r.model.parameter_count() == kGpt2Params);
+  const Prediction p = predict(r);
+
+  // Every parameter tensor the graph allocates is a model parameter (no registered buffers), fp32.
+  CHECK(p.bill.parameters == 4 * kGpt2Params);
+  CHECK(p.peak_allocated_bytes >= p.bill.parameters);
+  CHECK(p.peak_reserved_bytes >= p.peak_allocated_bytes);
+  CHECK(p.bill.allocator_overhead == p.peak_reserved_bytes - p.peak_allocated_bytes);
+  CHECK(p.num_ooms == 0);
+  CHECK(p.fits);
+  CHECK(p.headroom_bytes == p.total_bytes - p.cuda_context_bytes - p.peak_reserved_bytes);
+  CHECK(p.bill.cuda_context == p.cuda_context_bytes);
+  CHECK(p.cuda_context_bytes > 0);
+
+  // Per-step allocated comes from the schedule (rounded requests): a lower bound of the allocator's peak,
+  // which also counts unsplit block remainders, and close to it.
+  REQUIRE(p.steps.size() == 2);
+  const std::int64_t schedule_peak =
+      std::max(p.steps[0].peak_allocated_bytes, p.steps[1].peak_allocated_bytes);
+  CHECK(schedule_peak == p.peak_allocated_needed_bytes);
+  CHECK(schedule_peak <= p.peak_allocated_bytes);
+  CHECK(static_cast<double>(schedule_peak) >= 0.99 * static_cast<double>(p.peak_allocated_bytes));
+  CHECK(p.steps[1].peak_reserved_bytes == p.peak_reserved_bytes);
+  CHECK(p.steps[0].peak_reserved_bytes <= p.steps[1].peak_reserved_bytes);
+  CHECK(p.steps[0].peak_reserved_bytes > 0);
+  CHECK(p.top_tensors.size() == 5);
+  CHECK(p.top_tensors[0].size_bytes >= p.top_tensors[4].size_bytes);
+
+  // Phases of step 2, checked per category with the schedule's markers.
+  const OpGraph g = build_training_steps(r.model, r.options);
+  const AllocationSchedule s = build_allocation_schedule(g);
+  const auto opt_begin = s.phase_begin(2, Phase::kOptimizer);
+  REQUIRE(opt_begin);
+  const MemoryBill after_backward = live_bill(g, s, opt_begin->event_index);
+  CHECK(after_backward.gradients == 4 * kGpt2Params);
+  CHECK(after_backward.optimizer_states == 2 * 4 * kGpt2Params);  // exp_avg + exp_avg_sq
+  CHECK(after_backward.parameters == 4 * kGpt2Params);
+  const auto fwd_begin = s.phase_begin(2, Phase::kForward);
+  REQUIRE(fwd_begin);
+  const MemoryBill before_forward = live_bill(g, s, fwd_begin->event_index);
+  CHECK(before_forward.gradients == 0);  // zero_grad(set_to_none=True)
+  CHECK(before_forward.optimizer_states == 2 * 4 * kGpt2Params);
+
+  REQUIRE(p.phases.before_forward);
+  REQUIRE(p.phases.after_forward);
+  REQUIRE(p.phases.after_backward);
+  REQUIRE(p.phases.after_optimizer_step);
+  CHECK(*p.phases.before_forward >= 12 * kGpt2Params);  // parameters + two moments, rounded up
+  CHECK(*p.phases.after_backward - *p.phases.before_forward >= 4 * kGpt2Params);
+  CHECK(*p.phases.after_forward > *p.phases.before_forward);
+}
+
+TEST_CASE("predict: a huge batch does not fit on an H100 and the OOM is counted", "[quick][predict]") {
+  RequestArgs a = gpt2_args(1024, 1024);
+  a.steps = 1;
+  const Prediction p = predict(make_request(a));
+  CHECK_FALSE(p.fits);
+  CHECK(p.num_ooms > 0);
+}
+
+TEST_CASE("fit: the answer fits and one more does not", "[quick][predict]") {
+  RequestArgs a = gpt2_args(1, 256);
+  a.gpu.clear();
+  a.capacity = "8GiB";
+  a.steps = 1;
+  const PredictRequest r = make_request(a);
+  const double margin = 0.1;
+  const FitResult f = fit(r, FitVary::kBatch, margin);
+  REQUIRE(f.best >= 1);
+  CHECK(f.limit_bytes == static_cast<std::int64_t>(0.9 * 8.0 * 1024 * 1024 * 1024));
+  auto fits_with_margin = [&](std::int64_t batch) {
+    PredictRequest q = r;
+    q.options.batch = batch;
+    const Prediction p = predict(q);
+    return p.num_ooms == 0 && p.peak_reserved_bytes + p.cuda_context_bytes <= f.limit_bytes;
+  };
+  CHECK(fits_with_margin(f.best));
+  CHECK_FALSE(fits_with_margin(f.best + 1));
+  CHECK(f.trials.size() >= 2);
+}
+
+TEST_CASE("predict: bad option values are InputErrors naming the option", "[quick][predict]") {
+  auto message = [](RequestArgs a) {
+    try {
+      (void)make_request(a);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  RequestArgs a = gpt2_args(1, 128);
+  a.batch = 0;
+  CHECK_THAT(message(a), Catch::Contains("--batch"));
+  a = gpt2_args(1, 128);
+  a.seq = -4;
+  CHECK_THAT(message(a), Catch::Contains("--seq"));
+  a = gpt2_args(1, 128);
+  a.precision = "fp64";
+  CHECK_THAT(message(a), Catch::Contains("--precision"));
+  a = gpt2_args(1, 128);
+  a.optimizer = "lion";
+  CHECK_THAT(message(a), Catch::Contains("--optimizer"));
+  a = gpt2_args(1, 128);
+  a.checkpointing = "some";
+  CHECK_THAT(message(a), Catch::Contains("--checkpointing"));
+  a = gpt2_args(1, 128);
+  a.attention = "sparse";
+  CHECK_THAT(message(a), Catch::Contains("--attention"));
+  a = gpt2_args(1, 128);
+  a.steps = 0;
+  CHECK_THAT(message(a), Catch::Contains("--steps"));
+  a = gpt2_args(1, 128);
+  a.gpu = "z80";
+  CHECK(message(a) != "no error");
+  a = gpt2_args(1, 128);
+  a.model = "no-such-model";
+  CHECK(message(a) != "no error");
+  a = gpt2_args(1, 128);
+  a.gpu.clear();
+  a.capacity = "-1GB";
+  CHECK_THAT(message(a), Catch::Contains("--capacity"));
+  a = gpt2_args(1, 128);
+  a.capacity = "8GiB";  // both --gpu and --capacity
+  CHECK_THAT(message(a), Catch::Contains("--capacity"));
+  a = gpt2_args(1, 128);
+  a.alloc_conf = "max_split_size_mb:2";
+  CHECK_THAT(message(a), Catch::Contains("--alloc-conf"));
+
+  CHECK(parse_margin("10%") == Approx(0.1));
+  CHECK(parse_margin("0.25") == Approx(0.25));
+  CHECK(parse_margin("0") == 0.0);
+  CHECK_THROWS_WITH(parse_margin("100%"), Catch::Contains("--margin"));
+  CHECK_THROWS_WITH(parse_margin("-5%"), Catch::Contains("--margin"));
+  CHECK_THROWS_WITH(parse_margin("lots"), Catch::Contains("--margin"));
+  CHECK_THROWS_WITH(parse_fit_vary("layers"), Catch::Contains("--vary"));
+}
+
+TEST_CASE("cli: predict --json has the documented keys; fit prints its answer", "[quick][predict]") {
+  const std::string out =
+      run_cli("predict --model gpt2 --gpu a100-40gb --batch 2 --seq 128 --steps 2 --json");
+  const nlohmann::json j = nlohmann::json::parse(out);
+  for (const char* key :
+       {"peak_allocated_bytes", "peak_reserved_bytes", "fits", "headroom_bytes", "bill", "phases", "steps"}) {
+    CHECK(j.contains(key));
+  }
+  for (const char* key : {"parameters", "gradients", "optimizer_states", "activations", "temporaries",
+                          "allocator_overhead", "cuda_context"}) {
+    CHECK(j["bill"].contains(key));
+  }
+  for (const char* key : {"before_forward", "after_forward", "after_backward", "after_optimizer_step"}) {
+    CHECK(j["phases"][key].is_number());
+  }
+  REQUIRE(j["steps"].size() == 2);
+  CHECK(j["steps"][1]["step"] == 2);
+  CHECK(j["steps"][1].contains("peak_allocated_bytes"));
+  CHECK(j["steps"][1].contains("peak_reserved_bytes"));
+  CHECK(j["fits"] == true);
+
+  const std::string bad = run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 128 --precision fp64");
+  CHECK_THAT(bad, Catch::Contains("vramsim: error: --precision"));
+  const std::string fit_out = run_cli("fit --model gpt2 --capacity 4GiB --seq 128 --steps 1 --margin 10%");
+  CHECK_THAT(fit_out, Catch::Contains("largest batch that fits"));
+  CHECK_THAT(run_cli("fit --model gpt2 --gpu h100 --seq 128 --margin 100%"),
+             Catch::Contains("vramsim: error: --margin"));
+}
