@@ -9,12 +9,8 @@ namespace {
 
 using Kind = GradRule::Kind;
 
-Shape with_last(Shape s, std::int64_t last) {
-  s.back() = last;
-  return s;
-}
-
-double numel_d(const Shape& s) { return static_cast<double>(numel(s)); }
+using torch_ops_detail::numel_d;
+using torch_ops_detail::with_last;
 
 }  // namespace
 

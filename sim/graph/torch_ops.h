@@ -24,6 +24,15 @@
 
 namespace vramsim {
 
+namespace torch_ops_detail {
+// Shape helpers shared by torch_ops.cpp and torch_ops_nn.cpp.
+inline Shape with_last(Shape s, std::int64_t last) {
+  s.back() = last;
+  return s;
+}
+inline double numel_d(const Shape& s) { return static_cast<double>(numel(s)); }
+}  // namespace torch_ops_detail
+
 class TorchOps {
  public:
   explicit TorchOps(EagerTape& tape) : m_tape(tape) {}

@@ -3,6 +3,8 @@
 // everything + empty_cache() returns the device to zero reserved.
 #include <catch2/catch.hpp>
 
+#include "test_rng.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -20,16 +22,7 @@ struct OomCounter final : IAllocObserver {
   void on_oom(const OomInfo&) override { ++ooms; }
 };
 
-struct Rng {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  std::uint64_t below(std::uint64_t n) { return next() % n; }
-};
+using vramsim::test::Rng;
 
 // Bytes held by the policy's segments, counted from its blocks: mapped bytes, and mapped bytes in live
 // blocks.

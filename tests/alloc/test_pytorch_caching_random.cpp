@@ -4,6 +4,8 @@
 // (caching_fixture.h).
 #include <catch2/catch.hpp>
 
+#include "test_rng.h"
+
 #include <algorithm>
 #include <set>
 
@@ -15,17 +17,7 @@ using vramsim::test::check_accounting;
 
 namespace {
 
-// splitmix64: a fixed generator whose output does not depend on the standard library.
-struct Rng {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  std::uint64_t below(std::uint64_t n) { return next() % n; }
-};
+using vramsim::test::Rng;
 
 // Log-uniform-ish sizes: pick a power of two up to 2^28, then a size below it; clamp to 200 MiB.
 Bytes random_size(Rng& rng) {
