@@ -110,6 +110,22 @@ nlohmann::ordered_json to_json(const Prediction& p) {
   j["steps_note"] =
       "peak_allocated/requested_bytes: within the step; peak_reserved_bytes: running maximum through the end "
       "of the step (prefix replay)";
+  if (p.timing) {
+    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+    for (const StepTiming& t : p.timing->steps) {
+      ts.push_back({{"step", t.step},
+                    {"time_ns", t.time_ns},
+                    {"compute_bound_ns", t.compute_ns},
+                    {"memory_bound_ns", t.memory_ns},
+                    {"kernels", t.kernels}});
+    }
+    j["timing"] = {{"estimate", "roofline over the GPU table; not a measurement"},
+                   {"tokens_per_step", p.timing->tokens_per_step},
+                   {"tokens_per_s", p.timing->tokens_per_s},
+                   {"steps", ts}};
+  } else {
+    j["timing"] = nullptr;
+  }
   j["ops"] = p.ops;
   j["events"] = p.events;
   return j;
@@ -186,6 +202,17 @@ void print_text(const Prediction& p, const RequestArgs& a) {
   for (const StepPeak& s : p.steps) {
     fmt::print("  step {:<4} allocated {:>12}   reserved {:>12}\n", s.step, b(s.peak_allocated_bytes),
                b(s.peak_reserved_bytes));
+  }
+  if (p.timing && !p.timing->steps.empty()) {
+    fmt::print("\ntime (estimate: roofline over the GPU table, kernels back to back; not a measurement)\n");
+    for (const StepTiming& t : p.timing->steps) {
+      fmt::print(
+          "  step {:<4} {:>10.2f} ms   {} kernels, {:.0f} % of the time compute-bound\n", t.step,
+          static_cast<double>(t.time_ns) / 1e6, t.kernels,
+          t.time_ns > 0 ? 100.0 * static_cast<double>(t.compute_ns) / static_cast<double>(t.time_ns) : 0.0);
+    }
+    fmt::print("  throughput  {:.0f} tokens/s (step {}, {} tokens)\n", p.timing->tokens_per_s,
+               p.timing->steps.back().step, p.timing->tokens_per_step);
   }
   fmt::print("\nfragmentation    {:.2f} %  (1 - peak active / peak reserved)\n", 100.0 * p.fragmentation);
   fmt::print("OOMs             {}\n", p.num_ooms);

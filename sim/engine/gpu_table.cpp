@@ -120,60 +120,60 @@ const GpuSpec* find_canonical(std::string_view key) {
 
 }  // namespace
 
-std::string_view dtype_name(DType dtype) {
+std::string_view compute_dtype_name(ComputeDType dtype) {
   switch (dtype) {
-    case DType::kFp32:
+    case ComputeDType::kFp32:
       return "fp32";
-    case DType::kTf32:
+    case ComputeDType::kTf32:
       return "tf32";
-    case DType::kFp16:
+    case ComputeDType::kFp16:
       return "fp16";
-    case DType::kBf16:
+    case ComputeDType::kBf16:
       return "bf16";
-    case DType::kFp8:
+    case ComputeDType::kFp8:
       return "fp8";
   }
-  SIM_ASSERT(false && "unknown DType");
+  SIM_ASSERT(false && "unknown ComputeDType");
   return "";
 }
 
-DType parse_dtype(std::string_view text) {
+ComputeDType parse_compute_dtype(std::string_view text) {
   const std::string key = normalize(text);
   if (key == "fp32" || key == "float32") {
-    return DType::kFp32;
+    return ComputeDType::kFp32;
   }
   if (key == "tf32") {
-    return DType::kTf32;
+    return ComputeDType::kTf32;
   }
   if (key == "fp16" || key == "float16" || key == "half") {
-    return DType::kFp16;
+    return ComputeDType::kFp16;
   }
   if (key == "bf16" || key == "bfloat16") {
-    return DType::kBf16;
+    return ComputeDType::kBf16;
   }
   if (key == "fp8") {
-    return DType::kFp8;
+    return ComputeDType::kFp8;
   }
   throw InputError(
       fmt::format("dtype: unknown compute dtype '{}' (known: fp32, tf32, fp16, bf16, fp8)", text));
 }
 
-double GpuSpec::peak_flops_per_s(DType dtype) const {
+double GpuSpec::peak_flops_per_s(ComputeDType dtype) const {
   double flops = 0;
   switch (dtype) {
-    case DType::kFp32:
+    case ComputeDType::kFp32:
       flops = fp32_flops_per_s;
       break;
-    case DType::kTf32:
+    case ComputeDType::kTf32:
       flops = tf32_flops_per_s > 0 ? tf32_flops_per_s : fp32_flops_per_s;
       break;
-    case DType::kFp16:
+    case ComputeDType::kFp16:
       flops = fp16_flops_per_s;
       break;
-    case DType::kBf16:
+    case ComputeDType::kBf16:
       flops = bf16_flops_per_s > 0 ? bf16_flops_per_s : fp32_flops_per_s;
       break;
-    case DType::kFp8:
+    case ComputeDType::kFp8:
       flops = fp8_flops_per_s > 0 ? fp8_flops_per_s : fp16_flops_per_s;
       break;
   }

@@ -16,12 +16,12 @@
 namespace vramsim {
 
 // The precision an op computes in (what picks the FLOP/s ceiling), not necessarily its storage dtype.
-enum class DType : std::uint8_t { kFp32, kTf32, kFp16, kBf16, kFp8 };
+enum class ComputeDType : std::uint8_t { kFp32, kTf32, kFp16, kBf16, kFp8 };
 
-std::string_view dtype_name(DType dtype);
+std::string_view compute_dtype_name(ComputeDType dtype);
 // "fp32"/"float32", "tf32", "fp16"/"float16"/"half", "bf16"/"bfloat16", "fp8" (case-insensitive).
 // Throws InputError naming the accepted spellings otherwise.
-DType parse_dtype(std::string_view text);
+ComputeDType parse_compute_dtype(std::string_view text);
 
 struct GpuSpec {
   std::string_view name;       // canonical, e.g. "A100-80GB"
@@ -40,7 +40,7 @@ struct GpuSpec {
   // Peak dense FLOP/s for `dtype`, with the fallbacks a framework takes when the hardware lacks a path:
   // TF32 -> FP32 (allow_tf32 has no effect), BF16 -> FP32 (no bf16 tensor cores; optimistic for the
   // emulated kernels), FP8 -> FP16 (FP8 is upcast). Always > 0.
-  double peak_flops_per_s(DType dtype) const;
+  double peak_flops_per_s(ComputeDType dtype) const;
 };
 
 // Every row, in a fixed order (the order --list-gpus prints).

@@ -29,9 +29,9 @@ struct RooflineConfig {
 
 // What one kernel does. pre: flops >= 0, bytes >= 0.
 struct OpWork {
-  double flops = 0;            // floating-point operations (a multiply-add counts 2)
-  double bytes = 0;            // DRAM bytes read + written
-  DType dtype = DType::kFp32;  // compute precision: picks the FLOP/s ceiling
+  double flops = 0;                          // floating-point operations (a multiply-add counts 2)
+  double bytes = 0;                          // DRAM bytes read + written
+  ComputeDType dtype = ComputeDType::kFp32;  // compute precision: picks the FLOP/s ceiling
 };
 
 class Roofline {

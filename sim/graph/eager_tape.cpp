@@ -14,6 +14,24 @@ std::int64_t numel(const Shape& shape) {
   return n;
 }
 
+namespace {
+
+// Note [Backward FLOPs]: a matmul's backward computes two products of the forward's size (dX = dY·Wᵀ and
+// dW = Xᵀ·dY), so 2x; FlashAttention's backward recomputes the scores and does four GEMMs to the forward's
+// two, 2.5x in the FlashAttention-2 paper's accounting; elementwise and reduction backwards do about the
+// forward's arithmetic. Only the time axis uses these (roofline estimates), never memory.
+double backward_flops(const std::string& kind, double forward_flops) {
+  if (kind == "mm" || kind == "addmm" || kind == "bmm") {
+    return 2.0 * forward_flops;
+  }
+  if (kind == "_scaled_dot_product_flash_attention") {
+    return 2.5 * forward_flops;
+  }
+  return forward_flops;
+}
+
+}  // namespace
+
 EagerTape::EagerTape(OpGraph& graph) : m_graph(graph) {}
 
 // ---- raw storage and references ---------------------------------------------------------------------------
@@ -208,6 +226,7 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
     node.name = c.name;
     node.kind = c.kind;
     node.layer = m_layer;
+    node.flops = c.flops;
     node.inputs = c.inputs;
     node.rule = c.backward;
     for (int i : c.saved.inputs) {
@@ -322,7 +341,7 @@ void EagerTape::execute(std::size_t index) {
   if (primary == kNoVar) {
     return;  // no gradient reached this node
   }
-  begin_op(node.name + ".backward", node.kind + "_backward");
+  begin_op(node.name + ".backward", node.kind + "_backward", backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
     execute_checkpoint(index, primary);

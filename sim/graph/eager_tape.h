@@ -158,6 +158,7 @@ class EagerTape {
     std::string name;
     std::string kind;
     int layer = -1;
+    double flops = 0.0;  // of the forward op; the backward op's FLOPs derive from it (backward_flops)
     std::vector<VarId> inputs;
     std::vector<VarId> outputs;
     std::vector<TensorId> saved;

@@ -52,8 +52,14 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
       inputs.erase(std::remove(inputs.begin() + 1, inputs.end(), kNoVar), inputs.end());
       const bool rope = ctx.rope_cos != kNoVar;
       const bool mask = ctx.additive_mask != kNoVar;
+      // torch.utils.checkpoint replays the layer under the autocast state of the forward (it re-enters
+      // torch.autocast with the saved settings), although backward itself runs outside autocast; leaving
+      // that fresh autocast context clears its weight-cast cache.
+      const std::optional<DType> forward_autocast = ctx.ops.autocast();
       y = tape.checkpoint(layer_name(l, "checkpoint"), inputs,
-                          [&ctx, l, rope, mask](const std::vector<VarId>& in) {
+                          [&ctx, l, rope, mask, forward_autocast](const std::vector<VarId>& in) {
+                            const std::optional<DType> outer = ctx.ops.autocast();
+                            ctx.ops.set_autocast(forward_autocast);
                             std::size_t k = 1;
                             if (rope) {
                               ctx.rope_cos = in[k++];
@@ -62,7 +68,12 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
                             if (mask) {
                               ctx.additive_mask = in[k++];
                             }
-                            return emit_layer(ctx, l, in[0]);
+                            const VarId out = emit_layer(ctx, l, in[0]);
+                            if (forward_autocast && !outer) {
+                              ctx.ops.clear_autocast_cache();
+                            }
+                            ctx.ops.set_autocast(outer);
+                            return out;
                           });
     } else {
       y = emit_layer(ctx, l, x);

@@ -1,5 +1,5 @@
-// The GPU table's memory figures for predict/fit, behind a header that does not include
-// sim/engine/gpu_table.h: its DType (compute precision) clashes with sim/graph/dtype.h's storage DType.
+// The GPU table's memory figures for predict/fit: name, total and CUDA context, in the integer bytes the
+// reports use.
 #pragma once
 
 #include <cstdint>

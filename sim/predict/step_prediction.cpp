@@ -13,6 +13,7 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/step_timeline.h"
 #include "sim/replay/trace_replay.h"
 
 namespace vramsim {
@@ -137,7 +138,15 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
       request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
 
   const OpGraph graph = build_training_steps(request.model, request.options);
-  const AllocationSchedule schedule = build_allocation_schedule(graph);
+  std::optional<Roofline> roofline;
+  if (!request.gpu.empty()) {
+    roofline.emplace(Roofline::for_gpu(request.gpu));
+  }
+  // The engine runs the ops on their streams and dispatches the allocations; the allocator model replays
+  // them in that order.
+  const AllocationSchedule untimed = build_allocation_schedule(graph);
+  const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr);
+  const AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
   Snapshot snapshot = schedule_to_snapshot(schedule, "vramsim predict " + request.model.name);
 
   Prediction p;
@@ -237,6 +246,19 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
       sp.peak_reserved_bytes = replay_snapshot(prefix_snapshot(snapshot, e), ro).peaks.peak_reserved_bytes;
     }
     p.steps.push_back(sp);
+  }
+
+  if (roofline) {
+    TimingEstimate t;
+    for (const StepTime& st : timeline.steps) {
+      t.steps.push_back(StepTiming{st.step, st.duration_ns(), st.compute_ns, st.memory_ns, st.kernels});
+    }
+    t.tokens_per_step = request.options.batch * request.options.seq * request.options.grad_accumulation;
+    if (!t.steps.empty() && t.steps.back().time_ns > 0) {
+      t.tokens_per_s =
+          static_cast<double>(t.tokens_per_step) * 1e9 / static_cast<double>(t.steps.back().time_ns);
+    }
+    p.timing = std::move(t);
   }
 
   p.peak_allocated_needed_bytes =

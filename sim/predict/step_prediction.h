@@ -72,6 +72,20 @@ struct StepPeak {
   std::int64_t peak_reserved_bytes = 0;   // running maximum through the end of this step (prefix replay)
 };
 
+// The time axis (step_timeline.h): roofline estimates on the named GPU, not measurements.
+struct StepTiming {
+  int step = 0;
+  std::int64_t time_ns = 0;     // first kernel start to last kernel end
+  std::int64_t compute_ns = 0;  // in ops limited by arithmetic
+  std::int64_t memory_ns = 0;   // in ops limited by DRAM bandwidth
+  std::size_t kernels = 0;
+};
+struct TimingEstimate {
+  std::vector<StepTiming> steps;
+  std::int64_t tokens_per_step = 0;  // batch * seq * micro-batches
+  double tokens_per_s = 0.0;         // of the last simulated step (steady state)
+};
+
 struct Prediction {
   std::string model_name;
   std::string gpu_name;          // "" with --capacity
@@ -103,6 +117,8 @@ struct Prediction {
   PhaseBytes phases;
   int phases_step = 0;
   std::vector<StepPeak> steps;
+
+  std::optional<TimingEstimate> timing;  // absent with --capacity (no GPU to time on)
 
   bool fits = false;
   // total - context - peak reserved; after an OOM, total - context - the larger of peak reserved and the

@@ -19,7 +19,8 @@ TEST_CASE("gpu table: every row is plausible", "[quick][engine]") {
     CHECK(gpu.launch_overhead_ns > 0);
     CHECK(gpu.cuda_context_bytes > 0);
     CHECK(gpu.cuda_context_bytes < gpu.total_memory_bytes / 10);
-    for (DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
+    for (ComputeDType d : {ComputeDType::kFp32, ComputeDType::kTf32, ComputeDType::kFp16, ComputeDType::kBf16,
+                           ComputeDType::kFp8}) {
       CHECK(gpu.peak_flops_per_s(d) >= gpu.fp32_flops_per_s);
     }
     CHECK(find_gpu(gpu.name).name == gpu.name);  // canonical names resolve to themselves
@@ -30,26 +31,27 @@ TEST_CASE("gpu table: datasheet figures", "[quick][engine]") {
   const GpuSpec& a100 = find_gpu("A100-80GB");
   CHECK(a100.nominal_memory_bytes == 85'899'345'920ULL);  // 81,920 MiB
   CHECK(a100.total_memory_bytes == 85'100'068'864ULL);    // deviceQuery: 81,158 MiB
-  CHECK(a100.peak_flops_per_s(DType::kBf16) == 312e12);
-  CHECK(a100.peak_flops_per_s(DType::kTf32) == 156e12);
+  CHECK(a100.peak_flops_per_s(ComputeDType::kBf16) == 312e12);
+  CHECK(a100.peak_flops_per_s(ComputeDType::kTf32) == 156e12);
   CHECK(a100.memory_bytes_per_s == 2039e9);
   CHECK(find_gpu("A100-40GB").memory_bytes_per_s == 1555e9);
   const GpuSpec& h100 = find_gpu("H100-80GB");
-  CHECK(h100.peak_flops_per_s(DType::kBf16) == Approx(989.4e12));
-  CHECK(h100.peak_flops_per_s(DType::kFp8) == Approx(1978.9e12));
+  CHECK(h100.peak_flops_per_s(ComputeDType::kBf16) == Approx(989.4e12));
+  CHECK(h100.peak_flops_per_s(ComputeDType::kFp8) == Approx(1978.9e12));
   CHECK(find_gpu("H200-141GB").memory_bytes_per_s == 4.8e12);
-  CHECK(find_gpu("H200-141GB").peak_flops_per_s(DType::kBf16) == h100.peak_flops_per_s(DType::kBf16));
+  CHECK(find_gpu("H200-141GB").peak_flops_per_s(ComputeDType::kBf16) ==
+        h100.peak_flops_per_s(ComputeDType::kBf16));
 }
 
 TEST_CASE("gpu table: missing hardware paths fall back", "[quick][engine]") {
   const GpuSpec& v100 = find_gpu("V100-32GB");
-  CHECK(v100.peak_flops_per_s(DType::kTf32) == v100.fp32_flops_per_s);  // no TF32 before Ampere
-  CHECK(v100.peak_flops_per_s(DType::kBf16) == v100.fp32_flops_per_s);  // no BF16 tensor cores
-  CHECK(v100.peak_flops_per_s(DType::kFp8) == 125e12);                  // FP8 upcast to FP16
+  CHECK(v100.peak_flops_per_s(ComputeDType::kTf32) == v100.fp32_flops_per_s);  // no TF32 before Ampere
+  CHECK(v100.peak_flops_per_s(ComputeDType::kBf16) == v100.fp32_flops_per_s);  // no BF16 tensor cores
+  CHECK(v100.peak_flops_per_s(ComputeDType::kFp8) == 125e12);                  // FP8 upcast to FP16
   const GpuSpec& t4 = find_gpu("T4");
-  CHECK(t4.peak_flops_per_s(DType::kFp16) == 65e12);
-  CHECK(t4.peak_flops_per_s(DType::kBf16) == Approx(8.1e12));
-  CHECK(find_gpu("A100-80GB").peak_flops_per_s(DType::kFp8) == 312e12);  // Ampere has no FP8
+  CHECK(t4.peak_flops_per_s(ComputeDType::kFp16) == 65e12);
+  CHECK(t4.peak_flops_per_s(ComputeDType::kBf16) == Approx(8.1e12));
+  CHECK(find_gpu("A100-80GB").peak_flops_per_s(ComputeDType::kFp8) == 312e12);  // Ampere has no FP8
 }
 
 TEST_CASE("gpu table: lookup is case-insensitive and knows aliases and PyTorch device names",
@@ -85,15 +87,16 @@ TEST_CASE("gpu table: unknown names are input errors that list the known GPUs", 
 }
 
 TEST_CASE("gpu table: dtype names", "[quick][engine]") {
-  CHECK(parse_dtype("bf16") == DType::kBf16);
-  CHECK(parse_dtype("BFloat16") == DType::kBf16);
-  CHECK(parse_dtype("float16") == DType::kFp16);
-  CHECK(parse_dtype("half") == DType::kFp16);
-  CHECK(parse_dtype("FP32") == DType::kFp32);
-  CHECK(parse_dtype("tf32") == DType::kTf32);
-  CHECK(parse_dtype("fp8") == DType::kFp8);
-  for (DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
-    CHECK(parse_dtype(dtype_name(d)) == d);
+  CHECK(parse_compute_dtype("bf16") == ComputeDType::kBf16);
+  CHECK(parse_compute_dtype("BFloat16") == ComputeDType::kBf16);
+  CHECK(parse_compute_dtype("float16") == ComputeDType::kFp16);
+  CHECK(parse_compute_dtype("half") == ComputeDType::kFp16);
+  CHECK(parse_compute_dtype("FP32") == ComputeDType::kFp32);
+  CHECK(parse_compute_dtype("tf32") == ComputeDType::kTf32);
+  CHECK(parse_compute_dtype("fp8") == ComputeDType::kFp8);
+  for (ComputeDType d : {ComputeDType::kFp32, ComputeDType::kTf32, ComputeDType::kFp16, ComputeDType::kBf16,
+                         ComputeDType::kFp8}) {
+    CHECK(parse_compute_dtype(compute_dtype_name(d)) == d);
   }
-  CHECK_THROWS_WITH(parse_dtype("int8"), Catch::Contains("'int8'") && Catch::Contains("bf16"));
+  CHECK_THROWS_WITH(parse_compute_dtype("int8"), Catch::Contains("'int8'") && Catch::Contains("bf16"));
 }

@@ -14,7 +14,7 @@ TEST_CASE("roofline: a compute-bound GEMM on A100-80GB, by hand", "[quick][engin
   //   memory:  100,663,296     / (2039e9 * 0.80 = 1631.2e9 B/s)      =  61,711.19 ns
   //   duration = ceil(629,299.24) + 4,000 = 633,300 ns (compute-bound)
   const Roofline roofline = Roofline::for_gpu("a100");
-  const OpWork gemm{2.0 * 4096 * 4096 * 4096, 3.0 * 4096 * 4096 * 2, DType::kBf16};
+  const OpWork gemm{2.0 * 4096 * 4096 * 4096, 3.0 * 4096 * 4096 * 2, ComputeDType::kBf16};
   CHECK(roofline.compute_time_s(gemm) == Approx(629'299.24e-9).epsilon(1e-7));
   CHECK(roofline.memory_time_s(gemm) == Approx(61'711.19e-9).epsilon(1e-7));
   CHECK_FALSE(roofline.memory_bound(gemm));
@@ -27,13 +27,13 @@ TEST_CASE("roofline: a memory-bound elementwise add on A100-80GB, by hand", "[qu
   //   flops = 2^28 = 268,435,456             -> / 218.4e12     =   1,229.10 ns
   //   duration = ceil(987,379.07) + 4,000 = 991,380 ns (memory-bound)
   const Roofline roofline = Roofline::for_gpu("A100-80GB");
-  const OpWork add{268'435'456.0, 1'610'612'736.0, DType::kBf16};
+  const OpWork add{268'435'456.0, 1'610'612'736.0, ComputeDType::kBf16};
   CHECK(roofline.memory_bound(add));
   CHECK(roofline.duration_ns(add) == 991'380);
 }
 
 TEST_CASE("roofline: dtype, efficiency and launch-overhead knobs", "[quick][engine]") {
-  const OpWork gemm{2.0 * 4096 * 4096 * 4096, 0, DType::kFp8};
+  const OpWork gemm{2.0 * 4096 * 4096 * 4096, 0, ComputeDType::kFp8};
   // H100 at 100% efficiency, FP8 dense 1978.9e12: 137,438,953,472 / 1978.9e12 = 69,452.20 ns -> 69,453.
   RooflineConfig ideal;
   ideal.compute_efficiency = 1.0;
@@ -44,8 +44,8 @@ TEST_CASE("roofline: dtype, efficiency and launch-overhead knobs", "[quick][engi
   CHECK(Roofline::for_gpu("t4").duration_ns(OpWork{}) == find_gpu("t4").launch_overhead_ns);
   CHECK(Roofline::for_gpu("t4", ideal).duration_ns(OpWork{}) == 0);
   // FP32 on a GPU without TF32 runs at the CUDA-core rate whatever the requested dtype says.
-  const OpWork tf32{1e12, 0, DType::kTf32};
-  const OpWork fp32{1e12, 0, DType::kFp32};
+  const OpWork tf32{1e12, 0, ComputeDType::kTf32};
+  const OpWork fp32{1e12, 0, ComputeDType::kFp32};
   CHECK(Roofline::for_gpu("v100").duration_ns(tf32) == Roofline::for_gpu("v100").duration_ns(fp32));
   CHECK(Roofline::for_gpu("a100").duration_ns(tf32) < Roofline::for_gpu("a100").duration_ns(fp32));
 }
