@@ -210,3 +210,60 @@ TEST_CASE("cli: predict --json has the documented keys; fit prints its answer", 
   CHECK_THAT(run_cli("fit --model gpt2 --gpu h100 --seq 128 --margin 100%"),
              Catch::Contains("vramsim: error: --margin"));
 }
+
+TEST_CASE("cli: predict --trace-out writes what the allocator replayed; vramsim replay agrees",
+          "[quick][predict]") {
+  // Two paths to the same number: predict's own replay of the generated schedule, and `vramsim replay` of the
+  // trace file it wrote (read back from disk, initial state rebuilt, replayed from scratch).
+  const std::string path = "vramsim_test_predict_trace.vtrace";
+  const nlohmann::json p = nlohmann::json::parse(run_cli(
+      "predict --model gpt2 --capacity 8GiB --batch 2 --seq 128 --steps 2 --json --trace-out " + path));
+  const nlohmann::json r = nlohmann::json::parse(run_cli("replay --json " + path));
+  std::remove(path.c_str());
+  CHECK(r["peak_reserved_bytes"] == p["peak_reserved_bytes"]);
+  CHECK(r["peak_allocated_bytes"] == p["peak_allocated_bytes"]);
+  CHECK(r["peak_requested_bytes"] == p["peak_requested_bytes"]);
+  CHECK(r["events"] == p["events"]);
+  CHECK(r["starts_mid_run"] == false);
+  CHECK(p["timing"].is_null());  // --capacity: no GPU to time on
+}
+
+TEST_CASE("cli: predict on a GPU reports the time estimate per step", "[quick][predict]") {
+  const nlohmann::json j = nlohmann::json::parse(
+      run_cli("predict --model gpt2 --gpu h100 --batch 4 --seq 512 --precision amp-bf16 --steps 2 --json"));
+  REQUIRE(j["timing"].is_object());
+  REQUIRE(j["timing"]["steps"].size() == 2);
+  const std::int64_t step_ns = j["timing"]["steps"][1]["time_ns"];
+  CHECK(step_ns > 0);
+  CHECK(j["timing"]["tokens_per_step"] == 4 * 512);
+  // tokens/s is the tokens of one step over its time, by definition.
+  CHECK(j["timing"]["tokens_per_s"].get<double>() == Approx(4 * 512 * 1e9 / static_cast<double>(step_ns)));
+  CHECK(j["timing"]["steps"][1]["compute_bound_ns"].get<std::int64_t>() +
+            j["timing"]["steps"][1]["memory_bound_ns"].get<std::int64_t>() ==
+        step_ns);
+}
+
+TEST_CASE("cli: fit --json lists every trial; the answer fits and the next value tried above it does not",
+          "[quick][predict]") {
+  const nlohmann::json j = nlohmann::json::parse(
+      run_cli("fit --model gpt2 --capacity 4GiB --seq 128 --steps 1 --margin 10% --json"));
+  const std::int64_t best = j["best"];
+  REQUIRE(best > 0);
+  CHECK(j["limit_bytes"] == static_cast<std::int64_t>(0.9 * 4294967296.0));
+  bool best_tried = false;
+  bool above_tried = false;
+  for (const nlohmann::json& t : j["trials"]) {
+    const std::int64_t v = t["batch"];
+    if (v == best) {
+      best_tried = true;
+      CHECK(t["fits"] == true);
+      CHECK(t["peak_reserved_bytes"].get<std::int64_t>() <= j["limit_bytes"].get<std::int64_t>());
+    }
+    if (v == best + 1) {
+      above_tried = true;
+      CHECK(t["fits"] == false);
+    }
+  }
+  CHECK(best_tried);
+  CHECK(above_tried);  // bisection ends with lo = best, hi = best + 1, both tried
+}

@@ -1,0 +1,128 @@
+// BM_Predict_*: what `vramsim predict` and `vramsim fit` cost, end to end and stage by stage.
+//
+// The headline case is the one issue 3 sets a target for: one Llama-2-7B training step at batch 8 x 4096
+// (amp-bf16, AdamW, full activation checkpointing, math attention) on an H100, < 50 ms per simulated step on
+// one core. The stage cases split that time: building the op graph, deriving the allocation schedule, the
+// discrete-event timeline, and the allocator replay. BM_Fit_* runs a whole `fit` search (every trial is a
+// full prediction).
+#include <benchmark/benchmark.h>
+
+#include "sim/engine/roofline.h"
+#include "sim/graph/model_config.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
+#include "sim/predict/step_timeline.h"
+#include "sim/replay/trace_replay.h"
+
+namespace vramsim::bench {
+namespace {
+
+RequestArgs llama_7b_args() {
+  RequestArgs a;
+  a.model = "llama-2-7b";
+  a.gpu = "h100";
+  a.batch = 8;
+  a.seq = 4096;
+  a.precision = "amp-bf16";
+  a.optimizer = "adamw";
+  a.checkpointing = "full";
+  a.steps = 1;
+  return a;
+}
+
+void BM_Predict_Llama2_7B_Step(benchmark::State& state) {
+  RequestArgs a = llama_7b_args();
+  a.steps = static_cast<int>(state.range(0));
+  const PredictRequest request = make_request(a);
+  Prediction p;
+  for (auto _ : state) {
+    p = predict(request);
+    benchmark::DoNotOptimize(p.peak_reserved_bytes);
+  }
+  state.counters["steps"] = static_cast<double>(a.steps);
+  state.counters["ops"] = static_cast<double>(p.ops);
+  state.counters["events"] = static_cast<double>(p.events);
+  state.counters["ms_per_step"] =
+      benchmark::Counter(static_cast<double>(a.steps) * 1e-3,
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Predict_Llama2_7B_Step)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// The stages of one step, separately.
+struct Llama7B {
+  PredictRequest request = make_request(llama_7b_args());
+};
+
+void BM_Predict_Stage_Graph(benchmark::State& state) {
+  const Llama7B w;
+  for (auto _ : state) {
+    const OpGraph g = build_training_steps(w.request.model, w.request.options);
+    benchmark::DoNotOptimize(g.op_count());
+  }
+}
+BENCHMARK(BM_Predict_Stage_Graph)->Unit(benchmark::kMillisecond);
+
+void BM_Predict_Stage_Schedule(benchmark::State& state) {
+  const Llama7B w;
+  const OpGraph g = build_training_steps(w.request.model, w.request.options);
+  for (auto _ : state) {
+    const AllocationSchedule s = build_allocation_schedule(g);
+    benchmark::DoNotOptimize(s.peak_live_bytes);
+  }
+}
+BENCHMARK(BM_Predict_Stage_Schedule)->Unit(benchmark::kMillisecond);
+
+void BM_Predict_Stage_Timeline(benchmark::State& state) {
+  const Llama7B w;
+  const OpGraph g = build_training_steps(w.request.model, w.request.options);
+  const AllocationSchedule s = build_allocation_schedule(g);
+  const Roofline roofline = Roofline::for_gpu("h100");
+  for (auto _ : state) {
+    const Timeline t = simulate_timeline(g, s, &roofline);
+    benchmark::DoNotOptimize(t.end_ns);
+  }
+  state.counters["ops"] = static_cast<double>(g.op_count());
+}
+BENCHMARK(BM_Predict_Stage_Timeline)->Unit(benchmark::kMillisecond);
+
+void BM_Predict_Stage_Replay(benchmark::State& state) {
+  const Llama7B w;
+  const OpGraph g = build_training_steps(w.request.model, w.request.options);
+  const Snapshot trace = schedule_to_snapshot(build_allocation_schedule(g), "bench");
+  ReplayOptions ro;
+  ro.capacity_bytes = 80 * kGiB;
+  for (auto _ : state) {
+    const ReplayResult r = replay_snapshot(trace, ro);
+    benchmark::DoNotOptimize(r.peaks.peak_reserved_bytes);
+  }
+  state.counters["events"] = static_cast<double>(trace.device_traces.front().events.size());
+}
+BENCHMARK(BM_Predict_Stage_Replay)->Unit(benchmark::kMillisecond);
+
+// fit --vary batch (amp-bf16, flash attention, full checkpointing, AdamW) with the default 10% margin: a
+// doubling then bisection search, each trial a one-step prediction. gpt2 and gpt2-xl on an H100.
+void BM_Fit_Batch(benchmark::State& state, const char* model, const char* gpu, std::int64_t seq) {
+  RequestArgs a;
+  a.model = model;
+  a.gpu = gpu;
+  a.batch = 1;
+  a.seq = seq;
+  a.precision = "amp-bf16";
+  a.attention = "flash";
+  a.checkpointing = "full";
+  a.steps = 1;
+  const PredictRequest request = make_request(a);
+  FitResult r;
+  for (auto _ : state) {
+    r = fit(request, FitVary::kBatch, 0.10);
+    benchmark::DoNotOptimize(r.best);
+  }
+  state.counters["trials"] = static_cast<double>(r.trials.size());
+  state.counters["best_batch"] = static_cast<double>(r.best);
+}
+BENCHMARK_CAPTURE(BM_Fit_Batch, gpt2_h100_seq1024, "gpt2", "h100", 1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Fit_Batch, gpt2_xl_h100_seq1024, "gpt2-xl", "h100", 1024)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace vramsim::bench
