@@ -16,6 +16,8 @@
 
 namespace vramsim {
 
+class RequestSequence;  // sim/alloc/request_sequence.h
+
 struct AllocRequest {
   Bytes size_bytes = 0;  // as the caller asked (unrounded); pre: > 0
   StreamId stream = 0;
@@ -44,6 +46,10 @@ class IAllocatorPolicy {
   virtual void empty_cache() = 0;
   // The segments and blocks as they stand (for snapshots and invariant checks).
   virtual const BlockPool& blocks() const = 0;
+  // Offline policies only (PolicyEntry::needs_plan): the whole run, before its first allocate(). The calls
+  // that follow must be that sequence's ops in order (frees of allocations that failed are skipped). Online
+  // policies ignore it.
+  virtual void plan(const RequestSequence& /*sequence*/) {}
 };
 
 }  // namespace vramsim

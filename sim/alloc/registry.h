@@ -18,6 +18,9 @@ struct PolicyEntry {
   std::string_view summary;
   std::unique_ptr<IAllocatorPolicy> (*make)(const CachingConfig& config, IDeviceMemory& device,
                                             IAllocObserver& events);
+  // True when the policy must be given the whole request sequence (IAllocatorPolicy::plan) before its
+  // first allocate; such a policy throws InputError when it is not.
+  bool needs_plan = false;
 };
 
 const std::vector<PolicyEntry>& policy_registry();

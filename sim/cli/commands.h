@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "sim/predict/step_prediction.h"
 
 namespace vramsim::cli {
 
@@ -12,5 +15,11 @@ void add_replay_command(CLI::App& app, std::function<int()>& run);
 void add_convert_command(CLI::App& app, std::function<int()>& run);
 void add_predict_command(CLI::App& app, std::function<int()>& run);
 void add_fit_command(CLI::App& app, std::function<int()>& run);
+void add_compare_command(CLI::App& app, std::function<int()>& run);
+void add_sweep_command(CLI::App& app, std::function<int()>& run);
+
+// The model, device and training flags of predict, fit, compare and sweep (predict_command.cpp). `alloc_conf`
+// receives --alloc-conf; copy it into `a` when the option was given.
+void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);
 
 }  // namespace vramsim::cli

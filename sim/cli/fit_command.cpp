@@ -9,9 +9,6 @@
 
 namespace vramsim::cli {
 
-// Defined in predict_command.cpp: the model, device and training flags both commands share.
-void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);
-
 namespace {
 
 struct FitArgs {

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   vramsim::cli::add_convert_command(app, run);
   vramsim::cli::add_predict_command(app, run);
   vramsim::cli::add_fit_command(app, run);
+  vramsim::cli::add_compare_command(app, run);
+  vramsim::cli::add_sweep_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,9 +11,6 @@
 
 namespace vramsim::cli {
 
-// The model, device and training flags `predict` and `fit` share (declared again in fit_command.cpp).
-void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);
-
 void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf) {
   std::string presets;
   for (const std::string& n : model_preset_names()) {

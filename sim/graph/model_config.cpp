@@ -68,6 +68,8 @@ std::vector<ModelConfig> presets() {
       llama_preset("llama-2-70b", 32000, 8192, 80, 64, 8, 28672, 4096),
       llama_preset("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, 8192),
       llama_preset("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768),
+      // TinyLlama/TinyLlama-1.1B (config.json): the Llama-style 1B the dynamic-shape sweep uses.
+      llama_preset("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048),
       // The CS336 runs in shared/traces/real: MAGMA27 ran the staff model at d768 (context 256); kkaitlyn111
       // ran her own assignment-1 code at d2560 (context 128-512).
       cs336_preset("cs336-small", 768, 3072, 12, 12, 256, ModelCode::kCs336Basics),

@@ -274,8 +274,11 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   return p;
 }
 
-PredictRequest make_request(const RequestArgs& a) {
-  if (a.gpu.empty() == a.capacity.empty()) {
+PredictRequest make_request(const RequestArgs& a, bool require_device) {
+  if (!a.gpu.empty() && !a.capacity.empty()) {
+    throw InputError("--gpu / --capacity: give only one of them");
+  }
+  if (require_device && a.gpu.empty() && a.capacity.empty()) {
     throw InputError("--gpu / --capacity: give exactly one of them");
   }
   PredictRequest r;
@@ -283,7 +286,7 @@ PredictRequest make_request(const RequestArgs& a) {
   r.gpu = a.gpu;
   if (!a.gpu.empty()) {
     (void)gpu_memory(a.gpu);  // unknown names fail before any work
-  } else {
+  } else if (!a.capacity.empty()) {
     r.capacity_bytes = parse_size(a.capacity, "--capacity");
     if (r.capacity_bytes == 0) {
       throw InputError("--capacity: must be positive");

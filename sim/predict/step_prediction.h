@@ -145,7 +145,8 @@ struct RequestArgs {
   bool forward_only = false;
   std::optional<std::string> alloc_conf;
 };
-PredictRequest make_request(const RequestArgs& args);
+// `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
+PredictRequest make_request(const RequestArgs& args, bool require_device = true);
 
 // Requested bytes per category of the tensors live after the first `event_count` events of the schedule
 // (only the tensor categories of the bill are filled).

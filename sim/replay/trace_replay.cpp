@@ -26,26 +26,6 @@ bool is_segment_event(TraceAction a) {
 }
 bool is_release(TraceAction a) { return a == TraceAction::kSegmentFree || a == TraceAction::kSegmentUnmap; }
 
-CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin) {
-  if (options.alloc_conf) {
-    origin = "--alloc-conf";
-    return parse_alloc_conf(*options.alloc_conf, "--alloc-conf");
-  }
-  if (!snapshot.allocator_settings) {
-    origin = "default (the file records no allocator_settings)";
-    return CachingConfig{};
-  }
-  origin = "recorded allocator_settings";
-  const RecordedAllocatorSettings& s = *snapshot.allocator_settings;
-  CachingConfig c;
-  c.text = s.alloc_conf;
-  c.max_split_size_bytes = s.max_split_size < 0 ? kUnlimitedSplitSize : static_cast<Bytes>(s.max_split_size);
-  c.garbage_collection_threshold = s.garbage_collection_threshold;
-  c.expandable_segments = s.expandable_segments;
-  c.roundup_power2_divisions = s.roundup_power2_divisions;
-  return c;
-}
-
 int pick_device(const Snapshot& snapshot, int requested) {
   if (requested >= 0) {
     const bool has_trace = static_cast<std::size_t>(requested) < snapshot.device_traces.size();
@@ -135,6 +115,26 @@ void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t r
 }
 
 }  // namespace
+
+CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin) {
+  if (options.alloc_conf) {
+    origin = "--alloc-conf";
+    return parse_alloc_conf(*options.alloc_conf, "--alloc-conf");
+  }
+  if (!snapshot.allocator_settings) {
+    origin = "default (the file records no allocator_settings)";
+    return CachingConfig{};
+  }
+  origin = "recorded allocator_settings";
+  const RecordedAllocatorSettings& s = *snapshot.allocator_settings;
+  CachingConfig c;
+  c.text = s.alloc_conf;
+  c.max_split_size_bytes = s.max_split_size < 0 ? kUnlimitedSplitSize : static_cast<Bytes>(s.max_split_size);
+  c.garbage_collection_threshold = s.garbage_collection_threshold;
+  c.expandable_segments = s.expandable_segments;
+  c.roundup_power2_divisions = s.roundup_power2_divisions;
+  return c;
+}
 
 bool CheckReport::identical(const PeakSummary& model) const {
   return segment_events_matched == segment_events_recorded &&

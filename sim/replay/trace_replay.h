@@ -72,6 +72,10 @@ struct ReplayResult {
   std::vector<SnapshotSegment> final_segments;  // the model's state at the end
 };
 
+// The allocator settings a replay uses: --alloc-conf when given, else the recording's allocator_settings,
+// else PyTorch's defaults; `origin` says which.
+CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin);
+
 // Throws InputError for traces that contradict themselves (free of an unknown address, ...) and bad options.
 ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& options);
 

@@ -1,0 +1,51 @@
+// A whole run's allocator requests, known in advance: the input of offline (planning) policies and of the
+// "peak live bytes" floor that no allocator can go below.
+//
+// An op is either the allocation of a tensor (its ordinal among the allocations is its id) or the free of an
+// earlier allocation, by that id. Sizes are requested (unrounded) bytes. Allocations never freed live until
+// the end of the sequence.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "sim/core/types.h"
+
+namespace vramsim {
+
+struct RequestOp {
+  enum class Kind : unsigned char { kAlloc, kFree };
+  Kind kind = Kind::kAlloc;
+  std::size_t alloc_id = 0;  // kAlloc: this allocation's ordinal; kFree: the allocation it frees
+  Bytes size_bytes = 0;      // kAlloc only: requested bytes, > 0
+  StreamId stream = 0;       // kAlloc only
+};
+
+class RequestSequence {
+ public:
+  // Appends an allocation; returns its id (0, 1, 2, ... in order).
+  std::size_t add_alloc(Bytes size_bytes, StreamId stream);
+  // Appends the free of allocation `alloc_id`. Throws InputError when that id was never allocated or is
+  // already freed.
+  void add_free(std::size_t alloc_id);
+
+  const std::vector<RequestOp>& ops() const { return m_ops; }
+  std::size_t alloc_count() const { return m_alloc_op.size(); }
+  // Index into ops() of allocation `alloc_id`'s alloc op, and of its free op (ops().size() when never freed).
+  std::size_t alloc_op_index(std::size_t alloc_id) const { return m_alloc_op[alloc_id]; }
+  std::size_t free_op_index(std::size_t alloc_id) const;
+  const RequestOp& alloc_op(std::size_t alloc_id) const { return m_ops[m_alloc_op[alloc_id]]; }
+
+ private:
+  static constexpr std::size_t kNeverFreed = static_cast<std::size_t>(-1);
+  std::vector<RequestOp> m_ops;
+  std::vector<std::size_t> m_alloc_op;
+  std::vector<std::size_t> m_free_op;
+};
+
+// The floor every allocator is measured against: the maximum, over the sequence, of the sum of requested
+// bytes of the allocations live at that point (an allocation counts from its alloc op up to, not including,
+// its free op).
+Bytes peak_live_bytes(const RequestSequence& sequence);
+
+}  // namespace vramsim

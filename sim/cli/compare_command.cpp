@@ -1,0 +1,184 @@
+// `vramsim compare`: every allocator policy on the same requests (a recorded snapshot or a generated step),
+// one row each, measured the same way (sim/compare/policy_run.h).
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "sim/alloc/caching_config.h"
+#include "sim/cli/commands.h"
+#include "sim/compare/dynamic_shapes.h"
+#include "sim/compare/policy_run.h"
+#include "sim/core/error.h"
+#include "sim/core/size_format.h"
+#include "sim/predict/gpu_memory.h"
+#include "sim/replay/request_sequence_from_trace.h"
+#include "sim/replay/trace_replay.h"
+#include "traces/trace_io.h"
+
+namespace vramsim::cli {
+namespace {
+
+struct CompareArgs {
+  std::string file;
+  RequestArgs request;
+  std::string alloc_conf;
+  std::string policies;
+  bool json = false;
+  bool list = false;
+};
+
+std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? 0 : v)); }
+
+// The device every policy gets: --capacity, or the GPU's memory less its CUDA context, or unlimited.
+struct Device {
+  Bytes capacity_bytes = Bytes{1} << 60;
+  std::string label = "unlimited";
+};
+Device resolve_device(const RequestArgs& a) {
+  Device d;
+  if (!a.gpu.empty()) {
+    const GpuMemory g = gpu_memory(a.gpu);
+    d.capacity_bytes = static_cast<Bytes>(g.total_bytes - g.context_bytes);
+    d.label = fmt::format("{} ({} for the allocator after a {} CUDA context)", g.name,
+                          b(g.total_bytes - g.context_bytes), b(g.context_bytes));
+  } else if (!a.capacity.empty()) {
+    d.capacity_bytes = parse_size(a.capacity, "--capacity");
+    if (d.capacity_bytes == 0) {
+      throw InputError("--capacity: must be positive");
+    }
+    d.label = b(static_cast<std::int64_t>(d.capacity_bytes));
+  }
+  return d;
+}
+
+nlohmann::ordered_json row_json(const PolicyRunResult& r) {
+  return {{"policy", r.policy},
+          {"peak_reserved_bytes", r.peaks.peak_reserved_bytes},
+          {"peak_allocated_bytes", r.peaks.peak_allocated_bytes},
+          {"peak_active_bytes", r.peaks.peak_active_bytes},
+          {"peak_requested_bytes", r.peaks.peak_requested_bytes},
+          {"fragmentation", r.peaks.fragmentation()},
+          {"inactive_split_bytes_at_reserved_peak", r.peaks.inactive_split_bytes_at_reserved_peak},
+          {"free_bytes_at_allocated_peak", r.free_bytes_at_allocated_peak},
+          {"largest_free_block_at_allocated_peak", r.largest_free_block_at_allocated_peak},
+          {"num_device_alloc", r.num_device_alloc},
+          {"num_device_free", r.num_device_free},
+          {"num_ooms", r.num_ooms}};
+}
+
+int list_policies() {
+  for (const PolicyEntry& p : policy_registry()) {
+    fmt::print("{:<20} {}\n", p.name, p.summary);
+  }
+  return 0;
+}
+
+int run_compare(CompareArgs& args) {
+  if (args.list) {
+    return list_policies();
+  }
+  if (args.file.empty() == args.request.model.empty()) {
+    throw InputError("compare: give a trace FILE or --model (not both)");
+  }
+  const std::vector<const PolicyEntry*> policies = parse_policy_list(args.policies, "--policies");
+  const Device device = resolve_device(args.request);
+
+  PolicyRunOptions options;
+  options.capacity_bytes = device.capacity_bytes;
+  std::string source;
+  RequestSequence sequence;
+  if (!args.file.empty()) {
+    const Snapshot snapshot = load_snapshot(args.file);
+    // A recording's own allocator settings apply to the native policies, as in `vramsim replay`.
+    ReplayOptions ro;
+    ro.alloc_conf = args.request.alloc_conf;
+    std::string origin;
+    options.config = resolve_config(snapshot, ro, origin);
+    sequence = request_sequence_from_trace(snapshot);
+    source = args.file;
+  } else {
+    if (args.request.seq <= 0) {
+      throw InputError("--seq: required with --model");
+    }
+    const PredictRequest request = make_request(args.request, /*require_device=*/false);
+    options.config =
+        request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
+    DynamicRun run = fixed_shape_run(request.model, request.options);
+    sequence = std::move(run.sequence);
+    options.step_ends = std::move(run.step_ends);
+    source = fmt::format("{} batch {} seq {}, {} step(s) (generated)", request.model.name,
+                         request.options.batch, request.options.seq, request.options.steps);
+  }
+  const Bytes live = peak_live_bytes(sequence);
+
+  std::vector<PolicyRunResult> results;
+  for (const PolicyEntry* p : policies) {
+    results.push_back(run_policy(*p, sequence, options));
+  }
+
+  if (args.json) {
+    nlohmann::ordered_json j;
+    j["source"] = source;
+    j["requests"] = sequence.ops().size();
+    j["allocations"] = sequence.alloc_count();
+    j["capacity_bytes"] = device.capacity_bytes;
+    j["peak_live_bytes"] = live;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const PolicyRunResult& r : results) {
+      rows.push_back(row_json(r));
+    }
+    j["policies"] = rows;
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("requests     {} ({} allocations) from {}\n", sequence.ops().size(), sequence.alloc_count(),
+             source);
+  fmt::print("device       {}\n", device.label);
+  fmt::print("peak live    {}  (the most bytes live at once: no placement can reserve less)\n\n",
+             b(static_cast<std::int64_t>(live)));
+  fmt::print("{:<20}{:>12}{:>12}{:>8}{:>12}{:>25}{:>9}{:>9}{:>6}\n", "policy", "reserved", "allocated",
+             "frag", "over live", "largest free / free", "mallocs", "frees", "OOMs");
+  fmt::print("{:<20}{:>12}{:>12}{:>8}{:>12}{:>25}{:>9}{:>9}{:>6}\n", "", "(peak)", "(peak)", "", "",
+             "(at alloc peak)", "", "", "");
+  for (const PolicyRunResult& r : results) {
+    const double over =
+        live > 0
+            ? 100.0 * (static_cast<double>(r.peaks.peak_reserved_bytes) / static_cast<double>(live) - 1.0)
+            : 0.0;
+    fmt::print(
+        "{:<20}{:>12}{:>12}{:>7.1f}%{:>+11.1f}%{:>25}{:>9}{:>9}{:>6}\n", r.policy,
+        b(r.peaks.peak_reserved_bytes), b(r.peaks.peak_allocated_bytes), 100.0 * r.peaks.fragmentation(),
+        over,
+        fmt::format("{} / {}", b(r.largest_free_block_at_allocated_peak), b(r.free_bytes_at_allocated_peak)),
+        r.num_device_alloc, r.num_device_free, r.num_ooms);
+  }
+  fmt::print("\nfrag = 1 - peak active / peak reserved; over live = peak reserved / peak live - 1\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app, std::function<int()>& run) {
+  static CompareArgs args;
+  auto* cmd = app.add_subcommand("compare",
+                                 "Run every allocator policy on the same requests (a recorded snapshot or a "
+                                 "generated training step) and "
+                                 "compare peak reserved memory, fragmentation, device calls and OOMs");
+  cmd->add_option("file", args.file, "snapshot (.pickle / .json / .vtrace); or use --model");
+  add_request_options(cmd, args.request, args.alloc_conf);
+  cmd->get_option("--model")->required(false);
+  cmd->get_option("--seq")->required(false);
+  args.request.seq = 0;
+  cmd->add_option("--batch", args.request.batch, "batch size (with --model)")->capture_default_str();
+  cmd->add_option("--policies", args.policies, "comma-separated policy names (default: all)");
+  cmd->add_flag("--json", args.json, "machine-readable output");
+  cmd->add_flag("--list-policies", args.list, "list the registered policies and exit");
+  cmd->callback([&run, cmd] {
+    if (cmd->count("--alloc-conf") > 0) {
+      args.request.alloc_conf = args.alloc_conf;
+    }
+    run = [] { return run_compare(args); };
+  });
+}
+
+}  // namespace vramsim::cli

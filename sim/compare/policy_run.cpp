@@ -1,0 +1,151 @@
+#include "sim/compare/policy_run.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "sim/alloc/device_memory.h"
+#include "sim/core/error.h"
+#include "sim/report/memory_stats.h"
+
+namespace vramsim {
+namespace {
+
+// A policy on its own device with its observers: one pass over (a prefix of) the sequence.
+struct Rig {
+  SimulatedDevice device;
+  MemoryStatsObserver stats;
+  std::unique_ptr<IAllocatorPolicy> policy;
+  std::vector<BlockId> blocks;  // per allocation id; kNoBlock when it failed (or is not yet made)
+
+  Rig(const PolicyEntry& entry, const RequestSequence& sequence, const PolicyRunOptions& options)
+      : device(options.capacity_bytes),
+        stats(options.config.max_split_size_bytes == kUnlimitedSplitSize
+                  ? -1
+                  : static_cast<std::int64_t>(options.config.max_split_size_bytes)),
+        policy(entry.make(options.config, device, stats)),
+        blocks(sequence.alloc_count(), kNoBlock) {
+    policy->plan(sequence);  // online policies ignore it
+  }
+
+  // Returns false when the request was an allocation that failed.
+  bool apply(const RequestOp& op, std::size_t index) {
+    const auto time_ns = static_cast<TimeNs>(index);
+    if (op.kind == RequestOp::Kind::kAlloc) {
+      const AllocResult r = policy->allocate(AllocRequest{op.size_bytes, op.stream, time_ns});
+      blocks[op.alloc_id] = r.block;
+      return r.ok();
+    }
+    if (blocks[op.alloc_id] != kNoBlock) {
+      policy->free(blocks[op.alloc_id], time_ns);
+      blocks[op.alloc_id] = kNoBlock;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+std::vector<const PolicyEntry*> parse_policy_list(std::string_view list, std::string_view option) {
+  std::vector<const PolicyEntry*> out;
+  if (list.empty() || list == "all") {
+    for (const PolicyEntry& p : policy_registry()) {
+      out.push_back(&p);
+    }
+    return out;
+  }
+  while (true) {
+    const std::size_t comma = list.find(',');
+    const std::string_view name = list.substr(0, comma);
+    const PolicyEntry* entry = nullptr;
+    std::string known;
+    for (const PolicyEntry& p : policy_registry()) {
+      entry = p.name == name ? &p : entry;
+      known += fmt::format("{}{}", known.empty() ? "" : ", ", p.name);
+    }
+    if (entry == nullptr) {
+      throw InputError(fmt::format("{}: unknown policy '{}' (known: {})", option, name, known));
+    }
+    if (std::find(out.begin(), out.end(), entry) != out.end()) {
+      throw InputError(fmt::format("{}: policy '{}' listed twice", option, name));
+    }
+    out.push_back(entry);
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    list.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+PolicyRunResult run_policy(const PolicyEntry& entry, const RequestSequence& sequence,
+                           const PolicyRunOptions& options) {
+  const std::vector<RequestOp>& ops = sequence.ops();
+  for (std::size_t end : options.step_ends) {
+    if (end == 0 || end > ops.size()) {
+      throw InputError(fmt::format("step end {} is outside the sequence of {} requests", end, ops.size()));
+    }
+  }
+  PolicyRunResult out;
+  out.policy = std::string(entry.name);
+
+  PeakTracker peaks;
+  std::size_t allocated_peak_index = 0;  // the request after which allocated memory first peaked
+  std::int64_t allocated_peak = -1;
+  {
+    Rig rig(entry, sequence, options);
+    std::size_t next_step = 0;
+    std::int64_t ooms_before_step = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      rig.apply(ops[i], i);
+      const DeviceStats& s = rig.stats.stats();
+      peaks.sample(s, i);
+      if (s.allocated_bytes[kStatAll].current > allocated_peak) {
+        allocated_peak = s.allocated_bytes[kStatAll].current;
+        allocated_peak_index = i;
+      }
+      while (next_step < options.step_ends.size() && options.step_ends[next_step] == i + 1) {
+        StepSample sample;
+        sample.step = next_step;
+        sample.reserved_bytes = s.reserved_bytes[kStatAll].current;
+        sample.allocated_bytes = s.allocated_bytes[kStatAll].current;
+        sample.peak_reserved_bytes = peaks.summary().peak_reserved_bytes;
+        sample.peak_active_bytes = peaks.summary().peak_active_bytes;
+        sample.num_ooms = s.num_ooms - ooms_before_step;
+        ooms_before_step = s.num_ooms;
+        out.steps.push_back(sample);
+        ++next_step;
+      }
+    }
+    const DeviceStats& s = rig.stats.stats();
+    out.num_device_alloc = s.num_device_alloc;
+    out.num_device_free = s.num_device_free;
+    out.num_ooms = s.num_ooms;
+    out.final_reserved_bytes = s.reserved_bytes[kStatAll].current;
+  }
+  out.peaks = peaks.summary();
+
+  // The free blocks at the allocated peak: replay up to that request again and look at the blocks (cheaper
+  // than scanning the pool at every new peak, which the no-cache policy reaches on almost every request).
+  if (!ops.empty() && allocated_peak > 0) {
+    Rig rig(entry, sequence, options);
+    for (std::size_t i = 0; i <= allocated_peak_index; ++i) {
+      rig.apply(ops[i], i);
+    }
+    const BlockPool& pool = rig.policy->blocks();
+    for (SegmentId sid : pool.live_segments_by_address()) {
+      for (BlockId id = pool.segment(sid).first; id != kNoBlock; id = pool.block(id).next) {
+        const Block& b = pool.block(id);
+        if (b.mapped && !b.allocated) {
+          out.free_bytes_at_allocated_peak += static_cast<std::int64_t>(b.size_bytes);
+          out.largest_free_block_at_allocated_peak =
+              std::max(out.largest_free_block_at_allocated_peak, static_cast<std::int64_t>(b.size_bytes));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace vramsim

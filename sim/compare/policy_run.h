@@ -1,0 +1,75 @@
+// One allocator policy over one request sequence, measured the same way for every policy: what `vramsim
+// compare` prints per row and `vramsim sweep` samples per step.
+//
+// The run starts from an empty device of `capacity_bytes`. A request the policy cannot serve is an OOM: it is
+// counted, the tensor is dropped (its free is skipped) and the run goes on, so one sequence yields the number
+// of failing requests rather than stopping at the first (a training job would stop there).
+//
+// Figures (bytes unless named otherwise):
+//   * peaks of reserved, allocated, active and requested memory (sim/report/peak_tracker.h);
+//   * fragmentation = 1 - peak active / peak reserved (the GMLake metric);
+//   * at the moment reserved memory first reaches its peak: inactive-split bytes (free blocks inside split
+//     segments that empty_cache cannot return);
+//   * at the moment allocated memory first reaches its peak (the worst demand): the free bytes inside
+//     reserved memory and the largest free block among them: a request larger than that block needs new
+//     device memory even though the total free may cover it. (Not at the reserved peak: an arena policy
+//     reserves its peak with its first request, when everything is still free.)
+//   * device malloc / free counts (cudaMalloc/cudaFree, or maps/unmaps for virtual-memory policies count as
+//     the policy reports them through its segment events), OOMs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/alloc/caching_config.h"
+#include "sim/alloc/registry.h"
+#include "sim/alloc/request_sequence.h"
+#include "sim/report/peak_tracker.h"
+
+namespace vramsim {
+
+struct PolicyRunOptions {
+  Bytes capacity_bytes = Bytes{1} << 60;  // the device the policy may cudaMalloc from; default: unlimited
+  CachingConfig config;                   // for the policies that read allocator settings (pytorch*)
+  // Op indices (into the sequence's ops) after which a step ends, ascending; a sample is taken at each.
+  std::vector<std::size_t> step_ends;
+};
+
+// The state after a step's last request.
+struct StepSample {
+  std::size_t step = 0;  // 0-based index into PolicyRunOptions::step_ends
+  std::int64_t reserved_bytes = 0;
+  std::int64_t allocated_bytes = 0;
+  std::int64_t peak_reserved_bytes = 0;  // running peak through this step
+  std::int64_t peak_active_bytes = 0;    // running peak through this step
+  std::int64_t num_ooms = 0;             // requests that failed in this step
+  // 1 - peak active / peak reserved over the run so far.
+  double fragmentation() const {
+    return peak_reserved_bytes > 0
+               ? 1.0 - static_cast<double>(peak_active_bytes) / static_cast<double>(peak_reserved_bytes)
+               : 0.0;
+  }
+};
+
+struct PolicyRunResult {
+  std::string policy;
+  PeakSummary peaks;
+  std::int64_t free_bytes_at_allocated_peak = 0;          // reserved - allocated, counted from the blocks
+  std::int64_t largest_free_block_at_allocated_peak = 0;  // one contiguous free block
+  std::int64_t num_device_alloc = 0;
+  std::int64_t num_device_free = 0;
+  std::int64_t num_ooms = 0;
+  std::int64_t final_reserved_bytes = 0;
+  std::vector<StepSample> steps;
+};
+
+// "a,b,c" -> those registry entries, in that order; "all" or "" -> every registered policy. Throws InputError
+// (naming `option` and the known policies) on an unknown or repeated name.
+std::vector<const PolicyEntry*> parse_policy_list(std::string_view list, std::string_view option);
+
+// Throws InputError when the options name a step end outside the sequence. Deterministic.
+PolicyRunResult run_policy(const PolicyEntry& policy, const RequestSequence& sequence,
+                           const PolicyRunOptions& options);
+
+}  // namespace vramsim
