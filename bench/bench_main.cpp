@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   }
   vramsim::bench::register_replay_benchmarks();
   vramsim::bench::register_io_benchmarks();
+  vramsim::bench::register_policy_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

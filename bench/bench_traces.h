@@ -32,5 +32,6 @@ std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path);
 // Registration hooks, called by main() before the run (the file lists are only known at run time).
 void register_replay_benchmarks();
 void register_io_benchmarks();
+void register_policy_benchmarks();
 
 }  // namespace vramsim::bench

@@ -1,0 +1,198 @@
+// Every recorded CS336 step in shared/traces/real (the 16 kkaitlyn111/cs336-a2-systems files and MAGMA27's)
+// against the step simulator: the peak rise of the recorded region (peak live requested bytes minus those
+// at its start, test::peak_rise) versus the rise the simulator predicts for the same configuration.
+//
+// How each configuration was read off the recording (pickle frames, allocation sizes, the scripts):
+//   * batch and context: the logits request b*s*V*4 (V = 10000) and the attention scores b*h*s*s*4;
+//     d_model from b*s*d*4 and the parameter blocks; 32 layers (2.7B) or 12 (small) from the repeats.
+//   * code: every kkaitlyn111 frame runs cs336_basics/transformer.py (TransformerLM of
+//     kkaitlyn111/cs336-assignment1: ModelCode::kCs336Kkaitlyn111, also for the d768 "small" model);
+//     MAGMA27 runs the staff BasicsTransformerLM (kCs336Basics).
+//   * eager or compiled: five recordings (memory_small_forward, memory_2.7b_forward, the root-level
+//     memory_ctx256/512_forward and cs336_systems/memory_logs/memory_ctx128_forward) have Dynamo/Inductor
+//     frames (convert_frame.py, output_code.py, triton_heuristics.py autotuning): torch.compile'd forwards.
+//     The simulator models eager PyTorch only; for those the test pins the measured overestimate.
+//   * cuBLAS workspace: the simulator allocates one 32 MiB workspace at the first matmul of the main thread
+//     and one at the first of the autograd thread (as a fresh process does). A recording shows its own as an
+//     alloc from at::cuda::getNewWorkspace(); where the process had already made it (a later run of the
+//     same process, see INDEX.json's reserved-at-start chains), it is missing from the trace, and the
+//     prediction is higher by exactly that many workspaces.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph_test_util.h"
+#include "sim/graph/transformer_builder.h"
+#include "test_paths.h"
+#include "traces/trace_io.h"
+
+using namespace vramsim;
+
+namespace {
+
+enum class Region : std::uint8_t {
+  kForward,         // one forward with autograd on (the rest of the step never runs)
+  kFullStep,        // zero_grad (a no-op: no gradients yet), forward, loss, backward, the for-loop AdamW
+  kStep2FwdLossBwd  // MAGMA27: forward, loss and backward after earlier steps, gradients accumulating
+};
+
+struct Recording {
+  const char* file;
+  ModelCode code;
+  const char* preset;  // dimensions; `code` may differ from the preset's own
+  int batch;
+  int seq;
+  Precision precision;
+  Region region;
+  // cuBLAS workspaces the simulated region allocates that the recorded process had made before the trace.
+  int workspaces_before_trace;
+  // torch.compile'd recordings only: the measured (prediction - recorded) / recorded. 0 for eager ones.
+  double compiled_overestimate;
+};
+
+constexpr ModelCode kStudent = ModelCode::kCs336Kkaitlyn111;
+constexpr ModelCode kStaff = ModelCode::kCs336Basics;
+constexpr const char* k27b = "cs336-2.7b";
+constexpr const char* kSmall = "cs336-small";
+constexpr Precision kF32 = Precision::kFp32;
+constexpr Precision kBf16 = Precision::kAmpBf16;
+constexpr Region kFwd = Region::kForward;
+constexpr Region kFull = Region::kFullStep;
+constexpr Region kStep2 = Region::kStep2FwdLossBwd;
+
+const std::vector<Recording> kRecordings = {
+    // eager: benchmark.py run_memory_foward_fullstep / profile_memory_forward_fullstep (batch 4, fp32
+    // unless _mixed). A file whose process ran an earlier forward lacks the main thread's workspace.
+    {"kkaitlyn111_memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, 0, 0},
+    {"kkaitlyn111_memory_files__memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, 0, 0},
+    {"kkaitlyn111_memory_files__memory_ctx128_forward_.pickle", kStudent, k27b, 4, 128, kF32, kFwd, 0, 0},
+    {"kkaitlyn111_memory_files__memory_ctx256_forward_.pickle", kStudent, k27b, 4, 256, kF32, kFwd, 1, 0},
+    {"kkaitlyn111_memory_files__memory_ctx512_forward_.pickle", kStudent, k27b, 4, 512, kF32, kFwd, 1, 0},
+    {"kkaitlyn111_memory_files__memory_ctx128_forward_mixed.pickle", kStudent, k27b, 4, 128, kBf16, kFwd, 0,
+     0},
+    {"kkaitlyn111_memory_files__memory_ctx512_forward_mixed.pickle", kStudent, k27b, 4, 512, kBf16, kFwd, 1,
+     0},
+    // full steps: the first in its process makes both workspaces inside the trace; after a forward only the
+    // autograd thread's; after an earlier full step neither.
+    {"kkaitlyn111_memory_ctx128_fullstep.pickle", kStudent, k27b, 4, 128, kF32, kFull, 1, 0},
+    {"kkaitlyn111_memory_files__memory_ctx128_fullstep.pickle", kStudent, k27b, 4, 128, kF32, kFull, 0, 0},
+    {"kkaitlyn111_memory_files__memory_ctx128_fullstep_.pickle", kStudent, k27b, 4, 128, kF32, kFull, 1, 0},
+    {"kkaitlyn111_memory_files__memory_ctx256_fullstep_.pickle", kStudent, k27b, 4, 256, kF32, kFull, 2, 0},
+    // MAGMA27 benchmarking_script.py: batch 32, ctx 256, fp32, 5 warm-up fwd+bwd without zero_grad.
+    {"MAGMA27_memory_snapshot.pickle", kStaff, kSmall, 32, 256, kF32, kStep2, 0, 0},
+    // torch.compile'd forwards (fp32, batch 4), Dynamo tracing and Inductor autotuning inside the trace.
+    {"kkaitlyn111_memory_small_forward.pickle", kStudent, kSmall, 4, 128, kF32, kFwd, 0, 0.3883},
+    {"kkaitlyn111_memory_2.7b_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, 1, 0.3649},
+    {"kkaitlyn111_memory_ctx256_forward.pickle", kStudent, k27b, 4, 256, kF32, kFwd, 1, 0.4094},
+    {"kkaitlyn111_memory_ctx512_forward.pickle", kStudent, k27b, 4, 512, kF32, kFwd, 1, 0.3526},
+    {"kkaitlyn111_cs336_systems__memory_logs__memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32,
+     kFwd, 0, 0.4403},
+};
+
+constexpr Bytes kWorkspace = 32 * kMiB;  // at::cuda::getNewWorkspace() in every recording that has one
+
+ModelConfig model_of(const Recording& r) {
+  ModelConfig m = model_preset(r.preset);
+  m.code = r.code;
+  return m;
+}
+
+TrainingOptions options_of(const Recording& r) {
+  TrainingOptions o;
+  o.batch = r.batch;
+  o.seq = r.seq;
+  o.precision = r.precision;
+  o.autocast_whole_step = r.precision != Precision::kFp32;  // the _mixed dumps happen inside autocast
+  switch (r.region) {
+    case Region::kForward:
+      o.forward_only = true;
+      break;
+    case Region::kFullStep:
+      o.optimizer_impl = OptimizerImpl::kForLoop;  // cs336_basics.optimizers.AdamW: a per-parameter loop
+      break;
+    case Region::kStep2FwdLossBwd:
+      // Step 2 of SGD without zeroing: gradients exist and are accumulated into; SGD adds no tensors.
+      o.steps = 2;
+      o.optimizer = OptimizerKind::kSgd;
+      o.zero_grad_set_to_none = false;
+      break;
+  }
+  return o;
+}
+
+// The simulated peak rise over the region the recording covers, with the simulator's default workspaces.
+std::int64_t predicted_rise(const Recording& r) {
+  const TrainingOptions o = options_of(r);
+  const AllocationSchedule s = build_allocation_schedule(build_training_steps(model_of(r), o));
+  if (r.region == Region::kStep2FwdLossBwd) {
+    return test::peak_rise(s.events, s.phase_begin(2, Phase::kForward)->event_index,
+                           s.phase_begin(2, Phase::kOptimizer)->event_index);
+  }
+  return test::peak_rise(s.events, s.phase_begin(1, Phase::kForward)->event_index);
+}
+
+}  // namespace
+
+TEST_CASE("cs336: every real recorded step, peak rise predicted vs recorded", "[graph]") {
+  if (!test::shared_or_skip("cs336: every real recorded step")) {
+    return;
+  }
+  for (const Recording& r : kRecordings) {
+    DYNAMIC_SECTION(r.file) {
+      const Snapshot rec = load_snapshot((test::shared_real_traces() / r.file).string());
+      const std::int64_t recorded = test::peak_rise(rec.device_traces.at(0).events);
+      const std::int64_t predicted = predicted_rise(r);
+      const std::int64_t pre_trace = r.workspaces_before_trace * static_cast<std::int64_t>(kWorkspace);
+      const double error = static_cast<double>(predicted - recorded) / static_cast<double>(recorded);
+      INFO("recorded " << recorded << " predicted " << predicted << " error " << error);
+      if (r.compiled_overestimate == 0) {
+        // Eager: exact once the workspaces made before the trace are taken out; the largest relative
+        // error left in (one 32 MiB workspace over a 12.6 GB rise, memory_ctx256_forward_) is 0.27 %.
+        CHECK(predicted - pre_trace == recorded);
+        CHECK(std::abs(error) < 0.003);
+      } else {
+        // torch.compile: Inductor's partitioner saves fewer tensors per layer than eager autograd does
+        // (2.7B ctx 128: 121,835,520 recorded vs 176,693,248 simulated), so the eager model overestimates
+        // by 35-44 %. Pinned at the measured value to 0.1 point; not an accuracy claim.
+        CHECK(error == Approx(r.compiled_overestimate).margin(0.001));
+      }
+    }
+  }
+}
+
+TEST_CASE("cs336: memory_snapshot.pickle (no trace), live tensors after a 2.7B ctx 256 full step",
+          "[graph]") {
+  if (!test::shared_or_skip("cs336: kkaitlyn111_memory_snapshot")) {
+    return;
+  }
+  // Segments only, so there is no rise to compare: compare the requested bytes of its live blocks with what
+  // the simulator holds after optimizer.step(). The blocks say what ran: 4 x 32 x 3 blocks of d*f*4 and
+  // 4 x 32 x 4 of d*d*4 (parameters, gradients, exp_avg, exp_avg_sq of cs336-2.7b), logits of
+  // b*s*V*4 = 40,960,000 (batch 4, ctx 256), two 32 MiB workspaces, the 8,192-byte token batch, a 4-byte
+  // loss.
+  const Snapshot rec =
+      load_snapshot((test::shared_real_traces() / "kkaitlyn111_memory_snapshot.pickle").string());
+  std::int64_t recorded = 0;
+  for (const SnapshotSegment& seg : rec.segments) {
+    for (const SnapshotBlock& b : seg.blocks) {
+      if (b.state == BlockState::kActiveAllocated) {
+        recorded += static_cast<std::int64_t>(b.requested_bytes);
+      }
+    }
+  }
+  TrainingOptions o;
+  o.batch = 4;
+  o.seq = 256;
+  o.optimizer_impl = OptimizerImpl::kForLoop;
+  const AllocationSchedule s = build_allocation_schedule(build_training_steps(model_preset("cs336-2.7b"), o));
+  const std::int64_t predicted = *s.live_bytes_at(1, Phase::kZeroGrad);
+  // The differences, each a block size of the snapshot: the simulator keeps a separate labels tensor
+  // (+8,192; benchmark.py passes `targets = batch`), does not model the student RoPE's per-layer
+  // cos_sin_matrix buffer (32 x 256 x 40 x 2 x 4 = 2,621,440), and the snapshot holds a second
+  // 40,960,000-byte (b x s x V fp32) tensor that no frame explains (the file has no history).
+  CHECK(predicted - recorded == 8192 - 32 * 81920 - 40960000);
+  CHECK(std::abs(static_cast<double>(predicted - recorded) / static_cast<double>(recorded)) < 0.001);
+}
