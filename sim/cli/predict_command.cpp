@@ -18,6 +18,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   }
   cmd->add_option("--model", a.model, "model preset (" + presets + ") or a Hugging Face config.json")
       ->required();
+  cmd->add_option(
+      "--model-code", a.model_code,
+      "whose layer code to follow: torch-modules (HF-style nn.Modules), cs336-basics (CS336 staff), "
+      "cs336-kkaitlyn111 (the student code of the recorded 2.7B runs); default: the preset's");
   auto* gpu = cmd->add_option("--gpu", a.gpu, "GPU name (memory and CUDA context from the GPU table)");
   auto* cap = cmd->add_option("--capacity", a.capacity,
                               "device memory for the allocator instead of a GPU, e.g. 80GiB (context 0)");

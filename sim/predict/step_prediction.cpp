@@ -283,6 +283,9 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   PredictRequest r;
   r.model = load_model(a.model);
+  if (!a.model_code.empty()) {
+    r.model.code = parse_model_code(a.model_code, "--model-code");
+  }
   r.gpu = a.gpu;
   if (!a.gpu.empty()) {
     (void)gpu_memory(a.gpu);  // unknown names fail before any work

@@ -131,6 +131,8 @@ struct Prediction {
 // throws InputError naming the option on a bad value.
 struct RequestArgs {
   std::string model;
+  std::string
+      model_code;  // "" = the preset's / config's own (ModelCode names: torch-modules, cs336-basics, ...)
   std::string gpu;
   std::string capacity;
   std::int64_t batch = 1;

@@ -267,3 +267,21 @@ TEST_CASE("cli: fit --json lists every trial; the answer fits and the next value
   CHECK(best_tried);
   CHECK(above_tried);  // bisection ends with lo = best, hi = best + 1, both tried
 }
+
+TEST_CASE("cli: --model-code picks whose layer code the graph follows", "[quick][predict]") {
+  // kkaitlyn111's student TransformerLM at d768 (memory_small_forward) differs from the CS336 staff code of
+  // the same shape; the rise of a forward (peak requested - before forward) tells them apart.
+  const auto rise = [](const std::string& extra) {
+    const nlohmann::json j = nlohmann::json::parse(run_cli(
+        "predict --json --model cs336-small --capacity 80GiB --batch 4 --seq 128 --forward-only --steps 1 " +
+        extra));
+    return j["steps"][0]["peak_requested_bytes"].get<std::int64_t>() -
+           j["phases"]["before_forward"].get<std::int64_t>();
+  };
+  const std::int64_t staff = rise("");
+  const std::int64_t student = rise("--model-code cs336-kkaitlyn111");
+  CHECK(staff != student);
+  CHECK(rise("--model-code cs336-basics") == staff);
+  CHECK_THAT(run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 64 --model-code keras"),
+             Catch::Contains("vramsim: error: --model-code: unknown model code 'keras'"));
+}
