@@ -47,8 +47,8 @@ struct SnapshotSegment {
 
 // allocator_settings as recorded (spec §8.2). Absent in files older than about PyTorch 2.3.
 struct RecordedAllocatorSettings {
-  std::string alloc_conf;              // PYTORCH_CUDA_ALLOC_CONF, "" when unset
-  std::int64_t max_split_size = -1;    // bytes; -1 = unlimited
+  std::string alloc_conf;            // PYTORCH_CUDA_ALLOC_CONF, "" when unset
+  std::int64_t max_split_size = -1;  // bytes; -1 = unlimited
   double garbage_collection_threshold = 0.0;
   bool expandable_segments = false;
   std::array<std::uint64_t, 16> roundup_power2_divisions{};  // index i = interval [2^i MiB, 2^(i+1) MiB)
@@ -64,10 +64,10 @@ struct DeviceTrace {
 struct Snapshot {
   std::string source;  // file name, for messages
   bool has_final_state = true;
-  std::vector<SnapshotSegment> segments;     // all devices, each device's sorted by address
-  std::vector<DeviceTrace> device_traces;    // index = device
+  std::vector<SnapshotSegment> segments;   // all devices, each device's sorted by address
+  std::vector<DeviceTrace> device_traces;  // index = device
   std::optional<RecordedAllocatorSettings> allocator_settings;
-  std::vector<std::string> strings{""};      // tag string table for TraceEvent::op_tag/category_tag
+  std::vector<std::string> strings{""};  // tag string table for TraceEvent::op_tag/category_tag/phase_tag
 
   bool operator==(const Snapshot&) const = default;
 };

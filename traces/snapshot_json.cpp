@@ -23,7 +23,9 @@
 //     are errors.
 //   * Keys of our own: "vramsim_has_final_state": false marks a generated trace with no final state, and
 //     trace entries may carry "category" (what MemoryViz reads for profiler-made files) and "op" strings,
-//     stored through Snapshot::strings.
+//     stored through Snapshot::strings (a non-string or empty value counts as absent), a "phase" string
+//     (stored the same way; must be a non-empty string) and a "layer" integer (decoder layer, 0 <= layer <
+//     2^31). Each is written only when the event carries it.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -50,6 +52,7 @@ constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
 constexpr int kMaxDevices = 1024;
 constexpr Bytes kSmallSegmentBytes = 2 * kMiB;
 constexpr std::int64_t kMaxTimeUs = std::numeric_limits<std::int64_t>::max() / 1000;
+constexpr std::uint64_t kLayerLimit = std::uint64_t{1} << 31;  // TraceEvent::layer is a non-negative int32
 
 // A JSON path built on the stack and only turned into text when an error is reported, so reading a large
 // file allocates no path strings.
@@ -409,6 +412,16 @@ class SnapshotReader {
     }
     event.op_tag = read_tag(obj, "op");
     event.category_tag = read_tag(obj, "category");
+    if (const json* phase = JsonReader::find(obj, "phase")) {
+      const std::string& text = in_.string(*phase, path / "phase");
+      if (text.empty()) {
+        in_.fail(path / "phase", "expected a phase name, got an empty string");
+      }
+      event.phase_tag = intern(text);
+    }
+    if (const json* layer = JsonReader::find(obj, "layer")) {
+      event.layer = static_cast<std::int32_t>(in_.uint(*layer, path / "layer", kLayerLimit));
+    }
     events.push_back(event);
   }
 
@@ -418,7 +431,10 @@ class SnapshotReader {
     if (value == nullptr || !value->is_string() || value->get_ref<const std::string&>().empty()) {
       return kNoTag;
     }
-    const std::string& text = value->get_ref<const std::string&>();
+    return intern(value->get_ref<const std::string&>());
+  }
+
+  std::uint32_t intern(const std::string& text) {
     const auto [it, inserted] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(out_.strings.size()));
     if (inserted) {
       out_.strings.push_back(text);
@@ -576,6 +592,14 @@ json event_to_json(const TraceEvent& event, const std::vector<std::string>& stri
   if (event.op_tag != kNoTag) {
     SIM_ASSERT(event.op_tag < strings.size());
     entry["op"] = strings[event.op_tag];
+  }
+  if (event.phase_tag != kNoTag) {
+    SIM_ASSERT(event.phase_tag < strings.size());
+    entry["phase"] = strings[event.phase_tag];
+  }
+  if (event.layer != kNoLayer) {
+    SIM_ASSERT(event.layer >= 0);
+    entry["layer"] = event.layer;
   }
   return entry;
 }

@@ -26,16 +26,19 @@ enum class TraceAction : std::uint8_t {
 std::optional<TraceAction> parse_trace_action(std::string_view name);
 std::string_view trace_action_name(TraceAction action);
 
-inline constexpr std::uint32_t kNoTag = 0;  // index 0 of a string table is always ""
+inline constexpr std::uint32_t kNoTag = 0;    // index 0 of a string table is always ""
+inline constexpr std::int32_t kNoLayer = -1;  // TraceEvent::layer of an event outside the layers
 
 struct TraceEvent {
   TraceAction action = TraceAction::kAlloc;
   Bytes addr = 0;        // for kOom: device_free in bytes
   Bytes size_bytes = 0;  // see TraceAction
   StreamId stream = 0;
-  TimeNs time_ns = 0;    // recorded time_us * 1000, or simulated time; 0 when unknown
-  std::uint32_t op_tag = kNoTag;        // index into Trace::strings: op name (generated traces)
-  std::uint32_t category_tag = kNoTag;  // index into Trace::strings: tensor category
+  TimeNs time_ns = 0;                   // recorded time_us * 1000, or simulated time; 0 when unknown
+  std::uint32_t op_tag = kNoTag;        // index into Snapshot::strings: op name (generated traces)
+  std::uint32_t category_tag = kNoTag;  // index into Snapshot::strings: tensor category
+  std::uint32_t phase_tag = kNoTag;     // index into Snapshot::strings: training phase ("forward", ...)
+  std::int32_t layer = kNoLayer;        // decoder layer index of the op (generated traces)
 
   bool operator==(const TraceEvent&) const = default;
 };

@@ -1,10 +1,10 @@
 // The vtrace text format (traces/FORMAT.md): a line-oriented, diffable form of a Snapshot.
 //
 // Contract: read_vtrace(write_vtrace(s), s.source) == s for every valid Snapshot: strings[0] == "" and the
-// other strings non-empty and distinct; blocks tiling their segments with the recorded sums matching;
-// segments sorted by (device, address) without overlaps; a trace entry for every segment's device; sizes
-// below 2^60, addresses below 2^63. The reader rejects every malformed line with InputError "<source>: line
-// N: <problem>". Sizes in bytes, times in ns.
+// other strings non-empty and distinct; event tags below strings.size() and layers -1 or in [0, 2^31);
+// blocks tiling their segments with the recorded sums matching; segments sorted by (device, address) without
+// overlaps; a trace entry for every segment's device; sizes below 2^60, addresses below 2^63. The reader
+// rejects every malformed line with InputError "<source>: line N: <problem>". Sizes in bytes, times in ns.
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -34,6 +34,7 @@ constexpr std::uint64_t kSizeLimit = std::uint64_t{1} << 60;
 constexpr std::uint64_t kAddressLimit = std::uint64_t{1} << 63;
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t kMaxDevices = 1024;
+constexpr std::uint64_t kLayerLimit = std::uint64_t{1} << 31;  // TraceEvent::layer is a non-negative int32
 
 // Bytes that would break the whitespace-separated, '#'-commented line structure are written as %XX.
 bool needs_escape(unsigned char c) { return c <= 0x20 || c == 0x7f || c == '%' || c == '#'; }
@@ -182,6 +183,7 @@ class VtraceReader {
       fail(fmt::format("{} {} is too large (must be below {})", what, shown(token),
                        limit == kSizeLimit      ? "2^60"
                        : limit == kAddressLimit ? "2^63"
+                       : limit == kLayerLimit   ? "2^31"
                                                 : std::to_string(limit)));
     }
     return value;
@@ -417,20 +419,36 @@ class VtraceReader {
     event.size_bytes = parse_uint(tokens_[3], "size", kSizeLimit);
     event.stream = parse_uint(tokens_[4], "stream", kNoLimit);
     event.time_ns = parse_int(tokens_[5], "time_ns");
+    bool layer_seen = false;
     for (std::size_t i = 6; i < tokens_.size(); ++i) {
       const std::string_view token = tokens_[i];
+      const std::size_t eq = token.find('=');
+      const std::string_view key = token.substr(0, eq == std::string_view::npos ? 0 : eq);
+      const std::string_view value = eq == std::string_view::npos ? std::string_view() : token.substr(eq + 1);
+      if (key == "layer") {
+        if (layer_seen) {
+          fail(fmt::format("duplicate field {}", shown(token)));
+        }
+        layer_seen = true;
+        event.layer = static_cast<std::int32_t>(parse_uint(value, "layer", kLayerLimit));
+        continue;
+      }
       std::uint32_t* slot = nullptr;
-      if (token.starts_with("op=")) {
+      if (key == "op") {
         slot = &event.op_tag;
-      } else if (token.starts_with("cat=")) {
+      } else if (key == "cat") {
         slot = &event.category_tag;
+      } else if (key == "phase") {
+        slot = &event.phase_tag;
       } else {
-        fail(fmt::format("unknown event field {} (expected op=<name> or cat=<name>)", shown(token)));
+        fail(fmt::format(
+            "unknown event field {} (expected op=<name>, cat=<name>, phase=<name> or layer=<index>)",
+            shown(token)));
       }
       if (*slot != kNoTag) {
         fail(fmt::format("duplicate field {}", shown(token)));
       }
-      std::string text = decode(token.substr(token.find('=') + 1), "tag");
+      std::string text = decode(value, "tag");
       if (text.empty()) {
         fail(fmt::format("empty value in {}", shown(token)));
       }
@@ -553,6 +571,14 @@ std::string write_vtrace(const Snapshot& snapshot) {
       if (event.op_tag != kNoTag) {
         SIM_ASSERT(event.op_tag < snapshot.strings.size());
         fmt::format_to(it, " op={}", encode_field(snapshot.strings[event.op_tag]));
+      }
+      if (event.layer != kNoLayer) {
+        SIM_ASSERT(event.layer >= 0);
+        fmt::format_to(it, " layer={}", event.layer);
+      }
+      if (event.phase_tag != kNoTag) {
+        SIM_ASSERT(event.phase_tag < snapshot.strings.size());
+        fmt::format_to(it, " phase={}", encode_field(snapshot.strings[event.phase_tag]));
       }
       if (event.category_tag != kNoTag) {
         SIM_ASSERT(event.category_tag < snapshot.strings.size());

@@ -76,14 +76,22 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
   for (int c = 0; c < 7; ++c) {
     category_tags[c] = strings.intern(category_name(static_cast<TensorCategory>(c)));
   }
+  constexpr int kPhases = static_cast<int>(Phase::kZeroGrad) + 1;
+  std::uint32_t phase_tags[kPhases];
+  for (int p = 0; p < kPhases; ++p) {
+    phase_tags[p] = strings.intern(phase_name(static_cast<Phase>(p)));
+  }
   std::int64_t live = 0;
-  const auto emit = [&](TraceAction action, const Tensor& t, std::uint32_t op_tag) {
+  const auto emit = [&](TraceAction action, const Tensor& t, std::uint32_t op_tag, std::uint32_t phase_tag,
+                        std::int32_t layer) {
     TraceEvent e;
     e.action = action;
     e.addr = synthetic_address(t.id);
     e.size_bytes = t.size_bytes;
     e.op_tag = op_tag;
     e.category_tag = category_tags[static_cast<int>(t.category)];
+    e.phase_tag = phase_tag;
+    e.layer = layer;
     out.events.push_back(e);
     out.event_tensor.push_back(t.id);
     if (action == TraceAction::kAlloc) {
@@ -107,12 +115,14 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
       continue;
     }
     const std::uint32_t op_tag = strings.intern(op.name);
+    const std::uint32_t phase_tag = phase_tags[static_cast<int>(op.phase)];
+    const std::int32_t layer = op.layer >= 0 ? static_cast<std::int32_t>(op.layer) : kNoLayer;
     for (TensorId t : allocs[id]) {
-      emit(TraceAction::kAlloc, graph.tensor(t), op_tag);
+      emit(TraceAction::kAlloc, graph.tensor(t), op_tag, phase_tag, layer);
     }
     for (TensorId t : frees[id]) {
-      emit(TraceAction::kFreeRequested, graph.tensor(t), op_tag);
-      emit(TraceAction::kFreeCompleted, graph.tensor(t), op_tag);
+      emit(TraceAction::kFreeRequested, graph.tensor(t), op_tag, phase_tag, layer);
+      emit(TraceAction::kFreeCompleted, graph.tensor(t), op_tag, phase_tag, layer);
     }
   }
   return out;

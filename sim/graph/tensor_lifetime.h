@@ -4,7 +4,9 @@
 //
 // Events use the trace vocabulary of traces/trace_event.h: addr = a synthetic address unique per tensor,
 // size = the tensor's bytes (requested, unrounded, as PyTorch records them), stream 0, op_tag = the op's
-// name and category_tag = the tensor's category, both indices into `strings` (index 0 = "").
+// name, category_tag = the tensor's category and phase_tag = phase_name() of the op's phase, all indices into
+// `strings` (index 0 = ""), and layer = the op's decoder layer (kNoLayer outside the layers). The op is the
+// producer for an allocation and the last consumer for a free.
 // Cost: O(ops + tensors).
 #pragma once
 

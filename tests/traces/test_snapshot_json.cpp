@@ -94,11 +94,11 @@ Snapshot expected_small(const std::string& source) {
                       .is_small_pool = false,
                       .blocks = {{kB, 5242880, 5000000, BlockState::kActiveAllocated},
                                  {kB + 5242880, 20971520 - 5242880, 0, BlockState::kInactive}}});
-  s.strings = {"", "linear", "activation"};
+  s.strings = {"", "linear", "activation", "forward"};
   s.device_traces.resize(1);
   s.device_traces[0].events = {
       {TraceAction::kSegmentAlloc, kB, 20971520, 7, 1000000},
-      {TraceAction::kAlloc, kB, 5000000, 7, 1001000, 1, 2},
+      {TraceAction::kAlloc, kB, 5000000, 7, 1001000, 1, 2, 3, 0},
       {TraceAction::kAlloc, kA, 500, 0, 1002000},
       {TraceAction::kAlloc, kA + 512, 1000, 0, 1003000},
       {TraceAction::kFreeRequested, kA + 512, 1000, 0, 1004000},
@@ -317,6 +317,22 @@ TEST_CASE("snapshot_from_json errors name the file, the JSON path and the proble
        "x.json: device_traces[0][0]: missing key \"addr\""},
       {[](json& r) { r["device_traces"][0][0]["time_us"] = "now"; },
        "x.json: device_traces[0][0].time_us: expected a non-negative integer, got string"},
+      {[](json& r) { r["device_traces"][0][0]["layer"] = "3"; },
+       "x.json: device_traces[0][0].layer: expected a non-negative integer, got string"},
+      {[](json& r) { r["device_traces"][0][0]["layer"] = nullptr; },
+       "x.json: device_traces[0][0].layer: expected a non-negative integer, got null"},
+      {[](json& r) { r["device_traces"][0][0]["layer"] = 1.5; },
+       "x.json: device_traces[0][0].layer: expected a non-negative integer, got float"},
+      {[](json& r) { r["device_traces"][0][0]["layer"] = -1; },
+       "x.json: device_traces[0][0].layer: expected a non-negative integer, got -1"},
+      {[](json& r) { r["device_traces"][0][0]["layer"] = std::int64_t{1} << 31; },
+       "x.json: device_traces[0][0].layer: expected a non-negative integer below 2^31, got 2147483648"},
+      {[](json& r) { r["device_traces"][0][0]["phase"] = 2; },
+       "x.json: device_traces[0][0].phase: expected a string, got integer"},
+      {[](json& r) { r["device_traces"][0][0]["phase"] = nullptr; },
+       "x.json: device_traces[0][0].phase: expected a string, got null"},
+      {[](json& r) { r["device_traces"][0][0]["phase"] = ""; },
+       "x.json: device_traces[0][0].phase: expected a phase name, got an empty string"},
       {[](json& r) {
          r["allocator_settings"] = {{"roundup_power2_divisions", {{"3", 1}}}};
        },
@@ -375,6 +391,11 @@ TEST_CASE("snapshot_to_json writes the PyTorch dict and round-trips", "[quick][t
                     {"frames", json::array()}});
   CHECK(out["device_traces"][0][1]["op"] == "linear");
   CHECK(out["device_traces"][0][1]["category"] == "activation");
+  CHECK(out["device_traces"][0][1]["phase"] == "forward");
+  CHECK(out["device_traces"][0][1]["layer"] == 0);
+  CHECK(out["device_traces"][0][1]["layer"].is_number_integer());
+  CHECK_FALSE(out["device_traces"][0][2].contains("phase"));
+  CHECK_FALSE(out["device_traces"][0][2].contains("layer"));
   CHECK(out["allocator_settings"]["roundup_power2_divisions"]["128"] == 2);
   CHECK(out["allocator_settings"]["roundup_power2_divisions"].size() == 16);
   CHECK_FALSE(out.contains("vramsim_has_final_state"));
@@ -386,9 +407,19 @@ TEST_CASE("snapshot_to_json writes the PyTorch dict and round-trips", "[quick][t
   Snapshot generated;
   generated.has_final_state = false;
   generated.device_traces.resize(1);
+  generated.strings = {"", "backward"};
   generated.device_traces[0].events.push_back({TraceAction::kAlloc, 0x200000, 100, 0, 2000});
+  generated.device_traces[0].events.push_back({TraceAction::kAlloc, 0x400000, 100, 0, 3000, 0, 0, 1, 5});
   const json gen_json = snapshot_to_json(generated);
   CHECK(gen_json["vramsim_has_final_state"] == false);
+  CHECK(gen_json["device_traces"][0][1] == json{{"action", "alloc"},
+                                                {"addr", 0x400000},
+                                                {"size", 100},
+                                                {"stream", 0},
+                                                {"time_us", 3},
+                                                {"frames", json::array()},
+                                                {"phase", "backward"},
+                                                {"layer", 5}});
   CHECK(snapshot_from_json(gen_json, "") == generated);
   // JSON holds microseconds: sub-microsecond times are truncated.
   generated.device_traces[0].events[0].time_ns = 2999;
@@ -403,6 +434,8 @@ TEST_CASE("snapshot_from_json never crashes on arbitrary values", "[quick][trace
                                 {"expandable_segments", false},
                                 {"roundup_power2_divisions", {{"1", 0}, {"32768", 2}}}};
   root["device_traces"][0].push_back({{"action", "oom"}, {"device_free", 1}, {"size", 2}, {"stream", 0}});
+  root["device_traces"][0][0]["phase"] = "forward";
+  root["device_traces"][0][0]["layer"] = 1;
   std::vector<json::json_pointer> pointers;
   collect_pointers(root, json::json_pointer(), pointers);
   const std::vector<json> junk = {nullptr,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
@@ -131,6 +132,87 @@ TEST_CASE("save_snapshot and load_snapshot round-trip pickle files", "[quick][tr
   Snapshot back = load_snapshot(path);
   back.source = original.source;
   CHECK(back == original);
+}
+
+namespace {
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A generated trace whose events carry every tag: op, layer, phase and category, some of them absent.
+Snapshot tagged_generated() {
+  Snapshot s;
+  s.source = "generated";
+  s.has_final_state = false;
+  s.strings = {"",         "layers.1.attn.q_proj", "activation", "forward", "layers.1.attn.q_proj.backward",
+               "backward", "zero grad%#"};
+  s.device_traces.resize(2);
+  s.device_traces[0].events = {
+      {TraceAction::kAlloc, 0x200, 4096, 0, 1000, 1, 2, 3, 1},
+      {TraceAction::kAlloc, 0x400, 512, 0, 2000, 4, 2, 5, 1},
+      {TraceAction::kFreeRequested, 0x200, 4096, 0, 3000, 4, 2, 5, 1},
+      {TraceAction::kFreeCompleted, 0x200, 4096, 0, 3000, 4, 2, 5, 1},
+      {TraceAction::kAlloc, 0x600, 64, 0, 4000, 0, 0, 6, kNoLayer},
+      {TraceAction::kAlloc, 0x800, 64, 0, 5000, 0, 0, 0, 0},
+      {TraceAction::kAlloc, 0xa00, 64, 0, 6000},
+  };
+  s.device_traces[1].events = {{TraceAction::kAlloc, 0x200, 8, 3, 7000, 1, 0, 3, 2147483647}};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("pickle -> vtrace -> json -> pickle keeps op, layer, phase and category tags byte-identical",
+          "[quick][traces][pickle]") {
+  const TempDir dir;
+  for (const Snapshot& original :
+       {tagged_generated(), load_snapshot(test::test_data("snap_small.json").string())}) {
+    INFO(original.source);
+    const std::string first = dir.path("first.pickle");
+    save_snapshot(original, first, TraceFormat::kPickle);
+    const Snapshot from_pickle = load_snapshot(first);
+    save_snapshot(from_pickle, dir.path("t.vtrace"), TraceFormat::kVtrace);
+    const Snapshot from_vtrace = load_snapshot(dir.path("t.vtrace"));
+    save_snapshot(from_vtrace, dir.path("t.json"), TraceFormat::kJson);
+    const Snapshot from_json = load_snapshot(dir.path("t.json"));
+    const std::string second = dir.path("second.pickle");
+    save_snapshot(from_json, second, TraceFormat::kPickle);
+    CHECK(file_bytes(first) == file_bytes(second));
+
+    Snapshot back = load_snapshot(second);
+    back.source = original.source;
+    CHECK(back.device_traces == original.device_traces);  // events compared by string index ...
+    CHECK(back.strings == original.strings);              // ... over the same table
+    for (const Snapshot* s : {&from_pickle, &from_vtrace, &from_json}) {
+      Snapshot same = *s;
+      same.source = original.source;
+      CHECK(same == original);
+    }
+  }
+  const std::string text = file_bytes(dir.path("t.vtrace"));  // snap_small: one tagged event
+  CHECK(text.find(" op=linear layer=0 phase=forward cat=activation\n") != std::string::npos);
+
+  save_snapshot(tagged_generated(), dir.path("g.vtrace"), TraceFormat::kVtrace);
+  const std::string generated_text = file_bytes(dir.path("g.vtrace"));
+  CHECK(generated_text.find("0 alloc 0x600 64 0 4000 phase=zero%20grad%25%23\n") != std::string::npos);
+  CHECK(generated_text.find("0 alloc 0x800 64 0 5000 layer=0\n") != std::string::npos);
+  CHECK(generated_text.find("0 alloc 0xa00 64 0 6000\n") != std::string::npos);
+  save_snapshot(tagged_generated(), dir.path("g.json"), TraceFormat::kJson);
+  const nlohmann::json generated_json = nlohmann::json::parse(file_bytes(dir.path("g.json")));
+  const nlohmann::json& entries = generated_json["device_traces"][0];
+  CHECK(entries[1]["op"] == "layers.1.attn.q_proj.backward");
+  CHECK(entries[1]["phase"] == "backward");
+  CHECK(entries[1]["layer"] == 1);
+  CHECK(entries[1]["category"] == "activation");
+  CHECK_FALSE(entries[4].contains("layer"));
+  CHECK(entries[5]["layer"] == 0);
+  CHECK_FALSE(entries[5].contains("phase"));
+  for (const char* key : {"op", "layer", "phase", "category"}) {
+    CHECK_FALSE(entries[6].contains(key));
+  }
 }
 
 TEST_CASE("load_snapshot reads trace_plot alloc_data with synthetic addresses", "[quick][traces]") {

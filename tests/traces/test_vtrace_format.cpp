@@ -37,7 +37,7 @@ std::string error_of(const std::string& text) {
 Snapshot rich_snapshot() {
   Snapshot s;
   s.source = "rich";
-  s.strings = {"", "attention block", "50%#x", "act"};
+  s.strings = {"", "attention block", "50%#x", "act", "zero grad"};
   s.segments.push_back(SnapshotSegment{.device = 0,
                                        .address = 0x200000,
                                        .total_size_bytes = 2097152,
@@ -57,10 +57,11 @@ Snapshot rich_snapshot() {
                                        .pool_id_second = 42,
                                        .blocks = {{0x100000, 20971520, 0, BlockState::kInactive}}});
   s.device_traces.resize(3);
-  s.device_traces[0].events = {{TraceAction::kAlloc, 0x200000, 1000, 0, -5, 1, 3},
+  s.device_traces[0].events = {{TraceAction::kAlloc, 0x200000, 1000, 0, -5, 1, 3, 4, 12},
                                {TraceAction::kSnapshot, 0, 1024, 0, 0, 2, 0}};
   s.device_traces[1].events = {{TraceAction::kSegmentMap, 0x100000, 20971520, 94000000000000, 99},
-                               {TraceAction::kOom, 1 << 20, 1 << 30, 0, 100}};
+                               {TraceAction::kOom, 1 << 20, 1 << 30, 0, 100, 0, 0, 0, 0},
+                               {TraceAction::kAlloc, 0x100000, 64, 0, 101, 0, 0, 3, kNoLayer}};
   RecordedAllocatorSettings settings;
   settings.alloc_conf = "expandable_segments:True, roundup_power2_divisions:[256:1,>:8]";
   settings.max_split_size = 209715200;
@@ -85,6 +86,10 @@ TEST_CASE("read_vtrace reads the documented example like its JSON twin", "[quick
   CHECK(from_vtrace.segments[0].active_bytes == 1536);
   CHECK(from_vtrace.device_traces[0].events[1].op_tag == 1);
   CHECK(from_vtrace.device_traces[0].events[1].category_tag == 2);
+  CHECK(from_vtrace.device_traces[0].events[1].phase_tag == 3);
+  CHECK(from_vtrace.device_traces[0].events[1].layer == 0);
+  CHECK(from_vtrace.device_traces[0].events[2].phase_tag == kNoTag);
+  CHECK(from_vtrace.device_traces[0].events[2].layer == kNoLayer);
   CHECK(from_vtrace.device_traces[0].events[5].addr == 123456);
 }
 
@@ -102,6 +107,7 @@ TEST_CASE("write_vtrace writes the documented text", "[quick][traces]") {
       "settings.roundup_power2_divisions 4 4 4 4 4 4 4 2 2 2 0 0 0 0 0 0\n"
       "tag linear\n"
       "tag activation\n"
+      "tag forward\n"
       "segment 0 0x7f0000000000 2097152 0 small 0 0 0\n"
       "block 0x7f0000000000 512 500 allocated\n"
       "block 0x7f0000000200 1024 1000 pending_free\n"
@@ -110,7 +116,7 @@ TEST_CASE("write_vtrace writes the documented text", "[quick][traces]") {
       "block 0x7f0000200000 5242880 5000000 allocated\n"
       "block 0x7f0000700000 15728640 0 inactive\n"
       "0 segment_alloc 0x7f0000200000 20971520 7 1000000\n"
-      "0 alloc 0x7f0000200000 5000000 7 1001000 op=linear cat=activation\n"
+      "0 alloc 0x7f0000200000 5000000 7 1001000 op=linear layer=0 phase=forward cat=activation\n"
       "0 alloc 0x7f0000000000 500 0 1002000\n"
       "0 alloc 0x7f0000000200 1000 0 1003000\n"
       "0 free_requested 0x7f0000000200 1000 0 1004000\n"
@@ -123,6 +129,10 @@ TEST_CASE("vtrace round trips are exact", "[quick][traces]") {
   const std::string text = write_vtrace(rich);
   CHECK(text.find("tag attention%20block\n") != std::string::npos);
   CHECK(text.find("tag 50%25%23x\n") != std::string::npos);
+  CHECK(text.find("0 alloc 0x200000 1000 0 -5 op=attention%20block layer=12 phase=zero%20grad cat=act\n") !=
+        std::string::npos);
+  CHECK(text.find("1 oom 0x100000 1073741824 0 100 layer=0\n") != std::string::npos);
+  CHECK(text.find("1 alloc 0x100000 64 0 101 phase=act\n") != std::string::npos);
   CHECK(read_vtrace(text, rich.source) == rich);
   CHECK(write_vtrace(read_vtrace(text, rich.source)) == text);
 
@@ -132,10 +142,11 @@ TEST_CASE("vtrace round trips are exact", "[quick][traces]") {
 
   Snapshot generated;  // what the step simulator writes: events only
   generated.has_final_state = false;
-  generated.strings = {"", "op"};
+  generated.strings = {"", "op", "backward"};
   generated.device_traces.resize(1);
-  generated.device_traces[0].events = {{TraceAction::kAlloc, 0, 4096, 0, 0, 1, 0},
-                                       {TraceAction::kFreeRequested, 0, 4096, 0, 10, 1, 0}};
+  generated.device_traces[0].events = {{TraceAction::kAlloc, 0, 4096, 0, 0, 1, 0, 2, 7},
+                                       {TraceAction::kFreeRequested, 0, 4096, 0, 10, 1, 0, 2, 7},
+                                       {TraceAction::kFreeCompleted, 0, 4096, 0, 10, 1, 0}};
   CHECK(read_vtrace(write_vtrace(generated), "") == generated);
 }
 
@@ -145,14 +156,19 @@ TEST_CASE("read_vtrace accepts hand-written variations", "[quick][traces]") {
       "\t# indented comment\r\n"
       "\r\n"
       "1   alloc\t4096 512 0x10 -7 cat=weights%3a op=mm\r\n"
-      "0 free_requested 0X1000 0x200 16 3",
+      "0 free_requested 0X1000 0x200 16 3\r\n"
+      "0 alloc 0x2000 64 0 4 phase=zero_grad cat=weights%3a layer=0x1F\r\n"
+      "0 alloc 0x3000 64 0 5 layer=2147483647 op=mm\t phase=loss%20scale",
       "hand");
   REQUIRE(s.device_traces.size() == 2);  // no 'devices' line: 1 + the highest index
   CHECK_FALSE(s.has_final_state);
   CHECK_FALSE(s.allocator_settings.has_value());
-  CHECK(s.strings == std::vector<std::string>{"", "weights:", "mm"});
+  CHECK(s.strings == std::vector<std::string>{"", "weights:", "mm", "zero_grad", "loss scale"});
   CHECK(s.device_traces[1].events[0] == TraceEvent{TraceAction::kAlloc, 4096, 512, 16, -7, 2, 1});
   CHECK(s.device_traces[0].events[0] == TraceEvent{TraceAction::kFreeRequested, 4096, 512, 16, 3});
+  CHECK(s.device_traces[0].events[1] == TraceEvent{TraceAction::kAlloc, 0x2000, 64, 0, 4, 0, 1, 3, 31});
+  CHECK(s.device_traces[0].events[2] ==
+        TraceEvent{TraceAction::kAlloc, 0x3000, 64, 0, 5, 2, 0, 4, 2147483647});
 
   const Snapshot settings_only = read_vtrace("vramsim-trace 1\nsettings.expandable_segments 1\n", "");
   REQUIRE(settings_only.allocator_settings.has_value());
@@ -184,7 +200,29 @@ TEST_CASE("read_vtrace errors name the line and the problem", "[quick][traces]")
       {h + "0 alloc 0x0 512\n",
        "t.vtrace: line 2: an event line needs 6 fields (device action addr size stream time_ns), got 4"},
       {h + "0 alloc 0x0 512 0 0 x=1\n",
-       "t.vtrace: line 2: unknown event field \"x=1\" (expected op=<name> or cat=<name>)"},
+       "t.vtrace: line 2: unknown event field \"x=1\" (expected op=<name>, cat=<name>, phase=<name> or "
+       "layer=<index>)"},
+      {h + "0 alloc 0x0 512 0 0 layers=1\n",
+       "t.vtrace: line 2: unknown event field \"layers=1\" (expected op=<name>, cat=<name>, phase=<name> or "
+       "layer=<index>)"},
+      {h + "0 alloc 0x0 512 0 0 forward\n",
+       "t.vtrace: line 2: unknown event field \"forward\" (expected op=<name>, cat=<name>, phase=<name> or "
+       "layer=<index>)"},
+      {h + "0 alloc 0x0 512 0 0 layer=abc\n",
+       "t.vtrace: line 2: bad layer \"abc\" (expected a decimal or 0x-hex integer)"},
+      {h + "0 alloc 0x0 512 0 0 layer=\n",
+       "t.vtrace: line 2: bad layer \"\" (expected a decimal or 0x-hex integer)"},
+      {h + "0 alloc 0x0 512 0 0 layer=1.5\n",
+       "t.vtrace: line 2: bad layer \"1.5\" (expected a decimal or 0x-hex integer)"},
+      {h + "0 alloc 0x0 512 0 0 layer=-1\n", "t.vtrace: line 2: layer must not be negative, got \"-1\""},
+      {h + "0 alloc 0x0 512 0 0 layer=2147483648\n",
+       "t.vtrace: line 2: layer \"2147483648\" is too large (must be below 2^31)"},
+      {h + "0 alloc 0x0 512 0 0 layer=1 op=a layer=1\n", "t.vtrace: line 2: duplicate field \"layer=1\""},
+      {h + "0 alloc 0x0 512 0 0 phase=forward phase=backward\n",
+       "t.vtrace: line 2: duplicate field \"phase=backward\""},
+      {h + "0 alloc 0x0 512 0 0 phase=\n", "t.vtrace: line 2: empty value in \"phase=\""},
+      {h + "0 alloc 0x0 512 0 0 phase=a%zz\n",
+       "t.vtrace: line 2: bad percent escape in tag \"a%zz\" (expected %XX)"},
       {h + "0 alloc 0x0 512 0 0 op=a op=b\n", "t.vtrace: line 2: duplicate field \"op=b\""},
       {h + "0 alloc 0x0 512 0 0 op=\n", "t.vtrace: line 2: empty value in \"op=\""},
       {h + "0 alloc 0x0 512 0 0 op=a%2\n",
