@@ -25,12 +25,15 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/driver_api.h"
 #include "kernels/touch_kernels.h"
 
 namespace {
 
+using vramsim::gpu::cu_result_text;
 using vramsim::gpu::cuda_error_text;
 using vramsim::gpu::CudaError;
+using vramsim::gpu::driver_function;
 
 constexpr int kExitCudaError = 1;
 constexpr int kExitNoDevice = 2;
@@ -124,31 +127,6 @@ std::string json_string(const std::string& s) {
     }
   }
   return out + "\"";
-}
-
-// A driver API function, resolved through the runtime. nullptr (and `error` set) when the driver lacks it.
-template <typename Fn>
-Fn driver_function(const char* symbol, std::string& error) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  const cudaError_t status =
-      cudaGetDriverEntryPointByVersion(symbol, &fn, CUDA_VERSION, cudaEnableDefault, &found);
-  if (status != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    error = std::string(symbol) + " is not available from the driver" +
-            (status != cudaSuccess ? ": " + cuda_error_text(status) : std::string());
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(fn);
-}
-
-std::string cu_result_text(CUresult r) {
-  std::string ignored;
-  const auto get_name = driver_function<decltype(&cuGetErrorName)>("cuGetErrorName", ignored);
-  const char* name = nullptr;
-  if (get_name != nullptr && get_name(r, &name) == CUDA_SUCCESS && name != nullptr) {
-    return std::string(name) + " (" + std::to_string(static_cast<int>(r)) + ")";
-  }
-  return "CUresult " + std::to_string(static_cast<int>(r));
 }
 
 void probe_granularity(Report& report) {

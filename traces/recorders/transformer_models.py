@@ -1,0 +1,271 @@
+"""Decoder-only Transformers in plain torch.nn, written the way vramsim's `torch-modules` code path models them
+(sim/graph/torch_modules_layers.cpp, sim/graph/model_config.cpp): Hugging Face's GPT-2 (GPT2LMHeadModel, eager
+attention) and Llama (LlamaForCausalLM, eager or SDPA attention), and HF's ForCausalLMLoss.
+
+Where PyTorch offers several ways, this file takes the one the simulator documents:
+  * GELU is F.gelu(approximate="tanh"); GPT-2's Linear layers are HF's Conv1D (weight shaped (in, out), addmm);
+  * GPT-2 math attention reads ONE shared (1, 1, seq, seq) bool tril buffer (HF registers one per layer of
+    n_positions^2; the simulator keeps one of the step's length: those buffers are model state older than any
+    trace); scores are scaled by a Python float and masked with torch.where against a Python scalar, so no
+    0-dim device tensors are made;
+  * Llama's rotary cos / sin of (1, 1, seq, head_dim) are made once per forward in the embeddings' dtype: here
+    by one host-to-device copy each, i.e. exactly the two allocations the simulator counts (HF computes them
+    with a few KiB of temporaries on the device);
+  * Llama's eager path adds a (batch, 1, seq, seq) float mask built once per forward; SDPA (flash) needs none;
+  * no dropout layers (dropout 0), parameters in HF registration order (the order of model.parameters());
+  * variable lifetimes as the simulator has them: the token embeddings die right after their first use, and the
+    per-forward tensors (position ids, rotary tables, mask) live until the logits exist (HF's GPT2Model keeps
+    inputs_embeds / position_embeds to the end of its forward, and LlamaModel drops its locals before the
+    lm_head runs: small differences the simulator does not model, left out here on purpose).
+Activation checkpointing "full" wraps each decoder layer in torch.utils.checkpoint (use_reentrant=False), with
+the per-forward tensors (rotary tables, mask) passed as inputs as HF passes position_embeddings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class Conv1D(nn.Module):
+    """HF's GPT-2 linear layer: weight (in, out), y = addmm(bias, x2d, weight)."""
+
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_in, n_out))
+        self.bias = nn.Parameter(torch.empty(n_out))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.weight.size(-1),)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+
+def sdpa_flash(q, k, v):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+# ---- GPT-2 ---------------------------------------------------------------------------------------------------
+
+class GPT2Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d = cfg["d_model"]
+        self.n_heads = cfg["n_heads"]
+        self.attention = cfg["attention"]
+        self.ln_1 = nn.LayerNorm(d)
+        self.attn = nn.Module()
+        self.attn.c_attn = Conv1D(d, 3 * d)
+        self.attn.c_proj = Conv1D(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.mlp = nn.Module()
+        self.mlp.c_fc = Conv1D(d, cfg["d_ff"])
+        self.mlp.c_proj = Conv1D(cfg["d_ff"], d)
+
+    def _attention(self, h, causal_mask):
+        b, s, d = h.shape
+        hd = d // self.n_heads
+        qkv = self.attn.c_attn(h)
+        q, k, v = (t.view(b, s, self.n_heads, hd).transpose(1, 2) for t in qkv.split(d, dim=2))
+        if self.attention == "flash":
+            out = sdpa_flash(q, k, v)
+        else:
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+            scores = torch.where(causal_mask, scores, torch.finfo(scores.dtype).min)
+            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+            out = torch.matmul(probs, v)
+        out = out.transpose(1, 2).contiguous().view(b, s, d)
+        return self.attn.c_proj(out)
+
+    def forward(self, x, causal_mask=None):
+        a = self._attention(self.ln_1(x), causal_mask)
+        x = a + x
+        m = self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x + m
+
+
+class GPT2LMHeadModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(cfg["vocab_size"], cfg["d_model"])
+        self.transformer.wpe = nn.Embedding(cfg["max_positions"], cfg["d_model"])
+        self.transformer.h = nn.ModuleList(GPT2Block(cfg) for _ in range(cfg["n_layers"]))
+        self.transformer.ln_f = nn.LayerNorm(cfg["d_model"])
+        if cfg["attention"] == "math":
+            s = cfg["seq"]
+            self.register_buffer("causal_mask", torch.empty(1, 1, s, s, dtype=torch.bool))
+
+    def init_on_device(self):
+        """Values for parameters made with to_empty(): in place, so nothing is allocated."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name.endswith("ln_f.weight"):
+                    p.fill_(1.0)
+                elif name.endswith(".bias"):
+                    p.zero_()
+                else:
+                    p.normal_(0.0, 0.02)
+            if hasattr(self, "causal_mask"):
+                s = self.cfg["seq"]
+                host = torch.tril(torch.ones(1, 1, s, s, dtype=torch.bool, device="cpu"))
+                self.causal_mask.copy_(host)  # a host-to-device copy: nothing allocated on the device
+
+    def forward(self, ids):
+        s = ids.shape[1]
+        tok = self.transformer.wte(ids)
+        position_ids = torch.arange(s, device=ids.device).unsqueeze(0)
+        x = tok + self.transformer.wpe(position_ids)
+        del tok
+        mask = self.causal_mask[:, :, :s, :s] if hasattr(self, "causal_mask") else None
+        for block in self.transformer.h:
+            if self.cfg["checkpointing"] == "full":
+                x = checkpoint(block, x, mask, use_reentrant=False)
+            else:
+                x = block(x, mask)
+        h = self.transformer.ln_f(x)
+        del x
+        return F.linear(h, self.transformer.wte.weight)  # tied lm_head; position_ids lives until here
+
+
+# ---- Llama ---------------------------------------------------------------------------------------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d))
+        self.eps = eps
+
+    def forward(self, x):  # LlamaRMSNorm.forward, line by line
+        in_dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(in_dtype)
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(x, n_rep: int):
+    if n_rep == 1:
+        return x
+    b, kv, s, hd = x.shape
+    return x[:, :, None, :, :].expand(b, kv, n_rep, s, hd).reshape(b, kv * n_rep, s, hd)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d, hd = cfg["d_model"], cfg["head_dim"]
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg["n_heads"], cfg["n_kv_heads"], hd
+        self.attention = cfg["attention"]
+        self.self_attn = nn.Module()
+        self.self_attn.q_proj = nn.Linear(d, self.n_heads * hd, bias=False)
+        self.self_attn.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False)
+        self.self_attn.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False)
+        self.self_attn.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
+        self.mlp = nn.Module()
+        self.mlp.gate_proj = nn.Linear(d, cfg["d_ff"], bias=False)
+        self.mlp.up_proj = nn.Linear(d, cfg["d_ff"], bias=False)
+        self.mlp.down_proj = nn.Linear(cfg["d_ff"], d, bias=False)
+        self.input_layernorm = RMSNorm(d)
+        self.post_attention_layernorm = RMSNorm(d)
+
+    def _attention(self, h, cos, sin, mask):
+        b, s, _ = h.shape
+        a = self.self_attn
+        q = a.q_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = a.k_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = a.v_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+        q = (q * cos) + (rotate_half(q) * sin)
+        k = (k * cos) + (rotate_half(k) * sin)
+        if self.attention == "flash":
+            out = sdpa_flash(q, k, v)  # the grid uses MHA only: no repeat_kv, no enable_gqa
+        else:
+            n_rep = self.n_heads // self.n_kv_heads
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+            scores = torch.matmul(q, k.transpose(2, 3)) * (self.head_dim ** -0.5)
+            scores = scores + mask
+            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            out = torch.matmul(probs, v)
+        out = out.transpose(1, 2).contiguous().reshape(b, s, -1)
+        return a.o_proj(out)
+
+    def forward(self, x, cos, sin, mask=None):
+        x = x + self._attention(self.input_layernorm(x), cos, sin, mask)
+        h = self.post_attention_layernorm(x)
+        m = self.mlp
+        return x + m.down_proj(F.silu(m.gate_proj(h)) * m.up_proj(h))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["d_model"])
+        self.model.layers = nn.ModuleList(LlamaDecoderLayer(cfg) for _ in range(cfg["n_layers"]))
+        self.model.norm = RMSNorm(cfg["d_model"])
+        self.lm_head = nn.Linear(cfg["d_model"], cfg["vocab_size"], bias=False)
+
+    def init_on_device(self):
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, 0.02)
+        # Rotary tables on the host (made here, outside the meta-device context of build_model); each forward
+        # copies them to the device (see the module docstring).
+        hd = self.cfg["head_dim"]
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32, device="cpu") / hd))
+        freqs = torch.outer(torch.arange(self.cfg["seq"], dtype=torch.float32, device="cpu"), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self._cos_host = emb.cos()[None, None]
+        self._sin_host = emb.sin()[None, None]
+
+    def forward(self, ids):
+        b, s = ids.shape
+        dev = ids.device
+        tok = self.model.embed_tokens(ids)
+        position_ids = torch.arange(s, device=dev).unsqueeze(0)  # noqa: F841  (made as HF makes it)
+        cos = self._cos_host[:, :, :s].to(dev, tok.dtype)
+        sin = self._sin_host[:, :, :s].to(dev, tok.dtype)
+        mask = None
+        if self.cfg["attention"] == "math":
+            mask = torch.full((b, 1, s, s), torch.finfo(tok.dtype).min, dtype=tok.dtype, device=dev).triu_(1)
+        x = tok
+        del tok
+        for layer in self.model.layers:
+            if self.cfg["checkpointing"] == "full":
+                x = checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask)
+        h = self.model.norm(x)
+        del x
+        return self.lm_head(h)  # the per-forward tensors (rotary tables, mask) live until here
+
+
+def causal_lm_loss(logits, labels):
+    """HF ForCausalLMLoss: fp32 logits, labels padded with -100 and shifted, mean cross entropy."""
+    logits = logits.float()
+    labels = F.pad(labels, (0, 1), value=-100)
+    shift_labels = labels[..., 1:].contiguous()
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), shift_labels.view(-1), ignore_index=-100)
+
+
+def build_model(cfg):
+    """The model on the meta device; the caller moves it with to_empty() and calls init_on_device()."""
+    with torch.device("meta"):
+        return GPT2LMHeadModel(cfg) if cfg["family"] == "gpt2" else LlamaForCausalLM(cfg)
