@@ -57,9 +57,9 @@ StreamId combine(StreamId a, StreamId b) {
   return a == kSynced ? b : kMixed;
 }
 
-class AsyncPoolPolicy final : public IAllocatorPolicy {
+class AsyncPoolPolicy final : public DeferredFreePolicy {
  public:
-  AsyncPoolPolicy(IDeviceMemory& device, IAllocObserver& events) : m_device(device), m_events(events) {}
+  AsyncPoolPolicy(IDeviceMemory& device, IAllocObserver& events) : DeferredFreePolicy(device, events) {}
 
   std::string_view name() const override { return "async-pool"; }
 
@@ -82,29 +82,9 @@ class AsyncPoolPolicy final : public IAllocatorPolicy {
     return take(block, size, request);
   }
 
-  void free(BlockId block, TimeNs time_ns) override {
-    Block& b = m_pool.block(block);
-    SIM_ASSERT(b.allocated);
-    b.allocated = false;
-    m_events.on_free_requested(block_event(b, time_ns));
-    if (!m_uses.defer(m_pool, block)) {
-      return_to_pool(block, b.stream, time_ns);
-    }
-  }
-
-  void record_stream(BlockId block, StreamId stream) override { m_uses.record(m_pool, block, stream); }
-
-  void complete_stream_events(BlockId block) override {
-    if (m_uses.complete(m_pool, block)) {
-      return_to_pool(block, kSynced, 0);  // the unifying stream's free is complete: opportunistic reuse
-    }
-  }
-
   void empty_cache() override {
     m_events.on_sync_all_streams();  // cudaDeviceSynchronize
-    for (BlockId id : m_uses.take_all(m_pool)) {
-      return_to_pool(id, kSynced, 0);
-    }
+    release_deferred_frees();
     std::vector<BlockId> free_ids;
     for (const Block& b : m_pool.free_set(kPool)) {
       free_ids.push_back(b.id);
@@ -121,7 +101,10 @@ class AsyncPoolPolicy final : public IAllocatorPolicy {
     }
   }
 
-  const BlockPool& blocks() const override { return m_pool; }
+  // A free on the block's own stream is reusable by that stream at once; after a synchronisation by any.
+  void release_block(BlockId block, TimeNs time_ns, bool after_sync) override {
+    return_to_pool(block, after_sync ? kSynced : m_pool.block(block).stream, time_ns);
+  }
 
  private:
   // Best fit among the free blocks `stream` may reuse: its own frees and completed ones, or (with
@@ -210,11 +193,6 @@ class AsyncPoolPolicy final : public IAllocatorPolicy {
     m_events.on_oom(OomInfo{rounded, allocation, m_device.free_bytes(), 0, request.stream, request.time_ns});
     return {};
   }
-
-  IDeviceMemory& m_device;
-  IAllocObserver& m_events;
-  BlockPool m_pool;
-  StreamUses m_uses;
 };
 
 }  // namespace

@@ -36,9 +36,9 @@ struct Node {
   BlockId run = kNoBlock;  // the free run holding it
 };
 
-class BuddyPolicy final : public IAllocatorPolicy {
+class BuddyPolicy final : public DeferredFreePolicy {
  public:
-  BuddyPolicy(IDeviceMemory& device, IAllocObserver& events) : m_device(device), m_events(events) {}
+  BuddyPolicy(IDeviceMemory& device, IAllocObserver& events) : DeferredFreePolicy(device, events) {}
 
   std::string_view name() const override { return "buddy"; }
 
@@ -63,27 +63,11 @@ class BuddyPolicy final : public IAllocatorPolicy {
     return take(node, size, request);
   }
 
-  void free(BlockId block, TimeNs time_ns) override {
-    Block& b = m_pool.block(block);
-    SIM_ASSERT(b.allocated);
-    b.allocated = false;
-    m_events.on_free_requested(block_event(b, time_ns));
-    if (!m_uses.defer(m_pool, block)) {
-      free_block(block, time_ns);
-    }
-  }
-
-  void record_stream(BlockId block, StreamId stream) override { m_uses.record(m_pool, block, stream); }
-
-  void complete_stream_events(BlockId block) override {
-    if (m_uses.complete(m_pool, block)) {
-      free_block(block, 0);
-    }
-  }
-
   void empty_cache() override { release_free_arenas(); }
 
-  const BlockPool& blocks() const override { return m_pool; }
+  void release_block(BlockId block, TimeNs time_ns, bool /*after_sync*/) override {
+    free_block(block, time_ns);
+  }
 
  private:
   // The smallest free buddy node of at least `size` bytes in the stream's arenas (Note [Buddy nodes as free
@@ -158,9 +142,7 @@ class BuddyPolicy final : public IAllocatorPolicy {
   }
 
   void release_free_arenas() {
-    for (BlockId id : m_uses.take_all(m_pool)) {
-      free_block(id, 0);
-    }
+    release_deferred_frees();
     m_events.on_sync_all_streams();
     std::vector<BlockId> whole;
     for (const Block& b : m_pool.free_set(kPool)) {
@@ -184,11 +166,6 @@ class BuddyPolicy final : public IAllocatorPolicy {
                             request.time_ns});
     return {};
   }
-
-  IDeviceMemory& m_device;
-  IAllocObserver& m_events;
-  BlockPool m_pool;
-  StreamUses m_uses;
 };
 
 }  // namespace

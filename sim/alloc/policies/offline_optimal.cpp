@@ -54,9 +54,9 @@ struct Placement {
   Bytes requested_bytes = 0;  // as in the sequence
 };
 
-class OfflineOptimalPolicy final : public IAllocatorPolicy {
+class OfflineOptimalPolicy final : public DeferredFreePolicy {
  public:
-  OfflineOptimalPolicy(IDeviceMemory& device, IAllocObserver& events) : m_device(device), m_events(events) {}
+  OfflineOptimalPolicy(IDeviceMemory& device, IAllocObserver& events) : DeferredFreePolicy(device, events) {}
 
   std::string_view name() const override { return "offline-optimal"; }
 
@@ -151,29 +151,9 @@ class OfflineOptimalPolicy final : public IAllocatorPolicy {
     return place(i, request);
   }
 
-  void free(BlockId block, TimeNs time_ns) override {
-    Block& b = m_pool.block(block);
-    SIM_ASSERT(b.allocated);
-    b.allocated = false;
-    m_events.on_free_requested(block_event(b, time_ns));
-    if (!m_uses.defer(m_pool, block)) {
-      free_block(block, time_ns);
-    }
-  }
-
-  void record_stream(BlockId block, StreamId stream) override { m_uses.record(m_pool, block, stream); }
-
-  void complete_stream_events(BlockId block) override {
-    if (m_uses.complete(m_pool, block)) {
-      free_block(block, 0);
-    }
-  }
-
   // The arena goes back to the device when nothing lives in it; the next allocate() takes a new one.
   void empty_cache() override {
-    for (BlockId id : m_uses.take_all(m_pool)) {
-      free_block(id, 0);
-    }
+    release_deferred_frees();
     m_events.on_sync_all_streams();
     if (m_arena == kNoSegment) {
       return;
@@ -192,7 +172,9 @@ class OfflineOptimalPolicy final : public IAllocatorPolicy {
     m_arena = kNoSegment;
   }
 
-  const BlockPool& blocks() const override { return m_pool; }
+  void release_block(BlockId block, TimeNs time_ns, bool /*after_sync*/) override {
+    free_block(block, time_ns);
+  }
 
  private:
   Bytes arena_bytes() const {
@@ -262,10 +244,6 @@ class OfflineOptimalPolicy final : public IAllocatorPolicy {
     m_events.on_free_completed(freed);
   }
 
-  IDeviceMemory& m_device;
-  IAllocObserver& m_events;
-  BlockPool m_pool;
-  StreamUses m_uses;
   std::vector<Placement> m_plan;  // by allocation id
   Bytes m_planned_peak_bytes = 0;
   bool m_planned = false;

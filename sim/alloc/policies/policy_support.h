@@ -1,6 +1,6 @@
-// Small pieces the non-native policies (no_cache, async_pool, vmm_stitch, buddy, offline_optimal) share, and
-// their factories for registry.cpp. Mechanism stays in BlockPool; this is only event plumbing and the
-// record_stream bookkeeping, written once.
+// What the non-native policies (no_cache, async_pool, vmm_stitch, buddy, offline_optimal) share, and
+// their factories for registry.cpp. Mechanism stays in BlockPool; this is event plumbing, the
+// record_stream bookkeeping and the deferred-free path, written once.
 #pragma once
 
 #include <algorithm>
@@ -83,6 +83,34 @@ class StreamUses {
 
  private:
   std::vector<BlockId> m_pending;  // FIFO; record_stream is rare, so a vector is enough
+};
+
+// What async_pool, vmm_stitch, buddy and offline_optimal share besides BlockPool: the device, the observers,
+// the books and the free path of Note [Deferred frees]. free() reports free_requested at once; when no other
+// stream still uses the block (now, at complete_stream_events, or at a synchronisation) the policy's own
+// release_block() takes the memory back. A policy implements name(), allocate(), empty_cache() and
+// release_block().
+class DeferredFreePolicy : public IAllocatorPolicy {
+ public:
+  void free(BlockId block, TimeNs time_ns) final;
+  void record_stream(BlockId block, StreamId stream) final;
+  void complete_stream_events(BlockId block) final;
+  const BlockPool& blocks() const final { return m_pool; }
+
+ protected:
+  DeferredFreePolicy(IDeviceMemory& device, IAllocObserver& events) : m_device(device), m_events(events) {}
+  // `block` (freed by the caller) is reusable now. `after_sync`: its release waited for other streams' work,
+  // which has completed (any stream may reuse it); otherwise it is released at the caller's free().
+  virtual void release_block(BlockId block, TimeNs time_ns, bool after_sync) = 0;
+  // A device-wide synchronisation: every free still waiting for other streams is released.
+  void release_deferred_frees();
+
+  IDeviceMemory& m_device;
+  IAllocObserver& m_events;
+  BlockPool m_pool;
+
+ private:
+  StreamUses m_uses;
 };
 
 }  // namespace vramsim

@@ -46,9 +46,9 @@ namespace {
 constexpr Bytes kGranuleBytes = 2 * kMiB;  // cuMemGetAllocationGranularity on current NVIDIA GPUs
 constexpr Bytes kAlignBytes = 512;
 
-class VmmStitchPolicy final : public IAllocatorPolicy {
+class VmmStitchPolicy final : public DeferredFreePolicy {
  public:
-  VmmStitchPolicy(IDeviceMemory& device, IAllocObserver& events) : m_device(device), m_events(events) {}
+  VmmStitchPolicy(IDeviceMemory& device, IAllocObserver& events) : DeferredFreePolicy(device, events) {}
 
   std::string_view name() const override { return "vmm-stitch"; }
 
@@ -73,27 +73,11 @@ class VmmStitchPolicy final : public IAllocatorPolicy {
     return oom(request, size);
   }
 
-  void free(BlockId block, TimeNs time_ns) override {
-    Block& b = m_pool.block(block);
-    SIM_ASSERT(b.allocated);
-    b.allocated = false;
-    m_events.on_free_requested(block_event(b, time_ns));
-    if (!m_uses.defer(m_pool, block)) {
-      complete_free(block, time_ns);
-    }
-  }
-
-  void record_stream(BlockId block, StreamId stream) override { m_uses.record(m_pool, block, stream); }
-
-  void complete_stream_events(BlockId block) override {
-    if (m_uses.complete(m_pool, block)) {
-      complete_free(block, 0);
-    }
-  }
-
   void empty_cache() override { release_cached_blocks(); }
 
-  const BlockPool& blocks() const override { return m_pool; }
+  void release_block(BlockId block, TimeNs time_ns, bool /*after_sync*/) override {
+    complete_free(block, time_ns);
+  }
 
  private:
   // ---- small pool
@@ -248,9 +232,7 @@ class VmmStitchPolicy final : public IAllocatorPolicy {
 
   // Every wholly free segment back to the device (after a synchronisation, as empty_cache does).
   void release_cached_blocks() {
-    for (BlockId id : m_uses.take_all(m_pool)) {
-      complete_free(id, 0);
-    }
+    release_deferred_frees();
     m_events.on_sync_all_streams();
     for (PoolKind pool : {PoolKind::kLarge, PoolKind::kSmall}) {
       std::vector<BlockId> whole;
@@ -282,10 +264,6 @@ class VmmStitchPolicy final : public IAllocatorPolicy {
     return {};
   }
 
-  IDeviceMemory& m_device;
-  IAllocObserver& m_events;
-  BlockPool m_pool;
-  StreamUses m_uses;
   std::unordered_map<BlockId, std::vector<BlockId>> m_stitched;  // sBlock -> its pBlock pieces, in order
 };
 
