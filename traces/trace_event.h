@@ -22,6 +22,16 @@ enum class TraceAction : std::uint8_t {
   kSnapshot,       // a snapshot was taken; size = active bytes
 };
 
+// The allocator's answers to the device: segment_alloc / _free / _map / _unmap.
+constexpr bool is_segment_event(TraceAction a) {
+  return a == TraceAction::kSegmentAlloc || a == TraceAction::kSegmentFree || a == TraceAction::kSegmentMap ||
+         a == TraceAction::kSegmentUnmap;
+}
+// Segment events that give memory back: segment_free / segment_unmap.
+constexpr bool is_segment_release(TraceAction a) {
+  return a == TraceAction::kSegmentFree || a == TraceAction::kSegmentUnmap;
+}
+
 // PyTorch's action names ("alloc", "free_requested", ...). Returns nullopt for anything else.
 std::optional<TraceAction> parse_trace_action(std::string_view name);
 std::string_view trace_action_name(TraceAction action);

@@ -11,6 +11,7 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/alloc/registry.h"
 #include "sim/core/error.h"
+#include "sim/replay/trace_replay.h"
 #include "traces/trace_io.h"
 
 namespace vramsim::hw {
@@ -41,28 +42,6 @@ std::string footer() {
       "\nExit status: 0 ok, 1 replay failed, 2 no CUDA device, 3 --verify mismatches, 64 bad arguments, "
       "65 bad trace.\nSee kernels/README.md.\n";
   return text;
-}
-
-// The policy's settings: --alloc-conf when given, else what the recording says, else the defaults.
-CachingConfig resolve_config(const Snapshot& snapshot, const CliOptions& o, bool conf_given,
-                             std::string& origin) {
-  if (conf_given) {
-    origin = "--alloc-conf";
-    return parse_alloc_conf(o.alloc_conf, "--alloc-conf");
-  }
-  if (!snapshot.allocator_settings) {
-    origin = "default";
-    return CachingConfig{};
-  }
-  origin = "recorded allocator_settings";
-  const RecordedAllocatorSettings& s = *snapshot.allocator_settings;
-  CachingConfig c;
-  c.text = s.alloc_conf;
-  c.max_split_size_bytes = s.max_split_size < 0 ? kUnlimitedSplitSize : static_cast<Bytes>(s.max_split_size);
-  c.garbage_collection_threshold = s.garbage_collection_threshold;
-  c.expandable_segments = s.expandable_segments;
-  c.roundup_power2_divisions = s.roundup_power2_divisions;
-  return c;
 }
 
 }  // namespace
@@ -151,7 +130,11 @@ int replay_main(int argc, const char* const* argv, std::ostream& out, std::ostre
     const Snapshot snapshot = load_snapshot(o.trace);
     plan = build_replay_plan(snapshot, o.trace_device);
     if (!setup.policy.empty()) {
-      request.config = resolve_config(snapshot, o, conf_opt->count() > 0, setup.alloc_conf_origin);
+      ReplayOptions settings;  // the policy's settings as `vramsim replay` picks them
+      if (conf_opt->count() > 0) {
+        settings.alloc_conf = o.alloc_conf;
+      }
+      request.config = resolve_config(snapshot, settings, setup.alloc_conf_origin);
       setup.alloc_conf = request.config.text;
     }
   } catch (const InputError& e) {

@@ -11,13 +11,6 @@
 namespace vramsim::hw {
 namespace {
 
-bool is_segment_event(TraceAction a) {
-  return a == TraceAction::kSegmentAlloc || a == TraceAction::kSegmentFree || a == TraceAction::kSegmentMap ||
-         a == TraceAction::kSegmentUnmap;
-}
-
-bool is_release(TraceAction a) { return a == TraceAction::kSegmentFree || a == TraceAction::kSegmentUnmap; }
-
 int pick_device(const Snapshot& snapshot, int requested) {
   if (requested >= 0) {
     if (static_cast<std::size_t>(requested) >= snapshot.device_traces.size() && requested != 0) {
@@ -84,13 +77,13 @@ class PlanBuilder {
     std::size_t j = i;
     bool has_release = false;
     while (j < m_events.size() && is_segment_event(m_events[j].action)) {
-      has_release = has_release || is_release(m_events[j].action);
+      has_release = has_release || is_segment_release(m_events[j].action);
       ++j;
     }
     m_plan.segment_events += j - i;
     const bool feeds_op = j < m_events.size() && (m_events[j].action == TraceAction::kAlloc ||
                                                   m_events[j].action == TraceAction::kOom);
-    const bool leading_release = !any_op_yet && is_release(m_events[i].action);
+    const bool leading_release = !any_op_yet && is_segment_release(m_events[i].action);
     if (has_release && (!feeds_op || leading_release)) {
       ReplayOp op;
       op.kind = ReplayOpKind::kEmptyCache;

@@ -20,12 +20,6 @@ namespace {
 // A stream handle no recorded block uses: record_stream onto it makes a free wait for free_completed.
 constexpr StreamId kDeferredFreeStream = ~StreamId{0} - 1;
 
-bool is_segment_event(TraceAction a) {
-  return a == TraceAction::kSegmentAlloc || a == TraceAction::kSegmentFree || a == TraceAction::kSegmentMap ||
-         a == TraceAction::kSegmentUnmap;
-}
-bool is_release(TraceAction a) { return a == TraceAction::kSegmentFree || a == TraceAction::kSegmentUnmap; }
-
 int pick_device(const Snapshot& snapshot, int requested) {
   if (requested >= 0) {
     const bool has_trace = static_cast<std::size_t>(requested) < snapshot.device_traces.size();
@@ -226,7 +220,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       const bool feeds_op = j < events.size() && (events[j].action == TraceAction::kAlloc ||
                                                   events[j].action == TraceAction::kOom);
       std::size_t releases_end = i;
-      while (releases_end < j && is_release(events[releases_end].action)) {
+      while (releases_end < j && is_segment_release(events[releases_end].action)) {
         ++releases_end;
       }
       const bool leading_empty_cache = !any_op_yet && releases_end > i;
