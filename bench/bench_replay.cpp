@@ -67,11 +67,6 @@ const std::vector<TraceEvent>& busiest_device_events(const Snapshot& snapshot) {
   return *best;
 }
 
-bool is_segment_event(TraceAction a) {
-  return a == TraceAction::kSegmentAlloc || a == TraceAction::kSegmentFree || a == TraceAction::kSegmentMap ||
-         a == TraceAction::kSegmentUnmap;
-}
-
 // alloc -> allocate(size, stream); free_requested of a block allocated in the trace -> free (frees of blocks
 // that predate the trace are dropped); a burst of segment_free / segment_unmap not serving an alloc ->
 // empty_cache(). ooms and free_completed are not allocator calls of their own here.
