@@ -98,7 +98,7 @@ int run_compare(CompareArgs& args) {
     source = args.file;
   } else {
     if (args.request.seq <= 0) {
-      throw InputError("--seq: required with --model");
+      throw InputError("--seq: a positive sequence length is required with --model");
     }
     const PredictRequest request = make_request(args.request, /*require_device=*/false);
     options.config =
