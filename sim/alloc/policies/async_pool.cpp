@@ -151,17 +151,7 @@ class AsyncPoolPolicy final : public DeferredFreePolicy {
   }
 
   AllocResult take(BlockId block, Bytes size, const AllocRequest& request) {
-    if (m_pool.block(block).size_bytes > size) {
-      const BlockId rest = block;
-      block = m_pool.split_front(rest, size);
-      m_pool.insert_free(rest);  // keeps its reuse key
-    }
-    Block& b = m_pool.block(block);
-    b.allocated = true;
-    b.stream = request.stream;
-    b.requested_bytes = request.size_bytes;
-    m_events.on_alloc(block_event(b, request.time_ns));
-    return AllocResult{block, b.addr, b.size_bytes};
+    return hand_out(trim_front(block, size), request);  // the rest keeps its reuse key
   }
 
   // The block's memory is reusable by `key`'s holders; free neighbours are coalesced (their keys combined).

@@ -117,16 +117,7 @@ class BuddyPolicy final : public DeferredFreePolicy {
     if (node.addr > m_pool.block(run).addr) {
       m_pool.insert_free(m_pool.split_front(run, node.addr - m_pool.block(run).addr));
     }
-    BlockId block = run;
-    if (m_pool.block(run).size_bytes > size) {
-      block = m_pool.split_front(run, size);
-      m_pool.insert_free(run);
-    }
-    Block& b = m_pool.block(block);
-    b.allocated = true;
-    b.requested_bytes = request.size_bytes;
-    m_events.on_alloc(block_event(b, request.time_ns));
-    return AllocResult{block, b.addr, b.size_bytes};
+    return hand_out(trim_front(run, size), request);
   }
 
   void free_block(BlockId block, TimeNs time_ns) {

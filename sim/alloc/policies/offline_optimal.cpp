@@ -218,17 +218,7 @@ class OfflineOptimalPolicy final : public DeferredFreePolicy {
     if (addr > m_pool.block(run).addr) {
       m_pool.insert_free(m_pool.split_front(run, addr - m_pool.block(run).addr));
     }
-    BlockId block = run;
-    if (m_pool.block(run).size_bytes > p.size_bytes) {
-      block = m_pool.split_front(run, p.size_bytes);
-      m_pool.insert_free(run);
-    }
-    Block& b = m_pool.block(block);
-    b.allocated = true;
-    b.stream = request.stream;
-    b.requested_bytes = request.size_bytes;
-    m_events.on_alloc(block_event(b, request.time_ns));
-    return AllocResult{block, b.addr, b.size_bytes};
+    return hand_out(trim_front(run, p.size_bytes), request);
   }
 
   void free_block(BlockId block, TimeNs time_ns) {

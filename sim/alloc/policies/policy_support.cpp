@@ -28,4 +28,22 @@ void DeferredFreePolicy::release_deferred_frees() {
   }
 }
 
+BlockId DeferredFreePolicy::trim_front(BlockId block, Bytes size_bytes) {
+  if (m_pool.block(block).size_bytes == size_bytes) {
+    return block;
+  }
+  const BlockId front = m_pool.split_front(block, size_bytes);
+  m_pool.insert_free(block);
+  return front;
+}
+
+AllocResult DeferredFreePolicy::hand_out(BlockId block, const AllocRequest& request) {
+  Block& b = m_pool.block(block);
+  b.allocated = true;
+  b.stream = request.stream;
+  b.requested_bytes = request.size_bytes;
+  m_events.on_alloc(block_event(b, request.time_ns));
+  return AllocResult{block, b.addr, b.size_bytes};
+}
+
 }  // namespace vramsim

@@ -104,6 +104,11 @@ class DeferredFreePolicy : public IAllocatorPolicy {
   virtual void release_block(BlockId block, TimeNs time_ns, bool after_sync) = 0;
   // A device-wide synchronisation: every free still waiting for other streams is released.
   void release_deferred_frees();
+  // The first `size_bytes` of `block` (out of the free sets, size_bytes <= its size); the remainder, if any,
+  // goes back into the free sets.
+  BlockId trim_front(BlockId block, Bytes size_bytes);
+  // `block` handed out for `request`: allocated, on the request's stream, the alloc reported.
+  AllocResult hand_out(BlockId block, const AllocRequest& request);
 
   IDeviceMemory& m_device;
   IAllocObserver& m_events;

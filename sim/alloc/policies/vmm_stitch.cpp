@@ -100,7 +100,7 @@ class VmmStitchPolicy final : public DeferredFreePolicy {
           segment_event(*base, kSmallBuffer, PoolKind::kSmall, request.stream, request.time_ns));
       block = m_pool.segment(sid).first;
     }
-    block = split_off(block, size);
+    block = trim_front(block, size);
     return hand_out(block, request);
   }
 
@@ -113,7 +113,7 @@ class VmmStitchPolicy final : public DeferredFreePolicy {
     if (it != free_set.end() && it->stream == request.stream) {  // S1 / S2
       const BlockId block = it->id;
       m_pool.erase_free(block);
-      return hand_out(split_off(block, size), request);
+      return hand_out(trim_front(block, size), request);
     }
     // The stream's free ranges, largest first (ties: lowest address).
     std::vector<BlockId> ranges;
@@ -144,7 +144,7 @@ class VmmStitchPolicy final : public DeferredFreePolicy {
         break;
       }
       m_pool.erase_free(r);
-      pieces.push_back(split_off(r, std::min(m_pool.block(r).size_bytes, size - covered)));
+      pieces.push_back(trim_front(r, std::min(m_pool.block(r).size_bytes, size - covered)));
       covered += m_pool.block(pieces.back()).size_bytes;
     }
     SIM_ASSERT(covered == size);
@@ -182,24 +182,6 @@ class VmmStitchPolicy final : public DeferredFreePolicy {
   // ----------------------------------------------------------------------------------------------
 
   // Splits `block` (in no set) so that its front is `size` bytes; the rest goes back to the free set.
-  BlockId split_off(BlockId block, Bytes size) {
-    if (m_pool.block(block).size_bytes == size) {
-      return block;
-    }
-    const BlockId front = m_pool.split_front(block, size);
-    m_pool.insert_free(block);
-    return front;
-  }
-
-  AllocResult hand_out(BlockId block, const AllocRequest& request) {
-    Block& b = m_pool.block(block);
-    b.allocated = true;
-    b.stream = request.stream;
-    b.requested_bytes = request.size_bytes;
-    m_events.on_alloc(block_event(b, request.time_ns));
-    return AllocResult{block, b.addr, b.size_bytes};
-  }
-
   void complete_free(BlockId block, TimeNs time_ns) {
     const BlockEventInfo freed = block_event(m_pool.block(block), time_ns);
     auto stitched = m_stitched.find(block);
