@@ -22,4 +22,13 @@ void add_sweep_command(CLI::App& app, std::function<int()>& run);
 // receives --alloc-conf; copy it into `a` when the option was given.
 void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);
 
+// The device compare and sweep run every policy on (compare_command.cpp): --gpu's memory less its CUDA
+// context, or --capacity, or unlimited. Throws InputError on an unknown GPU or a bad/zero --capacity.
+struct AllocatorDevice {
+  Bytes capacity_bytes = Bytes{1} << 60;
+  std::string gpu_name;            // "" unless --gpu
+  std::int64_t context_bytes = 0;  // --gpu only
+};
+AllocatorDevice allocator_device(const RequestArgs& a);
+
 }  // namespace vramsim::cli

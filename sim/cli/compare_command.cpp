@@ -29,26 +29,15 @@ struct CompareArgs {
 
 std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? 0 : v)); }
 
-// The device every policy gets: --capacity, or the GPU's memory less its CUDA context, or unlimited.
-struct Device {
-  Bytes capacity_bytes = Bytes{1} << 60;
-  std::string label = "unlimited";
-};
-Device resolve_device(const RequestArgs& a) {
-  Device d;
-  if (!a.gpu.empty()) {
-    const GpuMemory g = gpu_memory(a.gpu);
-    d.capacity_bytes = static_cast<Bytes>(g.total_bytes - g.context_bytes);
-    d.label = fmt::format("{} ({} for the allocator after a {} CUDA context)", g.name,
-                          b(g.total_bytes - g.context_bytes), b(g.context_bytes));
-  } else if (!a.capacity.empty()) {
-    d.capacity_bytes = parse_size(a.capacity, "--capacity");
-    if (d.capacity_bytes == 0) {
-      throw InputError("--capacity: must be positive");
-    }
-    d.label = b(static_cast<std::int64_t>(d.capacity_bytes));
+// "unlimited", "4.00 GiB", or "H100-80GB (78.72 GiB for the allocator after a 500.00 MiB CUDA context)".
+std::string device_label(const AllocatorDevice& d) {
+  if (!d.gpu_name.empty()) {
+    return fmt::format("{} ({} for the allocator after a {} CUDA context)", d.gpu_name,
+                       b(static_cast<std::int64_t>(d.capacity_bytes)), b(d.context_bytes));
   }
-  return d;
+  return d.capacity_bytes == AllocatorDevice{}.capacity_bytes
+             ? "unlimited"
+             : b(static_cast<std::int64_t>(d.capacity_bytes));
 }
 
 nlohmann::ordered_json row_json(const PolicyRunResult& r) {
@@ -81,7 +70,7 @@ int run_compare(CompareArgs& args) {
     throw InputError("compare: give a trace FILE or --model (not both)");
   }
   const std::vector<const PolicyEntry*> policies = parse_policy_list(args.policies, "--policies");
-  const Device device = resolve_device(args.request);
+  const AllocatorDevice device = allocator_device(args.request);
 
   PolicyRunOptions options;
   options.capacity_bytes = device.capacity_bytes;
@@ -133,7 +122,7 @@ int run_compare(CompareArgs& args) {
   }
   fmt::print("requests     {} ({} allocations) from {}\n", sequence.ops().size(), sequence.alloc_count(),
              source);
-  fmt::print("device       {}\n", device.label);
+  fmt::print("device       {}\n", device_label(device));
   fmt::print("peak live    {}  (the most bytes live at once: no placement can reserve less)\n\n",
              b(static_cast<std::int64_t>(live)));
   fmt::print("{:<20}{:>12}{:>12}{:>8}{:>12}{:>25}{:>9}{:>9}{:>6}\n", "policy", "reserved", "allocated",
@@ -157,6 +146,22 @@ int run_compare(CompareArgs& args) {
 }
 
 }  // namespace
+
+AllocatorDevice allocator_device(const RequestArgs& a) {
+  AllocatorDevice d;
+  if (!a.gpu.empty()) {
+    const GpuMemory g = gpu_memory(a.gpu);
+    d.gpu_name = g.name;
+    d.context_bytes = g.context_bytes;
+    d.capacity_bytes = static_cast<Bytes>(g.total_bytes - g.context_bytes);
+  } else if (!a.capacity.empty()) {
+    d.capacity_bytes = parse_size(a.capacity, "--capacity");
+    if (d.capacity_bytes == 0) {
+      throw InputError("--capacity: must be positive");
+    }
+  }
+  return d;
+}
 
 void add_compare_command(CLI::App& app, std::function<int()>& run) {
   static CompareArgs args;

@@ -13,7 +13,6 @@
 #include "sim/compare/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
-#include "sim/predict/gpu_memory.h"
 
 namespace vramsim::cli {
 namespace {
@@ -81,15 +80,15 @@ int run_sweep(SweepArgs& args) {
   base.batch = batch.min_value();
   const PredictRequest request = make_request(base, /*require_device=*/false);
 
+  const AllocatorDevice target = allocator_device(base);
   PolicyRunOptions options;
+  options.capacity_bytes = target.capacity_bytes;
   std::string device = "unlimited";
-  if (!base.gpu.empty()) {
-    const GpuMemory g = gpu_memory(base.gpu);
-    options.capacity_bytes = static_cast<Bytes>(g.total_bytes - g.context_bytes);
-    device = fmt::format("{} ({} for the allocator)", g.name, b(g.total_bytes - g.context_bytes));
+  if (!target.gpu_name.empty()) {
+    device = fmt::format("{} ({} for the allocator)", target.gpu_name,
+                         b(static_cast<std::int64_t>(target.capacity_bytes)));
   } else if (!base.capacity.empty()) {
-    options.capacity_bytes = request.capacity_bytes;
-    device = b(static_cast<std::int64_t>(request.capacity_bytes));
+    device = b(static_cast<std::int64_t>(target.capacity_bytes));
   }
   options.config =
       request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};

@@ -135,6 +135,7 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
   }
 
   std::vector<TimeNs> duration(n_ops, 0);
+  std::vector<bool> memory_bound(n_ops, false);
   for (OpId id = 0; id < n_ops; ++id) {
     const Op& op = graph.op(id);
     for (OpId producer : cross_stream_inputs[id]) {
@@ -143,6 +144,7 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
     if (roofline != nullptr && (op.flops > 0 || op.bytes_moved > 0)) {
       const OpWork work{op.flops, static_cast<double>(op.bytes_moved), compute_dtype(op, output_dtype[id])};
       duration[id] = roofline->duration_ns(work);
+      memory_bound[id] = roofline->memory_bound(work);
     }
     streams.enqueue_op(op.stream, id, duration[id]);
     if (read_elsewhere[id]) {
@@ -167,8 +169,7 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
     st.end_ns = std::max(st.end_ns, out.ops[id].end_ns);
     if (duration[id] > 0) {
       ++st.kernels;
-      const OpWork work{op.flops, static_cast<double>(op.bytes_moved), compute_dtype(op, output_dtype[id])};
-      (roofline->memory_bound(work) ? st.memory_ns : st.compute_ns) += duration[id];
+      (memory_bound[id] ? st.memory_ns : st.compute_ns) += duration[id];
     }
   }
   return out;
