@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "sim/predict/step_prediction.h"
 
@@ -17,6 +18,9 @@ void add_predict_command(CLI::App& app, std::function<int()>& run);
 void add_fit_command(CLI::App& app, std::function<int()>& run);
 void add_compare_command(CLI::App& app, std::function<int()>& run);
 void add_sweep_command(CLI::App& app, std::function<int()>& run);
+void add_trace_command(CLI::App& app, std::function<int()>& run);
+// The arguments after `vramsim trace SCRIPT.py --`, which main() keeps away from the option parser.
+void set_trace_script_args(std::vector<std::string> args);
 
 // The model, device and training flags of predict, fit, compare and sweep (predict_command.cpp). `alloc_conf`
 // receives --alloc-conf; copy it into `a` when the option was given.

@@ -2,6 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -21,8 +24,20 @@ int main(int argc, char** argv) {
   vramsim::cli::add_fit_command(app, run);
   vramsim::cli::add_compare_command(app, run);
   vramsim::cli::add_sweep_command(app, run);
+  vramsim::cli::add_trace_command(app, run);
+  // `vramsim trace SCRIPT.py -- ARGS...`: what follows "--" is the script's, handed over untouched.
+  int parsed_argc = argc;
+  if (argc > 1 && std::string_view(argv[1]) == "trace") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--") {
+        vramsim::cli::set_trace_script_args(std::vector<std::string>(argv + i + 1, argv + argc));
+        parsed_argc = i;
+        break;
+      }
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

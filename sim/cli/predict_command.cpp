@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "sim/cli/commands.h"
+#include "sim/cli/prediction_report.h"
 #include "sim/core/size_format.h"
 #include "sim/graph/model_config.h"
 #include "sim/predict/step_prediction.h"
@@ -44,191 +45,27 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
 
 namespace {
 
+// How predict observes its phases and steps (see step_prediction.h).
+const ReportText kPredictText{
+    "allocated bytes from the schedule, requests rounded as the allocator rounds them; unsplit block "
+    "remainders not included",
+    "allocated: peak within the step from the schedule, as the phases; reserved: running peak through the "
+    "step, from the allocator"};
+
+void print_run(const Prediction& p, const RequestArgs& a) {
+  fmt::print("model            {} ({} ops, {} tensors, {} allocator events)\n", p.model_name, p.ops,
+             p.tensors, p.events);
+  fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
+             a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, a.attention, a.steps,
+             a.forward_only ? ", forward only" : "");
+}
+
 struct PredictArgs {
   RequestArgs request;
   std::string alloc_conf;
   bool json = false;
   std::string trace_out;
 };
-
-nlohmann::ordered_json opt(const std::optional<std::int64_t>& v) {
-  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
-}
-
-nlohmann::ordered_json to_json(const Prediction& p) {
-  nlohmann::ordered_json j;
-  j["model"] = p.model_name;
-  j["gpu"] = p.gpu_name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.gpu_name);
-  j["total_bytes"] = p.total_bytes;
-  j["allocator_capacity_bytes"] = p.allocator_capacity_bytes;
-  j["peak_allocated_bytes"] = p.peak_allocated_bytes;
-  j["peak_reserved_bytes"] = p.peak_reserved_bytes;
-  j["peak_requested_bytes"] = p.peak_requested_bytes;
-  j["peak_allocated_needed_bytes"] = p.peak_allocated_needed_bytes;
-  j["fits"] = p.fits;
-  j["headroom_bytes"] = p.headroom_bytes;
-  j["headroom_percent"] = p.headroom_percent;
-  j["num_ooms"] = p.num_ooms;
-  j["fragmentation"] = p.fragmentation;
-  j["bill"] = {
-      {"parameters", p.bill.parameters},
-      {"gradients", p.bill.gradients},
-      {"optimizer_states", p.bill.optimizer_states},
-      {"activations", p.bill.activations},
-      {"temporaries", p.bill.temporaries},
-      {"workspace", p.bill.workspace},
-      {"inputs", p.bill.inputs},
-      {"allocator_rounding", p.bill.allocator_rounding},
-      {"allocator_overhead", p.bill.allocator_overhead},
-      {"cuda_context", p.bill.cuda_context},
-  };
-  nlohmann::ordered_json top = nlohmann::ordered_json::array();
-  for (const LiveTensor& t : p.top_tensors) {
-    top.push_back({{"name", t.name},
-                   {"category", category_name(t.category)},
-                   {"layer", t.layer},
-                   {"size_bytes", t.size_bytes}});
-  }
-  j["peak"] = {{"event_index", p.peak_event_index},
-               {"step", p.peak_step},
-               {"phase", phase_name(p.peak_phase)},
-               {"op", p.peak_op},
-               {"layer", p.peak_layer},
-               {"top_tensors", top}};
-  j["phases"] = {{"step", p.phases_step},
-                 {"before_forward", opt(p.phases.before_forward)},
-                 {"after_forward", opt(p.phases.after_forward)},
-                 {"after_backward", opt(p.phases.after_backward)},
-                 {"after_optimizer_step", opt(p.phases.after_optimizer_step)}};
-  nlohmann::ordered_json steps = nlohmann::ordered_json::array();
-  for (const StepPeak& s : p.steps) {
-    steps.push_back({{"step", s.step},
-                     {"peak_allocated_bytes", s.peak_allocated_bytes},
-                     {"peak_requested_bytes", s.peak_requested_bytes},
-                     {"peak_reserved_bytes", s.peak_reserved_bytes}});
-  }
-  j["steps"] = steps;
-  j["steps_note"] =
-      "peak_allocated/requested_bytes: within the step; peak_reserved_bytes: running maximum through the end "
-      "of the step (prefix replay)";
-  if (p.timing) {
-    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
-    for (const StepTiming& t : p.timing->steps) {
-      ts.push_back({{"step", t.step},
-                    {"time_ns", t.time_ns},
-                    {"compute_bound_ns", t.compute_ns},
-                    {"memory_bound_ns", t.memory_ns},
-                    {"kernels", t.kernels}});
-    }
-    j["timing"] = {{"estimate", "roofline over the GPU table; not a measurement"},
-                   {"tokens_per_step", p.timing->tokens_per_step},
-                   {"tokens_per_s", p.timing->tokens_per_s},
-                   {"steps", ts}};
-  } else {
-    j["timing"] = nullptr;
-  }
-  j["ops"] = p.ops;
-  j["events"] = p.events;
-  return j;
-}
-
-std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? -v : v)); }
-std::string sb(std::int64_t v) { return (v < 0 ? "-" : "") + b(v); }
-
-void line(std::string_view label, std::int64_t v, std::string_view note = "") {
-  fmt::print("  {:<22}{:>12}  {:>16} B{}{}\n", label, sb(v), v, note.empty() ? "" : "  ", note);
-}
-
-void print_text(const Prediction& p, const RequestArgs& a) {
-  fmt::print("model            {} ({} ops, {} tensors, {} allocator events)\n", p.model_name, p.ops,
-             p.tensors, p.events);
-  fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
-             a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, a.attention, a.steps,
-             a.forward_only ? ", forward only" : "");
-  if (p.gpu_name.empty()) {
-    fmt::print("device           --capacity {} (no CUDA context counted)\n", b(p.total_bytes));
-  } else {
-    fmt::print("device           {}: {} total, {} CUDA context (estimate), {} for the allocator\n",
-               p.gpu_name, b(p.total_bytes), b(p.cuda_context_bytes), b(p.allocator_capacity_bytes));
-  }
-  fmt::print("\nbill at the peak of allocated memory (tensor bytes live at that event)\n");
-  line("parameters", p.bill.parameters);
-  line("gradients", p.bill.gradients);
-  line("optimizer states", p.bill.optimizer_states);
-  line("activations", p.bill.activations, "saved for backward");
-  line("temporaries", p.bill.temporaries, fmt::format("incl. {} workspace", b(p.bill.workspace)));
-  line("inputs", p.bill.inputs, "token batch");
-  line("allocator rounding", p.bill.allocator_rounding, "allocated - requested");
-  line("allocator overhead", p.bill.allocator_overhead, "peak reserved - peak allocated");
-  line("CUDA context", p.bill.cuda_context, "outside the allocator");
-  line("total",
-       p.bill.parameters + p.bill.gradients + p.bill.optimizer_states + p.bill.activations +
-           p.bill.temporaries + p.bill.inputs + p.bill.allocator_rounding + p.bill.allocator_overhead +
-           p.bill.cuda_context,
-       p.num_ooms > 0 ? "needed at the peak + overhead + context (OOM: not a device figure)"
-                      : "= peak reserved + context");
-  fmt::print("\npeak\n");
-  line("allocated", p.peak_allocated_bytes, "torch.cuda.max_memory_allocated");
-  line("reserved", p.peak_reserved_bytes, "torch.cuda.max_memory_reserved");
-  if (p.num_ooms > 0) {
-    line("allocated needed", p.peak_allocated_needed_bytes,
-         "without the device limit (the bill is at this peak)");
-  }
-  fmt::print("  where                 step {}, {}, op {}{}\n", p.peak_step, phase_name(p.peak_phase),
-             p.peak_op, p.peak_layer >= 0 ? fmt::format(" (layer {})", p.peak_layer) : "");
-  fmt::print("  largest live tensors\n");
-  for (const LiveTensor& t : p.top_tensors) {
-    fmt::print("    {:>12}  {:<16} {}\n", b(static_cast<std::int64_t>(t.size_bytes)),
-               category_name(t.category), t.name);
-  }
-  fmt::print(
-      "\nphases of step {} (allocated bytes from the schedule, requests rounded as the allocator rounds "
-      "them; "
-      "unsplit block remainders not included)\n",
-      p.phases_step);
-  auto ph = [](std::string_view label, const std::optional<std::int64_t>& v) {
-    if (v) {
-      line(label, *v);
-    } else {
-      fmt::print("  {:<22}{:>12}\n", label, "-");
-    }
-  };
-  ph("before forward", p.phases.before_forward);
-  ph("after forward", p.phases.after_forward);
-  ph("after backward", p.phases.after_backward);
-  ph("after optimizer step", p.phases.after_optimizer_step);
-  fmt::print(
-      "\nsteps (allocated: peak within the step from the schedule, as the phases; reserved: running peak "
-      "through the step, from the allocator)\n");
-  for (const StepPeak& s : p.steps) {
-    fmt::print("  step {:<4} allocated {:>12}   reserved {:>12}\n", s.step, b(s.peak_allocated_bytes),
-               b(s.peak_reserved_bytes));
-  }
-  if (p.timing && !p.timing->steps.empty()) {
-    fmt::print("\ntime (estimate: roofline over the GPU table, kernels back to back; not a measurement)\n");
-    for (const StepTiming& t : p.timing->steps) {
-      fmt::print(
-          "  step {:<4} {:>10.2f} ms   {} kernels, {:.0f} % of the time compute-bound\n", t.step,
-          static_cast<double>(t.time_ns) / 1e6, t.kernels,
-          t.time_ns > 0 ? 100.0 * static_cast<double>(t.compute_ns) / static_cast<double>(t.time_ns) : 0.0);
-    }
-    fmt::print("  throughput  {:.0f} tokens/s (step {}, {} tokens)\n", p.timing->tokens_per_s,
-               p.timing->steps.back().step, p.timing->tokens_per_step);
-  }
-  fmt::print("\nfragmentation    {:.2f} %  (1 - peak active / peak reserved)\n", 100.0 * p.fragmentation);
-  fmt::print("OOMs             {}\n", p.num_ooms);
-  if (p.fits) {
-    fmt::print("verdict          FITS: headroom {} ({:.1f} % of {})\n", b(p.headroom_bytes),
-               p.headroom_percent, b(p.total_bytes));
-  } else {
-    fmt::print("verdict          OOM: at least {} short ({:.1f} % of {}){}\n", b(-p.headroom_bytes),
-               -p.headroom_percent, b(p.total_bytes),
-               p.num_ooms > 0 ? fmt::format("; {} allocations failed (figures after the first one are what "
-                                            "the step would need)",
-                                            p.num_ooms)
-                              : "");
-  }
-}
 
 }  // namespace
 
@@ -251,9 +88,10 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       Snapshot trace;
       const Prediction p = predict(request, args.trace_out.empty() ? nullptr : &trace);
       if (args.json) {
-        fmt::print("{}\n", to_json(p).dump(2));
+        fmt::print("{}\n", prediction_json(p, kPredictText).dump(2));
       } else {
-        print_text(p, args.request);
+        print_run(p, args.request);
+        print_prediction(p, kPredictText);
       }
       if (!args.trace_out.empty()) {
         trace.source = args.trace_out;

@@ -12,6 +12,7 @@ struct GpuMemory {
   std::string name;            // canonical name, e.g. "H100-80GB"
   std::int64_t total_bytes;    // cudaMemGetInfo's total
   std::int64_t context_bytes;  // CUDA context estimate, outside the allocator
+  int compute_capability;      // major * 10 + minor
 };
 
 // Throws InputError listing the known GPUs when `name` matches none.

@@ -56,33 +56,6 @@ std::int64_t before(const std::vector<std::int64_t>& after, std::size_t index) {
   return index == 0 ? 0 : after[std::min(index, after.size()) - 1];
 }
 
-void add_to_bill(MemoryBill& bill, TensorCategory c, std::int64_t bytes) {
-  switch (c) {
-    case TensorCategory::kParameter:
-      bill.parameters += bytes;
-      break;
-    case TensorCategory::kGradient:
-      bill.gradients += bytes;
-      break;
-    case TensorCategory::kOptimizerState:
-      bill.optimizer_states += bytes;
-      break;
-    case TensorCategory::kActivation:
-      bill.activations += bytes;
-      break;
-    case TensorCategory::kTemporary:
-      bill.temporaries += bytes;
-      break;
-    case TensorCategory::kWorkspace:
-      bill.temporaries += bytes;
-      bill.workspace += bytes;
-      break;
-    case TensorCategory::kInput:
-      bill.inputs += bytes;
-      break;
-  }
-}
-
 // First marker index of `step`, or phases.size().
 std::size_t step_begin_event(const AllocationSchedule& s, int step) {
   for (const PhaseMarker& m : s.phases) {
@@ -119,6 +92,33 @@ std::vector<bool> live_tensors(const OpGraph& graph, const AllocationSchedule& s
 }
 
 }  // namespace
+
+void add_to_bill(MemoryBill& bill, TensorCategory c, std::int64_t bytes) {
+  switch (c) {
+    case TensorCategory::kParameter:
+      bill.parameters += bytes;
+      break;
+    case TensorCategory::kGradient:
+      bill.gradients += bytes;
+      break;
+    case TensorCategory::kOptimizerState:
+      bill.optimizer_states += bytes;
+      break;
+    case TensorCategory::kActivation:
+      bill.activations += bytes;
+      break;
+    case TensorCategory::kTemporary:
+      bill.temporaries += bytes;
+      break;
+    case TensorCategory::kWorkspace:
+      bill.temporaries += bytes;
+      bill.workspace += bytes;
+      break;
+    case TensorCategory::kInput:
+      bill.inputs += bytes;
+      break;
+  }
+}
 
 MemoryBill live_bill(const OpGraph& graph, const AllocationSchedule& schedule, std::size_t event_count) {
   const std::vector<bool> live = live_tensors(graph, schedule, event_count);
@@ -180,7 +180,7 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
     const TensorId tid = schedule.event_tensor[p.peak_event_index];
     const Op& op = graph.op(graph.tensor(tid).producer);
     p.peak_step = op.step;
-    p.peak_phase = op.phase;
+    p.peak_phase = std::string(phase_name(op.phase));
     p.peak_op = op.name;
     p.peak_layer = op.layer;
 

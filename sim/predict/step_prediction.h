@@ -108,7 +108,7 @@ struct Prediction {
   // Where allocated memory first peaks (schedule mapping).
   std::size_t peak_event_index = 0;
   int peak_step = 0;
-  Phase peak_phase = Phase::kSetup;
+  std::string peak_phase = "setup";  // phase_name() of the op's phase (predict) or the traced phase
   std::string peak_op;
   int peak_layer = -1;
   std::vector<LiveTensor> top_tensors;  // the 5 largest live at that event
@@ -149,6 +149,9 @@ struct RequestArgs {
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
 PredictRequest make_request(const RequestArgs& args, bool require_device = true);
+
+// Adds `bytes` of category `c` to the bill (workspaces count as temporaries and as workspace).
+void add_to_bill(MemoryBill& bill, TensorCategory c, std::int64_t bytes);
 
 // Requested bytes per category of the tensors live after the first `event_count` events of the schedule
 // (only the tensor categories of the bill are filled).

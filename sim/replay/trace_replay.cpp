@@ -234,6 +234,9 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       policy.empty_cache();
       device.close_window();
       peaks.sample(stats.stats(), i);
+      if (options.on_event) {
+        options.on_event(i, stats.stats());
+      }
       window_begin = window_end = burst_end;
       if (burst_end < j) {
         window_end = j;  // the rest (segment_alloc / map) belongs to the alloc that follows
@@ -326,6 +329,9 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         break;
     }
     peaks.sample(stats.stats(), i);
+    if (options.on_event) {
+      options.on_event(i, stats.stats());
+    }
     SIM_ASSERT_EXPENSIVE(policy.blocks().check_invariants().empty());
   }
   if (const std::string broken = policy.blocks().check_invariants(); !broken.empty()) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ struct ReplayOptions {
   int device = -1;                        // -1: the first device whose trace has events (else 0)
   std::optional<std::string> alloc_conf;  // overrides the recorded allocator_settings
   Bytes capacity_bytes = 0;               // 0: follow the recorded cudaMalloc outcomes
+  // Called after the model has taken each event of the trace (index into the device's events; an
+  // alloc's own free_completed and the segment events that feed an alloc are reported with it), with the
+  // model's statistics at that point. Reports observe the allocator through this, not a re-count.
+  std::function<void(std::size_t event_index, const DeviceStats& stats)> on_event;
 };
 
 struct CheckReport {

@@ -1,0 +1,84 @@
+"""python -m vramsim_trace [options] SCRIPT.py [-- ARGS...]: runs SCRIPT.py unmodified on a simulated GPU
+and writes its allocator trace. Exit status: 0 traced, 2 bad options, 3 the script failed or needs
+something the simulation cannot give (one line on stderr says what and where), 4 this interpreter has no
+PyTorch."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+
+
+def _script_error(script: str, exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = None
+    script_abs = os.path.abspath(script)
+    for f in reversed(frames):
+        if os.path.abspath(f.filename) == script_abs:
+            where = f"{f.filename}:{f.lineno}"
+            break
+    if where is None:
+        for f in reversed(frames):
+            if "/torch/" not in f.filename and "vramsim_trace" not in f.filename:
+                where = f"{f.filename}:{f.lineno}"
+                break
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{where or script}: {type(exc).__name__}: {msg}"
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, script_args = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(prog="python -m vramsim_trace", description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="the vtrace to write (markers go to OUT.markers.json)")
+    p.add_argument("--gpu", default="H100-80GB", help="GPU name the program sees")
+    p.add_argument("--compute-capability", type=float, default=9.0)
+    p.add_argument("--total-memory", type=int, default=85520809984, help="bytes the program sees as total")
+    p.add_argument("--cublas-workspace-bytes", type=int, default=None,
+                   help="per handle and stream (default: PyTorch's choice for the compute capability)")
+    p.add_argument("script")
+    a = p.parse_args(argv)
+    if not os.path.isfile(a.script):
+        print(f"{a.script}: no such file", file=sys.stderr)
+        return 2
+
+    try:
+        import torch  # noqa: F401  (after argument errors, so that they come fast)
+    except ImportError as e:
+        print(f"{sys.executable}: no PyTorch ({e})", file=sys.stderr)
+        return 4
+
+    from . import write_outputs
+    from .session import GpuInfo, Session
+
+    session = Session(GpuInfo(a.gpu, a.compute_capability, a.total_memory), a.cublas_workspace_bytes)
+    sys.argv = [a.script] + script_args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
+    status = 0
+    session.start()
+    try:
+        runpy.run_path(a.script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            print(f"{a.script}: the script exited with status {e.code}", file=sys.stderr)
+            status = 3
+    except BaseException as e:  # noqa: BLE001 - everything the script raises is reported in one line
+        print(_script_error(a.script, e), file=sys.stderr)
+        if os.environ.get("VRAMSIM_TRACE_DEBUG"):
+            traceback.print_exc()
+        status = 3
+    finally:
+        session.stop()
+    if status == 0:
+        write_outputs(session, a.out, {"script": a.script, "script_args": script_args})
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
