@@ -50,9 +50,8 @@ def main(argv=None) -> int:
 
     try:
         import torch  # noqa: F401  (after argument errors, so that they come fast)
-    except ImportError as e:
-        print(f"{sys.executable}: no PyTorch ({e})", file=sys.stderr)
-        return 4
+    except ImportError:
+        return 4  # silent: vramsim tries the next interpreter, and names them all if none has PyTorch
 
     from . import write_outputs
     from .session import GpuInfo, Session

@@ -126,6 +126,8 @@ class DeviceFunctionMode(TorchFunctionMode):
             T.record_stream: self._record_stream,
             T.get_device: lambda args, kwargs: 0 if self.s.tracer.storages.is_device_tensor(args[0]) else -1,
             T.numpy: self._needs_values("Tensor.numpy()"),
+            T.repeat_interleave: self._repeat_interleave,
+            torch.repeat_interleave: self._repeat_interleave,
             T.tolist: self._needs_values("Tensor.tolist()"),
         }
 
@@ -160,6 +162,23 @@ class DeviceFunctionMode(TorchFunctionMode):
     def _record_stream(self, args, kwargs):
         self.s.record_stream_calls += 1
         return None
+
+    def _repeat_interleave(self, args, kwargs):
+        """repeat_interleave with an int count: the meta kernel needs the (data) repeats tensor it builds, so
+        the same output is made by expand + reshape (one allocation of the output's size, as on CUDA; the
+        small int64 index CUDA builds is not modelled)."""
+        t = args[0]
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+        dim = args[2] if len(args) > 2 else kwargs.get("dim")
+        if not isinstance(repeats, int) or real_device_type(t) != "meta":
+            return torch._C._TensorBase.repeat_interleave(*args, **kwargs)
+        if dim is None:
+            t, dim = t.reshape(-1), 0
+        dim = dim % t.dim()
+        shape = list(t.shape)
+        expanded = t.unsqueeze(dim + 1).expand(*shape[:dim + 1], repeats, *shape[dim + 1:])
+        shape[dim] *= repeats
+        return expanded.reshape(shape)
 
     def _needs_values(self, what: str) -> Callable:
         def handler(args, kwargs):

@@ -145,19 +145,18 @@ class TracingDispatchMode(TorchDispatchMode):
                 out = func(*args, **kwargs)
             finally:
                 storages.in_kernel -= 1
-        except NotImplementedError as e:
-            temporaries: List[int] = []
+        except (NotImplementedError, RuntimeError) as e:
             out = _fallback(func, args, kwargs, temporaries)
             if out is NotImplemented:
-                raise UnsupportedOperator(
-                    f"{_op_name(func)} has no meta implementation in PyTorch {torch.__version__} "
-                    f"(called from {_user_line()}): {_first_sentence(e)}") from None
-        except RuntimeError as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if "meta" in msg.lower() or "data-dependent" in msg.lower():
-                raise UnsupportedOperator(f"{_op_name(func)} cannot run without data ({msg}), "
-                                          f"called from {_user_line()}") from None
-            raise
+                msg = _first_sentence(e)
+                if isinstance(e, NotImplementedError):
+                    raise UnsupportedOperator(
+                        f"{_op_name(func)} has no meta implementation in PyTorch {torch.__version__} "
+                        f"(called from {_user_line()}): {msg}") from None
+                if "meta" in msg.lower() or "data-dependent" in msg.lower():
+                    raise UnsupportedOperator(f"{_op_name(func)} cannot run without data ({msg}), "
+                                              f"called from {_user_line()}") from None
+                raise
         if not isinstance(out, torch.Tensor) and name == "detach":
             out = _alias_of_wrapped_number(args[0])
         self.tracer.after_operator(_op_name(func), name, args, out)

@@ -33,6 +33,7 @@ class Allocation:
     layer: int  # -1 outside numbered layers
     phase: str
     category: str = "temporary"
+    named: bool = False  # op carries the parameter / state name
 
     def promote(self, category: str) -> None:
         if CATEGORY_RANK[category] < CATEGORY_RANK[self.category]:

@@ -83,8 +83,9 @@ class PhaseTracker:
         self._forward_had_backward = False
         self._set("forward")
 
-    def module_name(self, module: torch.nn.Module) -> str:
-        return self._names.get(id(module), "")
+    def module_name(self, module: torch.nn.Module):
+        """The qualified name under the outermost module called so far; None before that or outside it."""
+        return self._names.get(id(module))
 
     # ---- regions ----------------------------------------------------------------------------------------------
 

@@ -187,7 +187,7 @@ class Session:
         @functools.wraps(orig_init)
         def module_init(module, *args, **kwargs):
             orig_init(module, *args, **kwargs)
-            tr.modules.add(module)
+            tr.add_module(module)
 
         p.set(nn.Module, "__init__", module_init)
 
@@ -232,11 +232,11 @@ class Session:
         self._hooks.append(nn.modules.module.register_module_forward_hook(self._forward_post))
 
     def _forward_pre(self, module, inputs):
-        root = not self.tracer.phases.module_path and not self.tracer.phases._module_stack
+        root = not self.tracer.phases._module_stack
+        self.tracer.phases.forward_pre_hook(module, inputs)  # names the model's modules at its first call
         if root:
             self.tracer.collect_frees()
             self.tracer.scan_model_state()
-        self.tracer.phases.forward_pre_hook(module, inputs)
 
     def _forward_post(self, module, inputs, output):
         self.tracer.phases.forward_post_hook(module, inputs, output)
@@ -251,7 +251,7 @@ class Session:
 
     def _wrap_optimizer(self, opt) -> None:
         tr = self.tracer
-        tr.optimizers.add(opt)
+        tr.add_optimizer(opt)
         orig_step, orig_zero = opt.step, opt.zero_grad
 
         def step(self_opt, *args, **kwargs):

@@ -15,12 +15,16 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from .output import Allocation
 
-# The descriptor behind Tensor.device, kept before device.py replaces the Python-level property.
+# The descriptor behind Tensor.device, kept before device.py replaces the Python-level property. Inside a
+# TorchFunctionMode a property read is dispatched to the *public* (patched) property, so real_device_type()
+# asks is_meta / is_cpu, which the tracer leaves alone.
 _REAL_DEVICE = torch._C._TensorBase.device
 
 
 def real_device_type(t: torch.Tensor) -> str:
-    return _REAL_DEVICE.__get__(t).type
+    if t.is_meta:
+        return "meta"
+    return "cpu" if t.is_cpu else _REAL_DEVICE.__get__(t).type
 
 
 def storage_of(t: torch.Tensor):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import weakref
 from contextlib import contextmanager
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch.utils._pytree as pytree
@@ -47,8 +47,20 @@ class Tracer:
         self._stream = 0
         self._label: Optional[str] = None  # op name for allocations made inside op_label()
         self._workspaces = set()  # (thread, stream) pairs that have their cuBLAS workspace
-        self.modules: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
-        self.optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+        # In creation order (a WeakSet's order would change from run to run, and with it the names of tied
+        # parameters): id -> weak reference.
+        self._modules: "Dict[int, weakref.ref]" = {}
+        self._optimizers: "Dict[int, weakref.ref]" = {}
+
+    def add_module(self, m: torch.nn.Module) -> None:
+        self._modules[id(m)] = weakref.ref(m, lambda _r, k=id(m): self._modules.pop(k, None))
+
+    def add_optimizer(self, opt) -> None:
+        self._optimizers[id(opt)] = weakref.ref(opt, lambda _r, k=id(opt): self._optimizers.pop(k, None))
+
+    @staticmethod
+    def _alive(refs):
+        return [o for o in (r() for r in list(refs.values())) if o is not None]
 
     # ---- scopes set by the device facade ------------------------------------------------------------------
 
@@ -173,31 +185,43 @@ class Tracer:
             if a is not None:
                 a.promote("activation")
 
-    def _promote(self, t, category: str) -> None:
+    def _promote(self, t, category: str, name: str = "") -> None:
         if isinstance(t, torch.Tensor) and real_device_type(t) == "meta":
             a = self.storages.live_allocation(t)
             if a is not None:
                 a.promote(category)
+                if name and a.category == category and not a.named:
+                    a.op = f"{name}/{a.op}"  # "h.0.attn.c_attn.weight.grad/aten.mm"
+                    a.named = True
 
     def scan_model_state(self) -> None:
         """Parameters, buffers and gradients of every module built so far, and every optimizer's state."""
-        for m in list(self.modules):
-            for p in m._parameters.values():
+        param_names = {}
+        for m in self._alive(self._modules):
+            prefix = self.phases.module_name(m)
+            if prefix is None:
+                continue  # not under the model that ran: named once it runs
+            prefix = prefix + "." if prefix else ""
+            for key, p in m._parameters.items():
                 if p is not None:
-                    self._promote(p, "parameter")
+                    param_names.setdefault(id(p), prefix + key)
+                    self._promote(p, "parameter", param_names[id(p)])
                     if p.grad is not None:
-                        self._promote(p.grad, "gradient")
-            for b in m._buffers.values():
+                        self._promote(p.grad, "gradient", param_names[id(p)] + ".grad")
+            for key, b in m._buffers.items():
                 if b is not None:
-                    self._promote(b, "parameter")
-        for opt in list(self.optimizers):
-            for state in opt.state.values():
-                for v in pytree.tree_flatten(state)[0]:
-                    self._promote(v, "optimizer_state")
+                    self._promote(b, "parameter", prefix + key)
+        for opt in self._alive(self._optimizers):
+            for p, state in opt.state.items():
+                base = param_names.get(id(p))
+                if isinstance(state, dict):
+                    for key, v in state.items():
+                        self._promote(v, "optimizer_state", f"{base}.{key}" if base else "")
             for group in opt.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
-                        self._promote(p.grad, "gradient")
+                        base = param_names.get(id(p))
+                        self._promote(p.grad, "gradient", f"{base}.grad" if base else "")
 
     def finish(self) -> None:
         self.collect_frees()
