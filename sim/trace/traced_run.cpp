@@ -223,10 +223,12 @@ Prediction analyze_traced_run(const TracedRun& run, const TraceDevice& device) {
   p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
   p.fragmentation = o.result.peaks.fragmentation();
   p.num_ooms = static_cast<std::int64_t>(o.result.stats.num_ooms);
+  std::int64_t needed_reserved = p.peak_reserved_bytes;
   if (p.num_ooms > 0) {
     // What the program needs: the same trace on a device without a limit.
     o = observe(run.trace, 0, device.alloc_conf);
     p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
+    needed_reserved = o.result.peaks.peak_reserved_bytes;
   }
   const std::vector<std::int64_t>& alloc = o.allocated;
 
@@ -314,9 +316,8 @@ Prediction analyze_traced_run(const TracedRun& run, const TraceDevice& device) {
   }
 
   p.peak_allocated_needed_bytes = alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end());
-  p.headroom_bytes = p.total_bytes - p.cuda_context_bytes -
-                     (p.num_ooms > 0 ? std::max(p.peak_reserved_bytes, p.peak_allocated_needed_bytes)
-                                     : p.peak_reserved_bytes);
+  // After an OOM the shortfall is what the unlimited replay reserved (it holds at least what was allocated).
+  p.headroom_bytes = p.total_bytes - p.cuda_context_bytes - std::max(p.peak_reserved_bytes, needed_reserved);
   p.headroom_percent = 100.0 * static_cast<double>(p.headroom_bytes) / static_cast<double>(p.total_bytes);
   p.fits = p.num_ooms == 0 && p.headroom_bytes >= 0;
   return p;

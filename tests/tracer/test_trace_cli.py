@@ -1,0 +1,119 @@
+"""`vramsim trace` end to end: the examples under traces/tracer/examples run through the real PyTorch on the
+CPU and the allocator model; errors are one line with exit status 2; outputs are deterministic.
+
+    test_trace_cli.py PATH/TO/vramsim"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from tracer_test_util import SOURCE, TRACER_DIR, require_torch
+
+require_torch()
+VRAMSIM = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(SOURCE, "build", "sim", "vramsim")
+EXAMPLES = os.path.join(TRACER_DIR, "examples")
+ENV = dict(os.environ, VRAMSIM_PYTHON=sys.executable)
+
+# A small GPT (gpt2_train.py): vocab 1000, d 64, 4 heads, 2 layers, 32 positions, batch 2.
+GPT_ARGS = ["--vocab", "1000", "--d-model", "64", "--heads", "4", "--layers", "2", "--seq", "32", "--batch", "2"]
+# Its parameters, counted by hand: wte 1000x64, wpe 32x64, per block ln_1 2x64, c_attn 64x192+192, c_proj
+# 64x64+64, ln_2 2x64, fc 64x256+256, proj 256x64+64, ln_f 2x64; lm_head is tied to wte.
+GPT_PARAMS = 1000 * 64 + 32 * 64 + 2 * (128 + 64 * 192 + 192 + 64 * 64 + 64 + 128 + 64 * 256 + 256 + 256 * 64 + 64) + 128
+
+
+def vramsim(*args, check=True):
+    p = subprocess.run([VRAMSIM, *args], env=ENV, capture_output=True, text=True, timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"vramsim {' '.join(args)} -> {p.returncode}\n{p.stderr}")
+    return p
+
+
+class TraceCli(unittest.TestCase):
+    def test_json_report(self):
+        p = vramsim("trace", "--gpu", "A100-80GB", "--json", os.path.join(EXAMPLES, "gpt2_train.py"), "--", *GPT_ARGS)
+        j = json.loads(p.stdout)
+        for key in ("peak_allocated_bytes", "peak_reserved_bytes", "fits", "bill", "phases", "steps", "script", "tracer"):
+            self.assertIn(key, j)
+        self.assertEqual(j["gpu"], "A100-80GB")
+        self.assertEqual(j["bill"]["parameters"], GPT_PARAMS * 4)
+        # Parameters, gradients and AdamW's two states all exist in step 2: at least 4x the parameters.
+        self.assertGreaterEqual(j["peak_allocated_bytes"], 4 * GPT_PARAMS * 4)
+        self.assertTrue(j["fits"])
+        self.assertEqual(j["phases"]["step"], 2)
+        self.assertEqual(len(j["steps"]), 2)
+        # Compute capability 8.0: cuBLAS workspaces of 8 MiB + 128 KiB (CublasHandlePool.cpp), two threads.
+        self.assertEqual(j["tracer"]["cublas_workspace_bytes"], 2 * 4096 * 1024 + 8 * 16 * 1024)
+        # The script's own prints go to stderr; stdout is the report alone.
+        self.assertIn("step 1: loss", p.stderr)
+
+    def test_text_report_and_examples(self):
+        for script, args in (("llama_train.py", ["--layers", "2", "--d-model", "128", "--heads", "4", "--kv-heads", "2",
+                                                 "--d-ff", "344", "--vocab", "500", "--seq", "64", "--batch", "2"]),
+                             ("lora_finetune.py", ["--layers", "2", "--d-model", "128", "--heads", "4", "--kv-heads", "4",
+                                                   "--d-ff", "344", "--vocab", "500", "--seq", "64", "--batch", "2", "--rank", "8"]),
+                             ("accumulate_checkpoint.py", ["--layers", "2", "--d-model", "64", "--heads", "4", "--vocab", "500",
+                                                           "--micro-batch", "2", "--accumulate", "3", "--seq", "32"])):
+            with self.subTest(script=script):
+                out = vramsim("trace", os.path.join(EXAMPLES, script), "--", *args).stdout
+                self.assertIn("bill at the peak of allocated memory", out)
+                self.assertRegex(out, r"verdict\s+FITS")
+
+    def test_out_load_replay_and_determinism(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "a.vtrace"), os.path.join(d, "b.vtrace")
+            script = os.path.join(EXAMPLES, "gpt2_train.py")
+            first = vramsim("trace", "--json", "--out", a, script, "--", *GPT_ARGS).stdout
+            vramsim("trace", "--out", b, script, "--", *GPT_ARGS)
+            with open(a, "rb") as fa, open(b, "rb") as fb:
+                self.assertEqual(fa.read(), fb.read())  # same script, same trace, byte for byte
+            loaded = json.loads(vramsim("trace", "--json", "--load", a).stdout)
+            traced = json.loads(first)
+            for key in ("peak_allocated_bytes", "peak_reserved_bytes", "bill", "phases", "steps"):
+                self.assertEqual(loaded[key], traced[key], key)
+            replay = json.loads(vramsim("replay", a, "--json").stdout)
+            self.assertEqual(replay["peak_reserved_bytes"], traced["peak_reserved_bytes"])
+            pickle = os.path.join(d, "a.pickle")
+            vramsim("trace", "--load", a, "--out", pickle)
+            self.assertEqual(json.loads(vramsim("replay", pickle, "--json").stdout)["peak_allocated_bytes"],
+                             traced["peak_allocated_bytes"])
+
+    def test_python_api_record(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "step.vtrace")
+            code = ("import torch, vramsim_trace\n"
+                    f"with vramsim_trace.record({out!r}, gpu='H100-80GB'):\n"
+                    "    lin = torch.nn.Linear(256, 256).cuda()\n"
+                    "    lin(torch.randn(8, 256, device='cuda')).sum().backward()\n")
+            env = dict(ENV, PYTHONPATH=TRACER_DIR)
+            subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+            j = json.loads(vramsim("trace", "--json", "--load", out, "--gpu", "h100").stdout)
+            self.assertEqual(j["bill"]["parameters"], (256 * 256 + 256) * 4)
+
+    def test_errors_are_one_line_with_status_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad = os.path.join(d, "bad.py")
+            with open(bad, "w") as f:
+                f.write("import torch\nx = torch.ones(4, device='cuda')\ny = x[x > 0]\n")
+            cases = [
+                (["trace", os.path.join(d, "missing.py")], "missing.py: no such file"),
+                (["trace", bad], "bad.py:3"),
+                (["trace", "--gpu", "no-such-gpu", bad], "no-such-gpu"),
+                (["trace", "--load", os.path.join(d, "missing.vtrace")], "missing.vtrace"),
+                (["trace", "--python", os.path.join(d, "no-python"), bad], "no interpreter with PyTorch"),
+                (["trace", "--load", bad, bad], "--load"),
+            ]
+            for args, needle in cases:
+                with self.subTest(args=args[1:]):
+                    p = vramsim(*args, check=False)
+                    self.assertEqual(p.returncode, 2, p.stderr)
+                    last = p.stderr.strip().splitlines()[-1]
+                    self.assertTrue(last.startswith("vramsim: error: "), p.stderr)
+                    self.assertIn(needle, last)
+                    self.assertEqual(p.stdout, "")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
