@@ -8,6 +8,7 @@ CONFIG_NAME is a record_training_steps.py configuration (gpt2_b8_s512_fp32_none_
 overrides the layer count (the tests trace small versions of the grid's models)."""
 
 import argparse
+import json
 import os
 import sys
 
@@ -26,11 +27,15 @@ def config_from_name(name: str, steps: int) -> dict:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("config")
+    p.add_argument("config", help="a record_training_steps.py configuration name, or a JSON file of one")
     p.add_argument("--layers", type=int)
     p.add_argument("--steps", type=int, default=2)
     a = p.parse_args()
-    cfg = config_from_name(a.config, a.steps)
+    if a.config.endswith(".json"):
+        with open(a.config, encoding="utf-8") as f:
+            cfg = json.load(f)
+    else:
+        cfg = config_from_name(a.config, a.steps)
     if a.layers:
         cfg["n_layers"] = a.layers
     dev = torch.device("cuda", 0)

@@ -127,6 +127,7 @@ class DeviceFunctionMode(TorchFunctionMode):
             T.get_device: lambda args, kwargs: 0 if self.s.tracer.storages.is_device_tensor(args[0]) else -1,
             T.numpy: self._needs_values("Tensor.numpy()"),
             T.repeat_interleave: self._repeat_interleave,
+            T.backward: self._backward,
             torch.repeat_interleave: self._repeat_interleave,
             T.tolist: self._needs_values("Tensor.tolist()"),
         }
@@ -162,6 +163,16 @@ class DeviceFunctionMode(TorchFunctionMode):
     def _record_stream(self, args, kwargs):
         self.s.record_stream_calls += 1
         return None
+
+    def _backward(self, args, kwargs):
+        """Tensor.backward with this mode active again: a handler runs with its mode popped, and backward runs
+        program code (checkpoint recomputation, hooks) that must still see the simulated device and autocast."""
+        names = ("gradient", "retain_graph", "create_graph", "inputs")
+        call = dict(zip(names, args[1:]))
+        call.update(kwargs)
+        with self:
+            return torch.autograd.backward(args[0], call.get("gradient"), call.get("retain_graph"),
+                                           call.get("create_graph", False), inputs=call.get("inputs"))
 
     def _repeat_interleave(self, args, kwargs):
         """repeat_interleave with an int count: the meta kernel needs the (data) repeats tensor it builds, so

@@ -65,24 +65,10 @@ def _foreach(func, args, kwargs):
     return None if name.endswith("_") else outs
 
 
-def _embedding_dense_backward(args, kwargs, temporaries: List[int]):
-    """embedding_dense_backward_cuda (aten/src/ATen/native/cuda/Embedding.cu): the (num_weights, dim)
-    gradient, after sorting the N indices (sorted values and original positions, int64 each) and reducing
-    the rows per segment of equal indices into an fp32 buffer of up to N x dim (one partial segment per index
-    when the indices are distinct, as token ids in a batch mostly are)."""
-    grad, indices, num_weights = args[0], args[1], args[2]
-    dim = grad.shape[-1]
-    n = indices.numel()
-    temporaries += [n * 8, n * 8, n * dim * 4]
-    return torch.zeros((num_weights, dim), dtype=grad.dtype, device="meta")
-
-
 def _fallback(func, args, kwargs, temporaries: List[int]):
     name = _base_name(func)
     if name.startswith("_foreach_"):
         return _foreach(func, args, kwargs)
-    if name == "embedding_dense_backward":
-        return _embedding_dense_backward(args, kwargs, temporaries)
     if name == "_amp_foreach_non_finite_check_and_unscale_":
         return None
     if name == "_amp_update_scale_":
@@ -134,6 +120,8 @@ class TracingDispatchMode(TorchDispatchMode):
         kwargs = kwargs or {}
         name = _base_name(func)
         temporaries: List[int] = []
+        if name == "detach" and args and not isinstance(args[0], torch.Tensor):
+            return torch.scalar_tensor(args[0])  # a wrapped number PyTorch 1.13 handed over as a Python scalar
         if name == "_local_scalar_dense" and args and self.tracer.storages.is_device_tensor(args[0]) \
                 or name == "_local_scalar_dense" and args and args[0].device.type == "meta":
             self.tracer.made_up_values += 1
