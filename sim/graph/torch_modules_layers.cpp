@@ -108,9 +108,18 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
   if (c.options.attention == AttentionKind::kFlash) {
     return ops.sdpa_flash(n + ".sdpa", q, k, v);
   }
-  // torch.matmul(query, key.transpose(2, 3)): bmm reads contiguous copies of the strided operands
-  const VarId qc = ops.contiguous(n + ".q_contiguous", q);
-  const VarId kr = repeat_kv(c, n + ".repeat_k", k);
+  // torch.matmul(query, key.transpose(2, 3)): autocast casts matmul's operands first (its kernel sits above
+  // matmul's decomposition; a cast keeps the strides), then bmm reads contiguous copies of the strided ones.
+  const VarId qa = ops.autocast_low(n + ".scores", q);
+  const VarId qc = ops.contiguous(n + ".q_contiguous", qa);
+  t.drop(qa);
+  VarId kr = repeat_kv(c, n + ".repeat_k", k);
+  if (const VarId ka = ops.autocast_low(n + ".scores", kr); ka != kr) {
+    t.drop(kr);
+    kr = ka;
+  } else {
+    t.drop(ka);  // autocast_low holds the tensor it returns unchanged
+  }
   const VarId kc = c.model.n_kv_heads == c.model.n_heads ? ops.contiguous(n + ".k_contiguous", kr) : kr;
   if (kc != kr) {
     t.drop(kr);

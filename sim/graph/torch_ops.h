@@ -103,8 +103,11 @@ class TorchOps {
   // save_statistics=false: the mean/rstd outputs are neither kept nor saved (Megatron accounting).
   VarId layer_norm(const std::string& name, VarId x, VarId weight, VarId bias, bool save_statistics = true);
 
+  // The tensor a lower-precision op reads under autocast: a cast (cached for parameters) or `x` itself, with
+  // one more reference either way.
+  VarId autocast_low(const std::string& name, VarId x);
+
  private:
-  VarId autocast_low(const std::string& name, VarId x);  // the tensor a lower-precision op reads
   VarId autocast_fp32(const std::string& name, VarId x);
   VarId unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
               std::vector<Bytes> temps = {});

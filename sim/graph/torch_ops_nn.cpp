@@ -20,6 +20,14 @@ VarId TorchOps::softmax_last(const std::string& name, VarId a, std::optional<DTy
   if (m_autocast && !dtype) {
     out = DType::kFloat32;
   }
+  // softmax(x, dtype=float32) (SoftMax.cpp): CUDA computes fp16 -> fp32 in the kernel (half_to_float); any
+  // other input is converted first, a copy that lives while _softmax runs.
+  if (out != m_tape.dtype(a) && !(m_tape.dtype(a) == DType::kFloat16 && out == DType::kFloat32)) {
+    const VarId converted = to(name + ".to_dtype", a, out);
+    const VarId y = softmax_last(name, converted, out);
+    m_tape.drop(converted);
+    return y;
+  }
   OpCall c;
   c.name = name;
   c.kind = "_softmax";

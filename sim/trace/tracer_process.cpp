@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -77,7 +78,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 struct ChildResult {
   bool started = false;
   int status = 0;              // exit status, or 128 + signal
-  std::string last_error_line;  // the last non-empty line the child wrote to stderr
+  std::string last_line;  // the last line the child wrote to stderr, not yet passed on
 };
 
 // Spawns argv[0] (looked up on PATH) with the child's stdout on our stderr and its stderr through a pipe
@@ -105,7 +106,10 @@ ChildResult spawn_and_wait(std::vector<std::string> argv, std::vector<std::strin
     return r;  // not started: no such interpreter
   }
   r.started = true;
+  // Lines are passed on one behind, so that the last one can be kept back: when the tracer fails, it is the
+  // error, which vramsim prints itself (once).
   std::string pending;
+  std::optional<std::string> held;
   char buf[4096];
   for (;;) {
     const ssize_t n = read(pipefd[0], buf, sizeof buf);
@@ -115,23 +119,27 @@ ChildResult spawn_and_wait(std::vector<std::string> argv, std::vector<std::strin
     if (n <= 0) {
       break;
     }
-    std::fwrite(buf, 1, static_cast<std::size_t>(n), stderr);
     pending.append(buf, static_cast<std::size_t>(n));
     std::size_t nl = 0;
     while ((nl = pending.find('\n')) != std::string::npos) {
-      std::string line = pending.substr(0, nl);
-      pending.erase(0, nl + 1);
-      if (!line.empty()) {
-        r.last_error_line = std::move(line);
+      if (held) {
+        std::fprintf(stderr, "%s\n", held->c_str());
       }
+      held = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
     }
-    if (pending.size() > 65536) {
-      pending.erase(0, pending.size() - 4096);  // a line without end: keep its tail only
+    if (pending.size() > 65536) {  // a line without end: pass it on
+      std::fwrite(pending.data(), 1, pending.size(), stderr);
+      pending.clear();
     }
   }
   if (!pending.empty()) {
-    r.last_error_line = pending;
+    if (held) {
+      std::fprintf(stderr, "%s\n", held->c_str());
+    }
+    held = pending;
   }
+  r.last_line = held.value_or("");
   close(pipefd[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -155,14 +163,16 @@ std::string run_tracer(const TracerInvocation& t) {
       continue;
     }
     if (r.status == 0) {
+      if (!r.last_line.empty()) {
+        std::fprintf(stderr, "%s\n", r.last_line.c_str());
+      }
       return python;
     }
     if (r.status == kTracerScriptFailed || r.status == kTracerBadOptions) {
-      throw InputError(r.last_error_line.empty() ? fmt::format("{}: the traced script failed", t.script)
-                                                 : r.last_error_line);
+      throw InputError(r.last_line.empty() ? fmt::format("{}: the traced script failed", t.script) : r.last_line);
     }
     throw InputError(fmt::format("{}: the tracer ended with status {}{}{}", t.script, r.status,
-                                 r.last_error_line.empty() ? "" : ": ", r.last_error_line));
+                                 r.last_line.empty() ? "" : ": ", r.last_line));
   }
   std::string list;
   for (const std::string& s : tried) {

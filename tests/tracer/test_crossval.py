@@ -1,7 +1,21 @@
 """Cross-validation of the simulator's own layer code against PyTorch: `vramsim predict` (the op graph of
 the torch-modules code path) and `vramsim trace` of the same model written in plain PyTorch
-(traces/recorders/transformer_models.py, the code the GPU recorder runs), over a grid of options. The
-allocation sequences are compared request for request, per phase.
+(traces/recorders/transformer_models.py, the code the GPU recorder runs), over a grid of options (GPT-2 and
+Llama; fp32 and bf16 autocast; checkpointing none and full; math and flash attention).
+
+What must hold, per configuration:
+  * setup and forward: the allocation sequences are identical, request for request (size and order), after
+    two normalizations: the order of the casts autocast makes for ONE operator is not compared (the tracer
+    casts an operator's arguments left to right; PyTorch's CUDA autocast casts them inside one C++ call
+    expression, whose evaluation order the C++ standard leaves unspecified, and the simulator follows what
+    the 2.x recordings showed), and requests below 512 B compare as one size (the caching allocator rounds
+    them all to one 512 B block; PyTorch versions give the 0-dim tensor that where(cond, x, scalar) wraps
+    its scalar in different dtypes: x's in 1.13, double in 2.x);
+  * backward and optimizer: the same persistent tensors (every gradient and optimizer state, by size).
+What is reported, not asserted: the transient allocations of backward and of the optimizer step, which
+differ for reasons stated in README.md ("Cross-validation of the generic path"): Debian's PyTorch 1.13
+differs from 2.x there (AdamW's foreach path, InputBuffer accumulating out of place), and the simulator's
+backward formulas are coarser than PyTorch's (issue 9).
 
     test_crossval.py PATH/TO/vramsim [--report]     (--report prints every difference and exits 0)"""
 
@@ -48,6 +62,7 @@ def gpt2_hf_config(cfg):
 
 
 def allocations(path):
+    """[(size, phase group, op, category)] of a vtrace, in order."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -55,7 +70,27 @@ def allocations(path):
             if len(fields) >= 6 and fields[1] == "alloc":
                 tags = dict(x.split("=", 1) for x in fields[6:] if "=" in x)
                 out.append((int(fields[3]), PHASE_GROUP.get(tags.get("phase", ""), tags.get("phase", "")),
-                            tags.get("op", "")))
+                            tags.get("op", ""), tags.get("cat", "")))
+    return out
+
+
+def is_cast(op: str) -> bool:
+    """An autocast cast: the tracer tags them ".../autocast/aten._to_copy", the simulator ".autocast" (a
+    cached parameter cast) or ".autocast_input"."""
+    return "autocast/" in op or op.endswith(".autocast") or op.endswith(".autocast_input")
+
+
+def casts_unordered(allocs):
+    """Sorts each run of consecutive autocast casts by size (see the module docstring)."""
+    out, run = [], []
+    for a in allocs + [None]:
+        if a is not None and is_cast(a[2]):
+            run.append(a)
+            continue
+        out.extend(sorted(run, key=lambda x: x[0]))
+        run = []
+        if a is not None:
+            out.append(a)
     return out
 
 
@@ -85,30 +120,54 @@ def compare(row, d):
 
 
 def differences(a, b):
-    sm = difflib.SequenceMatcher(None, [x[:2] for x in a], [x[:2] for x in b], autojunk=False)
+    def key(x):
+        return max(x[0], 512) if x[0] < 512 else x[0]
+
+    sm = difflib.SequenceMatcher(None, [key(x) for x in a], [key(x) for x in b], autojunk=False)
     return [(tag, a[i1:i2], b[j1:j2]) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
 
 
+def persistent(allocs, group):
+    """Sizes of the gradients and optimizer states allocated in `group`, sorted."""
+    return sorted((x[0], x[3]) for x in allocs if x[1] == group and x[3] in ("gradient", "optimizer_state"))
+
+
+def check_row(row):
+    with tempfile.TemporaryDirectory() as d:
+        traced, predicted = compare(row, d)
+    traced, predicted = casts_unordered(traced), casts_unordered(predicted)
+    problems, notes = [], []
+    for group in ("setup", "forward", "backward", "optimizer"):
+        t = [x for x in traced if x[1] == group]
+        p = [x for x in predicted if x[1] == group]
+        diff = differences(t, p)
+        line = f"{group} {len(t)}/{len(p)} allocations {sum(x[0] for x in t)}/{sum(x[0] for x in p)} B"
+        if group in ("setup", "forward"):
+            if diff:
+                tag, a, b = diff[0]
+                problems.append(f"{line}: first difference {tag}: traced {[(x[0], x[2]) for x in a[:3]]}, "
+                                f"predicted {[(x[0], x[2]) for x in b[:3]]}")
+        else:
+            if persistent(traced, group) != persistent(predicted, group):
+                problems.append(f"{group}: gradients / optimizer states differ: traced "
+                                f"{persistent(traced, group)[:6]}..., predicted {persistent(predicted, group)[:6]}...")
+            notes.append(f"{line}, {len(diff)} differing runs (reported only)")
+            if REPORT:
+                for tag, a, b in diff[:8]:
+                    notes.append(f"    {tag:7} traced {[(x[0], x[2]) for x in a][:4]} predicted {[(x[0], x[2]) for x in b][:4]}")
+    return problems, notes
+
+
 def main():
-    failures = 0
+    failed = 0
     for row in GRID:
-        with tempfile.TemporaryDirectory() as d:
-            traced, predicted = compare(row, d)
-        per_phase = {}
-        for group in ("setup", "forward", "backward", "optimizer"):
-            t = [x for x in traced if x[1] == group]
-            p = [x for x in predicted if x[1] == group]
-            per_phase[group] = (len(t), sum(x[0] for x in t), len(p), sum(x[0] for x in p), differences(t, p))
-        same = all(not v[4] for v in per_phase.values())
-        failures += 0 if same else 1
-        print(f"{'_'.join(row):32} " + "  ".join(
-            f"{g} {v[0]}/{v[2]} allocs {'=' if not v[4] else 'DIFFER'}" for g, v in per_phase.items()))
-        if REPORT:
-            for g, v in per_phase.items():
-                for tag, t, p in v[4][:8]:
-                    print(f"    {g:9} {tag:7} traced {[(n, op) for n, _, op in t][:4]} predicted {[(n, op) for n, _, op in p][:4]}")
-    print(f"{len(GRID) - failures} passed, {failures} failed")
-    return 0 if REPORT or failures == 0 else 1
+        problems, notes = check_row(row)
+        failed += 1 if problems else 0
+        print(f"{'FAIL' if problems else 'ok  '} {'_'.join(row)}")
+        for text in problems + notes:
+            print(f"     {text}")
+    print(f"{len(GRID) - failed} passed, {failed} failed")
+    return 0 if REPORT or failed == 0 else 1
 
 
 if __name__ == "__main__":
