@@ -143,6 +143,7 @@ def check_row(row):
         diff = differences(t, p)
         line = f"{group} {len(t)}/{len(p)} allocations {sum(x[0] for x in t)}/{sum(x[0] for x in p)} B"
         if group in ("setup", "forward"):
+            notes.append(f"{line}, identical" if not diff else line)
             if diff:
                 tag, a, b = diff[0]
                 problems.append(f"{line}: first difference {tag}: traced {[(x[0], x[2]) for x in a[:3]]}, "
