@@ -43,8 +43,8 @@ void BM_Trace_Analyze_Llama2_7B(benchmark::State& state) {
   }
   state.counters["events"] = static_cast<double>(p.events);
   state.counters["ooms"] = static_cast<double>(p.num_ooms);
-  state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(p.events),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["events_per_s"] =
+      benchmark::Counter(static_cast<double>(p.events), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Trace_Analyze_Llama2_7B)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 

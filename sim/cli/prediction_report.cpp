@@ -126,8 +126,8 @@ void print_prediction(const Prediction& p, const ReportText& text) {
     line("allocated needed", p.peak_allocated_needed_bytes,
          "without the device limit (the bill is at this peak)");
   }
-  fmt::print("  where                 step {}, {}, op {}{}\n", p.peak_step, p.peak_phase,
-             p.peak_op, p.peak_layer >= 0 ? fmt::format(" (layer {})", p.peak_layer) : "");
+  fmt::print("  where                 step {}, {}, op {}{}\n", p.peak_step, p.peak_phase, p.peak_op,
+             p.peak_layer >= 0 ? fmt::format(" (layer {})", p.peak_layer) : "");
   fmt::print("  largest live tensors\n");
   for (const LiveTensor& t : p.top_tensors) {
     fmt::print("    {:>12}  {:<16} {}\n", b(static_cast<std::int64_t>(t.size_bytes)),
@@ -175,6 +175,5 @@ void print_prediction(const Prediction& p, const ReportText& text) {
                               : "");
   }
 }
-
 
 }  // namespace vramsim::cli

@@ -1,5 +1,5 @@
-// The report `predict` and `trace` print: the same figures, the same words and the same JSON keys, whether the
-// allocations came from the simulated op graph or from a traced program.
+// The report `predict` and `trace` print: the same figures, the same words and the same JSON keys, whether
+// the allocations came from the simulated op graph or from a traced program.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -48,7 +48,8 @@ class ScratchDir {
  public:
   ScratchDir() {
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/vramsim-trace-XXXXXX";
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/vramsim-trace-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
       throw InputError(fmt::format("vramsim trace: cannot make a scratch folder {}", pattern));
     }
@@ -93,7 +94,8 @@ TracedRun trace_script(const TraceArgs& a, const TraceDevice& device, const Scra
   const GpuMemory g = gpu_memory(device.gpu.empty() ? kDefaultGpu : device.gpu);
   t.gpu_name = g.name;
   t.compute_capability = g.compute_capability;
-  t.total_memory_bytes = device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
+  t.total_memory_bytes =
+      device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
   if (a.cublas_workspace_bytes >= 0) {
     t.cublas_workspace_bytes = a.cublas_workspace_bytes;
   }
@@ -112,8 +114,8 @@ void save_outputs(const TracedRun& run, const std::string& out, const std::strin
   save_snapshot(trace, out, format_from_path(out));
   if (!markers_src.empty() && std::filesystem::exists(markers_src)) {
     std::error_code ec;
-    std::filesystem::copy_file(markers_src, markers_of(out), std::filesystem::copy_options::overwrite_existing,
-                               ec);
+    std::filesystem::copy_file(markers_src, markers_of(out),
+                               std::filesystem::copy_options::overwrite_existing, ec);
     if (ec) {
       throw InputError(fmt::format("{}: cannot write: {}", markers_of(out), ec.message()));
     }
@@ -126,8 +128,8 @@ std::string info_string(const nlohmann::ordered_json& info, const char* key) {
 
 void print_header(const TracedRun& run, const Prediction& p) {
   const nlohmann::ordered_json& info = run.info;
-  fmt::print("script           {} ({} operators on PyTorch {}, {} allocations, {} allocator events)\n", run.label,
-             p.ops, info_string(info, "torch_version"), p.tensors, p.events);
+  fmt::print("script           {} ({} operators on PyTorch {}, {} allocations, {} allocator events)\n",
+             run.label, p.ops, info_string(info, "torch_version"), p.tensors, p.events);
   std::string notes = fmt::format("{} step(s)", p.phases_step);
   if (info.contains("sdpa_backends") && info["sdpa_backends"].is_object()) {
     for (auto it = info["sdpa_backends"].begin(); it != info["sdpa_backends"].end(); ++it) {
@@ -156,8 +158,9 @@ int run_trace(const TraceArgs& a) {
     throw InputError("--gpu / --capacity: give only one of them");
   }
   if (a.load.empty() == a.script_and_args.empty()) {
-    throw InputError(a.load.empty() ? "trace: name the script to run (SCRIPT.py [-- ARGS...]) or --load a trace"
-                                    : "--load: give either a script or --load, not both");
+    throw InputError(a.load.empty()
+                         ? "trace: name the script to run (SCRIPT.py [-- ARGS...]) or --load a trace"
+                         : "--load: give either a script or --load, not both");
   }
   const TraceDevice device = trace_device(a);
   std::optional<ScratchDir> scratch;
@@ -201,14 +204,16 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
   auto* cap = cmd->add_option("--capacity", args.capacity, "device memory instead of a GPU, e.g. 80GiB");
   gpu->excludes(cap);
   cmd->add_option("--alloc-conf", args.alloc_conf, "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax");
-  cmd->add_option("--python", args.python,
-                  "the Python with PyTorch to run the script (default: $VRAMSIM_PYTHON, python3, /usr/bin/python3)");
+  cmd->add_option(
+      "--python", args.python,
+      "the Python with PyTorch to run the script (default: $VRAMSIM_PYTHON, python3, /usr/bin/python3)");
   cmd->add_option("--out", args.out, "write the trace (.vtrace / .pickle / .json) and its phase markers");
   cmd->add_option("--load", args.load, "report on a trace written by --out or vramsim_trace.record()");
   cmd->add_option("--cublas-workspace-bytes", args.cublas_workspace_bytes,
                   "cuBLAS workspace per handle and stream (default: PyTorch's for the GPU, or "
                   "$CUBLAS_WORKSPACE_CONFIG)");
-  cmd->add_flag("--json", args.json, "machine-readable output (predict --json's keys, plus script and tracer)");
+  cmd->add_flag("--json", args.json,
+                "machine-readable output (predict --json's keys, plus script and tracer)");
   cmd->add_option("script", args.script_and_args, "SCRIPT.py [-- ARGS...]");
   // Everything after the script belongs to it (a leading "--" is optional).
   cmd->prefix_command();

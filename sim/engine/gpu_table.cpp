@@ -35,7 +35,8 @@
 //   allocation (CUDA context, module images, cuBLAS/cuDNN handles) with lazy module loading, the default on
 //   Linux since CUDA 12.2 (CUDA programming guide, "Lazy Loading"). Eager loading (CUDA < 11.7 or
 //   CUDA_MODULE_LOADING=EAGER) can cost 1-2 GiB more. Measure with nvidia-smi minus torch reserved bytes.
-//   compute capability: NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus): A100 8.0, H100 and H200 9.0,
+//   compute capability: NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus): A100 8.0, H100 and
+//   H200 9.0,
 //     L4 and RTX 4090 8.9, V100 7.0, T4 7.5. PyTorch sizes its cuBLAS workspaces by it (CublasHandlePool.cpp)
 //     and picks SDPA kernels by it (sdp_utils.cpp: FlashAttention-2 needs 8.0).
 #include "sim/engine/gpu_table.h"

@@ -18,4 +18,8 @@ struct GpuMemory {
 // Throws InputError listing the known GPUs when `name` matches none.
 GpuMemory gpu_memory(std::string_view name);
 
+// The device a prediction runs on: the named GPU, or (`gpu` empty) `capacity_bytes` of memory with no CUDA
+// context and no name (--capacity). Throws InputError for an unknown GPU or a zero capacity.
+GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes);
+
 }  // namespace vramsim

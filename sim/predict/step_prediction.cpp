@@ -19,23 +19,6 @@
 namespace vramsim {
 namespace {
 
-struct Device {
-  std::string name;
-  std::int64_t total = 0;
-  std::int64_t context = 0;
-};
-
-Device resolve_device(const PredictRequest& r) {
-  if (!r.gpu.empty()) {
-    const GpuMemory g = gpu_memory(r.gpu);
-    return {g.name, g.total_bytes, g.context_bytes};
-  }
-  if (r.capacity_bytes == 0) {
-    throw InputError("--capacity: must be positive (or name a GPU with --gpu)");
-  }
-  return {"", static_cast<std::int64_t>(r.capacity_bytes), 0};
-}
-
 // Allocated bytes (rounded as the allocator rounds) after each event of the schedule.
 std::vector<std::int64_t> allocated_after(const AllocationSchedule& s, const CachingConfig& config) {
   std::vector<std::int64_t> out(s.events.size());
@@ -133,7 +116,7 @@ MemoryBill live_bill(const OpGraph& graph, const AllocationSchedule& schedule, s
 
 Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   validate(request.options);
-  const Device device = resolve_device(request);
+  const GpuMemory device = device_memory(request.gpu, request.capacity_bytes);
   const CachingConfig config =
       request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
 
@@ -152,14 +135,15 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   Prediction p;
   p.model_name = request.model.name;
   p.gpu_name = device.name;
-  p.total_bytes = device.total;
-  p.cuda_context_bytes = device.context;
-  p.allocator_capacity_bytes = device.total - device.context;
+  p.total_bytes = device.total_bytes;
+  p.cuda_context_bytes = device.context_bytes;
+  p.allocator_capacity_bytes = device.total_bytes - device.context_bytes;
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   p.events = schedule.events.size();
   if (p.allocator_capacity_bytes <= 0) {
-    throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", device.total));
+    throw InputError(
+        fmt::format("--capacity: {} bytes leave nothing after the CUDA context", device.total_bytes));
   }
 
   ReplayOptions ro;
@@ -352,10 +336,11 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
   out.vary = vary;
   out.margin = margin;
   {
-    const Device d = resolve_device(request);
-    out.total_bytes = d.total;
-    out.cuda_context_bytes = d.context;
-    out.limit_bytes = static_cast<std::int64_t>(std::floor((1.0 - margin) * static_cast<double>(d.total)));
+    const GpuMemory d = device_memory(request.gpu, request.capacity_bytes);
+    out.total_bytes = d.total_bytes;
+    out.cuda_context_bytes = d.context_bytes;
+    out.limit_bytes =
+        static_cast<std::int64_t>(std::floor((1.0 - margin) * static_cast<double>(d.total_bytes)));
   }
   auto trial = [&](std::int64_t value) {
     PredictRequest r = request;

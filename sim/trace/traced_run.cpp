@@ -97,23 +97,6 @@ std::int64_t before(const std::vector<std::int64_t>& after, std::size_t index) {
   return index == 0 || after.empty() ? 0 : after[std::min(index, after.size()) - 1];
 }
 
-struct Device {
-  std::string name;
-  std::int64_t total = 0;
-  std::int64_t context = 0;
-};
-
-Device resolve(const TraceDevice& d) {
-  if (!d.gpu.empty()) {
-    const GpuMemory g = gpu_memory(d.gpu);
-    return {g.name, g.total_bytes, g.context_bytes};
-  }
-  if (d.capacity_bytes == 0) {
-    throw InputError("--capacity: must be positive (or name a GPU with --gpu)");
-  }
-  return {"", static_cast<std::int64_t>(d.capacity_bytes), 0};
-}
-
 // Index of the first marker at or after `from` for which `pred` holds, or markers.size().
 template <typename Pred>
 std::size_t find_marker(const std::vector<TraceMarker>& m, std::size_t from, Pred pred) {
@@ -125,8 +108,8 @@ std::size_t find_marker(const std::vector<TraceMarker>& m, std::size_t from, Pre
   return m.size();
 }
 
-void fill_phases(Prediction& p, const std::vector<TraceMarker>& markers, const std::vector<std::int64_t>& alloc,
-                 std::size_t events) {
+void fill_phases(Prediction& p, const std::vector<TraceMarker>& markers,
+                 const std::vector<std::int64_t>& alloc, std::size_t events) {
   int last = 0;
   for (const TraceMarker& m : markers) {
     last = std::max(last, m.step);
@@ -145,7 +128,8 @@ void fill_phases(Prediction& p, const std::vector<TraceMarker>& markers, const s
     return;
   }
   p.phases.before_forward = at(fwd);
-  p.phases.after_forward = at(find_marker(markers, fwd, [](const TraceMarker& m) { return m.phase != "forward"; }));
+  p.phases.after_forward =
+      at(find_marker(markers, fwd, [](const TraceMarker& m) { return m.phase != "forward"; }));
   // The last backward and the last optimizer step of the step (gradient accumulation runs several backwards).
   std::size_t last_backward = markers.size();
   std::size_t last_optimizer = markers.size();
@@ -173,9 +157,10 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
   run.label = vtrace_path;
   run.trace = load_snapshot(vtrace_path);
   if (run.trace.has_final_state) {
-    throw InputError(fmt::format("{}: not a traced run (it records an allocator state before the trace; "
-                                 "use vramsim replay)",
-                                 vtrace_path));
+    throw InputError(
+        fmt::format("{}: not a traced run (it records an allocator state before the trace; "
+                    "use vramsim replay)",
+                    vtrace_path));
   }
   std::ifstream in(markers_path, std::ios::binary);
   if (!in) {
@@ -199,15 +184,15 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
 }
 
 Prediction analyze_traced_run(const TracedRun& run, const TraceDevice& device) {
-  const Device d = resolve(device);
+  const GpuMemory d = device_memory(device.gpu, device.capacity_bytes);
   Prediction p;
   p.model_name = run.label;
   p.gpu_name = d.name;
-  p.total_bytes = d.total;
-  p.cuda_context_bytes = d.context;
-  p.allocator_capacity_bytes = d.total - d.context;
+  p.total_bytes = d.total_bytes;
+  p.cuda_context_bytes = d.context_bytes;
+  p.allocator_capacity_bytes = d.total_bytes - d.context_bytes;
   if (p.allocator_capacity_bytes <= 0) {
-    throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total));
+    throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total_bytes));
   }
   const std::vector<TraceEvent> no_events;
   const std::vector<TraceEvent>& events =

@@ -77,7 +77,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 
 struct ChildResult {
   bool started = false;
-  int status = 0;              // exit status, or 128 + signal
+  int status = 0;         // exit status, or 128 + signal
   std::string last_line;  // the last line the child wrote to stderr, not yet passed on
 };
 
@@ -169,7 +169,8 @@ std::string run_tracer(const TracerInvocation& t) {
       return python;
     }
     if (r.status == kTracerScriptFailed || r.status == kTracerBadOptions) {
-      throw InputError(r.last_line.empty() ? fmt::format("{}: the traced script failed", t.script) : r.last_line);
+      throw InputError(r.last_line.empty() ? fmt::format("{}: the traced script failed", t.script)
+                                           : r.last_line);
     }
     throw InputError(fmt::format("{}: the tracer ended with status {}{}{}", t.script, r.status,
                                  r.last_line.empty() ? "" : ": ", r.last_line));

@@ -131,9 +131,11 @@ TEST_CASE("traced run: without markers there are no phases; bad markers are name
   write(f.markers, "{\"markers\": [{\"event_index\": -1, \"step\": 0, \"phase\": \"setup\"}]}");
   CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers),
                     Catch::Contains("markers[0]: expected {\"event_index\": unsigned"));
-  write(f.markers, "{\"markers\": [{\"event_index\": 3, \"step\": 1, \"phase\": \"forward\"},"
-                   " {\"event_index\": 1, \"step\": 1, \"phase\": \"loss\"}]}");
-  CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers), Catch::Contains("markers[1].event_index: markers must be in event order"));
+  write(f.markers,
+        "{\"markers\": [{\"event_index\": 3, \"step\": 1, \"phase\": \"forward\"},"
+        " {\"event_index\": 1, \"step\": 1, \"phase\": \"loss\"}]}");
+  CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers),
+                    Catch::Contains("markers[1].event_index: markers must be in event order"));
   write(f.markers, "{\"markers\": ");
   CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers), Catch::Contains(".markers.json: not JSON"));
 }
