@@ -52,6 +52,14 @@ class Lifetimes(unittest.TestCase):
         allocs = [n for a, _, n, _ in events(s) if a == "alloc"]
         self.assertEqual(allocs, [100 * 8 * 4])  # one 3200 B parameter, not two
 
+    def test_the_programs_own_meta_tensors_are_not_on_the_gpu(self):
+        def prog():
+            m = torch.empty(1000, device="meta")  # a shape-only tensor the program asked for
+            m2 = m * 2
+            prog.keep = (m, m2)
+
+        self.assertEqual(events(traced(prog)), [])
+
     def test_model_state_built_on_the_host_costs_nothing_until_moved(self):
         def prog():
             nn.Linear(4096, 4096)  # 64 MiB of weights on the host: not the simulated GPU's business

@@ -15,7 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .dispatch import UnsupportedOperator, _user_line
-from .storage import _REAL_DEVICE, real_device_type
+from .storage import _REAL_DEVICE, TensorBase, real_device_type
 
 CUDA0 = torch.device("cuda", 0)
 CPU = torch.device("cpu")
@@ -139,10 +139,14 @@ class DeviceFunctionMode(TorchFunctionMode):
             return handler(args, kwargs)
         if self.s.autocast.enabled():
             args, kwargs = self.s.autocast.apply(getattr(func, "__name__", ""), args, kwargs)
-        if "device" in kwargs and _is_cuda_device(kwargs["device"]):
+        device = kwargs.get("device")
+        if device is not None and _is_cuda_device(device):
             kwargs = dict(kwargs)
             kwargs["device"] = "meta"
             with self.s.tracer.device_scope():  # empty_like(host_tensor, device="cuda") is on the device
+                return func(*args, **kwargs)
+        if device is not None and torch.device(device).type == "meta":
+            with self.s.tracer.host_scope():  # the program's own meta tensors (`with torch.device("meta")`)
                 return func(*args, **kwargs)
         return func(*args, **kwargs)
 
@@ -182,7 +186,7 @@ class DeviceFunctionMode(TorchFunctionMode):
         repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
         dim = args[2] if len(args) > 2 else kwargs.get("dim")
         if not isinstance(repeats, int) or real_device_type(t) != "meta":
-            return torch._C._TensorBase.repeat_interleave(*args, **kwargs)
+            return TensorBase.repeat_interleave(*args, **kwargs)
         if dim is None:
             t, dim = t.reshape(-1), 0
         dim = dim % t.dim()
@@ -197,7 +201,7 @@ class DeviceFunctionMode(TorchFunctionMode):
             if real_device_type(t) == "meta":
                 raise UnsupportedOperator(f"{what} needs the values of a tensor on the simulated GPU "
                                           f"(called from {_user_line()})")
-            return getattr(torch._C._TensorBase, what.split(".")[1].rstrip("()"))(t)
+            return getattr(TensorBase, what.split(".")[1].rstrip("()"))(t)
 
         return handler
 

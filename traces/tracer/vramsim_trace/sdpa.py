@@ -53,8 +53,9 @@ def choose_backend(q, k, v, attn_mask, compute_capability: int) -> str:
     return "math"
 
 
-def _empty(shape, dtype):
-    return torch.empty(tuple(shape), dtype=dtype, device="meta")
+def _empty(shape, dtype, tracer):
+    with tracer.device_scope():  # on the simulated GPU (a bare device="meta" is the program's own meta tensor)
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")
 
 
 class _FusedAttention(torch.autograd.Function):
@@ -64,8 +65,8 @@ class _FusedAttention(torch.autograd.Function):
         ctx.has_mask = attn_mask is not None
         lse_seq = q.shape[-2] if backend == "flash" else _round_up(q.shape[-2], 32)
         with tracer.op_label(f"aten._scaled_dot_product_{'flash' if backend == 'flash' else 'efficient'}_attention"):
-            out = _empty(q.shape[:-1] + (v.shape[-1],), q.dtype)
-            lse = _empty(q.shape[:-2] + (lse_seq,), torch.float32)
+            out = _empty(q.shape[:-1] + (v.shape[-1],), q.dtype, tracer)
+            lse = _empty(q.shape[:-2] + (lse_seq,), torch.float32, tracer)
         if attn_mask is not None:
             ctx.save_for_backward(q, k, v, out, lse, attn_mask)
         else:
@@ -77,29 +78,33 @@ class _FusedAttention(torch.autograd.Function):
         q, k, v = ctx.saved_tensors[:3]
         tracer = ctx.tracer
         with tracer.op_label(f"aten._scaled_dot_product_{ctx.backend}_attention_backward"):
-            dq, dk, dv = _empty(q.shape, q.dtype), _empty(k.shape, k.dtype), _empty(v.shape, v.dtype)
+            dq = _empty(q.shape, q.dtype, tracer)
+            dk = _empty(k.shape, k.dtype, tracer)
+            dv = _empty(v.shape, v.dtype, tracer)
             batch_heads = tuple(q.shape[:-2])
             seq_q, head_dim = q.shape[-2], q.shape[-1]
             if ctx.backend == "flash":
                 seq_r = _round_up(seq_q, 128)
-                softmax_d = _empty(batch_heads + (seq_r,), torch.float32)
-                dq_accum = _empty(batch_heads[:-1] + (seq_r, q.shape[-3], _round_up(head_dim, 32)), torch.float32)
+                softmax_d = _empty(batch_heads + (seq_r,), torch.float32, tracer)
+                dq_accum = _empty(batch_heads[:-1] + (seq_r, q.shape[-3], _round_up(head_dim, 32)), torch.float32,
+                                  tracer)
                 del softmax_d, dq_accum
             else:
-                delta = _empty(batch_heads + (seq_q,), torch.float32)
-                accum = _empty(q.shape, torch.float32) if q.dtype != torch.float32 else None
+                delta = _empty(batch_heads + (seq_q,), torch.float32, tracer)
+                accum = _empty(q.shape, torch.float32, tracer) if q.dtype != torch.float32 else None
                 del delta, accum
         return dq, dk, dv, None, None, None
 
 
-def _math(q, k, v, attn_mask, dropout_p, is_causal, scale):
+def _math(tracer, q, k, v, attn_mask, dropout_p, is_causal, scale):
     if q.shape[-3] != k.shape[-3]:  # grouped-query attention: PyTorch's math path repeats k and v
         rep = q.shape[-3] // k.shape[-3]
         k = k.repeat_interleave(rep, dim=-3)
         v = v.repeat_interleave(rep, dim=-3)
     attn = torch.matmul(q, k.transpose(-2, -1)) * scale
     if is_causal:
-        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device="meta").tril()
+        with tracer.device_scope():
+            causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device="meta").tril()
         attn = attn.masked_fill(causal.logical_not(), float("-inf"))
     if attn_mask is not None:
         attn = attn.masked_fill(attn_mask.logical_not(), float("-inf")) if attn_mask.dtype == torch.bool \
@@ -117,5 +122,5 @@ def scaled_dot_product_attention(tracer, compute_capability: int, query, key, va
     backend = choose_backend(query, key, value, attn_mask, compute_capability)
     tracer.sdpa_backends[backend] = tracer.sdpa_backends.get(backend, 0) + 1
     if backend == "math":
-        return _math(query, key, value, attn_mask, dropout_p, is_causal, scale)
+        return _math(tracer, query, key, value, attn_mask, dropout_p, is_causal, scale)
     return _FusedAttention.apply(query, key, value, attn_mask, backend, tracer)

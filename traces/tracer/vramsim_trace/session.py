@@ -18,7 +18,7 @@ from . import sdpa
 from .autocast import AutocastEmulation
 from .device import CPU, CUDA0, DeviceFunctionMode, FakeEvent, FakeStream, Patcher, _is_cuda_device, device_property
 from .dispatch import TracingDispatchMode
-from .storage import real_device_type
+from .storage import TensorBase, real_device_type
 from .tracer import Tracer, cublas_workspace_bytes
 
 
@@ -60,18 +60,18 @@ class Session:
         is_meta = real_device_type(src) == "meta"
         if device is not None and _is_cuda_device(device):
             if on_device:
-                return torch._C._TensorBase.to(src, dtype=dtype, copy=copy, **kw)
+                return TensorBase.to(src, dtype=dtype, copy=copy, **kw)
             scope = t.input_scope() if not isinstance(src, torch.nn.Parameter) else contextlib.nullcontext()
             with scope, t.device_scope():
                 if is_meta:
-                    return torch._C._TensorBase.to(src, dtype=dtype, copy=True, **kw)
-                return torch._C._TensorBase.to(src, device="meta", dtype=dtype, **kw)
+                    return TensorBase.to(src, dtype=dtype, copy=True, **kw)
+                return TensorBase.to(src, device="meta", dtype=dtype, **kw)
         if device is not None and device.type == "cpu":
             if on_device:
                 with t.host_scope():
-                    return torch._C._TensorBase.to(src, dtype=dtype, copy=True, **kw)
-            return torch._C._TensorBase.to(src, dtype=dtype, copy=copy, **kw)
-        return torch._C._TensorBase.to(src, dtype=dtype, copy=copy, **kw)
+                    return TensorBase.to(src, dtype=dtype, copy=True, **kw)
+            return TensorBase.to(src, dtype=dtype, copy=copy, **kw)
+        return TensorBase.to(src, dtype=dtype, copy=copy, **kw)
 
     # ---- install / uninstall ------------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ from .output import Allocation
 # The descriptor behind Tensor.device, kept before device.py replaces the Python-level property. Inside a
 # TorchFunctionMode a property read is dispatched to the *public* (patched) property, so real_device_type()
 # asks is_meta / is_cpu, which the tracer leaves alone.
-_REAL_DEVICE = torch._C._TensorBase.device
+# torch._C._TensorBase is torch._C.TensorBase from PyTorch 2.2 on.
+TensorBase = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+_REAL_DEVICE = TensorBase.device
 
 
 def real_device_type(t: torch.Tensor) -> str:
