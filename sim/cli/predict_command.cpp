@@ -39,7 +39,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--grad-accumulation", a.grad_accumulation, "micro-batches per optimizer step")
       ->capture_default_str();
   cmd->add_option("--steps", a.steps, "training steps to simulate")->capture_default_str();
-  cmd->add_flag("--forward-only", a.forward_only, "a forward pass with autograd on, no backward/optimizer");
+  cmd->add_flag("--forward-only", a.forward_only,
+                "forward passes with autograd on, no backward/optimizer (`logits = model(x)` in a loop: the "
+                "previous graph lives until logits is rebound)");
+  cmd->add_flag("--inference", a.inference,
+                "forward passes under torch.no_grad()/inference_mode(): nothing saved for backward");
   cmd->add_option("--alloc-conf", alloc_conf, "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax");
 }
 
@@ -57,7 +61,7 @@ void print_run(const Prediction& p, const RequestArgs& a) {
              p.tensors, p.events);
   fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
              a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, a.attention, a.steps,
-             a.forward_only ? ", forward only" : "");
+             a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
 }
 
 struct PredictArgs {

@@ -368,7 +368,7 @@ VarId cs336_layer(EmitContext& c, int layer, VarId x) {
 VarId cs336_final(EmitContext& c, VarId x) {
   const VarId h = rmsnorm(c, "ln_final", x, c.params.final_w);
   const VarId logits = c.ops.linear("lm_head", h, c.params.head, kNoVar, !staff(c));
-  c.ops.tape().drop(h);
+  c.ops.tape().drop({h, x});  // the layers' output variable lives until the logits exist
   return logits;
 }
 

@@ -47,15 +47,13 @@ VarId hf_rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
   const VarId var = ops.mean_last(n + ".mean", sq);
   t.drop(sq);
   const VarId ve = ops.add_scalar(n + ".add_eps", var);
-  t.drop(var);
   const VarId r = ops.rsqrt(n + ".rsqrt", ve);
   t.drop(ve);
   const VarId hn = ops.mul(n + ".mul_rsqrt", x32, r);  // hidden_states * torch.rsqrt(variance + eps)
   t.drop({x32, r});
   const VarId hc = ops.to(n + ".to_in_dtype", hn, in_dtype);
-  t.drop(hn);
   const VarId out = ops.mul(n + ".mul_weight", w, hc);  // self.weight * hidden_states.to(input_dtype)
-  t.drop(hc);
+  t.drop({hc, hn, var});  // the locals `hidden_states` and `variance` live until forward returns
   return out;
 }
 
@@ -100,33 +98,43 @@ VarId repeat_kv(EmitContext& c, const std::string& n, VarId x) {
 }
 
 // The attention core from per-head q [b,h,s,hd], k, v [b,h_kv,s,hd] (all strided views) to [b,h,s,hd];
-// `mask` is GPT-2's bool buffer or Llama's additive mask (kNoVar for flash).
-VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, VarId v, VarId mask) {
+// `mask` is GPT-2's bool buffer or Llama's additive mask (kNoVar for flash). With `probs` given, the
+// attention probabilities (HF's attn_weights, a local of the attention module) are handed to the caller,
+// which drops them when the module returns; otherwise they die after use.
+VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, VarId v, VarId mask,
+                     VarId* probs_out = nullptr) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
   const std::int64_t b = c.options.batch, s = c.options.seq, h = c.model.n_heads, hd = c.model.head_dim;
   if (c.options.attention == AttentionKind::kFlash) {
     return ops.sdpa_flash(n + ".sdpa", q, k, v);
   }
-  // torch.matmul(query, key.transpose(2, 3)): autocast casts matmul's operands first (its kernel sits above
-  // matmul's decomposition; a cast keeps the strides), then bmm reads contiguous copies of the strided ones.
-  const VarId qa = ops.autocast_low(n + ".scores", q);
-  const VarId qc = ops.contiguous(n + ".q_contiguous", qa);
-  t.drop(qa);
-  VarId kr = repeat_kv(c, n + ".repeat_k", k);
-  if (const VarId ka = ops.autocast_low(n + ".scores", kr); ka != kr) {
-    t.drop(kr);
-    kr = ka;
-  } else {
-    t.drop(ka);  // autocast_low holds the tensor it returns unchanged
-  }
-  const VarId kc = c.model.n_kv_heads == c.model.n_heads ? ops.contiguous(n + ".k_contiguous", kr) : kr;
-  if (kc != kr) {
-    t.drop(kr);
-  }
-  const VarId kt = t.view(kc, {b, h, hd, s}, n + ".k_t");
-  const VarId scores = ops.matmul(n + ".scores", qc, kt, {b, h, s, s});
-  t.drop({qc, kc, kt});
+  const bool mha = c.model.n_kv_heads == c.model.n_heads;
+  // key_states = repeat_kv(key); value_states = repeat_kv(value) (copies only with fewer k/v heads)
+  const VarId kr = repeat_kv(c, n + ".repeat_k", k);
+  const VarId vr = repeat_kv(c, n + ".repeat_v", v);
+  // torch.matmul(a, b) under autocast: the autocast kernel (above matmul's decomposition) casts both operands
+  // and holds the casts until matmul returns; a cast keeps the strides, so matmul then reads contiguous
+  // copies of the strided ones (bmm takes the transposed, contiguous repeat_kv output as it is).
+  const auto operand = [&](const std::string& name, VarId a, bool strided) {
+    if (strided) {
+      return ops.contiguous(name, a);
+    }
+    t.hold(a);
+    return a;
+  };
+  const auto autocast_matmul = [&](const std::string& name, VarId x, bool x_strided, VarId y, bool y_strided,
+                                   const Shape& out) {
+    const VarId xa = ops.autocast_low(name, x);
+    const VarId ya = ops.autocast_low(name, y);
+    const VarId xc = operand(name + ".a_contiguous", xa, x_strided);
+    const VarId yc = operand(name + ".b_contiguous", ya, y_strided);
+    const VarId r = ops.matmul(name, xc, yc, out);
+    t.drop({xc, yc, xa, ya});
+    return r;
+  };
+  const VarId scores = autocast_matmul(n + ".scores", q, true, kr, mha, {b, h, s, s});  // query @ key^T
+  t.drop(kr);
   VarId probs;
   if (megatron(c)) {  // one fused scale-mask-softmax kernel, output in the activation dtype
     probs = ops.softmax_last(n + ".scale_mask_softmax", scores, t.dtype(scores));
@@ -137,19 +145,23 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     const VarId masked = c.model.family == ModelFamily::kGpt2 ? ops.where(n + ".causal_where", mask, scaled)
                                                               : ops.add(n + ".add_mask", scaled, mask);
     t.drop(scaled);
-    const VarId p32 = ops.softmax_last(n + ".softmax", masked, DType::kFloat32);  // dtype=torch.float32
-    t.drop(masked);
-    probs = ops.to(n + ".softmax_to_dtype", p32, t.dtype(v));  // .to(query.dtype) / .type(value.dtype)
-    t.drop(p32);
+    // attn_weights = softmax(attn_weights, dtype=float32).type(value.dtype) (GPT-2) / .to(query.dtype)
+    // (Llama; after RoPE with the embeddings' cos/sin, query is fp32 under autocast); the old
+    // attn_weights go when the statement rebinds the name, after the conversion.
+    const VarId p32 = ops.softmax_last(n + ".softmax", masked, DType::kFloat32);
+    const DType probs_dtype = c.model.family == ModelFamily::kGpt2 ? t.dtype(v) : t.dtype(q);
+    probs = ops.to(n + ".softmax_to_dtype", p32, probs_dtype);
+    t.drop({p32, masked});
   }
   probs = maybe_dropout(c, n + ".attn_dropout", probs);
-  const VarId vr = repeat_kv(c, n + ".repeat_v", v);
-  const VarId vc = c.model.n_kv_heads == c.model.n_heads ? ops.contiguous(n + ".v_contiguous", vr) : vr;
-  if (vc != vr) {
-    t.drop(vr);
+  const VarId out =
+      autocast_matmul(n + ".attn_v", probs, false, vr, mha, {b, h, s, hd});  // attn_weights @ value
+  t.drop(vr);
+  if (probs_out != nullptr) {
+    *probs_out = probs;
+  } else {
+    t.drop(probs);
   }
-  const VarId out = ops.matmul(n + ".attn_v", probs, vc, {b, h, s, hd});
-  t.drop({vc, probs});
   return out;
 }
 
@@ -186,6 +198,7 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   }
   const VarId mask = c.model.family == ModelFamily::kGpt2 ? c.buffers.causal_mask : c.additive_mask;
   VarId core;
+  VarId probs = kNoVar;
   if (c.options.checkpointing == Checkpointing::kSelective) {
     // the mask is an input of the checkpointed function, so the replay in backward finds it alive
     std::vector<VarId> inputs{q, k, v};
@@ -196,14 +209,17 @@ VarId attention(EmitContext& c, int layer, VarId x) {
       return core_attention(c, n, in[0], in[1], in[2], in.size() > 3 ? in[3] : kNoVar);
     });
   } else {
-    core = core_attention(c, n, q, k, v, mask);
+    core = core_attention(c, n, q, k, v, mask, &probs);
   }
   // transpose(1, 2).contiguous(), then a view to (b, s, heads * head_dim)
   const VarId transposed = t.view(core, {b, s, c.model.q_dim()}, n + ".transpose");
   const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
   t.drop({transposed, core});
   const VarId out = ops.linear(n + (p.qkv_w != kNoVar ? ".c_proj" : ".o_proj"), merged, p.o_w, p.o_b);
-  t.drop({merged, q, k, v});
+  t.drop({merged, q, k, v});  // the module returns: its locals go
+  if (probs != kNoVar) {
+    t.drop(probs);
+  }
   return maybe_dropout(c, n + ".resid_dropout", out);
 }
 
@@ -264,17 +280,31 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   EagerTape& t = c.ops.tape();
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const bool gpt2 = c.model.family == ModelFamily::kGpt2;
-  // residual = hidden_states; hidden_states = self.ln_1(hidden_states); attn; hidden_states = attn + residual
+  // residual = hidden_states; hidden_states = norm(hidden_states); ...; hidden_states = residual + ...
+  // Variable lifetimes as HF writes the two layers: GPT2Block binds the attention's result to `attn_output`
+  // (alive to the end) and keeps ln_1's / ln_2's output in `hidden_states` until the residual sum rebinds it;
+  // LlamaDecoderLayer rebinds `hidden_states` at every step.
   const VarId h = norm(c, layer_name(layer, gpt2 ? "ln_1" : "input_layernorm"), x, p.norm1_w, p.norm1_b);
   const VarId a = attention(c, layer, h);
-  t.drop(h);
+  if (!gpt2) {
+    t.drop(h);
+  }
   const VarId x1 = c.ops.add(layer_name(layer, "residual_attn"), a, x);
-  t.drop(a);
+  if (gpt2) {
+    t.drop(h);
+  } else {
+    t.drop(a);
+  }
   const VarId h2 =
       norm(c, layer_name(layer, gpt2 ? "ln_2" : "post_attention_layernorm"), x1, p.norm2_w, p.norm2_b);
   const VarId m = mlp(c, layer, h2);
-  t.drop(h2);
+  if (!gpt2) {
+    t.drop(h2);
+  }
   const VarId x2 = c.ops.add(layer_name(layer, "residual_mlp"), x1, m);
+  if (gpt2) {
+    t.drop({h2, a});
+  }
   t.drop({m, x1});
   return x2;
 }
@@ -282,6 +312,7 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
 VarId torch_modules_final(EmitContext& c, VarId x) {
   const bool gpt2 = c.model.family == ModelFamily::kGpt2;
   const VarId h = norm(c, gpt2 ? "transformer.ln_f" : "model.norm", x, c.params.final_w, c.params.final_b);
+  c.ops.tape().drop(x);  // hidden_states = self.norm(hidden_states) rebinds it before lm_head runs
   const VarId logits = c.ops.linear("lm_head", h, c.params.head);
   c.ops.tape().drop(h);
   return logits;
@@ -295,10 +326,9 @@ VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
   // labels = F.pad(labels, (0, 1), value=-100); shift_labels = labels[..., 1:].contiguous()
   const VarId padded = t.constant("loss.labels_pad", "constant_pad_nd", {b, s + 1}, t.dtype(targets));
   const VarId shifted = t.constant("loss.shift_labels", "clone", {b, s}, t.dtype(targets));
-  t.drop(padded);
   const VarId lsm = ops.log_softmax_last("loss.cross_entropy.log_softmax", lf);  // F.cross_entropy
   const VarId loss = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, shifted);
-  t.drop({lsm, shifted, lf});
+  t.drop({lsm, shifted, lf, padded});  // `labels` (padded) is a local of the loss function until it returns
   return loss;
 }
 

@@ -38,7 +38,9 @@ VarId TorchOps::autocast_low(const std::string& name, VarId x) {
     m_tape.hold(x);
     return x;
   }
-  const bool cacheable = m_tape.is_parameter(x) && m_tape.grad_enabled();
+  // autocast caches casts of fp32 leaves that require grad (the parameters), under no_grad too: its test
+  // (autocast_mode.cpp, cached_cast) does not look at the grad mode.
+  const bool cacheable = m_tape.is_parameter(x);
   if (cacheable) {
     if (auto it = m_cast_cache.find(x); it != m_cast_cache.end()) {
       m_tape.hold(it->second);

@@ -46,7 +46,12 @@ struct TrainingOptions {
   double dropout = 0.0;       // probability; 0 = no dropout layers run (no masks)
   int grad_accumulation = 1;  // micro-batches per optimizer step
   int steps = 1;
-  bool forward_only = false;          // forward with autograd on, no loss/backward/optimizer
+  // forward with autograd on, no loss/backward/optimizer. Like `for ...: logits = model(x)`: the previous
+  // forward's graph (its saved activations) lives until `logits` is rebound after the next forward.
+  bool forward_only = false;
+  // forward under torch.no_grad() / torch.inference_mode(): nothing saved for backward, every intermediate
+  // freed when the code drops it; implies forward_only. The previous step's logits live until rebound.
+  bool inference = false;
   bool zero_grad_set_to_none = true;  // optimizer.zero_grad() default since PyTorch 2.0
   bool autocast_whole_step = false;   // autocast context around backward and step too (weight cache lives on)
   // Count saved activations exactly as Korthikanti et al. 2022 do (gpt2 family only): fused LayerNorm and

@@ -82,8 +82,7 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
     x = y;
   }
   tape.set_layer(-1);
-  const VarId logits = emit_final(ctx, x);
-  tape.drop(x);
+  const VarId logits = emit_final(ctx, x);  // drops x
   end_forward(ctx);
   return logits;
 }
@@ -107,7 +106,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
   OptimizerModel optimizer(tape, options, params.all);
-  if (!options.forward_only) {
+  const bool forward_only = options.forward_only || options.inference;
+  if (!forward_only) {
     optimizer.construct();
   }
   ops.set_forward_workspace_bytes(options.cublas_workspace_bytes);
@@ -124,16 +124,18 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       ops.set_autocast(low);
       const std::size_t graph_begin = tape.node_count();
       EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar};
+      tape.set_grad_enabled(!options.inference);  // `with torch.no_grad():` around the forward
       const VarId logits = forward(ctx, tape, ids);
+      tape.set_grad_enabled(true);
       if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
         tape.drop(held_logits);
-        if (options.forward_only) {
+        if (forward_only) {
           tape.release_nodes(held_graph_begin, graph_begin);  // nothing else keeps the old graph alive
         }
       }
       held_logits = logits;
       held_graph_begin = graph_begin;
-      if (options.forward_only) {
+      if (forward_only) {
         if (!options.autocast_whole_step) {
           ops.set_autocast(std::nullopt);
           ops.clear_autocast_cache();
@@ -153,7 +155,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       tape.set_phase(Phase::kBackward);
       tape.backward(loss);
     }
-    if (options.forward_only) {
+    if (forward_only) {
       continue;
     }
     tape.set_phase(Phase::kOptimizer);

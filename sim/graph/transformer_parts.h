@@ -55,7 +55,9 @@ struct EmitContext {
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);
 VarId emit_layer(EmitContext& ctx, int layer, VarId x);
-VarId emit_final(EmitContext& ctx, VarId x);  // final norm and lm_head: the logits
+// Final norm and lm_head: the logits. Takes over the caller's reference to `x` and drops it when the model's
+// code lets go of the variable.
+VarId emit_final(EmitContext& ctx, VarId x);
 void end_forward(EmitContext& ctx);           // the model's forward() returns: its locals go away
 VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets);
 

@@ -203,7 +203,7 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   };
   const std::size_t step_end = step_begin_event(schedule, last + 1);
   p.phases.before_forward = at(Phase::kForward);
-  if (request.options.forward_only) {
+  if (request.options.forward_only || request.options.inference) {
     p.phases.after_forward = before(alloc_after, step_end);
   } else {
     p.phases.after_forward = at(Phase::kLoss);
@@ -291,6 +291,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.grad_accumulation = a.grad_accumulation;
   o.steps = a.steps;
   o.forward_only = a.forward_only;
+  o.inference = a.inference;
   validate(o);
   if (a.alloc_conf) {
     (void)parse_alloc_conf(*a.alloc_conf, "--alloc-conf");

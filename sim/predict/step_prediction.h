@@ -145,6 +145,7 @@ struct RequestArgs {
   int grad_accumulation = 1;
   int steps = 2;
   bool forward_only = false;
+  bool inference = false;
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

@@ -97,6 +97,25 @@ TEST_CASE("predict: gpt2 fp32 AdamW bill is parameters, gradients and two fp32 m
   CHECK(*p.phases.after_forward > *p.phases.before_forward);
 }
 
+TEST_CASE("predict --inference: no_grad keeps model state only; nothing is saved for backward",
+          "[quick][predict]") {
+  RequestArgs a = gpt2_args(4, 512);
+  a.inference = true;
+  const Prediction p = predict(make_request(a));
+  // Under torch.no_grad() no autograd node exists: nothing saved, no gradients, no optimizer (not even
+  // built).
+  CHECK(p.bill.activations == 0);
+  CHECK(p.bill.gradients == 0);
+  CHECK(p.bill.optimizer_states == 0);
+  CHECK(p.bill.parameters == kGpt2Params * 4);
+  CHECK_FALSE(p.phases.after_backward.has_value());
+  CHECK(p.num_ooms == 0);
+  // The same forward with autograd on keeps each layer's saved activations: strictly more at its peak.
+  RequestArgs f = gpt2_args(4, 512);
+  f.forward_only = true;
+  CHECK(predict(make_request(f)).peak_allocated_bytes > p.peak_allocated_bytes);
+}
+
 TEST_CASE("predict: a huge batch does not fit on an H100 and the OOM is counted", "[quick][predict]") {
   RequestArgs a = gpt2_args(1024, 1024);
   a.steps = 1;

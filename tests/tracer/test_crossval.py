@@ -1,10 +1,12 @@
 """Cross-validation of the simulator's own layer code against PyTorch: `vramsim predict` (the op graph of
 the torch-modules code path) and `vramsim trace` of the same model written in plain PyTorch
 (traces/recorders/transformer_models.py, the code the GPU recorder runs), over a grid of options (GPT-2 and
-Llama; fp32 and bf16 autocast; checkpointing none and full; math and flash attention).
+Llama; fp32 and bf16 autocast; checkpointing none and full; math and flash attention; training steps,
+forward-only and inference).
 
 What must hold, per configuration:
-  * setup and forward: the allocation sequences are identical, request for request (size and order), after
+  * setup and forward: the allocation sequences are identical, request for request (size and order), and
+    for inference every allocation is freed at the same point (after as many allocations), after
     two normalizations: the order of the casts autocast makes for ONE operator is not compared (the tracer
     casts an operator's arguments left to right; PyTorch's CUDA autocast casts them inside one C++ call
     expression, whose evaluation order the C++ standard leaves unspecified, and the simulator follows what
@@ -44,12 +46,16 @@ SHAPES = {
     "llama": {"family": "llama", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
               "head_dim": 32, "d_ff": 344, "max_positions": 256},
 }
-GRID = [(family, precision, ckpt, attention)
+GRID = [(family, precision, ckpt, attention, "train")
         for family in ("gpt2", "llama")
         for precision in ("fp32", "amp-bf16")
         for ckpt in ("none", "full")
         for attention in ("math", "flash")
         if not (attention == "flash" and precision == "fp32")]
+# Forward passes only: with autograd on (the previous graph lives until `logits` is rebound) and under
+# torch.no_grad() (nothing saved).
+GRID += [(family, precision, "none", "math", mode)
+         for family in ("gpt2", "llama") for precision in ("fp32", "amp-bf16") for mode in ("forward-only", "inference")]
 PHASE_GROUP = {"setup": "setup", "forward": "forward", "loss": "forward", "after_forward": "forward",
                "backward": "backward", "post_backward": "backward", "optimizer": "optimizer",
                "after_optimizer": "optimizer", "zero_grad": "optimizer"}
@@ -62,7 +68,7 @@ def gpt2_hf_config(cfg):
 
 
 def allocations(path):
-    """[(size, phase group, op, category)] of a vtrace, in order."""
+    """[(size, phase group, op, category, address)] of a vtrace's allocations, in order."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -70,7 +76,20 @@ def allocations(path):
             if len(fields) >= 6 and fields[1] == "alloc":
                 tags = dict(x.split("=", 1) for x in fields[6:] if "=" in x)
                 out.append((int(fields[3]), PHASE_GROUP.get(tags.get("phase", ""), tags.get("phase", "")),
-                            tags.get("op", ""), tags.get("cat", "")))
+                            tags.get("op", ""), tags.get("cat", ""), fields[2]))
+    return out
+
+
+def frees(path):
+    """{address: the number of allocations made before it was freed} (vtrace addresses are not reused)."""
+    made, out = 0, {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[1] == "alloc":
+                made += 1
+            elif len(fields) >= 6 and fields[1] == "free_requested":
+                out[fields[2]] = made
     return out
 
 
@@ -103,9 +122,9 @@ def run(args):
 
 
 def compare(row, d):
-    family, precision, ckpt, attention = row
+    family, precision, ckpt, attention, mode = row
     cfg = dict(SHAPES[family], batch=2, seq=128, precision=precision, checkpointing=ckpt, attention=attention,
-               steps=2, optimizer="adamw", name="_".join(row), model=family)
+               steps=2, optimizer="adamw", name="_".join(row), model=family, mode=mode)
     cfg_path, hf_path = os.path.join(d, "cfg.json"), os.path.join(d, "hf_config.json")
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
@@ -115,7 +134,8 @@ def compare(row, d):
     run([VRAMSIM, "trace", "--gpu", "H100", "--out", traced, DRIVER, "--", cfg_path])
     run([VRAMSIM, "predict", "--model", hf_path, "--model-code", "torch-modules", "--gpu", "H100", "--batch", "2",
          "--seq", "128", "--precision", precision, "--checkpointing", ckpt, "--attention", attention,
-         "--optimizer", "adamw", "--steps", "2", "--trace-out", predicted])
+         "--optimizer", "adamw", "--steps", "2", "--trace-out", predicted]
+        + ([f"--{mode}"] if mode != "train" else []))
     return allocations(traced), allocations(predicted)
 
 
@@ -132,10 +152,23 @@ def persistent(allocs, group):
     return sorted((x[0], x[3]) for x in allocs if x[1] == group and x[3] in ("gradient", "optimizer_state"))
 
 
+def same_lifetimes(t, p, freed_t, freed_p, horizon):
+    """The first allocation (of equal sequences t and p) that is freed at a different point, or None. A point is
+    the number of allocations made before the free; frees at or after `horizon` count as one point."""
+    for k, (a, b) in enumerate(zip(t, p)):
+        end_t, end_p = freed_t.get(a[4], horizon), freed_p.get(b[4], horizon)
+        if min(end_t, horizon) != min(end_p, horizon):
+            return f"allocation {k} ({a[0]} B, {a[2]} / {b[2]}) freed after {end_t} allocations traced, {end_p} predicted"
+    return None
+
+
 def check_row(row):
     with tempfile.TemporaryDirectory() as d:
         traced, predicted = compare(row, d)
+        freed_t = frees(os.path.join(d, "traced.vtrace"))
+        freed_p = frees(os.path.join(d, "predicted.vtrace"))
     traced, predicted = casts_unordered(traced), casts_unordered(predicted)
+    horizon = sum(1 for x in traced if x[1] in ("setup", "forward"))  # allocations before the first backward
     problems, notes = [], []
     for group in ("setup", "forward", "backward", "optimizer"):
         t = [x for x in traced if x[1] == group]
@@ -143,11 +176,22 @@ def check_row(row):
         diff = differences(t, p)
         line = f"{group} {len(t)}/{len(p)} allocations {sum(x[0] for x in t)}/{sum(x[0] for x in p)} B"
         if group in ("setup", "forward"):
-            notes.append(f"{line}, identical" if not diff else line)
             if diff:
                 tag, a, b = diff[0]
                 problems.append(f"{line}: first difference {tag}: traced {[(x[0], x[2]) for x in a[:3]]}, "
                                 f"predicted {[(x[0], x[2]) for x in b[:3]]}")
+                continue
+            # The same allocations: each must also be freed at the same point. Asserted for inference, where
+            # Python's references alone decide; with autograd on, what a backward node saves changes with the
+            # PyTorch version (1.13's MeanBackward1 keeps its input, 2.x's keeps only its size), so lifetimes
+            # are reported there.
+            moved = same_lifetimes(t, p, freed_t, freed_p, horizon)
+            if moved and row[4] == "inference":
+                problems.append(f"{group}: {moved}")
+            elif moved:
+                notes.append(f"{line}, identical; lifetimes differ (reported only): {moved}")
+            else:
+                notes.append(f"{line}, identical, freed at the same points")
         else:
             if persistent(traced, group) != persistent(predicted, group):
                 problems.append(f"{group}: gradients / optimizer states differ: traced "

@@ -48,9 +48,16 @@ def main():
     labels = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["seq"])).to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     logits = loss = None
+    mode = cfg.get("mode", "train")
     for _ in range(cfg["steps"]):
+        if mode == "inference":  # vramsim predict --inference
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                logits = model(ids)
+            continue
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             logits = model(ids)
+            if mode == "forward-only":  # vramsim predict --forward-only
+                continue
             loss = tm.causal_lm_loss(logits, labels)
         loss.backward()
         optimizer.step()

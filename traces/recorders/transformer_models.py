@@ -13,6 +13,11 @@ Where PyTorch offers several ways, this file takes the one the simulator documen
     with a few KiB of temporaries on the device);
   * Llama's eager path adds a (batch, 1, seq, seq) float mask built once per forward; SDPA (flash) needs none;
   * no dropout layers (dropout 0), parameters in HF registration order (the order of model.parameters());
+  * Python variables as HF's modeling code names them (residual / hidden_states / attn_weights, rebound
+    where HF rebinds them), so that every tensor dies when HF's would: e.g. GPT2Block keeps attn_output to its
+    end, LlamaRMSNorm keeps `variance` until it returns. One simplification: the attention probabilities die
+    when the attention module returns (newer transformers return them to the decoder layer, which drops them
+    only at its end);
   * variable lifetimes as the simulator has them: the token embeddings die right after their first use, and the
     per-forward tensors (position ids, rotary tables, mask) live until the logits exist (HF's GPT2Model keeps
     inputs_embeds / position_embeds to the end of its forward, and LlamaModel drops its locals before the
@@ -68,26 +73,32 @@ class GPT2Block(nn.Module):
         self.mlp.c_fc = Conv1D(d, cfg["d_ff"])
         self.mlp.c_proj = Conv1D(cfg["d_ff"], d)
 
-    def _attention(self, h, causal_mask):
-        b, s, d = h.shape
+    def _attention(self, hidden_states, causal_mask):  # GPT2Attention.forward with eager_attention_forward
+        b, s, d = hidden_states.shape
         hd = d // self.n_heads
-        qkv = self.attn.c_attn(h)
-        q, k, v = (t.view(b, s, self.n_heads, hd).transpose(1, 2) for t in qkv.split(d, dim=2))
+        query, key, value = self.attn.c_attn(hidden_states).split(d, dim=2)
+        query, key, value = (t.view(b, s, self.n_heads, hd).transpose(1, 2) for t in (query, key, value))
         if self.attention == "flash":
-            out = sdpa_flash(q, k, v)
+            attn_output = sdpa_flash(query, key, value)
         else:
-            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-            scores = torch.where(causal_mask, scores, torch.finfo(scores.dtype).min)
-            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
-            out = torch.matmul(probs, v)
-        out = out.transpose(1, 2).contiguous().view(b, s, d)
-        return self.attn.c_proj(out)
+            attn_weights = torch.matmul(query, key.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+            attn_weights = torch.where(causal_mask, attn_weights, torch.finfo(attn_weights.dtype).min)
+            attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value.dtype)
+            attn_output = torch.matmul(attn_weights, value)
+        attn_output = attn_output.transpose(1, 2).contiguous().view(b, s, d)
+        attn_output = self.attn.c_proj(attn_output)
+        return attn_output  # attn_weights (the probabilities) live until here, after c_proj
 
-    def forward(self, x, causal_mask=None):
-        a = self._attention(self.ln_1(x), causal_mask)
-        x = a + x
-        m = self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-        return x + m
+    def forward(self, hidden_states, causal_mask=None):  # GPT2Block.forward
+        residual = hidden_states
+        hidden_states = self.ln_1(hidden_states)
+        attn_output = self._attention(hidden_states, causal_mask)
+        hidden_states = attn_output + residual
+        residual = hidden_states
+        hidden_states = self.ln_2(hidden_states)
+        feed_forward_hidden_states = self.mlp.c_proj(F.gelu(self.mlp.c_fc(hidden_states), approximate="tanh"))
+        hidden_states = residual + feed_forward_hidden_states
+        return hidden_states
 
 
 class GPT2LMHeadModel(nn.Module):
@@ -157,6 +168,12 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def apply_rotary_pos_emb(q, k, cos, sin):
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
 def repeat_kv(x, n_rep: int):
     if n_rep == 1:
         return x
@@ -182,31 +199,37 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(d)
         self.post_attention_layernorm = RMSNorm(d)
 
-    def _attention(self, h, cos, sin, mask):
-        b, s, _ = h.shape
+    def _attention(self, hidden_states, cos, sin, mask):  # LlamaAttention.forward, eager_attention_forward
+        b, s, _ = hidden_states.shape
         a = self.self_attn
-        q = a.q_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
-        k = a.k_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
-        v = a.v_proj(h).view(b, s, -1, self.head_dim).transpose(1, 2)
-        q = (q * cos) + (rotate_half(q) * sin)
-        k = (k * cos) + (rotate_half(k) * sin)
+        query_states = a.q_proj(hidden_states).view(b, s, -1, self.head_dim).transpose(1, 2)
+        key_states = a.k_proj(hidden_states).view(b, s, -1, self.head_dim).transpose(1, 2)
+        value_states = a.v_proj(hidden_states).view(b, s, -1, self.head_dim).transpose(1, 2)
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         if self.attention == "flash":
-            out = sdpa_flash(q, k, v)  # the grid uses MHA only: no repeat_kv, no enable_gqa
+            attn_output = sdpa_flash(query_states, key_states, value_states)  # MHA only: no enable_gqa
         else:
             n_rep = self.n_heads // self.n_kv_heads
-            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-            scores = torch.matmul(q, k.transpose(2, 3)) * (self.head_dim ** -0.5)
-            scores = scores + mask
-            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            out = torch.matmul(probs, v)
-        out = out.transpose(1, 2).contiguous().reshape(b, s, -1)
-        return a.o_proj(out)
+            key_states, value_states = repeat_kv(key_states, n_rep), repeat_kv(value_states, n_rep)
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * (self.head_dim ** -0.5)
+            attn_weights = attn_weights + mask
+            attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+            attn_output = torch.matmul(attn_weights, value_states)
+        attn_output = attn_output.transpose(1, 2).contiguous().reshape(b, s, -1)
+        attn_output = a.o_proj(attn_output)
+        return attn_output  # attn_weights live until here, after o_proj
 
-    def forward(self, x, cos, sin, mask=None):
-        x = x + self._attention(self.input_layernorm(x), cos, sin, mask)
-        h = self.post_attention_layernorm(x)
-        m = self.mlp
-        return x + m.down_proj(F.silu(m.gate_proj(h)) * m.up_proj(h))
+    def forward(self, hidden_states, cos, sin, mask=None):  # LlamaDecoderLayer.forward
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states = self._attention(hidden_states, cos, sin, mask)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.post_attention_layernorm(hidden_states)
+        m = self.mlp  # LlamaMLP.forward: down_proj(act_fn(gate_proj(x)) * up_proj(x))
+        hidden_states = m.down_proj(F.silu(m.gate_proj(hidden_states)) * m.up_proj(hidden_states))
+        hidden_states = residual + hidden_states
+        return hidden_states
 
 
 class LlamaForCausalLM(nn.Module):
