@@ -24,6 +24,7 @@
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "traces/trace_io.h"
+#include "traces/utf8.h"
 
 namespace vramsim {
 namespace {
@@ -227,6 +228,9 @@ class VtraceReader {
       }
       out += static_cast<char>(hi * 16 + lo);
       i += 2;
+    }
+    if (!is_valid_utf8(out)) {
+      fail(fmt::format("{} is not valid UTF-8 (write other bytes as %XX)", what));
     }
     return out;
   }

@@ -21,6 +21,9 @@ void add_sweep_command(CLI::App& app, std::function<int()>& run);
 void add_trace_command(CLI::App& app, std::function<int()>& run);
 // The arguments after `vramsim trace SCRIPT.py --`, which main() keeps away from the option parser.
 void set_trace_script_args(std::vector<std::string> args);
+// `vramsim trace`'s own options are the ones before the script; throws InputError naming an unknown one
+// there.
+void check_trace_options(const std::vector<std::string>& args);
 
 // The model, device and training flags of predict, fit, compare and sweep (predict_command.cpp). `alloc_conf`
 // receives --alloc-conf; copy it into `a` when the option was given.

@@ -35,11 +35,22 @@ int main(int argc, char** argv) {
         break;
       }
     }
+    try {
+      vramsim::cli::check_trace_options(std::vector<std::string>(argv + 2, argv + parsed_argc));
+    } catch (const vramsim::InputError& e) {
+      fmt::print(stderr, "vramsim: error: {}\n", e.what());
+      return 2;
+    }
   }
   try {
     app.parse(parsed_argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) {
+      return app.exit(e);  // --help, --version
+    }
+    // An unknown option, a missing or malformed value: one line and exit status 2, as for any bad input.
+    fmt::print(stderr, "vramsim: error: {} (see vramsim --help)\n", e.what());
+    return 2;
   }
   try {
     return run();

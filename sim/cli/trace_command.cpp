@@ -1,5 +1,6 @@
 // `vramsim trace`: the user's own script, run on the CPU with real PyTorch deciding every allocation and free
 // (traces/tracer), then replayed through the allocator model and explained as `predict` explains a step.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,7 @@ struct TraceArgs {
   std::string load;
   std::int64_t cublas_workspace_bytes = -1;
   bool json = false;
+  std::string script;
   std::vector<std::string> script_and_args;
 };
 
@@ -194,6 +196,24 @@ int run_trace(const TraceArgs& a) {
 
 void set_trace_script_args(std::vector<std::string> args) { passthrough_args() = std::move(args); }
 
+void check_trace_options(const std::vector<std::string>& args) {
+  static const std::vector<std::string_view> kWithValue = {
+      "--gpu", "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes"};
+  static const std::vector<std::string_view> kFlags = {"--json", "--help", "-h"};
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (!arg.starts_with("-")) {
+      return;  // the script: what follows is its own
+    }
+    const std::string_view name = arg.substr(0, arg.find('='));
+    if (std::find(kWithValue.begin(), kWithValue.end(), name) != kWithValue.end()) {
+      i += arg.find('=') == std::string_view::npos ? 1 : 0;
+    } else if (std::find(kFlags.begin(), kFlags.end(), arg) == kFlags.end()) {
+      throw InputError(fmt::format("trace: unknown option '{}' (see vramsim trace --help)", arg));
+    }
+  }
+}
+
 void add_trace_command(CLI::App& app, std::function<int()>& run) {
   static TraceArgs args;
   auto* cmd = app.add_subcommand(
@@ -214,13 +234,16 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
                   "$CUBLAS_WORKSPACE_CONFIG)");
   cmd->add_flag("--json", args.json,
                 "machine-readable output (predict --json's keys, plus script and tracer)");
-  cmd->add_option("script", args.script_and_args, "SCRIPT.py [-- ARGS...]");
+  cmd->add_option("script", args.script, "SCRIPT.py [-- ARGS...]");
   // Everything after the script belongs to it (a leading "--" is optional).
   cmd->prefix_command();
   cmd->callback([&run, cmd] {
     std::vector<std::string> rest = cmd->remaining();
     if (!rest.empty() && rest.front() == "--") {
       rest.erase(rest.begin());
+    }
+    if (!args.script.empty()) {
+      args.script_and_args.push_back(args.script);
     }
     args.script_and_args.insert(args.script_and_args.end(), rest.begin(), rest.end());
     args.script_and_args.insert(args.script_and_args.end(), passthrough_args().begin(),

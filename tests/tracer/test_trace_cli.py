@@ -92,6 +92,13 @@ class TraceCli(unittest.TestCase):
             j = json.loads(vramsim("trace", "--json", "--load", out, "--gpu", "h100").stdout)
             self.assertEqual(j["bill"]["parameters"], (256 * 256 + 256) * 4)
 
+    def test_script_arguments_with_or_without_the_separator(self):
+        small = ["--vocab", "100", "--d-model", "32", "--heads", "2", "--layers", "1", "--seq", "32", "--batch", "1"]
+        script = os.path.join(EXAMPLES, "gpt2_train.py")
+        with_sep = json.loads(vramsim("trace", "--json", script, "--", *small).stdout)
+        without = json.loads(vramsim("trace", "--json", script, *small).stdout)
+        self.assertEqual(with_sep["peak_allocated_bytes"], without["peak_allocated_bytes"])
+
     def test_errors_are_one_line_with_status_2(self):
         with tempfile.TemporaryDirectory() as d:
             bad = os.path.join(d, "bad.py")
@@ -104,6 +111,9 @@ class TraceCli(unittest.TestCase):
                 (["trace", "--load", os.path.join(d, "missing.vtrace")], "missing.vtrace"),
                 (["trace", "--python", os.path.join(d, "no-python"), bad], "no interpreter with PyTorch"),
                 (["trace", "--load", bad, bad], "--load"),
+                (["trace", "--bogus", bad], "unknown option '--bogus'"),
+                (["trace", "--gpu"], "--gpu"),
+                (["replay", "--bogus", bad], "--bogus"),
             ]
             for args, needle in cases:
                 with self.subTest(args=args[1:]):

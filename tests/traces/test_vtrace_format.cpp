@@ -224,6 +224,12 @@ TEST_CASE("read_vtrace errors name the line and the problem", "[quick][traces]")
       {h + "0 alloc 0x0 512 0 0 phase=a%zz\n",
        "t.vtrace: line 2: bad percent escape in tag \"a%zz\" (expected %XX)"},
       {h + "0 alloc 0x0 512 0 0 op=a op=b\n", "t.vtrace: line 2: duplicate field \"op=b\""},
+      // a raw byte 0xff, and an escaped one: neither is UTF-8 (the JSON and pickle writers could not carry
+      // it)
+      {h + "0 alloc 0x0 512 0 0 phase=a\xff\n",
+       "t.vtrace: line 2: tag is not valid UTF-8 (write other bytes as %XX)"},
+      {h + "0 alloc 0x0 512 0 0 op=%C3\n",
+       "t.vtrace: line 2: tag is not valid UTF-8 (write other bytes as %XX)"},
       {h + "0 alloc 0x0 512 0 0 op=\n", "t.vtrace: line 2: empty value in \"op=\""},
       {h + "0 alloc 0x0 512 0 0 op=a%2\n",
        "t.vtrace: line 2: bad percent escape in tag \"a%2\" (expected %XX)"},

@@ -3,8 +3,8 @@
 //      as Python shares one object between memo references, including later mutation of a memoised list.
 //   2. Check the graph reachable from the result (cycles, nesting depth, size of the expanded tree) in one
 //      memoised DFS, and only then expand it into nlohmann::json, whose size is now known to be bounded.
-#include <algorithm>
 #include "traces/pickle/pickle_reader.h"
+#include <algorithm>
 
 #include <array>
 #include <bit>
@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "traces/utf8.h"
 
 namespace vramsim {
 namespace {
@@ -103,40 +104,6 @@ std::string describe_op(std::uint8_t op) {
   return name.empty() ? fmt::format("0x{:02x}", op) : fmt::format("0x{:02x} ({})", op, name);
 }
 
-// Strict UTF-8 (no overlongs, no surrogates): what nlohmann::json::dump() accepts. Python's unpickler would
-// also take lone surrogates ('surrogatepass'), but JSON cannot carry them.
-bool is_valid_utf8(const std::uint8_t* p, std::size_t n) {
-  constexpr std::array<std::uint32_t, 5> kMinCodePoint = {0, 0, 0x80, 0x800, 0x10000};  // by sequence length
-  for (std::size_t i = 0; i < n;) {
-    std::uint64_t word = 0;
-    if (n - i >= 8 && (std::memcpy(&word, p + i, 8), (word & 0x8080808080808080ULL) == 0)) {
-      i += 8;  // all ASCII, the common case
-      continue;
-    }
-    const std::uint8_t lead = p[i];
-    const std::size_t len = lead < 0x80             ? 1
-                            : (lead & 0xe0) == 0xc0 ? 2
-                            : (lead & 0xf0) == 0xe0 ? 3
-                            : (lead & 0xf8) == 0xf0 ? 4
-                                                    : 0;
-    if (len == 0 || n - i < len) {
-      return false;
-    }
-    std::uint32_t cp = len == 1 ? lead : lead & (0x7fU >> len);
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) {
-        return false;
-      }
-      cp = (cp << 6) | (p[i + k] & 0x3fU);
-    }
-    if (cp < kMinCodePoint[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
 enum class Kind { kNone, kBool, kInt, kUint, kFloat, kStr, kList, kTuple, kDict, kSet, kFrozenSet };
 
 std::string_view kind_name(Kind kind) {
@@ -167,7 +134,8 @@ struct Node {
 
 class Decoder {
  public:
-  Decoder(std::span<const std::uint8_t> data, std::string_view name, std::span<const std::string_view> skip_keys)
+  Decoder(std::span<const std::uint8_t> data, std::string_view name,
+          std::span<const std::string_view> skip_keys)
       : data_(data), name_(name), skip_keys_(skip_keys) {}
 
   nlohmann::json decode() {
