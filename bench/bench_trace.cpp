@@ -34,7 +34,7 @@ TracedRun llama_7b_run() {
 
 void BM_Trace_Analyze_Llama2_7B(benchmark::State& state) {
   const TracedRun run = llama_7b_run();
-  TraceDevice device;
+  RunDevice device;
   device.gpu = state.range(0) == 0 ? "h100" : "h200";  // 0: it does not fit (two replays), 1: it fits
   Prediction p;
   for (auto _ : state) {

@@ -49,12 +49,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
 
 namespace {
 
-// How predict observes its phases and steps (see step_prediction.h).
-const ReportText kPredictText{
-    "allocated bytes from the schedule, requests rounded as the allocator rounds them; unsplit block "
-    "remainders not included",
-    "allocated: peak within the step from the schedule, as the phases; reserved: running peak through the "
-    "step, from the allocator"};
+// Predict's runs are explained as traced ones are: every figure from the allocator model.
+const ReportText kPredictText{"allocated bytes of the allocator model where the run entered each phase",
+                              "peaks of the allocator model within each step"};
 
 void print_run(const Prediction& p, const RequestArgs& a) {
   fmt::print("model            {} ({} ops, {} tensors, {} allocator events)\n", p.model_name, p.ops,

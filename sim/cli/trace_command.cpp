@@ -69,8 +69,8 @@ class ScratchDir {
   std::string m_path;
 };
 
-TraceDevice trace_device(const TraceArgs& a) {
-  TraceDevice d;
+RunDevice trace_device(const TraceArgs& a) {
+  RunDevice d;
   if (!a.capacity.empty()) {
     d.capacity_bytes = parse_size(a.capacity, "--capacity");
     if (d.capacity_bytes == 0) {
@@ -86,7 +86,7 @@ TraceDevice trace_device(const TraceArgs& a) {
   return d;
 }
 
-TracedRun trace_script(const TraceArgs& a, const TraceDevice& device, const ScratchDir& scratch) {
+TracedRun trace_script(const TraceArgs& a, const RunDevice& device, const ScratchDir& scratch) {
   TracerInvocation t;
   t.pythons = a.python.empty() ? default_pythons() : std::vector<std::string>{a.python};
   t.package_dir = default_tracer_dir();
@@ -164,7 +164,7 @@ int run_trace(const TraceArgs& a) {
                          ? "trace: name the script to run (SCRIPT.py [-- ARGS...]) or --load a trace"
                          : "--load: give either a script or --load, not both");
   }
-  const TraceDevice device = trace_device(a);
+  const RunDevice device = trace_device(a);
   std::optional<ScratchDir> scratch;
   TracedRun run;
   std::string markers_src;

@@ -1,18 +1,13 @@
-// `vramsim predict` / `vramsim fit` as a library: build the op graph of the training steps, turn it into an
-// allocation schedule, replay that through the caching-allocator model on a device of the GPU's capacity,
-// and explain the result (the bill at the peak, phase bytes, per-step peaks, verdict).
+// `vramsim predict` / `vramsim fit` as a library, a short pipeline: the op graph of the training steps
+// (sim/graph), the allocation schedule the engine dispatches on simulated streams (sim/engine), and the
+// caching-allocator model taking it on a device of the GPU's capacity, explained by explain_run()
+// (run_report.h): the bill at the peak, phases, per-step peaks, verdict.
 //
-// Which number is which:
-//   * "allocated" = the allocator's allocated_bytes (blocks rounded to 512 B / power-of-two divisions), as
-//     torch.cuda.memory_allocated() reports it. Peaks of the whole run come from the replay; per-event values
-//     (phases, per-step peaks, the peak event) from the schedule with each request rounded by round_size():
-//     a lower bound of the allocator's figure, which also counts the unsplit remainder of blocks it did not
-//     split (e.g. gpt2 batch 1: 2,581,655,552 vs 2,586,702,848 bytes at the peak).
-//   * "requested" = the bytes the tensors hold (the schedule's live bytes); the bill's categories are in
-//   these.
-//   * "reserved" = cudaMalloc'ed segments, from the replay. Per-step reserved peaks come from replaying each
-//     step's prefix, so they are running maxima through that step (= the step's own peak whenever reserved
-//     memory never shrinks, i.e. no OOM retry, garbage_collection_threshold or empty_cache).
+// Which number is which (every one observed on the allocator model, after each event):
+//   * "allocated" = the allocator's allocated_bytes (blocks rounded to 512 B / power-of-two divisions, and
+//     unsplit remainders), as torch.cuda.memory_allocated() reports it;
+//   * "requested" = the bytes the tensors hold; the bill's categories are in these;
+//   * "reserved" = cudaMalloc'ed segments, as torch.cuda.memory_reserved().
 #pragma once
 
 #include <cstdint>
@@ -34,7 +29,6 @@ struct PredictRequest {
   std::string gpu;           // GPU name for find_gpu(); empty = use capacity_bytes
   Bytes capacity_bytes = 0;  // --capacity: memory for the allocator when no GPU is named (context 0)
   std::optional<std::string> alloc_conf;
-  bool per_step_reserved = true;  // replay each step's prefix for per-step reserved peaks (fit turns it off)
 };
 
 struct LiveTensor {
@@ -67,9 +61,9 @@ struct PhaseBytes {  // allocated bytes at the phase boundaries of the last simu
 
 struct StepPeak {
   int step = 0;
-  std::int64_t peak_allocated_bytes = 0;  // within the step (rounded, from the schedule)
+  std::int64_t peak_allocated_bytes = 0;  // within the step (allocator model)
   std::int64_t peak_requested_bytes = 0;  // within the step (tensor bytes)
-  std::int64_t peak_reserved_bytes = 0;   // running maximum through the end of this step (prefix replay)
+  std::int64_t peak_reserved_bytes = 0;   // within the step (allocator model)
 };
 
 // The time axis (step_timeline.h): roofline estimates on the named GPU, not measurements.
@@ -96,16 +90,16 @@ struct Prediction {
   std::size_t tensors = 0;
   std::size_t events = 0;
 
-  std::int64_t peak_allocated_bytes = 0;  // replay
-  std::int64_t peak_reserved_bytes = 0;   // replay
-  std::int64_t peak_requested_bytes = 0;  // schedule
-  // Allocated bytes the run needs without a device limit (schedule, rounded); == peak_allocated_bytes unless
-  // an allocation OOMed.
+  std::int64_t peak_allocated_bytes = 0;  // on the device (an OOM stops what follows from allocating)
+  std::int64_t peak_reserved_bytes = 0;
+  std::int64_t peak_requested_bytes = 0;
+  // Allocated bytes the run needs: the allocator model's peak without the device limit; ==
+  // peak_allocated_bytes unless an allocation OOMed.
   std::int64_t peak_allocated_needed_bytes = 0;
   double fragmentation = 0.0;  // 1 - peak active / peak reserved
   std::int64_t num_ooms = 0;
 
-  // Where allocated memory first peaks (schedule mapping).
+  // Where allocated memory first peaks (without the device limit when the run does not fit).
   std::size_t peak_event_index = 0;
   int peak_step = 0;
   std::string peak_phase = "setup";  // phase_name() of the op's phase (predict) or the traced phase

@@ -16,14 +16,14 @@
 namespace vramsim {
 namespace {
 
-std::vector<TraceMarker> parse_markers(const nlohmann::json& j, const std::string& path) {
+std::vector<RunMarker> parse_markers(const nlohmann::json& j, const std::string& path) {
   const auto bad = [&](const std::string& where, const std::string& what) {
     return InputError(fmt::format("{}: {}: {}", path, where, what));
   };
   if (!j.is_object() || !j.contains("markers") || !j["markers"].is_array()) {
     throw bad("markers", "expected an object with a \"markers\" array");
   }
-  std::vector<TraceMarker> out;
+  std::vector<RunMarker> out;
   std::size_t i = 0;
   for (const nlohmann::json& m : j["markers"]) {
     const std::string where = fmt::format("markers[{}]", i++);
@@ -32,7 +32,7 @@ std::vector<TraceMarker> parse_markers(const nlohmann::json& j, const std::strin
         !m["phase"].is_string()) {
       throw bad(where, "expected {\"event_index\": unsigned, \"step\": integer, \"phase\": string}");
     }
-    TraceMarker tm{m["event_index"].get<std::size_t>(), m["step"].get<int>(), m["phase"].get<std::string>()};
+    RunMarker tm{m["event_index"].get<std::size_t>(), m["step"].get<int>(), m["phase"].get<std::string>()};
     if (tm.step < 0 || tm.step > (1 << 30)) {
       throw bad(where + ".step", "out of range");
     }
@@ -42,112 +42,6 @@ std::vector<TraceMarker> parse_markers(const nlohmann::json& j, const std::strin
     out.push_back(std::move(tm));
   }
   return out;
-}
-
-TensorCategory category_of(std::string_view name) {
-  for (const TensorCategory c :
-       {TensorCategory::kParameter, TensorCategory::kGradient, TensorCategory::kOptimizerState,
-        TensorCategory::kActivation, TensorCategory::kTemporary, TensorCategory::kWorkspace,
-        TensorCategory::kInput}) {
-    if (category_name(c) == name) {
-      return c;
-    }
-  }
-  return TensorCategory::kTemporary;  // untagged, or a category of another tool
-}
-
-// The model's allocated and reserved bytes after every event (events the replay takes together with the
-// next one inherit the value before them).
-struct Observed {
-  std::vector<std::int64_t> allocated;
-  std::vector<std::int64_t> reserved;
-  ReplayResult result;
-};
-
-Observed observe(const Snapshot& trace, Bytes capacity, const std::optional<std::string>& alloc_conf) {
-  const std::size_t n = trace.device_traces.empty() ? 0 : trace.device_traces.front().events.size();
-  Observed o;
-  o.allocated.assign(n, -1);
-  o.reserved.assign(n, -1);
-  ReplayOptions ro;
-  ro.device = 0;
-  ro.alloc_conf = alloc_conf;
-  ro.capacity_bytes = capacity;
-  ro.on_event = [&](std::size_t i, const DeviceStats& s) {
-    if (i < n) {
-      o.allocated[i] = s.allocated_bytes[kStatAll].current;
-      o.reserved[i] = s.reserved_bytes[kStatAll].current;
-    }
-  };
-  o.result = replay_snapshot(trace, ro);
-  std::int64_t a = 0;
-  std::int64_t r = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (o.allocated[i] < 0) {
-      o.allocated[i] = a;
-      o.reserved[i] = r;
-    }
-    a = o.allocated[i];
-    r = o.reserved[i];
-  }
-  return o;
-}
-
-std::int64_t before(const std::vector<std::int64_t>& after, std::size_t index) {
-  return index == 0 || after.empty() ? 0 : after[std::min(index, after.size()) - 1];
-}
-
-// Index of the first marker at or after `from` for which `pred` holds, or markers.size().
-template <typename Pred>
-std::size_t find_marker(const std::vector<TraceMarker>& m, std::size_t from, Pred pred) {
-  for (std::size_t i = from; i < m.size(); ++i) {
-    if (pred(m[i])) {
-      return i;
-    }
-  }
-  return m.size();
-}
-
-void fill_phases(Prediction& p, const std::vector<TraceMarker>& markers,
-                 const std::vector<std::int64_t>& alloc, std::size_t events) {
-  int last = 0;
-  for (const TraceMarker& m : markers) {
-    last = std::max(last, m.step);
-  }
-  p.phases_step = last;
-  if (last == 0) {
-    return;
-  }
-  const auto at = [&](std::size_t marker) {
-    return before(alloc, marker < markers.size() ? markers[marker].event_index : events);
-  };
-  const auto in_step = [&](std::size_t i) { return i < markers.size() && markers[i].step == last; };
-  const std::size_t fwd =
-      find_marker(markers, 0, [&](const TraceMarker& m) { return m.step == last && m.phase == "forward"; });
-  if (fwd == markers.size()) {
-    return;
-  }
-  p.phases.before_forward = at(fwd);
-  p.phases.after_forward =
-      at(find_marker(markers, fwd, [](const TraceMarker& m) { return m.phase != "forward"; }));
-  // The last backward and the last optimizer step of the step (gradient accumulation runs several backwards).
-  std::size_t last_backward = markers.size();
-  std::size_t last_optimizer = markers.size();
-  for (std::size_t i = fwd; in_step(i); ++i) {
-    if (markers[i].phase == "backward") {
-      last_backward = i;
-    } else if (markers[i].phase == "optimizer") {
-      last_optimizer = i;
-    }
-  }
-  if (last_backward < markers.size()) {
-    p.phases.after_backward =
-        at(find_marker(markers, last_backward, [](const TraceMarker& m) { return m.phase != "backward"; }));
-  }
-  if (last_optimizer < markers.size()) {
-    p.phases.after_optimizer_step =
-        at(find_marker(markers, last_optimizer, [](const TraceMarker& m) { return m.phase != "optimizer"; }));
-  }
 }
 
 }  // namespace
@@ -183,128 +77,12 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
   return run;
 }
 
-Prediction analyze_traced_run(const TracedRun& run, const TraceDevice& device) {
-  const GpuMemory d = device_memory(device.gpu, device.capacity_bytes);
-  Prediction p;
+Prediction analyze_traced_run(const TracedRun& run, const RunDevice& device) {
+  Prediction p = explain_run(run.trace, run.markers, device);
   p.model_name = run.label;
-  p.gpu_name = d.name;
-  p.total_bytes = d.total_bytes;
-  p.cuda_context_bytes = d.context_bytes;
-  p.allocator_capacity_bytes = d.total_bytes - d.context_bytes;
-  if (p.allocator_capacity_bytes <= 0) {
-    throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total_bytes));
-  }
-  const std::vector<TraceEvent> no_events;
-  const std::vector<TraceEvent>& events =
-      run.trace.device_traces.empty() ? no_events : run.trace.device_traces.front().events;
   if (run.info.contains("operators") && run.info["operators"].is_number_unsigned()) {
     p.ops = run.info["operators"].get<std::size_t>();
   }
-  p.events = events.size();
-
-  Observed o = observe(run.trace, static_cast<Bytes>(p.allocator_capacity_bytes), device.alloc_conf);
-  p.peak_allocated_bytes = o.result.peaks.peak_allocated_bytes;
-  p.peak_reserved_bytes = o.result.peaks.peak_reserved_bytes;
-  p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
-  p.fragmentation = o.result.peaks.fragmentation();
-  p.num_ooms = static_cast<std::int64_t>(o.result.stats.num_ooms);
-  std::int64_t needed_reserved = p.peak_reserved_bytes;
-  if (p.num_ooms > 0) {
-    // What the program needs: the same trace on a device without a limit.
-    o = observe(run.trace, 0, device.alloc_conf);
-    p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
-    needed_reserved = o.result.peaks.peak_reserved_bytes;
-  }
-  const std::vector<std::int64_t>& alloc = o.allocated;
-
-  // Step of each event, from the markers.
-  std::vector<int> step_of(events.size(), 0);
-  {
-    std::size_t m = 0;
-    int step = 0;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      while (m < run.markers.size() && run.markers[m].event_index <= i) {
-        step = run.markers[m++].step;
-      }
-      step_of[i] = step;
-    }
-  }
-
-  // Live tensors (by address) and requested bytes after each event.
-  const auto tag = [&](std::uint32_t t) -> std::string {
-    return t < run.trace.strings.size() ? run.trace.strings[t] : std::string();
-  };
-  if (!alloc.empty()) {
-    p.peak_event_index =
-        static_cast<std::size_t>(std::max_element(alloc.begin(), alloc.end()) - alloc.begin());
-  }
-  std::map<Bytes, std::size_t> live;  // address -> alloc event
-  std::vector<std::int64_t> requested(events.size(), 0);
-  std::int64_t req = 0;
-  std::size_t allocations = 0;
-  MemoryBill bill_at_peak;
-  std::vector<LiveTensor> top;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& e = events[i];
-    if (e.action == TraceAction::kAlloc) {
-      live[e.addr] = i;
-      req += static_cast<std::int64_t>(e.size_bytes);
-      ++allocations;
-    } else if (e.action == TraceAction::kFreeRequested) {
-      if (live.erase(e.addr) != 0) {
-        req -= static_cast<std::int64_t>(e.size_bytes);
-      }
-    }
-    requested[i] = req;
-    if (i == p.peak_event_index) {
-      for (const auto& [addr, at] : live) {
-        const TraceEvent& a = events[at];
-        const TensorCategory c = category_of(tag(a.category_tag));
-        add_to_bill(bill_at_peak, c, static_cast<std::int64_t>(a.size_bytes));
-        top.push_back({tag(a.op_tag), c, a.layer, a.size_bytes});
-      }
-      bill_at_peak.allocator_rounding = alloc[i] - req;
-    }
-  }
-  p.tensors = allocations;
-  p.bill = bill_at_peak;
-  const std::size_t n_top = std::min<std::size_t>(5, top.size());
-  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n_top), top.end(),
-                    [](const LiveTensor& a, const LiveTensor& b) {
-                      return a.size_bytes != b.size_bytes ? a.size_bytes > b.size_bytes : a.name < b.name;
-                    });
-  top.resize(n_top);
-  p.top_tensors = std::move(top);
-  if (!events.empty()) {
-    const TraceEvent& e = events[p.peak_event_index];
-    p.peak_step = step_of[p.peak_event_index];
-    p.peak_phase = tag(e.phase_tag).empty() ? "-" : tag(e.phase_tag);
-    p.peak_op = tag(e.op_tag);
-    p.peak_layer = e.layer;
-  }
-  p.bill.allocator_overhead = p.peak_reserved_bytes - p.peak_allocated_bytes;
-  p.bill.cuda_context = p.cuda_context_bytes;
-
-  fill_phases(p, run.markers, alloc, events.size());
-  p.steps.resize(static_cast<std::size_t>(p.phases_step));
-  for (int s = 1; s <= p.phases_step; ++s) {
-    p.steps[static_cast<std::size_t>(s - 1)].step = s;
-  }
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    if (step_of[i] < 1 || step_of[i] > p.phases_step) {
-      continue;
-    }
-    StepPeak& sp = p.steps[static_cast<std::size_t>(step_of[i] - 1)];
-    sp.peak_allocated_bytes = std::max(sp.peak_allocated_bytes, alloc[i]);
-    sp.peak_requested_bytes = std::max(sp.peak_requested_bytes, requested[i]);
-    sp.peak_reserved_bytes = std::max(sp.peak_reserved_bytes, o.reserved[i]);
-  }
-
-  p.peak_allocated_needed_bytes = alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end());
-  // After an OOM the shortfall is what the unlimited replay reserved (it holds at least what was allocated).
-  p.headroom_bytes = p.total_bytes - p.cuda_context_bytes - std::max(p.peak_reserved_bytes, needed_reserved);
-  p.headroom_percent = 100.0 * static_cast<double>(p.headroom_bytes) / static_cast<double>(p.total_bytes);
-  p.fits = p.num_ooms == 0 && p.headroom_bytes >= 0;
   return p;
 }
 

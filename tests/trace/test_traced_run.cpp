@@ -57,7 +57,7 @@ TEST_CASE("traced run: peaks, bill, phases and steps observed on the allocator m
   write(f.markers, kMarkers);
   const TracedRun run = load_traced_run(f.trace, f.markers);
   REQUIRE(run.markers.size() == 5);
-  TraceDevice device;
+  RunDevice device;
   device.capacity_bytes = Bytes{1} << 30;
   const Prediction p = analyze_traced_run(run, device);
 
@@ -106,7 +106,7 @@ TEST_CASE("traced run: a device too small for the 20 MiB segment runs out of mem
   TempFiles f;
   write(f.trace, kTrace);
   write(f.markers, kMarkers);
-  TraceDevice device;
+  RunDevice device;
   device.capacity_bytes = 20 * kMiB;  // the 2 MiB small segment is there: 20 more do not fit
   const Prediction p = analyze_traced_run(load_traced_run(f.trace, f.markers), device);
   CHECK(p.num_ooms > 0);
@@ -120,7 +120,7 @@ TEST_CASE("traced run: a device too small for the 20 MiB segment runs out of mem
 TEST_CASE("traced run: without markers there are no phases; bad markers are named", "[trace]") {
   TempFiles f;
   write(f.trace, kTrace);
-  TraceDevice device;
+  RunDevice device;
   device.gpu = "H100";
   const Prediction p = analyze_traced_run(load_traced_run(f.trace, f.markers), device);
   CHECK(p.phases_step == 0);
