@@ -45,6 +45,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag("--inference", a.inference,
                 "forward passes under torch.no_grad()/inference_mode(): nothing saved for backward");
   cmd->add_option("--alloc-conf", alloc_conf, "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax");
+  cmd->add_option(
+      "--cublas-workspace-config", a.cublas_workspace_config,
+      "CUBLAS_WORKSPACE_CONFIG as the run sets it, e.g. :4096:8 (default: PyTorch's for the GPU)");
 }
 
 namespace {

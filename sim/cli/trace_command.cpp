@@ -98,8 +98,13 @@ TracedRun trace_script(const TraceArgs& a, const RunDevice& device, const Scratc
   t.compute_capability = g.compute_capability;
   t.total_memory_bytes =
       device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
+  // One source for the workspace size: the GPU's default or CUBLAS_WORKSPACE_CONFIG from the environment
+  // the script would run in (the tracer sees the same variable), unless --cublas-workspace-bytes says.
   if (a.cublas_workspace_bytes >= 0) {
     t.cublas_workspace_bytes = a.cublas_workspace_bytes;
+  } else {
+    const char* config = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+    t.cublas_workspace_bytes = cublas_workspace_bytes(g.compute_capability, config != nullptr ? config : "");
   }
   if (!std::filesystem::is_regular_file(t.script)) {
     throw InputError(fmt::format("{}: no such file", t.script));

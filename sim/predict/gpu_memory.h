@@ -18,6 +18,14 @@ struct GpuMemory {
 // Throws InputError listing the known GPUs when `name` matches none.
 GpuMemory gpu_memory(std::string_view name);
 
+// The cuBLAS workspace PyTorch gives each cuBLAS handle (one per thread that runs matmuls) and stream,
+// through the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize): with
+// CUBLAS_WORKSPACE_CONFIG (`config`, non-empty) the sum of SIZE KiB x COUNT over its ":SIZE:COUNT" pairs
+// (none parsed: PyTorch warns and keeps the default); else 4096 KiB x 2 + 16 KiB x 8 = 8 MiB + 128 KiB, and
+// 32 MiB on compute capability 9.x to 12.x (Hopper, Blackwell). `compute_capability` is major * 10 + minor.
+// Throws InputError naming --cublas-workspace-config when the sum is absurd (over 64 GiB).
+std::int64_t cublas_workspace_bytes(int compute_capability, std::string_view config);
+
 // The device a prediction runs on: the named GPU, or (`gpu` empty) `capacity_bytes` of memory with no CUDA
 // context and no name (--capacity). Throws InputError for an unknown GPU or a zero capacity.
 GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes);

@@ -136,6 +136,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     r.model.code = parse_model_code(a.model_code, "--model-code");
   }
   r.gpu = a.gpu;
+  // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
+  // MiB).
+  const int compute_capability = a.gpu.empty() ? 90 : gpu_memory(a.gpu).compute_capability;
+  r.options.cublas_workspace_bytes =
+      static_cast<Bytes>(cublas_workspace_bytes(compute_capability, a.cublas_workspace_config));
   if (!a.gpu.empty()) {
     (void)gpu_memory(a.gpu);  // unknown names fail before any work
   } else if (!a.capacity.empty()) {

@@ -140,6 +140,7 @@ struct RequestArgs {
   int steps = 2;
   bool forward_only = false;
   bool inference = false;
+  std::string cublas_workspace_config;  // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
