@@ -212,6 +212,16 @@ class JsonReader {
     return v.get<bool>();
   }
   bool has(const char* key) const { return m_root.contains(key) && !m_root.at(key).is_null(); }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_string()) {
+      throw InputError(fmt::format("{}: key '{}' must be a string, got {}", m_source, key, v.type_name()));
+    }
+    return v.get<std::string>();
+  }
 
  private:
   const nlohmann::json& required(const char* key) const {
@@ -324,6 +334,19 @@ ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_vi
     m.d_ff = r.integer_or("n_inner", 4 * m.d_model);
     m.max_positions = r.integer("n_positions");
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+    const std::string act = r.string_or("activation_function", "gelu_new");  // GPT2Config's default
+    if (act == "gelu_new") {
+      m.gelu = GeluKind::kNew;
+    } else if (act == "gelu_pytorch_tanh") {
+      m.gelu = GeluKind::kPytorchTanh;
+    } else if (act == "gelu") {
+      m.gelu = GeluKind::kExact;
+    } else {
+      throw InputError(
+          fmt::format("{}: key 'activation_function': unsupported '{}' (supported: gelu_new, "
+                      "gelu_pytorch_tanh, gelu)",
+                      source, act));
+    }
     m.bias = true;
     m.norm = NormKind::kLayerNorm;
     m.mlp = MlpKind::kGelu;

@@ -23,6 +23,10 @@ namespace vramsim {
 enum class ModelFamily : std::uint8_t { kGpt2, kLlama };
 enum class NormKind : std::uint8_t { kLayerNorm, kRmsNorm };
 enum class MlpKind : std::uint8_t { kGelu, kSwiGlu };
+// GPT-2's activation as config.json's activation_function names it: "gelu_new" (HF's NewGELUActivation,
+// written out in Python: several saved tensors), "gelu_pytorch_tanh" (F.gelu(approximate="tanh"), one saved
+// input) or "gelu" (F.gelu, exact).
+enum class GeluKind : std::uint8_t { kNew, kPytorchTanh, kExact };
 enum class ModelCode : std::uint8_t { kTorchModules, kCs336Basics, kCs336Kkaitlyn111 };
 
 // One registered parameter, in module registration order (the order model.parameters() yields).
@@ -51,6 +55,7 @@ struct ModelConfig {
   bool qkv_bias = false;  // only q/k/v projections have one (Qwen2)
   NormKind norm = NormKind::kRmsNorm;
   MlpKind mlp = MlpKind::kSwiGlu;
+  GeluKind gelu = GeluKind::kNew;  // with MlpKind::kGelu: GPT2Config's default activation_function
 
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
   std::int64_t q_dim() const { return n_heads * head_dim; }

@@ -3,7 +3,8 @@
 // the Megatron-LM accounting of Korthikanti et al. 2022.
 //
 // Choices where the Python offers several (documented so a reader can check them against a recording):
-//   * GELU is F.gelu(approximate="tanh") (one saved input), not HF's Python gelu_new (which saves four).
+//   * GPT-2's GELU is what config.json's activation_function says, HF's default gelu_new (NewGELUActivation
+//     written out in Python: it saves the input, tanh's result, 0.5 * x and 1 + tanh), or F.gelu (one saved).
 //   * The causal mask: GPT-2 reads its registered bool buffer; Llama's eager path adds a (b, 1, s, s) float
 //     mask built once per forward; SDPA/flash needs none.
 //   * Rotary cos/sin tables are computed once per forward in the embeddings' dtype, as LlamaModel does.
@@ -223,6 +224,28 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   return maybe_dropout(c, n + ".resid_dropout", out);
 }
 
+// NewGELUActivation.forward: 0.5 * input * (1.0 + torch.tanh(sqrt(2 / pi) * (input + 0.044715 *
+// torch.pow(input, 3.0)))), evaluated as Python does (the left factor 0.5 * input first).
+VarId hf_gelu_new(EmitContext& c, const std::string& n, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const VarId half = ops.scale(n + ".half", x);
+  const VarId cube = ops.pow3(n + ".pow", x);
+  const VarId scaled = ops.scale(n + ".mul_coeff", cube);
+  t.drop(cube);
+  const VarId inner = ops.add(n + ".add_input", x, scaled);
+  t.drop(scaled);
+  const VarId arg = ops.scale(n + ".mul_sqrt_2_over_pi", inner);
+  t.drop(inner);
+  const VarId th = ops.tanh(n + ".tanh", arg);
+  t.drop(arg);
+  const VarId one_plus = ops.add_scalar(n + ".add_one", th);
+  t.drop(th);
+  const VarId out = ops.mul(n + ".mul", half, one_plus);
+  t.drop({half, one_plus});
+  return out;
+}
+
 VarId mlp(EmitContext& c, int layer, VarId x) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
@@ -230,7 +253,8 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
   const std::string n = layer_name(layer, "mlp");
   if (c.model.mlp == MlpKind::kGelu) {  // c_proj(act(c_fc(x))), dropout
     const VarId f = ops.linear(n + ".c_fc", x, p.fc1_w, p.fc1_b);
-    const VarId g = ops.gelu(n + ".gelu", f);
+    const VarId g = c.model.gelu == GeluKind::kNew && !megatron(c) ? hf_gelu_new(c, n + ".gelu_new", f)
+                                                                   : ops.gelu(n + ".gelu", f);
     t.drop(f);
     const VarId y = ops.linear(n + ".c_proj", g, p.fc2_w, p.fc2_b);
     t.drop(g);

@@ -242,6 +242,19 @@ VarId TorchOps::pow2(const std::string& name, VarId a) {
   return y;
 }
 
+VarId TorchOps::pow3(const std::string& name, VarId a) {
+  const VarId x = autocast_fp32(name, a);  // pow is on autocast's fp32 list
+  // pow_backward: grad * (3 * self.pow(2)): two full-size temporaries (self.pow(2), then 3 * it).
+  const Bytes bytes = tensor_bytes(m_tape.shape(x), m_tape.dtype(x));
+  const VarId y = unary(name, "pow", x, m_tape.dtype(x), SavedSpec{{0}, {}}, {bytes, bytes});
+  m_tape.drop(x);
+  return y;
+}
+
+VarId TorchOps::tanh(const std::string& name, VarId a) {
+  return unary(name, "tanh", a, m_tape.dtype(a), SavedSpec{{}, {0}});  // tanh_backward(grad, result)
+}
+
 VarId TorchOps::sqrt(const std::string& name, VarId a) {
   return unary(name, "sqrt", a, m_tape.dtype(a), SavedSpec{{}, {0}},
                {tensor_bytes(m_tape.shape(a), m_tape.dtype(a))});

@@ -67,6 +67,8 @@ class TorchOps {
   VarId add_scalar(const std::string& name, VarId a);  // a + python scalar
   VarId neg(const std::string& name, VarId a);
   VarId pow2(const std::string& name, VarId a);
+  VarId pow3(const std::string& name, VarId a);  // torch.pow(a, 3.0)
+  VarId tanh(const std::string& name, VarId a);
   VarId sqrt(const std::string& name, VarId a);
   VarId rsqrt(const std::string& name, VarId a);
   VarId exp(const std::string& name, VarId a);

@@ -20,6 +20,7 @@ ModelConfig megatron_gpt(std::int64_t h, std::int64_t a, std::int64_t s) {
   m.n_layers = 2;
   m.vocab_size = 1024;  // does not enter the per-layer count
   m.max_positions = s;
+  m.gelu = GeluKind::kPytorchTanh;  // one GELU kernel saving its input, as the paper counts it
   return m;
 }
 
@@ -78,4 +79,12 @@ TEST_CASE(
   const Bytes expected =
       static_cast<Bytes>(s * b * h * 34 + 5 * a * s * s * b + 16 * s * b + 2 * a * s * s * b);
   CHECK(saved_activation_bytes(g, 1, 0) == expected);
+
+  // HF's gelu_new written out in Python (0.5 * x * (1 + tanh(c * (x + 0.044715 * x^3)))) saves, besides x
+  // (pow's input, the GELU input already counted), tanh's result, 0.5 * x and 1 + tanh: three more 2-byte
+  // tensors of the MLP's 4h width, 24 bytes per token per layer.
+  ModelConfig hf = megatron_gpt(h, a, s);
+  hf.gelu = GeluKind::kNew;
+  const OpGraph g_new = build_training_steps(hf, o);
+  CHECK(saved_activation_bytes(g_new, 1, 0) == expected + static_cast<Bytes>(24 * s * b * h));
 }

@@ -91,4 +91,25 @@ TEST_CASE("config.json errors name the file and the key", "[quick][graph]") {
   CHECK_THROWS_WITH(load_model("llama-9b"), Contains("--model") && Contains("llama-9b"));
   CHECK_THROWS_WITH(load_model("/nonexistent/config.json"), Contains("/nonexistent/config.json"));
   CHECK_THROWS_AS(model_from_hf_config_json(R"({"architectures": []})", "e.json"), InputError);
+  const std::string gpt2 =
+      R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10, "n_embd": 64, "n_layer": 1, "n_head": 4,
+          "n_positions": 32)";
+  CHECK_THROWS_WITH(model_from_hf_config_json(gpt2 + R"(, "activation_function": "swish"})", "a.json"),
+                    Contains("a.json") && Contains("'activation_function'") && Contains("swish"));
+  CHECK_THROWS_WITH(model_from_hf_config_json(gpt2 + R"(, "activation_function": 3})", "a.json"),
+                    Contains("'activation_function' must be a string"));
+}
+
+TEST_CASE("config.json: GPT-2's activation_function, GPT2Config's default gelu_new", "[quick][graph]") {
+  const std::string gpt2 =
+      R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10, "n_embd": 64, "n_layer": 1, "n_head": 4,
+          "n_positions": 32)";
+  CHECK(model_from_hf_config_json(gpt2 + "}", "g.json").gelu == GeluKind::kNew);
+  CHECK(model_from_hf_config_json(gpt2 + R"(, "activation_function": "gelu_new"})", "g.json").gelu ==
+        GeluKind::kNew);
+  CHECK(model_from_hf_config_json(gpt2 + R"(, "activation_function": "gelu_pytorch_tanh"})", "g.json").gelu ==
+        GeluKind::kPytorchTanh);
+  CHECK(model_from_hf_config_json(gpt2 + R"(, "activation_function": "gelu"})", "g.json").gelu ==
+        GeluKind::kExact);
+  CHECK(model_preset("gpt2").gelu == GeluKind::kNew);  // openai-community/gpt2's config.json says gelu_new
 }

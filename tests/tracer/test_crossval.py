@@ -43,6 +43,9 @@ DRIVER = os.path.join(SOURCE, "tests", "tracer", "trace_recorder_config.py")
 SHAPES = {
     "gpt2": {"family": "gpt2", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
              "head_dim": 32, "d_ff": 512, "max_positions": 256},
+    # HF's default GPT-2 activation, NewGELUActivation written out in Python
+    "gpt2-gelu_new": {"family": "gpt2", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4,
+                      "n_kv_heads": 4, "head_dim": 32, "d_ff": 512, "max_positions": 256, "activation": "gelu_new"},
     "llama": {"family": "llama", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
               "head_dim": 32, "d_ff": 344, "max_positions": 256},
 }
@@ -56,6 +59,8 @@ GRID = [(family, precision, ckpt, attention, "train")
 # torch.no_grad() (nothing saved).
 GRID += [(family, precision, "none", "math", mode)
          for family in ("gpt2", "llama") for precision in ("fp32", "amp-bf16") for mode in ("forward-only", "inference")]
+GRID += [("gpt2-gelu_new", precision, "none", "math", mode)
+         for precision in ("fp32", "amp-bf16") for mode in ("train", "inference")]
 PHASE_GROUP = {"setup": "setup", "forward": "forward", "loss": "forward", "after_forward": "forward",
                "backward": "backward", "post_backward": "backward", "optimizer": "optimizer",
                "after_optimizer": "optimizer", "zero_grad": "optimizer"}
@@ -64,7 +69,8 @@ PHASE_GROUP = {"setup": "setup", "forward": "forward", "loss": "forward", "after
 def gpt2_hf_config(cfg):
     return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg["vocab_size"],
             "n_embd": cfg["d_model"], "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"],
-            "n_positions": cfg["max_positions"], "n_inner": cfg["d_ff"]}
+            "n_positions": cfg["max_positions"], "n_inner": cfg["d_ff"],
+            "activation_function": cfg.get("activation", "gelu_pytorch_tanh")}
 
 
 def allocations(path):
@@ -125,6 +131,7 @@ def compare(row, d):
     family, precision, ckpt, attention, mode = row
     cfg = dict(SHAPES[family], batch=2, seq=128, precision=precision, checkpointing=ckpt, attention=attention,
                steps=2, optimizer="adamw", name="_".join(row), model=family, mode=mode)
+    family = cfg["family"]
     cfg_path, hf_path = os.path.join(d, "cfg.json"), os.path.join(d, "hf_config.json")
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)

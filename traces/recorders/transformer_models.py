@@ -3,7 +3,9 @@
 attention) and Llama (LlamaForCausalLM, eager or SDPA attention), and HF's ForCausalLMLoss.
 
 Where PyTorch offers several ways, this file takes the one the simulator documents:
-  * GELU is F.gelu(approximate="tanh"); GPT-2's Linear layers are HF's Conv1D (weight shaped (in, out), addmm);
+  * GELU is F.gelu(approximate="tanh") (config "activation": "gelu_pytorch_tanh", the default here) or HF's
+    NewGELUActivation written out in Python ("gelu_new", GPT2Config's default); GPT-2's Linear layers are HF's
+    Conv1D (weight shaped (in, out), addmm);
   * GPT-2 math attention reads ONE shared (1, 1, seq, seq) bool tril buffer (HF registers one per layer of
     n_positions^2; the simulator keeps one of the step's length: those buffers are model state older than any
     trace); scores are scaled by a Python float and masked with torch.where against a Python scalar, so no
@@ -58,6 +60,14 @@ def sdpa_flash(q, k, v):
 
 # ---- GPT-2 ---------------------------------------------------------------------------------------------------
 
+def gelu_pytorch_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def gelu_new(x):  # HF's NewGELUActivation.forward, as written there
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class GPT2Block(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -72,6 +82,7 @@ class GPT2Block(nn.Module):
         self.mlp = nn.Module()
         self.mlp.c_fc = Conv1D(d, cfg["d_ff"])
         self.mlp.c_proj = Conv1D(cfg["d_ff"], d)
+        self.act = gelu_new if cfg.get("activation", "gelu_pytorch_tanh") == "gelu_new" else gelu_pytorch_tanh
 
     def _attention(self, hidden_states, causal_mask):  # GPT2Attention.forward with eager_attention_forward
         b, s, d = hidden_states.shape
@@ -96,7 +107,7 @@ class GPT2Block(nn.Module):
         hidden_states = attn_output + residual
         residual = hidden_states
         hidden_states = self.ln_2(hidden_states)
-        feed_forward_hidden_states = self.mlp.c_proj(F.gelu(self.mlp.c_fc(hidden_states), approximate="tanh"))
+        feed_forward_hidden_states = self.mlp.c_proj(self.act(self.mlp.c_fc(hidden_states)))
         hidden_states = residual + feed_forward_hidden_states
         return hidden_states
 
