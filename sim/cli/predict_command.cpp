@@ -34,7 +34,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective")->capture_default_str();
   cmd->add_option("--attention", a.attention, "math|flash")->capture_default_str();
-  cmd->add_option("--dropout", a.dropout, "dropout probability (0 = no dropout layers)")
+  cmd->add_option("--dropout", a.dropout,
+                  "dropout probability at every site the model has (default: a config.json's own rates, none for "
+                  "presets; 0 = no dropout)")
       ->capture_default_str();
   cmd->add_option("--grad-accumulation", a.grad_accumulation, "micro-batches per optimizer step")
       ->capture_default_str();

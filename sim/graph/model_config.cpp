@@ -212,6 +212,21 @@ class JsonReader {
     return v.get<bool>();
   }
   bool has(const char* key) const { return m_root.contains(key) && !m_root.at(key).is_null(); }
+  // A probability in [0, 1), GPT2Config / LlamaConfig style.
+  double probability_or(const char* key, double fallback) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_number()) {
+      throw InputError(fmt::format("{}: key '{}' must be a number, got {}", m_source, key, v.type_name()));
+    }
+    const double p = v.get<double>();
+    if (!(p >= 0.0 && p < 1.0)) {
+      throw InputError(fmt::format("{}: key '{}' must be in [0, 1), got {}", m_source, key, p));
+    }
+    return p;
+  }
   std::string string_or(const char* key, const std::string& fallback) const {
     if (!has(key)) {
       return fallback;
@@ -334,6 +349,8 @@ ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_vi
     m.d_ff = r.integer_or("n_inner", 4 * m.d_model);
     m.max_positions = r.integer("n_positions");
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+    m.dropout = {r.probability_or("embd_pdrop", 0.1), r.probability_or("attn_pdrop", 0.1),
+                 r.probability_or("resid_pdrop", 0.1)};  // GPT2Config's defaults
     const std::string act = r.string_or("activation_function", "gelu_new");  // GPT2Config's default
     if (act == "gelu_new") {
       m.gelu = GeluKind::kNew;
@@ -361,6 +378,7 @@ ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_vi
     m.d_ff = r.integer("intermediate_size");
     m.max_positions = r.integer_or("max_position_embeddings", 4096);
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+    m.dropout.attention = r.probability_or("attention_dropout", 0.0);
     m.bias = arch != "Qwen2ForCausalLM" && r.boolean_or("attention_bias", false);
     m.qkv_bias = arch == "Qwen2ForCausalLM";
     if (r.boolean_or("mlp_bias", false)) {

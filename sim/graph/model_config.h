@@ -27,6 +27,15 @@ enum class MlpKind : std::uint8_t { kGelu, kSwiGlu };
 // written out in Python: several saved tensors), "gelu_pytorch_tanh" (F.gelu(approximate="tanh"), one saved
 // input) or "gelu" (F.gelu, exact).
 enum class GeluKind : std::uint8_t { kNew, kPytorchTanh, kExact };
+
+// Dropout probabilities in training, per site, as config.json sets them (GPT-2: embd_pdrop after the
+// embeddings, attn_pdrop on the attention probabilities, resid_pdrop after each block's output projections;
+// Llama / Mistral / Qwen2: attention_dropout on the probabilities, nothing else). Presets have none.
+struct DropoutRates {
+  double embeddings = 0.0;
+  double attention = 0.0;
+  double residual = 0.0;
+};
 enum class ModelCode : std::uint8_t { kTorchModules, kCs336Basics, kCs336Kkaitlyn111 };
 
 // One registered parameter, in module registration order (the order model.parameters() yields).
@@ -56,6 +65,7 @@ struct ModelConfig {
   NormKind norm = NormKind::kRmsNorm;
   MlpKind mlp = MlpKind::kSwiGlu;
   GeluKind gelu = GeluKind::kNew;  // with MlpKind::kGelu: GPT2Config's default activation_function
+  DropoutRates dropout;
 
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
   std::int64_t q_dim() const { return n_heads * head_dim; }

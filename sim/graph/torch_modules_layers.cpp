@@ -29,11 +29,24 @@ bool megatron(const EmitContext& c) {
   return c.options.megatron_accounting && c.model.family == ModelFamily::kGpt2;
 }
 
-VarId maybe_dropout(EmitContext& c, const std::string& n, VarId x) {
-  if (c.options.dropout <= 0.0) {
+enum class DropoutSite : std::uint8_t { kEmbeddings, kAttention, kResidual };
+
+// nn.Dropout in training (model.train()): the output and a bool mask, saved for backward. GPT-2 has the three
+// sites, HF's Llama only the attention probabilities.
+VarId maybe_dropout(EmitContext& c, const std::string& n, VarId x, DropoutSite site) {
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  if (!gpt2 && site != DropoutSite::kAttention) {
     return x;
   }
-  const auto [y, mask] = c.ops.dropout(n, x, c.options.dropout);
+  const DropoutRates& m = c.model.dropout;
+  const double model_rate = site == DropoutSite::kEmbeddings  ? m.embeddings
+                            : site == DropoutSite::kAttention ? m.attention
+                                                              : m.residual;
+  const double p = c.options.dropout > 0.0 ? c.options.dropout : model_rate;
+  if (p <= 0.0 || c.options.inference) {
+    return x;
+  }
+  const auto [y, mask] = c.ops.dropout(n, x, p);
   c.ops.tape().drop({mask, x});
   return y;
 }
@@ -154,7 +167,7 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     probs = ops.to(n + ".softmax_to_dtype", p32, probs_dtype);
     t.drop({p32, masked});
   }
-  probs = maybe_dropout(c, n + ".attn_dropout", probs);
+  probs = maybe_dropout(c, n + ".attn_dropout", probs, DropoutSite::kAttention);
   const VarId out =
       autocast_matmul(n + ".attn_v", probs, false, vr, mha, {b, h, s, hd});  // attn_weights @ value
   t.drop(vr);
@@ -221,7 +234,7 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   if (probs != kNoVar) {
     t.drop(probs);
   }
-  return maybe_dropout(c, n + ".resid_dropout", out);
+  return maybe_dropout(c, n + ".resid_dropout", out, DropoutSite::kResidual);
 }
 
 // NewGELUActivation.forward: 0.5 * input * (1.0 + torch.tanh(sqrt(2 / pi) * (input + 0.044715 *
@@ -258,7 +271,7 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
     t.drop(f);
     const VarId y = ops.linear(n + ".c_proj", g, p.fc2_w, p.fc2_b);
     t.drop(g);
-    return maybe_dropout(c, n + ".dropout", y);
+    return maybe_dropout(c, n + ".dropout", y, DropoutSite::kResidual);
   }
   // down_proj(act_fn(gate_proj(x)) * up_proj(x))
   const VarId gate = ops.linear(n + ".gate_proj", x, p.gate_w);
@@ -286,7 +299,7 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
     const VarId pos = ops.embedding("transformer.wpe", c.params.pos, positions);
     const VarId x = ops.add("transformer.embeddings_add", tok, pos);
     t.drop({tok, pos});
-    return maybe_dropout(c, "transformer.drop", x);
+    return maybe_dropout(c, "transformer.drop", x, DropoutSite::kEmbeddings);
   }
   // LlamaRotaryEmbedding: cos, sin of (1, s, head_dim) in the embeddings' dtype, for every layer
   c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, c.model.head_dim}, t.dtype(tok));

@@ -43,7 +43,9 @@ struct TrainingOptions {
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   Checkpointing checkpointing = Checkpointing::kNone;
   AttentionKind attention = AttentionKind::kMath;
-  double dropout = 0.0;       // probability; 0 = no dropout layers run (no masks)
+  // > 0: this probability at every dropout site the architecture has (GPT-2: embeddings, attention,
+  // residual; Llama: attention), instead of the model's own rates (ModelConfig::dropout).
+  double dropout = 0.0;
   int grad_accumulation = 1;  // micro-batches per optimizer step
   int steps = 1;
   // forward with autograd on, no loss/backward/optimizer. Like `for ...: logits = model(x)`: the previous

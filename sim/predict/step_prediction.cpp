@@ -157,7 +157,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
   o.checkpointing = parse_checkpointing(a.checkpointing);
   o.attention = parse_attention(a.attention);
-  o.dropout = a.dropout;
+  if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
+    o.dropout = *a.dropout;
+    r.model.dropout = {*a.dropout, *a.dropout, *a.dropout};
+  }
   o.grad_accumulation = a.grad_accumulation;
   o.steps = a.steps;
   o.forward_only = a.forward_only;

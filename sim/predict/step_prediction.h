@@ -135,7 +135,7 @@ struct RequestArgs {
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
   std::string attention = "math";
-  double dropout = 0.0;
+  std::optional<double> dropout;  // unset: the model's own rates (config.json); set: every site of the model
   int grad_accumulation = 1;
   int steps = 2;
   bool forward_only = false;

@@ -113,3 +113,27 @@ TEST_CASE("config.json: GPT-2's activation_function, GPT2Config's default gelu_n
         GeluKind::kExact);
   CHECK(model_preset("gpt2").gelu == GeluKind::kNew);  // openai-community/gpt2's config.json says gelu_new
 }
+
+TEST_CASE("config.json: dropout rates, GPT2Config's 0.1 by default, Llama's attention_dropout", "[quick][graph]") {
+  const std::string gpt2 =
+      R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10, "n_embd": 64, "n_layer": 1, "n_head": 4,
+          "n_positions": 32)";
+  const ModelConfig d = model_from_hf_config_json(gpt2 + "}", "g.json");
+  CHECK(d.dropout.embeddings == 0.1);
+  CHECK(d.dropout.attention == 0.1);
+  CHECK(d.dropout.residual == 0.1);
+  const ModelConfig z =
+      model_from_hf_config_json(gpt2 + R"(, "embd_pdrop": 0.0, "attn_pdrop": 0.2, "resid_pdrop": 0})", "g.json");
+  CHECK(z.dropout.embeddings == 0.0);
+  CHECK(z.dropout.attention == 0.2);
+  CHECK(z.dropout.residual == 0.0);
+  CHECK_THROWS_WITH(model_from_hf_config_json(gpt2 + R"(, "resid_pdrop": 1.5})", "g.json"),
+                    Catch::Matchers::Contains("'resid_pdrop' must be in [0, 1)"));
+  const ModelConfig l = model_from_hf_config_json(
+      R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 1,
+          "num_attention_heads": 4, "intermediate_size": 128, "attention_dropout": 0.05})",
+      "l.json");
+  CHECK(l.dropout.attention == 0.05);
+  CHECK(l.dropout.residual == 0.0);
+  CHECK(model_preset("gpt2").dropout.residual == 0.0);  // presets: none unless --dropout
+}

@@ -46,6 +46,8 @@ SHAPES = {
     # HF's default GPT-2 activation, NewGELUActivation written out in Python
     "gpt2-gelu_new": {"family": "gpt2", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4,
                       "n_kv_heads": 4, "head_dim": 32, "d_ff": 512, "max_positions": 256, "activation": "gelu_new"},
+    "gpt2-hf": {"family": "gpt2", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
+                "head_dim": 32, "d_ff": 512, "max_positions": 256, "activation": "gelu_new", "dropout": 0.1},
     "llama": {"family": "llama", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
               "head_dim": 32, "d_ff": 344, "max_positions": 256},
 }
@@ -61,6 +63,8 @@ GRID += [(family, precision, "none", "math", mode)
          for family in ("gpt2", "llama") for precision in ("fp32", "amp-bf16") for mode in ("forward-only", "inference")]
 GRID += [("gpt2-gelu_new", precision, "none", "math", mode)
          for precision in ("fp32", "amp-bf16") for mode in ("train", "inference")]
+# HF's GPT-2 as configured by default: gelu_new and dropout 0.1 at its four sites (read from config.json)
+GRID += [("gpt2-hf", precision, "none", "math", "train") for precision in ("fp32", "amp-bf16")]
 PHASE_GROUP = {"setup": "setup", "forward": "forward", "loss": "forward", "after_forward": "forward",
                "backward": "backward", "post_backward": "backward", "optimizer": "optimizer",
                "after_optimizer": "optimizer", "zero_grad": "optimizer"}
@@ -70,7 +74,9 @@ def gpt2_hf_config(cfg):
     return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg["vocab_size"],
             "n_embd": cfg["d_model"], "n_layer": cfg["n_layers"], "n_head": cfg["n_heads"],
             "n_positions": cfg["max_positions"], "n_inner": cfg["d_ff"],
-            "activation_function": cfg.get("activation", "gelu_pytorch_tanh")}
+            "activation_function": cfg.get("activation", "gelu_pytorch_tanh"),
+            "embd_pdrop": cfg.get("dropout", 0.0), "attn_pdrop": cfg.get("dropout", 0.0),
+            "resid_pdrop": cfg.get("dropout", 0.0)}
 
 
 def allocations(path):

@@ -139,6 +139,21 @@ class Autocast(unittest.TestCase):
         self.assertEqual(out, {"softmax": torch.float32, "layer_norm": torch.float32, "gelu": torch.bfloat16})
 
 
+class Dropout(unittest.TestCase):
+    def test_fused_kernel_on_the_gpu(self):
+        # Dropout.cpp: a CUDA input with 0 < p < 1 in training takes native_dropout, which returns the output
+        # and a bool mask (1 byte per element) that backward keeps; eval mode or p = 0 run nothing.
+        def prog():
+            x = torch.randn(1000, device="cuda", requires_grad=True)  # 4000 B
+            y = nn.functional.dropout(x, 0.1, training=True)          # output 4000 B + mask 1000 B
+            z = nn.functional.dropout(x, 0.1, training=False)         # eval: x itself
+            assert z is x
+            prog.keep = (x, y)
+
+        allocs = [n for a, _, n, _ in events(traced(prog)) if a == "alloc"]
+        self.assertEqual(allocs, [4000, 4000, 1000])
+
+
 class Sdpa(unittest.TestCase):
     def _run(self, dtype, cc):
         def prog():

@@ -14,7 +14,9 @@ Where PyTorch offers several ways, this file takes the one the simulator documen
     by one host-to-device copy each, i.e. exactly the two allocations the simulator counts (HF computes them
     with a few KiB of temporaries on the device);
   * Llama's eager path adds a (batch, 1, seq, seq) float mask built once per forward; SDPA (flash) needs none;
-  * no dropout layers (dropout 0), parameters in HF registration order (the order of model.parameters());
+  * GPT-2 dropout at HF's four sites (embeddings, attention probabilities, after each block's two output
+    projections) when the configuration's "dropout" is above 0 (default 0: none); parameters in HF registration
+    order (the order of model.parameters());
   * Python variables as HF's modeling code names them (residual / hidden_states / attn_weights, rebound
     where HF rebinds them), so that every tensor dies when HF's would: e.g. GPT2Block keeps attn_output to its
     end, LlamaRMSNorm keeps `variance` until it returns. One simplification: the attention probabilities die
@@ -60,6 +62,11 @@ def sdpa_flash(q, k, v):
 
 # ---- GPT-2 ---------------------------------------------------------------------------------------------------
 
+def dropout(x, p: float):
+    """nn.Dropout in training mode; with p == 0 no dropout layer runs, as the grid's models have none."""
+    return F.dropout(x, p, training=True) if p > 0 else x
+
+
 def gelu_pytorch_tanh(x):
     return F.gelu(x, approximate="tanh")
 
@@ -83,6 +90,7 @@ class GPT2Block(nn.Module):
         self.mlp.c_fc = Conv1D(d, cfg["d_ff"])
         self.mlp.c_proj = Conv1D(cfg["d_ff"], d)
         self.act = gelu_new if cfg.get("activation", "gelu_pytorch_tanh") == "gelu_new" else gelu_pytorch_tanh
+        self.p = cfg.get("dropout", 0.0)  # GPT-2's attn_pdrop = resid_pdrop; 0 = no dropout layer runs
 
     def _attention(self, hidden_states, causal_mask):  # GPT2Attention.forward with eager_attention_forward
         b, s, d = hidden_states.shape
@@ -95,9 +103,11 @@ class GPT2Block(nn.Module):
             attn_weights = torch.matmul(query, key.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
             attn_weights = torch.where(causal_mask, attn_weights, torch.finfo(attn_weights.dtype).min)
             attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value.dtype)
+            attn_weights = dropout(attn_weights, self.p)
             attn_output = torch.matmul(attn_weights, value)
         attn_output = attn_output.transpose(1, 2).contiguous().view(b, s, d)
         attn_output = self.attn.c_proj(attn_output)
+        attn_output = dropout(attn_output, self.p)  # resid_dropout
         return attn_output  # attn_weights (the probabilities) live until here, after c_proj
 
     def forward(self, hidden_states, causal_mask=None):  # GPT2Block.forward
@@ -108,6 +118,7 @@ class GPT2Block(nn.Module):
         residual = hidden_states
         hidden_states = self.ln_2(hidden_states)
         feed_forward_hidden_states = self.mlp.c_proj(self.act(self.mlp.c_fc(hidden_states)))
+        feed_forward_hidden_states = dropout(feed_forward_hidden_states, self.p)  # GPT2MLP.dropout
         hidden_states = residual + feed_forward_hidden_states
         return hidden_states
 
@@ -146,6 +157,7 @@ class GPT2LMHeadModel(nn.Module):
         position_ids = torch.arange(s, device=ids.device).unsqueeze(0)
         x = tok + self.transformer.wpe(position_ids)
         del tok
+        x = dropout(x, self.cfg.get("dropout", 0.0))  # GPT2Model.drop (embd_pdrop)
         mask = self.causal_mask[:, :, :s, :s] if hasattr(self, "causal_mask") else None
         for block in self.transformer.h:
             if self.cfg["checkpointing"] == "full":

@@ -128,6 +128,8 @@ class DeviceFunctionMode(TorchFunctionMode):
             T.numpy: self._needs_values("Tensor.numpy()"),
             T.repeat_interleave: self._repeat_interleave,
             T.backward: self._backward,
+            torch.nn.functional.dropout: self._dropout,
+            torch.dropout: self._dropout,
             torch.repeat_interleave: self._repeat_interleave,
             T.tolist: self._needs_values("Tensor.tolist()"),
         }
@@ -177,6 +179,23 @@ class DeviceFunctionMode(TorchFunctionMode):
         with self:
             return torch.autograd.backward(args[0], call.get("gradient"), call.get("retain_graph"),
                                            call.get("create_graph", False), inputs=call.get("inputs"))
+
+    def _dropout(self, args, kwargs):
+        """dropout in training on the GPU takes the fused kernel (Dropout.cpp, is_fused_kernel_acceptable:
+        a CUDA input and 0 < p < 1): native_dropout, an output and a bool mask it keeps for backward. On the
+        meta device PyTorch would take the composite path (a mask of the input's dtype and a multiply)."""
+        call = dict(zip(("input", "p", "training", "inplace"), args))
+        call.update(kwargs)
+        if "train" in call:  # torch.dropout(input, p, train)
+            call["training"] = call.pop("train")
+        x, p = call["input"], float(call.get("p", 0.5))
+        training, inplace = bool(call.get("training", True)), bool(call.get("inplace", False))
+        if (training and 0.0 < p < 1.0 and not inplace and isinstance(x, torch.Tensor)
+                and self.s.tracer.storages.is_device_tensor(x) and x.numel() > 0):
+            return torch.native_dropout(x, p, True)[0]
+        if training and 0.0 < p < 1.0:
+            return torch.nn.functional.dropout(x, p, training, inplace)
+        return x
 
     def _repeat_interleave(self, args, kwargs):
         """repeat_interleave with an int count: the meta kernel needs the (data) repeats tensor it builds, so
