@@ -139,6 +139,41 @@ class Autocast(unittest.TestCase):
         self.assertEqual(out, {"softmax": torch.float32, "layer_norm": torch.float32, "gelu": torch.bfloat16})
 
 
+class TrainingLoops(unittest.TestCase):
+    def test_grad_scaler_clipping_and_a_scheduler(self):
+        # GradScaler keeps per-device copies with Tensor.to(device, copy=True); unscale_, clip_grad_norm_,
+        # step and update must run; each step's model state is the same.
+        def prog():
+            model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)).cuda()
+            opt = torch.optim.Adam(model.parameters())
+            scaler = torch.cuda.amp.GradScaler()
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+            for _ in range(2):
+                x = torch.randn(4, 16, device="cuda")
+                with torch.cuda.amp.autocast():
+                    loss = nn.functional.mse_loss(model(x), x)
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+
+        s = traced(prog)
+        self.assertEqual([k.step for k in s.tracer.log.markers if k.phase == "optimizer"], [1, 2])
+
+    def test_to_with_copy(self):
+        def prog():
+            x = torch.empty(100, device="cuda")    # 400 B
+            y = x.to("cuda", copy=True)             # a copy: 400 B more
+            z = x.to(device="cuda")                 # same device, no copy
+            assert z is x
+            prog.keep = (x, y)
+
+        self.assertEqual([n for a, _, n, _ in events(traced(prog)) if a == "alloc"], [400, 400])
+
+
 class Dropout(unittest.TestCase):
     def test_fused_kernel_on_the_gpu(self):
         # Dropout.cpp: a CUDA input with 0 < p < 1 in training takes native_dropout, which returns the output

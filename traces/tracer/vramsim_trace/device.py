@@ -156,8 +156,12 @@ class DeviceFunctionMode(TorchFunctionMode):
 
     def _to_method(self, args, kwargs):
         src = args[0]
-        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
-        copy = bool(kwargs.get("copy", False))
+        kwargs = dict(kwargs)
+        copy = bool(kwargs.pop("copy", False))  # _parse_to does not take it
+        rest = list(args[1:])
+        if len(rest) >= 4 and isinstance(rest[3], bool):  # to(device, dtype, non_blocking, copy)
+            copy = copy or rest.pop(3)
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
         return self.s.move(src, device, dtype, copy, memory_format)
 
     def _cuda_method(self, args, kwargs):
