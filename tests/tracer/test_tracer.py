@@ -163,6 +163,21 @@ class TrainingLoops(unittest.TestCase):
         s = traced(prog)
         self.assertEqual([k.step for k in s.tracer.log.markers if k.phase == "optimizer"], [1, 2])
 
+    def test_convolution_backward(self):
+        # PyTorch 1.13 has no meta kernel for convolution_backward; the tracer supplies the three gradients:
+        # input 2x3x8x8 fp32 = 1536 B, weight 8x3x3x3 = 864 B, bias 8 = 32 B.
+        def prog():
+            conv = nn.Conv2d(3, 8, 3, padding=1).cuda()
+            x = torch.randn(2, 3, 8, 8, device="cuda", requires_grad=True)
+            conv(x).sum().backward()
+            prog.keep = (conv, x)
+
+        s = traced(prog)
+        backward = sorted(e.alloc.size_bytes for e in s.tracer.log.events
+                          if e.action == "alloc" and e.alloc.phase == "backward")
+        for size in (1536, 864, 32):
+            self.assertIn(size, backward)
+
     def test_to_with_copy(self):
         def prog():
             x = torch.empty(100, device="cuda")    # 400 B

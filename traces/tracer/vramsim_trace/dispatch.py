@@ -65,8 +65,22 @@ def _foreach(func, args, kwargs):
     return None if name.endswith("_") else outs
 
 
+def _convolution_backward(args, kwargs):
+    """convolution_backward (1.13 has no meta kernel): grad_input like input, grad_weight like weight and
+    grad_bias of bias_sizes, each only where output_mask asks for it. cuDNN's workspace is not modelled."""
+    grad_output, inp, weight, bias_sizes = args[0], args[1], args[2], args[3]
+    mask = args[10] if len(args) > 10 else kwargs.get("output_mask", [True, True, True])
+    grad_input = torch.empty_like(inp, memory_format=torch.contiguous_format) if mask[0] else None
+    grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format) if mask[1] else None
+    grad_bias = (torch.empty(tuple(bias_sizes), dtype=grad_output.dtype, device="meta")
+                 if mask[2] and bias_sizes is not None else None)
+    return grad_input, grad_weight, grad_bias
+
+
 def _fallback(func, args, kwargs, temporaries: List[int]):
     name = _base_name(func)
+    if name == "convolution_backward":
+        return _convolution_backward(args, kwargs)
     if name.startswith("_foreach_"):
         return _foreach(func, args, kwargs)
     if name == "_amp_foreach_non_finite_check_and_unscale_":
