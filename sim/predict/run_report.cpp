@@ -119,6 +119,88 @@ void fill_phases(Prediction& p, const std::vector<RunMarker>& markers, const std
   }
 }
 
+// The step each event belongs to, from the markers (0 before the first).
+std::vector<int> steps_of(std::size_t events, const std::vector<RunMarker>& markers) {
+  std::vector<int> out(events, 0);
+  std::size_t m = 0;
+  int step = 0;
+  for (std::size_t i = 0; i < events; ++i) {
+    while (m < markers.size() && markers[m].event_index <= i) {
+      step = markers[m++].step;
+    }
+    out[i] = step;
+  }
+  return out;
+}
+
+// One walk over the trace: the requested bytes after each event, the number of allocations, and at the peak
+// event the bill (requested bytes per category, rounding = the model's allocated - requested) and the five
+// largest live tensors.
+std::vector<std::int64_t> walk_requests(Prediction& p, const Snapshot& trace,
+                                        const std::vector<std::int64_t>& alloc, const TensorNamer& name_of) {
+  const std::vector<TraceEvent>& events = trace.device_traces.front().events;
+  const auto tag = [&](std::uint32_t t) -> std::string {
+    return t < trace.strings.size() ? trace.strings[t] : std::string();
+  };
+  std::map<Bytes, std::size_t> live;  // address -> alloc event
+  std::vector<std::int64_t> requested(events.size(), 0);
+  std::int64_t req = 0;
+  std::vector<LiveTensor> top;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = events[i];
+    if (e.action == TraceAction::kAlloc) {
+      live[e.addr] = i;
+      req += static_cast<std::int64_t>(e.size_bytes);
+      ++p.tensors;
+    } else if (e.action == TraceAction::kFreeRequested && live.erase(e.addr) != 0) {
+      req -= static_cast<std::int64_t>(e.size_bytes);
+    }
+    requested[i] = req;
+    if (i != p.peak_event_index) {
+      continue;
+    }
+    for (const auto& [addr, at] : live) {
+      const TraceEvent& a = events[at];
+      const TensorCategory c = category_of(tag(a.category_tag));
+      add_to_bill(p.bill, c, static_cast<std::int64_t>(a.size_bytes));
+      LiveTensor t = name_of ? name_of(at) : LiveTensor{tag(a.op_tag), c, a.layer, a.size_bytes};
+      t.category = c;
+      t.size_bytes = a.size_bytes;
+      top.push_back(std::move(t));
+    }
+    p.bill.allocator_rounding = alloc[i] - req;
+    p.peak_phase = tag(e.phase_tag).empty() ? "-" : tag(e.phase_tag);
+    p.peak_op = tag(e.op_tag);
+    p.peak_layer = e.layer;
+  }
+  const std::size_t n_top = std::min<std::size_t>(5, top.size());
+  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n_top), top.end(),
+                    [](const LiveTensor& a, const LiveTensor& b) {
+                      return a.size_bytes != b.size_bytes ? a.size_bytes > b.size_bytes : a.name < b.name;
+                    });
+  top.resize(n_top);
+  p.top_tensors = std::move(top);
+  return requested;
+}
+
+// Each step's peaks of allocated, requested and reserved bytes (steps 1 .. the last marker's).
+void fill_steps(Prediction& p, const std::vector<int>& step_of, const Observed& o,
+                const std::vector<std::int64_t>& requested) {
+  p.steps.resize(static_cast<std::size_t>(p.phases_step));
+  for (int s = 1; s <= p.phases_step; ++s) {
+    p.steps[static_cast<std::size_t>(s - 1)].step = s;
+  }
+  for (std::size_t i = 0; i < step_of.size(); ++i) {
+    if (step_of[i] < 1 || step_of[i] > p.phases_step) {
+      continue;
+    }
+    StepPeak& sp = p.steps[static_cast<std::size_t>(step_of[i] - 1)];
+    sp.peak_allocated_bytes = std::max(sp.peak_allocated_bytes, o.allocated[i]);
+    sp.peak_requested_bytes = std::max(sp.peak_requested_bytes, requested[i]);
+    sp.peak_reserved_bytes = std::max(sp.peak_reserved_bytes, o.reserved[i]);
+  }
+}
+
 }  // namespace
 
 Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& markers, const RunDevice& device,
@@ -132,12 +214,15 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   if (p.allocator_capacity_bytes <= 0) {
     throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total_bytes));
   }
-  const std::vector<TraceEvent> no_events;
-  const std::vector<TraceEvent>& events =
-      trace.device_traces.empty() ? no_events : trace.device_traces.front().events;
-  p.events = events.size();
+  Snapshot no_events;  // a trace without any device trace explains as an empty one
+  if (trace.device_traces.empty()) {
+    no_events.strings = trace.strings;
+    no_events.device_traces.resize(1);
+  }
+  const Snapshot& one_device = trace.device_traces.empty() ? no_events : trace;  // device 0 is explained
+  p.events = one_device.device_traces.front().events.size();
 
-  Observed o = observe(trace, static_cast<Bytes>(p.allocator_capacity_bytes), device.alloc_conf);
+  Observed o = observe(one_device, static_cast<Bytes>(p.allocator_capacity_bytes), device.alloc_conf);
   p.peak_allocated_bytes = o.result.peaks.peak_allocated_bytes;
   p.peak_reserved_bytes = o.result.peaks.peak_reserved_bytes;
   p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
@@ -146,97 +231,24 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   std::int64_t needed_reserved = p.peak_reserved_bytes;
   if (p.num_ooms > 0) {
     // What the program needs: the same trace on a device without a limit.
-    o = observe(trace, 0, device.alloc_conf);
+    o = observe(one_device, 0, device.alloc_conf);
     p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
     needed_reserved = o.result.peaks.peak_reserved_bytes;
   }
   const std::vector<std::int64_t>& alloc = o.allocated;
-
-  // Step of each event, from the markers.
-  std::vector<int> step_of(events.size(), 0);
-  {
-    std::size_t m = 0;
-    int step = 0;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      while (m < markers.size() && markers[m].event_index <= i) {
-        step = markers[m++].step;
-      }
-      step_of[i] = step;
-    }
-  }
-
-  // Live tensors (by address) and requested bytes after each event.
-  const auto tag = [&](std::uint32_t t) -> std::string {
-    return t < trace.strings.size() ? trace.strings[t] : std::string();
-  };
   if (!alloc.empty()) {
     p.peak_event_index =
         static_cast<std::size_t>(std::max_element(alloc.begin(), alloc.end()) - alloc.begin());
   }
-  std::map<Bytes, std::size_t> live;  // address -> alloc event
-  std::vector<std::int64_t> requested(events.size(), 0);
-  std::int64_t req = 0;
-  std::size_t allocations = 0;
-  MemoryBill bill_at_peak;
-  std::vector<LiveTensor> top;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& e = events[i];
-    if (e.action == TraceAction::kAlloc) {
-      live[e.addr] = i;
-      req += static_cast<std::int64_t>(e.size_bytes);
-      ++allocations;
-    } else if (e.action == TraceAction::kFreeRequested) {
-      if (live.erase(e.addr) != 0) {
-        req -= static_cast<std::int64_t>(e.size_bytes);
-      }
-    }
-    requested[i] = req;
-    if (i == p.peak_event_index) {
-      for (const auto& [addr, at] : live) {
-        const TraceEvent& a = events[at];
-        const TensorCategory c = category_of(tag(a.category_tag));
-        add_to_bill(bill_at_peak, c, static_cast<std::int64_t>(a.size_bytes));
-        LiveTensor t = name_of ? name_of(at) : LiveTensor{tag(a.op_tag), c, a.layer, a.size_bytes};
-        t.category = c;
-        t.size_bytes = a.size_bytes;
-        top.push_back(std::move(t));
-      }
-      bill_at_peak.allocator_rounding = alloc[i] - req;
-    }
-  }
-  p.tensors = allocations;
-  p.bill = bill_at_peak;
-  const std::size_t n_top = std::min<std::size_t>(5, top.size());
-  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n_top), top.end(),
-                    [](const LiveTensor& a, const LiveTensor& b) {
-                      return a.size_bytes != b.size_bytes ? a.size_bytes > b.size_bytes : a.name < b.name;
-                    });
-  top.resize(n_top);
-  p.top_tensors = std::move(top);
-  if (!events.empty()) {
-    const TraceEvent& e = events[p.peak_event_index];
+  const std::vector<int> step_of = steps_of(p.events, markers);
+  const std::vector<std::int64_t> requested = walk_requests(p, one_device, alloc, name_of);
+  if (p.events > 0) {
     p.peak_step = step_of[p.peak_event_index];
-    p.peak_phase = tag(e.phase_tag).empty() ? "-" : tag(e.phase_tag);
-    p.peak_op = tag(e.op_tag);
-    p.peak_layer = e.layer;
   }
   p.bill.allocator_overhead = p.peak_reserved_bytes - p.peak_allocated_bytes;
   p.bill.cuda_context = p.cuda_context_bytes;
-
-  fill_phases(p, markers, alloc, events.size());
-  p.steps.resize(static_cast<std::size_t>(p.phases_step));
-  for (int s = 1; s <= p.phases_step; ++s) {
-    p.steps[static_cast<std::size_t>(s - 1)].step = s;
-  }
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    if (step_of[i] < 1 || step_of[i] > p.phases_step) {
-      continue;
-    }
-    StepPeak& sp = p.steps[static_cast<std::size_t>(step_of[i] - 1)];
-    sp.peak_allocated_bytes = std::max(sp.peak_allocated_bytes, alloc[i]);
-    sp.peak_requested_bytes = std::max(sp.peak_requested_bytes, requested[i]);
-    sp.peak_reserved_bytes = std::max(sp.peak_reserved_bytes, o.reserved[i]);
-  }
+  fill_phases(p, markers, alloc, p.events);
+  fill_steps(p, step_of, o, requested);
 
   p.peak_allocated_needed_bytes = alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end());
   // After an OOM the shortfall is what the unlimited replay reserved (it holds at least what was allocated).
