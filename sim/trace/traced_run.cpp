@@ -32,10 +32,14 @@ std::vector<RunMarker> parse_markers(const nlohmann::json& j, const std::string&
         !m["phase"].is_string()) {
       throw bad(where, "expected {\"event_index\": unsigned, \"step\": integer, \"phase\": string}");
     }
-    RunMarker tm{m["event_index"].get<std::size_t>(), m["step"].get<int>(), m["phase"].get<std::string>()};
-    if (tm.step < 0 || tm.step > (1 << 30)) {
-      throw bad(where + ".step", "out of range");
+    // Steps count up one at a time from 0 (setup), so a marker's step is at most one more than the previous
+    // marker's: this also bounds the per-step table by the number of markers.
+    const std::int64_t step = m["step"].get<std::int64_t>();
+    const std::int64_t previous = out.empty() ? 0 : out.back().step;
+    if (step < previous || step > previous + 1) {
+      throw bad(where + ".step", fmt::format("{} after step {} (steps go up by one from 0)", step, previous));
     }
+    RunMarker tm{m["event_index"].get<std::size_t>(), static_cast<int>(step), m["phase"].get<std::string>()};
     if (!out.empty() && tm.event_index < out.back().event_index) {
       throw bad(where + ".event_index", "markers must be in event order");
     }

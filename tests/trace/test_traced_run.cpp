@@ -136,6 +136,10 @@ TEST_CASE("traced run: without markers there are no phases; bad markers are name
         " {\"event_index\": 1, \"step\": 1, \"phase\": \"loss\"}]}");
   CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers),
                     Catch::Contains("markers[1].event_index: markers must be in event order"));
+  write(f.markers, "{\"markers\": [{\"event_index\": 0, \"step\": 1000000000000, \"phase\": \"forward\"}]}");
+  CHECK_THROWS_WITH(
+      load_traced_run(f.trace, f.markers),
+      Catch::Contains("markers[0].step: 1000000000000 after step 0 (steps go up by one from 0)"));
   write(f.markers, "{\"markers\": ");
   CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers), Catch::Contains(".markers.json: not JSON"));
 }

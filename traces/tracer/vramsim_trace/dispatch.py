@@ -13,7 +13,7 @@ Any other operator without a meta kernel stops the trace with its name and the u
 from __future__ import annotations
 
 import traceback
-from typing import Any, Callable, List
+
 
 import torch
 import torch.utils._pytree as pytree
@@ -77,7 +77,7 @@ def _convolution_backward(args, kwargs):
     return grad_input, grad_weight, grad_bias
 
 
-def _fallback(func, args, kwargs, temporaries: List[int]):
+def _fallback(func, args, kwargs):
     name = _base_name(func)
     if name == "convolution_backward":
         return _convolution_backward(args, kwargs)
@@ -133,7 +133,6 @@ class TracingDispatchMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _base_name(func)
-        temporaries: List[int] = []
         if name == "detach" and args and not isinstance(args[0], torch.Tensor):
             return torch.scalar_tensor(args[0])  # a wrapped number PyTorch 1.13 handed over as a Python scalar
         if name == "_local_scalar_dense" and args and self.tracer.storages.is_device_tensor(args[0]) \
@@ -148,7 +147,7 @@ class TracingDispatchMode(TorchDispatchMode):
             finally:
                 storages.in_kernel -= 1
         except (NotImplementedError, RuntimeError) as e:
-            out = _fallback(func, args, kwargs, temporaries)
+            out = _fallback(func, args, kwargs)
             if out is NotImplemented:
                 msg = _first_sentence(e)
                 if isinstance(e, NotImplementedError):
@@ -162,6 +161,4 @@ class TracingDispatchMode(TorchDispatchMode):
         if not isinstance(out, torch.Tensor) and name == "detach":
             out = _alias_of_wrapped_number(args[0])
         self.tracer.after_operator(_op_name(func), name, args, out)
-        if temporaries:
-            self.tracer.kernel_temporaries(_op_name(func), temporaries)
         return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import weakref
 from contextlib import contextmanager
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 import torch.utils._pytree as pytree
@@ -150,17 +150,6 @@ class Tracer:
                        phase=self.phases.current_phase)
         self._next_index += 1
         return a
-
-    def kernel_temporaries(self, op: str, sizes_bytes: List[int]) -> None:
-        """Scratch buffers a CUDA kernel allocates and frees inside one call (emulated operators)."""
-        allocs = []
-        for n in sizes_bytes:
-            if n > 0:
-                a = self._new_allocation(n, op)
-                self.log.alloc(a)
-                allocs.append(a)
-        for a in allocs:
-            self.log.free(a)
 
     def _cublas_workspace(self) -> None:
         thread = "autograd" if self.phases.current_phase == "backward" else "main"
