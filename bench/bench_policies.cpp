@@ -49,7 +49,7 @@ std::vector<Workload> generated_workloads() {
        [] {
          TrainingOptions o;
          o.precision = Precision::kAmpBf16;
-         o.attention = AttentionKind::kFlash;
+         o.attention = AttentionKind::kSdpaFlash;
          const std::vector<StepShape> shapes =
              draw_shapes(ShapeDistribution::parse("4", "--batch"),
                          ShapeDistribution::parse("uniform:128..4096", "--seq"), 10, 1);

@@ -24,6 +24,9 @@ void line(std::string_view label, std::int64_t v, std::string_view note = "") {
 nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& text) {
   nlohmann::ordered_json j;
   j["model"] = p.model_name;
+  if (!p.attention_kernel.empty()) {
+    j["attention_kernel"] = p.attention_kernel;
+  }
   j["gpu"] = p.gpu_name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.gpu_name);
   j["total_bytes"] = p.total_bytes;
   j["allocator_capacity_bytes"] = p.allocator_capacity_bytes;

@@ -165,8 +165,15 @@ VarId sdpa(EmitContext& c, const std::string& n, VarId q, VarId k, VarId v, VarI
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
   const Dims d = dims(c);
-  if (c.options.attention == AttentionKind::kFlash) {  // F.scaled_dot_product_attention(is_causal=True)
-    return ops.sdpa_flash(n + ".sdpa", q, k, v);
+  switch (c.attention) {  // F.scaled_dot_product_attention(is_causal=True), the backend PyTorch picks
+    case AttentionKind::kSdpaFlash:
+      return ops.sdpa_flash(n + ".sdpa", q, k, v);
+    case AttentionKind::kSdpaEfficient:
+      return ops.sdpa_efficient(n + ".sdpa", q, k, v);
+    case AttentionKind::kSdpaMath:
+      return ops.sdpa_math(n + ".sdpa", q, k, v, 0.0);
+    default:
+      break;
   }
   const Shape scores_shape{d.b, d.h, d.s, d.s};
   VarId scores;
@@ -247,7 +254,7 @@ VarId attention(EmitContext& c, int layer, VarId x) {
     t.drop(k);
     // seq = torch.arange(sequence_length); causal_mask = qi >= kj
     positions = t.constant(n + ".arange", "arange", {d.s}, DType::kInt64);
-    if (c.options.attention == AttentionKind::kMath) {
+    if (c.attention == AttentionKind::kEager) {
       mask = t.constant(n + ".causal_mask", "ge", {1, 1, d.s, d.s}, DType::kBool);
     }
   } else {
@@ -255,7 +262,7 @@ VarId attention(EmitContext& c, int layer, VarId x) {
     positions = t.constant(n + ".positions", "arange", {d.s}, DType::kInt64);
     qr = student_rope(c, n + ".rope_q", q);
     kr = student_rope(c, n + ".rope_k", k);
-    if (c.options.attention == AttentionKind::kMath) {
+    if (c.attention == AttentionKind::kEager) {
       // torch.triu(torch.ones(seq_len, seq_len), diagonal=1).to(torch.bool); mask = ~mask
       const VarId ones = t.constant(n + ".mask_ones", "ones", {d.s, d.s}, DType::kFloat32);
       const VarId tri = t.constant(n + ".mask_triu", "triu", {d.s, d.s}, DType::kFloat32);

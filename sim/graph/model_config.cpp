@@ -1,10 +1,10 @@
 #include "sim/graph/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "sim/core/error.h"
 
@@ -29,6 +29,8 @@ ModelConfig gpt2_preset(std::string name, std::int64_t d_model, std::int64_t n_l
   m.bias = true;
   m.norm = NormKind::kLayerNorm;
   m.mlp = MlpKind::kGelu;
+  m.softmax_in_fp32 = false;  // GPT2Attention: softmax in the scores' dtype
+  m.model_type = "gpt2";
   return m;
 }
 
@@ -46,6 +48,13 @@ ModelConfig llama_preset(std::string name, std::int64_t vocab, std::int64_t d_mo
   m.head_dim = d_model / n_heads;
   m.d_ff = d_ff;
   m.max_positions = max_positions;
+  m.model_type = "llama";
+  return m;
+}
+
+ModelConfig mistral_preset() {
+  ModelConfig m = llama_preset("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768);
+  m.model_type = "mistral";
   return m;
 }
 
@@ -67,7 +76,7 @@ std::vector<ModelConfig> presets() {
       llama_preset("llama-2-13b", 32000, 5120, 40, 40, 40, 13824, 4096),
       llama_preset("llama-2-70b", 32000, 8192, 80, 64, 8, 28672, 4096),
       llama_preset("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, 8192),
-      llama_preset("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768),
+      mistral_preset(),
       // TinyLlama/TinyLlama-1.1B (config.json): the Llama-style 1B the dynamic-shape sweep uses.
       llama_preset("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048),
       // The CS336 runs in shared/traces/real: MAGMA27 ran the staff model at d768 (context 256); kkaitlyn111
@@ -89,15 +98,19 @@ void gpt2_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
     const std::string p = fmt::format("transformer.h.{}.", l);
     add(out, p + "ln_1.weight", {d}, l);
     add(out, p + "ln_1.bias", {d}, l);
-    add(out, p + "attn.c_attn.weight", {d, m.q_dim() + 2 * m.kv_dim()}, l);  // Conv1D: (in, out)
+    // GPT-2's Conv1D stores (in, out); gpt_bigcode's nn.Linear (out, in)
+    const auto weight = [&](std::int64_t in, std::int64_t out_features) {
+      return m.linear_weights ? Shape{out_features, in} : Shape{in, out_features};
+    };
+    add(out, p + "attn.c_attn.weight", weight(d, m.q_dim() + 2 * m.kv_dim()), l);
     add(out, p + "attn.c_attn.bias", {m.q_dim() + 2 * m.kv_dim()}, l);
-    add(out, p + "attn.c_proj.weight", {m.q_dim(), d}, l);
+    add(out, p + "attn.c_proj.weight", weight(m.q_dim(), d), l);
     add(out, p + "attn.c_proj.bias", {d}, l);
     add(out, p + "ln_2.weight", {d}, l);
     add(out, p + "ln_2.bias", {d}, l);
-    add(out, p + "mlp.c_fc.weight", {d, m.d_ff}, l);
+    add(out, p + "mlp.c_fc.weight", weight(d, m.d_ff), l);
     add(out, p + "mlp.c_fc.bias", {m.d_ff}, l);
-    add(out, p + "mlp.c_proj.weight", {m.d_ff, d}, l);
+    add(out, p + "mlp.c_proj.weight", weight(m.d_ff, d), l);
     add(out, p + "mlp.c_proj.bias", {d}, l);
   }
   add(out, "transformer.ln_f.weight", {d});
@@ -107,38 +120,93 @@ void gpt2_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
   }
 }
 
+// A gated MLP's three projections (LlamaMLP, MixtralBlockSparseTop2MLP's w1 / w2 / w3, Phi3MLP's fused
+// gate_up_proj), in registration order.
+void gated_mlp_shapes(std::vector<ParameterShape>& out, const std::string& p, std::int64_t d, std::int64_t ff,
+                      int layer, bool bias, bool fused, bool mixtral_names) {
+  if (mixtral_names) {
+    add(out, p + "w1.weight", {ff, d}, layer);
+    add(out, p + "w2.weight", {d, ff}, layer);
+    add(out, p + "w3.weight", {ff, d}, layer);
+    return;
+  }
+  if (fused) {
+    add(out, p + "gate_up_proj.weight", {2 * ff, d}, layer);
+    add(out, p + "down_proj.weight", {d, ff}, layer);
+    return;
+  }
+  add(out, p + "gate_proj.weight", {ff, d}, layer);
+  add(out, p + "up_proj.weight", {ff, d}, layer);
+  add(out, p + "down_proj.weight", {d, ff}, layer);
+  if (bias) {
+    add(out, p + "gate_proj.bias", {ff}, layer);
+    add(out, p + "up_proj.bias", {ff}, layer);
+    add(out, p + "down_proj.bias", {d}, layer);
+  }
+}
+
+void attention_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p, int l) {
+  const std::int64_t d = m.d_model;
+  if (m.fused_qkv) {  // Phi3Attention registers o_proj before qkv_proj
+    add(out, p + "self_attn.o_proj.weight", {d, m.q_dim()}, l);
+    add(out, p + "self_attn.qkv_proj.weight", {m.q_dim() + 2 * m.kv_dim(), d}, l);
+    return;
+  }
+  const bool qkv_bias = m.qkv_bias || m.bias;
+  add(out, p + "self_attn.q_proj.weight", {m.q_dim(), d}, l);
+  if (qkv_bias) {
+    add(out, p + "self_attn.q_proj.bias", {m.q_dim()}, l);
+  }
+  add(out, p + "self_attn.k_proj.weight", {m.kv_dim(), d}, l);
+  if (qkv_bias) {
+    add(out, p + "self_attn.k_proj.bias", {m.kv_dim()}, l);
+  }
+  add(out, p + "self_attn.v_proj.weight", {m.kv_dim(), d}, l);
+  if (qkv_bias) {
+    add(out, p + "self_attn.v_proj.bias", {m.kv_dim()}, l);
+  }
+  add(out, p + "self_attn.o_proj.weight", {d, m.q_dim()}, l);
+  if (m.bias) {
+    add(out, p + "self_attn.o_proj.bias", {d}, l);
+  }
+}
+
+// The feed-forward part of layer l: a gated MLP, or a sparse MoE block (Mixtral's block_sparse_moe: gate,
+// experts; Qwen2-MoE's mlp: gate, experts, shared_expert, shared_expert_gate).
+void feed_forward_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p,
+                         int l) {
+  const std::int64_t d = m.d_model;
+  if (!m.moe.sparse(l)) {
+    gated_mlp_shapes(out, p + "mlp.", d, m.d_ff, l, m.bias, m.fused_gate_up, false);
+    return;
+  }
+  const bool mixtral = m.model_type == "mixtral";
+  const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  add(out, block + "gate.weight", {m.moe.n_experts, d}, l);
+  for (std::int64_t e = 0; e < m.moe.n_experts; ++e) {
+    gated_mlp_shapes(out, fmt::format("{}experts.{}.", block, e), d, m.moe.expert_d_ff, l, false, false,
+                     mixtral);
+  }
+  if (m.moe.shared_expert_d_ff > 0) {
+    gated_mlp_shapes(out, block + "shared_expert.", d, m.moe.shared_expert_d_ff, l, false, false, false);
+    add(out, block + "shared_expert_gate.weight", {1, d}, l);
+  }
+}
+
+// LlamaDecoderLayer and its descendants register self_attn, mlp, then the norms.
 void llama_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
   const std::int64_t d = m.d_model;
   add(out, "model.embed_tokens.weight", {m.vocab_size, d});
-  const bool qkv_bias = m.qkv_bias || m.bias;
   for (int l = 0; l < m.n_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    add(out, p + "self_attn.q_proj.weight", {m.q_dim(), d}, l);
-    if (qkv_bias) {
-      add(out, p + "self_attn.q_proj.bias", {m.q_dim()}, l);
-    }
-    add(out, p + "self_attn.k_proj.weight", {m.kv_dim(), d}, l);
-    if (qkv_bias) {
-      add(out, p + "self_attn.k_proj.bias", {m.kv_dim()}, l);
-    }
-    add(out, p + "self_attn.v_proj.weight", {m.kv_dim(), d}, l);
-    if (qkv_bias) {
-      add(out, p + "self_attn.v_proj.bias", {m.kv_dim()}, l);
-    }
-    add(out, p + "self_attn.o_proj.weight", {d, m.q_dim()}, l);
-    if (m.bias) {
-      add(out, p + "self_attn.o_proj.bias", {d}, l);
-    }
-    add(out, p + "mlp.gate_proj.weight", {m.d_ff, d}, l);
-    add(out, p + "mlp.up_proj.weight", {m.d_ff, d}, l);
-    add(out, p + "mlp.down_proj.weight", {d, m.d_ff}, l);
-    if (m.bias) {
-      add(out, p + "mlp.gate_proj.bias", {m.d_ff}, l);
-      add(out, p + "mlp.up_proj.bias", {m.d_ff}, l);
-      add(out, p + "mlp.down_proj.bias", {d}, l);
-    }
+    attention_shapes(m, out, p, l);
+    feed_forward_shapes(m, out, p, l);
     add(out, p + "input_layernorm.weight", {d}, l);
     add(out, p + "post_attention_layernorm.weight", {d}, l);
+    if (m.sandwich_norms) {
+      add(out, p + "pre_feedforward_layernorm.weight", {d}, l);
+      add(out, p + "post_feedforward_layernorm.weight", {d}, l);
+    }
   }
   add(out, "model.norm.weight", {d});
   if (!m.tied_embeddings) {
@@ -180,103 +248,12 @@ void cs336_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
   add(out, "lm_head.weight", {m.vocab_size, d});
 }
 
-// ---- Hugging Face config.json ----------------------------------------------------------------------------
-
-class JsonReader {
- public:
-  JsonReader(const nlohmann::json& root, std::string_view source) : m_root(root), m_source(source) {}
-
-  std::int64_t integer(const char* key) const {
-    const nlohmann::json& v = required(key);
-    if (!v.is_number_integer()) {
-      throw InputError(fmt::format("{}: key '{}' must be an integer, got {}", m_source, key, v.type_name()));
-    }
-    const std::int64_t x = v.get<std::int64_t>();
-    if (x <= 0) {
-      throw InputError(fmt::format("{}: key '{}' must be positive, got {}", m_source, key, x));
-    }
-    return x;
-  }
-  std::int64_t integer_or(const char* key, std::int64_t fallback) const {
-    return has(key) ? integer(key) : fallback;
-  }
-  bool boolean_or(const char* key, bool fallback) const {
-    if (!has(key)) {
-      return fallback;
-    }
-    const nlohmann::json& v = m_root.at(key);
-    if (!v.is_boolean()) {
-      throw InputError(
-          fmt::format("{}: key '{}' must be true or false, got {}", m_source, key, v.type_name()));
-    }
-    return v.get<bool>();
-  }
-  bool has(const char* key) const { return m_root.contains(key) && !m_root.at(key).is_null(); }
-  // A probability in [0, 1), GPT2Config / LlamaConfig style.
-  double probability_or(const char* key, double fallback) const {
-    if (!has(key)) {
-      return fallback;
-    }
-    const nlohmann::json& v = m_root.at(key);
-    if (!v.is_number()) {
-      throw InputError(fmt::format("{}: key '{}' must be a number, got {}", m_source, key, v.type_name()));
-    }
-    const double p = v.get<double>();
-    if (!(p >= 0.0 && p < 1.0)) {
-      throw InputError(fmt::format("{}: key '{}' must be in [0, 1), got {}", m_source, key, p));
-    }
-    return p;
-  }
-  std::string string_or(const char* key, const std::string& fallback) const {
-    if (!has(key)) {
-      return fallback;
-    }
-    const nlohmann::json& v = m_root.at(key);
-    if (!v.is_string()) {
-      throw InputError(fmt::format("{}: key '{}' must be a string, got {}", m_source, key, v.type_name()));
-    }
-    return v.get<std::string>();
-  }
-
- private:
-  const nlohmann::json& required(const char* key) const {
-    if (!has(key)) {
-      throw InputError(fmt::format("{}: missing key '{}'", m_source, key));
-    }
-    return m_root.at(key);
-  }
-  const nlohmann::json& m_root;
-  std::string_view m_source;
-};
-
-std::string architecture_of(const nlohmann::json& root, std::string_view source) {
-  if (root.contains("architectures")) {
-    const nlohmann::json& a = root.at("architectures");
-    if (!a.is_array() || a.empty() || !a.at(0).is_string()) {
-      throw InputError(fmt::format("{}: key 'architectures' must be a non-empty list of names", source));
-    }
-    return a.at(0).get<std::string>();
-  }
-  if (root.contains("model_type") && root.at("model_type").is_string()) {
-    const std::string t = root.at("model_type").get<std::string>();
-    if (t == "llama") {
-      return "LlamaForCausalLM";
-    }
-    if (t == "mistral") {
-      return "MistralForCausalLM";
-    }
-    if (t == "qwen2") {
-      return "Qwen2ForCausalLM";
-    }
-    if (t == "gpt2") {
-      return "GPT2LMHeadModel";
-    }
-    throw InputError(fmt::format("{}: key 'model_type': unsupported model type '{}'", source, t));
-  }
-  throw InputError(fmt::format("{}: missing key 'architectures'", source));
-}
-
 }  // namespace
+
+bool MoeConfig::sparse(std::int64_t layer) const {
+  return n_experts > 0 && (layer + 1) % sparse_step == 0 &&
+         std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
+}
 
 std::int64_t ParameterShape::numel() const {
   std::int64_t n = 1;
@@ -322,79 +299,6 @@ ModelConfig model_preset(std::string_view name) {
   }
   throw InputError(fmt::format("--model: unknown model '{}' (presets: {}; or a path to a config.json)", name,
                                fmt::join(model_preset_names(), ", ")));
-}
-
-ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_view source) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
-  }
-  if (!root.is_object()) {
-    throw InputError(fmt::format("{}: expected a JSON object (a Hugging Face config.json)", source));
-  }
-  const std::string arch = architecture_of(root, source);
-  const JsonReader r(root, source);
-  ModelConfig m;
-  m.name = std::string(source);
-  if (arch == "GPT2LMHeadModel") {
-    m.family = ModelFamily::kGpt2;
-    m.vocab_size = r.integer("vocab_size");
-    m.d_model = r.integer("n_embd");
-    m.n_layers = r.integer("n_layer");
-    m.n_heads = r.integer("n_head");
-    m.n_kv_heads = m.n_heads;
-    m.head_dim = m.d_model / m.n_heads;
-    m.d_ff = r.integer_or("n_inner", 4 * m.d_model);
-    m.max_positions = r.integer("n_positions");
-    m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
-    m.dropout = {r.probability_or("embd_pdrop", 0.1), r.probability_or("attn_pdrop", 0.1),
-                 r.probability_or("resid_pdrop", 0.1)};  // GPT2Config's defaults
-    const std::string act = r.string_or("activation_function", "gelu_new");  // GPT2Config's default
-    if (act == "gelu_new") {
-      m.gelu = GeluKind::kNew;
-    } else if (act == "gelu_pytorch_tanh") {
-      m.gelu = GeluKind::kPytorchTanh;
-    } else if (act == "gelu") {
-      m.gelu = GeluKind::kExact;
-    } else {
-      throw InputError(
-          fmt::format("{}: key 'activation_function': unsupported '{}' (supported: gelu_new, "
-                      "gelu_pytorch_tanh, gelu)",
-                      source, act));
-    }
-    m.bias = true;
-    m.norm = NormKind::kLayerNorm;
-    m.mlp = MlpKind::kGelu;
-  } else if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM") {
-    m.family = ModelFamily::kLlama;
-    m.vocab_size = r.integer("vocab_size");
-    m.d_model = r.integer("hidden_size");
-    m.n_layers = r.integer("num_hidden_layers");
-    m.n_heads = r.integer("num_attention_heads");
-    m.n_kv_heads = r.integer_or("num_key_value_heads", m.n_heads);
-    m.head_dim = r.integer_or("head_dim", m.d_model / m.n_heads);
-    m.d_ff = r.integer("intermediate_size");
-    m.max_positions = r.integer_or("max_position_embeddings", 4096);
-    m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
-    m.dropout.attention = r.probability_or("attention_dropout", 0.0);
-    m.bias = arch != "Qwen2ForCausalLM" && r.boolean_or("attention_bias", false);
-    m.qkv_bias = arch == "Qwen2ForCausalLM";
-    if (r.boolean_or("mlp_bias", false)) {
-      throw InputError(fmt::format("{}: key 'mlp_bias': MLP biases are not supported", source));
-    }
-  } else {
-    throw InputError(
-        fmt::format("{}: key 'architectures': unsupported architecture '{}' (supported: LlamaForCausalLM, "
-                    "MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)",
-                    source, arch));
-  }
-  if (m.n_heads % m.n_kv_heads != 0) {
-    throw InputError(fmt::format("{}: key 'num_key_value_heads': {} does not divide num_attention_heads {}",
-                                 source, m.n_kv_heads, m.n_heads));
-  }
-  return m;
 }
 
 ModelConfig load_model(const std::string& name_or_path) {

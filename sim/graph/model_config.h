@@ -1,10 +1,14 @@
 // The shape of a decoder-only Transformer: what `--model` names, either a preset or a Hugging Face
 // config.json, and the parameter tensors it registers.
 //
-// Two families cover the models people train:
+// Two families cover the models people train, and the fields below say how a Hugging Face model_type
+// departs from its family (hf_config.cpp reads them from config.json, one parser per model_type):
 //   gpt2  : LayerNorm, learned positions, GELU MLP (d_ff = 4 d_model), biases, tied lm_head
-//   llama : RMSNorm, RoPE, SwiGLU MLP, no biases (Qwen2: q/k/v biases), untied lm_head, grouped-query
-//   attention
+//           (gpt2; gpt_bigcode: nn.Linear instead of Conv1D, one key/value head with multi_query)
+//   llama : RMSNorm, RoPE, gated MLP, no biases, untied lm_head, grouped-query attention
+//           (llama, mistral; qwen2: q/k/v biases; gemma: (1 + w) RMSNorm in fp32, GeGLU, scaled and tied
+//           embeddings; gemma2: + sandwich norms and logit soft-capping; phi3: fused qkv_proj and
+//           gate_up_proj; mixtral, qwen2_moe: a sparse mixture of experts instead of the MLP)
 // `code` says whose Python the step runs, because PyTorch eager memory follows the code line by line (which
 // intermediates exist, which a variable keeps alive, what autograd saves), not just the architecture:
 //   kTorchModules      : torch.nn modules as Hugging Face transformers writes them (nn.Linear, F.softmax,
@@ -21,8 +25,12 @@
 namespace vramsim {
 
 enum class ModelFamily : std::uint8_t { kGpt2, kLlama };
-enum class NormKind : std::uint8_t { kLayerNorm, kRmsNorm };
-enum class MlpKind : std::uint8_t { kGelu, kSwiGlu };
+// kGemmaRmsNorm: GemmaRMSNorm, computed in fp32 with (1 + weight), cast back at the end.
+enum class NormKind : std::uint8_t { kLayerNorm, kRmsNorm, kGemmaRmsNorm };
+// kGelu: fc -> act -> proj (GPT-2). kGated: down(act(gate(x)) * up(x)) with `gelu` or SiLU as act (Llama's
+// SwiGLU; Gemma's GeGLU).
+enum class MlpKind : std::uint8_t { kGelu, kGated };
+enum class GatedActivation : std::uint8_t { kSilu, kGeluTanh };
 // GPT-2's activation as config.json's activation_function names it: "gelu_new" (HF's NewGELUActivation,
 // written out in Python: several saved tensors), "gelu_pytorch_tanh" (F.gelu(approximate="tanh"), one saved
 // input) or "gelu" (F.gelu, exact).
@@ -36,6 +44,25 @@ struct DropoutRates {
   double attention = 0.0;
   double residual = 0.0;
 };
+// A sparse mixture-of-experts block in place of the MLP (Hugging Face's MixtralSparseMoeBlock,
+// Qwen2MoeSparseMoeBlock): a router Linear (d_model -> n_experts), softmax in fp32, top-k, then each expert
+// (a gated MLP of expert_d_ff) runs on the tokens routed to it and index_add_s its weighted output. The
+// simulated router is balanced (each expert gets tokens * top_k / n_experts rows, the remainder to the first
+// experts): the rows saved for backward sum to tokens * top_k whatever the balance; only the largest
+// transient expert tensors depend on it.
+struct MoeConfig {
+  std::int64_t n_experts = 0;  // 0: a dense model
+  std::int64_t top_k = 0;
+  std::int64_t expert_d_ff = 0;
+  bool normalize_top_k = true;          // routing_weights /= routing_weights.sum(-1) (Mixtral; qwen2_moe's
+                                        // norm_topk_prob)
+  std::int64_t shared_expert_d_ff = 0;  // qwen2_moe: a dense expert on every token, sigmoid-gated; 0: none
+  std::int64_t sparse_step = 1;  // qwen2_moe decoder_sparse_step: layer l is sparse when (l+1) % step == 0
+  std::vector<std::int64_t> dense_layers;  // qwen2_moe mlp_only_layers: dense MLP (d_ff) in these layers
+
+  bool sparse(std::int64_t layer) const;
+};
+
 enum class ModelCode : std::uint8_t { kTorchModules, kCs336Basics, kCs336Kkaitlyn111 };
 
 // One registered parameter, in module registration order (the order model.parameters() yields).
@@ -63,9 +90,24 @@ struct ModelConfig {
   bool bias = false;      // every Linear has a bias (gpt2)
   bool qkv_bias = false;  // only q/k/v projections have one (Qwen2)
   NormKind norm = NormKind::kRmsNorm;
-  MlpKind mlp = MlpKind::kSwiGlu;
+  MlpKind mlp = MlpKind::kGated;
   GeluKind gelu = GeluKind::kNew;  // with MlpKind::kGelu: GPT2Config's default activation_function
+  GatedActivation gated_activation = GatedActivation::kSilu;  // with MlpKind::kGated
   DropoutRates dropout;
+
+  // How a model_type departs from its family (all off for gpt2 and llama).
+  std::string model_type;         // config.json's model_type ("gemma2", ...); the family's name for presets
+  bool linear_weights = false;    // gpt2 family with nn.Linear (gpt_bigcode) rather than Conv1D
+  bool fused_qkv = false;         // llama family: one qkv_proj (phi3)
+  bool fused_gate_up = false;     // llama family: one gate_up_proj, chunked (phi3)
+  bool scale_embeddings = false;  // gemma: hidden_states * sqrt(hidden_size), a tensor of the dtype
+  bool sandwich_norms = false;    // gemma2: post-attention and pre/post-feedforward norms
+  double attn_logit_softcapping = 0;   // gemma2: tanh(scores / cap) * cap in eager attention; 0: none
+  double final_logit_softcapping = 0;  // gemma2: the same on the logits
+  // Eager attention's softmax: in fp32 and cast back (Llama, Gemma, Mistral, ...: dtype=torch.float32), or
+  // in the scores' dtype (GPT-2's nn.functional.softmax(attn_weights, dim=-1)).
+  bool softmax_in_fp32 = true;
+  MoeConfig moe;
 
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
   std::int64_t q_dim() const { return n_heads * head_dim; }
@@ -79,13 +121,15 @@ std::vector<std::string> model_preset_names();
 // A preset by name, or throws InputError("--model: unknown model 'x' (known: ...)").
 ModelConfig model_preset(std::string_view name);
 
-// `name_or_path` is a preset name or a path to a Hugging Face config.json (LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel). Throws InputError naming the file and key for an
-// unreadable file, an unknown architecture, a missing key or a value of the wrong type.
+// `name_or_path` is a preset name or a path to a Hugging Face config.json (model_type gpt2, gpt_bigcode,
+// llama, mistral, qwen2, gemma, gemma2, phi3, mixtral, qwen2_moe). Throws InputError naming the file and key
+// for an unreadable file, an unknown model_type, a missing key or a value of the wrong type.
 ModelConfig load_model(const std::string& name_or_path);
 
-// Same, from JSON text; `source` names the file in messages.
+// Same, from JSON text; `source` names the file in messages (hf_config.cpp).
 ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_view source);
+// The model_types model_from_hf_config_json accepts, in the order messages list them.
+std::vector<std::string> supported_model_types();
 
 std::string_view model_code_name(ModelCode code);  // "torch-modules", "cs336-basics", "cs336-kkaitlyn111"
 ModelCode parse_model_code(std::string_view text, std::string_view option);

@@ -1,6 +1,7 @@
-// Decoder layers written with torch.nn modules the way Hugging Face transformers writes GPT-2
-// (GPT2Block, eager attention) and Llama / Mistral / Qwen2 (LlamaDecoderLayer, eager or SDPA attention), and
-// the Megatron-LM accounting of Korthikanti et al. 2022.
+// Decoder layers written with torch.nn modules the way Hugging Face transformers writes GPT-2 (GPT2Block) and
+// GPTBigCode, and Llama and the model_types written after it (LlamaDecoderLayer; Mistral, Qwen2, Gemma,
+// Gemma-2, Phi-3; the MoE blocks of Mixtral and Qwen2-MoE are in hf_moe.cpp), with eager, SDPA or
+// flash_attention_2 attention; and the Megatron-LM accounting of Korthikanti et al. 2022.
 //
 // Choices where the Python offers several (documented so a reader can check them against a recording):
 //   * GPT-2's GELU is what config.json's activation_function says, HF's default gelu_new (NewGELUActivation
@@ -31,11 +32,16 @@ bool megatron(const EmitContext& c) {
 
 enum class DropoutSite : std::uint8_t { kEmbeddings, kAttention, kResidual };
 
-// nn.Dropout in training (model.train()): the output and a bool mask, saved for backward. GPT-2 has the three
-// sites, HF's Llama only the attention probabilities.
+// Whether the model's code has a dropout module at `site`: GPT-2 and GPTBigCode have all three, Phi-3 the
+// residual ones (resid_attn_dropout, resid_mlp_dropout) and embd_pdrop's, Llama and the others only the
+// attention probabilities.
+bool has_dropout_site(const ModelConfig& m, DropoutSite site) {
+  return site == DropoutSite::kAttention || m.family == ModelFamily::kGpt2 || m.model_type == "phi3";
+}
+
+// nn.Dropout in training (model.train()): the output and a bool mask, saved for backward.
 VarId maybe_dropout(EmitContext& c, const std::string& n, VarId x, DropoutSite site) {
-  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
-  if (!gpt2 && site != DropoutSite::kAttention) {
+  if (!has_dropout_site(c.model, site)) {
     return x;
   }
   const DropoutRates& m = c.model.dropout;
@@ -71,11 +77,54 @@ VarId hf_rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
   return out;
 }
 
+// GemmaRMSNorm.forward: output = self._norm(x.float()); output = output * (1.0 + self.weight.float());
+// return output.type_as(x), with _norm(x) = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps).
+VarId gemma_rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const DType in_dtype = t.dtype(x);
+  const VarId x32 = ops.to(n + ".float", x, DType::kFloat32);
+  const VarId sq = ops.pow2(n + ".pow", x32);
+  const VarId var = ops.mean_last(n + ".mean", sq);
+  t.drop(sq);
+  const VarId ve = ops.add_scalar(n + ".add_eps", var);
+  t.drop(var);
+  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
+  t.drop(ve);
+  const VarId normed = ops.mul(n + ".mul_rsqrt", x32, r);
+  t.drop({x32, r});
+  const VarId w32 = ops.to(n + ".weight_float", w, DType::kFloat32);
+  const VarId one_plus = ops.add_scalar(n + ".one_plus_weight", w32);
+  t.drop(w32);
+  const VarId scaled = ops.mul(n + ".mul_weight", normed, one_plus);
+  t.drop({normed, one_plus});
+  const VarId out = ops.to(n + ".type_as", scaled, in_dtype);
+  t.drop(scaled);
+  return out;
+}
+
 VarId norm(EmitContext& c, const std::string& n, VarId x, VarId w, VarId b) {
-  if (c.model.norm == NormKind::kLayerNorm) {
-    return c.ops.layer_norm(n, x, w, b, !megatron(c));
+  switch (c.model.norm) {
+    case NormKind::kLayerNorm:
+      return c.ops.layer_norm(n, x, w, b, !megatron(c));
+    case NormKind::kGemmaRmsNorm:
+      return gemma_rmsnorm(c, n, x, w);
+    case NormKind::kRmsNorm:
+      break;
   }
   return hf_rmsnorm(c, n, x, w);
+}
+
+// tanh(x / cap) * cap, as Gemma-2 writes soft-capping (attention scores and final logits).
+VarId softcap(EmitContext& c, const std::string& n, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const VarId divided = ops.scale(n + ".div_cap", x);
+  const VarId th = ops.tanh(n + ".tanh", divided);
+  t.drop(divided);
+  const VarId out = ops.scale(n + ".mul_cap", th);
+  t.drop(th);
+  return out;
 }
 
 // apply_rotary_pos_emb: (x * cos) + (rotate_half(x) * sin), rotate_half = cat((-x2, x1), dim=-1)
@@ -99,7 +148,7 @@ VarId hf_rope(EmitContext& c, const std::string& n, VarId x) {
 
 // repeat_kv: expand + reshape, a copy when there are fewer key/value heads than query heads.
 VarId repeat_kv(EmitContext& c, const std::string& n, VarId x) {
-  if (c.model.n_kv_heads == c.model.n_heads) {
+  if (c.model.n_kv_heads == c.model.n_heads || c.model.model_type == "gpt_bigcode") {
     c.ops.tape().hold(x);
     return x;
   }
@@ -120,11 +169,27 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
   const std::int64_t b = c.options.batch, s = c.options.seq, h = c.model.n_heads, hd = c.model.head_dim;
-  if (c.options.attention == AttentionKind::kFlash) {
-    return ops.sdpa_flash(n + ".sdpa", q, k, v);
+  if (c.attention ==
+      AttentionKind::kFlashAttention2) {  // flash_attn_func reads grouped k/v heads as they are
+    return ops.sdpa_flash(n + ".flash_attn", q, k, v);
   }
-  const bool mha = c.model.n_kv_heads == c.model.n_heads;
-  // key_states = repeat_kv(key); value_states = repeat_kv(value) (copies only with fewer k/v heads)
+  if (!materialises_scores(c.attention) || c.attention == AttentionKind::kSdpaMath) {
+    // sdpa_attention_forward: key/value through repeat_kv, then F.scaled_dot_product_attention(is_causal)
+    const VarId kr = repeat_kv(c, n + ".repeat_k", k);
+    const VarId vr = repeat_kv(c, n + ".repeat_v", v);
+    const double p = c.options.inference       ? 0.0
+                     : c.options.dropout > 0.0 ? c.options.dropout
+                                               : c.model.dropout.attention;
+    const VarId out = c.attention == AttentionKind::kSdpaFlash ? ops.sdpa_flash(n + ".sdpa", q, kr, vr)
+                      : c.attention == AttentionKind::kSdpaEfficient
+                          ? ops.sdpa_efficient(n + ".sdpa", q, kr, vr)
+                          : ops.sdpa_math(n + ".sdpa", q, kr, vr, p);
+    t.drop({kr, vr});
+    return out;
+  }
+  // GPTBigCode's multi-query attention folds the heads into the query's rows and reads its one key/value head
+  // as it is; the others call repeat_kv (a copy only with fewer key/value heads).
+  const bool mha = c.model.n_kv_heads == c.model.n_heads || c.model.model_type == "gpt_bigcode";
   const VarId kr = repeat_kv(c, n + ".repeat_k", k);
   const VarId vr = repeat_kv(c, n + ".repeat_v", v);
   // torch.matmul(a, b) under autocast: the autocast kernel (above matmul's decomposition) casts both operands
@@ -154,15 +219,22 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     probs = ops.softmax_last(n + ".scale_mask_softmax", scores, t.dtype(scores));
     t.drop(scores);
   } else {
-    const VarId scaled = ops.scale(n + ".scale", scores);
+    VarId scaled = ops.scale(n + ".scale", scores);
     t.drop(scores);
+    if (c.model.attn_logit_softcapping > 0.0) {  // Gemma-2
+      const VarId capped = softcap(c, n + ".softcap", scaled);
+      t.drop(scaled);
+      scaled = capped;
+    }
     const VarId masked = c.model.family == ModelFamily::kGpt2 ? ops.where(n + ".causal_where", mask, scaled)
                                                               : ops.add(n + ".add_mask", scaled, mask);
     t.drop(scaled);
-    // attn_weights = softmax(attn_weights, dtype=float32).type(value.dtype) (GPT-2) / .to(query.dtype)
-    // (Llama; after RoPE with the embeddings' cos/sin, query is fp32 under autocast); the old
+    // Llama and its descendants: softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype) (after
+    // RoPE with the embeddings' cos/sin, query is fp32 under autocast); GPT-2: softmax(attn_weights, dim=-1)
+    // in the scores' dtype (fp32 under autocast, whose list has softmax), then .type(value.dtype). The old
     // attn_weights go when the statement rebinds the name, after the conversion.
-    const VarId p32 = ops.softmax_last(n + ".softmax", masked, DType::kFloat32);
+    const VarId p32 = c.model.softmax_in_fp32 ? ops.softmax_last(n + ".softmax", masked, DType::kFloat32)
+                                              : ops.softmax_last(n + ".softmax", masked);
     const DType probs_dtype = c.model.family == ModelFamily::kGpt2 ? t.dtype(v) : t.dtype(q);
     probs = ops.to(n + ".softmax_to_dtype", p32, probs_dtype);
     t.drop({p32, masked});
@@ -188,8 +260,11 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   const Shape q_heads{b, c.model.n_heads, s, hd};
   const Shape kv_heads{b, c.model.n_kv_heads, s, hd};
   VarId q, k, v;
-  if (p.qkv_w != kNoVar) {  // GPT-2: c_attn(hidden).split(); _split_heads: view + permute
-    const VarId qkv = ops.linear(n + ".c_attn", x, p.qkv_w, p.qkv_b);
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  if (p.qkv_w != kNoVar) {
+    // GPT-2: c_attn(hidden).split(); _split_heads: view + permute. Phi-3: qkv = self.qkv_proj(hidden);
+    // query_states = qkv[..., :query_pos], ...: slices, then view + transpose.
+    const VarId qkv = ops.linear(n + (gpt2 ? ".c_attn" : ".qkv_proj"), x, p.qkv_w, p.qkv_b);
     q = t.view(qkv, q_heads, n + ".q_heads");
     k = t.view(qkv, kv_heads, n + ".k_heads");
     v = t.view(qkv, kv_heads, n + ".v_heads");
@@ -229,12 +304,18 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   const VarId transposed = t.view(core, {b, s, c.model.q_dim()}, n + ".transpose");
   const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
   t.drop({transposed, core});
-  const VarId out = ops.linear(n + (p.qkv_w != kNoVar ? ".c_proj" : ".o_proj"), merged, p.o_w, p.o_b);
+  const VarId out = ops.linear(n + (gpt2 ? ".c_proj" : ".o_proj"), merged, p.o_w, p.o_b);
   t.drop({merged, q, k, v});  // the module returns: its locals go
   if (probs != kNoVar) {
     t.drop(probs);
   }
   return maybe_dropout(c, n + ".resid_dropout", out, DropoutSite::kResidual);
+}
+
+// ACT2FN[hidden_act] of a gated MLP: nn.SiLU or GELUTanh / GELUActivation (F.gelu): one saved input each.
+VarId gated_act(EmitContext& c, const std::string& n, VarId gate) {
+  return c.model.gated_activation == GatedActivation::kSilu ? c.ops.silu(n + ".silu", gate)
+                                                            : c.ops.gelu(n + ".gelu", gate);
 }
 
 // NewGELUActivation.forward: 0.5 * input * (1.0 + torch.tanh(sqrt(2 / pi) * (input + 0.044715 *
@@ -273,19 +354,44 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
     t.drop(g);
     return maybe_dropout(c, n + ".dropout", y, DropoutSite::kResidual);
   }
-  // down_proj(act_fn(gate_proj(x)) * up_proj(x))
-  const VarId gate = ops.linear(n + ".gate_proj", x, p.gate_w);
-  const VarId act = ops.silu(n + ".silu", gate);
-  t.drop(gate);
-  const VarId up = ops.linear(n + ".up_proj", x, p.up_w);
-  const VarId prod = ops.mul(n + ".mul", act, up);
-  t.drop({act, up});
-  const VarId y = ops.linear(n + ".down_proj", prod, p.down_w);
-  t.drop(prod);
-  return y;
+  if (c.model.moe.sparse(layer)) {
+    return hf_sparse_moe(c, layer, x);
+  }
+  if (p.gate_up_w != kNoVar) {
+    // Phi3MLP: up_states = self.gate_up_proj(hidden_states); gate, up_states = up_states.chunk(2, dim=-1);
+    // up_states = up_states * self.activation_fn(gate); return self.down_proj(up_states)
+    const VarId fused = ops.linear(n + ".gate_up_proj", x, p.gate_up_w);
+    Shape half = t.shape(fused);
+    half.back() /= 2;
+    const VarId gate = t.view(fused, half, n + ".gate", GradRule{GradRule::Kind::kAlloc});
+    const VarId up = t.view(fused, half, n + ".up", GradRule{GradRule::Kind::kAlloc});
+    t.drop(fused);
+    const VarId act = gated_act(c, n, gate);
+    const VarId prod = ops.mul(n + ".mul", up, act);
+    t.drop({act, up, gate});
+    const VarId y = ops.linear(n + ".down_proj", prod, p.down_w);
+    t.drop(prod);
+    return y;
+  }
+  return hf_gated_mlp(c, n, x, {p.gate_w, p.up_w, p.down_w});
 }
 
 }  // namespace
+
+// down_proj(act_fn(gate_proj(x)) * up_proj(x))
+VarId hf_gated_mlp(EmitContext& c, const std::string& n, VarId x, const LayerParams::Expert& w) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const VarId gate = ops.linear(n + ".gate_proj", x, w.gate_w);
+  const VarId act = gated_act(c, n, gate);
+  t.drop(gate);
+  const VarId up = ops.linear(n + ".up_proj", x, w.up_w);
+  const VarId prod = ops.mul(n + ".mul", act, up);
+  t.drop({act, up});
+  const VarId y = ops.linear(n + ".down_proj", prod, w.down_w);
+  t.drop(prod);
+  return y;
+}
 
 VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   TorchOps& ops = c.ops;
@@ -301,17 +407,50 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
     t.drop({tok, pos});
     return maybe_dropout(c, "transformer.drop", x, DropoutSite::kEmbeddings);
   }
+  VarId x = tok;
+  if (c.model.scale_embeddings) {  // Gemma: hidden_states * torch.tensor(hidden_size**0.5, dtype=...)
+    x = ops.scale("model.embed_scale", tok);
+    t.drop(tok);
+  }
+  x = maybe_dropout(c, "model.embed_dropout", x, DropoutSite::kEmbeddings);  // Phi-3's embd_pdrop
   // LlamaRotaryEmbedding: cos, sin of (1, s, head_dim) in the embeddings' dtype, for every layer
   c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, c.model.head_dim}, t.dtype(tok));
   c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, c.model.head_dim}, t.dtype(tok));
   c.forward_locals.push_back(c.rope_cos);
   c.forward_locals.push_back(c.rope_sin);
-  if (c.options.attention == AttentionKind::kMath) {
+  if (c.attention == AttentionKind::kEager) {
     c.additive_mask = t.constant("causal_mask", "full", {c.options.batch, 1, s, s}, t.dtype(tok));
     c.forward_locals.push_back(c.additive_mask);
   }
-  return tok;
+  return x;
 }
+
+namespace {
+
+// Gemma2DecoderLayer.forward: residual = hidden_states; input_layernorm; self_attn; post_attention_layernorm;
+// residual + hidden_states; residual = hidden_states; pre_feedforward_layernorm; mlp;
+// post_feedforward_layernorm; residual + hidden_states. `hidden_states` is rebound at every step.
+VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
+  EagerTape& t = c.ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const VarId h = norm(c, layer_name(layer, "input_layernorm"), x, p.norm1_w, kNoVar);
+  const VarId a = attention(c, layer, h);
+  t.drop(h);
+  const VarId an = norm(c, layer_name(layer, "post_attention_layernorm"), a, p.norm2_w, kNoVar);
+  t.drop(a);
+  const VarId x1 = c.ops.add(layer_name(layer, "residual_attn"), x, an);
+  t.drop(an);
+  const VarId h2 = norm(c, layer_name(layer, "pre_feedforward_layernorm"), x1, p.norm3_w, kNoVar);
+  const VarId m = mlp(c, layer, h2);
+  t.drop(h2);
+  const VarId mn = norm(c, layer_name(layer, "post_feedforward_layernorm"), m, p.norm4_w, kNoVar);
+  t.drop(m);
+  const VarId x2 = c.ops.add(layer_name(layer, "residual_mlp"), x1, mn);
+  t.drop({mn, x1});
+  return x2;
+}
+
+}  // namespace
 
 VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   EagerTape& t = c.ops.tape();
@@ -321,6 +460,9 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   // Variable lifetimes as HF writes the two layers: GPT2Block binds the attention's result to `attn_output`
   // (alive to the end) and keeps ln_1's / ln_2's output in `hidden_states` until the residual sum rebinds it;
   // LlamaDecoderLayer rebinds `hidden_states` at every step.
+  if (c.model.sandwich_norms) {
+    return gemma2_layer(c, layer, x);
+  }
   const VarId h = norm(c, layer_name(layer, gpt2 ? "ln_1" : "input_layernorm"), x, p.norm1_w, p.norm1_b);
   const VarId a = attention(c, layer, h);
   if (!gpt2) {
@@ -352,6 +494,11 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
   c.ops.tape().drop(x);  // hidden_states = self.norm(hidden_states) rebinds it before lm_head runs
   const VarId logits = c.ops.linear("lm_head", h, c.params.head);
   c.ops.tape().drop(h);
+  if (c.model.final_logit_softcapping > 0.0) {  // Gemma2ForCausalLM: logits / cap; tanh; * cap
+    const VarId capped = softcap(c, "final_logit_softcapping", logits);
+    c.ops.tape().drop(logits);
+    return capped;
+  }
   return logits;
 }
 

@@ -97,6 +97,25 @@ class TorchOps {
   // F.scaled_dot_product_attention taking the flash (or, for fp32, memory-efficient) kernel: saves q, k, v,
   // the output and an fp32 logsumexp; q [b, h, s, d], k/v [b, h_kv, s, d].
   VarId sdpa_flash(const std::string& name, VarId q, VarId k, VarId v);
+  // F.scaled_dot_product_attention taking the memory-efficient kernel: saves q, k, v, the output and an fp32
+  // logsumexp whose row count is padded to 32 (b, h, ceil(s / 32) * 32).
+  VarId sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v);
+  // Its composite fallback (_scaled_dot_product_attention_math, is_causal): q and k each scaled by
+  // sqrt(scale), the (s, s) causal mask built as bool ones -> tril -> an additive float mask, scores,
+  // softmax, (dropout), probabilities @ v.
+  VarId sdpa_math(const std::string& name, VarId q, VarId k, VarId v, double dropout_p);
+
+  // ---- indexing and routing (mixture-of-experts blocks)
+  // torch.topk(a, k, dim=-1): values (differentiable; TopkBackward keeps the indices) and int64 indices.
+  std::pair<VarId, VarId> topk_last(const std::string& name, VarId a, std::int64_t k);
+  // x[index] over the first dimension with `rows` int64 indices (advanced indexing): [rows, ...]. Backward
+  // (IndexBackward) writes the gradient into zeros of x's full shape.
+  VarId index_rows(const std::string& name, VarId x, VarId index, std::int64_t rows);
+  // target.index_add_(0, index, source), in place: returns target's new version. Backward passes the
+  // gradient through to target and gathers source's rows (index_select, a new tensor).
+  VarId index_add_rows(const std::string& name, VarId target, VarId index, VarId source);
+  // a /= b in place (b broadcast over a's last dimension).
+  VarId div_inplace(const std::string& name, VarId a, VarId b);
 
   // ---- embedding, loss
   VarId embedding(const std::string& name, VarId weight, VarId ids);  // F.embedding and weight[ids]

@@ -127,6 +127,70 @@ VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
   return y;
 }
 
+VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v) {
+  const VarId qa = autocast_low(name, q);
+  const VarId ka = autocast_low(name, k);
+  const VarId va = autocast_low(name, v);
+  const Shape& qs = m_tape.shape(q);  // b, h, s, d
+  const std::int64_t rows_padded = (qs[2] + 31) / 32 * 32;
+  OpCall c;
+  c.name = name;
+  c.kind = "_scaled_dot_product_efficient_attention";
+  c.inputs = {qa, ka, va};
+  c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
+               OutputSpec{"logsumexp", {qs[0], qs[1], rows_padded}, DType::kFloat32, false}};
+  c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
+  // _efficient_attention_backward: delta = (grad_out * out).sum(-1) in fp32 (b, h, s); the kernel's
+  // workspace (fp32 gradient accumulators when it splits the key dimension) is not modelled.
+  c.backward.temp_bytes = {static_cast<Bytes>(qs[0] * qs[1] * rows_padded) * 4};
+  c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;
+  const std::vector<VarId> out = m_tape.op(c);
+  m_tape.drop(out[1]);
+  m_tape.drop({qa, ka, va});
+  return out[0];
+}
+
+VarId TorchOps::sdpa_math(const std::string& name, VarId q, VarId k, VarId v, double dropout_p) {
+  // SDPA is on autocast's lower-precision list: the whole composite runs on the cast operands.
+  const VarId qa = autocast_low(name, q);
+  const VarId ka = autocast_low(name, k);
+  const VarId va = autocast_low(name, v);
+  const std::optional<DType> outer = m_autocast;
+  m_autocast = std::nullopt;
+  const Shape& qs = m_tape.shape(q);  // b, h, s, d
+  const std::int64_t s = qs[2];
+  // attn_mask = ones({L, S}, kBool).tril(); convert_boolean_attn_mask: where(logical_not(mask), -inf, 0)
+  const VarId ones = m_tape.constant(name + ".mask_ones", "ones", {s, s}, DType::kBool);
+  const VarId tril = m_tape.constant(name + ".mask_tril", "tril", {s, s}, DType::kBool);
+  m_tape.drop(ones);
+  const VarId negated = m_tape.constant(name + ".mask_not", "logical_not", {s, s}, DType::kBool);
+  const VarId mask = m_tape.constant(name + ".mask", "where", {s, s}, m_tape.dtype(qa));
+  m_tape.drop({negated, tril});
+  const VarId qscaled = scale(name + ".q_scaled", qa);  // query * sqrt(scale)
+  const VarId kscaled = scale(name + ".k_scaled", ka);  // key.transpose(-2, -1) * sqrt(scale)
+  const VarId kt = m_tape.view(kscaled, {qs[0], qs[1], qs[3], s}, name + ".k_t");
+  const VarId scores = matmul(name + ".scores", qscaled, kt, {qs[0], qs[1], s, s});
+  m_tape.drop({kt, kscaled, qscaled});
+  BackwardRule through;
+  through.grads = {GradRule{GradRule::Kind::kPassThrough}, GradRule{GradRule::Kind::kNone}};
+  const VarId masked =
+      m_tape.inplace(name + ".add_mask", "add_", scores, {mask}, through);  // attn.add_(mask)
+  m_tape.drop({scores, mask});
+  VarId probs = softmax_last(name + ".softmax", masked);
+  m_tape.drop(masked);
+  if (dropout_p > 0.0) {
+    const auto [dropped, keep] = dropout(name + ".dropout", probs, dropout_p);
+    m_tape.drop({keep, probs});
+    probs = dropped;
+  }
+  const VarId out = matmul(name + ".attn_v", probs, va, qs);
+  m_tape.drop({probs, qa, ka, va});
+  m_autocast = outer;
+  return out;
+}
+
+// ---- indexing is in torch_ops_index.cpp
+
 // ---- embedding, loss
 // ---------------------------------------------------------------------------------------
 

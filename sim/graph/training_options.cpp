@@ -63,9 +63,16 @@ constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointi
     {"selective", Checkpointing::kSelective},
 }};
 
-constexpr std::array<std::pair<std::string_view, AttentionKind>, 2> kAttention{{
-    {"math", AttentionKind::kMath},
-    {"flash", AttentionKind::kFlash},
+// Canonical names first: attention_name() returns the first match.
+constexpr std::array<std::pair<std::string_view, AttentionKind>, 8> kAttention{{
+    {"eager", AttentionKind::kEager},
+    {"sdpa", AttentionKind::kSdpa},
+    {"sdpa-flash", AttentionKind::kSdpaFlash},
+    {"sdpa-efficient", AttentionKind::kSdpaEfficient},
+    {"sdpa-math", AttentionKind::kSdpaMath},
+    {"flash_attention_2", AttentionKind::kFlashAttention2},
+    {"math", AttentionKind::kEager},
+    {"flash", AttentionKind::kSdpaFlash},
 }};
 
 // "adamw-fused" -> ("adamw", "fused"); a kind alone -> (kind, "").
@@ -119,6 +126,31 @@ Checkpointing parse_checkpointing(std::string_view text, std::string_view option
 
 AttentionKind parse_attention(std::string_view text, std::string_view option) {
   return parse_enum(kAttention, text, option);
+}
+
+AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, Precision precision,
+                                int compute_capability, bool requires_grad) {
+  if (attention != AttentionKind::kSdpa) {
+    return attention;
+  }
+  // sdp_utils.cpp: use_flash_attention needs fp16/bf16 q/k/v, head_dim <= 256 and a multiple of 8, sm80+;
+  // check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89 keeps backward on 8.6 / 8.9 to 192;
+  // use_mem_efficient_attention takes fp32 too (alignment 4) and any head size.
+  const bool half = precision != Precision::kFp32;
+  const bool ampere_or_newer = compute_capability == 0 || compute_capability >= 80;
+  const bool sm86_89 = compute_capability == 86 || compute_capability == 89;
+  const int flash_max = sm86_89 && requires_grad ? 192 : 256;
+  if (half && head_dim <= flash_max && head_dim % 8 == 0 && ampere_or_newer) {
+    return AttentionKind::kSdpaFlash;
+  }
+  if (head_dim % (half ? 8 : 4) == 0) {
+    return AttentionKind::kSdpaEfficient;
+  }
+  return AttentionKind::kSdpaMath;
+}
+
+bool materialises_scores(AttentionKind kind) {
+  return kind == AttentionKind::kEager || kind == AttentionKind::kSdpaMath;
 }
 
 std::string_view precision_name(Precision p) { return name_of(kPrecisions, p); }

@@ -31,9 +31,23 @@ enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop };
 // dropout, weighted sum) is recomputed (Korthikanti et al. 2022).
 enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
 
-// math: materialised batch x heads x S x S scores and probabilities. flash: one fused kernel (SDPA
-// FlashAttention): no S x S tensor; the output and a logsumexp are saved.
-enum class AttentionKind : std::uint8_t { kMath, kFlash };
+// The attention implementation, as Hugging Face's attn_implementation names them:
+//   eager             : the model code's own attention: batch x heads x S x S scores and probabilities.
+//   sdpa              : F.scaled_dot_product_attention, whose backend PyTorch picks (resolve_attention):
+//   sdpa-flash        :   FlashAttention-2: no S x S tensor; saves the output and an fp32 logsumexp (b, h, s)
+//   sdpa-efficient    :   memory-efficient (xFormers/CUTLASS): the same, logsumexp padded to 32 rows
+//   sdpa-math         :   the composite fallback: scores and probabilities like eager
+//   flash_attention_2 : the flash-attn package (HF's flash_attention_2): the flash kernel, reading grouped
+//                       key/value heads as they are (no repeat_kv copies)
+// "math" and "flash" are accepted as the older names of eager and sdpa-flash.
+enum class AttentionKind : std::uint8_t {
+  kEager,
+  kSdpa,
+  kSdpaFlash,
+  kSdpaEfficient,
+  kSdpaMath,
+  kFlashAttention2
+};
 
 struct TrainingOptions {
   std::int64_t batch = 1;
@@ -42,7 +56,10 @@ struct TrainingOptions {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   Checkpointing checkpointing = Checkpointing::kNone;
-  AttentionKind attention = AttentionKind::kMath;
+  AttentionKind attention = AttentionKind::kEager;
+  // The GPU's compute capability (major * 10 + minor; 0: unknown, taken as Ampere or newer): SDPA's choice of
+  // backend depends on it.
+  int compute_capability = 0;
   // > 0: this probability at every dropout site the architecture has (GPT-2: embeddings, attention,
   // residual; Llama: attention), instead of the model's own rates (ModelConfig::dropout).
   double dropout = 0.0;
@@ -74,6 +91,16 @@ OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback
                                    std::string_view option = "--optimizer");
 Checkpointing parse_checkpointing(std::string_view text, std::string_view option = "--checkpointing");
 AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
+
+// The kernel an `attention` choice runs for a model of this head size in this precision: kSdpa becomes the
+// backend PyTorch 2.x's sdp_utils picks for a causal call without a mask (what Hugging Face passes for
+// unpadded batches): flash for fp16/bf16 inputs with head_dim <= 256 (multiple of 8) on compute capability
+// 8.0+ (on 8.6 / 8.9 only up to 192 when gradients are needed); memory-efficient for other inputs with
+// head_dim a multiple of 8 (4 in fp32); math otherwise. Other kinds are returned as they are.
+AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, Precision precision,
+                                int compute_capability, bool requires_grad);
+// Eager-like kinds materialise the S x S scores.
+bool materialises_scores(AttentionKind kind);
 
 std::string_view precision_name(Precision p);
 std::string_view optimizer_name(OptimizerKind o);

@@ -19,6 +19,12 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
         fmt::format("--model {}: heads {} / kv heads {} / head_dim {} do not form a valid attention", m.name,
                     m.n_heads, m.n_kv_heads, m.head_dim));
   }
+  if (m.code != ModelCode::kTorchModules && o.attention == AttentionKind::kFlashAttention2) {
+    throw InputError(
+        fmt::format("--attention flash_attention_2: the {} code calls F.scaled_dot_product_attention "
+                    "(use sdpa)",
+                    model_code_name(m.code)));
+  }
   if (m.family == ModelFamily::kGpt2 && m.code == ModelCode::kTorchModules && o.seq > m.max_positions) {
     throw InputError(
         fmt::format("--seq: {} exceeds the {} learned positions of {}", o.seq, m.max_positions, m.name));
@@ -113,6 +119,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   ops.set_forward_workspace_bytes(options.cublas_workspace_bytes);
   tape.set_backward_workspace_bytes(options.cublas_workspace_bytes);
   const std::optional<DType> low = autocast_dtype(options.precision);
+  const AttentionKind attention = resolve_attention(options.attention, model.head_dim, options.precision,
+                                                    options.compute_capability, !options.inference);
 
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;
@@ -123,7 +131,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       tape.set_phase(Phase::kForward);
       ops.set_autocast(low);
       const std::size_t graph_begin = tape.node_count();
-      EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar};
+      EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar, attention};
       tape.set_grad_enabled(!options.inference);  // `with torch.no_grad():` around the forward
       const VarId logits = forward(ctx, tape, ids);
       tape.set_grad_enabled(true);

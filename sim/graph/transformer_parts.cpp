@@ -9,6 +9,42 @@
 namespace vramsim {
 namespace {
 
+// "<block>.experts.<e>.<projection>.weight" (Mixtral: w1 gate, w3 up, w2 down; Qwen2-MoE: gate_proj, up_proj,
+// down_proj) and "mlp.shared_expert.<projection>.weight".
+VarId* expert_role(LayerParams& p, std::string_view suffix) {
+  LayerParams::Expert* expert = nullptr;
+  std::string_view rest;
+  if (const std::size_t at = suffix.find("experts.");
+      at != std::string_view::npos && suffix.find("shared_expert.") == std::string_view::npos) {
+    rest = suffix.substr(at + 8);
+    const std::size_t dot = rest.find('.');
+    std::size_t e = 0;
+    for (const char ch : rest.substr(0, dot)) {
+      e = e * 10 + static_cast<std::size_t>(ch - '0');
+    }
+    if (p.experts.size() <= e) {
+      p.experts.resize(e + 1);
+    }
+    expert = &p.experts[e];
+    rest = rest.substr(dot + 1);
+  } else if (const std::size_t at2 = suffix.find("shared_expert."); at2 != std::string_view::npos) {
+    expert = &p.shared_expert;
+    rest = suffix.substr(at2 + 14);
+  } else {
+    return nullptr;
+  }
+  if (rest == "w1.weight" || rest == "gate_proj.weight") {
+    return &expert->gate_w;
+  }
+  if (rest == "w3.weight" || rest == "up_proj.weight") {
+    return &expert->up_w;
+  }
+  if (rest == "w2.weight" || rest == "down_proj.weight") {
+    return &expert->down_w;
+  }
+  return nullptr;
+}
+
 // Parameter name suffix -> role, for the three naming schemes (HF GPT-2, HF Llama/Mistral/Qwen2, CS336).
 VarId* layer_role(LayerParams& p, std::string_view suffix) {
   static const std::pair<std::string_view, VarId LayerParams::*> kRoles[] = {
@@ -37,6 +73,13 @@ VarId* layer_role(LayerParams& p, std::string_view suffix) {
       {"mlp.gate_proj.weight", &LayerParams::gate_w},
       {"mlp.up_proj.weight", &LayerParams::up_w},
       {"mlp.down_proj.weight", &LayerParams::down_w},
+      {"mlp.gate_up_proj.weight", &LayerParams::gate_up_w},
+      {"self_attn.qkv_proj.weight", &LayerParams::qkv_w},
+      {"pre_feedforward_layernorm.weight", &LayerParams::norm3_w},
+      {"post_feedforward_layernorm.weight", &LayerParams::norm4_w},
+      {"block_sparse_moe.gate.weight", &LayerParams::router_w},
+      {"mlp.gate.weight", &LayerParams::router_w},
+      {"mlp.shared_expert_gate.weight", &LayerParams::shared_expert_gate_w},
       {"ln1.weight", &LayerParams::norm1_w},
       {"ln2.weight", &LayerParams::norm2_w},
       {"attn.q_proj.weight", &LayerParams::q_w},
@@ -52,7 +95,7 @@ VarId* layer_role(LayerParams& p, std::string_view suffix) {
       return &(p.*member);
     }
   }
-  return nullptr;
+  return expert_role(p, suffix);
 }
 
 VarId* model_role(ModelParams& p, std::string_view name) {
@@ -110,7 +153,7 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
 ModelBuffers create_buffers(EagerTape& tape, const ModelConfig& model, const TrainingOptions& options) {
   ModelBuffers b;
   if (model.code == ModelCode::kTorchModules && model.family == ModelFamily::kGpt2 &&
-      options.attention == AttentionKind::kMath) {
+      options.attention == AttentionKind::kEager) {  // eager only: sdpa-math builds its own mask
     // GPT-2 registers a (1, 1, n_positions, n_positions) bool tril buffer per attention module; we keep one
     // of the step's sequence length, shared (the per-module copies are model state older than any trace).
     b.causal_mask = tape.input("causal_mask (buffer)", {1, 1, options.seq, options.seq}, DType::kBool);

@@ -1,7 +1,9 @@
 // The pieces of a decoder-only Transformer's forward, written the way each supported code base writes them
 // (ModelCode), so that the tape sees the same tensors, views, copies and Python variable lifetimes:
-//   torch_modules_layers.cpp : nn.Linear / F.* modules in the shape of HF GPT-2 and Llama (+ Megatron
-//   accounting) cs336_layers.cpp         : the CS336 staff model and the kkaitlyn111 student model
+//   torch_modules_layers.cpp : Hugging Face transformers' modeling code per model_type (GPT-2 and the Llama
+//                              family, + Megatron accounting)
+//   hf_moe.cpp               : transformers' sparse mixture-of-experts blocks (Mixtral, Qwen2-MoE)
+//   cs336_layers.cpp         : the CS336 staff model and the kkaitlyn111 student model
 // Contract of every emit_*: inputs are not dropped (the caller owns them); the returned var carries one
 // Python reference; every intermediate is dropped where the Python code lets go of it.
 #pragma once
@@ -21,7 +23,17 @@ struct LayerParams {
   VarId q_w = kNoVar, q_b = kNoVar, k_w = kNoVar, k_b = kNoVar, v_w = kNoVar, v_b = kNoVar;
   VarId o_w = kNoVar, o_b = kNoVar;
   VarId fc1_w = kNoVar, fc1_b = kNoVar, fc2_w = kNoVar, fc2_b = kNoVar;  // GELU MLP
-  VarId gate_w = kNoVar, up_w = kNoVar, down_w = kNoVar;                 // SwiGLU (CS336: w1, w3, w2)
+  VarId gate_w = kNoVar, up_w = kNoVar, down_w = kNoVar;                 // gated MLP (CS336: w1, w3, w2)
+  VarId gate_up_w = kNoVar;                                              // Phi-3's fused gate_up_proj
+  VarId norm3_w = kNoVar, norm4_w = kNoVar;  // Gemma-2's pre_/post_feedforward_layernorm
+  // A mixture-of-experts block: the router, each expert's gated MLP, Qwen2-MoE's shared expert and its gate.
+  struct Expert {
+    VarId gate_w = kNoVar, up_w = kNoVar, down_w = kNoVar;
+  };
+  VarId router_w = kNoVar;
+  std::vector<Expert> experts;
+  Expert shared_expert;
+  VarId shared_expert_gate_w = kNoVar;
 };
 
 struct ModelParams {
@@ -51,6 +63,8 @@ struct EmitContext {
   // Per-forward tensors (created by emit_embeddings, released by end_forward).
   std::vector<VarId> forward_locals;
   VarId rope_cos = kNoVar, rope_sin = kNoVar, additive_mask = kNoVar;
+  // The attention kernel (resolve_attention of options.attention): never kSdpa.
+  AttentionKind attention = AttentionKind::kEager;
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);
@@ -58,8 +72,14 @@ VarId emit_layer(EmitContext& ctx, int layer, VarId x);
 // Final norm and lm_head: the logits. Takes over the caller's reference to `x` and drops it when the model's
 // code lets go of the variable.
 VarId emit_final(EmitContext& ctx, VarId x);
-void end_forward(EmitContext& ctx);           // the model's forward() returns: its locals go away
+void end_forward(EmitContext& ctx);  // the model's forward() returns: its locals go away
 VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets);
+
+// down_proj(act_fn(gate_proj(x)) * up_proj(x)) as LlamaMLP, MixtralBlockSparseTop2MLP and Qwen2MoeMLP write
+// it; `act` is the model's gated activation.
+VarId hf_gated_mlp(EmitContext& ctx, const std::string& name, VarId x, const LayerParams::Expert& w);
+// A sparse MoE block (MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock) on x [b, s, d] -> [b, s, d].
+VarId hf_sparse_moe(EmitContext& ctx, int layer, VarId x);
 
 // Per code base (called by the dispatchers above).
 VarId torch_modules_embeddings(EmitContext& ctx, VarId ids);

@@ -102,6 +102,9 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   Prediction p = explain_run(snapshot, markers,
                              RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf}, name_of);
   p.model_name = request.model.name;
+  const TrainingOptions& o = request.options;
+  p.attention_kernel = std::string(attention_name(resolve_attention(
+      o.attention, request.model.head_dim, o.precision, o.compute_capability, !o.inference)));
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   // 4. The time axis: the engine's roofline estimate.
@@ -157,6 +160,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
   o.checkpointing = parse_checkpointing(a.checkpointing);
   o.attention = parse_attention(a.attention);
+  o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
   if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
     o.dropout = *a.dropout;
     r.model.dropout = {*a.dropout, *a.dropout, *a.dropout};

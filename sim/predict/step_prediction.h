@@ -82,6 +82,7 @@ struct TimingEstimate {
 
 struct Prediction {
   std::string model_name;
+  std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string gpu_name;          // "" with --capacity
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
@@ -134,7 +135,7 @@ struct RequestArgs {
   std::string precision = "fp32";
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
-  std::string attention = "math";
+  std::string attention = "eager";
   std::optional<double> dropout;  // unset: the model's own rates (config.json); set: every site of the model
   int grad_accumulation = 1;
   int steps = 2;

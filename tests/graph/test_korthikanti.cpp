@@ -30,7 +30,7 @@ TrainingOptions paper_options(std::int64_t s, std::int64_t b) {
   o.seq = s;
   o.precision = Precision::kBf16;  // 16-bit activations
   o.dropout = 0.1;                 // dropout on: 1-byte masks
-  o.attention = AttentionKind::kMath;
+  o.attention = AttentionKind::kEager;
   o.megatron_accounting = true;
   o.forward_only = true;  // autograd is on: the forward saves what backward would need
   o.steps = 1;
@@ -66,19 +66,24 @@ TEST_CASE("Korthikanti et al.: full recomputation keeps 2*s*b*h bytes per layer"
   CHECK(saved_activation_bytes(g, 1, 1) == static_cast<Bytes>(2 * s * b * h));
 }
 
-TEST_CASE(
-    "Korthikanti et al.: PyTorch eager saves the paper's tensors plus LayerNorm statistics and an "
-    "fp32 softmax",
-    "[quick][graph]") {
+TEST_CASE("Korthikanti et al.: PyTorch eager saves the paper's tensors plus LayerNorm statistics",
+          "[quick][graph]") {
   const std::int64_t h = 6144, a = 64, s = 2048, b = 4;
   TrainingOptions o = paper_options(s, b);
   o.megatron_accounting = false;
   const OpGraph g = build_training_steps(megatron_gpt(h, a, s), o);
-  // + 2 LayerNorms x (mean, rstd) x 4 bytes per token; softmax(dtype=float32) keeps 4 bytes per score
-  // instead of 2.
-  const Bytes expected =
-      static_cast<Bytes>(s * b * h * 34 + 5 * a * s * s * b + 16 * s * b + 2 * a * s * s * b);
+  // + 2 LayerNorms x (mean, rstd) x 4 bytes per token. HF's GPT2Attention._attn takes
+  // nn.functional.softmax(attn_weights, dim=-1) in the scores' dtype (bf16 here), 2 bytes per score as the
+  // paper counts.
+  const Bytes expected = static_cast<Bytes>(s * b * h * 34 + 5 * a * s * s * b + 16 * s * b);
   CHECK(saved_activation_bytes(g, 1, 0) == expected);
+
+  // Models whose eager attention calls softmax(attn_weights, dim=-1, dtype=torch.float32) (Llama and those
+  // written after it, GPTBigCode's attention_softmax_in_fp32) keep 4 bytes per score instead of 2.
+  ModelConfig upcast = megatron_gpt(h, a, s);
+  upcast.softmax_in_fp32 = true;
+  CHECK(saved_activation_bytes(build_training_steps(upcast, o), 1, 0) ==
+        expected + static_cast<Bytes>(2 * a * s * s * b));
 
   // HF's gelu_new written out in Python (0.5 * x * (1 + tanh(c * (x + 0.044715 * x^3)))) saves, besides x
   // (pow's input, the GELU input already counted), tanh's result, 0.5 * x and 1 + tanh: three more 2-byte

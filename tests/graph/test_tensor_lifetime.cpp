@@ -31,7 +31,7 @@ std::vector<Case> cases() {
   });
   add("llama GQA amp-bf16 flash", test::tiny_model("llama-2-7b", 2), [](TrainingOptions& o) {
     o.precision = Precision::kAmpBf16;
-    o.attention = AttentionKind::kFlash;
+    o.attention = AttentionKind::kSdpaFlash;
   });
   add("llama GQA math full checkpointing amp-fp16", test::tiny_model("llama-2-7b", 2),
       [](TrainingOptions& o) {
@@ -42,7 +42,7 @@ std::vector<Case> cases() {
       [](TrainingOptions& o) { o.checkpointing = Checkpointing::kSelective; });
   add("llama full checkpointing flash", test::tiny_model("llama-2-7b"), [](TrainingOptions& o) {
     o.checkpointing = Checkpointing::kFull;
-    o.attention = AttentionKind::kFlash;
+    o.attention = AttentionKind::kSdpaFlash;
   });
   add("qwen2 biases autocast whole step", test::tiny_model("llama-2-7b"), [](TrainingOptions& o) {
     o.precision = Precision::kAmpBf16;

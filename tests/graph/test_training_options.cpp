@@ -18,7 +18,7 @@ TEST_CASE("training options parse the documented strings", "[quick][graph]") {
   CHECK(parse_optimizer_impl("sgd-momentum-for-loop", OptimizerImpl::kForeach) == OptimizerImpl::kForLoop);
   CHECK(parse_optimizer_impl("adam", OptimizerImpl::kForeach) == OptimizerImpl::kForeach);
   CHECK(parse_checkpointing("selective") == Checkpointing::kSelective);
-  CHECK(parse_attention("flash") == AttentionKind::kFlash);
+  CHECK(parse_attention("flash") == AttentionKind::kSdpaFlash);
   for (Precision p : {Precision::kFp32, Precision::kAmpFp16, Precision::kAmpBf16, Precision::kBf16}) {
     CHECK(parse_precision(precision_name(p)) == p);
   }

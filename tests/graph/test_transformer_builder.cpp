@@ -160,8 +160,8 @@ TEST_CASE("builder: flash attention materialises no S x S tensor and saves a log
     }
     return largest;
   };
-  CHECK(largest_layer_tensor(AttentionKind::kMath) >= scores);
-  CHECK(largest_layer_tensor(AttentionKind::kFlash) < scores);
+  CHECK(largest_layer_tensor(AttentionKind::kEager) >= scores);
+  CHECK(largest_layer_tensor(AttentionKind::kSdpaFlash) < scores);
 }
 
 TEST_CASE("builder: mixed-precision Adam keeps 16 bytes of model state per parameter (ZeRO: 2 + 2 + 12)",

@@ -166,7 +166,7 @@ TEST_CASE("timeline: a GEMM-bound step on H100 is within the FLOP count's bound"
   o.batch = 8;
   o.seq = 1024;
   o.precision = Precision::kAmpBf16;
-  o.attention = AttentionKind::kFlash;
+  o.attention = AttentionKind::kSdpaFlash;
   o.steps = 2;
   ModelConfig xl = model_preset("gpt2-xl");
   xl.gelu = GeluKind::kPytorchTanh;  // one GELU kernel (HF's gelu_new runs eight elementwise ones)

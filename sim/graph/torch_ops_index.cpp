@@ -1,0 +1,55 @@
+// The indexing TorchOps that mixture-of-experts blocks use: topk, advanced indexing, index_add_, and an
+// in-place division (derivatives.yaml: topk, index.Tensor, index_add, div_).
+#include "sim/graph/torch_ops.h"
+
+namespace vramsim {
+namespace {
+
+using Kind = GradRule::Kind;
+using torch_ops_detail::numel_d;
+using torch_ops_detail::with_last;
+
+}  // namespace
+
+std::pair<VarId, VarId> TorchOps::topk_last(const std::string& name, VarId a, std::int64_t k) {
+  OpCall c;
+  c.name = name;
+  c.kind = "topk";
+  c.inputs = {a};
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), k), m_tape.dtype(a)},
+               OutputSpec{"indices", with_last(m_tape.shape(a), k), DType::kInt64, false}};
+  c.saved.outputs = {1};  // value_selecting_reduction_backward: zeros(self).scatter(indices, grad)
+  c.flops = numel_d(m_tape.shape(a));
+  const std::vector<VarId> out = m_tape.op(c);
+  return {out[0], out[1]};
+}
+
+VarId TorchOps::index_rows(const std::string& name, VarId x, VarId index, std::int64_t rows) {
+  OpCall c;
+  c.name = name;
+  c.kind = "index";
+  c.inputs = {x, index};
+  Shape out = m_tape.shape(x);
+  out[0] = rows;
+  c.outputs = {OutputSpec{"", out, m_tape.dtype(x)}};
+  c.saved.inputs = {1};
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};  // zeros(x).index_put_(accumulate)
+  c.flops = numel_d(out);
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::index_add_rows(const std::string& name, VarId target, VarId index, VarId source) {
+  BackwardRule rule;
+  rule.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kNone}, GradRule{Kind::kAlloc}};
+  return m_tape.inplace(name, "index_add_", target, {index, source}, rule);
+}
+
+VarId TorchOps::div_inplace(const std::string& name, VarId a, VarId b) {
+  BackwardRule rule;
+  // grad / b for a; -grad * a / b^2 summed to b's shape: one product of a's size before the reduction
+  rule.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}};
+  rule.temp_bytes = {tensor_bytes(m_tape.shape(a), m_tape.dtype(a))};
+  return m_tape.inplace(name, "div_", a, {b}, rule);
+}
+
+}  // namespace vramsim
