@@ -212,7 +212,11 @@ ModelConfig llama_like(const JsonReader& r, const LlamaDefaults& d) {
 }
 
 ModelConfig llama(const JsonReader& r) { return llama_like(r, {}); }
-ModelConfig mistral(const JsonReader& r) { return llama_like(r, {}); }
+ModelConfig mistral(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {});
+  m.mistral_mask = true;
+  return m;
+}
 
 ModelConfig qwen2(const JsonReader& r) {
   ModelConfig m = llama_like(r, {.attention_bias_key = false});
@@ -234,6 +238,7 @@ ModelConfig gemma(const JsonReader& r) {
 ModelConfig gemma2(const JsonReader& r) {
   ModelConfig m = gemma(r);
   m.sandwich_norms = true;
+  m.always_builds_mask = true;
   m.attn_logit_softcapping = r.number_or("attn_logit_softcapping", 50.0);
   m.final_logit_softcapping = r.number_or("final_logit_softcapping", 30.0);
   return m;
@@ -245,6 +250,7 @@ ModelConfig phi3(const JsonReader& r) {
   ModelConfig m = llama_like(r, {});
   m.fused_qkv = true;
   m.fused_gate_up = true;
+  m.mistral_mask = true;
   m.dropout.embeddings = r.probability_or("embd_pdrop", 0.0);
   m.dropout.residual = r.probability_or("resid_pdrop", 0.0);
   if (r.number_or("partial_rotary_factor", 1.0) != 1.0) {
@@ -255,7 +261,7 @@ ModelConfig phi3(const JsonReader& r) {
 
 // MixtralConfig: Mistral with a MixtralSparseMoeBlock of num_local_experts in every layer.
 ModelConfig mixtral(const JsonReader& r) {
-  ModelConfig m = llama_like(r, {});
+  ModelConfig m = mistral(r);
   m.moe.n_experts = r.integer_or("num_local_experts", 8);
   m.moe.top_k = r.integer_or("num_experts_per_tok", 2);
   m.moe.expert_d_ff = m.d_ff;
@@ -267,6 +273,7 @@ ModelConfig mixtral(const JsonReader& r) {
 // that decoder_sparse_step and mlp_only_layers make sparse, a dense MLP of intermediate_size elsewhere.
 ModelConfig qwen2_moe(const JsonReader& r) {
   ModelConfig m = qwen2(r);
+  m.mistral_mask = true;
   m.moe.n_experts = r.integer_or("num_experts", 60);
   m.moe.top_k = r.integer_or("num_experts_per_tok", 4);
   m.moe.expert_d_ff = r.integer_or("moe_intermediate_size", 1408);

@@ -55,6 +55,7 @@ ModelConfig llama_preset(std::string name, std::int64_t vocab, std::int64_t d_mo
 ModelConfig mistral_preset() {
   ModelConfig m = llama_preset("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768);
   m.model_type = "mistral";
+  m.mistral_mask = true;
   return m;
 }
 

@@ -107,6 +107,12 @@ struct ModelConfig {
   // Eager attention's softmax: in fp32 and cast back (Llama, Gemma, Mistral, ...: dtype=torch.float32), or
   // in the scores' dtype (GPT-2's nn.functional.softmax(attn_weights, dim=-1)).
   bool softmax_in_fp32 = true;
+  // Gemma-2 builds its 4D causal mask for SDPA too (no is_causal shortcut), so SDPA cannot take its flash
+  // backend, and every other layer (sliding-window attention) builds a mask of its own.
+  bool always_builds_mask = false;
+  // _update_causal_mask as Llama writes it (full, triu, then the cache-position comparison) or as Mistral
+  // does (full and the comparison, no triu): Mistral, Mixtral, Qwen2-MoE and Phi-3 use the latter.
+  bool mistral_mask = false;
   MoeConfig moe;
 
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }

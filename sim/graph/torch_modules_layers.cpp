@@ -33,10 +33,11 @@ bool megatron(const EmitContext& c) {
 enum class DropoutSite : std::uint8_t { kEmbeddings, kAttention, kResidual };
 
 // Whether the model's code has a dropout module at `site`: GPT-2 and GPTBigCode have all three, Phi-3 the
-// residual ones (resid_attn_dropout, resid_mlp_dropout) and embd_pdrop's, Llama and the others only the
+// attention and residual ones (resid_attn_dropout, resid_mlp_dropout), Llama and the others only the
 // attention probabilities.
 bool has_dropout_site(const ModelConfig& m, DropoutSite site) {
-  return site == DropoutSite::kAttention || m.family == ModelFamily::kGpt2 || m.model_type == "phi3";
+  return site == DropoutSite::kAttention || m.family == ModelFamily::kGpt2 ||
+         (site == DropoutSite::kResidual && m.model_type == "phi3");
 }
 
 // nn.Dropout in training (model.train()): the output and a bool mask, saved for backward.
@@ -160,12 +161,57 @@ VarId repeat_kv(EmitContext& c, const std::string& n, VarId x) {
   return out;
 }
 
+// integrations/sdpa_attention.py (transformers 4.48-4.50): key and value through repeat_kv; then
+// query.contiguous(), key.contiguous(), value.contiguous() -- copies of the RoPE outputs (or of the views of
+// GPT-2's c_attn), except key/value that repeat_kv's reshape already made contiguous; then
+// F.scaled_dot_product_attention(..., attn_mask=mask, is_causal=mask is None).
+VarId sdpa_attention(EmitContext& c, const std::string& n, VarId q, VarId k, VarId v, VarId mask) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const bool repeated = c.model.n_kv_heads != c.model.n_heads && c.model.model_type != "gpt_bigcode";
+  const VarId kr = repeat_kv(c, n + ".repeat_k", k);
+  const VarId vr = repeat_kv(c, n + ".repeat_v", v);
+  const auto contiguous = [&](const std::string& name, VarId x, bool already) {
+    if (already) {
+      t.hold(x);
+      return x;
+    }
+    return ops.contiguous(name, x);
+  };
+  const VarId qc = contiguous(n + ".q_contiguous", q, false);
+  const VarId kc = contiguous(n + ".k_contiguous", kr, repeated);
+  const VarId vc = contiguous(n + ".v_contiguous", vr, repeated);
+  t.drop({kr, vr});
+  const double p = c.options.inference       ? 0.0
+                   : c.options.dropout > 0.0 ? c.options.dropout
+                                             : c.model.dropout.attention;
+  VarId out;
+  switch (c.attention) {
+    case AttentionKind::kSdpaFlash:
+      out = ops.sdpa_flash(n + ".sdpa", qc, kc, vc);
+      break;
+    case AttentionKind::kSdpaEfficient:
+      out = ops.sdpa_efficient(n + ".sdpa", qc, kc, vc, mask);
+      break;
+    default:
+      out = ops.sdpa_math(n + ".sdpa", qc, kc, vc, p);
+      break;
+  }
+  t.drop({qc, kc, vc});
+  return out;
+}
+
 // The attention core from per-head q [b,h,s,hd], k, v [b,h_kv,s,hd] (all strided views) to [b,h,s,hd];
-// `mask` is GPT-2's bool buffer or Llama's additive mask (kNoVar for flash). With `probs` given, the
-// attention probabilities (HF's attn_weights, a local of the attention module) are handed to the caller,
-// which drops them when the module returns; otherwise they die after use.
+// `mask` is GPT-2's bool buffer or Llama's additive mask (kNoVar for flash). With `locals` given, eager
+// attention hands the caller what outlives the core: eager_attention_forward's repeated key/value states,
+// alive until it returns (after the caller's transpose copy), and the probabilities (attn_weights, returned
+// to the attention module, which drops them when it returns); otherwise they die here.
+struct EagerLocals {
+  VarId key = kNoVar, value = kNoVar, probs = kNoVar;
+};
+
 VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, VarId v, VarId mask,
-                     VarId* probs_out = nullptr) {
+                     EagerLocals* locals = nullptr) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
   const std::int64_t b = c.options.batch, s = c.options.seq, h = c.model.n_heads, hd = c.model.head_dim;
@@ -173,19 +219,8 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
       AttentionKind::kFlashAttention2) {  // flash_attn_func reads grouped k/v heads as they are
     return ops.sdpa_flash(n + ".flash_attn", q, k, v);
   }
-  if (!materialises_scores(c.attention) || c.attention == AttentionKind::kSdpaMath) {
-    // sdpa_attention_forward: key/value through repeat_kv, then F.scaled_dot_product_attention(is_causal)
-    const VarId kr = repeat_kv(c, n + ".repeat_k", k);
-    const VarId vr = repeat_kv(c, n + ".repeat_v", v);
-    const double p = c.options.inference       ? 0.0
-                     : c.options.dropout > 0.0 ? c.options.dropout
-                                               : c.model.dropout.attention;
-    const VarId out = c.attention == AttentionKind::kSdpaFlash ? ops.sdpa_flash(n + ".sdpa", q, kr, vr)
-                      : c.attention == AttentionKind::kSdpaEfficient
-                          ? ops.sdpa_efficient(n + ".sdpa", q, kr, vr)
-                          : ops.sdpa_math(n + ".sdpa", q, kr, vr, p);
-    t.drop({kr, vr});
-    return out;
+  if (c.attention != AttentionKind::kEager) {
+    return sdpa_attention(c, n, q, k, v, mask);
   }
   // GPTBigCode's multi-query attention folds the heads into the query's rows and reads its one key/value head
   // as it is; the others call repeat_kv (a copy only with fewer key/value heads).
@@ -213,7 +248,6 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     return r;
   };
   const VarId scores = autocast_matmul(n + ".scores", q, true, kr, mha, {b, h, s, s});  // query @ key^T
-  t.drop(kr);
   VarId probs;
   if (megatron(c)) {  // one fused scale-mask-softmax kernel, output in the activation dtype
     probs = ops.softmax_last(n + ".scale_mask_softmax", scores, t.dtype(scores));
@@ -242,11 +276,10 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
   probs = maybe_dropout(c, n + ".attn_dropout", probs, DropoutSite::kAttention);
   const VarId out =
       autocast_matmul(n + ".attn_v", probs, false, vr, mha, {b, h, s, hd});  // attn_weights @ value
-  t.drop(vr);
-  if (probs_out != nullptr) {
-    *probs_out = probs;
+  if (locals != nullptr) {
+    *locals = {kr, vr, probs};
   } else {
-    t.drop(probs);
+    t.drop({kr, vr, probs});
   }
   return out;
 }
@@ -287,7 +320,7 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   }
   const VarId mask = c.model.family == ModelFamily::kGpt2 ? c.buffers.causal_mask : c.additive_mask;
   VarId core;
-  VarId probs = kNoVar;
+  EagerLocals locals;
   if (c.options.checkpointing == Checkpointing::kSelective) {
     // the mask is an input of the checkpointed function, so the replay in backward finds it alive
     std::vector<VarId> inputs{q, k, v};
@@ -298,16 +331,21 @@ VarId attention(EmitContext& c, int layer, VarId x) {
       return core_attention(c, n, in[0], in[1], in[2], in.size() > 3 ? in[3] : kNoVar);
     });
   } else {
-    core = core_attention(c, n, q, k, v, mask, &probs);
+    core = core_attention(c, n, q, k, v, mask, &locals);
   }
   // transpose(1, 2).contiguous(), then a view to (b, s, heads * head_dim)
   const VarId transposed = t.view(core, {b, s, c.model.q_dim()}, n + ".transpose");
   const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
   t.drop({transposed, core});
+  for (VarId v_local : {locals.key, locals.value}) {  // eager_attention_forward returns
+    if (v_local != kNoVar) {
+      t.drop(v_local);
+    }
+  }
   const VarId out = ops.linear(n + (gpt2 ? ".c_proj" : ".o_proj"), merged, p.o_w, p.o_b);
   t.drop({merged, q, k, v});  // the module returns: its locals go
-  if (probs != kNoVar) {
-    t.drop(probs);
+  if (locals.probs != kNoVar) {
+    t.drop(locals.probs);
   }
   return maybe_dropout(c, n + ".resid_dropout", out, DropoutSite::kResidual);
 }
@@ -371,7 +409,7 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
     t.drop({act, up, gate});
     const VarId y = ops.linear(n + ".down_proj", prod, p.down_w);
     t.drop(prod);
-    return y;
+    return maybe_dropout(c, n + ".resid_mlp_dropout", y, DropoutSite::kResidual);
   }
   return hf_gated_mlp(c, n, x, {p.gate_w, p.up_w, p.down_w});
 }
@@ -393,39 +431,47 @@ VarId hf_gated_mlp(EmitContext& c, const std::string& n, VarId x, const LayerPar
   return y;
 }
 
-VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
-  TorchOps& ops = c.ops;
-  EagerTape& t = ops.tape();
+namespace {
+
+// _update_causal_mask / _prepare_4d_causal_attention_mask_with_cache_position, training without padding or
+// cache: a (s, target) mask in the embeddings' dtype -- torch.full(min), torch.triu (the Llama template; the
+// Mistral one skips it), then `causal_mask *= torch.arange(target) > cache_position.reshape(-1, 1)` in place
+// -- expanded over the batch (a view) and sliced to [..., :s] by each layer. target is s + 1 (no 2D mask
+// given), s for Gemma-2. Returns the (b, 1, s, s) view.
+VarId causal_mask(EmitContext& c, DType dtype) {
+  EagerTape& t = c.ops.tape();
   const std::int64_t s = c.options.seq;
-  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
-  const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
-  const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
-  c.forward_locals.push_back(positions);
-  if (gpt2) {
-    const VarId pos = ops.embedding("transformer.wpe", c.params.pos, positions);
-    const VarId x = ops.add("transformer.embeddings_add", tok, pos);
-    t.drop({tok, pos});
-    return maybe_dropout(c, "transformer.drop", x, DropoutSite::kEmbeddings);
+  const std::int64_t target = c.model.always_builds_mask ? s : s + 1;
+  VarId full = t.constant("causal_mask.full", "full", {s, target}, dtype);
+  if (!c.model.mistral_mask) {
+    const VarId upper = t.constant("causal_mask.triu", "triu", {s, target}, dtype);
+    t.drop(full);
+    full = upper;
   }
-  VarId x = tok;
-  if (c.model.scale_embeddings) {  // Gemma: hidden_states * torch.tensor(hidden_size**0.5, dtype=...)
-    x = ops.scale("model.embed_scale", tok);
-    t.drop(tok);
-  }
-  x = maybe_dropout(c, "model.embed_dropout", x, DropoutSite::kEmbeddings);  // Phi-3's embd_pdrop
-  // LlamaRotaryEmbedding: cos, sin of (1, s, head_dim) in the embeddings' dtype, for every layer
-  c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, c.model.head_dim}, t.dtype(tok));
-  c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, c.model.head_dim}, t.dtype(tok));
-  c.forward_locals.push_back(c.rope_cos);
-  c.forward_locals.push_back(c.rope_sin);
-  if (c.attention == AttentionKind::kEager) {
-    c.additive_mask = t.constant("causal_mask", "full", {c.options.batch, 1, s, s}, t.dtype(tok));
-    c.forward_locals.push_back(c.additive_mask);
-  }
-  return x;
+  const VarId positions = t.constant("causal_mask.arange", "arange", {target}, DType::kInt64);
+  const VarId later = t.constant("causal_mask.gt", "gt", {s, target}, DType::kBool);
+  t.drop({positions, later});
+  const VarId sliced = t.view(full, {c.options.batch, 1, s, s}, "causal_mask.expand[..., :s]");
+  t.drop(full);
+  return sliced;
 }
 
-namespace {
+// Gemma2DecoderLayer.forward, sliding-window layers (even ones) without flash_attention_2:
+// torch.tril(torch.ones_like(attention_mask, dtype=torch.bool), diagonal=-sliding_window) materialises the
+// expanded (b, 1, s, s) mask as bools, twice; torch.where(...) makes the layer's own mask of the dtype.
+VarId gemma2_sliding_mask(EmitContext& c, int layer, VarId mask) {
+  EagerTape& t = c.ops.tape();
+  const Shape full{c.options.batch, 1, c.options.seq, c.options.seq};
+  const VarId ones = t.constant(layer_name(layer, "sliding_mask.ones_like"), "ones_like", full, DType::kBool);
+  const VarId lower = t.constant(layer_name(layer, "sliding_mask.tril"), "tril", full, DType::kBool);
+  t.drop(ones);
+  // where(cond, python scalar, mask): the scalar becomes a 0-dim device tensor for the call
+  const VarId scalar =
+      t.constant(layer_name(layer, "sliding_mask.scalar"), "scalar_tensor", {}, DType::kFloat32);
+  const VarId out = t.constant(layer_name(layer, "sliding_mask.where"), "where", full, t.dtype(mask));
+  t.drop({scalar, lower});
+  return out;
+}
 
 // Gemma2DecoderLayer.forward: residual = hidden_states; input_layernorm; self_attn; post_attention_layernorm;
 // residual + hidden_states; residual = hidden_states; pre_feedforward_layernorm; mlp;
@@ -433,9 +479,17 @@ namespace {
 VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
   EagerTape& t = c.ops.tape();
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const VarId model_mask = c.additive_mask;
+  if (layer % 2 == 0 && model_mask != kNoVar) {  // the layer's `attention_mask` is rebound to its own
+    c.additive_mask = gemma2_sliding_mask(c, layer, model_mask);
+  }
   const VarId h = norm(c, layer_name(layer, "input_layernorm"), x, p.norm1_w, kNoVar);
   const VarId a = attention(c, layer, h);
   t.drop(h);
+  if (c.additive_mask != model_mask) {
+    t.drop(c.additive_mask);
+    c.additive_mask = model_mask;
+  }
   const VarId an = norm(c, layer_name(layer, "post_attention_layernorm"), a, p.norm2_w, kNoVar);
   t.drop(a);
   const VarId x1 = c.ops.add(layer_name(layer, "residual_attn"), x, an);
@@ -451,6 +505,41 @@ VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
 }
 
 }  // namespace
+
+VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const std::int64_t s = c.options.seq;
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
+  const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
+  c.forward_locals.push_back(positions);
+  if (gpt2) {
+    const VarId pos = ops.embedding("transformer.wpe", c.params.pos, positions);
+    const VarId x = ops.add("transformer.embeddings_add", tok, pos);
+    t.drop({tok, pos});
+    return maybe_dropout(c, "transformer.drop", x, DropoutSite::kEmbeddings);
+  }
+  // LlamaModel.forward (and its descendants): cache_position / position_ids, the causal mask from the
+  // embeddings' dtype, the rotary cos / sin of (1, s, head_dim) in that dtype for every layer, then Gemma's
+  // hidden_states * normalizer (a 0-dim CPU tensor: no device memory besides the product).
+  const DType dtype = t.dtype(tok);
+  if (c.attention == AttentionKind::kEager ||
+      (c.model.always_builds_mask && c.attention != AttentionKind::kFlashAttention2)) {
+    c.additive_mask = causal_mask(c, dtype);
+    c.forward_locals.push_back(c.additive_mask);
+  }
+  c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, c.model.head_dim}, dtype);
+  c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, c.model.head_dim}, dtype);
+  c.forward_locals.push_back(c.rope_cos);
+  c.forward_locals.push_back(c.rope_sin);
+  VarId x = tok;
+  if (c.model.scale_embeddings) {
+    x = ops.scale("model.embed_scale", tok);
+    t.drop(tok);
+  }
+  return x;
+}
 
 VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   EagerTape& t = c.ops.tape();

@@ -97,9 +97,10 @@ class TorchOps {
   // F.scaled_dot_product_attention taking the flash (or, for fp32, memory-efficient) kernel: saves q, k, v,
   // the output and an fp32 logsumexp; q [b, h, s, d], k/v [b, h_kv, s, d].
   VarId sdpa_flash(const std::string& name, VarId q, VarId k, VarId v);
-  // F.scaled_dot_product_attention taking the memory-efficient kernel: saves q, k, v, the output and an fp32
-  // logsumexp whose row count is padded to 32 (b, h, ceil(s / 32) * 32).
-  VarId sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v);
+  // F.scaled_dot_product_attention taking the memory-efficient kernel: saves q, k, v, the output, an fp32
+  // logsumexp whose row count is padded to 32 (b, h, ceil(s / 32) * 32) and the additive mask if one is given
+  // (kNoVar: is_causal).
+  VarId sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v, VarId mask = kNoVar);
   // Its composite fallback (_scaled_dot_product_attention_math, is_causal): q and k each scaled by
   // sqrt(scale), the (s, s) causal mask built as bool ones -> tril -> an additive float mask, scores,
   // softmax, (dropout), probabilities @ v.

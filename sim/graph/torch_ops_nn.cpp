@@ -108,8 +108,10 @@ VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
   c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
                OutputSpec{"logsumexp", {qs[0], qs[1], qs[2]}, DType::kFloat32, false}};
   c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
-  // FlashAttention-2 backward: an fp32 dq accumulator (b, s rounded to 128, h, d) and softmax_d (b, h, s).
-  const Bytes dq_accum = static_cast<Bytes>(qs[0] * seq_rounded * qs[1] * qs[3]) * 4;
+  // FlashAttention-2 backward: an fp32 dq accumulator (b, s rounded to 128, h, d rounded to 32) and
+  // softmax_d (b, h, s rounded to 128).
+  const std::int64_t d_rounded = (qs[3] + 31) / 32 * 32;
+  const Bytes dq_accum = static_cast<Bytes>(qs[0] * seq_rounded * qs[1] * d_rounded) * 4;
   const Bytes softmax_d = static_cast<Bytes>(qs[0] * qs[1] * seq_rounded) * 4;
   c.backward.temp_bytes = {dq_accum, softmax_d};
   if (m_tape.shape(k)[1] != qs[1]) {  // grouped-query: dk, dv computed per query head, then summed
@@ -127,7 +129,7 @@ VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
   return y;
 }
 
-VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v) {
+VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v, VarId mask) {
   const VarId qa = autocast_low(name, q);
   const VarId ka = autocast_low(name, k);
   const VarId va = autocast_low(name, v);
@@ -140,13 +142,27 @@ VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId 
   c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
                OutputSpec{"logsumexp", {qs[0], qs[1], rows_padded}, DType::kFloat32, false}};
   c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
-  // _efficient_attention_backward: delta = (grad_out * out).sum(-1) in fp32 (b, h, s); the kernel's
-  // workspace (fp32 gradient accumulators when it splits the key dimension) is not modelled.
-  c.backward.temp_bytes = {static_cast<Bytes>(qs[0] * qs[1] * rows_padded) * 4};
+  // SDPA is on autocast's lower-precision list: a floating-point mask is cast with q, k and v.
+  const VarId ma = mask == kNoVar ? kNoVar : autocast_low(name, mask);
+  if (ma != kNoVar) {  // the attn_bias is saved for the backward kernel
+    c.inputs.push_back(ma);
+    c.saved.inputs.push_back(3);
+    c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc},
+                        GradRule{Kind::kNone}};
+  }
+  // _efficient_attention_backward: delta = (grad_out * out).sum(-1) in fp32 (b, h, s) and, for 16-bit
+  // inputs, an fp32 dq accumulator of q's shape.
+  c.backward.temp_bytes = {static_cast<Bytes>(qs[0] * qs[1] * qs[2]) * 4};
+  if (m_tape.dtype(qa) != DType::kFloat32) {
+    c.backward.temp_bytes.push_back(tensor_bytes(qs, DType::kFloat32));
+  }
   c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;
   const std::vector<VarId> out = m_tape.op(c);
   m_tape.drop(out[1]);
   m_tape.drop({qa, ka, va});
+  if (ma != kNoVar) {
+    m_tape.drop(ma);
+  }
   return out[0];
 }
 

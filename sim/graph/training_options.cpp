@@ -129,7 +129,7 @@ AttentionKind parse_attention(std::string_view text, std::string_view option) {
 }
 
 AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, Precision precision,
-                                int compute_capability, bool requires_grad) {
+                                int compute_capability, bool requires_grad, bool attn_mask) {
   if (attention != AttentionKind::kSdpa) {
     return attention;
   }
@@ -140,7 +140,7 @@ AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, 
   const bool ampere_or_newer = compute_capability == 0 || compute_capability >= 80;
   const bool sm86_89 = compute_capability == 86 || compute_capability == 89;
   const int flash_max = sm86_89 && requires_grad ? 192 : 256;
-  if (half && head_dim <= flash_max && head_dim % 8 == 0 && ampere_or_newer) {
+  if (half && !attn_mask && head_dim <= flash_max && head_dim % 8 == 0 && ampere_or_newer) {
     return AttentionKind::kSdpaFlash;
   }
   if (head_dim % (half ? 8 : 4) == 0) {

@@ -93,12 +93,13 @@ Checkpointing parse_checkpointing(std::string_view text, std::string_view option
 AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
 
 // The kernel an `attention` choice runs for a model of this head size in this precision: kSdpa becomes the
-// backend PyTorch 2.x's sdp_utils picks for a causal call without a mask (what Hugging Face passes for
-// unpadded batches): flash for fp16/bf16 inputs with head_dim <= 256 (multiple of 8) on compute capability
+// backend PyTorch 2.x's sdp_utils picks for a causal call (is_causal, no mask: what Hugging Face passes for
+// unpadded batches; `attn_mask`: a mask tensor, which rules flash out):
+// flash for fp16/bf16 inputs with head_dim <= 256 (multiple of 8) on compute capability
 // 8.0+ (on 8.6 / 8.9 only up to 192 when gradients are needed); memory-efficient for other inputs with
 // head_dim a multiple of 8 (4 in fp32); math otherwise. Other kinds are returned as they are.
 AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, Precision precision,
-                                int compute_capability, bool requires_grad);
+                                int compute_capability, bool requires_grad, bool attn_mask = false);
 // Eager-like kinds materialise the S x S scores.
 bool materialises_scores(AttentionKind kind);
 

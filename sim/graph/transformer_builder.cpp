@@ -95,6 +95,12 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
 
 }  // namespace
 
+AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options) {
+  return resolve_attention(options.attention, model.head_dim, options.precision, options.compute_capability,
+                           !options.inference,
+                           model.code == ModelCode::kTorchModules && model.always_builds_mask);
+}
+
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
   validate(options);
   check_model(model, options);
@@ -119,8 +125,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   ops.set_forward_workspace_bytes(options.cublas_workspace_bytes);
   tape.set_backward_workspace_bytes(options.cublas_workspace_bytes);
   const std::optional<DType> low = autocast_dtype(options.precision);
-  const AttentionKind attention = resolve_attention(options.attention, model.head_dim, options.precision,
-                                                    options.compute_capability, !options.inference);
+  const AttentionKind attention = attention_kernel(model, options);
 
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;

@@ -24,6 +24,10 @@ namespace vramsim {
 // (e.g. a head count that does not divide d_model).
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options);
 
+// The attention kernel the run uses: options.attention with SDPA's backend resolved for this model (its head
+// size, whether its code passes SDPA a mask) on options.compute_capability.
+AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options);
+
 // Bytes of activations (tensors autograd saved) that the forward of `step` created for decoder layer `layer`:
 // what the activation-memory formulas of Korthikanti et al. count.
 Bytes saved_activation_bytes(const OpGraph& graph, int step, int layer);

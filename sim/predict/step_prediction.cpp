@@ -102,9 +102,7 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   Prediction p = explain_run(snapshot, markers,
                              RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf}, name_of);
   p.model_name = request.model.name;
-  const TrainingOptions& o = request.options;
-  p.attention_kernel = std::string(attention_name(resolve_attention(
-      o.attention, request.model.head_dim, o.precision, o.compute_capability, !o.inference)));
+  p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   // 4. The time axis: the engine's roofline estimate.

@@ -131,12 +131,14 @@ TEST_CASE("builder: activation checkpointing keeps less per layer", "[quick][gra
   CHECK(full < selective);
   CHECK(selective < none);
   // Full recomputation keeps the layer input (b s d fp32); layer 0 is also the first to keep the
-  // per-forward rotary tables and mask every checkpointed layer reads (counted once, where first saved).
+  // per-forward rotary tables and mask every checkpointed layer reads (counted once, where first saved): the
+  // mask is LlamaModel._update_causal_mask's (s, s + 1) one (target_length = s + 1 when no 2D attention mask
+  // is given), expanded over the batch as a view.
   o.checkpointing = Checkpointing::kFull;
   const OpGraph g = build_training_steps(m, o);
   const Bytes input = static_cast<Bytes>(o.batch * o.seq * m.d_model * 4);
   const Bytes shared =
-      2 * static_cast<Bytes>(o.seq * m.head_dim * 4) + static_cast<Bytes>(o.batch * o.seq * o.seq * 4);
+      2 * static_cast<Bytes>(o.seq * m.head_dim * 4) + static_cast<Bytes>(o.seq * (o.seq + 1) * 4);
   CHECK(saved_activation_bytes(g, 1, 1) == input);
   CHECK(full == input + shared);
 }

@@ -1,8 +1,8 @@
 """Cross-validation of the simulator's own layer code against PyTorch: `vramsim predict` (the op graph of
 the torch-modules code path) and `vramsim trace` of the same model written in plain PyTorch
 (traces/recorders/transformer_models.py, the code the GPU recorder runs), over a grid of options (GPT-2 and
-Llama; fp32 and bf16 autocast; checkpointing none and full; math and flash attention; training steps,
-forward-only and inference).
+Llama, and Gemma, Gemma-2 and Phi-3 as transformers writes them; fp32 and bf16 autocast; checkpointing none
+and full; eager ("math"), SDPA and flash attention; training steps, forward-only and inference).
 
 What must hold, per configuration:
   * setup and forward: the allocation sequences are identical, request for request (size and order), and
@@ -32,7 +32,6 @@ from tracer_test_util import SOURCE, require_torch
 
 require_torch()
 sys.path.insert(0, os.path.join(SOURCE, "traces", "recorders"))
-import record_training_steps as rts  # noqa: E402
 
 VRAMSIM = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(SOURCE, "build", "sim", "vramsim")
 REPORT = "--report" in sys.argv
@@ -50,6 +49,18 @@ SHAPES = {
                 "head_dim": 32, "d_ff": 512, "max_positions": 256, "activation": "gelu_new", "dropout": 0.1},
     "llama": {"family": "llama", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
               "head_dim": 32, "d_ff": 344, "max_positions": 256},
+    # grouped-query attention: repeat_kv copies in eager and SDPA
+    "llama-gqa": {"family": "llama", "vocab_size": 1000, "d_model": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                  "head_dim": 32, "d_ff": 344, "max_positions": 256},
+    # The model_types written after Llama (transformer_models.LlamaDecoderLayer): GemmaRMSNorm, GeGLU, scaled and
+    # tied embeddings; Gemma-2's four norms, soft-capping, its mask always built and its sliding-window layers;
+    # Phi-3's fused projections.
+    "gemma": {"family": "llama", "model_type": "gemma", "vocab_size": 1000, "d_model": 128, "n_layers": 2,
+              "n_heads": 4, "n_kv_heads": 4, "head_dim": 32, "d_ff": 344, "max_positions": 256},
+    "gemma2": {"family": "llama", "model_type": "gemma2", "vocab_size": 1000, "d_model": 128, "n_layers": 2,
+               "n_heads": 4, "n_kv_heads": 2, "head_dim": 32, "d_ff": 344, "max_positions": 256},
+    "phi3": {"family": "llama", "model_type": "phi3", "vocab_size": 1000, "d_model": 128, "n_layers": 2,
+             "n_heads": 4, "n_kv_heads": 4, "head_dim": 32, "d_ff": 344, "max_positions": 256},
 }
 GRID = [(family, precision, ckpt, attention, "train")
         for family in ("gpt2", "llama")
@@ -65,9 +76,33 @@ GRID += [("gpt2-gelu_new", precision, "none", "math", mode)
          for precision in ("fp32", "amp-bf16") for mode in ("train", "inference")]
 # HF's GPT-2 as configured by default: gelu_new and dropout 0.1 at its four sites (read from config.json)
 GRID += [("gpt2-hf", precision, "none", "math", "train") for precision in ("fp32", "amp-bf16")]
+# SDPA as transformers 4.48 calls it (repeat_kv, .contiguous() copies; PyTorch picks the backend: flash in
+# bf16, memory-efficient in fp32 or with Gemma-2's mask), and the model_types after Llama.
+GRID += [("llama-gqa", precision, ckpt, attention, "train")
+         for precision, ckpt, attention in (("amp-bf16", "none", "sdpa"), ("fp32", "none", "sdpa"),
+                                            ("amp-bf16", "none", "math"))]
+GRID += [("gemma", "amp-bf16", "none", "math", "train"), ("gemma", "fp32", "full", "sdpa", "train"),
+         ("gemma2", "amp-bf16", "none", "math", "train"), ("gemma2", "amp-bf16", "full", "sdpa", "train"),
+         ("gemma2", "fp32", "none", "math", "inference"),
+         ("phi3", "amp-bf16", "none", "math", "train"), ("phi3", "amp-bf16", "none", "sdpa", "train"),
+         ("phi3", "fp32", "full", "math", "train")]
 PHASE_GROUP = {"setup": "setup", "forward": "forward", "loss": "forward", "after_forward": "forward",
                "backward": "backward", "post_backward": "backward", "optimizer": "optimizer",
                "after_optimizer": "optimizer", "zero_grad": "optimizer"}
+
+
+def llama_family_hf_config(cfg):
+    """config.json of a Llama-family shape: model_type decides what `vramsim predict` reads (hf_config.cpp)."""
+    model_type = cfg.get("model_type", "llama")
+    out = {"model_type": model_type, "vocab_size": cfg["vocab_size"], "hidden_size": cfg["d_model"],
+           "num_hidden_layers": cfg["n_layers"], "num_attention_heads": cfg["n_heads"],
+           "num_key_value_heads": cfg["n_kv_heads"], "head_dim": cfg["head_dim"], "intermediate_size": cfg["d_ff"],
+           "max_position_embeddings": cfg["max_positions"]}
+    if model_type in ("gemma", "gemma2"):
+        out["hidden_activation"] = "gelu_pytorch_tanh"
+    else:
+        out["tie_word_embeddings"] = False
+    return out
 
 
 def gpt2_hf_config(cfg):
@@ -142,7 +177,7 @@ def compare(row, d):
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
     with open(hf_path, "w") as f:
-        json.dump(gpt2_hf_config(cfg) if family == "gpt2" else rts.hf_config_json(cfg), f)
+        json.dump(gpt2_hf_config(cfg) if family == "gpt2" else llama_family_hf_config(cfg), f)
     traced, predicted = os.path.join(d, "traced.vtrace"), os.path.join(d, "predicted.vtrace")
     run([VRAMSIM, "trace", "--gpu", "H100", "--out", traced, DRIVER, "--", cfg_path])
     run([VRAMSIM, "predict", "--model", hf_path, "--model-code", "torch-modules", "--gpu", "H100", "--batch", "2",
