@@ -35,8 +35,8 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective")->capture_default_str();
   cmd->add_option("--attention", a.attention,
                   "eager|sdpa|sdpa-flash|sdpa-efficient|sdpa-math|flash_attention_2 (Hugging Face's "
-                  "attn_implementation; sdpa: the backend PyTorch picks; math = eager, flash = sdpa-flash)")
-      ->capture_default_str();
+                  "attn_implementation; sdpa: the backend PyTorch picks; math = eager, flash = sdpa-flash). "
+                  "Default: sdpa for torch-modules, eager for the CS336 codes");
   cmd->add_option(
          "--dropout", a.dropout,
          "dropout probability at every site the model has (default: a config.json's own rates, none for "
@@ -65,9 +65,10 @@ const ReportText kPredictText{"allocated bytes of the allocator model where the 
 void print_run(const Prediction& p, const RequestArgs& a) {
   fmt::print("model            {} ({} ops, {} tensors, {} allocator events)\n", p.model_name, p.ops,
              p.tensors, p.events);
-  const std::string attention = p.attention_kernel == a.attention
-                                    ? a.attention
-                                    : fmt::format("{} ({})", a.attention, p.attention_kernel);
+  // What was asked (the code's default when nothing was), and the kernel SDPA resolves to when it differs.
+  const std::string& asked = a.attention.empty() ? p.attention_asked : a.attention;
+  const std::string attention =
+      p.attention_kernel == asked ? asked : fmt::format("{} ({})", asked, p.attention_kernel);
   fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
              a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
              a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));

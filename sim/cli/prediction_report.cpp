@@ -25,6 +25,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   nlohmann::ordered_json j;
   j["model"] = p.model_name;
   if (!p.attention_kernel.empty()) {
+    j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;
   }
   j["gpu"] = p.gpu_name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.gpu_name);

@@ -102,6 +102,7 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   Prediction p = explain_run(snapshot, markers,
                              RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf}, name_of);
   p.model_name = request.model.name;
+  p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
@@ -157,7 +158,9 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.optimizer = parse_optimizer(a.optimizer);
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
   o.checkpointing = parse_checkpointing(a.checkpointing);
-  o.attention = parse_attention(a.attention);
+  o.attention = a.attention.empty() ? (r.model.code == ModelCode::kTorchModules ? AttentionKind::kSdpa
+                                                                                : AttentionKind::kEager)
+                                    : parse_attention(a.attention);
   o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
   if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
     o.dropout = *a.dropout;

@@ -82,6 +82,7 @@ struct TimingEstimate {
 
 struct Prediction {
   std::string model_name;
+  std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string gpu_name;          // "" with --capacity
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
@@ -135,7 +136,9 @@ struct RequestArgs {
   std::string precision = "fp32";
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
-  std::string attention = "eager";
+  // "" : the code's own default -- sdpa for torch-modules (transformers' default attn_implementation with
+  // PyTorch >= 2.1.1), eager (the code's own attention) for the CS336 codes
+  std::string attention;
   std::optional<double> dropout;  // unset: the model's own rates (config.json); set: every site of the model
   int grad_accumulation = 1;
   int steps = 2;
