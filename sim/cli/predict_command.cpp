@@ -51,6 +51,16 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag("--inference", a.inference,
                 "forward passes under torch.no_grad()/inference_mode(): nothing saved for backward");
   cmd->add_option("--alloc-conf", alloc_conf, "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax");
+  cmd->add_option("--module-loading", a.module_loading,
+                  "lazy|eager: how CUDA loads kernels (eager: CUDA < 11.7, PyTorch <= 1.12, or "
+                  "CUDA_MODULE_LOADING=EAGER); sets the CUDA context figure")
+      ->capture_default_str();
+  cmd->add_option("--cuda-context", a.cuda_context,
+                  "the CUDA context you measured, e.g. 600MiB (nvidia-smi's process memory minus "
+                  "torch.cuda.memory_reserved()); default: the GPU table's figure");
+  cmd->add_option("--warm", a.warm,
+                  "none|forward|step: what the process ran before (its cuBLAS workspaces already exist)")
+      ->capture_default_str();
   cmd->add_option(
       "--cublas-workspace-config", a.cublas_workspace_config,
       "CUBLAS_WORKSPACE_CONFIG as the run sets it, e.g. :4096:8 (default: PyTorch's for the GPU)");

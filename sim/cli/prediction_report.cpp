@@ -28,6 +28,9 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
     j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;
   }
+  if (!p.cuda_context_source.empty()) {
+    j["cuda_context_source"] = p.cuda_context_source;
+  }
   j["gpu"] = p.gpu_name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.gpu_name);
   j["total_bytes"] = p.total_bytes;
   j["allocator_capacity_bytes"] = p.allocator_capacity_bytes;
@@ -70,6 +73,10 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                  {"after_forward", opt(p.phases.after_forward)},
                  {"after_backward", opt(p.phases.after_backward)},
                  {"after_optimizer_step", opt(p.phases.after_optimizer_step)}};
+  j["phases_requested"] = {{"before_forward", opt(p.phases_requested.before_forward)},
+                           {"after_forward", opt(p.phases_requested.after_forward)},
+                           {"after_backward", opt(p.phases_requested.after_backward)},
+                           {"after_optimizer_step", opt(p.phases_requested.after_optimizer_step)}};
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   for (const StepPeak& s : p.steps) {
     steps.push_back({{"step", s.step},
@@ -104,8 +111,9 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   if (p.gpu_name.empty()) {
     fmt::print("device           --capacity {} (no CUDA context counted)\n", b(p.total_bytes));
   } else {
-    fmt::print("device           {}: {} total, {} CUDA context (estimate), {} for the allocator\n",
-               p.gpu_name, b(p.total_bytes), b(p.cuda_context_bytes), b(p.allocator_capacity_bytes));
+    fmt::print("device           {}: {} total, {} CUDA context, {} for the allocator\n", p.gpu_name,
+               b(p.total_bytes), b(p.cuda_context_bytes), b(p.allocator_capacity_bytes));
+    fmt::print("CUDA context     {}\n", p.cuda_context_source);
   }
   fmt::print("\nbill at the peak of allocated memory (tensor bytes live at that event)\n");
   line("parameters", p.bill.parameters);

@@ -31,10 +31,7 @@
 //   launch_overhead_ns: est. 4 us per kernel for every GPU: host-side launch costs ~4-6 us per kernel in
 //   published measurements (e.g. NVIDIA's "Getting Started with CUDA Graphs" blog; pegainfer's launch-
 //   overhead post); with the host running ahead the device-side gap is smaller, so this is a mid value.
-//   cuda_context_bytes: est. 500 MiB for every GPU: the footprint of a PyTorch process before its first
-//   allocation (CUDA context, module images, cuBLAS/cuDNN handles) with lazy module loading, the default on
-//   Linux since CUDA 12.2 (CUDA programming guide, "Lazy Loading"). Eager loading (CUDA < 11.7 or
-//   CUDA_MODULE_LOADING=EAGER) can cost 1-2 GiB more. Measure with nvidia-smi minus torch reserved bytes.
+//   The CUDA context is not here: it depends on the module loading too (sim/predict/cuda_context.cpp).
 //   compute capability: NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus): A100 8.0, H100 and
 //   H200 9.0,
 //     L4 and RTX 4090 8.9, V100 7.0, T4 7.5. PyTorch sizes its cuBLAS workspaces by it (CublasHandlePool.cpp)
@@ -56,32 +53,31 @@ namespace {
 
 constexpr double kT = 1e12;  // tera, for FLOP/s and bytes/s
 constexpr double kG = 1e9;
-constexpr TimeNs kLaunchNs = 4'000;          // est., see Note
-constexpr Bytes kContextBytes = 500 * kMiB;  // est., see Note
+constexpr TimeNs kLaunchNs = 4'000;  // est., see Note
 
 // clang-format off
 // Per row: name, variant, nominal bytes, runtime total bytes,
 //          FLOP/s fp32, tf32, fp16, bf16, fp8 (dense; 0 = no hardware path), bandwidth B/s, launch ns,
-//          context bytes, compute capability x 10.
+//          compute capability x 10.
 const std::vector<GpuSpec> kGpus = {
     {"A100-40GB", "SXM4, HBM2", 40 * kGiB, 42'405'855'232ULL,
-     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1555 * kG, kLaunchNs, kContextBytes, 80},
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1555 * kG, kLaunchNs, 80},
     {"A100-80GB", "SXM4, HBM2e", 80 * kGiB, 85'100'068'864ULL,
-     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 2039 * kG, kLaunchNs, kContextBytes, 80},
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 2039 * kG, kLaunchNs, 80},
     {"H100-80GB", "SXM5, HBM3", 80 * kGiB, 85'045'477'376ULL,
-     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 3350 * kG, kLaunchNs, kContextBytes, 90},
+     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 3350 * kG, kLaunchNs, 90},
     {"H200-141GB", "SXM, HBM3e", 141 * kGiB, 143'155ULL * kMiB,
-     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 4800 * kG, kLaunchNs, kContextBytes, 90},
+     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 4800 * kG, kLaunchNs, 90},
     {"L4", "PCIe, GDDR6", 24 * kGiB, 23'612'293'120ULL,
-     30.3 * kT, 60 * kT, 121 * kT, 121 * kT, 242.5 * kT, 300 * kG, kLaunchNs, kContextBytes, 89},
+     30.3 * kT, 60 * kT, 121 * kT, 121 * kT, 242.5 * kT, 300 * kG, kLaunchNs, 89},
     {"RTX-4090", "GeForce, GDDR6X", 24 * kGiB, 24'207ULL * kMiB,
-     82.6 * kT, 82.6 * kT, 165.2 * kT, 165.2 * kT, 330.3 * kT, 1008 * kG, kLaunchNs, kContextBytes, 89},
+     82.6 * kT, 82.6 * kT, 165.2 * kT, 165.2 * kT, 330.3 * kT, 1008 * kG, kLaunchNs, 89},
     {"V100-32GB", "SXM2, HBM2", 32 * kGiB, 34'089'730'048ULL,
-     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, kContextBytes, 70},
+     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70},
     {"V100-16GB", "SXM2, HBM2", 16 * kGiB, 16'945'512'448ULL,
-     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, kContextBytes, 70},
+     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70},
     {"T4", "PCIe, GDDR6", 16 * kGiB, 15'843'721'216ULL,
-     8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, kContextBytes, 75},
+     8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, 75},
 };
 
 // Alias -> canonical name. Keys are normalized (see normalize()). "a100" means the 80GB part (it replaced

@@ -35,7 +35,6 @@ struct GpuSpec {
   double fp8_flops_per_s;      // tensor cores, FP32 accumulate; 0 = no FP8 hardware
   double memory_bytes_per_s;   // peak DRAM bandwidth
   TimeNs launch_overhead_ns;   // per kernel, device-side gap between back-to-back kernels (estimate)
-  Bytes cuda_context_bytes;    // outside the allocator: context, module images, handles (estimate)
   int compute_capability;      // major * 10 + minor, e.g. 90 for 9.0 (Hopper)
 
   // Peak dense FLOP/s for `dtype`, with the fallbacks a framework takes when the hardware lacks a path:

@@ -75,6 +75,12 @@ constexpr std::array<std::pair<std::string_view, AttentionKind>, 8> kAttention{{
     {"flash", AttentionKind::kSdpaFlash},
 }};
 
+constexpr std::array<std::pair<std::string_view, WarmProcess>, 3> kWarm{{
+    {"none", WarmProcess::kNone},
+    {"forward", WarmProcess::kForward},
+    {"step", WarmProcess::kStep},
+}};
+
 // "adamw-fused" -> ("adamw", "fused"); a kind alone -> (kind, "").
 std::pair<std::string_view, std::string_view> split_impl(std::string_view text) {
   for (const auto& [impl, value] : kImpls) {
@@ -152,6 +158,11 @@ AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, 
 bool materialises_scores(AttentionKind kind) {
   return kind == AttentionKind::kEager || kind == AttentionKind::kSdpaMath;
 }
+
+WarmProcess parse_warm(std::string_view text, std::string_view option) {
+  return parse_enum(kWarm, text, option);
+}
+std::string_view warm_name(WarmProcess w) { return name_of(kWarm, w); }
 
 std::string_view precision_name(Precision p) { return name_of(kPrecisions, p); }
 std::string_view optimizer_name(OptimizerKind o) { return name_of(kOptimizers, o); }

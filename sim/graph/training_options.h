@@ -49,6 +49,12 @@ enum class AttentionKind : std::uint8_t {
   kFlashAttention2
 };
 
+// What the process ran before the simulated steps, which it keeps: none (a fresh process: the first matmul
+// allocates the main thread's cuBLAS workspace, the first backward matmul the autograd thread's), forward (a
+// forward ran: the main thread's workspace exists), step (a training step ran: both exist). Existing
+// workspaces are allocated at setup, before the first simulated step.
+enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -79,6 +85,7 @@ struct TrainingOptions {
   // cuBLAS workspace the first matmul of the process allocates through the caching allocator (and the first
   // of the autograd thread). 32 MiB is what PyTorch 2.6 took on the H100 of the kkaitlyn111 recordings.
   Bytes cublas_workspace_bytes = 32 * kMiB;
+  WarmProcess warm = WarmProcess::kNone;
 };
 
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).
@@ -91,6 +98,8 @@ OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback
                                    std::string_view option = "--optimizer");
 Checkpointing parse_checkpointing(std::string_view text, std::string_view option = "--checkpointing");
 AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
+WarmProcess parse_warm(std::string_view text, std::string_view option = "--warm");
+std::string_view warm_name(WarmProcess w);
 
 // The kernel an `attention` choice runs for a model of this head size in this precision: kSdpa becomes the
 // backend PyTorch 2.x's sdp_utils picks for a causal call (is_causal, no mask: what Hugging Face passes for

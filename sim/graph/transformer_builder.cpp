@@ -122,8 +122,22 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   if (!forward_only) {
     optimizer.construct();
   }
-  ops.set_forward_workspace_bytes(options.cublas_workspace_bytes);
-  tape.set_backward_workspace_bytes(options.cublas_workspace_bytes);
+  // The cuBLAS workspaces: made by the first matmul of each thread, or already there in a warm process.
+  const bool main_exists = options.warm != WarmProcess::kNone;
+  const bool autograd_exists = options.warm == WarmProcess::kStep;
+  if (main_exists || autograd_exists) {
+    tape.begin_op("cublas workspaces of the warm process", "getNewWorkspace");
+  }
+  if (main_exists && options.cublas_workspace_bytes > 0) {
+    tape.allocate("cublas_workspace.main_thread", options.cublas_workspace_bytes, DType::kUInt8,
+                  TensorCategory::kWorkspace);
+  }
+  if (autograd_exists && options.cublas_workspace_bytes > 0) {
+    tape.allocate("cublas_workspace.autograd_thread", options.cublas_workspace_bytes, DType::kUInt8,
+                  TensorCategory::kWorkspace);
+  }
+  ops.set_forward_workspace_bytes(main_exists ? 0 : options.cublas_workspace_bytes);
+  tape.set_backward_workspace_bytes(autograd_exists ? 0 : options.cublas_workspace_bytes);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
 

@@ -10,10 +10,22 @@
 
 namespace vramsim {
 
-GpuMemory gpu_memory(std::string_view name) {
+GpuMemory gpu_memory(std::string_view name, const ContextOptions& context) {
   const GpuSpec& g = find_gpu(name);
-  return {std::string(g.name), static_cast<std::int64_t>(g.total_memory_bytes),
-          static_cast<std::int64_t>(g.cuda_context_bytes), g.compute_capability};
+  const CudaContextFigure figure = cuda_context(g.name, context.module_loading);
+  GpuMemory m{
+      std::string(g.name), static_cast<std::int64_t>(g.total_memory_bytes),
+      static_cast<std::int64_t>(figure.size_bytes), g.compute_capability,
+      fmt::format("{} module loading, {}", module_loading_name(context.module_loading), figure.source)};
+  if (context.context_bytes) {
+    if (*context.context_bytes >= m.total_bytes) {
+      throw InputError(fmt::format("--cuda-context: {} bytes is not less than the {} bytes of the {}",
+                                   *context.context_bytes, m.total_bytes, m.name));
+    }
+    m.context_bytes = *context.context_bytes;
+    m.context_source = "--cuda-context";
+  }
+  return m;
 }
 
 std::int64_t cublas_workspace_bytes(int compute_capability, std::string_view config) {
@@ -62,14 +74,14 @@ std::int64_t cublas_workspace_bytes(int compute_capability, std::string_view con
   return any ? static_cast<std::int64_t>(total) : fallback;
 }
 
-GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes) {
+GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes, const ContextOptions& context) {
   if (!gpu.empty()) {
-    return gpu_memory(gpu);
+    return gpu_memory(gpu, context);
   }
   if (capacity_bytes == 0) {
     throw InputError("--capacity: must be positive (or name a GPU with --gpu)");
   }
-  return {"", static_cast<std::int64_t>(capacity_bytes), 0, 0};
+  return {"", static_cast<std::int64_t>(capacity_bytes), 0, 0, ""};
 }
 
 }  // namespace vramsim

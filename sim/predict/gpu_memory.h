@@ -3,20 +3,31 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "sim/predict/cuda_context.h"
 
 namespace vramsim {
 
 struct GpuMemory {
   std::string name;            // canonical name, e.g. "H100-80GB"
   std::int64_t total_bytes;    // cudaMemGetInfo's total
-  std::int64_t context_bytes;  // CUDA context estimate, outside the allocator
+  std::int64_t context_bytes;  // CUDA context, outside the allocator
   int compute_capability;      // major * 10 + minor
+  std::string context_source;  // where context_bytes comes from (cuda_context.h; "--cuda-context" when given)
+};
+
+// What the user says about the process's CUDA context: how modules load (--module-loading), or a size they
+// measured (--cuda-context, e.g. nvidia-smi's process memory minus torch.cuda.memory_reserved()).
+struct ContextOptions {
+  ModuleLoading module_loading = ModuleLoading::kLazy;
+  std::optional<std::int64_t> context_bytes;
 };
 
 // Throws InputError listing the known GPUs when `name` matches none.
-GpuMemory gpu_memory(std::string_view name);
+GpuMemory gpu_memory(std::string_view name, const ContextOptions& context = {});
 
 // The cuBLAS workspace PyTorch gives each cuBLAS handle (one per thread that runs matmuls) and stream,
 // through the caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize): with
@@ -28,6 +39,7 @@ std::int64_t cublas_workspace_bytes(int compute_capability, std::string_view con
 
 // The device a prediction runs on: the named GPU, or (`gpu` empty) `capacity_bytes` of memory with no CUDA
 // context and no name (--capacity). Throws InputError for an unknown GPU or a zero capacity.
-GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes);
+GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes,
+                        const ContextOptions& context = {});
 
 }  // namespace vramsim

@@ -77,28 +77,28 @@ std::size_t find_marker(const std::vector<RunMarker>& m, std::size_t from, Pred 
   return m.size();
 }
 
-void fill_phases(Prediction& p, const std::vector<RunMarker>& markers, const std::vector<std::int64_t>& alloc,
-                 std::size_t events) {
+// `series` (bytes after each event) where the last step enters each phase.
+PhaseBytes phases_of(const std::vector<RunMarker>& markers, const std::vector<std::int64_t>& series,
+                     std::size_t events) {
+  PhaseBytes out;
   int last = 0;
   for (const RunMarker& m : markers) {
     last = std::max(last, m.step);
   }
-  p.phases_step = last;
   if (last == 0) {
-    return;
+    return out;
   }
   const auto at = [&](std::size_t marker) {
-    return before(alloc, marker < markers.size() ? markers[marker].event_index : events);
+    return before(series, marker < markers.size() ? markers[marker].event_index : events);
   };
   const auto in_step = [&](std::size_t i) { return i < markers.size() && markers[i].step == last; };
   const std::size_t fwd =
       find_marker(markers, 0, [&](const RunMarker& m) { return m.step == last && m.phase == "forward"; });
   if (fwd == markers.size()) {
-    return;
+    return out;
   }
-  p.phases.before_forward = at(fwd);
-  p.phases.after_forward =
-      at(find_marker(markers, fwd, [](const RunMarker& m) { return m.phase != "forward"; }));
+  out.before_forward = at(fwd);
+  out.after_forward = at(find_marker(markers, fwd, [](const RunMarker& m) { return m.phase != "forward"; }));
   // The last backward and the last optimizer step of the step (gradient accumulation runs several backwards).
   std::size_t last_backward = markers.size();
   std::size_t last_optimizer = markers.size();
@@ -110,13 +110,14 @@ void fill_phases(Prediction& p, const std::vector<RunMarker>& markers, const std
     }
   }
   if (last_backward < markers.size()) {
-    p.phases.after_backward =
+    out.after_backward =
         at(find_marker(markers, last_backward, [](const RunMarker& m) { return m.phase != "backward"; }));
   }
   if (last_optimizer < markers.size()) {
-    p.phases.after_optimizer_step =
+    out.after_optimizer_step =
         at(find_marker(markers, last_optimizer, [](const RunMarker& m) { return m.phase != "optimizer"; }));
   }
+  return out;
 }
 
 // The step each event belongs to, from the markers (0 before the first).
@@ -205,9 +206,10 @@ void fill_steps(Prediction& p, const std::vector<int>& step_of, const Observed& 
 
 Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& markers, const RunDevice& device,
                        const TensorNamer& name_of) {
-  const GpuMemory d = device_memory(device.gpu, device.capacity_bytes);
+  const GpuMemory d = device_memory(device.gpu, device.capacity_bytes, device.context);
   Prediction p;
   p.gpu_name = d.name;
+  p.cuda_context_source = d.context_source;
   p.total_bytes = d.total_bytes;
   p.cuda_context_bytes = d.context_bytes;
   p.allocator_capacity_bytes = d.total_bytes - d.context_bytes;
@@ -247,7 +249,11 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   }
   p.bill.allocator_overhead = p.peak_reserved_bytes - p.peak_allocated_bytes;
   p.bill.cuda_context = p.cuda_context_bytes;
-  fill_phases(p, markers, alloc, p.events);
+  for (const RunMarker& m : markers) {
+    p.phases_step = std::max(p.phases_step, m.step);
+  }
+  p.phases = phases_of(markers, alloc, p.events);
+  p.phases_requested = phases_of(markers, requested, p.events);
   fill_steps(p, step_of, o, requested);
 
   p.peak_allocated_needed_bytes = alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end());

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_prediction.h"
 #include "traces/snapshot.h"
 
@@ -28,6 +29,7 @@ struct RunDevice {
   std::string gpu;           // GPU table name; empty = capacity_bytes
   Bytes capacity_bytes = 0;  // --capacity (no CUDA context counted)
   std::optional<std::string> alloc_conf;
+  ContextOptions context;  // --module-loading, --cuda-context
 };
 
 // The name and decoder layer of the tensor an alloc event made (for "largest live tensors"); without it the

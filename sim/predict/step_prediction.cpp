@@ -99,8 +99,9 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
     const Tensor& t = graph.tensor(schedule.event_tensor[event]);
     return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
   };
-  Prediction p = explain_run(snapshot, markers,
-                             RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf}, name_of);
+  Prediction p = explain_run(
+      snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
+      name_of);
   p.model_name = request.model.name;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
@@ -175,6 +176,17 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     (void)parse_alloc_conf(*a.alloc_conf, "--alloc-conf");
     r.alloc_conf = a.alloc_conf;
   }
+  r.context.module_loading = parse_module_loading(a.module_loading);
+  if (!a.cuda_context.empty()) {
+    if (a.gpu.empty()) {
+      throw InputError("--cuda-context: needs --gpu (--capacity counts no context)");
+    }
+    r.context.context_bytes = static_cast<std::int64_t>(parse_size(a.cuda_context, "--cuda-context"));
+  }
+  if (!a.gpu.empty()) {
+    (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
+  }
+  o.warm = parse_warm(a.warm);
   return r;
 }
 
@@ -215,7 +227,7 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
   out.vary = vary;
   out.margin = margin;
   {
-    const GpuMemory d = device_memory(request.gpu, request.capacity_bytes);
+    const GpuMemory d = device_memory(request.gpu, request.capacity_bytes, request.context);
     out.total_bytes = d.total_bytes;
     out.cuda_context_bytes = d.context_bytes;
     out.limit_bytes =

@@ -19,6 +19,7 @@
 #include "sim/graph/op_graph.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/training_options.h"
+#include "sim/predict/gpu_memory.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
@@ -29,6 +30,7 @@ struct PredictRequest {
   std::string gpu;           // GPU name for find_gpu(); empty = use capacity_bytes
   Bytes capacity_bytes = 0;  // --capacity: memory for the allocator when no GPU is named (context 0)
   std::optional<std::string> alloc_conf;
+  ContextOptions context;  // --module-loading, --cuda-context
 };
 
 struct LiveTensor {
@@ -87,6 +89,7 @@ struct Prediction {
   std::string gpu_name;          // "" with --capacity
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
+  std::string cuda_context_source;            // GpuMemory::context_source
   std::int64_t allocator_capacity_bytes = 0;  // total - context: what the allocator may cudaMalloc
   std::size_t ops = 0;
   std::size_t tensors = 0;
@@ -111,6 +114,7 @@ struct Prediction {
 
   MemoryBill bill;
   PhaseBytes phases;
+  PhaseBytes phases_requested;  // the same points in requested (tensor) bytes
   int phases_step = 0;
   std::vector<StepPeak> steps;
 
@@ -145,6 +149,9 @@ struct RequestArgs {
   bool forward_only = false;
   bool inference = false;
   std::string cublas_workspace_config;  // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
+  std::string module_loading = "lazy";  // --module-loading lazy|eager
+  std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
+  std::string warm = "none";            // --warm none|forward|step
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

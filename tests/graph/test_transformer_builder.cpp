@@ -218,3 +218,28 @@ TEST_CASE("builder: invalid combinations are input errors", "[quick][graph]") {
   m.n_kv_heads = 3;
   CHECK_THROWS_WITH(build_training_steps(m, test::small_options()), Catch::Matchers::Contains("--model"));
 }
+
+TEST_CASE("builder: --warm puts the workspaces a process already has before the first step",
+          "[quick][graph]") {
+  TrainingOptions o = test::small_options();
+  o.steps = 1;
+  o.cublas_workspace_bytes = 32 * kMiB;
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  // (workspaces allocated in setup, in the step)
+  const auto where = [&](WarmProcess w) {
+    o.warm = w;
+    const OpGraph g = build_training_steps(m, o);
+    int setup = 0, step = 0;
+    for (const Tensor& t : g.tensors()) {
+      if (t.category == TensorCategory::kWorkspace) {
+        (g.op(t.producer).phase == Phase::kSetup ? setup : step) += 1;
+        CHECK(t.size_bytes == 32 * kMiB);
+      }
+    }
+    return std::pair{setup, step};
+  };
+  CHECK(where(WarmProcess::kNone) == std::pair{0, 2});     // first matmul of each thread
+  CHECK(where(WarmProcess::kForward) == std::pair{1, 1});  // the autograd thread's is still to come
+  CHECK(where(WarmProcess::kStep) == std::pair{2, 0});
+  CHECK(parse_warm("step") == WarmProcess::kStep);
+}

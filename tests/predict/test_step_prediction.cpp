@@ -299,3 +299,22 @@ TEST_CASE("cli: --model-code picks whose layer code the graph follows", "[quick]
   CHECK_THAT(run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 64 --model-code keras"),
              Catch::Contains("vramsim: error: --model-code: unknown model code 'keras'"));
 }
+
+TEST_CASE("cli: --warm states the process's history; the rise of a mid-process recording is exact",
+          "[quick][predict]") {
+  // Peak rises recorded in shared/traces/real (README, "The step simulator against real recorded steps"):
+  // memory_files/memory_ctx256_forward_.pickle ran after a ctx 128 forward in the same process (its
+  // main-thread cuBLAS workspace already existed): 12,588,752,896 B;
+  // memory_files/memory_ctx256_fullstep_.pickle ran after a full step (both workspaces existed):
+  // 41,127,485,444 B.
+  const auto rise = [](const std::string& args) {
+    const nlohmann::json j = nlohmann::json::parse(
+        run_cli("predict --json --model cs336-2.7b --gpu h100 --batch 4 --seq 256 --steps 1 " + args));
+    return j["steps"][0]["peak_requested_bytes"].get<std::int64_t>() -
+           j["phases_requested"]["before_forward"].get<std::int64_t>();
+  };
+  CHECK(rise("--forward-only --warm forward") == 12'588'752'896);
+  CHECK(rise("--optimizer adamw-for-loop --warm step") == 41'127'485'444);
+  // As a fresh process (the default) the step makes its 32 MiB workspace itself.
+  CHECK(rise("--forward-only") == 12'588'752'896 + 32 * static_cast<std::int64_t>(kMiB));
+}
