@@ -131,6 +131,9 @@ class TorchOps {
 
  private:
   VarId autocast_fp32(const std::string& name, VarId x);
+  // The fused SDPA kernels: out and an fp32 logsumexp of (b, h, lse_rows), saved with q, k, v (and the mask).
+  VarId fused_attention(const std::string& name, const char* kind, VarId q, VarId k, VarId v, VarId mask,
+                        std::int64_t lse_rows, std::vector<Bytes> backward_temps);
   VarId unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
               std::vector<Bytes> temps = {});
   VarId binary(const std::string& name, const std::string& kind, VarId a, VarId b, SavedSpec saved,

@@ -95,75 +95,66 @@ std::pair<VarId, VarId> TorchOps::dropout(const std::string& name, VarId a, doub
   return {out[0], out[1]};
 }
 
-VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
+VarId TorchOps::fused_attention(const std::string& name, const char* kind, VarId q, VarId k, VarId v,
+                                VarId mask, std::int64_t lse_rows, std::vector<Bytes> backward_temps) {
+  // SDPA is on autocast's lower-precision list: q, k, v and a floating-point mask are cast.
   const VarId qa = autocast_low(name, q);
   const VarId ka = autocast_low(name, k);
   const VarId va = autocast_low(name, v);
-  const Shape& qs = m_tape.shape(q);  // b, h, s, d
-  const std::int64_t seq_rounded = (qs[2] + 127) / 128 * 128;
-  OpCall c;
-  c.name = name;
-  c.kind = "_scaled_dot_product_flash_attention";
-  c.inputs = {qa, ka, va};
-  c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
-               OutputSpec{"logsumexp", {qs[0], qs[1], qs[2]}, DType::kFloat32, false}};
-  c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
-  // FlashAttention-2 backward: an fp32 dq accumulator (b, s rounded to 128, h, d rounded to 32) and
-  // softmax_d (b, h, s rounded to 128).
-  const std::int64_t d_rounded = (qs[3] + 31) / 32 * 32;
-  const Bytes dq_accum = static_cast<Bytes>(qs[0] * seq_rounded * qs[1] * d_rounded) * 4;
-  const Bytes softmax_d = static_cast<Bytes>(qs[0] * qs[1] * seq_rounded) * 4;
-  c.backward.temp_bytes = {dq_accum, softmax_d};
-  if (m_tape.shape(k)[1] != qs[1]) {  // grouped-query: dk, dv computed per query head, then summed
-    const Bytes expanded = tensor_bytes(qs, m_tape.dtype(ka));
-    c.backward.temp_bytes.push_back(expanded);
-    c.backward.temp_bytes.push_back(expanded);
-  }
-  c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;  // causal
-  const std::vector<VarId> out = m_tape.op(c);
-  m_tape.drop(out[1]);  // the logsumexp is only referenced by the backward node
-  const VarId y = out[0];
-  m_tape.drop(qa);
-  m_tape.drop(ka);
-  m_tape.drop(va);
-  return y;
-}
-
-VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v, VarId mask) {
-  const VarId qa = autocast_low(name, q);
-  const VarId ka = autocast_low(name, k);
-  const VarId va = autocast_low(name, v);
-  const Shape& qs = m_tape.shape(q);  // b, h, s, d
-  const std::int64_t rows_padded = (qs[2] + 31) / 32 * 32;
-  OpCall c;
-  c.name = name;
-  c.kind = "_scaled_dot_product_efficient_attention";
-  c.inputs = {qa, ka, va};
-  c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
-               OutputSpec{"logsumexp", {qs[0], qs[1], rows_padded}, DType::kFloat32, false}};
-  c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
-  // SDPA is on autocast's lower-precision list: a floating-point mask is cast with q, k and v.
   const VarId ma = mask == kNoVar ? kNoVar : autocast_low(name, mask);
+  const Shape& qs = m_tape.shape(q);  // b, h, s, d
+  OpCall c;
+  c.name = name;
+  c.kind = kind;
+  c.inputs = {qa, ka, va};
+  c.outputs = {OutputSpec{"", qs, m_tape.dtype(qa)},
+               OutputSpec{"logsumexp", {qs[0], qs[1], lse_rows}, DType::kFloat32, false}};
+  c.saved = SavedSpec{{0, 1, 2}, {0, 1}};
   if (ma != kNoVar) {  // the attn_bias is saved for the backward kernel
     c.inputs.push_back(ma);
     c.saved.inputs.push_back(3);
     c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc},
                         GradRule{Kind::kNone}};
   }
-  // _efficient_attention_backward: delta = (grad_out * out).sum(-1) in fp32 (b, h, s) and, for 16-bit
-  // inputs, an fp32 dq accumulator of q's shape.
-  c.backward.temp_bytes = {static_cast<Bytes>(qs[0] * qs[1] * qs[2]) * 4};
-  if (m_tape.dtype(qa) != DType::kFloat32) {
-    c.backward.temp_bytes.push_back(tensor_bytes(qs, DType::kFloat32));
-  }
-  c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;
+  c.backward.temp_bytes = std::move(backward_temps);
+  c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;  // causal
   const std::vector<VarId> out = m_tape.op(c);
-  m_tape.drop(out[1]);
+  m_tape.drop(out[1]);  // the logsumexp is only referenced by the backward node
   m_tape.drop({qa, ka, va});
   if (ma != kNoVar) {
     m_tape.drop(ma);
   }
   return out[0];
+}
+
+VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
+  const Shape& qs = m_tape.shape(q);  // b, h, s, d
+  const std::int64_t seq_rounded = (qs[2] + 127) / 128 * 128;
+  // FlashAttention-2 backward: an fp32 dq accumulator (b, s rounded to 128, h, d rounded to 32) and
+  // softmax_d (b, h, s rounded to 128).
+  const std::int64_t d_rounded = (qs[3] + 31) / 32 * 32;
+  std::vector<Bytes> temps{static_cast<Bytes>(qs[0] * seq_rounded * qs[1] * d_rounded) * 4,
+                           static_cast<Bytes>(qs[0] * qs[1] * seq_rounded) * 4};
+  if (m_tape.shape(k)[1] != qs[1]) {  // grouped-query: dk, dv computed per query head, then summed
+    const DType low = m_autocast && is_floating(m_tape.dtype(k)) ? *m_autocast : m_tape.dtype(k);
+    temps.push_back(tensor_bytes(qs, low));
+    temps.push_back(tensor_bytes(qs, low));
+  }
+  return fused_attention(name, "_scaled_dot_product_flash_attention", q, k, v, kNoVar, qs[2],
+                         std::move(temps));
+}
+
+VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId v, VarId mask) {
+  const Shape& qs = m_tape.shape(q);  // b, h, s, d
+  // _efficient_attention_backward: delta = (grad_out * out).sum(-1) in fp32 (b, h, s) and, for 16-bit
+  // inputs, an fp32 dq accumulator of q's shape.
+  std::vector<Bytes> temps{static_cast<Bytes>(qs[0] * qs[1] * qs[2]) * 4};
+  const bool half = (m_autocast && is_floating(m_tape.dtype(q))) || m_tape.dtype(q) != DType::kFloat32;
+  if (half) {
+    temps.push_back(tensor_bytes(qs, DType::kFloat32));
+  }
+  return fused_attention(name, "_scaled_dot_product_efficient_attention", q, k, v, mask,
+                         (qs[2] + 31) / 32 * 32, std::move(temps));
 }
 
 VarId TorchOps::sdpa_math(const std::string& name, VarId q, VarId k, VarId v, double dropout_p) {
