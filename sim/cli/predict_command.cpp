@@ -6,6 +6,7 @@
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
 #include "sim/core/size_format.h"
+#include "sim/graph/layer_code.h"
 #include "sim/graph/model_config.h"
 #include "sim/predict/step_prediction.h"
 #include "traces/trace_io.h"
@@ -19,10 +20,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   }
   cmd->add_option("--model", a.model, "model preset (" + presets + ") or a Hugging Face config.json")
       ->required();
-  cmd->add_option(
-      "--model-code", a.model_code,
-      "whose layer code to follow: torch-modules (HF-style nn.Modules), cs336-basics (CS336 staff), "
-      "cs336-kkaitlyn111 (the student code of the recorded 2.7B runs); default: the preset's");
+  cmd->add_option("--model-code", a.model_code,
+                  "whose layer code to follow: " + fmt::format("{}", fmt::join(layer_code_names(), ", ")) +
+                      " (Hugging Face transformers per model_type, the CS336 staff model); default: the "
+                      "preset's");
   auto* gpu = cmd->add_option("--gpu", a.gpu, "GPU name (memory and CUDA context from the GPU table)");
   auto* cap = cmd->add_option("--capacity", a.capacity,
                               "device memory for the allocator instead of a GPU, e.g. 80GiB (context 0)");

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/graph/layer_code.h"
 
 namespace vramsim {
 namespace {
@@ -60,9 +61,9 @@ ModelConfig mistral_preset() {
 }
 
 ModelConfig cs336_preset(std::string name, std::int64_t d_model, std::int64_t d_ff, std::int64_t n_layers,
-                         std::int64_t n_heads, std::int64_t context, ModelCode code) {
+                         std::int64_t n_heads, std::int64_t context) {
   ModelConfig m = llama_preset(std::move(name), 10000, d_model, n_layers, n_heads, n_heads, d_ff, context);
-  m.code = code;
+  m.code = std::string(kCs336BasicsCode);
   return m;
 }
 
@@ -80,10 +81,10 @@ std::vector<ModelConfig> presets() {
       mistral_preset(),
       // TinyLlama/TinyLlama-1.1B (config.json): the Llama-style 1B the dynamic-shape sweep uses.
       llama_preset("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048),
-      // The CS336 runs in shared/traces/real: MAGMA27 ran the staff model at d768 (context 256); kkaitlyn111
-      // ran her own assignment-1 code at d2560 (context 128-512).
-      cs336_preset("cs336-small", 768, 3072, 12, 12, 256, ModelCode::kCs336Basics),
-      cs336_preset("cs336-2.7b", 2560, 10240, 32, 32, 512, ModelCode::kCs336Kkaitlyn111),
+      // The CS336 staff model (cs336-basics) at the assignment's "small" and "2.7B" sizes (its model-size
+      // table; the runs in shared/traces/real: MAGMA27 at d768, context 256; kkaitlyn111 at d2560, 128-512).
+      cs336_preset("cs336-small", 768, 3072, 12, 12, 256),
+      cs336_preset("cs336-2.7b", 2560, 10240, 32, 32, 512),
   };
 }
 
@@ -215,40 +216,6 @@ void llama_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
   }
 }
 
-// Both CS336 codes register the same tensors; the staff model registers attn, ffn, ln1, ln2 in that order,
-// the kkaitlyn111 model ln1, attn, ln2, ffn.
-void cs336_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
-  const std::int64_t d = m.d_model;
-  add(out, "token_embeddings.weight", {m.vocab_size, d});
-  for (int l = 0; l < m.n_layers; ++l) {
-    const std::string p = fmt::format("layers.{}.", l);
-    const auto attn = [&] {
-      add(out, p + "attn.q_proj.weight", {m.q_dim(), d}, l);
-      add(out, p + "attn.k_proj.weight", {m.kv_dim(), d}, l);
-      add(out, p + "attn.v_proj.weight", {m.kv_dim(), d}, l);
-      add(out, p + "attn.output_proj.weight", {d, m.q_dim()}, l);
-    };
-    const auto ffn = [&] {
-      add(out, p + "ffn.w1.weight", {m.d_ff, d}, l);
-      add(out, p + "ffn.w2.weight", {d, m.d_ff}, l);
-      add(out, p + "ffn.w3.weight", {m.d_ff, d}, l);
-    };
-    if (m.code == ModelCode::kCs336Basics) {
-      attn();
-      ffn();
-      add(out, p + "ln1.weight", {d}, l);
-      add(out, p + "ln2.weight", {d}, l);
-    } else {
-      add(out, p + "ln1.weight", {d}, l);
-      attn();
-      add(out, p + "ln2.weight", {d}, l);
-      ffn();
-    }
-  }
-  add(out, "ln_final.weight", {d});
-  add(out, "lm_head.weight", {m.vocab_size, d});
-}
-
 }  // namespace
 
 bool MoeConfig::sparse(std::int64_t layer) const {
@@ -264,15 +231,17 @@ std::int64_t ParameterShape::numel() const {
   return n;
 }
 
+void transformers_parameter_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
+  if (m.family == ModelFamily::kGpt2) {
+    gpt2_shapes(m, out);
+  } else {
+    llama_shapes(m, out);
+  }
+}
+
 std::vector<ParameterShape> ModelConfig::parameter_shapes() const {
   std::vector<ParameterShape> out;
-  if (code != ModelCode::kTorchModules) {
-    cs336_shapes(*this, out);
-  } else if (family == ModelFamily::kGpt2) {
-    gpt2_shapes(*this, out);
-  } else {
-    llama_shapes(*this, out);
-  }
+  layer_code(code).parameter_shapes(*this, out);
   return out;
 }
 
@@ -319,30 +288,6 @@ ModelConfig load_model(const std::string& name_or_path) {
   std::stringstream text;
   text << in.rdbuf();
   return model_from_hf_config_json(text.str(), name_or_path);
-}
-
-std::string_view model_code_name(ModelCode code) {
-  switch (code) {
-    case ModelCode::kTorchModules:
-      return "torch-modules";
-    case ModelCode::kCs336Basics:
-      return "cs336-basics";
-    case ModelCode::kCs336Kkaitlyn111:
-      return "cs336-kkaitlyn111";
-  }
-  return "?";
-}
-
-ModelCode parse_model_code(std::string_view text, std::string_view option) {
-  for (ModelCode c : {ModelCode::kTorchModules, ModelCode::kCs336Basics, ModelCode::kCs336Kkaitlyn111}) {
-    if (model_code_name(c) == text) {
-      return c;
-    }
-  }
-  throw InputError(
-      fmt::format("{}: unknown model code '{}' (known: torch-modules, cs336-basics, "
-                  "cs336-kkaitlyn111)",
-                  option, text));
 }
 
 }  // namespace vramsim

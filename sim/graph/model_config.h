@@ -9,12 +9,8 @@
 //           (llama, mistral; qwen2: q/k/v biases; gemma: (1 + w) RMSNorm in fp32, GeGLU, scaled and tied
 //           embeddings; gemma2: + sandwich norms and logit soft-capping; phi3: fused qkv_proj and
 //           gate_up_proj; mixtral, qwen2_moe: a sparse mixture of experts instead of the MLP)
-// `code` says whose Python the step runs, because PyTorch eager memory follows the code line by line (which
-// intermediates exist, which a variable keeps alive, what autograd saves), not just the architecture:
-//   kTorchModules      : torch.nn modules as Hugging Face transformers writes them (nn.Linear, F.softmax,
-//   ...) kCs336Basics       : the CS336 staff model, cs336-basics/cs336_basics/model.py (BasicsTransformerLM)
-//   kCs336Kkaitlyn111  : the student model the kkaitlyn111 snapshots ran (cs336_basics/transformer.py of
-//                        kkaitlyn111/cs336-assignment1, imported by cs336-a2-systems' benchmark.py)
+// `code` names whose Python the step runs (layer_code.h): "torch-modules" (Hugging Face transformers) or
+// "cs336-basics" (the CS336 staff model), or a code base a test registers.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +59,8 @@ struct MoeConfig {
   bool sparse(std::int64_t layer) const;
 };
 
-enum class ModelCode : std::uint8_t { kTorchModules, kCs336Basics, kCs336Kkaitlyn111 };
+inline constexpr std::string_view kTorchModulesCode = "torch-modules";
+inline constexpr std::string_view kCs336BasicsCode = "cs336-basics";
 
 // One registered parameter, in module registration order (the order model.parameters() yields).
 struct ParameterShape {
@@ -77,7 +74,7 @@ struct ParameterShape {
 struct ModelConfig {
   std::string name;
   ModelFamily family = ModelFamily::kLlama;
-  ModelCode code = ModelCode::kTorchModules;
+  std::string code{kTorchModulesCode};  // a layer_code() name
   std::int64_t vocab_size = 0;
   std::int64_t d_model = 0;
   std::int64_t n_layers = 0;
@@ -137,7 +134,8 @@ ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_vi
 // The model_types model_from_hf_config_json accepts, in the order messages list them.
 std::vector<std::string> supported_model_types();
 
-std::string_view model_code_name(ModelCode code);  // "torch-modules", "cs336-basics", "cs336-kkaitlyn111"
-ModelCode parse_model_code(std::string_view text, std::string_view option);
+// The parameters Hugging Face transformers registers for this model_type, in model.parameters() order (the
+// torch-modules code's; other codes name theirs).
+void transformers_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out);
 
 }  // namespace vramsim

@@ -19,7 +19,7 @@
 // (16 bytes per token per layer), the scaled and masked scores feed an unfused softmax, and autocast keeps
 // fp32 softmax outputs. megatron_accounting=true builds the layer with Megatron's fused kernels as the paper
 // counts them: LayerNorm keeps only its input, one scale-mask-softmax kernel keeps only its output.
-#include "sim/graph/transformer_parts.h"
+#include "sim/graph/layer_code.h"
 
 namespace vramsim {
 namespace {
@@ -506,6 +506,8 @@ VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
 
 }  // namespace
 
+namespace {
+
 VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
@@ -603,6 +605,39 @@ VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
   const VarId loss = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, shifted);
   t.drop({lsm, shifted, lf, padded});  // `labels` (padded) is a local of the loss function until it returns
   return loss;
+}
+
+class TorchModules final : public LayerCode {
+ public:
+  std::string_view name() const override { return kTorchModulesCode; }
+  void parameter_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) const override {
+    transformers_parameter_shapes(m, out);
+  }
+  // GPT-2 registers a (1, 1, n_positions, n_positions) bool tril buffer per attention module for its eager
+  // path; we keep one of the step's sequence length, shared (the per-module copies are model state older than
+  // any trace).
+  ModelBuffers create_buffers(EagerTape& tape, const ModelConfig& m,
+                              const TrainingOptions& o) const override {
+    ModelBuffers b;
+    if (m.family == ModelFamily::kGpt2 && o.attention == AttentionKind::kEager) {
+      b.causal_mask = tape.input("causal_mask (buffer)", {1, 1, o.seq, o.seq}, DType::kBool);
+    }
+    return b;
+  }
+  VarId embeddings(EmitContext& c, VarId ids) const override { return torch_modules_embeddings(c, ids); }
+  VarId layer(EmitContext& c, int l, VarId x) const override { return torch_modules_layer(c, l, x); }
+  VarId final_norm_and_head(EmitContext& c, VarId x) const override { return torch_modules_final(c, x); }
+  VarId loss(EmitContext& c, VarId logits, VarId targets) const override {
+    return torch_modules_loss(c, logits, targets);
+  }
+  bool follows_transformers() const override { return true; }
+};
+
+}  // namespace
+
+const LayerCode& torch_modules_code() {
+  static const TorchModules code;
+  return code;
 }
 
 }  // namespace vramsim

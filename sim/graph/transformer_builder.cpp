@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/graph/layer_code.h"
 #include "sim/graph/optimizer.h"
 #include "sim/graph/transformer_parts.h"
 
@@ -19,13 +20,14 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
         fmt::format("--model {}: heads {} / kv heads {} / head_dim {} do not form a valid attention", m.name,
                     m.n_heads, m.n_kv_heads, m.head_dim));
   }
-  if (m.code != ModelCode::kTorchModules && o.attention == AttentionKind::kFlashAttention2) {
+  if (!layer_code(m.code).follows_transformers() && o.attention == AttentionKind::kFlashAttention2) {
     throw InputError(
         fmt::format("--attention flash_attention_2: the {} code calls F.scaled_dot_product_attention "
                     "(use sdpa)",
-                    model_code_name(m.code)));
+                    m.code));
   }
-  if (m.family == ModelFamily::kGpt2 && m.code == ModelCode::kTorchModules && o.seq > m.max_positions) {
+  if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
+      o.seq > m.max_positions) {
     throw InputError(
         fmt::format("--seq: {} exceeds the {} learned positions of {}", o.seq, m.max_positions, m.name));
   }
@@ -98,7 +100,7 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
 AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options) {
   return resolve_attention(options.attention, model.head_dim, options.precision, options.compute_capability,
                            !options.inference,
-                           model.code == ModelCode::kTorchModules && model.always_builds_mask);
+                           layer_code(model.code).follows_transformers() && model.always_builds_mask);
 }
 
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {

@@ -1,6 +1,8 @@
 // Parameters, buffers and the per-code dispatch of the forward pieces.
 #include "sim/graph/transformer_parts.h"
 
+#include "sim/graph/layer_code.h"
+
 #include <fmt/format.h>
 
 #include <string_view>
@@ -151,37 +153,19 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
 }
 
 ModelBuffers create_buffers(EagerTape& tape, const ModelConfig& model, const TrainingOptions& options) {
-  ModelBuffers b;
-  if (model.code == ModelCode::kTorchModules && model.family == ModelFamily::kGpt2 &&
-      options.attention == AttentionKind::kEager) {  // eager only: sdpa-math builds its own mask
-    // GPT-2 registers a (1, 1, n_positions, n_positions) bool tril buffer per attention module; we keep one
-    // of the step's sequence length, shared (the per-module copies are model state older than any trace).
-    b.causal_mask = tape.input("causal_mask (buffer)", {1, 1, options.seq, options.seq}, DType::kBool);
-  }
-  if (model.code == ModelCode::kCs336Basics) {
-    b.rope_cache = tape.input("positional_encoder._freq_cis_cache (buffer)",
-                              {2, model.max_positions, model.head_dim / 2}, DType::kFloat32);
-  }
-  return b;
+  return layer_code(model.code).create_buffers(tape, model, options);
 }
 
-VarId emit_embeddings(EmitContext& ctx, VarId ids) {
-  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_embeddings(ctx, ids)
-                                                    : cs336_embeddings(ctx, ids);
-}
+VarId emit_embeddings(EmitContext& ctx, VarId ids) { return layer_code(ctx.model.code).embeddings(ctx, ids); }
 
 VarId emit_layer(EmitContext& ctx, int layer, VarId x) {
-  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_layer(ctx, layer, x)
-                                                    : cs336_layer(ctx, layer, x);
+  return layer_code(ctx.model.code).layer(ctx, layer, x);
 }
 
-VarId emit_final(EmitContext& ctx, VarId x) {
-  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_final(ctx, x) : cs336_final(ctx, x);
-}
+VarId emit_final(EmitContext& ctx, VarId x) { return layer_code(ctx.model.code).final_norm_and_head(ctx, x); }
 
 VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets) {
-  return ctx.model.code == ModelCode::kTorchModules ? torch_modules_loss(ctx, logits, targets)
-                                                    : cs336_loss(ctx, logits, targets);
+  return layer_code(ctx.model.code).loss(ctx, logits, targets);
 }
 
 void end_forward(EmitContext& ctx) {

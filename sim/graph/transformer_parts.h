@@ -1,9 +1,10 @@
 // The pieces of a decoder-only Transformer's forward, written the way each supported code base writes them
-// (ModelCode), so that the tape sees the same tensors, views, copies and Python variable lifetimes:
+// (ModelConfig::code, a layer_code.h name), so that the tape sees the same tensors, views, copies and Python
+// variable lifetimes:
 //   torch_modules_layers.cpp : Hugging Face transformers' modeling code per model_type (GPT-2 and the Llama
 //                              family, + Megatron accounting)
 //   hf_moe.cpp               : transformers' sparse mixture-of-experts blocks (Mixtral, Qwen2-MoE)
-//   cs336_layers.cpp         : the CS336 staff model and the kkaitlyn111 student model
+//   cs336_basics_layers.cpp  : the CS336 staff model
 // Contract of every emit_*: inputs are not dropped (the caller owns them); the returned var carries one
 // Python reference; every intermediate is dropped where the Python code lets go of it.
 #pragma once
@@ -47,7 +48,8 @@ struct ModelParams {
 // ModelConfig::parameter_shapes().
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype);
 
-// Non-trainable device tensors the model creates at construction (registered buffers), kept for the run.
+// Non-trainable device tensors the model creates at construction (registered buffers), kept for the run:
+// what the model's code (LayerCode::create_buffers) registers.
 struct ModelBuffers {
   VarId causal_mask = kNoVar;  // GPT-2's bool "bias" buffer, (1, 1, S, S)
   VarId rope_cache = kNoVar;   // the staff model's _freq_cis_cache, (2, context, head_dim / 2) fp32
@@ -80,16 +82,6 @@ VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets);
 VarId hf_gated_mlp(EmitContext& ctx, const std::string& name, VarId x, const LayerParams::Expert& w);
 // A sparse MoE block (MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock) on x [b, s, d] -> [b, s, d].
 VarId hf_sparse_moe(EmitContext& ctx, int layer, VarId x);
-
-// Per code base (called by the dispatchers above).
-VarId torch_modules_embeddings(EmitContext& ctx, VarId ids);
-VarId torch_modules_layer(EmitContext& ctx, int layer, VarId x);
-VarId torch_modules_final(EmitContext& ctx, VarId x);
-VarId torch_modules_loss(EmitContext& ctx, VarId logits, VarId targets);
-VarId cs336_embeddings(EmitContext& ctx, VarId ids);
-VarId cs336_layer(EmitContext& ctx, int layer, VarId x);
-VarId cs336_final(EmitContext& ctx, VarId x);
-VarId cs336_loss(EmitContext& ctx, VarId logits, VarId targets);
 
 // "layers.<l>.<what>"
 std::string layer_name(int layer, const char* what);

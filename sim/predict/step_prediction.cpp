@@ -10,6 +10,7 @@
 #include "sim/alloc/size_classes.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
+#include "sim/graph/layer_code.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
 #include "sim/predict/gpu_memory.h"
@@ -136,7 +137,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   PredictRequest r;
   r.model = load_model(a.model);
   if (!a.model_code.empty()) {
-    r.model.code = parse_model_code(a.model_code, "--model-code");
+    r.model.code = std::string(layer_code(a.model_code, "--model-code").name());
   }
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
@@ -159,9 +160,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.optimizer = parse_optimizer(a.optimizer);
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
   o.checkpointing = parse_checkpointing(a.checkpointing);
-  o.attention = a.attention.empty() ? (r.model.code == ModelCode::kTorchModules ? AttentionKind::kSdpa
-                                                                                : AttentionKind::kEager)
-                                    : parse_attention(a.attention);
+  o.attention =
+      a.attention.empty()
+          ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
+          : parse_attention(a.attention);
   o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
   if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
     o.dropout = *a.dropout;

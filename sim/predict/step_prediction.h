@@ -131,8 +131,7 @@ struct Prediction {
 // throws InputError naming the option on a bad value.
 struct RequestArgs {
   std::string model;
-  std::string
-      model_code;  // "" = the preset's / config's own (ModelCode names: torch-modules, cs336-basics, ...)
+  std::string model_code;  // "" = the preset's / config's own (layer_code_names(): torch-modules, ...)
   std::string gpu;
   std::string capacity;
   std::int64_t batch = 1;

@@ -15,6 +15,13 @@
 namespace vramsim::test {
 
 // A 2-layer model of the given preset's family and code with small dimensions (fast to build).
+// The model run by kkaitlyn111's student code (the test fixture of kkaitlyn111_code.cpp), which most of the
+// CS336 recordings ran.
+inline ModelConfig kkaitlyn111(ModelConfig m) {
+  m.code = "cs336-kkaitlyn111";
+  return m;
+}
+
 inline ModelConfig tiny_model(const std::string& preset, std::int64_t n_kv_heads = 0) {
   ModelConfig m = model_preset(preset);
   m.vocab_size = 1000;

@@ -6,12 +6,12 @@
 //   * batch and context: the logits request b*s*V*4 (V = 10000) and the attention scores b*h*s*s*4;
 //     d_model from b*s*d*4 and the parameter blocks; 32 layers (2.7B) or 12 (small) from the repeats.
 //   * code: every kkaitlyn111 frame runs cs336_basics/transformer.py (TransformerLM of
-//     kkaitlyn111/cs336-assignment1: ModelCode::kCs336Kkaitlyn111, also for the d768 "small" model);
-//     MAGMA27 runs the staff BasicsTransformerLM (kCs336Basics).
+//     kkaitlyn111/cs336-assignment1: the test fixture "cs336-kkaitlyn111" of kkaitlyn111_code.cpp, also for
+//     the d768 "small" model); MAGMA27 runs the staff BasicsTransformerLM (the library's "cs336-basics").
 //   * eager or compiled: five recordings (memory_small_forward, memory_2.7b_forward, the root-level
 //     memory_ctx256/512_forward and cs336_systems/memory_logs/memory_ctx128_forward) have Dynamo/Inductor
 //     frames (convert_frame.py, output_code.py, triton_heuristics.py autotuning): torch.compile'd forwards.
-//     The simulator models eager PyTorch only; for those the test pins the measured overestimate.
+//     The simulator models eager PyTorch only; for those the test checks that it never under-predicts.
 //   * cuBLAS workspace: the simulator allocates one 32 MiB workspace at the first matmul of the main thread
 //     and one at the first of the autograd thread (as a fresh process does). A recording shows its own as an
 //     alloc from at::cuda::getNewWorkspace(); where the process had already made it (a later run of the
@@ -42,7 +42,7 @@ enum class Region : std::uint8_t {
 
 struct Recording {
   const char* file;
-  ModelCode code;
+  const char* code;    // a LayerCode name (sim/graph/layer_code.h)
   const char* preset;  // dimensions; `code` may differ from the preset's own
   int batch;
   int seq;
@@ -50,12 +50,11 @@ struct Recording {
   Region region;
   // What the recorded process had run before the trace (its cuBLAS workspaces exist).
   WarmProcess warm;
-  // torch.compile'd recordings only: the measured (prediction - recorded) / recorded. 0 for eager ones.
-  double compiled_overestimate;
+  bool compiled;  // a torch.compile'd forward (Dynamo/Inductor frames in the pickle)
 };
 
-constexpr ModelCode kStudent = ModelCode::kCs336Kkaitlyn111;
-constexpr ModelCode kStaff = ModelCode::kCs336Basics;
+constexpr const char* kStudent = "cs336-kkaitlyn111";  // tests/graph/kkaitlyn111_code.cpp
+constexpr const char* kStaff = "cs336-basics";
 constexpr const char* k27b = "cs336-2.7b";
 constexpr const char* kSmall = "cs336-small";
 constexpr Precision kF32 = Precision::kFp32;
@@ -70,36 +69,37 @@ constexpr WarmProcess kAfterStep = WarmProcess::kStep;
 const std::vector<Recording> kRecordings = {
     // eager: benchmark.py run_memory_foward_fullstep / profile_memory_forward_fullstep (batch 4, fp32
     // unless _mixed). A file whose process ran an earlier forward lacks the main thread's workspace.
-    {"kkaitlyn111_memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kFresh, 0},
-    {"kkaitlyn111_memory_files__memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kFresh, 0},
+    {"kkaitlyn111_memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kFresh, false},
+    {"kkaitlyn111_memory_files__memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kFresh,
+     false},
     {"kkaitlyn111_memory_files__memory_ctx128_forward_.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kFresh,
-     0},
+     false},
     {"kkaitlyn111_memory_files__memory_ctx256_forward_.pickle", kStudent, k27b, 4, 256, kF32, kFwd,
-     kAfterForward, 0},
+     kAfterForward, false},
     {"kkaitlyn111_memory_files__memory_ctx512_forward_.pickle", kStudent, k27b, 4, 512, kF32, kFwd,
-     kAfterForward, 0},
+     kAfterForward, false},
     {"kkaitlyn111_memory_files__memory_ctx128_forward_mixed.pickle", kStudent, k27b, 4, 128, kBf16, kFwd,
-     kFresh, 0},
+     kFresh, false},
     {"kkaitlyn111_memory_files__memory_ctx512_forward_mixed.pickle", kStudent, k27b, 4, 512, kBf16, kFwd,
-     kAfterForward, 0},
+     kAfterForward, false},
     // full steps: the first in its process makes both workspaces inside the trace; after a forward only the
     // autograd thread's; after an earlier full step neither.
-    {"kkaitlyn111_memory_ctx128_fullstep.pickle", kStudent, k27b, 4, 128, kF32, kFull, kAfterForward, 0},
+    {"kkaitlyn111_memory_ctx128_fullstep.pickle", kStudent, k27b, 4, 128, kF32, kFull, kAfterForward, false},
     {"kkaitlyn111_memory_files__memory_ctx128_fullstep.pickle", kStudent, k27b, 4, 128, kF32, kFull, kFresh,
-     0},
+     false},
     {"kkaitlyn111_memory_files__memory_ctx128_fullstep_.pickle", kStudent, k27b, 4, 128, kF32, kFull,
-     kAfterForward, 0},
+     kAfterForward, false},
     {"kkaitlyn111_memory_files__memory_ctx256_fullstep_.pickle", kStudent, k27b, 4, 256, kF32, kFull,
-     kAfterStep, 0},
+     kAfterStep, false},
     // MAGMA27 benchmarking_script.py: batch 32, ctx 256, fp32, 5 warm-up fwd+bwd without zero_grad.
-    {"MAGMA27_memory_snapshot.pickle", kStaff, kSmall, 32, 256, kF32, kStep2, kFresh, 0},
+    {"MAGMA27_memory_snapshot.pickle", kStaff, kSmall, 32, 256, kF32, kStep2, kFresh, false},
     // torch.compile'd forwards (fp32, batch 4), Dynamo tracing and Inductor autotuning inside the trace.
-    {"kkaitlyn111_memory_small_forward.pickle", kStudent, kSmall, 4, 128, kF32, kFwd, kFresh, 0.3883},
-    {"kkaitlyn111_memory_2.7b_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kAfterForward, 0.3649},
-    {"kkaitlyn111_memory_ctx256_forward.pickle", kStudent, k27b, 4, 256, kF32, kFwd, kAfterForward, 0.4094},
-    {"kkaitlyn111_memory_ctx512_forward.pickle", kStudent, k27b, 4, 512, kF32, kFwd, kAfterForward, 0.3526},
+    {"kkaitlyn111_memory_small_forward.pickle", kStudent, kSmall, 4, 128, kF32, kFwd, kFresh, true},
+    {"kkaitlyn111_memory_2.7b_forward.pickle", kStudent, k27b, 4, 128, kF32, kFwd, kAfterForward, true},
+    {"kkaitlyn111_memory_ctx256_forward.pickle", kStudent, k27b, 4, 256, kF32, kFwd, kAfterForward, true},
+    {"kkaitlyn111_memory_ctx512_forward.pickle", kStudent, k27b, 4, 512, kF32, kFwd, kAfterForward, true},
     {"kkaitlyn111_cs336_systems__memory_logs__memory_ctx128_forward.pickle", kStudent, k27b, 4, 128, kF32,
-     kFwd, kFresh, 0.4403},
+     kFwd, kFresh, true},
 };
 
 constexpr Bytes kWorkspace = 32 * kMiB;  // at::cuda::getNewWorkspace() in every recording that has one
@@ -158,7 +158,7 @@ TEST_CASE("cs336: every real recorded step, peak rise predicted vs recorded", "[
       const std::int64_t predicted = predicted_rise(r, kFresh);
       const double error = static_cast<double>(predicted - recorded) / static_cast<double>(recorded);
       INFO("recorded " << recorded << " predicted " << predicted << " error " << error);
-      if (r.compiled_overestimate == 0) {
+      if (!r.compiled) {
         // Eager: exact for a process with the recording's history (--warm); as a fresh process (the
         // default) higher by the workspaces the process already had: one 32 MiB workspace over a 12.6 GB
         // rise (memory_ctx256_forward_) is the largest relative error, 0.27 %.
@@ -168,9 +168,10 @@ TEST_CASE("cs336: every real recorded step, peak rise predicted vs recorded", "[
         CHECK(std::abs(error) < 0.003);
       } else {
         // torch.compile: Inductor's partitioner saves fewer tensors per layer than eager autograd does
-        // (2.7B ctx 128: 121,835,520 recorded vs 176,693,248 simulated), so the eager model overestimates
-        // by 35-44 %. Pinned at the measured value to 0.1 point; not an accuracy claim.
-        CHECK(error == Approx(r.compiled_overestimate).margin(0.001));
+        // (2.7B ctx 128: 121,835,520 recorded vs 176,693,248 simulated), so the eager model is high (35-44 %,
+        // README); what matters to a user is the side of the error: an eager prediction of a compiled run
+        // must not say "fits" where the run does not.
+        CHECK(predicted > recorded);
       }
     }
   }
@@ -200,7 +201,8 @@ TEST_CASE("cs336: memory_snapshot.pickle (no trace), live tensors after a 2.7B c
   o.batch = 4;
   o.seq = 256;
   o.optimizer_impl = OptimizerImpl::kForLoop;
-  const AllocationSchedule s = build_allocation_schedule(build_training_steps(model_preset("cs336-2.7b"), o));
+  const AllocationSchedule s =
+      build_allocation_schedule(build_training_steps(test::kkaitlyn111(model_preset("cs336-2.7b")), o));
   const std::int64_t predicted = *s.live_bytes_at(1, Phase::kZeroGrad);
   // The differences, each a block size of the snapshot: the simulator keeps a separate labels tensor
   // (+8,192; benchmark.py passes `targets = batch`), does not model the student RoPE's per-layer

@@ -19,7 +19,7 @@ TEST_CASE("cs336 kkaitlyn111 2.7B forward, ctx 128, fp32: every allocation of th
   o.batch = 4;
   o.seq = 128;
   o.forward_only = true;
-  const OpGraph g = build_training_steps(model_preset("cs336-2.7b"), o);
+  const OpGraph g = build_training_steps(test::kkaitlyn111(model_preset("cs336-2.7b")), o);
   const AllocationSchedule s = build_allocation_schedule(g);
   const std::size_t forward = s.phase_begin(1, Phase::kForward)->event_index;
   const std::vector<TraceEvent>& events = rec.device_traces.at(0).events;
@@ -68,7 +68,7 @@ TEST_CASE("cs336 kkaitlyn111 2.7B full step, ctx 128, fp32 AdamW: the recorded p
   o.batch = 4;
   o.seq = 128;
   o.optimizer_impl = OptimizerImpl::kForLoop;
-  const OpGraph g = build_training_steps(model_preset("cs336-2.7b"), o);
+  const OpGraph g = build_training_steps(test::kkaitlyn111(model_preset("cs336-2.7b")), o);
   const AllocationSchedule s = build_allocation_schedule(g);
   const std::size_t begin = s.phase_begin(1, Phase::kForward)->event_index;
   const std::int64_t workspace = static_cast<std::int64_t>(o.cublas_workspace_bytes);
@@ -96,7 +96,7 @@ TEST_CASE("cs336 kkaitlyn111 2.7B forward under autocast bf16, ctx 128 and 512: 
     if (seq == 512) {
       o.cublas_workspace_bytes = 0;
     }
-    const OpGraph g = build_training_steps(model_preset("cs336-2.7b"), o);
+    const OpGraph g = build_training_steps(test::kkaitlyn111(model_preset("cs336-2.7b")), o);
     const AllocationSchedule s = build_allocation_schedule(g);
     const std::size_t forward = s.phase_begin(1, Phase::kForward)->event_index;
     CHECK(test::alloc_sizes(s.events, forward) == test::alloc_sizes(rec.device_traces.at(0).events));

@@ -53,12 +53,13 @@ std::vector<Case> cases() {
     o.precision = Precision::kAmpBf16;
     o.checkpointing = Checkpointing::kFull;
   });
-  add("cs336 kkaitlyn111 fp32 for-loop adamw", test::tiny_model("cs336-2.7b"),
+  add("cs336 kkaitlyn111 fp32 for-loop adamw", test::kkaitlyn111(test::tiny_model("cs336-2.7b")),
       [](TrainingOptions& o) { o.optimizer_impl = OptimizerImpl::kForLoop; });
-  add("cs336 kkaitlyn111 selective amp-bf16", test::tiny_model("cs336-2.7b"), [](TrainingOptions& o) {
-    o.checkpointing = Checkpointing::kSelective;
-    o.precision = Precision::kAmpBf16;
-  });
+  add("cs336 kkaitlyn111 selective amp-bf16", test::kkaitlyn111(test::tiny_model("cs336-2.7b")),
+      [](TrainingOptions& o) {
+        o.checkpointing = Checkpointing::kSelective;
+        o.precision = Precision::kAmpBf16;
+      });
   add("sgd-momentum", test::tiny_model("gpt2"),
       [](TrainingOptions& o) { o.optimizer = OptimizerKind::kSgdMomentum; });
   add("adam fused", test::tiny_model("llama-2-7b"), [](TrainingOptions& o) {

@@ -282,39 +282,56 @@ TEST_CASE("cli: fit --json lists every trial; the answer fits and the next value
   CHECK(above_tried);  // bisection ends with lo = best, hi = best + 1, both tried
 }
 
-TEST_CASE("cli: --model-code picks whose layer code the graph follows", "[quick][predict]") {
-  // kkaitlyn111's student TransformerLM at d768 (memory_small_forward) differs from the CS336 staff code of
-  // the same shape; the rise of a forward (peak requested - before forward) tells them apart.
-  const auto rise = [](const std::string& extra) {
-    const nlohmann::json j = nlohmann::json::parse(run_cli(
-        "predict --json --model cs336-small --capacity 80GiB --batch 4 --seq 128 --forward-only --steps 1 " +
-        extra));
-    return j["steps"][0]["peak_requested_bytes"].get<std::int64_t>() -
-           j["phases"]["before_forward"].get<std::int64_t>();
+TEST_CASE("predict: --model-code picks whose layer code the graph follows", "[quick][predict]") {
+  // kkaitlyn111's student TransformerLM at d768 (memory_small_forward; the test fixture of
+  // tests/graph/kkaitlyn111_code.cpp) differs from the CS336 staff code of the same shape; the rise of a
+  // forward (peak requested - before forward) tells them apart.
+  const auto rise = [](const std::string& code) {
+    RequestArgs a;
+    a.model = "cs336-small";
+    a.model_code = code;
+    a.capacity = "80GiB";
+    a.batch = 4;
+    a.seq = 128;
+    a.forward_only = true;
+    a.steps = 1;
+    const Prediction p = predict(make_request(a));
+    return p.steps.at(0).peak_requested_bytes - *p.phases_requested.before_forward;
   };
   const std::int64_t staff = rise("");
-  const std::int64_t student = rise("--model-code cs336-kkaitlyn111");
-  CHECK(staff != student);
-  CHECK(rise("--model-code cs336-basics") == staff);
-  CHECK_THAT(run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 64 --model-code keras"),
-             Catch::Contains("vramsim: error: --model-code: unknown model code 'keras'"));
+  CHECK(rise("cs336-kkaitlyn111") != staff);
+  CHECK(rise("cs336-basics") == staff);
+  // The product's CLI has the library's codes only: a code that mirrors one person's script is a test's.
+  CHECK_THAT(
+      run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 64 --model-code keras"),
+      Catch::Contains("vramsim: error: --model-code: unknown model code 'keras' (known: torch-modules, "
+                      "cs336-basics)"));
 }
 
-TEST_CASE("cli: --warm states the process's history; the rise of a mid-process recording is exact",
+TEST_CASE("predict: --warm states the process's history; the rise of a mid-process recording is exact",
           "[quick][predict]") {
-  // Peak rises recorded in shared/traces/real (README, "The step simulator against real recorded steps"):
+  // Peak rises recorded in shared/traces/real (README, "The step simulator against real recorded steps"), by
+  // kkaitlyn111's student code (the test fixture "cs336-kkaitlyn111"):
   // memory_files/memory_ctx256_forward_.pickle ran after a ctx 128 forward in the same process (its
   // main-thread cuBLAS workspace already existed): 12,588,752,896 B;
   // memory_files/memory_ctx256_fullstep_.pickle ran after a full step (both workspaces existed):
   // 41,127,485,444 B.
-  const auto rise = [](const std::string& args) {
-    const nlohmann::json j = nlohmann::json::parse(
-        run_cli("predict --json --model cs336-2.7b --gpu h100 --batch 4 --seq 256 --steps 1 " + args));
-    return j["steps"][0]["peak_requested_bytes"].get<std::int64_t>() -
-           j["phases_requested"]["before_forward"].get<std::int64_t>();
+  const auto rise = [](bool forward_only, const std::string& optimizer, const std::string& warm) {
+    RequestArgs a;
+    a.model = "cs336-2.7b";
+    a.model_code = "cs336-kkaitlyn111";
+    a.gpu = "h100";
+    a.batch = 4;
+    a.seq = 256;
+    a.steps = 1;
+    a.forward_only = forward_only;
+    a.optimizer = optimizer;
+    a.warm = warm;
+    const Prediction p = predict(make_request(a));
+    return p.steps.at(0).peak_requested_bytes - *p.phases_requested.before_forward;
   };
-  CHECK(rise("--forward-only --warm forward") == 12'588'752'896);
-  CHECK(rise("--optimizer adamw-for-loop --warm step") == 41'127'485'444);
+  CHECK(rise(true, "adamw", "forward") == 12'588'752'896);
+  CHECK(rise(false, "adamw-for-loop", "step") == 41'127'485'444);
   // As a fresh process (the default) the step makes its 32 MiB workspace itself.
-  CHECK(rise("--forward-only") == 12'588'752'896 + 32 * static_cast<std::int64_t>(kMiB));
+  CHECK(rise(true, "adamw", "none") == 12'588'752'896 + 32 * static_cast<std::int64_t>(kMiB));
 }
