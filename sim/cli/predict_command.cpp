@@ -62,6 +62,15 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--warm", a.warm,
                   "none|forward|step: what the process ran before (its cuBLAS workspaces already exist)")
       ->capture_default_str();
+  cmd->add_option("--world-size,--gpus", a.world_size,
+                  "ranks in the data-parallel group; the report is one rank's (every rank's alike)")
+      ->capture_default_str();
+  cmd->add_option("--zero", a.zero, "DeepSpeed ZeRO stage 1|2|3 (0: plain DDP)");
+  cmd->add_option("--fsdp", a.fsdp, "PyTorch FSDP sharding strategy: full-shard|shard-grad-op|no-shard");
+  cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");
+  cmd->add_option("--reduce-bucket-size", a.reduce_bucket_size,
+                  "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");
+  cmd->add_flag("--overlap-comm", a.overlap_comm, "DeepSpeed overlap_comm (two gradient buffers)");
   cmd->add_option(
       "--cublas-workspace-config", a.cublas_workspace_config,
       "CUBLAS_WORKSPACE_CONFIG as the run sets it, e.g. :4096:8 (default: PyTorch's for the GPU)");
@@ -83,6 +92,10 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
              a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
              a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+  if (p.data_parallel != "none") {
+    fmt::print("data parallel    {} over {} GPUs: the figures are one rank's (every rank's alike)\n",
+               p.data_parallel, p.world_size);
+  }
 }
 
 struct PredictArgs {

@@ -24,6 +24,7 @@ void line(std::string_view label, std::int64_t v, std::string_view note = "") {
 nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& text) {
   nlohmann::ordered_json j;
   j["model"] = p.model_name;
+  j["data_parallel"] = {{"scheme", p.data_parallel}, {"world_size", p.world_size}};
   if (!p.attention_kernel.empty()) {
     j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;
@@ -51,6 +52,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
       {"temporaries", p.bill.temporaries},
       {"workspace", p.bill.workspace},
       {"inputs", p.bill.inputs},
+      {"communication", p.bill.communication},
       {"allocator_rounding", p.bill.allocator_rounding},
       {"allocator_overhead", p.bill.allocator_overhead},
       {"cuda_context", p.bill.cuda_context},
@@ -122,13 +124,16 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   line("activations", p.bill.activations, "saved for backward");
   line("temporaries", p.bill.temporaries, fmt::format("incl. {} workspace", b(p.bill.workspace)));
   line("inputs", p.bill.inputs, "token batch");
+  if (p.bill.communication != 0) {
+    line("communication", p.bill.communication, "data-parallel buffers");
+  }
   line("allocator rounding", p.bill.allocator_rounding, "allocated - requested");
   line("allocator overhead", p.bill.allocator_overhead, "peak reserved - peak allocated");
   line("CUDA context", p.bill.cuda_context, "outside the allocator");
   line("total",
        p.bill.parameters + p.bill.gradients + p.bill.optimizer_states + p.bill.activations +
-           p.bill.temporaries + p.bill.inputs + p.bill.allocator_rounding + p.bill.allocator_overhead +
-           p.bill.cuda_context,
+           p.bill.temporaries + p.bill.inputs + p.bill.communication + p.bill.allocator_rounding +
+           p.bill.allocator_overhead + p.bill.cuda_context,
        p.num_ooms > 0 ? "needed at the peak + overhead + context (OOM: not a device figure)"
                       : "= peak reserved + context");
   fmt::print("\npeak\n");

@@ -113,9 +113,11 @@ VarId EagerTape::new_var(TensorId storage, Shape shape, DType dtype, std::string
   return static_cast<VarId>(m_vars.size() - 1);
 }
 
-VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dtype) {
-  const TensorId s = allocate(name, static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype), dtype,
-                              TensorCategory::kParameter);
+VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dtype,
+                           std::int64_t resident_numel) {
+  const std::int64_t n = resident_numel >= 0 ? resident_numel : numel(shape);
+  const TensorId s =
+      allocate(name, static_cast<Bytes>(n) * dtype_size_bytes(dtype), dtype, TensorCategory::kParameter);
   const VarId v = new_var(s, shape, dtype, name);
   m_vars[v].requires_grad = true;
   m_vars[v].is_parameter = true;
@@ -441,11 +443,26 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out) {
   }
 }
 
-void EagerTape::run_nodes(std::size_t begin, std::size_t end) {
+void EagerTape::run_nodes(std::size_t begin, std::size_t end, bool layer_hooks) {
+  const bool hooks = layer_hooks && m_enter_layer && m_leave_layer;
+  bool inside = false;
+  int layer = -1;
   for (std::size_t i = end; i-- > begin;) {
-    if (!m_nodes[i].done) {
-      execute(i);
+    if (m_nodes[i].done) {
+      continue;
     }
+    if (hooks && (!inside || m_nodes[i].layer != layer)) {
+      if (inside) {
+        m_leave_layer(layer);
+      }
+      layer = m_nodes[i].layer;
+      inside = true;
+      m_enter_layer(layer);
+    }
+    execute(i);
+  }
+  if (inside) {
+    m_leave_layer(layer);
   }
 }
 
@@ -470,7 +487,7 @@ void EagerTape::backward(VarId loss) {
   while (begin < m_nodes.size() && m_nodes[begin].done) {
     ++begin;
   }
-  run_nodes(begin, m_nodes.size());
+  run_nodes(begin, m_nodes.size(), /*layer_hooks=*/true);
   release_nodes(begin, m_nodes.size());
   for (auto& [var, g] : m_grad_buffer) {  // gradients no node consumed (outputs of unreached nodes)
     (void)var;
@@ -511,6 +528,19 @@ void EagerTape::set_grad_to_none(VarId param) {
     unref(p.grad);
     p.grad = kNoTensor;
   }
+}
+
+TensorId EagerTape::detach_grad(VarId param) {
+  Var& p = m_vars[param];
+  const TensorId g = p.grad;
+  p.grad = kNoTensor;
+  return g;
+}
+
+void EagerTape::attach_grad(VarId param, TensorId storage) {
+  Var& p = m_vars[param];
+  SIM_ASSERT(p.grad == kNoTensor);
+  p.grad = storage;
 }
 
 void EagerTape::finish() {

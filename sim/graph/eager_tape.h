@@ -88,8 +88,9 @@ class EagerTape {
   void set_grad_enabled(bool on) { m_grad_enabled = on; }
 
   // ---- variables
-  VarId parameter(const std::string& name, const Shape& shape,
-                  DType dtype);                                           // persistent leaf, requires grad
+  // A persistent leaf that requires grad. `resident_numel` (< numel(shape)): the elements kept on the device,
+  // a data-parallel shard; the full tensor then exists only as the scheme's gathered buffer.
+  VarId parameter(const std::string& name, const Shape& shape, DType dtype, std::int64_t resident_numel = -1);
   VarId input(const std::string& name, const Shape& shape, DType dtype);  // persistent, no grad
   // A fresh tensor that needs no grad (zeros, arange, masks): one allocation.
   VarId constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype);
@@ -131,6 +132,17 @@ class EagerTape {
   void release_nodes(std::size_t begin, std::size_t end);
   TensorId grad(VarId param) const { return m_vars[param].grad; }  // kNoTensor while .grad is None
   void set_grad_to_none(VarId param);                              // zero_grad(set_to_none=True)
+  // Data parallelism: takes .grad away from the parameter (its reference moves to the caller; kNoTensor when
+  // None), and sets .grad to a storage whose reference the caller hands over.
+  TensorId detach_grad(VarId param);
+  void attach_grad(VarId param, TensorId storage);
+  // Called when backward() enters and leaves the nodes of a decoder layer (-1: nodes outside the layers),
+  // in the order backward runs them.
+  using LayerHook = std::function<void(int layer)>;
+  void set_backward_layer_hooks(LayerHook enter, LayerHook leave) {
+    m_enter_layer = std::move(enter);
+    m_leave_layer = std::move(leave);
+  }
 
   // ---- raw tensors outside autograd (optimizer states, workspaces)
   OpId begin_op(const std::string& name, const std::string& kind, double flops = 0.0);
@@ -174,7 +186,7 @@ class EagerTape {
   void free_if_unreferenced(TensorId s);
   void save(Node& node, TensorId s);
   int add_node(Node node, const std::vector<VarId>& outputs);
-  void run_nodes(std::size_t begin, std::size_t end);
+  void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void execute(std::size_t index);
   void execute_checkpoint(std::size_t index, VarId grad_out);
   VarId take_grad(VarId output);
@@ -195,6 +207,8 @@ class EagerTape {
   Phase m_phase = Phase::kSetup;
   bool m_grad_enabled = true;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
+  LayerHook m_enter_layer;
+  LayerHook m_leave_layer;
 };
 
 }  // namespace vramsim

@@ -38,6 +38,8 @@ std::string_view category_name(TensorCategory c) {
       return "workspace";
     case TensorCategory::kInput:
       return "input";
+    case TensorCategory::kCommunication:
+      return "communication";
   }
   return "?";
 }

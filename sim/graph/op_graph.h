@@ -43,6 +43,7 @@ enum class TensorCategory : std::uint8_t {
   kTemporary,       // everything transient: unsaved forward intermediates, activation gradients, op scratch
   kWorkspace,       // library workspaces (cuBLAS)
   kInput,           // the token batch
+  kCommunication,   // collective buffers: DDP buckets, gathered parameters, gradient buckets (the last)
 };
 std::string_view category_name(TensorCategory c);
 

@@ -15,10 +15,19 @@ std::string kind_prefix(const TrainingOptions& o) {
 
 }  // namespace
 
-OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params)
-    : m_tape(tape), m_options(options), m_params(std::move(params)), m_states(m_params.size()) {}
+OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
+                               int state_shards)
+    : m_tape(tape),
+      m_options(options),
+      m_params(std::move(params)),
+      m_states(m_params.size()),
+      m_state_shards(state_shards) {}
 
-std::int64_t OptimizerModel::param_numel(std::size_t i) const { return numel(m_tape.shape(m_params[i])); }
+// The elements this rank updates: its shard (ceil(numel / shards)) when states are partitioned.
+std::int64_t OptimizerModel::param_numel(std::size_t i) const {
+  const std::int64_t n = numel(m_tape.shape(m_params[i]));
+  return m_state_shards <= 1 ? n : (n + m_state_shards - 1) / m_state_shards;
+}
 
 Bytes OptimizerModel::param_bytes(std::size_t i, DType dtype) const {
   return static_cast<Bytes>(param_numel(i)) * dtype_size_bytes(dtype);

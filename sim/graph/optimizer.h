@@ -27,7 +27,9 @@ namespace vramsim {
 class OptimizerModel {
  public:
   // pre: params are the tape's parameters, in model.parameters() order.
-  OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params);
+  // `state_shards` > 1: each rank keeps that fraction of every state and master weight (ZeRO, FSDP).
+  OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
+                 int state_shards = 1);
 
   void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
   void step();       // optimizer.step()
@@ -46,6 +48,7 @@ class OptimizerModel {
   std::vector<VarId> m_params;
   std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
   std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
+  int m_state_shards = 1;
 };
 
 }  // namespace vramsim

@@ -72,8 +72,9 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
       frees[t.last_consumer()].push_back(t.id);
     }
   }
-  std::uint32_t category_tags[7];
-  for (int c = 0; c < 7; ++c) {
+  constexpr int kCategories = static_cast<int>(TensorCategory::kCommunication) + 1;
+  std::uint32_t category_tags[kCategories];
+  for (int c = 0; c < kCategories; ++c) {
     category_tags[c] = strings.intern(category_name(static_cast<TensorCategory>(c)));
   }
   constexpr int kPhases = static_cast<int>(Phase::kZeroGrad) + 1;

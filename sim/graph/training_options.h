@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "sim/core/types.h"
@@ -55,6 +56,20 @@ enum class AttentionKind : std::uint8_t {
 // workspaces are allocated at setup, before the first simulated step.
 enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
 
+// Data parallelism (data_parallel.h): the user's settings, with the libraries' defaults.
+struct DataParallelOptions {
+  std::string scheme = "none";  // a registry name; "none": one GPU
+  int world_size = 1;           // ranks in the data-parallel group
+  // DDP: bucket_cap_mb = 25; the first bucket is 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
+  Bytes ddp_bucket_cap_bytes = 25 * kMiB;
+  Bytes ddp_first_bucket_bytes = 1 * kMiB;
+  // DeepSpeed ZeRO 1/2: reduce_bucket_size (elements; default 5e8), contiguous_gradients (default true),
+  // overlap_comm (default false; double gradient buffers when true).
+  std::int64_t reduce_bucket_elements = 500'000'000;
+  bool contiguous_gradients = true;
+  bool overlap_comm = false;
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -86,6 +101,7 @@ struct TrainingOptions {
   // of the autograd thread). 32 MiB is what PyTorch 2.6 took on the H100 of the kkaitlyn111 recordings.
   Bytes cublas_workspace_bytes = 32 * kMiB;
   WarmProcess warm = WarmProcess::kNone;
+  DataParallelOptions data_parallel;
 };
 
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).

@@ -1,11 +1,13 @@
 #include "sim/graph/transformer_builder.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/optimizer.h"
 #include "sim/graph/transformer_parts.h"
@@ -44,13 +46,32 @@ std::optional<DType> autocast_dtype(Precision p) {
   }
 }
 
+// The data-parallel units: each decoder layer's parameters, and the rest (the root), in model.parameters()
+// order.
+std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const ModelParams& params) {
+  std::vector<ParameterUnit> units(static_cast<std::size_t>(model.n_layers) + 1);
+  for (std::size_t l = 0; l + 1 < units.size(); ++l) {
+    units[l].layer = static_cast<int>(l);
+  }
+  units.back().layer = -1;
+  const std::vector<ParameterShape> shapes = model.parameter_shapes();
+  for (std::size_t i = 0; i < shapes.size() && i < params.all.size(); ++i) {
+    const int l = shapes[i].layer;
+    units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1].params.push_back(params.all[i]);
+  }
+  return units;
+}
+
 // One model forward: ids -> logits. Layers run inside checkpoint() for full recomputation; the per-forward
 // tensors a checkpointed layer reads (rotary tables, the mask) are passed as its inputs so the replay in
 // backward finds them alive, as HF passes position_embeddings to the checkpointed layer.
-VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
+VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
+              const std::vector<ParameterUnit>& units) {
+  dp.pre_forward(tape, units.back());
   VarId x = emit_embeddings(ctx, ids);
   for (int l = 0; l < ctx.model.n_layers; ++l) {
     tape.set_layer(l);
+    dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
     VarId y;
     if (ctx.options.checkpointing == Checkpointing::kFull) {
       std::vector<VarId> inputs{x};
@@ -88,6 +109,7 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids) {
     }
     tape.drop(x);
     x = y;
+    dp.post_forward(tape, units[static_cast<std::size_t>(l)]);
   }
   tape.set_layer(-1);
   const VarId logits = emit_final(ctx, x);  // drops x
@@ -114,12 +136,22 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.set_step(0);
   tape.set_phase(Phase::kSetup);
   tape.begin_op("model.to(device)", "_to_copy");
-  const ModelParams params = create_parameters(tape, model, param_dtype);
+  const std::unique_ptr<DataParallelScheme> dp = make_data_parallel(options.data_parallel);
+  const ModelParams params = create_parameters(
+      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); });
+  const std::vector<ParameterUnit> units = parameter_units(model, params);
   const ModelBuffers buffers = create_buffers(tape, model, options);
+  dp->construct(tape, units);
+  tape.set_backward_layer_hooks(
+      [&](int l) { dp->pre_backward(tape, units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1]); },
+      [&](int l) {
+        dp->post_backward(tape, units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1]);
+      });
   tape.begin_op("batch.to(device)", "_to_copy");
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
-  OptimizerModel optimizer(tape, options, params.all);
+  OptimizerModel optimizer(tape, options, params.all,
+                           dp->shards_optimizer_states() ? options.data_parallel.world_size : 1);
   const bool forward_only = options.forward_only || options.inference;
   if (!forward_only) {
     optimizer.construct();
@@ -154,7 +186,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       const std::size_t graph_begin = tape.node_count();
       EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar, attention};
       tape.set_grad_enabled(!options.inference);  // `with torch.no_grad():` around the forward
-      const VarId logits = forward(ctx, tape, ids);
+      const VarId logits = forward(ctx, tape, ids, *dp, units);
       tape.set_grad_enabled(true);
       if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
         tape.drop(held_logits);
@@ -182,7 +214,9 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
         ops.clear_autocast_cache();
       }
       tape.set_phase(Phase::kBackward);
+      dp->begin_backward(tape);
       tape.backward(loss);
+      dp->end_backward(tape, units.back());
     }
     if (forward_only) {
       continue;

@@ -124,12 +124,14 @@ VarId* model_role(ModelParams& p, std::string_view name) {
 
 std::string layer_name(int layer, const char* what) { return fmt::format("layers.{}.{}", layer, what); }
 
-ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype) {
+ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
+                              const std::function<std::int64_t(std::int64_t)>& resident_numel) {
   ModelParams p;
   p.layers.resize(static_cast<std::size_t>(model.n_layers));
   for (const ParameterShape& s : model.parameter_shapes()) {
     tape.set_layer(s.layer);
-    const VarId v = tape.parameter(s.name, s.shape, dtype);
+    const VarId v =
+        tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);
     p.all.push_back(v);
     VarId* slot = nullptr;
     if (s.layer >= 0) {

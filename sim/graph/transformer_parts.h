@@ -9,6 +9,7 @@
 // Python reference; every intermediate is dropped where the Python code lets go of it.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "sim/graph/model_config.h"
@@ -44,9 +45,11 @@ struct ModelParams {
   std::vector<VarId> all;  // model.parameters() order
 };
 
-// Creates the parameters (in registration order) in the current op. Throws nothing: names come from
-// ModelConfig::parameter_shapes().
-ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype);
+// Creates the parameters (in registration order) in the current op; `resident_numel` (optional) says how many
+// elements of a parameter of n elements stay on the device (a data-parallel shard). Throws nothing: names
+// come from ModelConfig::parameter_shapes().
+ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
+                              const std::function<std::int64_t(std::int64_t)>& resident_numel = {});
 
 // Non-trainable device tensors the model creates at construction (registered buffers), kept for the run:
 // what the model's code (LayerCode::create_buffers) registers.

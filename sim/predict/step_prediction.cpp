@@ -10,6 +10,7 @@
 #include "sim/alloc/size_classes.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
+#include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
@@ -60,6 +61,9 @@ void add_to_bill(MemoryBill& bill, TensorCategory c, std::int64_t bytes) {
     case TensorCategory::kInput:
       bill.inputs += bytes;
       break;
+    case TensorCategory::kCommunication:
+      bill.communication += bytes;
+      break;
   }
 }
 
@@ -104,6 +108,8 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
       snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
       name_of);
   p.model_name = request.model.name;
+  p.data_parallel = request.options.data_parallel.scheme;
+  p.world_size = request.options.data_parallel.world_size;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.ops = graph.op_count();
@@ -126,6 +132,46 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   }
   return p;
 }
+
+namespace {
+
+DataParallelOptions parse_data_parallel(const RequestArgs& a) {
+  DataParallelOptions d;
+  if (a.world_size < 1 || a.world_size > (1 << 20)) {
+    throw InputError(fmt::format("--world-size: {} is not in 1..1048576", a.world_size));
+  }
+  d.world_size = a.world_size;
+  if (a.zero && !a.fsdp.empty()) {
+    throw InputError("--zero / --fsdp: give only one of them");
+  }
+  if (a.zero) {
+    if (*a.zero < 0 || *a.zero > 3) {
+      throw InputError(fmt::format("--zero: {} is not a ZeRO stage (0..3)", *a.zero));
+    }
+    d.scheme = *a.zero == 0 ? "ddp" : fmt::format("zero{}", *a.zero);
+  } else if (!a.fsdp.empty()) {
+    d.scheme = "fsdp-" + a.fsdp;
+    (void)make_data_parallel(d, "--fsdp");  // an unknown strategy fails here, naming the option
+  } else if (a.world_size > 1) {
+    d.scheme = "ddp";
+  }
+  if (a.bucket_cap_mb) {
+    if (!(*a.bucket_cap_mb > 0 && *a.bucket_cap_mb <= 1e6)) {
+      throw InputError("--bucket-cap-mb: must be in (0, 1e6]");
+    }
+    d.ddp_bucket_cap_bytes = static_cast<Bytes>(*a.bucket_cap_mb * static_cast<double>(kMiB));
+  }
+  if (a.reduce_bucket_size) {
+    if (!(*a.reduce_bucket_size >= 1 && *a.reduce_bucket_size <= 1e12)) {
+      throw InputError("--reduce-bucket-size: must be in [1, 1e12] elements");
+    }
+    d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
+  }
+  d.overlap_comm = a.overlap_comm;
+  return d;
+}
+
+}  // namespace
 
 PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (!a.gpu.empty() && !a.capacity.empty()) {
@@ -189,6 +235,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
   }
   o.warm = parse_warm(a.warm);
+  o.data_parallel = parse_data_parallel(a);
   return r;
 }
 

@@ -49,6 +49,7 @@ struct MemoryBill {
   std::int64_t temporaries = 0;         // transient tensors and library workspaces
   std::int64_t workspace = 0;           // the part of `temporaries` that is workspace (cuBLAS)
   std::int64_t inputs = 0;              // the token batch
+  std::int64_t communication = 0;       // data-parallel buffers (buckets, gathered parameters)
   std::int64_t allocator_rounding = 0;  // allocated - requested at that event (block rounding)
   std::int64_t allocator_overhead = 0;  // peak reserved - peak allocated (cached, split, rounded-up segments)
   std::int64_t cuda_context = 0;        // outside the allocator
@@ -84,6 +85,8 @@ struct TimingEstimate {
 
 struct Prediction {
   std::string model_name;
+  std::string data_parallel = "none";  // the scheme's registry name (data_parallel.h)
+  int world_size = 1;
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string gpu_name;          // "" with --capacity
@@ -151,6 +154,14 @@ struct RequestArgs {
   std::string module_loading = "lazy";  // --module-loading lazy|eager
   std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
   std::string warm = "none";            // --warm none|forward|step
+  // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
+  // neither is given and world_size > 1.
+  int world_size = 1;
+  std::optional<int> zero;
+  std::string fsdp;
+  std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb
+  std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)
+  bool overlap_comm = false;                 // DeepSpeed's overlap_comm
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

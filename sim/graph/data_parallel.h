@@ -1,0 +1,91 @@
+// Data parallelism: what each rank of a data-parallel group keeps on its GPU, as the libraries users run
+// arrange it. Ranks of one group run the same step on their own micro-batch, so one rank's simulation is
+// every rank's: a layout of N GPUs costs one simulation, not N.
+//
+// Each scheme is one file behind DataParallelScheme; the registry (data_parallel.cpp) names them:
+//   ddp               torch.nn.parallel.DistributedDataParallel (ddp.cpp)
+//   zero1/zero2/zero3 DeepSpeed ZeRO stages 1-3 (deepspeed_zero.cpp)
+//   fsdp-full-shard, fsdp-shard-grad-op, fsdp-no-shard: PyTorch FSDP (FSDP1, flat parameters per wrapped
+//                     decoder layer) (fsdp.cpp)
+// The step builder calls the hooks at the points the libraries act: after the model is built (DDP's
+// buckets), around each decoder layer's forward and backward (all-gather, reduce-scatter), around the whole
+// backward (DeepSpeed's gradient buckets), and asks how much of each parameter, gradient and optimizer state
+// stays on the rank.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/graph/eager_tape.h"
+#include "sim/graph/training_options.h"
+
+namespace vramsim {
+
+// The parameters of one unit the schemes gather and reduce together: a decoder layer (layer >= 0) or the
+// rest of the model (layer -1: embeddings, final norm, head; FSDP's root unit).
+struct ParameterUnit {
+  int layer = -1;
+  std::vector<VarId> params;
+};
+
+class DataParallelScheme {
+ public:
+  virtual ~DataParallelScheme() = default;
+  virtual std::string_view name() const = 0;
+  // The elements of a parameter resident on the rank between uses (its shard under ZeRO-3 / FSDP).
+  virtual std::int64_t resident_parameter_numel(std::int64_t numel) const { return numel; }
+  // Each rank keeps 1/world of the optimizer states (and of bf16's fp32 master weights).
+  virtual bool shards_optimizer_states() const { return false; }
+  // After a unit's backward, its gradients are reduce-scattered and only the shard is kept.
+  virtual bool shards_gradients() const { return false; }
+
+  // After the model is on the device (DDP's constructor).
+  virtual void construct(EagerTape&, const std::vector<ParameterUnit>&) {}
+  // Around one unit's forward; the root unit (layer -1) is entered before the embeddings and left after the
+  // loss.
+  virtual void pre_forward(EagerTape&, const ParameterUnit&) {}
+  virtual void post_forward(EagerTape&, const ParameterUnit&) {}
+  // Around the backward pass and each unit's backward nodes (the root's may be entered twice: head, then
+  // embeddings).
+  virtual void begin_backward(EagerTape&) {}
+  virtual void pre_backward(EagerTape&, const ParameterUnit&) {}
+  virtual void post_backward(EagerTape&, const ParameterUnit&) {}
+  virtual void end_backward(EagerTape&, const ParameterUnit& /*root*/) {}
+};
+
+// Throws InputError("<option>: unknown data-parallel scheme 'x' (known: ...)"). `options` outlives it.
+std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions& options,
+                                                       std::string_view option = "--data-parallel");
+std::vector<std::string> data_parallel_names();
+
+// ceil(numel / world): the elements of one rank's shard (FSDP pads the flat parameter, ZeRO the partitions,
+// to a multiple of the world size).
+std::int64_t shard_numel(std::int64_t numel, int world_size);
+
+// Shared by the sharding schemes: gradients reduce-scattered to the rank's shard after a unit's backward.
+// pre: the unit's parameters got their full gradients in this backward (AccumulateGrad). Keeps one shard
+// gradient per parameter (accumulating into it on later micro-batches) and frees the full one.
+class GradientShards {
+ public:
+  explicit GradientShards(int world_size) : m_world(world_size) {}
+  // A later micro-batch: AccumulateGrad must make a fresh full gradient (the shard is not a tensor of the
+  // parameter's shape), so the unit's shards are set aside until reduce_scatter adds to them.
+  void before_unit_backward(EagerTape& tape, const ParameterUnit& unit);
+  void reduce_scatter(EagerTape& tape, const ParameterUnit& unit, std::string_view op_name);
+
+ private:
+  int m_world;
+  std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
+  std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
+};
+
+// The individual schemes (one file each).
+std::unique_ptr<DataParallelScheme> make_ddp(const DataParallelOptions& options);
+std::unique_ptr<DataParallelScheme> make_deepspeed_zero(const DataParallelOptions& options, int stage);
+std::unique_ptr<DataParallelScheme> make_fsdp(const DataParallelOptions& options, std::string_view strategy);
+
+}  // namespace vramsim

@@ -1,0 +1,134 @@
+// DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py; Rajbhandari et al. 2020):
+//   stage 1  optimizer states and the fp32 master weights partitioned: 1/world of each on a rank;
+//   stage 2  + gradients: reduced as backward produces them, only the rank's partition kept;
+//   stage 3  + parameters: each rank keeps its partition; a module's parameters are all-gathered before
+//            its forward and its backward and released after, except parameters of at most
+//            stage3_param_persistence_threshold (1e5) elements, which stay whole.
+// Stages 1 and 2 with contiguous_gradients (the default) allocate the gradient bucket in backward():
+// torch.empty(reduce_bucket_size) of the model's dtype (5e8 elements: 1 GB in bf16), two with overlap_comm,
+// released by the epilogue after backward.
+// Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), the
+// fp32 gradient partition the step makes.
+#include <map>
+
+#include <fmt/format.h>
+
+#include "sim/graph/data_parallel.h"
+
+namespace vramsim {
+namespace {
+
+constexpr std::int64_t kParamPersistenceThreshold = 100'000;  // stage3_param_persistence_threshold
+
+class DeepSpeedZero final : public DataParallelScheme {
+ public:
+  DeepSpeedZero(const DataParallelOptions& o, int stage)
+      : m_options(o), m_stage(stage), m_name(fmt::format("zero{}", stage)), m_grads(o.world_size) {}
+  std::string_view name() const override { return m_name; }
+  std::int64_t resident_parameter_numel(std::int64_t numel) const override {
+    return m_stage == 3 && numel > kParamPersistenceThreshold ? shard_numel(numel, m_options.world_size)
+                                                              : numel;
+  }
+  bool shards_optimizer_states() const override { return true; }
+  bool shards_gradients() const override { return m_stage >= 2; }
+
+  void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { gather(tape, unit, "forward"); }
+  void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (unit.layer >= 0) {
+      release(tape, unit);
+    }
+  }
+  void begin_backward(EagerTape& tape) override {
+    if (m_stage == 3 || !m_options.contiguous_gradients) {
+      return;
+    }
+    tape.begin_op("DeepSpeedZeroOptimizer.backward.ipg_buffer", "empty");
+    const DType dtype = m_bucket_dtype;
+    const Bytes bytes = static_cast<Bytes>(m_options.reduce_bucket_elements) * dtype_size_bytes(dtype);
+    for (int i = 0; i < (m_options.overlap_comm ? 2 : 1); ++i) {
+      m_ipg.push_back(
+          tape.allocate(fmt::format("zero.ipg_buffer.{}", i), bytes, dtype, TensorCategory::kCommunication));
+    }
+  }
+  void pre_backward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (unit.layer >= 0) {
+      gather(tape, unit, "backward");
+    }
+    if (m_stage >= 2) {
+      m_grads.before_unit_backward(tape, unit);
+    }
+  }
+  void post_backward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (m_stage >= 2 && unit.layer >= 0) {
+      m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.zero.reduce_scatter", unit.layer));
+    }
+    if (unit.layer >= 0) {
+      release(tape, unit);
+    }
+  }
+  void end_backward(EagerTape& tape, const ParameterUnit& root) override {
+    if (m_stage >= 2) {
+      m_grads.reduce_scatter(tape, root, "zero.reduce_scatter.root");
+    }
+    release(tape, root);
+    tape.begin_op("DeepSpeedZeroOptimizer.epilogue", "release");
+    for (TensorId t : m_ipg) {
+      tape.release(t);
+    }
+    m_ipg.clear();
+  }
+
+ private:
+  // stage 3: each partitioned parameter all-gathered into a whole tensor of its own.
+  void gather(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
+    if (unit.params.empty()) {
+      return;
+    }
+    m_bucket_dtype = tape.dtype(unit.params.front());
+    if (m_stage != 3 || m_gathered.count(unit.layer) != 0) {
+      return;
+    }
+    tape.begin_op(fmt::format("{}.zero3.all_gather.{}",
+                              unit.layer < 0 ? "root" : fmt::format("layers.{}", unit.layer), when),
+                  "all_gather_into_tensor");
+    std::vector<TensorId>& out = m_gathered[unit.layer];
+    for (VarId p : unit.params) {
+      const std::int64_t n = numel(tape.shape(p));
+      if (resident_parameter_numel(n) == n) {
+        continue;
+      }
+      out.push_back(tape.allocate(tape.name(p) + ".gathered",
+                                  static_cast<Bytes>(n) * dtype_size_bytes(tape.dtype(p)), tape.dtype(p),
+                                  TensorCategory::kCommunication));
+    }
+  }
+  void release(EagerTape& tape, const ParameterUnit& unit) {
+    auto it = m_gathered.find(unit.layer);
+    if (it == m_gathered.end()) {
+      return;
+    }
+    tape.begin_op(
+        fmt::format("{}.zero3.release", unit.layer < 0 ? "root" : fmt::format("layers.{}", unit.layer)),
+        "release");
+    for (TensorId t : it->second) {
+      tape.release(t);
+    }
+    m_gathered.erase(it);
+  }
+
+  const DataParallelOptions& m_options;
+  int m_stage;
+  std::string m_name;
+  GradientShards m_grads;
+  DType m_bucket_dtype = DType::kFloat32;
+  std::vector<TensorId> m_ipg;
+  std::map<int, std::vector<TensorId>> m_gathered;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallelScheme> make_deepspeed_zero(const DataParallelOptions& options, int stage) {
+  return std::make_unique<DeepSpeedZero>(options, stage);
+}
+
+}  // namespace vramsim

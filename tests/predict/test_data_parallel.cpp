@@ -1,0 +1,143 @@
+// Data parallelism (sim/graph/data_parallel.h): one rank's model states under DDP, DeepSpeed ZeRO 1-3 and
+// FSDP, against the sources' own accounting.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "sim/core/error.h"
+#include "sim/graph/data_parallel.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
+
+using namespace vramsim;
+
+namespace {
+
+// The bill where (step, phase) begins; by default step 2's optimizer step: gradients of step 2 and optimizer
+// states of step 1 alive.
+MemoryBill bill_at(const ModelConfig& m, const std::string& scheme, int world, int step = 2,
+                   Phase phase = Phase::kOptimizer) {
+  TrainingOptions o;
+  o.batch = 1;
+  o.seq = 64;
+  o.steps = 2;
+  o.precision = Precision::kBf16;  // bf16 weights and gradients, fp32 master weights and Adam states
+  o.optimizer = OptimizerKind::kAdamW;
+  o.optimizer_impl = OptimizerImpl::kFused;  // no foreach temporaries
+  o.data_parallel.scheme = scheme;
+  o.data_parallel.world_size = world;
+  const OpGraph g = build_training_steps(m, o);
+  const AllocationSchedule s = build_allocation_schedule(g);
+  return live_bill(g, s, s.phase_begin(step, phase)->event_index);
+}
+
+ModelConfig small_llama() {
+  ModelConfig m = model_preset("llama-2-7b");
+  m.n_layers = 4;
+  m.vocab_size = 32000;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO paper Table 1: model states per GPU for DP, P_os, P_os+g, P_os+g+p", "[quick][predict]") {
+  // Rajbhandari et al. 2020, Table 1 and Sec. 5: mixed-precision Adam keeps 2Ψ bytes of fp16 parameters,
+  // 2Ψ of fp16 gradients and KΨ = 12Ψ of optimizer states (fp32 parameters, momentum, variance). Per GPU
+  // with N_d ranks: DP 16Ψ, P_os 4Ψ + 12Ψ/N_d, P_os+g 2Ψ + 14Ψ/N_d, P_os+g+p 16Ψ/N_d (Ψ = 7.5B, N_d = 64:
+  // 120 GB, 31.4 GB, 16.6 GB, 1.88 GB). Here Ψ is the model's, shards are ceil(n / N_d) per tensor, and
+  // ZeRO-3 keeps parameters of at most 1e5 elements whole (stage3_param_persistence_threshold): those are
+  // added by hand below. The fused AdamW also keeps a 4-byte fp32 `step` per parameter tensor (its
+  // _init_group: capturable/fused steps live on the device), so each line adds 4 B per parameter tensor.
+  const ModelConfig m = small_llama();
+  const int nd = 64;
+  const std::int64_t step_tensors = 4 * static_cast<std::int64_t>(m.parameter_shapes().size());
+  std::int64_t psi = 0;
+  std::int64_t psi_shard = 0;    // sum of ceil(n / 64)
+  std::int64_t small_full = 0;   // elements of parameters <= 1e5 (whole under ZeRO-3)
+  std::int64_t small_shard = 0;  // their shards
+  for (const ParameterShape& p : m.parameter_shapes()) {
+    std::int64_t n = 1;
+    for (std::int64_t d : p.shape) {
+      n *= d;
+    }
+    psi += n;
+    psi_shard += (n + nd - 1) / nd;
+    if (n <= 100'000) {
+      small_full += n;
+      small_shard += (n + nd - 1) / nd;
+    }
+  }
+  const auto states = [](const MemoryBill& b) { return b.parameters + b.gradients + b.optimizer_states; };
+  const MemoryBill dp = bill_at(m, "ddp", nd);
+  CHECK(states(dp) == 16 * psi + step_tensors);
+  CHECK(dp.communication == 2 * psi);  // DDP's gradient buckets: the gradients a second time
+  const MemoryBill os = bill_at(m, "zero1", nd);
+  CHECK(states(os) == 4 * psi + 12 * psi_shard + step_tensors);
+  const MemoryBill osg = bill_at(m, "zero2", nd);
+  CHECK(states(osg) == 2 * psi + 14 * psi_shard + step_tensors);
+  const MemoryBill osgp = bill_at(m, "zero3", nd);
+  CHECK(states(osgp) == 16 * psi_shard + 2 * (small_full - small_shard) + step_tensors);
+  // The paper's figures for Ψ = 7.5B, N_d = 64, from the same formulas (GB = 1e9 B; the paper prints three
+  // digits).
+  const double p75 = 7.5e9;
+  CHECK(16 * p75 / 1e9 == Approx(120.0));
+  CHECK((4 * p75 + 12 * p75 / nd) / 1e9 == Approx(31.4).margin(0.05));
+  CHECK((2 * p75 + 14 * p75 / nd) / 1e9 == Approx(16.6).margin(0.05));
+  CHECK(16 * p75 / nd / 1e9 == Approx(1.88).margin(0.005));
+}
+
+TEST_CASE("FSDP: shards per rank; full-shard frees gathered layers after forward, shard-grad-op keeps them",
+          "[quick][predict]") {
+  const ModelConfig m = small_llama();
+  const int world = 8;
+  std::int64_t shard = 0;
+  for (const ParameterShape& p : m.parameter_shapes()) {
+    std::int64_t n = 1;
+    for (std::int64_t d : p.shape) {
+      n *= d;
+    }
+    shard += (n + world - 1) / world;
+  }
+  const std::int64_t tensors = static_cast<std::int64_t>(m.parameter_shapes().size());
+  const MemoryBill full = bill_at(m, "fsdp-full-shard", world);
+  CHECK(full.parameters == 2 * shard);
+  CHECK(full.gradients == 2 * shard);
+  CHECK(full.optimizer_states == 12 * shard + 4 * tensors);  // + the fused AdamW's 4-byte steps
+  CHECK(full.communication == 0);                            // every unit resharded by the end of backward
+  // Where forward ends: full-shard has resharded every decoder layer and keeps the root unit (embeddings,
+  // final norm, head: not resharded after forward); shard-grad-op keeps every layer's unsharded flat
+  // parameter too. Flat sizes by hand (bf16; both divisible by 8, so no padding): a Llama-2 layer
+  // 4 d^2 + 3 d f + 2 d, the root 2 V d + d.
+  const std::int64_t d = 4096;
+  const std::int64_t layer_flat = 2 * (4 * d * d + 3 * d * 11008 + 2 * d);
+  const std::int64_t root_flat = 2 * (2 * 32000 * d + d);
+  CHECK(bill_at(m, "fsdp-full-shard", world, 1, Phase::kLoss).communication == root_flat);
+  CHECK(bill_at(m, "fsdp-shard-grad-op", world, 1, Phase::kLoss).communication == root_flat + 4 * layer_flat);
+  // ZeRO-3 gathers each partitioned parameter by itself and releases a layer's after its forward: only the
+  // root's (norm weights of 4096 elements stay whole and are not gathered: 2 V d).
+  CHECK(bill_at(m, "zero3", world, 1, Phase::kLoss).communication == 2 * (2 * 32000 * d));
+}
+
+TEST_CASE("data-parallel options: errors name the option", "[quick][predict]") {
+  RequestArgs a;
+  a.model = "gpt2";
+  a.capacity = "80GiB";
+  a.world_size = 8;
+  a.zero = 4;
+  CHECK_THROWS_WITH(make_request(a), "--zero: 4 is not a ZeRO stage (0..3)");
+  a.zero.reset();
+  a.fsdp = "hybrid-ish";
+  CHECK_THROWS_WITH(make_request(a),
+                    Catch::StartsWith("--fsdp: unknown data-parallel scheme 'fsdp-hybrid-ish'"));
+  a.fsdp = "full-shard";
+  a.zero = 3;
+  CHECK_THROWS_WITH(make_request(a), "--zero / --fsdp: give only one of them");
+  a.zero.reset();
+  a.fsdp.clear();
+  a.world_size = 0;
+  CHECK_THROWS_WITH(make_request(a), "--world-size: 0 is not in 1..1048576");
+  a.world_size = 8;  // no scheme named: DDP
+  CHECK(make_request(a).options.data_parallel.scheme == "ddp");
+}
