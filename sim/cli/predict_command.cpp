@@ -63,7 +63,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "none|forward|step: what the process ran before (its cuBLAS workspaces already exist)")
       ->capture_default_str();
   cmd->add_option("--world-size,--gpus", a.world_size,
-                  "ranks in the data-parallel group; the report is one rank's (every rank's alike)")
+                  "GPUs in all (data-parallel x tensor-parallel); the report is one rank's")
+      ->capture_default_str();
+  cmd->add_option("--tp", a.tp, "Megatron tensor parallelism: GPUs per model replica (divides --world-size)")
       ->capture_default_str();
   cmd->add_option("--zero", a.zero, "DeepSpeed ZeRO stage 1|2|3 (0: plain DDP)");
   cmd->add_option("--fsdp", a.fsdp, "PyTorch FSDP sharding strategy: full-shard|shard-grad-op|no-shard");
@@ -92,6 +94,10 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
              a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
              a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+  if (p.tensor_parallel > 1) {
+    fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split\n",
+               p.tensor_parallel);
+  }
   if (p.data_parallel != "none") {
     fmt::print("data parallel    {} over {} GPUs: the figures are one rank's (every rank's alike)\n",
                p.data_parallel, p.world_size);

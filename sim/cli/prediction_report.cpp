@@ -25,6 +25,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   nlohmann::ordered_json j;
   j["model"] = p.model_name;
   j["data_parallel"] = {{"scheme", p.data_parallel}, {"world_size", p.world_size}};
+  j["tensor_parallel"] = p.tensor_parallel;
   if (!p.attention_kernel.empty()) {
     j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;

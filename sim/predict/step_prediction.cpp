@@ -13,6 +13,7 @@
 #include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/tensor_parallel.h"
 #include "sim/graph/transformer_builder.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
@@ -110,6 +111,7 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   p.model_name = request.model.name;
   p.data_parallel = request.options.data_parallel.scheme;
   p.world_size = request.options.data_parallel.world_size;
+  p.tensor_parallel = request.tensor_parallel;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.ops = graph.op_count();
@@ -140,7 +142,14 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   if (a.world_size < 1 || a.world_size > (1 << 20)) {
     throw InputError(fmt::format("--world-size: {} is not in 1..1048576", a.world_size));
   }
-  d.world_size = a.world_size;
+  if (a.tp < 1 || a.tp > 1024) {
+    throw InputError(fmt::format("--tp: {} is not in 1..1024", a.tp));
+  }
+  const int world = a.world_size == 1 ? a.tp : a.world_size;  // --tp alone: one model replica
+  if (world % a.tp != 0) {
+    throw InputError(fmt::format("--tp: {} does not divide --world-size {}", a.tp, world));
+  }
+  d.world_size = world / a.tp;  // the data-parallel group: ranks holding the same shard of the model
   if (a.zero && !a.fsdp.empty()) {
     throw InputError("--zero / --fsdp: give only one of them");
   }
@@ -152,7 +161,7 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   } else if (!a.fsdp.empty()) {
     d.scheme = "fsdp-" + a.fsdp;
     (void)make_data_parallel(d, "--fsdp");  // an unknown strategy fails here, naming the option
-  } else if (a.world_size > 1) {
+  } else if (d.world_size > 1) {
     d.scheme = "ddp";
   }
   if (a.bucket_cap_mb) {
@@ -184,6 +193,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.model = load_model(a.model);
   if (!a.model_code.empty()) {
     r.model.code = std::string(layer_code(a.model_code, "--model-code").name());
+  }
+  r.tensor_parallel = a.tp;
+  if (a.tp != 1) {
+    (void)parse_data_parallel(a);  // --tp must divide --world-size
+    r.model = tensor_parallel_rank(r.model, a.tp);
   }
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32

@@ -30,7 +30,8 @@ struct PredictRequest {
   std::string gpu;           // GPU name for find_gpu(); empty = use capacity_bytes
   Bytes capacity_bytes = 0;  // --capacity: memory for the allocator when no GPU is named (context 0)
   std::optional<std::string> alloc_conf;
-  ContextOptions context;  // --module-loading, --cuda-context
+  ContextOptions context;   // --module-loading, --cuda-context
+  int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
 };
 
 struct LiveTensor {
@@ -86,7 +87,8 @@ struct TimingEstimate {
 struct Prediction {
   std::string model_name;
   std::string data_parallel = "none";  // the scheme's registry name (data_parallel.h)
-  int world_size = 1;
+  int world_size = 1;                  // of the data-parallel group
+  int tensor_parallel = 1;
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string gpu_name;          // "" with --capacity
@@ -157,6 +159,7 @@ struct RequestArgs {
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;
+  int tp = 1;  // --tp: Megatron tensor parallelism; the data-parallel group is world_size / tp
   std::optional<int> zero;
   std::string fsdp;
   std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb

@@ -93,3 +93,4 @@ TEST_CASE("Korthikanti et al.: PyTorch eager saves the paper's tensors plus Laye
   const OpGraph g_new = build_training_steps(hf, o);
   CHECK(saved_activation_bytes(g_new, 1, 0) == expected + static_cast<Bytes>(24 * s * b * h));
 }
+
