@@ -47,6 +47,9 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       if (args.json) {
         nlohmann::ordered_json j;
         j["vary"] = what;
+        j["data_parallel"] = {{"scheme", request.options.data_parallel.scheme},
+                              {"world_size", request.options.data_parallel.world_size}};
+        j["tensor_parallel"] = request.tensor_parallel;
         j["margin"] = r.margin;
         j["total_bytes"] = r.total_bytes;
         j["cuda_context_bytes"] = r.cuda_context_bytes;
@@ -62,6 +65,11 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
         j["trials"] = trials;
         fmt::print("{}\n", j.dump(2));
         return 0;
+      }
+      const DataParallelOptions& dp = request.options.data_parallel;
+      if (request.tensor_parallel > 1 || dp.scheme != "none") {
+        fmt::print("layout           one rank: tensor-parallel {}, {} over {} data-parallel ranks\n",
+                   request.tensor_parallel, dp.scheme, dp.world_size);
       }
       fmt::print("limit            peak reserved + {} context <= {} ({:.0f} % of {})\n",
                  format_bytes_short(static_cast<Bytes>(r.cuda_context_bytes)),
