@@ -3,6 +3,7 @@
 // s*b*h*(34 + 5*a*s/h) bytes; with full recomputation, 2*s*b*h.
 #include <catch2/catch.hpp>
 
+#include "sim/graph/tensor_parallel.h"
 #include "sim/graph/transformer_builder.h"
 
 using namespace vramsim;
@@ -94,3 +95,15 @@ TEST_CASE("Korthikanti et al.: PyTorch eager saves the paper's tensors plus Laye
   CHECK(saved_activation_bytes(g_new, 1, 0) == expected + static_cast<Bytes>(24 * s * b * h));
 }
 
+TEST_CASE("Korthikanti et al. Table 2, tensor parallel: s*b*h*(10 + 24/t + 5as/(ht)) per layer and rank",
+          "[quick][graph]") {
+  // One rank of Megatron tensor parallelism (sim/graph/tensor_parallel.h). GPT-3-like layer of the paper's
+  // Table 3 (h 12288, a 96) at s 2048, b 1, t 8: 5as/(ht) = 5 * 96 * 2048 / (12288 * 8) = 10, so
+  // 10 + 3 + 10 = 23 s*b*h.
+  const std::int64_t h = 12288, a = 96, s = 2048, b = 1, t = 8;
+  const OpGraph g = build_training_steps(tensor_parallel_rank(megatron_gpt(h, a, s), static_cast<int>(t)),
+                                         paper_options(s, b));
+  const std::int64_t sbh = s * b * h;
+  CHECK(saved_activation_bytes(g, 1, 0) == sbh * 10 + sbh * 24 / t + 5 * a * s * s * b / t);
+  CHECK(saved_activation_bytes(g, 1, 0) == 23 * sbh);
+}
