@@ -68,7 +68,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--tp", a.tp, "Megatron tensor parallelism: GPUs per model replica (divides --world-size)")
       ->capture_default_str();
   cmd->add_option("--zero", a.zero, "DeepSpeed ZeRO stage 1|2|3 (0: plain DDP)");
-  cmd->add_option("--fsdp", a.fsdp, "PyTorch FSDP sharding strategy: full-shard|shard-grad-op|no-shard");
+  cmd->add_option("--fsdp", a.fsdp,
+                  "PyTorch FSDP sharding strategy: full-shard|shard-grad-op|no-shard|hybrid-shard");
+  cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")
+      ->capture_default_str();
   cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");
   cmd->add_option("--reduce-bucket-size", a.reduce_bucket_size,
                   "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");

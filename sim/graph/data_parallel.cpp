@@ -12,8 +12,15 @@ struct NoDataParallel final : DataParallelScheme {
 };
 
 const std::vector<std::string>& names() {
-  static const std::vector<std::string> kNames = {
-      "none", "ddp", "zero1", "zero2", "zero3", "fsdp-full-shard", "fsdp-shard-grad-op", "fsdp-no-shard"};
+  static const std::vector<std::string> kNames = {"none",
+                                                  "ddp",
+                                                  "zero1",
+                                                  "zero2",
+                                                  "zero3",
+                                                  "fsdp-full-shard",
+                                                  "fsdp-shard-grad-op",
+                                                  "fsdp-no-shard",
+                                                  "fsdp-hybrid-shard"};
   return kNames;
 }
 

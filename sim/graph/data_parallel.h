@@ -38,10 +38,8 @@ class DataParallelScheme {
   virtual std::string_view name() const = 0;
   // The elements of a parameter resident on the rank between uses (its shard under ZeRO-3 / FSDP).
   virtual std::int64_t resident_parameter_numel(std::int64_t numel) const { return numel; }
-  // Each rank keeps 1/world of the optimizer states (and of bf16's fp32 master weights).
-  virtual bool shards_optimizer_states() const { return false; }
-  // After a unit's backward, its gradients are reduce-scattered and only the shard is kept.
-  virtual bool shards_gradients() const { return false; }
+  // Each rank keeps 1/n of the optimizer states (and of bf16's fp32 master weights): n ranks share them.
+  virtual int optimizer_state_shards() const { return 1; }
 
   // After the model is on the device (DDP's constructor).
   virtual void construct(EagerTape&, const std::vector<ParameterUnit>&) {}

@@ -29,8 +29,7 @@ class DeepSpeedZero final : public DataParallelScheme {
     return m_stage == 3 && numel > kParamPersistenceThreshold ? shard_numel(numel, m_options.world_size)
                                                               : numel;
   }
-  bool shards_optimizer_states() const override { return true; }
-  bool shards_gradients() const override { return m_stage >= 2; }
+  int optimizer_state_shards() const override { return m_options.world_size; }
 
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { gather(tape, unit, "forward"); }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {

@@ -8,11 +8,14 @@
 //   shard-grad-op (SHARD_GRAD_OP) the same, but the unsharded buffer lives from the forward to the end of
 //                                 the unit's backward (no reshard after forward).
 //   no-shard      (NO_SHARD)      parameters and gradients whole; gradients all-reduced in place.
+//   hybrid-shard  (HYBRID_SHARD)  full-shard within a node (gpus_per_node ranks), replicated across nodes:
+//                                 a rank keeps 1/min(world, gpus_per_node) of each unit.
 // The root unit is not resharded after forward (its parameters are needed first in backward): its buffer
 // lives from the start of forward to the end of backward. Optimizer states follow the sharded parameters.
 // Not modelled: the unsharded flat gradient (autograd here makes one gradient per original parameter, the
 // same bytes), limit_all_gathers and the record_stream() that keeps gathered buffers reserved longer on the
 // all-gather stream (see the README's list of what the data-parallel model leaves out).
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -25,17 +28,16 @@ namespace {
 class Fsdp final : public DataParallelScheme {
  public:
   Fsdp(const DataParallelOptions& o, std::string_view strategy)
-      : m_options(o),
-        m_name(fmt::format("fsdp-{}", strategy)),
+      : m_name(fmt::format("fsdp-{}", strategy)),
         m_shard(strategy != "no-shard"),
-        m_reshard_after_forward(strategy == "full-shard"),
-        m_grads(o.world_size) {}
+        m_reshard_after_forward(strategy == "full-shard" || strategy == "hybrid-shard"),
+        m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
+        m_grads(m_shard_ranks) {}
   std::string_view name() const override { return m_name; }
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
-    return m_shard ? shard_numel(numel, m_options.world_size) : numel;
+    return m_shard ? shard_numel(numel, m_shard_ranks) : numel;
   }
-  bool shards_optimizer_states() const override { return m_shard; }
-  bool shards_gradients() const override { return m_shard; }
+  int optimizer_state_shards() const override { return m_shard ? m_shard_ranks : 1; }
 
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { unshard(tape, unit, "forward"); }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
@@ -77,7 +79,7 @@ class Fsdp final : public DataParallelScheme {
     for (VarId p : unit.params) {
       flat += numel(tape.shape(p));
     }
-    flat = shard_numel(flat, m_options.world_size) * m_options.world_size;  // padded to the world size
+    flat = shard_numel(flat, m_shard_ranks) * m_shard_ranks;  // padded to a multiple of the shard group
     const DType dtype = tape.dtype(unit.params.front());
     tape.begin_op(fmt::format("{}.fsdp.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
     m_unsharded[unit.layer] = tape.allocate(unit_name(unit) + ".flat_param.unsharded",
@@ -94,10 +96,10 @@ class Fsdp final : public DataParallelScheme {
     m_unsharded.erase(it);
   }
 
-  const DataParallelOptions& m_options;
   std::string m_name;
   bool m_shard;
   bool m_reshard_after_forward;
+  int m_shard_ranks;  // the ranks one unit is sharded over
   GradientShards m_grads;
   std::map<int, TensorId> m_unsharded;
 };

@@ -68,6 +68,8 @@ struct DataParallelOptions {
   std::int64_t reduce_bucket_elements = 500'000'000;
   bool contiguous_gradients = true;
   bool overlap_comm = false;
+  // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
+  int gpus_per_node = 8;
 };
 
 struct TrainingOptions {

@@ -150,8 +150,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.begin_op("batch.to(device)", "_to_copy");
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
-  OptimizerModel optimizer(tape, options, params.all,
-                           dp->shards_optimizer_states() ? options.data_parallel.world_size : 1);
+  OptimizerModel optimizer(tape, options, params.all, dp->optimizer_state_shards());
   const bool forward_only = options.forward_only || options.inference;
   if (!forward_only) {
     optimizer.construct();

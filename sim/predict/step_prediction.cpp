@@ -177,6 +177,10 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
   }
   d.overlap_comm = a.overlap_comm;
+  if (a.gpus_per_node < 1 || a.gpus_per_node > 1024) {
+    throw InputError(fmt::format("--gpus-per-node: {} is not in 1..1024", a.gpus_per_node));
+  }
+  d.gpus_per_node = a.gpus_per_node;
   return d;
 }
 

@@ -165,6 +165,7 @@ struct RequestArgs {
   std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb
   std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)
   bool overlap_comm = false;                 // DeepSpeed's overlap_comm
+  int gpus_per_node = 8;                     // FSDP hybrid-shard's shard group
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

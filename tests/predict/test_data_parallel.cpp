@@ -162,3 +162,15 @@ TEST_CASE("Megatron tensor parallelism: one rank's weights, and the layout flags
   r.world_size = 6;
   CHECK_THROWS_WITH(make_request(r), "--tp: 4 does not divide --world-size 6");
 }
+
+TEST_CASE("FSDP hybrid-shard: full-shard within a node, replicated across nodes", "[quick][predict]") {
+  // HYBRID_SHARD over 32 GPUs of 8 per node: a unit is sharded over the node's 8 ranks, so a rank holds what
+  // full-shard over 8 holds (parameters, gradients and states alike), not what full-shard over 32 holds.
+  const ModelConfig m = small_llama();
+  const MemoryBill hybrid = bill_at(m, "fsdp-hybrid-shard", 32);
+  const MemoryBill over8 = bill_at(m, "fsdp-full-shard", 8);
+  CHECK(hybrid.parameters == over8.parameters);
+  CHECK(hybrid.gradients == over8.gradients);
+  CHECK(hybrid.optimizer_states == over8.optimizer_states);
+  CHECK(hybrid.parameters > bill_at(m, "fsdp-full-shard", 32).parameters);
+}
