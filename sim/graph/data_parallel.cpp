@@ -51,6 +51,10 @@ std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions
       fmt::format("{}: unknown data-parallel scheme '{}' (known: {})", option, s, fmt::join(names(), ", ")));
 }
 
+std::string unit_name(const ParameterUnit& unit) {
+  return unit.layer < 0 ? std::string("root") : fmt::format("layers.{}", unit.layer);
+}
+
 std::int64_t shard_numel(std::int64_t numel, int world_size) {
   return world_size <= 1 ? numel : (numel + world_size - 1) / world_size;
 }

@@ -60,6 +60,9 @@ std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions
                                                        std::string_view option = "--data-parallel");
 std::vector<std::string> data_parallel_names();
 
+// "layers.<l>" or "root": the unit's prefix in op and tensor names.
+std::string unit_name(const ParameterUnit& unit);
+
 // ceil(numel / world): the elements of one rank's shard (FSDP pads the flat parameter, ZeRO the partitions,
 // to a multiple of the world size).
 std::int64_t shard_numel(std::int64_t numel, int world_size);

@@ -31,6 +31,15 @@ class DeepSpeedZero final : public DataParallelScheme {
   }
   int optimizer_state_shards() const override { return m_options.world_size; }
 
+  // The gradient bucket has the model's dtype (DeepSpeedZeroOptimizer's self.dtype: its bit16 groups).
+  void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {
+    for (const ParameterUnit& u : units) {
+      if (!u.params.empty()) {
+        m_bucket_dtype = tape.dtype(u.params.front());
+        return;
+      }
+    }
+  }
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { gather(tape, unit, "forward"); }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
     if (unit.layer >= 0) {
@@ -80,16 +89,10 @@ class DeepSpeedZero final : public DataParallelScheme {
  private:
   // stage 3: each partitioned parameter all-gathered into a whole tensor of its own.
   void gather(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
-    if (unit.params.empty()) {
+    if (m_stage != 3 || unit.params.empty() || m_gathered.count(unit.layer) != 0) {
       return;
     }
-    m_bucket_dtype = tape.dtype(unit.params.front());
-    if (m_stage != 3 || m_gathered.count(unit.layer) != 0) {
-      return;
-    }
-    tape.begin_op(fmt::format("{}.zero3.all_gather.{}",
-                              unit.layer < 0 ? "root" : fmt::format("layers.{}", unit.layer), when),
-                  "all_gather_into_tensor");
+    tape.begin_op(fmt::format("{}.zero3.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
     std::vector<TensorId>& out = m_gathered[unit.layer];
     for (VarId p : unit.params) {
       const std::int64_t n = numel(tape.shape(p));
@@ -106,9 +109,7 @@ class DeepSpeedZero final : public DataParallelScheme {
     if (it == m_gathered.end()) {
       return;
     }
-    tape.begin_op(
-        fmt::format("{}.zero3.release", unit.layer < 0 ? "root" : fmt::format("layers.{}", unit.layer)),
-        "release");
+    tape.begin_op(unit_name(unit) + ".zero3.release", "release");
     for (TensorId t : it->second) {
       tape.release(t);
     }

@@ -68,9 +68,6 @@ class Fsdp final : public DataParallelScheme {
   }
 
  private:
-  static std::string unit_name(const ParameterUnit& u) {
-    return u.layer < 0 ? std::string("root") : fmt::format("layers.{}", u.layer);
-  }
   void unshard(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
     if (!m_shard || unit.params.empty() || m_unsharded.count(unit.layer) != 0) {
       return;

@@ -173,6 +173,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.set_backward_workspace_bytes(autograd_exists ? 0 : options.cublas_workspace_bytes);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
+  const LayerCode& code = layer_code(model.code);
 
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;
@@ -183,7 +184,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       tape.set_phase(Phase::kForward);
       ops.set_autocast(low);
       const std::size_t graph_begin = tape.node_count();
-      EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar, attention};
+      EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar, attention, &code};
       tape.set_grad_enabled(!options.inference);  // `with torch.no_grad():` around the forward
       const VarId logits = forward(ctx, tape, ids, *dp, units);
       tape.set_grad_enabled(true);

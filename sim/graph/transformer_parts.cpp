@@ -1,12 +1,12 @@
 // Parameters, buffers and the per-code dispatch of the forward pieces.
 #include "sim/graph/transformer_parts.h"
 
-#include "sim/graph/layer_code.h"
-
 #include <fmt/format.h>
 
 #include <string_view>
 #include <utility>
+
+#include "sim/graph/layer_code.h"
 
 namespace vramsim {
 namespace {
@@ -158,16 +158,14 @@ ModelBuffers create_buffers(EagerTape& tape, const ModelConfig& model, const Tra
   return layer_code(model.code).create_buffers(tape, model, options);
 }
 
-VarId emit_embeddings(EmitContext& ctx, VarId ids) { return layer_code(ctx.model.code).embeddings(ctx, ids); }
+VarId emit_embeddings(EmitContext& ctx, VarId ids) { return ctx.code->embeddings(ctx, ids); }
 
-VarId emit_layer(EmitContext& ctx, int layer, VarId x) {
-  return layer_code(ctx.model.code).layer(ctx, layer, x);
-}
+VarId emit_layer(EmitContext& ctx, int layer, VarId x) { return ctx.code->layer(ctx, layer, x); }
 
-VarId emit_final(EmitContext& ctx, VarId x) { return layer_code(ctx.model.code).final_norm_and_head(ctx, x); }
+VarId emit_final(EmitContext& ctx, VarId x) { return ctx.code->final_norm_and_head(ctx, x); }
 
 VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets) {
-  return layer_code(ctx.model.code).loss(ctx, logits, targets);
+  return ctx.code->loss(ctx, logits, targets);
 }
 
 void end_forward(EmitContext& ctx) {

@@ -18,6 +18,8 @@
 
 namespace vramsim {
 
+class LayerCode;  // layer_code.h
+
 // A decoder layer's parameters by role; kNoVar where the architecture has none.
 struct LayerParams {
   VarId norm1_w = kNoVar, norm1_b = kNoVar, norm2_w = kNoVar, norm2_b = kNoVar;
@@ -70,6 +72,8 @@ struct EmitContext {
   VarId rope_cos = kNoVar, rope_sin = kNoVar, additive_mask = kNoVar;
   // The attention kernel (resolve_attention of options.attention): never kSdpa.
   AttentionKind attention = AttentionKind::kEager;
+  // The model's code (layer_code(model.code)), looked up once per step rather than at every layer.
+  const LayerCode* code = nullptr;
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);

@@ -198,11 +198,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (!a.model_code.empty()) {
     r.model.code = std::string(layer_code(a.model_code, "--model-code").name());
   }
+  // The layout before any work: --tp must divide --world-size.
+  const DataParallelOptions data_parallel = parse_data_parallel(a);
   r.tensor_parallel = a.tp;
-  if (a.tp != 1) {
-    (void)parse_data_parallel(a);  // --tp must divide --world-size
-    r.model = tensor_parallel_rank(r.model, a.tp);
-  }
+  r.model = tensor_parallel_rank(r.model, a.tp);
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
   // MiB).
@@ -253,7 +252,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
   }
   o.warm = parse_warm(a.warm);
-  o.data_parallel = parse_data_parallel(a);
+  o.data_parallel = data_parallel;
   return r;
 }
 
