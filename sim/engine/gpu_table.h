@@ -36,6 +36,8 @@ struct GpuSpec {
   double memory_bytes_per_s;   // peak DRAM bandwidth
   TimeNs launch_overhead_ns;   // per kernel, device-side gap between back-to-back kernels (estimate)
   int compute_capability;      // major * 10 + minor, e.g. 90 for 9.0 (Hopper)
+  int sm_count;                // streaming multiprocessors (cudaDeviceProp::multiProcessorCount)
+  int max_threads_per_sm;      // cudaDeviceProp::maxThreadsPerMultiProcessor
 
   // Peak dense FLOP/s for `dtype`, with the fallbacks a framework takes when the hardware lacks a path:
   // TF32 -> FP32 (allow_tf32 has no effect), BF16 -> FP32 (no bf16 tensor cores; optimistic for the

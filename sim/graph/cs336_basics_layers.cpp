@@ -61,10 +61,13 @@ VarId rope(EmitContext& c, const std::string& n, VarId x) {
   const Dims d = dims(c);
   const Shape half{d.b, d.h, d.s, d.hd / 2};
   const Shape table{1, 1, d.s, d.hd / 2};
-  // x1, x2 = rearrange(x, "... (half_d xy) -> xy ... half_d", xy=2): unbind's backward stacks both halves
-  // into one full-size gradient.
-  const VarId x1 = t.view(x, half, n + ".x1", GradRule{Kind::kAlloc});
-  const VarId x2 = t.view(x, half, n + ".x2", GradRule{Kind::kNone});
+  // x1, x2 = rearrange(x, "... (half_d xy) -> xy ... half_d", xy=2): a reshape to (..., half_d, 2), a permute
+  // and unbind. In backward, unbind's stacks both halves into one full-size gradient, and the reshape of that
+  // permuted gradient back to (..., d) copies it.
+  const VarId pairs = t.view(x, t.shape(x), n + ".pairs", GradRule{Kind::kAlloc});
+  const VarId x1 = t.view(pairs, half, n + ".x1", GradRule{Kind::kAlloc});
+  const VarId x2 = t.view(pairs, half, n + ".x2", GradRule{Kind::kNone});
+  t.drop(pairs);
   const VarId cos = t.view(c.buffers.rope_cache, table, n + ".cos");
   const VarId sin = t.view(c.buffers.rope_cache, table, n + ".sin");
   const VarId a = ops.mul(n + ".cos_x1", cos, x1);  // x1_rot = cos * x1 - sin * x2
@@ -139,10 +142,14 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   const VarId qx = ops.linear(n + ".q_proj", x, p.q_w);
   const VarId kx = ops.linear(n + ".k_proj", x, p.k_w);
   const VarId vx = ops.linear(n + ".v_proj", x, p.v_w);
-  // rearrange(X, "... seq (heads d) -> ... heads seq d"): views
-  const VarId q = t.view(qx, heads, n + ".q_heads");
-  const VarId k = t.view(kx, heads, n + ".k_heads");
-  const VarId v = t.view(vx, heads, n + ".v_heads");
+  // rearrange(X, "... seq (heads d) -> ... heads seq d"): views (a reshape and a permute). A gradient that
+  // reaches them contiguous in (batch, heads, seq, d) - RoPE's for Q and K, eager attention's bmm for V - is
+  // permuted back and the reshape to (..., seq, heads * d) copies it.
+  const GradRule copied{Kind::kAlloc};
+  const VarId q = t.view(qx, heads, n + ".q_heads", copied);
+  const VarId k = t.view(kx, heads, n + ".k_heads", copied);
+  const VarId v = t.view(vx, heads, n + ".v_heads",
+                         c.attention == AttentionKind::kEager ? copied : GradRule{Kind::kPassThrough});
   VarId mask = kNoVar;
   VarId positions = kNoVar;
   t.drop({qx, kx, vx});  // Q, K, V now name the views
@@ -167,8 +174,11 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   } else {
     core = sdpa(c, n, qr, kr, v, mask);
   }
-  // rearrange(attn_output, "batch heads seq d_v -> batch seq (heads d_v)").contiguous()
-  const VarId transposed = t.view(core, {d.b, d.s, d.h * d.hd}, n + ".transpose");
+  // rearrange(attn_output, "batch heads seq d_v -> batch seq (heads d_v)").contiguous(). In backward the
+  // gradient comes back through the rearrange permuted, and the eager einsum's reshape to bmm's
+  // (batch * heads, seq, d_v) copies it; the fused kernels take it strided.
+  const GradRule core_grad{c.attention == AttentionKind::kEager ? Kind::kAlloc : Kind::kPassThrough};
+  const VarId transposed = t.view(core, {d.b, d.s, d.h * d.hd}, n + ".transpose", core_grad);
   const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
   t.drop({transposed, core});
   const VarId out = ops.linear(n + ".output_proj", merged, p.o_w);

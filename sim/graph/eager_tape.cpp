@@ -260,6 +260,31 @@ VarId EagerTape::new_grad(VarId like, const std::string& name) {
   return new_var(s, v.shape, v.dtype, name);
 }
 
+// at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
+// buffers (cuda_reduce.h) live for the kernel only. Takes over `full`'s reference and releases it.
+VarId EagerTape::sum_to(VarId full, VarId input) {
+  const Var f = m_vars[full];  // copies: new_grad() grows m_vars
+  const Var x = m_vars[input];
+  const VarId reduced = new_grad(input, x.name + ".grad");
+  ref(m_vars[reduced].storage);
+  const ReduceStaging staging = cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device);
+  if (staging.buffer_bytes > 0) {
+    const TensorId buffer = allocate(x.name + ".grad.reduce_buffer", staging.buffer_bytes, DType::kUInt8,
+                                     TensorCategory::kTemporary);
+    const TensorId semaphores = allocate(x.name + ".grad.reduce_semaphores", staging.semaphore_bytes,
+                                         DType::kUInt8, TensorCategory::kTemporary);
+    unref(semaphores);
+    unref(buffer);
+  }
+  unref(f.storage);
+  return reduced;
+}
+
+void EagerTape::disown(TensorId s) {
+  SIM_ASSERT(m_refs.at(s) > 0);
+  --m_refs[s];
+}
+
 VarId EagerTape::take_grad(VarId output) {
   auto it = m_grad_buffer.find(output);
   if (it == m_grad_buffer.end()) {
@@ -314,9 +339,9 @@ void EagerTape::deliver(VarId input, VarId g) {
     const TensorId new_s = m_vars[g].storage;
     use(old_s);
     use(new_s);
-    if (m_refs[old_s] == 1) {
+    if (m_refs[old_s] == 1 && !m_vars[old].view) {
       free_if_unreferenced(new_s);
-    } else if (m_refs[new_s] == 0) {
+    } else if (m_refs[new_s] == 0 && !m_vars[g].view) {
       ref(new_s);
       it->second = g;
       unref(old_s);
@@ -325,6 +350,7 @@ void EagerTape::deliver(VarId input, VarId g) {
       ref(m_vars[sum].storage);
       it->second = sum;
       unref(old_s);
+      free_if_unreferenced(new_s);  // a view nobody else holds goes once the sum is made
     }
   }
 }
@@ -361,27 +387,57 @@ void EagerTape::execute(std::size_t index) {
   for (Bytes b : node.rule.temp_bytes) {
     temps.push_back(allocate(node.name + ".backward.scratch", b, DType::kUInt8, TensorCategory::kTemporary));
   }
-  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+  // The formulas, in the generated code's order; each result holds one reference (the returned list's).
+  std::vector<VarId> computed(node.inputs.size(), kNoVar);
+  const auto compute = [&](std::size_t i) {
     const VarId in = node.inputs[i];
     const GradRule rule = i < node.rule.grads.size() ? node.rule.grads[i] : GradRule{};
     if (!m_vars[in].requires_grad || rule.kind == GradRule::Kind::kNone) {
-      continue;
+      return;
     }
+    const Var p = m_vars[primary];  // copies: new_var() grows m_vars
+    const Var x = m_vars[in];
     VarId g;
     if (rule.kind == GradRule::Kind::kPassThrough) {
-      g = new_var(m_vars[primary].storage, m_vars[in].shape, m_vars[in].dtype, m_vars[primary].name);
+      g = new_var(p.storage, rule.sum_to_input ? p.shape : x.shape, rule.sum_to_input ? p.dtype : x.dtype,
+                  p.name);
+    } else if (rule.sum_to_input) {
+      const TensorId s = new_storage(x.name + ".grad_unreduced",
+                                     static_cast<Bytes>(numel(p.shape)) * dtype_size_bytes(p.dtype), p.dtype,
+                                     TensorCategory::kTemporary);
+      g = new_var(s, p.shape, p.dtype, x.name + ".grad_unreduced");
     } else {
-      g = new_grad(in, m_vars[in].name + ".grad");
+      g = new_grad(in, x.name + ".grad");
     }
-    deliver(in, g);
+    // The backward of a view op is a view of the incoming gradient.
+    m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
+    ref(m_vars[g].storage);
+    computed[i] = g;
     if (m_backward_workspace_bytes > 0 && (node.kind == "mm" || node.kind == "addmm" || node.kind == "bmm")) {
       allocate("cublas_workspace.autograd_thread", m_backward_workspace_bytes, DType::kUInt8,
                TensorCategory::kWorkspace);  // referenced by the cuBLAS handle until the process ends
       m_backward_workspace_bytes = 0;
     }
+  };
+  if (node.rule.order.empty()) {
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      compute(i);
+    }
+  } else {
+    SIM_ASSERT(node.rule.order.size() == node.inputs.size());
+    for (int i : node.rule.order) {
+      compute(static_cast<std::size_t>(i));
+    }
   }
   for (TensorId s : temps) {
     unref(s);
+  }
+  // Engine::validate_outputs: broadcast gradients summed to their input's shape, in input order.
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    const GradRule rule = i < node.rule.grads.size() ? node.rule.grads[i] : GradRule{};
+    if (computed[i] != kNoVar && rule.sum_to_input) {
+      computed[i] = sum_to(computed[i], node.inputs[i]);
+    }
   }
   for (VarId g : grads_out) {
     if (g != kNoVar) {
@@ -390,6 +446,13 @@ void EagerTape::execute(std::size_t index) {
   }
   for (TensorId s : node.saved) {
     unref(s);
+  }
+  // The outputs go to the next nodes' input buffers (or AccumulateGrad), in input order.
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    if (computed[i] != kNoVar) {
+      disown(m_vars[computed[i]].storage);
+      deliver(node.inputs[i], computed[i]);
+    }
   }
   node.saved.clear();
   node.done = true;

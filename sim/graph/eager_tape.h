@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sim/graph/cuda_reduce.h"
 #include "sim/graph/op_graph.h"
 
 namespace vramsim {
@@ -40,11 +41,24 @@ struct GradRule {
     kNone,         // not differentiable w.r.t. this input
   };
   Kind kind = Kind::kAlloc;
+  // A broadcast input: the formula gives the gradient in the output's shape (kAlloc: a new tensor;
+  // kPassThrough: the incoming gradient) and the engine's validate_outputs sums it to the input's shape
+  // (at::sum_to), a new tensor, after the node returns.
+  bool sum_to_input = false;
+  // The gradient reaches the input as a view of the tensor the formula made (a matmul that folded a batched
+  // input into rows reshapes the gradient back). Autograd's view keeps its base alive, so the storage has
+  // two owners and InputBuffer::accumulate never adds into it in place (can_accumulate_inplace).
+  bool view = false;
 };
 
 struct BackwardRule {
   std::vector<GradRule> grads;    // one per forward input; missing entries mean kAlloc
   std::vector<Bytes> temp_bytes;  // scratch alive while the backward node runs (the node's peak extra)
+  // The order in which the node computes its inputs' gradients, as input indices (empty: input order).
+  // PyTorch's generated backward (Functions.cpp) evaluates the formulas of derivatives.yaml sorted by the
+  // argument names (tools/autograd/load_derivatives.py: `sorted(defn.keys())`): mm(self, mat2) and
+  // bmm compute mat2's gradient first, mul(self, other) other's, addmm(self, mat1, mat2) mat1, mat2, self.
+  std::vector<int> order;
 };
 
 struct OutputSpec {
@@ -124,6 +138,8 @@ class EagerTape {
   using CheckpointBody = std::function<VarId(const std::vector<VarId>&)>;
   // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output.
   VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body);
+  // The device whose reduction kernels sum broadcast gradients (their global-reduction staging buffers).
+  void set_cuda_device(const CudaDevice& device) { m_device = device; }
   // Called once at the first matmul of the autograd thread: cuBLAS allocates that thread's workspace.
   void set_backward_workspace_bytes(Bytes bytes) { m_backward_workspace_bytes = bytes; }
   std::size_t node_count() const { return m_nodes.size(); }
@@ -162,6 +178,7 @@ class EagerTape {
     DType dtype = DType::kFloat32;
     bool requires_grad = false;
     bool is_parameter = false;
+    bool view = false;          // a gradient that is a view of another tensor (GradRule::view)
     int node = -1;              // grad_fn: index into m_nodes, -1 for leaves
     TensorId grad = kNoTensor;  // parameters: .grad storage
     std::string name;
@@ -193,6 +210,8 @@ class EagerTape {
   void deliver(VarId input, VarId grad);
   void accumulate_grad(VarId param, VarId grad);
   VarId new_grad(VarId like, const std::string& name);
+  VarId sum_to(VarId full, VarId input);
+  void disown(TensorId s);  // drops a reference without freeing (the next owner decides)
 
   OpGraph& m_graph;
   std::vector<Var> m_vars;
@@ -207,6 +226,7 @@ class EagerTape {
   Phase m_phase = Phase::kSetup;
   bool m_grad_enabled = true;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
+  CudaDevice m_device;
   LayerHook m_enter_layer;
   LayerHook m_leave_layer;
 };

@@ -114,6 +114,14 @@ VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bo
   if (m_tape.requires_grad(xa)) {
     c.saved.inputs.push_back(1);
   }
+  // mm(self=x, mat2=w.t()) computes mat2's gradient first; addmm(self=bias, mat1=x, mat2=w.t()) mat1's,
+  // mat2's, then self's (argument names sorted). A bias broadcasts over the rows: summed to its shape.
+  // A batched x is folded into rows (matmul / _flatten_nd_linear), so its gradient is a view.
+  c.backward.order = ba == kNoVar ? std::vector<int>{1, 0} : std::vector<int>{0, 1, 2};
+  c.backward.grads = {GradRule{Kind::kAlloc, false, m_tape.shape(x).size() > 2}, GradRule{}};
+  if (ba != kNoVar) {
+    c.backward.grads.push_back(GradRule{Kind::kPassThrough, true});
+  }
   c.flops = 2.0 * numel_d(m_tape.shape(x)) * static_cast<double>(out_features);
   const VarId y = m_tape.op1(c);
   maybe_allocate_workspace();
@@ -140,6 +148,11 @@ VarId TorchOps::matmul(const std::string& name, VarId a, VarId b, const Shape& o
   if (m_tape.requires_grad(aa)) {
     c.saved.inputs.push_back(1);
   }
+  c.backward.order = {1, 0};  // bmm(self, mat2): mat2's gradient first
+  // torch.matmul folds 4-D operands into bmm's 3-D ones: their gradients are views of bmm's.
+  for (VarId in : {aa, bb}) {
+    c.backward.grads.push_back(GradRule{Kind::kAlloc, false, m_tape.shape(in).size() > 3});
+  }
   c.flops = 2.0 * numel_d(out_shape) * static_cast<double>(m_tape.shape(a).back());
   const VarId y = m_tape.op1(c);
   if (cublas) {
@@ -154,7 +167,7 @@ VarId TorchOps::matmul(const std::string& name, VarId a, VarId b, const Shape& o
 // -------------------------------------------------------------------------------------------
 
 VarId TorchOps::binary(const std::string& name, const std::string& kind, VarId a, VarId b, SavedSpec saved,
-                       bool a_pass, bool b_pass) {
+                       bool a_pass, bool b_pass, std::vector<Bytes> temps) {
   const Shape out = broadcast_shapes(m_tape.shape(a), m_tape.shape(b));
   const DType dt = promote(m_tape.dtype(a), m_tape.dtype(b));
   OpCall c;
@@ -163,16 +176,15 @@ VarId TorchOps::binary(const std::string& name, const std::string& kind, VarId a
   c.inputs = {a, b};
   c.outputs = {OutputSpec{"", out, dt}};
   c.saved = std::move(saved);
+  c.backward.temp_bytes = std::move(temps);
   c.flops = numel_d(out);
   for (VarId in : {a, b}) {
     const bool pass = in == a ? a_pass : b_pass;
-    const bool broadcast = numel(m_tape.shape(in)) != numel(out);
-    // A broadcast input's gradient is the full-size product reduced to its shape (sum_to_size).
-    if (broadcast && m_tape.requires_grad(in) && !pass) {
-      c.backward.temp_bytes.push_back(tensor_bytes(out, dt));
-    }
-    c.backward.grads.push_back(GradRule{pass && !broadcast ? Kind::kPassThrough : Kind::kAlloc});
+    // A broadcast input's gradient is the full-size one, summed to its shape by the engine (sum_to).
+    const bool broadcast = m_tape.shape(in) != out;
+    c.backward.grads.push_back(GradRule{pass ? Kind::kPassThrough : Kind::kAlloc, broadcast});
   }
+  c.backward.order = {1, 0};  // (self, other): "other" sorts first in derivatives.yaml
   return m_tape.op1(c);
 }
 
@@ -202,7 +214,15 @@ VarId TorchOps::div(const std::string& name, VarId a, VarId b) {
   } else if (m_tape.requires_grad(a)) {
     s.inputs = {1};
   }
-  return binary(name, "div", a, b, s, false, false);
+  std::vector<Bytes> temps;
+  if (m_tape.requires_grad(b)) {
+    // other's formula, -grad * ((self / other) / other): three temporaries of the output's size live until
+    // the product is made.
+    const Bytes bytes = tensor_bytes(broadcast_shapes(m_tape.shape(a), m_tape.shape(b)),
+                                     promote(m_tape.dtype(a), m_tape.dtype(b)));
+    temps = {bytes, bytes, bytes};
+  }
+  return binary(name, "div", a, b, s, false, false, std::move(temps));
 }
 
 VarId TorchOps::unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
@@ -235,9 +255,10 @@ VarId TorchOps::neg(const std::string& name, VarId a) { return unary(name, "neg"
 
 VarId TorchOps::pow2(const std::string& name, VarId a) {
   const VarId x = autocast_fp32(name, a);
-  // pow_backward: grad * (2 * self.pow(1)): one full-size temporary beside the gradient at any time.
-  const VarId y = unary(name, "pow", x, m_tape.dtype(x), SavedSpec{{0}, {}},
-                        {tensor_bytes(m_tape.shape(x), m_tape.dtype(x))});
+  // pow_backward: grad * (2 * self.pow(1)): self.pow(1) is a copy, 2 * it another; C++ keeps both
+  // temporaries until the full expression ends, beside the gradient.
+  const Bytes bytes = tensor_bytes(m_tape.shape(x), m_tape.dtype(x));
+  const VarId y = unary(name, "pow", x, m_tape.dtype(x), SavedSpec{{0}, {}}, {bytes, bytes});
   m_tape.drop(x);
   return y;
 }
@@ -262,8 +283,9 @@ VarId TorchOps::sqrt(const std::string& name, VarId a) {
 
 VarId TorchOps::rsqrt(const std::string& name, VarId a) {
   const VarId x = autocast_fp32(name, a);
-  const VarId y = unary(name, "rsqrt", x, m_tape.dtype(x), SavedSpec{{}, {0}},
-                        {tensor_bytes(m_tape.shape(x), m_tape.dtype(x))});
+  // -0.5 * grad * result.pow(3): two temporaries (result.pow(3), -0.5 * grad) live until the product is made.
+  const Bytes bytes = tensor_bytes(m_tape.shape(x), m_tape.dtype(x));
+  const VarId y = unary(name, "rsqrt", x, m_tape.dtype(x), SavedSpec{{}, {0}}, {bytes, bytes});
   m_tape.drop(x);
   return y;
 }

@@ -136,8 +136,9 @@ class TorchOps {
                         std::int64_t lse_rows, std::vector<Bytes> backward_temps);
   VarId unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
               std::vector<Bytes> temps = {});
+  // `temps`: scratch of the backward formulas (BackwardRule::temp_bytes).
   VarId binary(const std::string& name, const std::string& kind, VarId a, VarId b, SavedSpec saved,
-               bool a_pass, bool b_pass);
+               bool a_pass, bool b_pass, std::vector<Bytes> temps = {});
   void maybe_allocate_workspace();
 
   EagerTape& m_tape;

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "sim/core/types.h"
+#include "sim/graph/cuda_reduce.h"
 
 namespace vramsim {
 
@@ -102,6 +103,7 @@ struct TrainingOptions {
   // cuBLAS workspace the first matmul of the process allocates through the caching allocator (and the first
   // of the autograd thread). 32 MiB is what PyTorch 2.6 took on the H100 of the kkaitlyn111 recordings.
   Bytes cublas_workspace_bytes = 32 * kMiB;
+  CudaDevice device;  // SMs and threads per SM, which size the reduction kernels' staging buffers
   WarmProcess warm = WarmProcess::kNone;
   DataParallelOptions data_parallel;
 };

@@ -171,6 +171,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   }
   ops.set_forward_workspace_bytes(main_exists ? 0 : options.cublas_workspace_bytes);
   tape.set_backward_workspace_bytes(autograd_exists ? 0 : options.cublas_workspace_bytes);
+  tape.set_cuda_device(options.device);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
   const LayerCode& code = layer_code(model.code);

@@ -1,5 +1,7 @@
 #include "sim/predict/step_prediction.h"
 
+#include "sim/engine/gpu_table.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -228,6 +230,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
           ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
           : parse_attention(a.attention);
   o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
+  if (!a.gpu.empty()) {  // with --capacity: Hopper's, like the cuBLAS workspace
+    const GpuSpec& spec = find_gpu(a.gpu);
+    o.device = CudaDevice{spec.sm_count, spec.max_threads_per_sm};
+  }
   if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
     o.dropout = *a.dropout;
     r.model.dropout = {*a.dropout, *a.dropout, *a.dropout};

@@ -16,7 +16,7 @@ namespace {
 // A GPU with round numbers: 1e12 FLOP/s at every precision, 1e12 B/s, no launch overhead, 100% efficiency,
 // so an op of F FLOPs (and few bytes) takes F / 1000 ns.
 GpuSpec round_gpu() {
-  return GpuSpec{"round", "test", kGiB, kGiB, 1e12, 1e12, 1e12, 1e12, 1e12, 1e12, 0, 80};
+  return GpuSpec{"round", "test", kGiB, kGiB, 1e12, 1e12, 1e12, 1e12, 1e12, 1e12, 0, 80, 108, 2048};
 }
 RooflineConfig ideal() {
   RooflineConfig c;
