@@ -5,14 +5,17 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "sim/core/assert.h"
+#include "sim/core/error.h"
 
 namespace vramsim {
 namespace {
 
 constexpr std::int64_t kMaxReduceThreads = 512;  // max_reduce_threads() for every non-complex dtype
-constexpr std::int64_t kVt0 = 4;
-constexpr std::int64_t kInputVecSize = 4;
+constexpr std::int64_t kInputVecSize =
+    4;  // = vt0 for sum, so setReduceConfig's `vt0 >= input_vec_size` holds
 constexpr std::int64_t kWarpSize = 32;
 constexpr std::int64_t kMinValuesPerThread = 16;
 constexpr std::int64_t kMaxValuesPerThread = 256;
@@ -44,10 +47,10 @@ ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input,
   SIM_ASSERT(output.size() <= input.size());
   // Innermost first, as TensorIterator orders them (strides ascending).
   std::vector<IterDim> dims;
+  const std::size_t lead = input.size() - output.size();  // leading dimensions output drops: reduced
   std::int64_t stride = 1;
   for (std::size_t k = input.size(); k-- > 0;) {
     const std::int64_t size = input[k];
-    const std::size_t lead = input.size() - output.size();
     const bool reduced = k < lead || output[k - lead] == 1;
     if (size != 1) {
       if (!dims.empty() && dims.back().reduced == reduced &&
@@ -76,7 +79,7 @@ ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input,
   const std::int64_t dim1 = on_fastest ? num_outputs : inputs_per_output;
   std::int64_t output_vec_size = 1;
   if (on_fastest) {
-    if (dim0 > 128 && num_reduce_dims == 1 && kVt0 >= kInputVecSize) {
+    if (dim0 > 128 && num_reduce_dims == 1) {
       dim0 /= kInputVecSize;  // vectorize along the input
     }
   } else {
@@ -129,9 +132,14 @@ ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input,
     return {};
   }
   const Bytes acc_bytes = is_floating(dtype) ? 4 : 8;
-  Bytes buffer = acc_bytes * static_cast<Bytes>(num_outputs) * static_cast<Bytes>(ctas_per_output);
-  if (!on_fastest) {  // !should_block_x_reduce(): every lane keeps its own partial result
-    buffer *= static_cast<Bytes>(block_width * output_vec_size);
+  // !should_block_x_reduce(): every lane keeps its own partial result.
+  const Bytes per_output = on_fastest ? 1 : static_cast<Bytes>(block_width * output_vec_size);
+  Bytes buffer = 0;
+  if (__builtin_mul_overflow(acc_bytes * per_output, static_cast<Bytes>(num_outputs), &buffer) ||
+      __builtin_mul_overflow(buffer, static_cast<Bytes>(ctas_per_output), &buffer)) {
+    throw InputError(
+        fmt::format("a reduction of {} values to {} outputs needs more than 2^64 bytes of staging",
+                    inputs_per_output, num_outputs));
   }
   return ReduceStaging{buffer, static_cast<Bytes>(4 * grid_x)};
 }

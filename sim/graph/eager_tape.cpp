@@ -355,6 +355,14 @@ void EagerTape::deliver(VarId input, VarId g) {
   }
 }
 
+namespace {
+// The rule for input i (missing entries mean kAlloc).
+template <typename NodeT>
+GradRule grad_rule(const NodeT& node, std::size_t i) {
+  return i < node.rule.grads.size() ? node.rule.grads[i] : GradRule{};
+}
+}  // namespace
+
 void EagerTape::execute(std::size_t index) {
   Node& node = m_nodes[index];
   std::vector<VarId> grads_out;
@@ -391,7 +399,7 @@ void EagerTape::execute(std::size_t index) {
   std::vector<VarId> computed(node.inputs.size(), kNoVar);
   const auto compute = [&](std::size_t i) {
     const VarId in = node.inputs[i];
-    const GradRule rule = i < node.rule.grads.size() ? node.rule.grads[i] : GradRule{};
+    const GradRule rule = grad_rule(node, i);
     if (!m_vars[in].requires_grad || rule.kind == GradRule::Kind::kNone) {
       return;
     }
@@ -434,7 +442,7 @@ void EagerTape::execute(std::size_t index) {
   }
   // Engine::validate_outputs: broadcast gradients summed to their input's shape, in input order.
   for (std::size_t i = 0; i < node.inputs.size(); ++i) {
-    const GradRule rule = i < node.rule.grads.size() ? node.rule.grads[i] : GradRule{};
+    const GradRule rule = grad_rule(node, i);
     if (computed[i] != kNoVar && rule.sum_to_input) {
       computed[i] = sum_to(computed[i], node.inputs[i]);
     }

@@ -1,7 +1,5 @@
 #include "sim/predict/step_prediction.h"
 
-#include "sim/engine/gpu_table.h"
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -12,6 +10,7 @@
 #include "sim/alloc/size_classes.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
+#include "sim/engine/gpu_table.h"
 #include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/tensor_lifetime.h"
@@ -207,12 +206,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
   // MiB).
-  const int compute_capability = a.gpu.empty() ? 90 : gpu_memory(a.gpu).compute_capability;
+  // Unknown names fail here, before any work.
+  const GpuSpec* spec = a.gpu.empty() ? nullptr : &find_gpu(a.gpu);
+  const int compute_capability = spec == nullptr ? 90 : spec->compute_capability;
   r.options.cublas_workspace_bytes =
       static_cast<Bytes>(cublas_workspace_bytes(compute_capability, a.cublas_workspace_config));
-  if (!a.gpu.empty()) {
-    (void)gpu_memory(a.gpu);  // unknown names fail before any work
-  } else if (!a.capacity.empty()) {
+  if (spec == nullptr && !a.capacity.empty()) {
     r.capacity_bytes = parse_size(a.capacity, "--capacity");
     if (r.capacity_bytes == 0) {
       throw InputError("--capacity: must be positive");
@@ -230,9 +229,8 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
           ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
           : parse_attention(a.attention);
   o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
-  if (!a.gpu.empty()) {  // with --capacity: Hopper's, like the cuBLAS workspace
-    const GpuSpec& spec = find_gpu(a.gpu);
-    o.device = CudaDevice{spec.sm_count, spec.max_threads_per_sm};
+  if (spec != nullptr) {  // with --capacity: Hopper's, like the cuBLAS workspace
+    o.device = CudaDevice{spec->sm_count, spec->max_threads_per_sm};
   }
   if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
     o.dropout = *a.dropout;
