@@ -62,6 +62,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--warm", a.warm,
                   "none|forward|step: what the process ran before (its cuBLAS workspaces already exist)")
       ->capture_default_str();
+  cmd->add_option("--zero-grad", a.zero_grad,
+                  "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
+                  "zero_grad(set_to_none=False) / a loop that never zeroes them keeps them allocated")
+      ->capture_default_str();
   cmd->add_option("--world-size,--gpus", a.world_size,
                   "GPUs in all (data-parallel x tensor-parallel); the report is one rank's")
       ->capture_default_str();

@@ -293,7 +293,7 @@ class Cs336Basics final : public LayerCode {
   }
   // token_embeddings(x): self.weight[token_ids] (index; its backward is zeros + index_put_)
   VarId embeddings(EmitContext& c, VarId ids) const override {
-    return c.ops.embedding("token_embeddings", c.params.embed, ids);
+    return c.ops.index("token_embeddings", c.params.embed, ids);
   }
   VarId layer(EmitContext& c, int l, VarId x) const override { return cs336_layer(c, l, x); }
   VarId final_norm_and_head(EmitContext& c, VarId x) const override { return cs336_final(c, x); }

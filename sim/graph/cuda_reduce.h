@@ -23,6 +23,7 @@ namespace vramsim {
 struct CudaDevice {
   int sm_count = 132;             // multiProcessorCount (H100 SXM5)
   int max_threads_per_sm = 2048;  // maxThreadsPerMultiProcessor
+  int compute_capability = 90;    // major * 10 + minor: selects CUB's tuning policies
 };
 
 struct ReduceStaging {

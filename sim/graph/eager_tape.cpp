@@ -75,6 +75,41 @@ TensorId EagerTape::allocate(const std::string& name, Bytes size_bytes, DType dt
 
 void EagerTape::release(TensorId storage) { unref(storage); }
 
+// A free inside a kernel (CUB's temporary storage after the sort) must reach the allocator before the
+// kernel's next allocation, and the op graph frees at op boundaries: the rest of the kernel continues as a
+// second op of the same name, kind and layer (no FLOPs of its own).
+void EagerTape::run_scratch(const std::vector<ScratchStep>& steps, const std::string& name,
+                            std::vector<TensorId>& live) {
+  std::vector<TensorId> by_step(steps.size(), kNoTensor);
+  bool freed = false;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const ScratchStep& step = steps[i];
+    if (step.alloc_bytes == 0) {
+      const auto j = static_cast<std::size_t>(step.free_step);
+      SIM_ASSERT(j < i && by_step[j] != kNoTensor);
+      unref(by_step[j]);
+      by_step[j] = kNoTensor;
+      freed = true;
+      continue;
+    }
+    if (freed) {
+      const Op& current = m_graph.op(m_current_op);
+      const std::string op_name = current.name;
+      const std::string op_kind = current.kind;
+      const int layer = current.layer;
+      begin_op(op_name, op_kind);
+      m_graph.op(m_current_op).layer = layer;
+      freed = false;
+    }
+    by_step[i] = allocate(name, step.alloc_bytes, DType::kUInt8, TensorCategory::kTemporary);
+  }
+  for (TensorId t : by_step) {
+    if (t != kNoTensor) {
+      live.push_back(t);
+    }
+  }
+}
+
 void EagerTape::use(TensorId storage) {
   SIM_ASSERT(!m_freed.at(storage));
   m_graph.add_consumer(storage, m_current_op, EdgeKind::kData);
@@ -395,6 +430,7 @@ void EagerTape::execute(std::size_t index) {
   for (Bytes b : node.rule.temp_bytes) {
     temps.push_back(allocate(node.name + ".backward.scratch", b, DType::kUInt8, TensorCategory::kTemporary));
   }
+  run_scratch(node.rule.scratch_before_grads, node.name + ".backward.scratch", temps);
   // The formulas, in the generated code's order; each result holds one reference (the returned list's).
   std::vector<VarId> computed(node.inputs.size(), kNoVar);
   const auto compute = [&](std::size_t i) {
@@ -437,6 +473,7 @@ void EagerTape::execute(std::size_t index) {
       compute(static_cast<std::size_t>(i));
     }
   }
+  run_scratch(node.rule.scratch_after_grads, node.name + ".backward.scratch", temps);
   for (TensorId s : temps) {
     unref(s);
   }

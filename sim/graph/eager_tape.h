@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "sim/graph/cuda_reduce.h"
+#include "sim/graph/cuda_sort.h"
 #include "sim/graph/op_graph.h"
 
 namespace vramsim {
@@ -59,6 +60,10 @@ struct BackwardRule {
   // argument names (tools/autograd/load_derivatives.py: `sorted(defn.keys())`): mm(self, mat2) and
   // bmm compute mat2's gradient first, mul(self, other) other's, addmm(self, mat1, mat2) mat1, mat2, self.
   std::vector<int> order;
+  // Kernel scratch in the order the backward's C++ makes it (sort buffers, CUB temporary storage), before
+  // and after the gradients are allocated; what a script leaves allocated is freed with temp_bytes.
+  std::vector<ScratchStep> scratch_before_grads;
+  std::vector<ScratchStep> scratch_after_grads;
 };
 
 struct OutputSpec {
@@ -140,6 +145,7 @@ class EagerTape {
   VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body);
   // The device whose reduction kernels sum broadcast gradients (their global-reduction staging buffers).
   void set_cuda_device(const CudaDevice& device) { m_device = device; }
+  const CudaDevice& cuda_device() const { return m_device; }
   // Called once at the first matmul of the autograd thread: cuBLAS allocates that thread's workspace.
   void set_backward_workspace_bytes(Bytes bytes) { m_backward_workspace_bytes = bytes; }
   std::size_t node_count() const { return m_nodes.size(); }
@@ -198,6 +204,9 @@ class EagerTape {
 
   VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
   TensorId new_storage(const std::string& name, Bytes size_bytes, DType dtype, TensorCategory category);
+  // Runs a scratch script; the allocations it leaves alive are appended to `live`.
+  void run_scratch(const std::vector<ScratchStep>& steps, const std::string& name,
+                   std::vector<TensorId>& live);
   void ref(TensorId s);
   void unref(TensorId s);
   void free_if_unreferenced(TensorId s);

@@ -112,6 +112,9 @@ class TorchOps {
   // x[index] over the first dimension with `rows` int64 indices (advanced indexing): [rows, ...]. Backward
   // (IndexBackward) writes the gradient into zeros of x's full shape.
   VarId index_rows(const std::string& name, VarId x, VarId index, std::int64_t rows);
+  // x[index] with an int64 index tensor of any shape over x's first dimension (weight[token_ids]):
+  // index's shape + x.shape[1:]. Backward: zeros of x's shape, then the sorting index_put_.
+  VarId index(const std::string& name, VarId x, VarId index);
   // target.index_add_(0, index, source), in place: returns target's new version. Backward passes the
   // gradient through to target and gathers source's rows (index_select, a new tensor).
   VarId index_add_rows(const std::string& name, VarId target, VarId index, VarId source);
@@ -119,7 +122,7 @@ class TorchOps {
   VarId div_inplace(const std::string& name, VarId a, VarId b);
 
   // ---- embedding, loss
-  VarId embedding(const std::string& name, VarId weight, VarId ids);  // F.embedding and weight[ids]
+  VarId embedding(const std::string& name, VarId weight, VarId ids);  // F.embedding (nn.Embedding)
   VarId gather_last(const std::string& name, VarId a, VarId index);   // -> [..., 1]
   VarId nll_loss(const std::string& name, VarId log_probs, VarId target);
   // save_statistics=false: the mean/rstd outputs are neither kept nor saved (Megatron accounting).

@@ -2,6 +2,9 @@
 // in-place division (derivatives.yaml: topk, index.Tensor, index_add, div_).
 #include "sim/graph/torch_ops.h"
 
+#include "sim/core/assert.h"
+#include "sim/graph/cuda_sort.h"
+
 namespace vramsim {
 namespace {
 
@@ -25,15 +28,39 @@ std::pair<VarId, VarId> TorchOps::topk_last(const std::string& name, VarId a, st
 }
 
 VarId TorchOps::index_rows(const std::string& name, VarId x, VarId index, std::int64_t rows) {
+  const Shape& xs = m_tape.shape(x);
+  Shape out = xs;
+  out[0] = rows;
   OpCall c;
   c.name = name;
   c.kind = "index";
   c.inputs = {x, index};
-  Shape out = m_tape.shape(x);
-  out[0] = rows;
   c.outputs = {OutputSpec{"", out, m_tape.dtype(x)}};
   c.saved.inputs = {1};
-  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};  // zeros(x).index_put_(accumulate)
+  // zeros(x).index_put_(accumulate=True) with `rows` positions (a second index tensor, as in
+  // routing_weights[top_x, idx], adds two more index-sized temporaries that are not modelled)
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  c.backward.scratch_after_grads =
+      index_put_with_sort_scratch(rows, xs.at(0), m_tape.cuda_device().compute_capability).steps();
+  c.flops = numel_d(out);
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::index(const std::string& name, VarId x, VarId index) {
+  const Shape& xs = m_tape.shape(x);
+  Shape out = m_tape.shape(index);
+  out.insert(out.end(), xs.begin() + 1, xs.end());
+  OpCall c;
+  c.name = name;
+  c.kind = "index";
+  c.inputs = {x, index};
+  c.outputs = {OutputSpec{"", out, m_tape.dtype(x)}};
+  c.saved.inputs = {1};
+  // IndexBackward: zeros(x), then index_put_(accumulate=True), which sorts the indices on CUDA
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  c.backward.scratch_after_grads = index_put_with_sort_scratch(numel(m_tape.shape(index)), xs.at(0),
+                                                               m_tape.cuda_device().compute_capability)
+                                       .steps();
   c.flops = numel_d(out);
   return m_tape.op1(c);
 }

@@ -210,7 +210,13 @@ VarId TorchOps::embedding(const std::string& name, VarId weight, VarId ids) {
   out.push_back(m_tape.shape(weight).back());
   c.outputs = {OutputSpec{"", out, m_tape.dtype(weight)}};
   c.saved.inputs = {1};
-  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};  // zeros(weight) + index_put_
+  // embedding_dense_backward: on CUDA, the indices are sorted before grad_weight is allocated
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  EmbeddingBackwardScratch scratch =
+      embedding_dense_backward_scratch(numel(m_tape.shape(ids)), m_tape.shape(weight).back(),
+                                       m_tape.dtype(weight), m_tape.cuda_device().compute_capability);
+  c.backward.scratch_before_grads = scratch.before_grad.steps();
+  c.backward.scratch_after_grads = scratch.after_grad.steps();
   return m_tape.op1(c);
 }
 

@@ -230,7 +230,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
           : parse_attention(a.attention);
   o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
   if (spec != nullptr) {  // with --capacity: Hopper's, like the cuBLAS workspace
-    o.device = CudaDevice{spec->sm_count, spec->max_threads_per_sm};
+    o.device = CudaDevice{spec->sm_count, spec->max_threads_per_sm, spec->compute_capability};
   }
   if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
     o.dropout = *a.dropout;
@@ -256,6 +256,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
   }
   o.warm = parse_warm(a.warm);
+  if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {
+    throw InputError(
+        fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));
+  }
+  o.zero_grad_set_to_none = a.zero_grad == "set-to-none";
   o.data_parallel = data_parallel;
   return r;
 }

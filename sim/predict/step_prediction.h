@@ -156,6 +156,7 @@ struct RequestArgs {
   std::string module_loading = "lazy";  // --module-loading lazy|eager
   std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
   std::string warm = "none";            // --warm none|forward|step
+  std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;

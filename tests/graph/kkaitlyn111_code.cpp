@@ -72,8 +72,11 @@ VarId rope(EmitContext& c, const std::string& n, VarId x) {
   // CopySlices backward: the first write's clones the whole gradient (scratch) and the slice; the second's
   // hands the clone (with its slice zeroed) to the older version and clones its slice.
   const Bytes full = tensor_bytes(t.shape(pairs), t.dtype(x));
-  BackwardRule first{{GradRule{Kind::kNone}, GradRule{Kind::kAlloc}}, {full}, {}};
-  BackwardRule second{{GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}}, {}, {}};
+  BackwardRule first;
+  first.grads = {GradRule{Kind::kNone}, GradRule{Kind::kAlloc}};
+  first.temp_bytes = {full};
+  BackwardRule second;
+  second.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}};
   // rotated[..., 0] = cos_vals * x_pairs[..., 0] - sin_vals * x_pairs[..., 1]
   VarId a = ops.mul(n + ".cos_x0", cos, x0);
   VarId b = ops.mul(n + ".sin_x1", sin, x1);
