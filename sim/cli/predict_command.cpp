@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
@@ -66,6 +67,18 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
                   "zero_grad(set_to_none=False) / a loop that never zeroes them keeps them allocated")
       ->capture_default_str();
+  cmd->add_option("--lora-rank", a.lora_rank,
+                  "PEFT LoRA rank r: frozen base weights, trainable adapters (0: full fine-tuning)")
+      ->capture_default_str();
+  cmd->add_option("--lora-alpha", a.lora_alpha, "LoRA lora_alpha (scaling = alpha / r; no memory effect)")
+      ->capture_default_str();
+  cmd->add_option("--lora-dropout", a.lora_dropout,
+                  "LoRA lora_dropout (> 0: a dropout copy of each adapted input)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--lora-targets", a.lora_targets,
+      "LoRA target_modules, PEFT's names: q_proj,v_proj,... or all-linear (default: PEFT's for the "
+      "model_type)");
   cmd->add_option("--world-size,--gpus", a.world_size,
                   "GPUs in all (data-parallel x tensor-parallel); the report is one rank's")
       ->capture_default_str();
@@ -101,6 +114,12 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
              a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
              a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+  if (p.lora_rank > 0) {
+    fmt::print(
+        "lora             r {} on {}: {} trainable of {} parameters ({:.2f} %), base weights frozen (PEFT)\n",
+        p.lora_rank, fmt::join(p.lora_targets, ","), p.trainable_parameters, p.total_parameters,
+        100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
+  }
   if (p.tensor_parallel > 1) {
     fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split\n",
                p.tensor_parallel);

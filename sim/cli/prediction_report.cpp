@@ -26,6 +26,11 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   j["model"] = p.model_name;
   j["data_parallel"] = {{"scheme", p.data_parallel}, {"world_size", p.world_size}};
   j["tensor_parallel"] = p.tensor_parallel;
+  j["trainable_parameters"] = p.trainable_parameters;
+  j["total_parameters"] = p.total_parameters;
+  if (p.lora_rank > 0) {
+    j["lora"] = {{"rank", p.lora_rank}, {"target_modules", p.lora_targets}};
+  }
   if (!p.attention_kernel.empty()) {
     j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;

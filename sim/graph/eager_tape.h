@@ -111,6 +111,7 @@ class EagerTape {
   // a data-parallel shard; the full tensor then exists only as the scheme's gathered buffer.
   VarId parameter(const std::string& name, const Shape& shape, DType dtype, std::int64_t resident_numel = -1);
   VarId input(const std::string& name, const Shape& shape, DType dtype);  // persistent, no grad
+  void freeze(VarId param) { m_vars[param].requires_grad = false; }       // param.requires_grad_(False)
   // A fresh tensor that needs no grad (zeros, arange, masks): one allocation.
   VarId constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype);
   std::vector<VarId> op(const OpCall& call);

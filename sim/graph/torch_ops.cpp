@@ -130,6 +130,11 @@ VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bo
   if (ba != kNoVar) {
     m_tape.drop(ba);
   }
+  if (m_lora != nullptr) {
+    if (const auto it = m_lora->find(w); it != m_lora->end()) {
+      return peft_lora_forward(*this, name, x, y, it->second, *m_lora_options, m_lora_training);
+    }
+  }
   return y;
 }
 

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "sim/graph/eager_tape.h"
+#include "sim/graph/peft_lora.h"
 
 namespace vramsim {
 
@@ -48,6 +49,13 @@ class TorchOps {
 
   // The first matmul of the process makes cuBLAS allocate its workspace (through the caching allocator).
   void set_forward_workspace_bytes(Bytes bytes) { m_workspace_bytes = bytes; }
+  // PEFT LoRA: linear() on a wrapped base weight runs lora.Linear.forward (peft_lora.h). `training`: the
+  // adapters' dropout is active. The pointers must outlive this object.
+  void set_lora(const LoraAdapters* adapters, const LoraOptions* options, bool training) {
+    m_lora = adapters;
+    m_lora_options = options;
+    m_lora_training = training;
+  }
 
   // ---- matmuls (lower precision under autocast)
   // nn.Linear / F.linear and GPT-2's Conv1D (addmm): x [..., in] -> [..., out]; saves x and w.
@@ -148,6 +156,9 @@ class TorchOps {
   std::optional<DType> m_autocast;
   std::unordered_map<VarId, VarId> m_cast_cache;  // parameter -> its cached low-precision copy
   Bytes m_workspace_bytes = 0;
+  const LoraAdapters* m_lora = nullptr;
+  const LoraOptions* m_lora_options = nullptr;
+  bool m_lora_training = true;
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);

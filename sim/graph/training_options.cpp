@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/graph/peft_lora.h"
 
 namespace vramsim {
 namespace {
@@ -95,6 +96,10 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
 }  // namespace
 
 void validate(const TrainingOptions& o) {
+  validate(o.lora);
+  if (o.lora.rank > 0 && (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none")) {
+    throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");
+  }
   if (o.batch <= 0) {
     throw InputError(fmt::format("--batch: must be positive, got {}", o.batch));
   }

@@ -11,6 +11,8 @@
 #include "sim/core/types.h"
 #include "sim/graph/cuda_reduce.h"
 
+#include <vector>
+
 namespace vramsim {
 
 // fp32     : everything fp32.
@@ -73,6 +75,15 @@ struct DataParallelOptions {
   int gpus_per_node = 8;
 };
 
+// LoraConfig's fields, PEFT's defaults. rank 0: no LoRA.
+struct LoraOptions {
+  int rank = 0;                      // r
+  double alpha = 8.0;                // lora_alpha: scaling = alpha / r (does not change memory)
+  double dropout = 0.0;              // lora_dropout
+  std::vector<std::string> targets;  // target_modules; empty: PEFT's default for the model_type
+  bool all_linear = false;           // target_modules="all-linear": every linear layer but the output layer
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -106,6 +117,7 @@ struct TrainingOptions {
   CudaDevice device;  // SMs and threads per SM, which size the reduction kernels' staging buffers
   WarmProcess warm = WarmProcess::kNone;
   DataParallelOptions data_parallel;
+  LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
 };
 
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).

@@ -138,7 +138,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.begin_op("model.to(device)", "_to_copy");
   const std::unique_ptr<DataParallelScheme> dp = make_data_parallel(options.data_parallel);
   const ModelParams params = create_parameters(
-      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); });
+      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); },
+      options.lora);
   const std::vector<ParameterUnit> units = parameter_units(model, params);
   const ModelBuffers buffers = create_buffers(tape, model, options);
   dp->construct(tape, units);
@@ -150,7 +151,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.begin_op("batch.to(device)", "_to_copy");
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
-  OptimizerModel optimizer(tape, options, params.all, dp->optimizer_state_shards());
+  OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards());
   const bool forward_only = options.forward_only || options.inference;
   if (!forward_only) {
     optimizer.construct();
@@ -172,6 +173,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   ops.set_forward_workspace_bytes(main_exists ? 0 : options.cublas_workspace_bytes);
   tape.set_backward_workspace_bytes(autograd_exists ? 0 : options.cublas_workspace_bytes);
   tape.set_cuda_device(options.device);
+  ops.set_lora(&params.lora, &options.lora, !options.inference);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
   const LayerCode& code = layer_code(model.code);

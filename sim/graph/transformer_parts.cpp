@@ -2,11 +2,14 @@
 #include "sim/graph/transformer_parts.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string_view>
 #include <utility>
 
+#include "sim/core/error.h"
 #include "sim/graph/layer_code.h"
+#include "sim/graph/peft_lora.h"
 
 namespace vramsim {
 namespace {
@@ -120,12 +123,48 @@ VarId* model_role(ModelParams& p, std::string_view name) {
   return nullptr;
 }
 
+// get_peft_model: each targeted linear gets lora_A (r, in) and lora_B (out, r) in its weight's dtype, made
+// after the base model is on the device; the base parameters are frozen.
+void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraOptions& lora,
+                          ModelParams& p) {
+  const std::vector<std::string> targets = lora_target_modules(lora, model);
+  const std::vector<ParameterShape> shapes = model.parameter_shapes();
+  p.trainable.clear();
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const ParameterShape& s = shapes[i];
+    const VarId base = p.all[i];
+    tape.freeze(base);
+    if (s.shape.size() != 2 || !is_lora_target(s.name, targets, lora.all_linear, model)) {
+      continue;
+    }
+    // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
+    const bool conv1d = model.family == ModelFamily::kGpt2;
+    const std::int64_t in = conv1d ? s.shape[0] : s.shape[1];
+    const std::int64_t out = conv1d ? s.shape[1] : s.shape[0];
+    const std::string module = s.name.substr(0, s.name.size() - 7);  // without ".weight"
+    tape.set_layer(s.layer);
+    LoraAdapter a;
+    a.lora_a = tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, tape.dtype(base));
+    a.lora_b = tape.parameter(module + ".lora_B.default.weight", {out, lora.rank}, tape.dtype(base));
+    p.lora.emplace(base, a);
+    p.trainable.push_back(a.lora_a);
+    p.trainable.push_back(a.lora_b);
+  }
+  tape.set_layer(-1);
+  if (p.lora.empty()) {
+    throw InputError(fmt::format(
+        "--lora-targets: no linear layer of {} matches {}", model.name,
+        lora.all_linear ? std::string("all-linear") : fmt::format("{}", fmt::join(targets, ","))));
+  }
+}
+
 }  // namespace
 
 std::string layer_name(int layer, const char* what) { return fmt::format("layers.{}.{}", layer, what); }
 
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
-                              const std::function<std::int64_t(std::int64_t)>& resident_numel) {
+                              const std::function<std::int64_t(std::int64_t)>& resident_numel,
+                              const LoraOptions& lora) {
   ModelParams p;
   p.layers.resize(static_cast<std::size_t>(model.n_layers));
   for (const ParameterShape& s : model.parameter_shapes()) {
@@ -150,6 +189,10 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
   tape.set_layer(-1);
   if (p.head == kNoVar) {
     p.head = p.embed;  // tied embeddings
+  }
+  p.trainable = p.all;
+  if (lora.rank > 0) {
+    create_lora_adapters(tape, model, lora, p);
   }
   return p;
 }

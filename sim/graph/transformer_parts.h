@@ -45,13 +45,19 @@ struct ModelParams {
   std::vector<LayerParams> layers;
   VarId final_w = kNoVar, final_b = kNoVar, head = kNoVar;
   std::vector<VarId> all;  // model.parameters() order
+  // PEFT LoRA: the adapters by the base weight they wrap; `trainable` is what the optimizer gets
+  // (every parameter without LoRA; the adapters, in module order, with it).
+  LoraAdapters lora;
+  std::vector<VarId> trainable;
 };
 
 // Creates the parameters (in registration order) in the current op; `resident_numel` (optional) says how many
 // elements of a parameter of n elements stay on the device (a data-parallel shard). Throws nothing: names
 // come from ModelConfig::parameter_shapes().
+// `lora` (rank > 0): get_peft_model afterwards: every base parameter frozen, adapters created after them.
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
-                              const std::function<std::int64_t(std::int64_t)>& resident_numel = {});
+                              const std::function<std::int64_t(std::int64_t)>& resident_numel = {},
+                              const LoraOptions& lora = {});
 
 // Non-trainable device tensors the model creates at construction (registered buffers), kept for the run:
 // what the model's code (LayerCode::create_buffers) registers.

@@ -13,6 +13,7 @@
 #include "sim/engine/gpu_table.h"
 #include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
+#include "sim/graph/peft_lora.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/tensor_parallel.h"
 #include "sim/graph/transformer_builder.h"
@@ -113,6 +114,15 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   p.data_parallel = request.options.data_parallel.scheme;
   p.world_size = request.options.data_parallel.world_size;
   p.tensor_parallel = request.tensor_parallel;
+  const ParameterCount count = count_parameters(request.model, request.options.lora);
+  p.lora_rank = request.options.lora.rank;
+  if (p.lora_rank > 0) {
+    p.lora_targets = request.options.lora.all_linear
+                         ? std::vector<std::string>{"all-linear"}
+                         : lora_target_modules(request.options.lora, request.model);
+  }
+  p.trainable_parameters = count.trainable;
+  p.total_parameters = count.total;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.ops = graph.op_count();
@@ -261,6 +271,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));
   }
   o.zero_grad_set_to_none = a.zero_grad == "set-to-none";
+  o.lora.rank = a.lora_rank;
+  o.lora.alpha = a.lora_alpha;
+  o.lora.dropout = a.lora_dropout;
+  if (!a.lora_targets.empty()) {
+    parse_lora_targets(a.lora_targets, o.lora);
+  }
   o.data_parallel = data_parallel;
   return r;
 }

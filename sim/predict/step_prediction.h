@@ -89,6 +89,11 @@ struct Prediction {
   std::string data_parallel = "none";  // the scheme's registry name (data_parallel.h)
   int world_size = 1;                  // of the data-parallel group
   int tensor_parallel = 1;
+  // PEFT LoRA (rank 0: none): the adapted modules and the trainable and total parameter counts.
+  int lora_rank = 0;
+  std::vector<std::string> lora_targets;  // {"all-linear"} for all-linear
+  std::int64_t trainable_parameters = 0;
+  std::int64_t total_parameters = 0;
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string gpu_name;          // "" with --capacity
@@ -152,11 +157,16 @@ struct RequestArgs {
   int steps = 2;
   bool forward_only = false;
   bool inference = false;
-  std::string cublas_workspace_config;  // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
-  std::string module_loading = "lazy";  // --module-loading lazy|eager
-  std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
-  std::string warm = "none";            // --warm none|forward|step
+  std::string cublas_workspace_config;    // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
+  std::string module_loading = "lazy";    // --module-loading lazy|eager
+  std::string cuda_context;               // --cuda-context SIZE ("" = the GPU table's figure)
+  std::string warm = "none";              // --warm none|forward|step
   std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
+  // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
+  int lora_rank = 0;
+  double lora_alpha = 8.0;
+  double lora_dropout = 0.0;
+  std::string lora_targets;
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;

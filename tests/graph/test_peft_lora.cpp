@@ -1,0 +1,129 @@
+// PEFT LoRA (sim/graph/peft_lora.h): lora.Linear.forward's tensors, what autograd saves once the base weight
+// is frozen, and the adapters' parameters, gradients and optimizer states, worked by hand.
+#include <catch2/catch.hpp>
+
+#include "graph_test_util.h"
+#include "sim/core/error.h"
+#include "sim/graph/peft_lora.h"
+#include "sim/graph/torch_ops.h"
+#include "sim/graph/transformer_builder.h"
+
+using namespace vramsim;
+
+namespace {
+
+Bytes persistent_bytes(const OpGraph& g, TensorCategory c) {
+  Bytes total = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.category == c && t.persistent) {
+      total += t.size_bytes;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("lora: one adapted linear allocates and saves what lora.Linear.forward does", "[quick][graph]") {
+  // x (T = 8 tokens, in = 32) -> base (out = 48), r = 4, lora_dropout 0.1, fp32.
+  constexpr std::int64_t T = 8, in = 32, out = 48, r = 4;
+  OpGraph g;
+  EagerTape tape(g);
+  TorchOps ops(tape);
+  tape.begin_op("setup", "setup");
+  const VarId w = tape.parameter("proj.weight", {out, in}, DType::kFloat32);
+  tape.freeze(w);
+  const VarId a = tape.parameter("proj.lora_A.default.weight", {r, in}, DType::kFloat32);
+  const VarId b = tape.parameter("proj.lora_B.default.weight", {out, r}, DType::kFloat32);
+  const VarId x = tape.parameter("hidden", {T, in}, DType::kFloat32);  // a tensor that requires grad
+  const LoraAdapters adapters{{w, LoraAdapter{a, b}}};
+  LoraOptions options;
+  options.rank = static_cast<int>(r);
+  options.dropout = 0.1;
+  ops.set_lora(&adapters, &options, true);
+  const std::size_t first = g.tensors().size();
+  const VarId y = ops.linear("proj", x, w);
+
+  // result = base(x); dropout(x) and its bool mask; lora_A; lora_B; * scaling; result + ...
+  std::vector<Bytes> sizes;
+  for (std::size_t i = first; i < g.tensors().size(); ++i) {
+    sizes.push_back(g.tensors()[i].size_bytes);
+  }
+  CHECK(sizes == std::vector<Bytes>{T * out * 4, T * in * 4, T * in, T * r * 4, T * out * 4, T * out * 4,
+                                    T * out * 4});
+  // Saved for backward: the mask (dropout), the dropped input (lora_A's weight gradient) and lora_A's
+  // output (lora_B's); the frozen base mm saves nothing, lora_B's output and the scaled copy are temporaries.
+  Bytes saved = 0;
+  for (std::size_t i = first; i < g.tensors().size(); ++i) {
+    if (g.tensors()[i].category == TensorCategory::kActivation) {
+      saved += g.tensors()[i].size_bytes;
+    }
+  }
+  CHECK(saved == T * in + T * in * 4 + T * r * 4);
+
+  // Backward: the adapters get gradients, the frozen weight none.
+  const VarId loss = ops.mean_all("loss", y);
+  tape.drop(y);
+  tape.backward(loss);
+  CHECK(tape.grad(w) == kNoTensor);
+  CHECK(tape.grad(a) != kNoTensor);
+  CHECK(tape.grad(b) != kNoTensor);
+}
+
+TEST_CASE("lora: adapters, their gradients and optimizer states on a small Llama", "[quick][graph]") {
+  // tiny_model: d_model 64, 2 layers, 4 heads of 16 (4 key/value heads). PEFT's default targets for llama
+  // are q_proj and v_proj, both 64 -> 64: per module lora_A 4 x 64 + lora_B 64 x 4 = 512 fp32 elements.
+  // 2 layers x 2 modules x 512 x 4 B = 8,192 B of adapters.
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  TrainingOptions o = test::small_options();
+  o.zero_grad_set_to_none = false;  // keep the gradients to count them
+  const OpGraph full = build_training_steps(m, o);
+  o.lora.rank = 4;
+  const OpGraph lora = build_training_steps(m, o);
+  CHECK(persistent_bytes(lora, TensorCategory::kParameter) ==
+        persistent_bytes(full, TensorCategory::kParameter) + 8192);
+  CHECK(persistent_bytes(lora, TensorCategory::kGradient) == 8192);            // the adapters' only
+  CHECK(persistent_bytes(lora, TensorCategory::kOptimizerState) == 2 * 8192);  // AdamW exp_avg, exp_avg_sq
+  test::check_schedule_invariants(lora, build_allocation_schedule(lora));
+
+  // all-linear: q, k, v, o (64 -> 64: 512 each), gate and up (64 -> 172: 4 x 64 + 172 x 4 = 944 each),
+  // down (172 -> 64: 4 x 172 + 64 x 4 = 944): per layer 4 x 512 + 3 x 944 = 4,880 elements; lm_head never.
+  // 2 layers x 4,880 x 4 B = 39,040 B.
+  parse_lora_targets("all-linear", o.lora);
+  const OpGraph all = build_training_steps(m, o);
+  CHECK(persistent_bytes(all, TensorCategory::kGradient) == 39040);
+}
+
+TEST_CASE("lora: targets and options are checked", "[quick][graph]") {
+  LoraOptions l;
+  CHECK_THROWS_AS(parse_lora_targets("q_proj,,v_proj", l), InputError);
+  CHECK_THROWS_AS(parse_lora_targets("q_proj;rm -rf", l), InputError);
+  parse_lora_targets("q_proj,v_proj", l);
+  CHECK(l.targets == std::vector<std::string>{"q_proj", "v_proj"});
+  l.rank = -1;
+  CHECK_THROWS_AS(validate(l), InputError);
+  l.rank = 8;
+  l.dropout = 1.0;
+  CHECK_THROWS_AS(validate(l), InputError);
+  // matching is by module-name suffix, as PEFT's: "q_proj" matches "model.layers.0.self_attn.q_proj"
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  CHECK(is_lora_target("model.layers.0.self_attn.q_proj.weight", {"q_proj"}, false, m));
+  CHECK_FALSE(is_lora_target("model.layers.0.self_attn.qq_proj.weight", {"q_proj"}, false, m));
+  CHECK_FALSE(is_lora_target("lm_head.weight", {}, true, m));
+  // a target that matches nothing is an error, as PEFT's "Target modules ... not found in the base model"
+  TrainingOptions o = test::small_options();
+  o.lora.rank = 4;
+  parse_lora_targets("not_a_module", o.lora);
+  CHECK_THROWS_AS(build_training_steps(m, o), InputError);
+}
+
+TEST_CASE("lora: trainable parameters as PEFT prints them for Llama-2-7B", "[quick][graph]") {
+  // facebookresearch/llama-recipes fine-tuning log of meta-llama/Llama-2-7b-hf with LoraConfig(r=8,
+  // target_modules=["q_proj", "v_proj"]): "trainable params: 4,194,304 || all params: 6,742,609,920 ||
+  // trainable%: 0.06220594176090199". By hand: 32 layers x 2 modules x 8 x (4,096 + 4,096) = 4,194,304.
+  LoraOptions l;
+  l.rank = 8;
+  const ParameterCount c = count_parameters(model_preset("llama-2-7b"), l);
+  CHECK(c.trainable == 4194304);
+  CHECK(c.total == 6742609920);
+}
