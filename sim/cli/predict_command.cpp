@@ -29,7 +29,7 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   auto* cap = cmd->add_option("--capacity", a.capacity,
                               "device memory for the allocator instead of a GPU, e.g. 80GiB (context 0)");
   gpu->excludes(cap);
-  cmd->add_option("--seq", a.seq, "sequence length")->required();
+  cmd->add_option("--seq,--prompt-len", a.seq, "sequence length (with --generate: the prompt's)")->required();
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
   cmd->add_option("--optimizer", a.optimizer,
                   "sgd|sgd-momentum|adam|adamw|adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop")
@@ -66,6 +66,14 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--zero-grad", a.zero_grad,
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
                   "zero_grad(set_to_none=False) / a loop that never zeroes them keeps them allocated")
+      ->capture_default_str();
+  cmd->add_option(
+      "--generate", a.generate,
+      "model.generate() of N new tokens after the prompt (--seq / --prompt-len): a prefill, then "
+      "one forward per token through the KV cache, under no_grad; step t + 1 decodes token t + 1");
+  cmd->add_option("--kv-cache", a.kv_cache,
+                  "dynamic|static: transformers' DynamicCache (grows by torch.cat) or StaticCache "
+                  "(preallocated for prompt + new tokens)")
       ->capture_default_str();
   cmd->add_option("--lora-rank", a.lora_rank,
                   "PEFT LoRA rank r: frozen base weights, trainable adapters (0: full fine-tuning)")
@@ -111,9 +119,15 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   const std::string& asked = a.attention.empty() ? p.attention_asked : a.attention;
   const std::string attention =
       p.attention_kernel == asked ? asked : fmt::format("{} ({})", asked, p.attention_kernel);
-  fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
-             a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
-             a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+  if (a.generate > 0) {
+    fmt::print(
+        "run              batch {}, prompt {}, generate {} tokens ({} KV cache), {}, attention {}, no_grad\n",
+        a.batch, a.seq, a.generate, a.kv_cache, a.precision, attention);
+  } else {
+    fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
+               a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
+               a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+  }
   if (p.lora_rank > 0) {
     fmt::print(
         "lora             r {} on {}: {} trainable of {} parameters ({:.2f} %), base weights frozen (PEFT)\n",

@@ -19,6 +19,42 @@ void line(std::string_view label, std::int64_t v, std::string_view note = "") {
   fmt::print("  {:<22}{:>12}  {:>16} B{}{}\n", label, sb(v), v, note.empty() ? "" : "  ", note);
 }
 
+void print_generation(const Prediction::Generation& g) {
+  fmt::print("\ngeneration       {} new tokens after a {}-token prompt, greedy, {} KV cache\n", g.new_tokens,
+             g.prompt_tokens, g.kv_cache);
+  line("KV cache", g.kv_cache_bytes, "keys and values of every layer after the last token");
+  fmt::print("  prefill (step 1)       allocated {:>12}   reserved {:>12}\n",
+             b(g.prefill.peak_allocated_bytes), b(g.prefill.peak_reserved_bytes));
+  if (g.decode.step > 0) {
+    fmt::print("  {:<23}allocated {:>12}   reserved {:>12}   (the decode step that peaks)\n",
+               fmt::format("decode (step {})", g.decode.step), b(g.decode.peak_allocated_bytes),
+               b(g.decode.peak_reserved_bytes));
+  }
+  if (g.prefill_time_ns > 0) {
+    fmt::print(
+        "  time             prefill {:.2f} ms, decode {:.2f} ms in all: {:.0f} tokens/s (estimate: "
+        "roofline, kernels back to back)\n",
+        static_cast<double>(g.prefill_time_ns) / 1e6, static_cast<double>(g.decode_time_ns) / 1e6,
+        g.decode_tokens_per_s);
+  }
+}
+
+void print_verdict(const Prediction& p) {
+  fmt::print("\nfragmentation    {:.2f} %  (1 - peak active / peak reserved)\n", 100.0 * p.fragmentation);
+  fmt::print("OOMs             {}\n", p.num_ooms);
+  if (p.fits) {
+    fmt::print("verdict          FITS: headroom {} ({:.1f} % of {})\n", b(p.headroom_bytes),
+               p.headroom_percent, b(p.total_bytes));
+  } else {
+    fmt::print("verdict          OOM: at least {} short ({:.1f} % of {}){}\n", b(-p.headroom_bytes),
+               -p.headroom_percent, b(p.total_bytes),
+               p.num_ooms > 0 ? fmt::format("; {} allocations failed (figures after the first one are what "
+                                            "the step would need)",
+                                            p.num_ooms)
+                              : "");
+  }
+}
+
 }  // namespace
 
 nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& text) {
@@ -28,6 +64,23 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   j["tensor_parallel"] = p.tensor_parallel;
   j["trainable_parameters"] = p.trainable_parameters;
   j["total_parameters"] = p.total_parameters;
+  if (p.generation) {
+    const Prediction::Generation& g = *p.generation;
+    const auto peak = [](const StepPeak& s) {
+      return nlohmann::ordered_json{{"step", s.step},
+                                    {"peak_allocated_bytes", s.peak_allocated_bytes},
+                                    {"peak_reserved_bytes", s.peak_reserved_bytes}};
+    };
+    j["generation"] = {{"new_tokens", g.new_tokens},
+                       {"prompt_tokens", g.prompt_tokens},
+                       {"kv_cache", g.kv_cache},
+                       {"kv_cache_bytes", g.kv_cache_bytes},
+                       {"prefill", peak(g.prefill)},
+                       {"decode", peak(g.decode)},
+                       {"prefill_time_ns", g.prefill_time_ns},
+                       {"decode_time_ns", g.decode_time_ns},
+                       {"decode_tokens_per_s", g.decode_tokens_per_s}};
+  }
   if (p.lora_rank > 0) {
     j["lora"] = {{"rank", p.lora_rank}, {"target_modules", p.lora_targets}};
   }
@@ -156,6 +209,11 @@ void print_prediction(const Prediction& p, const ReportText& text) {
     fmt::print("    {:>12}  {:<16} {}\n", b(static_cast<std::int64_t>(t.size_bytes)),
                category_name(t.category), t.name);
   }
+  if (p.generation) {
+    print_generation(*p.generation);
+    print_verdict(p);
+    return;
+  }
   fmt::print("\nphases of step {} ({})\n", p.phases_step, text.phases_note);
   auto ph = [](std::string_view label, const std::optional<std::int64_t>& v) {
     if (v) {
@@ -184,19 +242,7 @@ void print_prediction(const Prediction& p, const ReportText& text) {
     fmt::print("  throughput  {:.0f} tokens/s (step {}, {} tokens)\n", p.timing->tokens_per_s,
                p.timing->steps.back().step, p.timing->tokens_per_step);
   }
-  fmt::print("\nfragmentation    {:.2f} %  (1 - peak active / peak reserved)\n", 100.0 * p.fragmentation);
-  fmt::print("OOMs             {}\n", p.num_ooms);
-  if (p.fits) {
-    fmt::print("verdict          FITS: headroom {} ({:.1f} % of {})\n", b(p.headroom_bytes),
-               p.headroom_percent, b(p.total_bytes));
-  } else {
-    fmt::print("verdict          OOM: at least {} short ({:.1f} % of {}){}\n", b(-p.headroom_bytes),
-               -p.headroom_percent, b(p.total_bytes),
-               p.num_ooms > 0 ? fmt::format("; {} allocations failed (figures after the first one are what "
-                                            "the step would need)",
-                                            p.num_ooms)
-                              : "");
-  }
+  print_verdict(p);
 }
 
 }  // namespace vramsim::cli

@@ -98,6 +98,9 @@ class OpGraph {
   Tensor& tensor(TensorId id) { return m_tensors[id]; }
   const OpAdjacency& adjacency() const { return m_graph; }
 
+  // model.generate() (hf_generate.h): the KV cache's bytes when the last token was generated (0 otherwise).
+  Bytes kv_cache_bytes = 0;
+
  private:
   OpAdjacency m_graph;
   std::vector<Tensor> m_tensors;

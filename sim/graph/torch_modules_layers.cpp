@@ -19,6 +19,7 @@
 // (16 bytes per token per layer), the scaled and masked scores feed an unfused softmax, and autocast keeps
 // fp32 softmax outputs. megatron_accounting=true builds the layer with Megatron's fused kernels as the paper
 // counts them: LayerNorm keeps only its input, one scale-mask-softmax kernel keeps only its output.
+#include "sim/graph/hf_kv_cache.h"
 #include "sim/graph/layer_code.h"
 
 namespace vramsim {
@@ -178,9 +179,12 @@ VarId sdpa_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     }
     return ops.contiguous(name, x);
   };
-  const VarId qc = contiguous(n + ".q_contiguous", q, false);
-  const VarId kc = contiguous(n + ".k_contiguous", kr, repeated);
-  const VarId vc = contiguous(n + ".v_contiguous", vr, repeated);
+  // A single query position's transposed view is contiguous; the cache's concatenated or static states are.
+  const bool single_query = t.shape(q)[2] == 1;
+  const bool cached = c.kv_cache != nullptr && c.kv_cache->returns_contiguous();
+  const VarId qc = contiguous(n + ".q_contiguous", q, single_query);
+  const VarId kc = contiguous(n + ".k_contiguous", kr, repeated || cached);
+  const VarId vc = contiguous(n + ".v_contiguous", vr, repeated || cached);
   t.drop({kr, vr});
   const double p = c.options.inference       ? 0.0
                    : c.options.dropout > 0.0 ? c.options.dropout
@@ -247,7 +251,10 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     t.drop({xc, yc, xa, ya});
     return r;
   };
-  const VarId scores = autocast_matmul(n + ".scores", q, true, kr, mha, {b, h, s, s});  // query @ key^T
+  const std::int64_t kl = t.shape(k)[2];  // s, or the cache's key length
+  const bool cached = c.kv_cache != nullptr && c.kv_cache->returns_contiguous();
+  const VarId scores =
+      autocast_matmul(n + ".scores", q, s > 1, kr, mha && !cached, {b, h, s, kl});  // query @ key^T
   VarId probs;
   if (megatron(c)) {  // one fused scale-mask-softmax kernel, output in the activation dtype
     probs = ops.softmax_last(n + ".scale_mask_softmax", scores, t.dtype(scores));
@@ -274,8 +281,8 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
     t.drop({p32, masked});
   }
   probs = maybe_dropout(c, n + ".attn_dropout", probs, DropoutSite::kAttention);
-  const VarId out =
-      autocast_matmul(n + ".attn_v", probs, false, vr, mha, {b, h, s, hd});  // attn_weights @ value
+  const VarId out = autocast_matmul(n + ".attn_v", probs, false, vr, mha && !cached,
+                                    {b, h, s, hd});  // attn_weights @ value
   if (locals != nullptr) {
     *locals = {kr, vr, probs};
   } else {
@@ -317,6 +324,9 @@ VarId attention(EmitContext& c, int layer, VarId x) {
     t.drop({q, k});
     q = qr;
     k = kr;
+  }
+  if (c.kv_cache != nullptr) {  // key_states, value_states = past_key_values.update(...)
+    std::tie(k, v) = c.kv_cache->update(c, layer, k, v);
   }
   const VarId mask = c.model.family == ModelFamily::kGpt2 ? c.buffers.causal_mask : c.additive_mask;
   VarId core;
@@ -433,6 +443,34 @@ VarId hf_gated_mlp(EmitContext& c, const std::string& n, VarId x, const LayerPar
 
 namespace {
 
+// The same under generate(), which passes the (b, past + s) attention_mask: target_length is the mask's
+// length (the static cache's max_cache_len), and the 2D mask is merged in: causal_mask.clone() of the
+// expanded (b, 1, s, target) view, padding_mask = causal_mask + attention_mask[:, None, None, :], the
+// (padding_mask == 0) bools, and masked_fill's result copied back in place. Returns the (b, 1, s, key length)
+// slice.
+VarId generation_causal_mask(EmitContext& c, DType dtype) {
+  EagerTape& t = c.ops.tape();
+  const std::int64_t b = c.options.batch, s = c.options.seq;
+  const std::int64_t target = c.kv_cache->key_length(s);
+  VarId full = t.constant("causal_mask.full", "full", {s, target}, dtype);
+  if (!c.model.mistral_mask) {
+    const VarId upper = t.constant("causal_mask.triu", "triu", {s, target}, dtype);
+    t.drop(full);
+    full = upper;
+  }
+  const VarId positions = t.constant("causal_mask.arange", "arange", {target}, DType::kInt64);
+  const VarId later = t.constant("causal_mask.gt", "gt", {s, target}, DType::kBool);
+  t.drop({positions, later});
+  const Shape batched{b, 1, s, target};
+  const VarId cloned = t.constant("causal_mask.clone", "clone", batched, dtype);
+  t.drop(full);
+  const VarId padding = t.constant("causal_mask.padding_mask", "add", batched, dtype);
+  const VarId is_zero = t.constant("causal_mask.padding_mask_eq", "eq", batched, DType::kBool);
+  const VarId filled = t.constant("causal_mask.masked_fill", "masked_fill", batched, dtype);
+  t.drop({padding, is_zero, filled});
+  return cloned;
+}
+
 // _update_causal_mask / _prepare_4d_causal_attention_mask_with_cache_position, training without padding or
 // cache: a (s, target) mask in the embeddings' dtype -- torch.full(min), torch.triu (the Llama template; the
 // Mistral one skips it), then `causal_mask *= torch.arange(target) > cache_position.reshape(-1, 1)` in place
@@ -441,6 +479,9 @@ namespace {
 VarId causal_mask(EmitContext& c, DType dtype) {
   EagerTape& t = c.ops.tape();
   const std::int64_t s = c.options.seq;
+  if (c.kv_cache != nullptr) {
+    return generation_causal_mask(c, dtype);
+  }
   const std::int64_t target = c.model.always_builds_mask ? s : s + 1;
   VarId full = t.constant("causal_mask.full", "full", {s, target}, dtype);
   if (!c.model.mistral_mask) {
@@ -526,8 +567,9 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   // embeddings' dtype, the rotary cos / sin of (1, s, head_dim) in that dtype for every layer, then Gemma's
   // hidden_states * normalizer (a 0-dim CPU tensor: no device memory besides the product).
   const DType dtype = t.dtype(tok);
+  const bool cache_mask = c.kv_cache != nullptr && c.kv_cache->needs_mask();
   if (c.attention == AttentionKind::kEager ||
-      (c.model.always_builds_mask && c.attention != AttentionKind::kFlashAttention2)) {
+      ((c.model.always_builds_mask || cache_mask) && c.attention != AttentionKind::kFlashAttention2)) {
     c.additive_mask = causal_mask(c, dtype);
     c.forward_locals.push_back(c.additive_mask);
   }
@@ -583,8 +625,13 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
   const bool gpt2 = c.model.family == ModelFamily::kGpt2;
   const VarId h = norm(c, gpt2 ? "transformer.ln_f" : "model.norm", x, c.params.final_w, c.params.final_b);
   c.ops.tape().drop(x);  // hidden_states = self.norm(hidden_states) rebinds it before lm_head runs
-  const VarId logits = c.ops.linear("lm_head", h, c.params.head);
-  c.ops.tape().drop(h);
+  VarId head_in = h;
+  if (c.kv_cache != nullptr) {  // generate's logits_to_keep=1: hidden_states[:, -1:, :]
+    head_in = c.ops.tape().view(h, {c.options.batch, 1, c.model.d_model}, "hidden_states[:, -1:, :]");
+    c.ops.tape().drop(h);
+  }
+  const VarId logits = c.ops.linear("lm_head", head_in, c.params.head);
+  c.ops.tape().drop(head_in);
   if (c.model.final_logit_softcapping > 0.0) {  // Gemma2ForCausalLM: logits / cap; tanh; * cap
     const VarId capped = softcap(c, "final_logit_softcapping", logits);
     c.ops.tape().drop(logits);

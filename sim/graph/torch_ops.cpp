@@ -39,8 +39,9 @@ VarId TorchOps::autocast_low(const std::string& name, VarId x) {
     return x;
   }
   // autocast caches casts of fp32 leaves that require grad (the parameters), under no_grad too: its test
-  // (autocast_mode.cpp, cached_cast) does not look at the grad mode.
-  const bool cacheable = m_tape.is_parameter(x);
+  // (autocast_mode.cpp, cached_cast) does not look at the grad mode. A frozen weight (LoRA's base) is cast
+  // afresh at every use.
+  const bool cacheable = m_tape.is_parameter(x) && m_tape.requires_grad(x);
   if (cacheable) {
     if (auto it = m_cast_cache.find(x); it != m_cast_cache.end()) {
       m_tape.hold(it->second);
@@ -346,6 +347,18 @@ VarId TorchOps::cat_last(const std::string& name, VarId a, VarId b) {
   c.inputs = {a, b};
   Shape out = m_tape.shape(a);
   out.back() += m_tape.shape(b).back();
+  c.outputs = {OutputSpec{"", out, promote(m_tape.dtype(a), m_tape.dtype(b))}};
+  c.backward.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kPassThrough}};  // narrow() views
+  return m_tape.op1(c);
+}
+
+VarId TorchOps::cat_dim(const std::string& name, VarId a, VarId b, std::size_t dim) {
+  OpCall c;
+  c.name = name;
+  c.kind = "cat";
+  c.inputs = {a, b};
+  Shape out = m_tape.shape(a);
+  out.at(dim) += m_tape.shape(b).at(dim);
   c.outputs = {OutputSpec{"", out, promote(m_tape.dtype(a), m_tape.dtype(b))}};
   c.backward.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kPassThrough}};  // narrow() views
   return m_tape.op1(c);

@@ -87,6 +87,7 @@ class TorchOps {
   VarId to(const std::string& name, VarId a, DType dtype);  // same dtype: returns `a` with one more reference
   VarId contiguous(const std::string& name, VarId a);       // a copy (clone)
   VarId cat_last(const std::string& name, VarId a, VarId b);
+  VarId cat_dim(const std::string& name, VarId a, VarId b, std::size_t dim);  // torch.cat([a, b], dim)
 
   // ---- reductions over the last dimension, keepdim=True
   VarId mean_last(const std::string& name, VarId a);

@@ -117,7 +117,8 @@ VarId TorchOps::fused_attention(const std::string& name, const char* kind, VarId
                         GradRule{Kind::kNone}};
   }
   c.backward.temp_bytes = std::move(backward_temps);
-  c.flops = 4.0 * numel_d(qs) * static_cast<double>(qs[2]) / 2.0;  // causal
+  const std::int64_t kl = m_tape.shape(k)[2];
+  c.flops = 4.0 * numel_d(qs) * static_cast<double>(kl) / (qs[2] == kl ? 2.0 : 1.0);  // causal when square
   const std::vector<VarId> out = m_tape.op(c);
   m_tape.drop(out[1]);  // the logsumexp is only referenced by the backward node
   m_tape.drop({qa, ka, va});
@@ -166,23 +167,30 @@ VarId TorchOps::sdpa_math(const std::string& name, VarId q, VarId k, VarId v, do
   m_autocast = std::nullopt;
   const Shape& qs = m_tape.shape(q);  // b, h, s, d
   const std::int64_t s = qs[2];
-  // attn_mask = ones({L, S}, kBool).tril(); convert_boolean_attn_mask: where(logical_not(mask), -inf, 0)
-  const VarId ones = m_tape.constant(name + ".mask_ones", "ones", {s, s}, DType::kBool);
-  const VarId tril = m_tape.constant(name + ".mask_tril", "tril", {s, s}, DType::kBool);
-  m_tape.drop(ones);
-  const VarId negated = m_tape.constant(name + ".mask_not", "logical_not", {s, s}, DType::kBool);
-  const VarId mask = m_tape.constant(name + ".mask", "where", {s, s}, m_tape.dtype(qa));
-  m_tape.drop({negated, tril});
+  const std::int64_t kl = m_tape.shape(k)[2];  // s, or a KV cache's length (one query: is_causal=False)
+  const bool causal = s > 1;
+  VarId mask = kNoVar;
+  if (causal) {
+    // attn_mask = ones({L, S}, kBool).tril(); convert_boolean_attn_mask: where(logical_not(mask), -inf, 0)
+    const VarId ones = m_tape.constant(name + ".mask_ones", "ones", {s, kl}, DType::kBool);
+    const VarId tril = m_tape.constant(name + ".mask_tril", "tril", {s, kl}, DType::kBool);
+    m_tape.drop(ones);
+    const VarId negated = m_tape.constant(name + ".mask_not", "logical_not", {s, kl}, DType::kBool);
+    mask = m_tape.constant(name + ".mask", "where", {s, kl}, m_tape.dtype(qa));
+    m_tape.drop({negated, tril});
+  }
   const VarId qscaled = scale(name + ".q_scaled", qa);  // query * sqrt(scale)
   const VarId kscaled = scale(name + ".k_scaled", ka);  // key.transpose(-2, -1) * sqrt(scale)
-  const VarId kt = m_tape.view(kscaled, {qs[0], qs[1], qs[3], s}, name + ".k_t");
-  const VarId scores = matmul(name + ".scores", qscaled, kt, {qs[0], qs[1], s, s});
+  const VarId kt = m_tape.view(kscaled, {qs[0], qs[1], qs[3], kl}, name + ".k_t");
+  const VarId scores = matmul(name + ".scores", qscaled, kt, {qs[0], qs[1], s, kl});
   m_tape.drop({kt, kscaled, qscaled});
-  BackwardRule through;
-  through.grads = {GradRule{GradRule::Kind::kPassThrough}, GradRule{GradRule::Kind::kNone}};
-  const VarId masked =
-      m_tape.inplace(name + ".add_mask", "add_", scores, {mask}, through);  // attn.add_(mask)
-  m_tape.drop({scores, mask});
+  VarId masked = scores;
+  if (causal) {
+    BackwardRule through;
+    through.grads = {GradRule{GradRule::Kind::kPassThrough}, GradRule{GradRule::Kind::kNone}};
+    masked = m_tape.inplace(name + ".add_mask", "add_", scores, {mask}, through);  // attn.add_(mask)
+    m_tape.drop({scores, mask});
+  }
   VarId probs = softmax_last(name + ".softmax", masked);
   m_tape.drop(masked);
   if (dropout_p > 0.0) {

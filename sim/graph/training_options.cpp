@@ -97,6 +97,13 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
 
 void validate(const TrainingOptions& o) {
   validate(o.lora);
+  if (o.generate_tokens < 0 || o.generate_tokens > 1'000'000) {
+    throw InputError(
+        fmt::format("--generate: {} new tokens is out of range (1..1000000)", o.generate_tokens));
+  }
+  if (o.generate_tokens > 0 && o.kv_cache != "dynamic" && o.kv_cache != "static") {
+    throw InputError(fmt::format("--kv-cache: unknown cache '{}' (known: dynamic, static)", o.kv_cache));
+  }
   if (o.lora.rank > 0 && (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none")) {
     throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");
   }

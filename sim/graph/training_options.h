@@ -118,6 +118,10 @@ struct TrainingOptions {
   WarmProcess warm = WarmProcess::kNone;
   DataParallelOptions data_parallel;
   LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
+  // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache
+  // ("dynamic" or "static"); implies inference.
+  int generate_tokens = 0;
+  std::string kv_cache = "dynamic";
 };
 
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).

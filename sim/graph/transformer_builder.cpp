@@ -8,6 +8,7 @@
 
 #include "sim/core/error.h"
 #include "sim/graph/data_parallel.h"
+#include "sim/graph/hf_generate.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/optimizer.h"
 #include "sim/graph/transformer_parts.h"
@@ -126,6 +127,10 @@ AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& 
 }
 
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
+  if (options.generate_tokens > 0) {
+    check_model(model, options);
+    return build_generation(model, options);
+  }
   validate(options);
   check_model(model, options);
   OpGraph graph;
@@ -187,7 +192,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       tape.set_phase(Phase::kForward);
       ops.set_autocast(low);
       const std::size_t graph_begin = tape.node_count();
-      EmitContext ctx{ops, model, options, params, buffers, {}, kNoVar, kNoVar, kNoVar, attention, &code};
+      EmitContext ctx{ops,    model,  options, params,    buffers, {},
+                      kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
       tape.set_grad_enabled(!options.inference);  // `with torch.no_grad():` around the forward
       const VarId logits = forward(ctx, tape, ids, *dp, units);
       tape.set_grad_enabled(true);

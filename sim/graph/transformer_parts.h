@@ -19,6 +19,7 @@
 namespace vramsim {
 
 class LayerCode;  // layer_code.h
+class KvCache;    // hf_kv_cache.h
 
 // A decoder layer's parameters by role; kNoVar where the architecture has none.
 struct LayerParams {
@@ -80,6 +81,10 @@ struct EmitContext {
   AttentionKind attention = AttentionKind::kEager;
   // The model's code (layer_code(model.code)), looked up once per step rather than at every layer.
   const LayerCode* code = nullptr;
+  // model.generate(): the KV cache this forward updates (nullptr: no cache). options.seq is then the new
+  // tokens' count, the key length is the cache's, and only the last position's logits are computed
+  // (generate passes logits_to_keep=1).
+  KvCache* kv_cache = nullptr;
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);

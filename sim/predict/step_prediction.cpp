@@ -25,6 +25,33 @@
 namespace vramsim {
 namespace {
 
+// Prefill (step 1) and decode (steps 2..) of a generate() run, from the per-step peaks and times.
+Prediction::Generation summarize_generation(const TrainingOptions& o, const OpGraph& graph,
+                                            const Prediction& p) {
+  Prediction::Generation g;
+  g.new_tokens = o.generate_tokens;
+  g.prompt_tokens = o.seq;
+  g.kv_cache = o.kv_cache;
+  g.kv_cache_bytes = static_cast<std::int64_t>(graph.kv_cache_bytes);
+  for (const StepPeak& s : p.steps) {
+    if (s.step == 1) {
+      g.prefill = s;
+    } else if (s.peak_allocated_bytes > g.decode.peak_allocated_bytes) {
+      g.decode = s;
+    }
+  }
+  if (p.timing) {
+    for (const StepTiming& t : p.timing->steps) {
+      (t.step == 1 ? g.prefill_time_ns : g.decode_time_ns) += t.time_ns;
+    }
+    if (g.decode_time_ns > 0) {
+      g.decode_tokens_per_s = static_cast<double>(o.batch) * (o.generate_tokens - 1) * 1e9 /
+                              static_cast<double>(g.decode_time_ns);
+    }
+  }
+  return g;
+}
+
 std::vector<bool> live_tensors(const OpGraph& graph, const AllocationSchedule& schedule, std::size_t count) {
   std::vector<bool> live(graph.tensors().size(), false);
   for (std::size_t i = 0; i < std::min(count, schedule.events.size()); ++i) {
@@ -139,6 +166,9 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
           static_cast<double>(t.tokens_per_step) * 1e9 / static_cast<double>(t.steps.back().time_ns);
     }
     p.timing = std::move(t);
+  }
+  if (request.options.generate_tokens > 0) {
+    p.generation = summarize_generation(request.options, graph, p);
   }
   if (trace_out != nullptr) {
     *trace_out = std::move(snapshot);
@@ -271,6 +301,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));
   }
   o.zero_grad_set_to_none = a.zero_grad == "set-to-none";
+  o.generate_tokens = a.generate;
+  o.kv_cache = a.kv_cache;
+  if (a.generate > 0) {
+    o.inference = true;
+    o.steps = a.generate;
+  }
   o.lora.rank = a.lora_rank;
   o.lora.alpha = a.lora_alpha;
   o.lora.dropout = a.lora_dropout;

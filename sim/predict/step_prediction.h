@@ -129,6 +129,19 @@ struct Prediction {
   std::vector<StepPeak> steps;
 
   std::optional<TimingEstimate> timing;  // absent with --capacity (no GPU to time on)
+  // model.generate() (--generate): step 1 is the prefill, steps 2.. decode one token each.
+  struct Generation {
+    int new_tokens = 0;
+    std::int64_t prompt_tokens = 0;
+    std::string kv_cache;              // "dynamic" | "static"
+    std::int64_t kv_cache_bytes = 0;   // when the last token was generated
+    StepPeak prefill;                  // step 1
+    StepPeak decode;                   // the decode step with the highest allocated peak (step 0: none)
+    std::int64_t prefill_time_ns = 0;  // roofline estimates; 0 without a GPU
+    std::int64_t decode_time_ns = 0;   // all decode steps
+    double decode_tokens_per_s = 0.0;  // batch x decode steps / decode time
+  };
+  std::optional<Generation> generation;
 
   bool fits = false;
   // total - context - peak reserved; after an OOM, total - context - the larger of peak reserved and the
@@ -163,6 +176,8 @@ struct RequestArgs {
   std::string warm = "none";              // --warm none|forward|step
   std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
+  int generate = 0;                  // --generate N: model.generate() of N new tokens (0: no generation)
+  std::string kv_cache = "dynamic";  // --kv-cache dynamic|static
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;
