@@ -95,20 +95,33 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
 }  // namespace
 
 void validate(const TrainingOptions& o) {
-  if (o.batch <= 0) {
-    throw InputError(fmt::format("--batch: must be positive, got {}", o.batch));
+  if (o.batch <= 0 || o.batch > kMaxBatch) {
+    throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));
   }
-  if (o.seq <= 0) {
-    throw InputError(fmt::format("--seq: must be positive, got {}", o.seq));
+  if (o.seq <= 0 || o.seq > kMaxSeq) {
+    throw InputError(fmt::format("--seq: must be in 1..{}, got {}", kMaxSeq, o.seq));
+  }
+  if (o.batch > kMaxTokens / o.seq) {
+    throw InputError(
+        fmt::format("--batch x --seq: {} x {} tokens per micro-batch is more than the {} vramsim "
+                    "models",
+                    o.batch, o.seq, kMaxTokens));
   }
   if (!(o.dropout >= 0.0 && o.dropout < 1.0)) {
     throw InputError(fmt::format("--dropout: must be in [0, 1), got {}", o.dropout));
   }
-  if (o.grad_accumulation <= 0) {
-    throw InputError(fmt::format("--grad-accumulation: must be positive, got {}", o.grad_accumulation));
+  if (o.grad_accumulation <= 0 || o.grad_accumulation > kMaxPasses) {
+    throw InputError(
+        fmt::format("--grad-accumulation: must be in 1..{}, got {}", kMaxPasses, o.grad_accumulation));
   }
-  if (o.steps <= 0) {
-    throw InputError(fmt::format("--steps: must be positive, got {}", o.steps));
+  if (o.steps <= 0 || o.steps > kMaxPasses) {
+    throw InputError(fmt::format("--steps: must be in 1..{}, got {}", kMaxPasses, o.steps));
+  }
+  if (o.grad_accumulation > kMaxPasses / o.steps) {
+    throw InputError(
+        fmt::format("--steps x --grad-accumulation: {} x {} micro-batches is more than the {} "
+                    "vramsim simulates",
+                    o.steps, o.grad_accumulation, kMaxPasses));
   }
 }
 
