@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/checked.h"
 #include "sim/core/error.h"
 
 namespace vramsim {
@@ -41,7 +42,12 @@ Bytes peak_live_bytes(const RequestSequence& sequence) {
   Bytes peak = 0;
   for (const RequestOp& op : sequence.ops()) {
     if (op.kind == RequestOp::Kind::kAlloc) {
-      live += op.size_bytes;
+      const std::optional<Bytes> sum = checked_add(live, op.size_bytes);
+      if (!sum) {
+        throw InputError(
+            "request sequence: the live bytes exceed 2^64: lower --batch, --seq or the model's size");
+      }
+      live = *sum;
       peak = std::max(peak, live);
     } else {
       live -= sequence.alloc_op(op.alloc_id).size_bytes;

@@ -25,6 +25,13 @@ void set_trace_script_args(std::vector<std::string> args);
 // there.
 void check_trace_options(const std::vector<std::string>& args);
 
+// `j` as the --json output prints it. Text that is not valid UTF-8 (a file path with byte 0xFF) comes out as
+// U+FFFD rather than making dump() throw: the output is always valid JSON.
+template <typename Json>
+std::string json_text(const Json& j) {
+  return j.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
 // The model, device and training flags of predict, fit, compare and sweep (predict_command.cpp). `alloc_conf`
 // receives --alloc-conf; copy it into `a` when the option was given.
 void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);

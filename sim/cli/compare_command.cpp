@@ -117,7 +117,7 @@ int run_compare(CompareArgs& args) {
       rows.push_back(row_json(r));
     }
     j["policies"] = rows;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", json_text(j));
     return 0;
   }
   fmt::print("requests     {} ({} allocations) from {}\n", sequence.ops().size(), sequence.alloc_count(),

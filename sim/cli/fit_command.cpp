@@ -63,7 +63,7 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
                             {"fits", t.fits}});
         }
         j["trials"] = trials;
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", json_text(j));
         return 0;
       }
       const DataParallelOptions& dp = request.options.data_parallel;

@@ -11,7 +11,10 @@
 #include "sim/cli/commands.h"
 #include "sim/core/error.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+// Parses the command line and runs the chosen subcommand; main() turns whatever it throws into one line.
+int dispatch(int argc, char** argv) {
   CLI::App app{
       "vramsim: a faithful model of PyTorch's CUDA caching allocator, for replaying memory snapshots "
       "and predicting GPU memory use"};
@@ -35,12 +38,7 @@ int main(int argc, char** argv) {
         break;
       }
     }
-    try {
-      vramsim::cli::check_trace_options(std::vector<std::string>(argv + 2, argv + parsed_argc));
-    } catch (const vramsim::InputError& e) {
-      fmt::print(stderr, "vramsim: error: {}\n", e.what());
-      return 2;
-    }
+    vramsim::cli::check_trace_options(std::vector<std::string>(argv + 2, argv + parsed_argc));
   }
   try {
     app.parse(parsed_argc, argv);
@@ -52,14 +50,42 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "vramsim: error: {} (see vramsim --help)\n", e.what());
     return 2;
   }
-  try {
-    return run();
-  } catch (const vramsim::InputError& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "vramsim: error: {}\n", e.what());
-    return 2;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "vramsim: error: out of host memory\n");
-    return 2;
+  return run();
+}
+
+// One line on stderr, whatever the message holds: a library's what() may carry newlines or control bytes
+// from a bad input; they are shown as \n and \xNN so that the error stays one line.
+void print_error(std::string_view message) {
+  std::string line;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == '\n' || byte == '\r') {
+      line += "\\n";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      line += fmt::format("\\x{:02X}", byte);
+    } else {
+      line += c;
+    }
   }
+  std::fflush(stdout);
+  fmt::print(stderr, "vramsim: error: {}\n", line);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every failure ends here as one line and exit status 2: bad input (InputError), host memory, and anything
+  // else a library throws (nlohmann, CLI11, the standard library) -- never an uncaught exception's abort.
+  try {
+    return dispatch(argc, argv);
+  } catch (const vramsim::InputError& e) {
+    print_error(e.what());
+  } catch (const std::bad_alloc&) {
+    print_error("out of host memory");
+  } catch (const std::exception& e) {
+    print_error(e.what());
+  } catch (...) {
+    print_error("unknown exception");
+  }
+  return 2;
 }

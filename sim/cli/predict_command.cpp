@@ -172,7 +172,7 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       Snapshot trace;
       const Prediction p = predict(request, args.trace_out.empty() ? nullptr : &trace);
       if (args.json) {
-        fmt::print("{}\n", prediction_json(p, kPredictText).dump(2));
+        fmt::print("{}\n", json_text(prediction_json(p, kPredictText)));
       } else {
         print_run(p, args.request);
         print_prediction(p, kPredictText);

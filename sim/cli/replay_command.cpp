@@ -224,7 +224,7 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
           }
           j["memory_stats"] = stats;
         }
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", json_text(j));
       } else {
         print_text(r, args, identical);
         if (args.stats) {

@@ -135,7 +135,7 @@ int run_sweep(SweepArgs& args) {
                       {"num_device_free", r.num_device_free}});
     }
     j["policies"] = rows;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", json_text(j));
     return 0;
   }
   fmt::print("model        {}, batch {}, seq {}, {} steps (seed {}; {} distinct shapes, {} requests)\n",

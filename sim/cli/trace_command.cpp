@@ -189,7 +189,7 @@ int run_trace(const TraceArgs& a) {
     nlohmann::ordered_json j = prediction_json(p, kTraceText);
     j["script"] = run.label;
     j["tracer"] = run.info;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", json_text(j));
   } else {
     print_header(run, p);
     print_prediction(p, kTraceText);

@@ -38,7 +38,13 @@ double Roofline::memory_time_s(const OpWork& work) const {
 
 TimeNs Roofline::duration_ns(const OpWork& work) const {
   const double seconds = std::max(compute_time_s(work), memory_time_s(work));
-  SIM_ASSERT(std::isfinite(seconds) && seconds < 1e9);  // ~30 years: a unit error, not a kernel
+  // Input, not a bug: --batch and --seq in range can still ask for a kernel of 10^20 FLOPs.
+  if (!(std::isfinite(seconds) && seconds < 1e9)) {
+    throw InputError(
+        fmt::format("{}: an op would run for {:.3g} s, more than the 1e9 s (~30 years) the time "
+                    "axis models: lower --batch or --seq",
+                    m_gpu->name, seconds));
+  }
   const auto body_ns = static_cast<TimeNs>(std::ceil(seconds * 1e9));
   return body_ns + (m_config.include_launch_overhead ? m_gpu->launch_overhead_ns : 0);
 }

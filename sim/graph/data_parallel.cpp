@@ -90,7 +90,7 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
       tape.use(shard);  // shard += the reduced gradient
     } else {
       const Bytes bytes =
-          static_cast<Bytes>(shard_numel(numel(tape.shape(p)), m_world)) * dtype_size_bytes(tape.dtype(p));
+          storage_bytes(shard_numel(numel(tape.shape(p)), m_world), tape.dtype(p), tape.shape(p));
       shard = tape.allocate(tape.name(p) + ".grad_shard", bytes, tape.dtype(p), TensorCategory::kGradient);
     }
     tape.release(full);

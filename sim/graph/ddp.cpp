@@ -44,7 +44,7 @@ class Ddp final : public DataParallelScheme {
     };
     for (VarId p : order) {
       dtype = tape.dtype(p);
-      bucket += static_cast<Bytes>(numel(tape.shape(p))) * dtype_size_bytes(dtype);
+      bucket += tensor_bytes(tape.shape(p), dtype);
       if (bucket >= limit) {
         close();
         limit = m_options.ddp_bucket_cap_bytes;
@@ -67,7 +67,7 @@ class Ddp final : public DataParallelScheme {
       chunk = 0;
     };
     for (VarId p : params) {
-      const Bytes bytes = static_cast<Bytes>(numel(tape.shape(p))) * dtype_size_bytes(tape.dtype(p));
+      const Bytes bytes = tensor_bytes(tape.shape(p), tape.dtype(p));
       if (chunk > 0 && chunk + bytes > kBroadcastBucketBytes) {
         flush();
       }

@@ -2,17 +2,45 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "sim/core/assert.h"
+#include "sim/core/checked.h"
+#include "sim/core/error.h"
 
 namespace vramsim {
 
+namespace {
+
+[[noreturn]] void too_large(const Shape& shape, std::string_view what) {
+  throw InputError(fmt::format("a tensor of shape [{}] {}: lower --batch, --seq or the model's dimensions",
+                               fmt::join(shape, ", "), what));
+}
+
+}  // namespace
+
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (std::int64_t d : shape) {
-    n *= d;
+  for (const std::int64_t d : shape) {
+    const std::optional<std::int64_t> product = checked_mul(n, d);
+    if (!product) {
+      too_large(shape, "has more elements than fit in 64 bits");
+    }
+    n = *product;
   }
   return n;
 }
+
+Bytes storage_bytes(std::int64_t elements, DType dtype, const Shape& shape) {
+  const std::optional<Bytes> bytes = checked_mul(static_cast<Bytes>(elements), dtype_size_bytes(dtype));
+  if (elements < 0 || !bytes || *bytes > kMaxTensorBytes) {
+    too_large(shape, "would take more than 2^50 bytes (1 PiB), the most vramsim models");
+  }
+  return *bytes;
+}
+
+Bytes tensor_bytes(const Shape& shape, DType dtype) { return storage_bytes(numel(shape), dtype, shape); }
 
 namespace {
 
@@ -151,8 +179,7 @@ VarId EagerTape::new_var(TensorId storage, Shape shape, DType dtype, std::string
 VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dtype,
                            std::int64_t resident_numel) {
   const std::int64_t n = resident_numel >= 0 ? resident_numel : numel(shape);
-  const TensorId s =
-      allocate(name, static_cast<Bytes>(n) * dtype_size_bytes(dtype), dtype, TensorCategory::kParameter);
+  const TensorId s = allocate(name, storage_bytes(n, dtype, shape), dtype, TensorCategory::kParameter);
   const VarId v = new_var(s, shape, dtype, name);
   m_vars[v].requires_grad = true;
   m_vars[v].is_parameter = true;
@@ -160,15 +187,13 @@ VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dt
 }
 
 VarId EagerTape::input(const std::string& name, const Shape& shape, DType dtype) {
-  const TensorId s = allocate(name, static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype), dtype,
-                              TensorCategory::kInput);
+  const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kInput);
   return new_var(s, shape, dtype, name);
 }
 
 VarId EagerTape::constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
   begin_op(name, kind);
-  const TensorId s = allocate(name, static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype), dtype,
-                              TensorCategory::kTemporary);
+  const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
   return new_var(s, shape, dtype, name);
 }
 
@@ -250,8 +275,7 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
   std::vector<VarId> outs;
   for (const OutputSpec& o : c.outputs) {
     const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
-    const TensorId s = allocate(name, static_cast<Bytes>(numel(o.shape)) * dtype_size_bytes(o.dtype), o.dtype,
-                                TensorCategory::kTemporary);
+    const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
     outs.push_back(new_var(s, o.shape, o.dtype, name));
   }
   std::vector<TensorId> scratch;
@@ -290,8 +314,7 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
 
 VarId EagerTape::new_grad(VarId like, const std::string& name) {
   const Var& v = m_vars[like];
-  const TensorId s = new_storage(name, static_cast<Bytes>(numel(v.shape)) * dtype_size_bytes(v.dtype),
-                                 v.dtype, TensorCategory::kTemporary);
+  const TensorId s = new_storage(name, tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
   return new_var(s, v.shape, v.dtype, name);
 }
 
@@ -336,7 +359,7 @@ void EagerTape::accumulate_grad(VarId param, VarId g) {
   use(gv.storage);
   if (p.grad == kNoTensor) {
     const Tensor& gt = m_graph.tensor(gv.storage);
-    const Bytes want = static_cast<Bytes>(numel(p.shape)) * dtype_size_bytes(p.dtype);
+    const Bytes want = tensor_bytes(p.shape, p.dtype);
     if (m_refs[gv.storage] == 0 && gv.dtype == p.dtype && gt.size_bytes == want) {
       p.grad = gv.storage;  // AccumulateGrad steals a gradient nobody else references
       m_graph.tensor(p.grad).category = TensorCategory::kGradient;
@@ -446,8 +469,7 @@ void EagerTape::execute(std::size_t index) {
       g = new_var(p.storage, rule.sum_to_input ? p.shape : x.shape, rule.sum_to_input ? p.dtype : x.dtype,
                   p.name);
     } else if (rule.sum_to_input) {
-      const TensorId s = new_storage(x.name + ".grad_unreduced",
-                                     static_cast<Bytes>(numel(p.shape)) * dtype_size_bytes(p.dtype), p.dtype,
+      const TensorId s = new_storage(x.name + ".grad_unreduced", tensor_bytes(p.shape, p.dtype), p.dtype,
                                      TensorCategory::kTemporary);
       g = new_var(s, p.shape, p.dtype, x.name + ".grad_unreduced");
     } else {

@@ -32,7 +32,16 @@ using Shape = std::vector<std::int64_t>;
 using VarId = std::uint32_t;
 inline constexpr VarId kNoVar = std::numeric_limits<VarId>::max();
 
+// The largest tensor the simulator models: 1 PiB, ~7000 times an H200. Sizes computed from --batch, --seq and
+// a config.json's dimensions are checked against it, so no later sum of tensor sizes can wrap.
+inline constexpr Bytes kMaxTensorBytes = Bytes{1} << 50;
+
+// Elements of a tensor of this shape. Throws InputError when the product overflows int64.
 std::int64_t numel(const Shape& shape);
+// `elements` of `dtype` in bytes. Throws InputError (naming the shape) above kMaxTensorBytes.
+Bytes storage_bytes(std::int64_t elements, DType dtype, const Shape& shape);
+// numel(shape) elements of `dtype` in bytes, checked as storage_bytes().
+Bytes tensor_bytes(const Shape& shape, DType dtype);
 
 // How backward produces the gradient of one forward input.
 struct GradRule {

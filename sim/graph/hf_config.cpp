@@ -9,30 +9,47 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sim/core/checked.h"
 #include "sim/core/error.h"
 #include "sim/graph/model_config.h"
 
 namespace vramsim {
 namespace {
 
+constexpr std::int64_t kMaxDimension = std::int64_t{1} << 24;
+// Far above real models (Llama 3 405B: 126 layers; DeepSeek-V3: 256 experts), low enough that building the
+// parameter table and the step graph stays within seconds and memory of a laptop.
+constexpr std::int64_t kMaxLayers = 4096;
+constexpr std::int64_t kMaxExperts = 4096;
+constexpr std::int64_t kMaxExpertLayers = 65536;  // layers x experts: the MoE parameter tensors / 3
+// 2^46 (70 trillion) parameters: no sum of parameter sizes can wrap, and no model is near it.
+constexpr std::int64_t kMaxParameters = std::int64_t{1} << 46;
+
 class JsonReader {
  public:
   JsonReader(const nlohmann::json& root, std::string_view source) : m_root(root), m_source(source) {}
 
-  std::int64_t integer(const char* key) const {
+  // Positive and at most `max`. Dimensions stay <= 2^24, so that a product of two of them (a weight) is an
+  // exact int64 and larger products are checked where tensors are sized (eager_tape.h); counts that
+  // multiply the work (layers, experts) have lower limits.
+  std::int64_t integer(const char* key, std::int64_t max = kMaxDimension) const {
     const nlohmann::json& v = required(key);
     if (!v.is_number_integer()) {
       throw InputError(fmt::format("{}: key '{}' must be an integer, got {}", m_source, key, v.type_name()));
     }
+    // A value above 2^63 - 1 is number_unsigned: compare it unconverted, not wrapped to a negative int64.
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
+      throw InputError(
+          fmt::format("{}: key '{}' must be in 1..{}, got {}", m_source, key, max, v.get<std::uint64_t>()));
+    }
     const std::int64_t x = v.get<std::int64_t>();
-    // Positive, and small enough that products of a few of them (d_model * vocab * layers) stay in int64.
-    if (x <= 0 || x > (std::int64_t{1} << 24)) {
-      throw InputError(fmt::format("{}: key '{}' must be in 1..{}, got {}", m_source, key, 1 << 24, x));
+    if (x <= 0 || x > max) {
+      throw InputError(fmt::format("{}: key '{}' must be in 1..{}, got {}", m_source, key, max, x));
     }
     return x;
   }
-  std::int64_t integer_or(const char* key, std::int64_t fallback) const {
-    return has(key) ? integer(key) : fallback;
+  std::int64_t integer_or(const char* key, std::int64_t fallback, std::int64_t max = kMaxDimension) const {
+    return has(key) ? integer(key, max) : fallback;
   }
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) {
@@ -145,7 +162,7 @@ ModelConfig gpt2(const JsonReader& r) {
   m.family = ModelFamily::kGpt2;
   m.vocab_size = r.integer("vocab_size");
   m.d_model = r.integer("n_embd");
-  m.n_layers = r.integer("n_layer");
+  m.n_layers = r.integer("n_layer", kMaxLayers);
   m.n_heads = r.integer("n_head");
   m.n_kv_heads = m.n_heads;
   m.head_dim = m.d_model / m.n_heads;
@@ -195,7 +212,7 @@ ModelConfig llama_like(const JsonReader& r, const LlamaDefaults& d) {
   m.family = ModelFamily::kLlama;
   m.vocab_size = r.integer("vocab_size");
   m.d_model = r.integer("hidden_size");
-  m.n_layers = r.integer("num_hidden_layers");
+  m.n_layers = r.integer("num_hidden_layers", kMaxLayers);
   m.n_heads = r.integer("num_attention_heads");
   m.n_kv_heads = r.integer_or("num_key_value_heads", m.n_heads);
   m.head_dim = r.integer_or("head_dim", m.d_model / m.n_heads);
@@ -262,7 +279,7 @@ ModelConfig phi3(const JsonReader& r) {
 // MixtralConfig: Mistral with a MixtralSparseMoeBlock of num_local_experts in every layer.
 ModelConfig mixtral(const JsonReader& r) {
   ModelConfig m = mistral(r);
-  m.moe.n_experts = r.integer_or("num_local_experts", 8);
+  m.moe.n_experts = r.integer_or("num_local_experts", 8, kMaxExperts);
   m.moe.top_k = r.integer_or("num_experts_per_tok", 2);
   m.moe.expert_d_ff = m.d_ff;
   m.moe.normalize_top_k = true;
@@ -274,7 +291,7 @@ ModelConfig mixtral(const JsonReader& r) {
 ModelConfig qwen2_moe(const JsonReader& r) {
   ModelConfig m = qwen2(r);
   m.mistral_mask = true;
-  m.moe.n_experts = r.integer_or("num_experts", 60);
+  m.moe.n_experts = r.integer_or("num_experts", 60, kMaxExperts);
   m.moe.top_k = r.integer_or("num_experts_per_tok", 4);
   m.moe.expert_d_ff = r.integer_or("moe_intermediate_size", 1408);
   m.moe.shared_expert_d_ff = r.integer_or("shared_expert_intermediate_size", 5632);
@@ -349,6 +366,10 @@ void check_shapes(const ModelConfig& m, std::string_view source) {
     throw InputError(fmt::format("{}: key 'num_experts_per_tok': {} is more than the {} experts", source,
                                  m.moe.top_k, m.moe.n_experts));
   }
+  if (m.moe.n_experts > 0 && m.n_layers * m.moe.n_experts > kMaxExpertLayers) {
+    throw InputError(fmt::format("{}: {} layers x {} experts is more than the {} expert MLPs vramsim models",
+                                 source, m.n_layers, m.moe.n_experts, kMaxExpertLayers));
+  }
   for (const std::int64_t l : m.moe.dense_layers) {
     if (l >= m.n_layers) {
       throw InputError(fmt::format("{}: key 'mlp_only_layers': layer {} does not exist ({} layers)", source,
@@ -382,6 +403,17 @@ ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_vi
   m.name = std::string(source);
   m.model_type = type.model_type;
   check_shapes(m, source);
+  std::vector<ParameterShape> shapes;
+  transformers_parameter_shapes(m, shapes);
+  std::int64_t parameters = 0;
+  for (const ParameterShape& p : shapes) {
+    const std::optional<std::int64_t> sum = checked_add(parameters, p.numel());
+    if (!sum || *sum > kMaxParameters) {
+      throw InputError(fmt::format("{}: the model has more than {} parameters, the most vramsim models",
+                                   source, kMaxParameters));
+    }
+    parameters = *sum;
+  }
   return m;
 }
 

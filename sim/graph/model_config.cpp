@@ -5,7 +5,9 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "sim/core/checked.h"
 #include "sim/core/error.h"
 #include "sim/graph/layer_code.h"
 
@@ -225,8 +227,15 @@ bool MoeConfig::sparse(std::int64_t layer) const {
 
 std::int64_t ParameterShape::numel() const {
   std::int64_t n = 1;
-  for (std::int64_t d : shape) {
-    n *= d;
+  for (const std::int64_t d : shape) {
+    const std::optional<std::int64_t> product = checked_mul(n, d);
+    if (!product) {
+      throw InputError(
+          fmt::format("parameter '{}' of shape [{}] has more elements than fit in 64 bits: check "
+                      "the model's dimensions",
+                      name, fmt::join(shape, ", ")));
+    }
+    n = *product;
   }
   return n;
 }

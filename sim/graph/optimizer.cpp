@@ -30,7 +30,7 @@ std::int64_t OptimizerModel::param_numel(std::size_t i) const {
 }
 
 Bytes OptimizerModel::param_bytes(std::size_t i, DType dtype) const {
-  return static_cast<Bytes>(param_numel(i)) * dtype_size_bytes(dtype);
+  return storage_bytes(param_numel(i), dtype, m_tape.shape(m_params[i]));
 }
 
 std::string OptimizerModel::param_name(std::size_t i) const { return m_tape.name(m_params[i]); }

@@ -2,9 +2,16 @@
 
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "sim/core/assert.h"
+#include "sim/core/error.h"
 
 namespace vramsim {
+
+namespace {
+constexpr std::int64_t kMaxLiveBytes = std::int64_t{1} << 60;  // the allocator model's unlimited device
+}  // namespace
 namespace {
 
 class StringTable {
@@ -96,7 +103,14 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
     out.events.push_back(e);
     out.event_tensor.push_back(t.id);
     if (action == TraceAction::kAlloc) {
+      // Each tensor is <= kMaxTensorBytes (2^50), so checking against 2^60 per step cannot wrap.
       live += static_cast<std::int64_t>(t.size_bytes);
+      if (live > kMaxLiveBytes) {
+        throw InputError(
+            fmt::format("the step would hold more than {} bytes (1 EiB) of tensors at once, the "
+                        "most vramsim models: lower --batch, --seq or the model's dimensions",
+                        kMaxLiveBytes));
+      }
     } else if (action == TraceAction::kFreeCompleted) {
       live -= static_cast<std::int64_t>(t.size_bytes);
     }

@@ -26,10 +26,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
-Bytes tensor_bytes(const Shape& shape, DType dtype) {
-  return static_cast<Bytes>(numel(shape)) * dtype_size_bytes(dtype);
-}
-
 // ---- autocast
 // ----------------------------------------------------------------------------------------------
 

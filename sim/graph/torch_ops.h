@@ -163,6 +163,5 @@ class TorchOps {
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);
-Bytes tensor_bytes(const Shape& shape, DType dtype);
 
 }  // namespace vramsim

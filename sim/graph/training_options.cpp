@@ -97,9 +97,9 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
 
 void validate(const TrainingOptions& o) {
   validate(o.lora);
-  if (o.generate_tokens < 0 || o.generate_tokens > 1'000'000) {
+  if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
     throw InputError(
-        fmt::format("--generate: {} new tokens is out of range (1..1000000)", o.generate_tokens));
+        fmt::format("--generate: {} new tokens is out of range (1..{})", o.generate_tokens, kMaxPasses));
   }
   if (o.generate_tokens > 0 && o.kv_cache != "dynamic" && o.kv_cache != "static") {
     throw InputError(fmt::format("--kv-cache: unknown cache '{}' (known: dynamic, static)", o.kv_cache));
@@ -107,20 +107,33 @@ void validate(const TrainingOptions& o) {
   if (o.lora.rank > 0 && (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none")) {
     throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");
   }
-  if (o.batch <= 0) {
-    throw InputError(fmt::format("--batch: must be positive, got {}", o.batch));
+  if (o.batch <= 0 || o.batch > kMaxBatch) {
+    throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));
   }
-  if (o.seq <= 0) {
-    throw InputError(fmt::format("--seq: must be positive, got {}", o.seq));
+  if (o.seq <= 0 || o.seq > kMaxSeq) {
+    throw InputError(fmt::format("--seq: must be in 1..{}, got {}", kMaxSeq, o.seq));
+  }
+  if (o.batch > kMaxTokens / o.seq) {
+    throw InputError(
+        fmt::format("--batch x --seq: {} x {} tokens per micro-batch is more than the {} vramsim "
+                    "models",
+                    o.batch, o.seq, kMaxTokens));
   }
   if (!(o.dropout >= 0.0 && o.dropout < 1.0)) {
     throw InputError(fmt::format("--dropout: must be in [0, 1), got {}", o.dropout));
   }
-  if (o.grad_accumulation <= 0) {
-    throw InputError(fmt::format("--grad-accumulation: must be positive, got {}", o.grad_accumulation));
+  if (o.grad_accumulation <= 0 || o.grad_accumulation > kMaxPasses) {
+    throw InputError(
+        fmt::format("--grad-accumulation: must be in 1..{}, got {}", kMaxPasses, o.grad_accumulation));
   }
-  if (o.steps <= 0) {
-    throw InputError(fmt::format("--steps: must be positive, got {}", o.steps));
+  if (o.steps <= 0 || o.steps > kMaxPasses) {
+    throw InputError(fmt::format("--steps: must be in 1..{}, got {}", kMaxPasses, o.steps));
+  }
+  if (o.grad_accumulation > kMaxPasses / o.steps) {
+    throw InputError(
+        fmt::format("--steps x --grad-accumulation: {} x {} micro-batches is more than the {} "
+                    "vramsim simulates",
+                    o.steps, o.grad_accumulation, kMaxPasses));
   }
 }
 

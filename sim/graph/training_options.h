@@ -124,6 +124,14 @@ struct TrainingOptions {
   std::string kv_cache = "dynamic";
 };
 
+// Limits on what a user can type, checked by validate() before any size is computed from them: far beyond
+// any real run (16M-token contexts, 4G tokens per micro-batch), small enough that every tensor size is an
+// exact 64-bit number (eager_tape.h checks each against kMaxTensorBytes) and that the work is bounded.
+inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxTokens = std::int64_t{1} << 32;  // batch x seq
+inline constexpr int kMaxPasses = 100'000;                         // steps x grad_accumulation
+
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).
 void validate(const TrainingOptions& options);
 

@@ -234,6 +234,11 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   if (p.num_ooms > 0) {
     // What the program needs: the same trace on a device without a limit.
     o = observe(one_device, 0, device.alloc_conf);
+    if (o.result.stats.num_ooms > 0) {  // the "unlimited" device is 1 EiB: any figure would be capped there
+      throw InputError(
+          "the run would need more than 1 EiB (2^60 bytes), the most vramsim models: lower --batch, --seq or "
+          "the model's dimensions");
+    }
     p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
     needed_reserved = o.result.peaks.peak_reserved_bytes;
   }

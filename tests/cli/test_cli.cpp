@@ -209,3 +209,120 @@ TEST_CASE("replay --check fails when the model is configured differently from th
   CHECK(j.at("peak_reserved_bytes").get<std::int64_t>() <= 16LL * 1024 * 1024 * 1024);
   CHECK_FALSE(j.at("check").at("first_divergence").is_null());
 }
+
+namespace {
+
+// An input-edge error: exit status 2 exactly, one line on stderr, which names the option or field.
+void require_input_error(const RunResult& r, const std::string& needle) {
+  require_clean_error(r, needle);
+  CHECK(r.exit_code == 2);
+}
+
+// A llama config.json (TinyLlama's shape) with `field` set to the raw JSON text `value`.
+fs::path llama_config(const std::string& name, const std::string& field, const std::string& value) {
+  nlohmann::json c = {{"model_type", "llama"},     {"vocab_size", 32000},
+                      {"hidden_size", 2048},       {"num_hidden_layers", 22},
+                      {"num_attention_heads", 32}, {"num_key_value_heads", 4},
+                      {"intermediate_size", 5632}, {"max_position_embeddings", 2048}};
+  c[field] = nlohmann::json::parse(value);
+  return write_file(name, c.dump());
+}
+
+}  // namespace
+
+// Issue 11, section 5: values a user types, far outside what any run has, end in one line and exit 2 --
+// before, they wrapped in int64 (silently wrong figures) or tripped an internal invariant (exit 134).
+TEST_CASE("absurd --batch, --seq and --steps are rejected at the input edge", "[quick][cli]") {
+  // The limits are 2^24 = 16,777,216 for batch and seq, 2^32 = 4,294,967,296 tokens for batch x seq.
+  require_input_error(run_vramsim("predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 99999999999"),
+                      "--seq: must be in 1..16777216, got 99999999999");
+  require_input_error(run_vramsim("predict --model tinyllama-1.1b --gpu h200 --batch 2000000000 --seq 128"),
+                      "--batch: must be in 1..16777216, got 2000000000");
+  require_input_error(run_vramsim("fit --model tinyllama-1.1b --gpu h200 --seq 99999999999"),
+                      "--seq: must be in 1..16777216, got 99999999999");
+  require_input_error(run_vramsim("fit --model tinyllama-1.1b --gpu h200 --batch 2000000000 --seq 128"),
+                      "--batch: must be in 1..16777216, got 2000000000");
+  // 100,000 x 16,777,216 = 1,677,721,600,000 tokens > 2^32: was exit 0 with a wrapped peak_live_bytes.
+  require_input_error(
+      run_vramsim("sweep --model llama-2-7b --batch 100000 --seq 16777216 --json"),
+      "--batch x --seq: 100000 x 16777216 tokens per micro-batch is more than the 4294967296");
+  require_input_error(run_vramsim("compare --model llama-2-7b --batch 100000 --seq 16777216"),
+                      "--batch x --seq: 100000 x 16777216");
+  require_input_error(run_vramsim("sweep --model llama-2-7b --seq 99999999999"),
+                      "--seq: 99999999999 is outside");
+  require_input_error(
+      run_vramsim("predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 --steps 2000000000"),
+      "--steps: must be in 1..100000, got 2000000000");
+  require_input_error(
+      run_vramsim("predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 --grad-accumulation 1000 "
+                  "--steps 1000"),
+      "--steps x --grad-accumulation: 1000 x 1000 micro-batches");
+  require_input_error(
+      run_vramsim("predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 99999999999999999999"),
+      "--seq");  // beyond int64: CLI11's own one-line message
+}
+
+TEST_CASE("sizes within the edge limits are checked where tensors are sized", "[quick][cli]") {
+  // seq 2^24 is allowed, but Llama's causal mask for eager attention alone is 2^24 x (2^24 + 1) fp32 values,
+  // 2^50 + 2^26 bytes: beyond the 2^50 bytes the simulator models.
+  require_input_error(run_vramsim("predict --model tinyllama-1.1b --capacity 80GiB --batch 1 --seq 16777216 "
+                                  "--attention eager"),
+                      "would take more than 2^50 bytes (1 PiB)");
+}
+
+TEST_CASE("absurd config.json values are rejected naming the key", "[quick][cli]") {
+  const auto predict = [](const fs::path& config) {
+    return run_vramsim("predict --model " + config.string() + " --gpu h200 --batch 1 --seq 128");
+  };
+  // 2^62 and 2^64 - 1 (stored unsigned by the JSON parser: it must not wrap to -1 in the message).
+  require_input_error(predict(llama_config("d62.json", "hidden_size", "4611686018427387904")),
+                      "d62.json: key 'hidden_size' must be in 1..16777216, got 4611686018427387904");
+  require_input_error(predict(llama_config("d64.json", "intermediate_size", "18446744073709551615")),
+                      "d64.json: key 'intermediate_size' must be in 1..16777216, got 18446744073709551615");
+  // 10^12 and 2^24 layers: a layer table of that size would exhaust memory and time.
+  require_input_error(predict(llama_config("l12.json", "num_hidden_layers", "1000000000000")),
+                      "l12.json: key 'num_hidden_layers' must be in 1..4096, got 1000000000000");
+  require_input_error(predict(llama_config("l24.json", "num_hidden_layers", "16777216")),
+                      "l24.json: key 'num_hidden_layers' must be in 1..4096, got 16777216");
+  // Each dimension in range, but q_proj alone is (2^24 heads x 2^24 head_dim) x 2048 = 2^59 > 2^46
+  // parameters.
+  nlohmann::json heads = nlohmann::json::parse(read_all(llama_config("hd.json", "head_dim", "16777216")));
+  heads["num_attention_heads"] = heads["num_key_value_heads"] = 16777216;
+  require_input_error(predict(write_file("hd.json", heads.dump())),
+                      "hd.json: the model has more than 70368744177664 parameters");
+  nlohmann::json moe = {{"model_type", "mixtral"},   {"vocab_size", 32000},      {"hidden_size", 256},
+                        {"num_hidden_layers", 4096}, {"num_attention_heads", 8}, {"intermediate_size", 256},
+                        {"num_local_experts", 4096}, {"num_experts_per_tok", 2}};
+  require_input_error(predict(write_file("moe.json", moe.dump())),
+                      "moe.json: 4096 layers x 4096 experts is more than the 65536 expert MLPs");
+}
+
+TEST_CASE("text that is not UTF-8 never breaks --json or the pickle writer", "[quick][cli]") {
+  // A path with byte 0xFF: the JSON output says U+FFFD there (was an uncaught nlohmann exception, exit 134).
+  const fs::path bad_path = write_file(
+      "a\xff"
+      "b.pickle",
+      read_all(sample("MAGMA27_memory_snapshot.pickle")));
+  const RunResult r = run_vramsim("replay '" + bad_path.string() + "' --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(
+      j["file"].get<std::string>().ends_with("a\xef\xbf\xbd"
+                                             "b.pickle"));
+  // convert writes that snapshot as a pickle that replays identically.
+  const fs::path out = scratch("out\xff.pickle");
+  const RunResult c = run_vramsim("convert '" + bad_path.string() + "' '" + out.string() + "'");
+  REQUIRE(c.exit_code == 0);
+  const RunResult check = run_vramsim("replay '" + out.string() + "' --check");
+  CHECK(check.exit_code == 0);
+  CHECK(check.out.find("IDENTICAL") != std::string::npos);
+  // A vtrace setting or tag that decodes to invalid UTF-8 is rejected at the reader, naming the line.
+  const fs::path settings =
+      write_file("bad_settings.vtrace", "vramsim-trace 1\ndevices 1\nfinal_state no\nsettings %FF%FE\n");
+  require_input_error(run_vramsim("replay " + settings.string() + " --json"),
+                      "bad_settings.vtrace: line 4: settings is not valid UTF-8");
+  const fs::path tag = write_file("bad_tag.vtrace", "vramsim-trace 1\ndevices 1\nfinal_state no\ntag a%FF\n");
+  require_input_error(run_vramsim("convert " + tag.string() + " " + scratch("t.pickle").string()),
+                      "bad_tag.vtrace: line 4: tag is not valid UTF-8");
+}

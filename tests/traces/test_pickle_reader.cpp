@@ -376,17 +376,78 @@ TEST_CASE("read_pickle bounds the expansion of shared memo values", "[quick][tra
   }
   bomb = bomb + Bytes{'.'};
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THAT(error_of(bomb), Catch::Matches("t\\.pickle: byte [0-9]+: output would exceed [0-9]+ values"));
+  CHECK_THAT(error_of(bomb), Catch::Matches("t\\.pickle: byte [0-9]+: output would exceed [0-9]+ bytes: .*"));
   // A flat list of 1000 ints referenced 2000 times: 2 million values from a 5 KB input.
   const Bytes big = kProto4 + Bytes{']', 0x94, '('} + repeat({'K', 7}, 1000) + Bytes{'e', ']', '('};
   CHECK_THAT(error_of(big + repeat({'h', 0}, 2000) + Bytes{'e', '.'}),
-             Catch::Matches("t\\.pickle: byte [0-9]+: output would exceed [0-9]+ values"));
+             Catch::Matches("t\\.pickle: byte [0-9]+: output would exceed [0-9]+ bytes: .*"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   // Within the budget the shared list is expanded faithfully.
   const json shared = decode(big + repeat({'h', 0}, 300) + Bytes{'e', '.'});
   REQUIRE(shared.size() == 300);
   CHECK(shared[299].size() == 1000);
   CHECK(shared[299][999] == 7);
+}
+
+// SHORT_BINUNICODE / BINUNICODE of `n` copies of 'a', then MEMOIZE.
+Bytes memoised_str(std::uint32_t n) {
+  Bytes out = n < 256 ? Bytes{0x8c, static_cast<std::uint8_t>(n)}
+                      : Bytes{'X', static_cast<std::uint8_t>(n), static_cast<std::uint8_t>(n >> 8),
+                              static_cast<std::uint8_t>(n >> 16), static_cast<std::uint8_t>(n >> 24)};
+  return out + Bytes(n, 'a') + Bytes{0x94};
+}
+
+// EMPTY_LIST MARK, `refs` x BINGET `slot`, APPENDS: a list of `refs` references to one memo slot.
+Bytes list_of_refs(std::uint8_t slot, std::size_t refs) {
+  return Bytes{']', '('} + repeat({'h', slot}, refs) + Bytes{'e'};
+}
+
+TEST_CASE("read_pickle counts the bytes of strs that memo references copy", "[quick][traces][pickle]") {
+  // Within the cap the copies come out faithfully: a 1024-byte str in a list 1000 times (3 KB of input) is
+  // 1000 x 1024 = 1,024,000 bytes of text.
+  const Bytes one_level = kProto4 + memoised_str(1024) + list_of_refs(0, 1000);
+  const json shared = decode(one_level + Bytes{'.'});
+  REQUIRE(shared.size() == 1000);
+  CHECK(shared[999] == std::string(1024, 'a'));
+
+  // One more level: that list memoised and referenced 1000 times would be 1000 x 1000 x 1024 bytes (1 GB)
+  // from 5 KB. The cap: 256 bytes per input byte + 32 MiB = 256 * 5040 + 33,554,432 = 34,844,672 bytes,
+  // where every value costs 32 bytes plus its text. The outer list is the EMPTY_LIST at byte 3036 (2 PROTO
+  // + 5 BINUNICODE header + 1024 text + 1 MEMOIZE + 2 ']' '(' + 2000 BINGET + 1 APPENDS + 1 MEMOIZE).
+  const Bytes bomb = one_level + Bytes{0x94} + list_of_refs(1, 1000) + Bytes{'.'};
+  REQUIRE(bomb.size() == 5040);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(
+      error_of(bomb) ==
+      "t.pickle: byte 3036: output would exceed 34844672 bytes: memo references copy the values they share");
+
+  // The issue's case: a 1 MiB str referenced 50,000 times, ~52 GB of output from 1.15 MB. Cap: 256 *
+  // 1,148,588 + 33,554,432 = 327,592,960 bytes; the list starts at byte 1,048,584 (2 + 5 + 1,048,576 + 1) and
+  // takes 2 + 100,000 + 1 bytes, then STOP.
+  const Bytes mib = kProto4 + memoised_str(1 << 20) + list_of_refs(0, 50'000) + Bytes{'.'};
+  REQUIRE(mib.size() == 1'148'588);
+  CHECK(error_of(mib) ==
+        "t.pickle: byte 1048584: output would exceed 327592960 bytes: memo references copy "
+        "the values they share");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("read_pickle charges a skipped value as the empty list it becomes", "[quick][traces][pickle]") {
+  // [d] * 40 with d = {"frames": [s] * 1000} and s a 1024-byte str: each d expands to 32 + (32 + 6) + (32 +
+  // 1000 x (32 + 1024)) = 1,056,102 bytes, the list to 32 + 40 x 1,056,102 = 42,244,112, over the cap of
+  // 256 x 3133 + 33,554,432 = 34,356,480. Replay skips "frames", and then it is 40 small dicts.
+  static constexpr std::string_view kSkip[] = {"frames"};
+  const Bytes d = Bytes{'}', 0x8c, 6, 'f', 'r', 'a', 'm', 'e', 's', 'h', 1, 's', 0x94};  // memo slot 2
+  const Bytes input = kProto4 + memoised_str(1024) + list_of_refs(0, 1000) + Bytes{0x94} + d +
+                      list_of_refs(2, 40) + Bytes{'.'};
+  REQUIRE(input.size() == 3133);
+  // The outer list: after 2 PROTO + 1030 str + 2003 list + 1 MEMOIZE + 13 dict bytes = byte 3049.
+  CHECK(
+      error_of(input) ==
+      "t.pickle: byte 3049: output would exceed 34356480 bytes: memo references copy the values they share");
+  const json skipped = read_pickle(input, "t.pickle", kSkip);
+  REQUIRE(skipped.size() == 40);
+  CHECK(skipped[39] == json::parse(R"({"frames": []})"));
 }
 
 TEST_CASE("read_pickle survives random bytes", "[quick][traces][pickle]") {
@@ -450,6 +511,18 @@ TEST_CASE("write_pickle emits protocol 4 that read_pickle reads back", "[quick][
     deep = json::array({deep});
   }
   CHECK_THROWS_WITH(write_pickle(deep), "write_pickle: value nests deeper than 256 levels");
+}
+
+TEST_CASE("write_pickle writes text that is not UTF-8 as U+FFFD", "[quick][traces][pickle]") {
+  // A string built in code (a file path, a tag) can hold any bytes; read_pickle and Python reject those, so
+  // the writer replaces each byte that starts no valid sequence, as nlohmann's replace handler does.
+  json value = json::object();
+  value["a\xff"] = std::string("x\xfe\xc3\xa9y");  // \xc3\xa9 (e-acute) is valid and kept
+  const Bytes written = write_pickle(value);
+  // EMPTY_DICT, SHORT_BINUNICODE 4 "a" EF BF BD, SHORT_BINUNICODE 7 "x" EF BF BD C3 A9 "y", SETITEM
+  CHECK(written == Bytes{0x80, 0x04, '}',  0x8c, 4,    'a',  0xef, 0xbf, 0xbd, 0x8c,
+                         7,    'x',  0xef, 0xbf, 0xbd, 0xc3, 0xa9, 'y',  's',  '.'});
+  CHECK(read_pickle(written, "t.pickle") == json::parse("{\"a\\ufffd\": \"x\\ufffd\\u00e9y\"}"));
 }
 
 TEST_CASE("every file in the fuzz corpus decodes or throws InputError", "[quick][traces][pickle]") {

@@ -1,8 +1,8 @@
 // libFuzzer target for read_pickle: any input must either decode or throw InputError - no crash, hang,
 // sanitizer report or other exception. What decodes to a modest tree must also survive
 // write_pickle -> read_pickle unchanged, which checks the writer against the reader on every shape the
-// fuzzer reaches. (Trees near the reader's expansion bound, ~1M values, skip that check: it would take
-// seconds per input under the sanitizers.)
+// fuzzer reaches. (Trees near the reader's expansion bound, 32 MiB + 256 bytes per input byte of output, skip
+// that check: it would take seconds per input under the sanitizers.)
 #include <cstddef>
 #include <cstdint>
 #include <span>

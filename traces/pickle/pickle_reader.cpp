@@ -88,10 +88,16 @@ constexpr std::array<OpInfo, 256> make_op_table() {
 
 constexpr std::array<OpInfo, 256> kOps = make_op_table();
 constexpr int kHighestProtocol = 5;
-// Real snapshots expand to under 2 values per input byte (memo-shared strings); this leaves ample headroom
-// while bounding what a memo bomb can make us allocate.
-constexpr std::uint64_t kOutputValuesPerByte = 16;
-constexpr std::uint64_t kOutputValuesBase = 1'000'000;
+// The expanded JSON tree is bounded in bytes, not values: a memo reference to one long str copies it, so a
+// 1 MiB str referenced 50,000 times is 50 GiB of output from 1 MiB of input. Each value is charged
+// kOutputBytesPerValue (about what nlohmann::json spends on one: the 16-byte value, a std::string or map
+// node behind it) plus the bytes of its str and of its dict key. The 58 real snapshots in shared/traces/real
+// expand to at most 3.3 values and 45 str bytes per input byte with their frames (150 bytes by this measure),
+// 0.33 values and 1.6 str bytes without them (what replay reads); 256 per input byte leaves headroom above
+// both, and the base lets small inputs expand as far as real ones of a few hundred KB.
+constexpr std::uint64_t kOutputBytesPerValue = 32;
+constexpr std::uint64_t kOutputBytesPerInputByte = 256;
+constexpr std::uint64_t kOutputBytesBase = 32 * 1024 * 1024;
 
 // "0x63 ('c' GLOBAL)", "0x93 (STACK_GLOBAL)", "0x7a ('z')", "0xff".
 std::string describe_op(std::uint8_t op) {
@@ -378,6 +384,8 @@ class Decoder {
   void step(std::uint8_t op_byte);
   void check_expansion(std::uint32_t root);
   void visit(std::uint32_t id, int depth);
+  std::uint64_t scalar_cost(std::uint32_t id) const;
+  bool is_skipped_key(std::uint32_t id) const;
   nlohmann::json to_json(std::uint32_t id) const;
   std::string key_text(std::uint32_t id) const;
 
@@ -396,8 +404,9 @@ class Decoder {
   // Per container (indexed like items_), filled by check_expansion.
   enum class Visit : std::uint8_t { kNew, kOnPath, kDone };
   std::vector<Visit> visit_;
-  std::vector<std::uint16_t> height_;     // containers on the longest downward path, itself included
-  std::vector<std::uint64_t> expansion_;  // JSON values its expansion produces, itself included
+  std::vector<std::uint16_t> height_;  // containers on the longest downward path, itself included
+  std::vector<std::uint64_t>
+      expansion_;  // output bytes its expansion costs, itself included (see kOutputBytes*)
   std::uint64_t budget_ = 0;
 };
 
@@ -586,17 +595,25 @@ void Decoder::step(std::uint8_t op_byte) {
 
 void Decoder::check_expansion(std::uint32_t root) {
   if (!is_container(nodes_[root].kind)) {
-    return;
+    return;  // a lone scalar or str costs no more than the input holds
   }
-  budget_ = kOutputValuesPerByte * data_.size() + kOutputValuesBase;
+  budget_ = kOutputBytesPerInputByte * data_.size() + kOutputBytesBase;
   visit_.assign(items_.size(), Visit::kNew);
   height_.assign(items_.size(), 0);
   expansion_.assign(items_.size(), 0);
   visit(root, 1);
 }
 
+// What a scalar or str costs in the output: one value, plus a str's bytes (an int key's digits fit the
+// value's share).
+std::uint64_t Decoder::scalar_cost(std::uint32_t id) const {
+  const Node& node = nodes_[id];
+  return kOutputBytesPerValue + (node.kind == Kind::kStr ? node.v.str.size : 0);
+}
+
 // Memoised DFS: each container is expanded once, so this is linear in the graph even when its tree is
-// exponential. Recursion depth stays <= kMaxPickleDepth + 1 because deeper paths fail first.
+// exponential. Recursion depth stays <= kMaxPickleDepth + 1 because deeper paths fail first. A value under
+// a skipped dict key is still checked (cycles, depth) but costs only the empty array that replaces it.
 void Decoder::visit(std::uint32_t id, int depth) {
   const Node& node = nodes_[id];
   if (depth > kMaxPickleDepth) {
@@ -604,10 +621,14 @@ void Decoder::visit(std::uint32_t id, int depth) {
   }
   const std::uint32_t slot = node.v.items;
   visit_[slot] = Visit::kOnPath;
-  std::uint64_t expansion = 1;
+  const bool dict = node.kind == Kind::kDict;
+  const std::vector<std::uint32_t>& items = items_[slot];
+  std::uint64_t expansion = kOutputBytesPerValue;
   int height = 1;
-  for (const std::uint32_t child_id : items_[slot]) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::uint32_t child_id = items[i];
     const Node& child = nodes_[child_id];
+    const bool skipped = dict && i % 2 == 1 && is_skipped_key(items[i - 1]);
     if (is_container(child.kind)) {
       const std::uint32_t child_slot = child.v.items;
       if (visit_[child_slot] == Visit::kOnPath) {
@@ -620,18 +641,31 @@ void Decoder::visit(std::uint32_t id, int depth) {
         fail(child.offset, fmt::format("containers nest deeper than {} levels", kMaxPickleDepth));
       }
       height = std::max(height, height_[child_slot] + 1);
-      expansion += expansion_[child_slot];
+      expansion += skipped ? kOutputBytesPerValue : expansion_[child_slot];
     } else {
-      ++expansion;
+      expansion += skipped ? kOutputBytesPerValue : scalar_cost(child_id);
     }
-    // Checked per child: expansion stays <= 2 * budget, so it cannot overflow.
+    // Checked per child, each child costing <= budget (or < 4 GiB for a str): no overflow.
     if (expansion > budget_) {
-      fail(node.offset, fmt::format("output would exceed {} values", budget_));
+      fail(node.offset,
+           fmt::format("output would exceed {} bytes: memo references copy the values they share", budget_));
     }
   }
   visit_[slot] = Visit::kDone;
   height_[slot] = static_cast<std::uint16_t>(height);
   expansion_[slot] = expansion;
+}
+
+bool Decoder::is_skipped_key(std::uint32_t id) const {
+  if (skip_keys_.empty()) {
+    return false;
+  }
+  const Node& node = nodes_[id];
+  if (node.kind != Kind::kStr) {
+    return std::find(skip_keys_.begin(), skip_keys_.end(), key_text(id)) != skip_keys_.end();
+  }
+  const std::string_view key(reinterpret_cast<const char*>(data_.data()) + node.v.str.begin, node.v.str.size);
+  return std::find(skip_keys_.begin(), skip_keys_.end(), key) != skip_keys_.end();
 }
 
 std::string Decoder::key_text(std::uint32_t id) const {
@@ -666,10 +700,9 @@ nlohmann::json Decoder::to_json(std::uint32_t id) const {
       auto& fields = object.get_ref<nlohmann::json::object_t&>();
       const std::vector<std::uint32_t>& items = items_[node.v.items];
       for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-        std::string key = key_text(items[i]);
-        const bool skipped = std::find(skip_keys_.begin(), skip_keys_.end(), key) != skip_keys_.end();
         // later duplicates win, as in Python
-        fields.insert_or_assign(std::move(key), skipped ? nlohmann::json::array() : to_json(items[i + 1]));
+        fields.insert_or_assign(key_text(items[i]),
+                                is_skipped_key(items[i]) ? nlohmann::json::array() : to_json(items[i + 1]));
       }
       return object;
     }

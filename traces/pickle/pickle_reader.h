@@ -20,13 +20,15 @@
 // missing MARK, a memo reference to an unset slot, APPEND/APPENDS onto a non-list, SETITEM(S) onto a
 // non-dict, ADDITEMS onto a non-set, an odd item count for SETITEMS/DICT, a dict key that is not str or
 // int, a str that is not strict UTF-8 (Python would take lone surrogates; JSON cannot), an int outside
-// [-2^63, 2^64), a container that contains itself, nesting deeper than kMaxPickleDepth, an expansion
-// larger than 16 values per input byte + 1,000,000 (memo sharing expanded into a tree), PROTO > 5, a
+// [-2^63, 2^64), a container that contains itself, nesting deeper than kMaxPickleDepth, an output larger
+// than 256 bytes per input byte + 32 MiB (memo sharing expanded into a tree; each value counted as 32 bytes
+// plus the bytes of its str, so one long str referenced many times counts every copy), PROTO > 5, a
 // missing STOP, and any byte after STOP (Python ignores those; here they mean a damaged file). Values
 // left on the stack under the result at STOP are ignored, as Python does.
 //
 // Cost: time and memory linear in the input for decoding, plus the JSON tree itself, which the expansion
-// bound caps. A memo reference shares a node while decoding; sharing is only expanded at the end.
+// bound caps (values under skip_keys count as the empty array that replaces them). A memo reference shares a
+// node while decoding; sharing is only expanded at the end.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +55,8 @@ nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view 
 
 // Encodes a JSON value as a protocol-4 pickle of plain containers that PyTorch's tools, MemoryViz and
 // pickle.load read: objects -> dict (EMPTY_DICT + SETITEMS in batches of 1000, like Python),
-// arrays -> list, strings -> str (written as-is: nlohmann strings are UTF-8), integers -> int with
+// arrays -> list, strings and keys -> str (bytes that are not valid UTF-8, which a string built in code
+// can hold, written as U+FFFD, as the JSON writer does: the file always reads back), integers -> int with
 // Python's opcode choice (BININT1/BININT2/BININT/LONG1), floats -> BINFLOAT, bool, null -> None.
 // No MEMOIZE or FRAME (both optional for readers). Throws InputError for binary or discarded values and
 // for nesting deeper than kMaxPickleDepth.

@@ -9,6 +9,7 @@
 
 #include "sim/core/error.h"
 #include "traces/pickle/pickle_reader.h"
+#include "traces/utf8.h"
 
 namespace vramsim {
 namespace {
@@ -51,7 +52,14 @@ class Encoder {
     }
   }
 
+  // Invalid UTF-8 (which nlohmann strings built in code, not parsed, can hold) is written as U+FFFD, like
+  // the JSON writer does: read_pickle and Python reject it, and a writer must not make unreadable files.
   void write_string(std::string_view text) {
+    if (!is_valid_utf8(text)) {
+      const std::string valid = to_valid_utf8(text);
+      write_string(valid);
+      return;
+    }
     if (text.size() < 256) {
       out_.push_back(kShortBinUnicode);
       put_le(text.size(), 1);
