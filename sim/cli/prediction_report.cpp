@@ -1,6 +1,8 @@
 // The report of predict and trace (see prediction_report.h).
 #include "sim/cli/prediction_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sim/core/size_format.h"
@@ -19,10 +21,15 @@ void line(std::string_view label, std::int64_t v, std::string_view note = "") {
   fmt::print("  {:<22}{:>12}  {:>16} B{}{}\n", label, sb(v), v, note.empty() ? "" : "  ", note);
 }
 
-void print_generation(const Prediction::Generation& g) {
+void print_generation(const Prediction::Generation& g, std::int64_t headroom_bytes) {
+  const std::int64_t headroom_tokens =
+      g.kv_bytes_per_token > 0 ? std::max<std::int64_t>(0, headroom_bytes) / g.kv_bytes_per_token : 0;
   fmt::print("\ngeneration       {} new tokens after a {}-token prompt, greedy, {} KV cache\n", g.new_tokens,
              g.prompt_tokens, g.kv_cache);
   line("KV cache", g.kv_cache_bytes, "keys and values of every layer after the last token");
+  fmt::print(
+      "  per token        {} B of cache per position of one sequence; the headroom holds about {} more positions\n",
+      g.kv_bytes_per_token, headroom_tokens);
   fmt::print("  prefill (step 1)       allocated {:>12}   reserved {:>12}\n",
              b(g.prefill.peak_allocated_bytes), b(g.prefill.peak_reserved_bytes));
   if (g.decode.step > 0) {
@@ -75,6 +82,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                        {"prompt_tokens", g.prompt_tokens},
                        {"kv_cache", g.kv_cache},
                        {"kv_cache_bytes", g.kv_cache_bytes},
+                       {"kv_bytes_per_token", g.kv_bytes_per_token},
                        {"prefill", peak(g.prefill)},
                        {"decode", peak(g.decode)},
                        {"prefill_time_ns", g.prefill_time_ns},
@@ -210,7 +218,7 @@ void print_prediction(const Prediction& p, const ReportText& text) {
                category_name(t.category), t.name);
   }
   if (p.generation) {
-    print_generation(*p.generation);
+    print_generation(*p.generation, p.headroom_bytes);
     print_verdict(p);
     return;
   }

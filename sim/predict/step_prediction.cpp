@@ -33,6 +33,10 @@ Prediction::Generation summarize_generation(const TrainingOptions& o, const OpGr
   g.prompt_tokens = o.seq;
   g.kv_cache = o.kv_cache;
   g.kv_cache_bytes = static_cast<std::int64_t>(graph.kv_cache_bytes);
+  // the last new token is returned without a forward: prompt + new - 1 positions are cached (a static
+  // cache holds prompt + new)
+  const std::int64_t positions = o.seq + o.generate_tokens - (o.kv_cache == "static" ? 0 : 1);
+  g.kv_bytes_per_token = g.kv_cache_bytes / std::max<std::int64_t>(1, o.batch * positions);
   for (const StepPeak& s : p.steps) {
     if (s.step == 1) {
       g.prefill = s;

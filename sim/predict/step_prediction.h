@@ -133,13 +133,14 @@ struct Prediction {
   struct Generation {
     int new_tokens = 0;
     std::int64_t prompt_tokens = 0;
-    std::string kv_cache;              // "dynamic" | "static"
-    std::int64_t kv_cache_bytes = 0;   // when the last token was generated
-    StepPeak prefill;                  // step 1
-    StepPeak decode;                   // the decode step with the highest allocated peak (step 0: none)
-    std::int64_t prefill_time_ns = 0;  // roofline estimates; 0 without a GPU
-    std::int64_t decode_time_ns = 0;   // all decode steps
-    double decode_tokens_per_s = 0.0;  // batch x decode steps / decode time
+    std::string kv_cache;                 // "dynamic" | "static"
+    std::int64_t kv_cache_bytes = 0;      // when the last token was generated
+    std::int64_t kv_bytes_per_token = 0;  // one position of one sequence, every layer's keys and values
+    StepPeak prefill;                     // step 1
+    StepPeak decode;                      // the decode step with the highest allocated peak (step 0: none)
+    std::int64_t prefill_time_ns = 0;     // roofline estimates; 0 without a GPU
+    std::int64_t decode_time_ns = 0;      // all decode steps
+    double decode_tokens_per_s = 0.0;     // batch x decode steps / decode time
   };
   std::optional<Generation> generation;
 
