@@ -41,7 +41,7 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   OpGraph graph;
   EagerTape tape(graph);
   TorchOps ops(tape);
-  const DType param_dtype = options.precision == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
+  const DType param_dtype = parameter_dtype(options.precision);
   tape.set_step(0);
   tape.set_phase(Phase::kSetup);
   tape.begin_op("model.to(device)", "_to_copy");
@@ -60,12 +60,7 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   ops.set_forward_workspace_bytes(warm ? 0 : options.cublas_workspace_bytes);
   tape.set_cuda_device(options.device);
   ops.set_lora(&params.lora, &options.lora, false);
-  std::optional<DType> low;  // a `with torch.autocast(...)` around generate
-  if (options.precision == Precision::kAmpBf16) {
-    low = DType::kBFloat16;
-  } else if (options.precision == Precision::kAmpFp16) {
-    low = DType::kFloat16;
-  }
+  const std::optional<DType> low = autocast_dtype(options.precision);  // `with torch.autocast(...)`
   TrainingOptions pass = options;
   pass.inference = true;
   pass.forward_only = true;
@@ -76,8 +71,7 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   tape.begin_op("generate.cache", options.kv_cache == "static" ? "zeros" : "DynamicCache");
   const std::unique_ptr<KvCache> cache =
       make_kv_cache(options.kv_cache, tape, model.n_layers, b, model.n_kv_heads, model.head_dim,
-                    prompt + options.generate_tokens,
-                    options.precision == Precision::kBf16 ? DType::kBFloat16 : param_dtype);
+                    prompt + options.generate_tokens, param_dtype);
   tape.set_grad_enabled(false);  // generate() is decorated with torch.no_grad()
   ops.set_autocast(low);
   for (int step = 1; step <= options.generate_tokens; ++step) {

@@ -443,15 +443,12 @@ VarId hf_gated_mlp(EmitContext& c, const std::string& n, VarId x, const LayerPar
 
 namespace {
 
-// The same under generate(), which passes the (b, past + s) attention_mask: target_length is the mask's
-// length (the static cache's max_cache_len), and the 2D mask is merged in: causal_mask.clone() of the
-// expanded (b, 1, s, target) view, padding_mask = causal_mask + attention_mask[:, None, None, :], the
-// (padding_mask == 0) bools, and masked_fill's result copied back in place. Returns the (b, 1, s, key length)
-// slice.
-VarId generation_causal_mask(EmitContext& c, DType dtype) {
+// _update_causal_mask / _prepare_4d_causal_attention_mask_with_cache_position: a (s, target) mask in the
+// embeddings' dtype -- torch.full(min), torch.triu (the Llama template; the Mistral one skips it), then
+// `causal_mask *= torch.arange(target) > cache_position.reshape(-1, 1)` in place. Returns the (s, target)
+// mask.
+VarId causal_mask_template(EmitContext& c, std::int64_t s, std::int64_t target, DType dtype) {
   EagerTape& t = c.ops.tape();
-  const std::int64_t b = c.options.batch, s = c.options.seq;
-  const std::int64_t target = c.kv_cache->key_length(s);
   VarId full = t.constant("causal_mask.full", "full", {s, target}, dtype);
   if (!c.model.mistral_mask) {
     const VarId upper = t.constant("causal_mask.triu", "triu", {s, target}, dtype);
@@ -461,6 +458,26 @@ VarId generation_causal_mask(EmitContext& c, DType dtype) {
   const VarId positions = t.constant("causal_mask.arange", "arange", {target}, DType::kInt64);
   const VarId later = t.constant("causal_mask.gt", "gt", {s, target}, DType::kBool);
   t.drop({positions, later});
+  return full;
+}
+
+// Training (no padding, no cache): the template expanded over the batch (a view) and sliced to [..., :s] by
+// each layer; target is s + 1 (no 2D mask given), s for Gemma-2. Under generate(), which passes the
+// (b, past + s) attention_mask, target is the mask's length (the static cache's max_cache_len) and the 2D
+// mask is merged in: causal_mask.clone() of the expanded (b, 1, s, target) view, padding_mask = causal_mask
+// + attention_mask[:, None, None, :], the (padding_mask == 0) bools, and masked_fill's result copied back in
+// place. Returns the (b, 1, s, key length) mask.
+VarId causal_mask(EmitContext& c, DType dtype) {
+  EagerTape& t = c.ops.tape();
+  const std::int64_t b = c.options.batch, s = c.options.seq;
+  if (c.kv_cache == nullptr) {
+    const VarId full = causal_mask_template(c, s, c.model.always_builds_mask ? s : s + 1, dtype);
+    const VarId sliced = t.view(full, {b, 1, s, s}, "causal_mask.expand[..., :s]");
+    t.drop(full);
+    return sliced;
+  }
+  const std::int64_t target = c.kv_cache->key_length(s);
+  const VarId full = causal_mask_template(c, s, target, dtype);
   const Shape batched{b, 1, s, target};
   const VarId cloned = t.constant("causal_mask.clone", "clone", batched, dtype);
   t.drop(full);
@@ -469,32 +486,6 @@ VarId generation_causal_mask(EmitContext& c, DType dtype) {
   const VarId filled = t.constant("causal_mask.masked_fill", "masked_fill", batched, dtype);
   t.drop({padding, is_zero, filled});
   return cloned;
-}
-
-// _update_causal_mask / _prepare_4d_causal_attention_mask_with_cache_position, training without padding or
-// cache: a (s, target) mask in the embeddings' dtype -- torch.full(min), torch.triu (the Llama template; the
-// Mistral one skips it), then `causal_mask *= torch.arange(target) > cache_position.reshape(-1, 1)` in place
-// -- expanded over the batch (a view) and sliced to [..., :s] by each layer. target is s + 1 (no 2D mask
-// given), s for Gemma-2. Returns the (b, 1, s, s) view.
-VarId causal_mask(EmitContext& c, DType dtype) {
-  EagerTape& t = c.ops.tape();
-  const std::int64_t s = c.options.seq;
-  if (c.kv_cache != nullptr) {
-    return generation_causal_mask(c, dtype);
-  }
-  const std::int64_t target = c.model.always_builds_mask ? s : s + 1;
-  VarId full = t.constant("causal_mask.full", "full", {s, target}, dtype);
-  if (!c.model.mistral_mask) {
-    const VarId upper = t.constant("causal_mask.triu", "triu", {s, target}, dtype);
-    t.drop(full);
-    full = upper;
-  }
-  const VarId positions = t.constant("causal_mask.arange", "arange", {target}, DType::kInt64);
-  const VarId later = t.constant("causal_mask.gt", "gt", {s, target}, DType::kBool);
-  t.drop({positions, later});
-  const VarId sliced = t.view(full, {c.options.batch, 1, s, s}, "causal_mask.expand[..., :s]");
-  t.drop(full);
-  return sliced;
 }
 
 // Gemma2DecoderLayer.forward, sliding-window layers (even ones) without flash_attention_2:

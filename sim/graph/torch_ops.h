@@ -146,6 +146,9 @@ class TorchOps {
   // The fused SDPA kernels: out and an fp32 logsumexp of (b, h, lse_rows), saved with q, k, v (and the mask).
   VarId fused_attention(const std::string& name, const char* kind, VarId q, VarId k, VarId v, VarId mask,
                         std::int64_t lse_rows, std::vector<Bytes> backward_temps);
+  // x[index] producing `out`, with `positions` indices into x's first dimension (index_rows, index).
+  VarId advanced_index(const std::string& name, VarId x, VarId index, const Shape& out,
+                       std::int64_t positions);
   VarId unary(const std::string& name, const std::string& kind, VarId a, DType out, SavedSpec saved,
               std::vector<Bytes> temps = {});
   // `temps`: scratch of the backward formulas (BackwardRule::temp_bytes).

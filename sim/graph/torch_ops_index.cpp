@@ -28,39 +28,33 @@ std::pair<VarId, VarId> TorchOps::topk_last(const std::string& name, VarId a, st
 }
 
 VarId TorchOps::index_rows(const std::string& name, VarId x, VarId index, std::int64_t rows) {
-  const Shape& xs = m_tape.shape(x);
-  Shape out = xs;
+  // (a second index tensor, as in routing_weights[top_x, idx], adds two more index-sized temporaries to the
+  // backward's linear index that are not modelled)
+  Shape out = m_tape.shape(x);
   out[0] = rows;
-  OpCall c;
-  c.name = name;
-  c.kind = "index";
-  c.inputs = {x, index};
-  c.outputs = {OutputSpec{"", out, m_tape.dtype(x)}};
-  c.saved.inputs = {1};
-  // zeros(x).index_put_(accumulate=True) with `rows` positions (a second index tensor, as in
-  // routing_weights[top_x, idx], adds two more index-sized temporaries that are not modelled)
-  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
-  c.backward.scratch_after_grads =
-      index_put_with_sort_scratch(rows, xs.at(0), m_tape.cuda_device().compute_capability).steps();
-  c.flops = numel_d(out);
-  return m_tape.op1(c);
+  return advanced_index(name, x, index, out, rows);
 }
 
 VarId TorchOps::index(const std::string& name, VarId x, VarId index) {
   const Shape& xs = m_tape.shape(x);
   Shape out = m_tape.shape(index);
   out.insert(out.end(), xs.begin() + 1, xs.end());
+  return advanced_index(name, x, index, out, numel(m_tape.shape(index)));
+}
+
+VarId TorchOps::advanced_index(const std::string& name, VarId x, VarId index, const Shape& out,
+                               std::int64_t positions) {
   OpCall c;
   c.name = name;
   c.kind = "index";
   c.inputs = {x, index};
   c.outputs = {OutputSpec{"", out, m_tape.dtype(x)}};
   c.saved.inputs = {1};
-  // IndexBackward: zeros(x), then index_put_(accumulate=True), which sorts the indices on CUDA
+  // IndexBackward: zeros(x), then index_put_(accumulate=True), which sorts the positions on CUDA
   c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
-  c.backward.scratch_after_grads = index_put_with_sort_scratch(numel(m_tape.shape(index)), xs.at(0),
-                                                               m_tape.cuda_device().compute_capability)
-                                       .steps();
+  c.backward.scratch_after_grads =
+      index_put_with_sort_scratch(positions, m_tape.shape(x).at(0), m_tape.cuda_device().compute_capability)
+          .steps();
   c.flops = numel_d(out);
   return m_tape.op1(c);
 }

@@ -195,4 +195,17 @@ std::string_view optimizer_impl_name(OptimizerImpl i) { return name_of(kImpls, i
 std::string_view checkpointing_name(Checkpointing c) { return name_of(kCheckpointing, c); }
 std::string_view attention_name(AttentionKind a) { return name_of(kAttention, a); }
 
+std::optional<DType> autocast_dtype(Precision p) {
+  switch (p) {
+    case Precision::kAmpFp16:
+      return DType::kFloat16;
+    case Precision::kAmpBf16:
+      return DType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+DType parameter_dtype(Precision p) { return p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32; }
+
 }  // namespace vramsim

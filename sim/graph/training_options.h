@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -134,6 +135,10 @@ inline constexpr int kMaxPasses = 100'000;                         // steps x gr
 
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).
 void validate(const TrainingOptions& options);
+
+// The dtype autocast computes in (none for fp32 and pure bf16), and the parameters' dtype.
+std::optional<DType> autocast_dtype(Precision p);
+DType parameter_dtype(Precision p);
 
 Precision parse_precision(std::string_view text, std::string_view option = "--precision");
 // Accepts a kind ("adamw") or a kind with an implementation ("adamw-fused", "adam-foreach", "sgd-for-loop").

@@ -36,17 +36,6 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
   }
 }
 
-std::optional<DType> autocast_dtype(Precision p) {
-  switch (p) {
-    case Precision::kAmpFp16:
-      return DType::kFloat16;
-    case Precision::kAmpBf16:
-      return DType::kBFloat16;
-    default:
-      return std::nullopt;
-  }
-}
-
 // The data-parallel units: each decoder layer's parameters, and the rest (the root), in model.parameters()
 // order.
 std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const ModelParams& params) {
@@ -127,16 +116,15 @@ AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& 
 }
 
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
-  if (options.generate_tokens > 0) {
-    check_model(model, options);
-    return build_generation(model, options);
-  }
   validate(options);
   check_model(model, options);
+  if (options.generate_tokens > 0) {
+    return build_generation(model, options);
+  }
   OpGraph graph;
   EagerTape tape(graph);
   TorchOps ops(tape);
-  const DType param_dtype = options.precision == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
+  const DType param_dtype = parameter_dtype(options.precision);
 
   tape.set_step(0);
   tape.set_phase(Phase::kSetup);
