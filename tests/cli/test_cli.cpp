@@ -1,5 +1,5 @@
-// End-to-end: the vramsim binary on good and bad input. Bad input must give one line on stderr naming the file
-// (or option) and the position, and a non-zero exit; never a crash.
+// End-to-end: the vramsim binary on good and bad input. Bad input must give one line on stderr naming the
+// file (or option) and the position, and a non-zero exit; never a crash.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -9,9 +9,9 @@
 #include <random>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "test_paths.h"
 
@@ -77,7 +77,8 @@ void require_clean_error(const RunResult& r, const std::string& needle) {
 }  // namespace
 
 TEST_CASE("replay --check reproduces a bundled real snapshot", "[quick][cli]") {
-  const RunResult r = run_vramsim("replay " + sample("kkaitlyn111_memory_ctx128_forward.pickle") + " --check");
+  const RunResult r =
+      run_vramsim("replay " + sample("kkaitlyn111_memory_ctx128_forward.pickle") + " --check");
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("check segments   289 / 289") != std::string::npos);
@@ -86,7 +87,8 @@ TEST_CASE("replay --check reproduces a bundled real snapshot", "[quick][cli]") {
 }
 
 TEST_CASE("replay --json has the documented keys", "[quick][cli]") {
-  const RunResult r = run_vramsim("replay " + sample("MAGMA27_memory_snapshot.pickle") + " --check --json --stats");
+  const RunResult r =
+      run_vramsim("replay " + sample("MAGMA27_memory_snapshot.pickle") + " --check --json --stats");
   REQUIRE(r.exit_code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
   for (const char* key : {"peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes", "fragmentation",
@@ -106,7 +108,8 @@ TEST_CASE("replay --json has the documented keys", "[quick][cli]") {
 }
 
 TEST_CASE("replay output is deterministic byte for byte", "[quick][cli]") {
-  const std::string args = "replay " + sample("cranberrii_memory_snapshot.pickle") + " --check --json --stats";
+  const std::string args =
+      "replay " + sample("cranberrii_memory_snapshot.pickle") + " --check --json --stats";
   const RunResult a = run_vramsim(args);
   const RunResult b = run_vramsim(args);
   CHECK(a.exit_code == 0);
@@ -128,7 +131,9 @@ TEST_CASE("convert round-trips through every format and replays identically", "[
 }
 
 TEST_CASE("bad files give one clean line and a non-zero exit", "[quick][cli]") {
-  SECTION("missing file") { require_clean_error(run_vramsim("replay /nonexistent/x.pickle"), "/nonexistent/x.pickle"); }
+  SECTION("missing file") {
+    require_clean_error(run_vramsim("replay /nonexistent/x.pickle"), "/nonexistent/x.pickle");
+  }
   SECTION("truncated pickle") {
     const std::string full = read_all(sample("MAGMA27_memory_snapshot.pickle"));
     const fs::path p = write_file("trunc.pickle", full.substr(0, 3000));
@@ -142,7 +147,9 @@ TEST_CASE("bad files give one clean line and a non-zero exit", "[quick][cli]") {
     require_clean_error(run_vramsim("replay " + p.string()), "corrupt.pickle");
   }
   SECTION("pickle that asks to run code") {
-    const fs::path p = write_file("evil.pickle", std::string("\x80\x04" "cos\nsystem\n(S'echo pwned'\ntR.", 31));
+    const fs::path p = write_file("evil.pickle", std::string("\x80\x04"
+                                                             "cos\nsystem\n(S'echo pwned'\ntR.",
+                                                             31));
     const RunResult r = run_vramsim("replay " + p.string());
     require_clean_error(r, "evil.pickle: byte 2: unsupported pickle opcode");
     CHECK(r.out.find("pwned") == std::string::npos);
@@ -163,12 +170,14 @@ TEST_CASE("bad files give one clean line and a non-zero exit", "[quick][cli]") {
     require_clean_error(run_vramsim("replay " + p.string()), "types.json: segments[0]");
   }
   SECTION("negative size in a vtrace") {
-    const fs::path p = write_file("neg.vtrace", "vramsim-trace 1\ndevices 1\nfinal_state no\n0 alloc 0x1000 -100 0 0\n");
+    const fs::path p =
+        write_file("neg.vtrace", "vramsim-trace 1\ndevices 1\nfinal_state no\n0 alloc 0x1000 -100 0 0\n");
     require_clean_error(run_vramsim("replay " + p.string()), "neg.vtrace: line 4");
   }
   SECTION("absurd size in a vtrace") {
-    const fs::path p = write_file("huge.vtrace",
-                                  "vramsim-trace 1\ndevices 1\nfinal_state no\n0 alloc 0x1000 99999999999999999999 0 0\n");
+    const fs::path p =
+        write_file("huge.vtrace",
+                   "vramsim-trace 1\ndevices 1\nfinal_state no\n0 alloc 0x1000 99999999999999999999 0 0\n");
     require_clean_error(run_vramsim("replay " + p.string()), "huge.vtrace: line 4");
   }
   SECTION("free of an unknown address") {
@@ -181,7 +190,8 @@ TEST_CASE("bad files give one clean line and a non-zero exit", "[quick][cli]") {
 
 TEST_CASE("bad options give one clean line and a non-zero exit", "[quick][cli]") {
   const std::string s = sample("MAGMA27_memory_snapshot.pickle");
-  require_clean_error(run_vramsim("replay " + s + " --alloc-conf foo:1"), "--alloc-conf: foo: unknown option");
+  require_clean_error(run_vramsim("replay " + s + " --alloc-conf foo:1"),
+                      "--alloc-conf: foo: unknown option");
   require_clean_error(run_vramsim("replay " + s + " --alloc-conf max_split_size_mb:2"), "max_split_size_mb");
   require_clean_error(run_vramsim("replay " + s + " --alloc-conf garbage_collection_threshold:1.2"),
                       "garbage_collection_threshold");
@@ -192,10 +202,11 @@ TEST_CASE("bad options give one clean line and a non-zero exit", "[quick][cli]")
   CHECK(unknown.err.find("--bogus") != std::string::npos);
 }
 
-TEST_CASE("replay --check fails when the model is configured differently from the recording", "[quick][cli]") {
-  // The recordings ran with default settings. Rounding to 2 divisions per power of two turns cranberrii's 8,192,000
-  // byte request (event 8) into 8 MiB, which no longer fits where the recording put it; and a 16 GiB device cannot
-  // hold the 18.32 GiB that ctx128_forward reached.
+TEST_CASE("replay --check fails when the model is configured differently from the recording",
+          "[quick][cli]") {
+  // The recordings ran with default settings. Rounding to 2 divisions per power of two turns cranberrii's
+  // 8,192,000 byte request (event 8) into 8 MiB, which no longer fits where the recording put it; and a 16
+  // GiB device cannot hold the 18.32 GiB that ctx128_forward reached.
   const RunResult divisions = run_vramsim("replay " + sample("cranberrii_memory_snapshot.pickle") +
                                           " --check --alloc-conf roundup_power2_divisions:2");
   CHECK(divisions.exit_code == 1);
@@ -325,4 +336,22 @@ TEST_CASE("text that is not UTF-8 never breaks --json or the pickle writer", "[q
   const fs::path tag = write_file("bad_tag.vtrace", "vramsim-trace 1\ndevices 1\nfinal_state no\ntag a%FF\n");
   require_input_error(run_vramsim("convert " + tag.string() + " " + scratch("t.pickle").string()),
                       "bad_tag.vtrace: line 4: tag is not valid UTF-8");
+}
+
+TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in one line", "[quick][cli]") {
+  const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
+  require_input_error(run_vramsim(run + "--lora-rank 8 --lora-targets 'q_proj;rm'"),
+                      "--lora-targets: 'q_proj;rm' is not a module name");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --lora-targets no_such_proj"),
+                      "--lora-targets: no linear layer of tinyllama-1.1b matches no_such_proj");
+  require_input_error(run_vramsim(run + "--lora-rank -3"), "--lora-rank: -3 is out of range");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --lora-dropout 1.5"),
+                      "--lora-dropout: 1.5 is not a probability");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8"),
+                      "--lora-rank: LoRA with more than one GPU");
+  require_input_error(run_vramsim(run + "--generate 4 --kv-cache paged"),
+                      "--kv-cache: unknown cache 'paged'");
+  require_input_error(run_vramsim(run + "--generate 4000000"),
+                      "--generate: 4000000 new tokens is out of range");
+  require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
