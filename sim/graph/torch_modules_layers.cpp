@@ -267,8 +267,15 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
       t.drop(scaled);
       scaled = capped;
     }
-    const VarId masked = c.model.family == ModelFamily::kGpt2 ? ops.where(n + ".causal_where", mask, scaled)
-                                                              : ops.add(n + ".add_mask", scaled, mask);
+    VarId masked;
+    if (c.model.family == ModelFamily::kGpt2) {
+      // self.bias[:, :, key_length - query_length : key_length, :key_length]
+      const VarId window = t.view(mask, {1, 1, s, kl}, n + ".causal_bias_slice");
+      masked = ops.where(n + ".causal_where", window, scaled);
+      t.drop(window);
+    } else {
+      masked = ops.add(n + ".add_mask", scaled, mask);
+    }
     t.drop(scaled);
     // Llama and its descendants: softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype) (after
     // RoPE with the embeddings' cos/sin, query is fp32 under autocast); GPT-2: softmax(attn_weights, dim=-1)
@@ -658,7 +665,8 @@ class TorchModules final : public LayerCode {
                               const TrainingOptions& o) const override {
     ModelBuffers b;
     if (m.family == ModelFamily::kGpt2 && o.attention == AttentionKind::kEager) {
-      b.causal_mask = tape.input("causal_mask (buffer)", {1, 1, o.seq, o.seq}, DType::kBool);
+      const std::int64_t positions = o.seq + o.generate_tokens;  // generate() reads past the prompt
+      b.causal_mask = tape.input("causal_mask (buffer)", {1, 1, positions, positions}, DType::kBool);
     }
     return b;
   }

@@ -29,6 +29,12 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
                     "(use sdpa)",
                     m.code));
   }
+  if (o.lora.rank > 0 && !layer_code(m.code).follows_transformers()) {
+    throw InputError(
+        fmt::format("--lora-rank: the {} code's layers are not torch.nn.Linear, which PEFT's LoRA "
+                    "wraps (use --model-code torch-modules)",
+                    m.code));
+  }
   if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
       o.seq > m.max_positions) {
     throw InputError(

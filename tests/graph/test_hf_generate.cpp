@@ -77,3 +77,18 @@ TEST_CASE("generate: options are checked", "[quick][graph]") {
   staff.code = "cs336-basics";
   CHECK_THROWS_AS(build_training_steps(staff, o), InputError);  // the staff model has no KV cache
 }
+
+TEST_CASE("generate: every attention kind of both families builds a valid schedule", "[quick][graph]") {
+  for (const char* preset : {"gpt2", "llama-2-7b"}) {
+    for (AttentionKind a : {AttentionKind::kEager, AttentionKind::kSdpa, AttentionKind::kFlashAttention2}) {
+      for (const char* cache : {"dynamic", "static"}) {
+        TrainingOptions o = generation(cache);
+        o.attention = a;
+        o.precision = Precision::kAmpBf16;
+        INFO(preset << " " << attention_name(a) << " " << cache);
+        const OpGraph g = build_training_steps(test::tiny_model(preset), o);
+        test::check_schedule_invariants(g, build_allocation_schedule(g));
+      }
+    }
+  }
+}

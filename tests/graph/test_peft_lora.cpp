@@ -127,3 +127,13 @@ TEST_CASE("lora: trainable parameters as PEFT prints them for Llama-2-7B", "[qui
   CHECK(c.trainable == 4194304);
   CHECK(c.total == 6742609920);
 }
+
+TEST_CASE("lora: only torch.nn.Linear layers can be wrapped", "[quick][graph]") {
+  // the CS336 staff model's Linear is its own nn.Module, which PEFT refuses to target
+  ModelConfig m = test::tiny_model("cs336-small");
+  m.code = "cs336-basics";
+  TrainingOptions o = test::small_options();
+  o.lora.rank = 4;
+  parse_lora_targets("q_proj", o.lora);
+  CHECK_THROWS_AS(build_training_steps(m, o), InputError);
+}
