@@ -28,7 +28,8 @@ void print_generation(const Prediction::Generation& g, std::int64_t headroom_byt
              g.prompt_tokens, g.kv_cache);
   line("KV cache", g.kv_cache_bytes, "keys and values of every layer after the last token");
   fmt::print(
-      "  per token        {} B of cache per position of one sequence; the headroom holds about {} more positions\n",
+      "  per token        {} B of cache per position of one sequence; the headroom holds about {} more "
+      "positions\n",
       g.kv_bytes_per_token, headroom_tokens);
   fmt::print("  prefill (step 1)       allocated {:>12}   reserved {:>12}\n",
              b(g.prefill.peak_allocated_bytes), b(g.prefill.peak_reserved_bytes));
@@ -120,6 +121,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
       {"workspace", p.bill.workspace},
       {"inputs", p.bill.inputs},
       {"communication", p.bill.communication},
+      {"kv_cache", p.bill.kv_cache},
       {"allocator_rounding", p.bill.allocator_rounding},
       {"allocator_overhead", p.bill.allocator_overhead},
       {"cuda_context", p.bill.cuda_context},
@@ -191,6 +193,9 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   line("activations", p.bill.activations, "saved for backward");
   line("temporaries", p.bill.temporaries, fmt::format("incl. {} workspace", b(p.bill.workspace)));
   line("inputs", p.bill.inputs, "token batch");
+  if (p.bill.kv_cache != 0) {
+    line("KV cache", p.bill.kv_cache, "keys and values of the positions generated so far");
+  }
   if (p.bill.communication != 0) {
     line("communication", p.bill.communication, "data-parallel buffers");
   }
@@ -199,8 +204,8 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   line("CUDA context", p.bill.cuda_context, "outside the allocator");
   line("total",
        p.bill.parameters + p.bill.gradients + p.bill.optimizer_states + p.bill.activations +
-           p.bill.temporaries + p.bill.inputs + p.bill.communication + p.bill.allocator_rounding +
-           p.bill.allocator_overhead + p.bill.cuda_context,
+           p.bill.temporaries + p.bill.inputs + p.bill.communication + p.bill.kv_cache +
+           p.bill.allocator_rounding + p.bill.allocator_overhead + p.bill.cuda_context,
        p.num_ooms > 0 ? "needed at the peak + overhead + context (OOM: not a device figure)"
                       : "= peak reserved + context");
   fmt::print("\npeak\n");

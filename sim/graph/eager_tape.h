@@ -120,7 +120,11 @@ class EagerTape {
   // a data-parallel shard; the full tensor then exists only as the scheme's gathered buffer.
   VarId parameter(const std::string& name, const Shape& shape, DType dtype, std::int64_t resident_numel = -1);
   VarId input(const std::string& name, const Shape& shape, DType dtype);  // persistent, no grad
-  void freeze(VarId param) { m_vars[param].requires_grad = false; }       // param.requires_grad_(False)
+  void freeze(VarId param) { m_vars[param].requires_grad = false; }
+  // What a tensor's storage is for in the bill (a KV cache keeps states made as temporaries).
+  void set_category(VarId v, TensorCategory c) {
+    m_graph.tensor(m_vars[v].storage).category = c;
+  }  // param.requires_grad_(False)
   // A fresh tensor that needs no grad (zeros, arange, masks): one allocation.
   VarId constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype);
   std::vector<VarId> op(const OpCall& call);

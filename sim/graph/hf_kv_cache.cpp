@@ -27,6 +27,8 @@ class DynamicCache final : public KvCache {
     if (key == kNoVar) {  // self.key_cache.append(key_states)
       key = k;
       value = v;
+      t.set_category(key, TensorCategory::kKvCache);
+      t.set_category(value, TensorCategory::kKvCache);  // v_proj's output, of which value_states is a view
     } else {  // self.key_cache[layer_idx] = torch.cat([self.key_cache[layer_idx], key_states], dim=-2)
       const std::string n = layer_name(layer, "kv_cache");
       const VarId nk = ctx.ops.cat_dim(n + ".cat_key", key, k, 2);
@@ -34,6 +36,8 @@ class DynamicCache final : public KvCache {
       t.drop({key, value, k, v});
       key = nk;
       value = nv;
+      t.set_category(key, TensorCategory::kKvCache);
+      t.set_category(value, TensorCategory::kKvCache);
     }
     t.hold(key);
     t.hold(value);
@@ -62,6 +66,8 @@ class StaticCache final : public KvCache {
       const Shape shape{batch, kv_heads, max_cache_len, head_dim};
       m_keys.push_back(tape.constant(layer_name(l, "static_cache.key"), "zeros", shape, dtype));
       m_values.push_back(tape.constant(layer_name(l, "static_cache.value"), "zeros", shape, dtype));
+      tape.set_category(m_keys.back(), TensorCategory::kKvCache);
+      tape.set_category(m_values.back(), TensorCategory::kKvCache);
     }
     tape.set_layer(-1);
   }

@@ -40,6 +40,8 @@ std::string_view category_name(TensorCategory c) {
       return "input";
     case TensorCategory::kCommunication:
       return "communication";
+    case TensorCategory::kKvCache:
+      return "kv_cache";
   }
   return "?";
 }

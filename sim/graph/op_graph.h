@@ -43,7 +43,8 @@ enum class TensorCategory : std::uint8_t {
   kTemporary,       // everything transient: unsaved forward intermediates, activation gradients, op scratch
   kWorkspace,       // library workspaces (cuBLAS)
   kInput,           // the token batch
-  kCommunication,   // collective buffers: DDP buckets, gathered parameters, gradient buckets (the last)
+  kCommunication,   // collective buffers: DDP buckets, gathered parameters, gradient buckets
+  kKvCache,         // model.generate()'s keys and values of past positions (the last)
 };
 std::string_view category_name(TensorCategory c);
 

@@ -79,7 +79,7 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
       frees[t.last_consumer()].push_back(t.id);
     }
   }
-  constexpr int kCategories = static_cast<int>(TensorCategory::kCommunication) + 1;
+  constexpr int kCategories = static_cast<int>(TensorCategory::kKvCache) + 1;
   std::uint32_t category_tags[kCategories];
   for (int c = 0; c < kCategories; ++c) {
     category_tags[c] = strings.intern(category_name(static_cast<TensorCategory>(c)));

@@ -17,7 +17,7 @@ TensorCategory category_of(std::string_view name) {
   for (const TensorCategory c :
        {TensorCategory::kParameter, TensorCategory::kGradient, TensorCategory::kOptimizerState,
         TensorCategory::kActivation, TensorCategory::kTemporary, TensorCategory::kWorkspace,
-        TensorCategory::kInput, TensorCategory::kCommunication}) {
+        TensorCategory::kInput, TensorCategory::kCommunication, TensorCategory::kKvCache}) {
     if (category_name(c) == name) {
       return c;
     }

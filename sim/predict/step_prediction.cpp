@@ -98,6 +98,9 @@ void add_to_bill(MemoryBill& bill, TensorCategory c, std::int64_t bytes) {
     case TensorCategory::kCommunication:
       bill.communication += bytes;
       break;
+    case TensorCategory::kKvCache:
+      bill.kv_cache += bytes;
+      break;
   }
 }
 

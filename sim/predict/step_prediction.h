@@ -51,6 +51,7 @@ struct MemoryBill {
   std::int64_t workspace = 0;           // the part of `temporaries` that is workspace (cuBLAS)
   std::int64_t inputs = 0;              // the token batch
   std::int64_t communication = 0;       // data-parallel buffers (buckets, gathered parameters)
+  std::int64_t kv_cache = 0;            // model.generate()'s KV cache
   std::int64_t allocator_rounding = 0;  // allocated - requested at that event (block rounding)
   std::int64_t allocator_overhead = 0;  // peak reserved - peak allocated (cached, split, rounded-up segments)
   std::int64_t cuda_context = 0;        // outside the allocator

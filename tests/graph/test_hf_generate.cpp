@@ -49,6 +49,16 @@ TEST_CASE("generate: the dynamic cache holds prompt + new - 1 positions and grow
   CHECK(sizes_named(g, "generate.next_token_logits") == std::vector<Bytes>{8000, 8000, 8000, 8000});
   // input_ids grows by torch.cat: (2, 9..12) int64.
   CHECK(sizes_named(g, "generate.input_ids") == std::vector<Bytes>{144, 160, 176, 192});
+  // The bill's KV-cache tensors: per layer the prefill's key states (2, 4, 8, 16) and v_proj's output (2, 8,
+  // 64), 2,048 B each in bf16, then the three concatenations of keys and of values: 2 x 2,048 + 2 x (2,304 +
+  // 2,560 + 2,816) = 19,456 B; 2 layers: 38,912 B.
+  Bytes cache = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.category == TensorCategory::kKvCache) {
+      cache += t.size_bytes;
+    }
+  }
+  CHECK(cache == 38912);
   // under no_grad nothing is saved for backward
   for (const Tensor& t : g.tensors()) {
     CHECK(t.category != TensorCategory::kActivation);
