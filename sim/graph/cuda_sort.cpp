@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "sim/core/assert.h"
+#include "sim/graph/eager_tape.h"  // tensor_bytes: sizes checked against the tensor limit
 
 namespace vramsim {
 namespace {
@@ -117,7 +118,7 @@ ScratchScript index_put_with_sort_scratch(std::int64_t num_indices, std::int64_t
   if (num_indices == 0) {
     return s;
   }
-  const Bytes index_bytes = static_cast<Bytes>(num_indices) * 8;  // int64 positions
+  const Bytes index_bytes = tensor_bytes({num_indices}, DType::kInt64);  // positions
   // computeLinearIndex: wrapIndexOnce's index.remainder(size), then * stride (the remainder dies with it)
   const int remainder = s.alloc(index_bytes);
   s.alloc(index_bytes);  // linearIndex
@@ -140,7 +141,7 @@ EmbeddingBackwardScratch embedding_dense_backward_scratch(std::int64_t num_indic
   if (num_indices <= kFeatureKernelMaxIndices) {
     return e;
   }
-  const Bytes index_bytes = static_cast<Bytes>(num_indices) * 8;  // int64 token ids
+  const Bytes index_bytes = tensor_bytes({num_indices}, DType::kInt64);  // token ids
   ScratchScript& b = e.before_grad;
   b.alloc(index_bytes);                    // sorted_indices
   b.alloc(index_bytes);                    // orig_indices
@@ -165,9 +166,9 @@ EmbeddingBackwardScratch embedding_dense_backward_scratch(std::int64_t num_indic
   a.alloc(8);            // num_of_partial_segments_tensor
   a.alloc(index_bytes);  // partial_segment_offset
   // grad_weight_per_segment: (numel, stride) in acc_type (fp32 for half and bfloat16)
-  const Bytes acc_bytes =
-      grad_dtype == DType::kFloat16 || grad_dtype == DType::kBFloat16 ? 4 : dtype_size_bytes(grad_dtype);
-  a.alloc(static_cast<Bytes>(num_indices) * static_cast<Bytes>(embedding_dim) * acc_bytes);
+  const DType acc =
+      grad_dtype == DType::kFloat16 || grad_dtype == DType::kBFloat16 ? DType::kFloat32 : grad_dtype;
+  a.alloc(tensor_bytes({num_indices, embedding_dim}, acc));
   return e;
 }
 

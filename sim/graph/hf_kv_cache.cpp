@@ -15,7 +15,6 @@ class DynamicCache final : public KvCache {
     m_keys.assign(static_cast<std::size_t>(layers), kNoVar);
     m_values.assign(static_cast<std::size_t>(layers), kNoVar);
   }
-  std::string_view name() const override { return "dynamic"; }
   std::int64_t key_length(std::int64_t s) const override { return m_past + s; }
   bool returns_contiguous() const override { return m_past > 0; }  // cat outputs; the first states as made
   bool needs_mask() const override { return false; }
@@ -71,7 +70,6 @@ class StaticCache final : public KvCache {
     }
     tape.set_layer(-1);
   }
-  std::string_view name() const override { return "static"; }
   std::int64_t key_length(std::int64_t) const override { return m_max; }
   bool returns_contiguous() const override { return true; }
   bool needs_mask() const override { return true; }

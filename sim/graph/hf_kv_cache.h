@@ -25,7 +25,6 @@ struct EmitContext;
 class KvCache {
  public:
   virtual ~KvCache() = default;
-  virtual std::string_view name() const = 0;
   // cache_position of the forward about to run: the tokens already cached.
   std::int64_t past() const { return m_past; }
   // The key length attention sees for `s` new tokens.

@@ -80,20 +80,17 @@ void validate(const LoraOptions& o) {
   }
 }
 
-bool is_lora_target(std::string_view weight_name, const std::vector<std::string>& targets, bool all_linear,
-                    const ModelConfig& model) {
-  if (!weight_name.ends_with(".weight")) {
-    return false;
+bool is_lora_target(const ParameterShape& parameter, const std::vector<std::string>& targets,
+                    bool all_linear) {
+  const std::string_view name = parameter.name;
+  if (parameter.shape.size() != 2 || !name.ends_with(".weight")) {
+    return false;  // nn.Linear and Conv1D weights are matrices; norms and biases are vectors
   }
-  const std::string_view module = weight_name.substr(0, weight_name.size() - 7);
-  if (all_linear) {
-    // every nn.Linear / Conv1D but the output layer: 2-D weights that are not embeddings or lm_head
+  const std::string_view module = name.substr(0, name.size() - 7);
+  if (all_linear) {  // every nn.Linear / Conv1D but the output layer; embeddings are not linear layers
     const bool embedding = module.ends_with("embed_tokens") || module.ends_with("wte") ||
                            module.ends_with("wpe") || module == "token_embeddings";
-    const bool output = module == "lm_head";
-    (void)model;
-    return !embedding && !output && !module.ends_with("norm") && !module.ends_with("ln_1") &&
-           !module.ends_with("ln_2") && !module.ends_with("ln_f") && !module.ends_with("layernorm");
+    return !embedding && module != "lm_head";
   }
   for (const std::string& t : targets) {
     if (ends_with_module(module, t)) {
@@ -109,7 +106,7 @@ ParameterCount count_parameters(const ModelConfig& model, const LoraOptions& lor
   std::int64_t base = 0, adapters = 0;
   for (const ParameterShape& s : model.parameter_shapes()) {
     base += numel(s.shape);
-    if (lora.rank > 0 && s.shape.size() == 2 && is_lora_target(s.name, targets, lora.all_linear, model)) {
+    if (lora.rank > 0 && is_lora_target(s, targets, lora.all_linear)) {
       adapters += static_cast<std::int64_t>(lora.rank) * (s.shape[0] + s.shape[1]);  // r x in + out x r
     }
   }

@@ -25,6 +25,7 @@ namespace vramsim {
 
 class TorchOps;
 struct ModelConfig;
+struct ParameterShape;
 
 // target_modules as PEFT matches them (a module name that ends with ".<target>"), after defaults: PEFT's
 // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the model_type when none are given.
@@ -41,10 +42,11 @@ struct LoraAdapter {
 // Adapters by the base weight they wrap.
 using LoraAdapters = std::unordered_map<VarId, LoraAdapter>;
 
-// Whether the linear layer whose weight is called `weight_name` ("model.layers.0.self_attn.q_proj.weight")
-// is a target. The output layer (lm_head) never is under all-linear.
-bool is_lora_target(std::string_view weight_name, const std::vector<std::string>& targets, bool all_linear,
-                    const ModelConfig& model);
+// Whether the parameter is the weight of a targeted linear layer (a 2-D "<module>.weight",
+// "model.layers.0.self_attn.q_proj.weight"). The output layer (lm_head) and embeddings never are under
+// all-linear.
+bool is_lora_target(const ParameterShape& parameter, const std::vector<std::string>& targets,
+                    bool all_linear);
 
 // Parameters as PEFT's print_trainable_parameters() counts them: with LoRA the adapters are trainable and
 // "all params" includes them; without, everything is trainable.

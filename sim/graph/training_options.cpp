@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/graph/hf_kv_cache.h"
 #include "sim/graph/peft_lora.h"
 
 namespace vramsim {
@@ -101,8 +102,12 @@ void validate(const TrainingOptions& o) {
     throw InputError(
         fmt::format("--generate: {} new tokens is out of range (1..{})", o.generate_tokens, kMaxPasses));
   }
-  if (o.generate_tokens > 0 && o.kv_cache != "dynamic" && o.kv_cache != "static") {
-    throw InputError(fmt::format("--kv-cache: unknown cache '{}' (known: dynamic, static)", o.kv_cache));
+  if (o.generate_tokens > 0) {
+    const std::vector<std::string_view> caches = kv_cache_names();
+    if (std::find(caches.begin(), caches.end(), o.kv_cache) == caches.end()) {
+      throw InputError(
+          fmt::format("--kv-cache: unknown cache '{}' (known: {})", o.kv_cache, fmt::join(caches, ", ")));
+    }
   }
   if (o.lora.rank > 0 && (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none")) {
     throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");

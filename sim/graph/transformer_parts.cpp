@@ -134,7 +134,7 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
     const ParameterShape& s = shapes[i];
     const VarId base = p.all[i];
     tape.freeze(base);
-    if (s.shape.size() != 2 || !is_lora_target(s.name, targets, lora.all_linear, model)) {
+    if (!is_lora_target(s, targets, lora.all_linear)) {
       continue;
     }
     // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
