@@ -191,6 +191,14 @@ VarId EagerTape::input(const std::string& name, const Shape& shape, DType dtype)
   return new_var(s, shape, dtype, name);
 }
 
+VarId EagerTape::received(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
+  begin_op(name, kind);
+  const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
+  const VarId v = new_var(s, shape, dtype, name);
+  m_vars[v].requires_grad = true;
+  return v;
+}
+
 VarId EagerTape::constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
@@ -609,16 +617,21 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
 }
 
 void EagerTape::backward(VarId loss) {
-  SIM_ASSERT(m_vars[loss].requires_grad);
-  begin_op("loss.backward.grad_seed", "ones_like");
-  const VarId seed = new_grad(loss, "loss.grad_seed");
-  deliver(loss, seed);
   std::size_t begin = 0;
   while (begin < m_nodes.size() && m_nodes[begin].done) {
     ++begin;
   }
-  run_nodes(begin, m_nodes.size(), /*layer_hooks=*/true);
-  release_nodes(begin, m_nodes.size());
+  backward(loss, begin, m_nodes.size(), "loss.backward.grad_seed", "ones_like");
+}
+
+void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
+                         const std::string& seed_kind) {
+  SIM_ASSERT(m_vars[root].requires_grad && begin <= end && end <= m_nodes.size());
+  begin_op(seed_name, seed_kind);
+  const VarId seed = new_grad(root, seed_name);
+  deliver(root, seed);
+  run_nodes(begin, end, /*layer_hooks=*/true);
+  release_nodes(begin, end);
   for (auto& [var, g] : m_grad_buffer) {  // gradients no node consumed (outputs of unreached nodes)
     (void)var;
     unref(m_vars[g].storage);

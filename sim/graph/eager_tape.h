@@ -120,6 +120,9 @@ class EagerTape {
   // a data-parallel shard; the full tensor then exists only as the scheme's gathered buffer.
   VarId parameter(const std::string& name, const Shape& shape, DType dtype, std::int64_t resident_numel = -1);
   VarId input(const std::string& name, const Shape& shape, DType dtype);  // persistent, no grad
+  // A fresh leaf that requires grad, made by op `kind` (a pipeline stage's received hidden states:
+  // torch.empty, recv, requires_grad_()). One reference; its gradient is discarded at the end of backward.
+  VarId received(const std::string& name, const std::string& kind, const Shape& shape, DType dtype);
   void freeze(VarId param) { m_vars[param].requires_grad = false; }
   // What a tensor's storage is for in the bill (a KV cache keeps states made as temporaries).
   void set_category(VarId v, TensorCategory c) {
@@ -154,6 +157,11 @@ class EagerTape {
 
   // ---- autograd
   void backward(VarId loss);  // loss.backward(); releases the graph
+  // torch.autograd.backward(root, grad_tensors=seed) over the nodes [begin, end) only (one micro-batch's
+  // graph while others are in flight): the seed is made by op `seed_kind` (ones_like for a loss, recv for a
+  // gradient another pipeline stage sent); releases those nodes.
+  void backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
+                const std::string& seed_kind);
   using CheckpointBody = std::function<VarId(const std::vector<VarId>&)>;
   // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output.
   VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body);

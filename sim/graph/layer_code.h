@@ -27,6 +27,10 @@ class LayerCode {
                                       const TrainingOptions& options) const;
   // The forward's pieces (contracts as emit_* in transformer_parts.h).
   virtual VarId embeddings(EmitContext& ctx, VarId ids) const = 0;
+  // The per-forward tensors the layers read (rotary tables, masks: EmitContext's), made without the
+  // embeddings: a pipeline stage after the first computes them itself from the hidden states' dtype.
+  // Code that cannot run split into pipeline stages returns false.
+  virtual bool forward_locals(EmitContext& /*ctx*/, DType /*hidden_dtype*/) const { return false; }
   virtual VarId layer(EmitContext& ctx, int layer, VarId x) const = 0;
   virtual VarId final_norm_and_head(EmitContext& ctx, VarId x) const = 0;
   virtual VarId loss(EmitContext& ctx, VarId logits, VarId targets) const = 0;

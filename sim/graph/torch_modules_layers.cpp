@@ -547,24 +547,17 @@ VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
 
 namespace {
 
-VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
-  TorchOps& ops = c.ops;
-  EagerTape& t = ops.tape();
+// LlamaModel.forward (and its descendants) before the layers: cache_position / position_ids, the causal
+// mask from the embeddings' dtype, the rotary cos / sin of (1, s, head_dim) in that dtype for every layer.
+// GPT-2's layers need none of these (its causal mask is a buffer).
+void torch_modules_forward_locals(EmitContext& c, DType dtype) {
+  EagerTape& t = c.ops.tape();
   const std::int64_t s = c.options.seq;
-  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
-  const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
   const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
   c.forward_locals.push_back(positions);
-  if (gpt2) {
-    const VarId pos = ops.embedding("transformer.wpe", c.params.pos, positions);
-    const VarId x = ops.add("transformer.embeddings_add", tok, pos);
-    t.drop({tok, pos});
-    return maybe_dropout(c, "transformer.drop", x, DropoutSite::kEmbeddings);
+  if (c.model.family == ModelFamily::kGpt2) {
+    return;
   }
-  // LlamaModel.forward (and its descendants): cache_position / position_ids, the causal mask from the
-  // embeddings' dtype, the rotary cos / sin of (1, s, head_dim) in that dtype for every layer, then Gemma's
-  // hidden_states * normalizer (a 0-dim CPU tensor: no device memory besides the product).
-  const DType dtype = t.dtype(tok);
   const bool cache_mask = c.kv_cache != nullptr && c.kv_cache->needs_mask();
   if (c.attention == AttentionKind::kEager ||
       ((c.model.always_builds_mask || cache_mask) && c.attention != AttentionKind::kFlashAttention2)) {
@@ -575,6 +568,24 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, c.model.head_dim}, dtype);
   c.forward_locals.push_back(c.rope_cos);
   c.forward_locals.push_back(c.rope_sin);
+}
+
+// Then Gemma's hidden_states * normalizer (a 0-dim CPU tensor: no device memory besides the product).
+VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const std::int64_t s = c.options.seq;
+  const bool gpt2 = c.model.family == ModelFamily::kGpt2;
+  const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
+  if (gpt2) {
+    const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
+    c.forward_locals.push_back(positions);
+    const VarId pos = ops.embedding("transformer.wpe", c.params.pos, positions);
+    const VarId x = ops.add("transformer.embeddings_add", tok, pos);
+    t.drop({tok, pos});
+    return maybe_dropout(c, "transformer.drop", x, DropoutSite::kEmbeddings);
+  }
+  torch_modules_forward_locals(c, t.dtype(tok));
   VarId x = tok;
   if (c.model.scale_embeddings) {
     x = ops.scale("model.embed_scale", tok);
@@ -671,6 +682,10 @@ class TorchModules final : public LayerCode {
     return b;
   }
   VarId embeddings(EmitContext& c, VarId ids) const override { return torch_modules_embeddings(c, ids); }
+  bool forward_locals(EmitContext& c, DType hidden_dtype) const override {
+    torch_modules_forward_locals(c, hidden_dtype);
+    return true;
+  }
   VarId layer(EmitContext& c, int l, VarId x) const override { return torch_modules_layer(c, l, x); }
   VarId final_norm_and_head(EmitContext& c, VarId x) const override { return torch_modules_final(c, x); }
   VarId loss(EmitContext& c, VarId logits, VarId targets) const override {

@@ -10,6 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/graph/hf_kv_cache.h"
 #include "sim/graph/peft_lora.h"
+#include "sim/graph/pipeline_parallel.h"
 
 namespace vramsim {
 namespace {
@@ -109,7 +110,14 @@ void validate(const TrainingOptions& o) {
           fmt::format("--kv-cache: unknown cache '{}' (known: {})", o.kv_cache, fmt::join(caches, ", ")));
     }
   }
-  if (o.lora.rank > 0 && (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none")) {
+  validate(o.pipeline, o.grad_accumulation);
+  if (o.pipeline.stages > 1 && (o.forward_only || o.inference || o.generate_tokens > 0)) {
+    throw InputError(
+        "--pp: pipeline parallelism is modelled for training steps (not --forward-only, "
+        "--inference or --generate)");
+  }
+  if (o.lora.rank > 0 &&
+      (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
     throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");
   }
   if (o.batch <= 0 || o.batch > kMaxBatch) {

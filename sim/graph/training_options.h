@@ -76,6 +76,16 @@ struct DataParallelOptions {
   int gpus_per_node = 8;
 };
 
+// Pipeline parallelism (pipeline_parallel.h), Megatron-LM's settings. The micro-batches of a step are
+// TrainingOptions::grad_accumulation (Megatron's num_microbatches).
+enum class PipelineSchedule : std::uint8_t { k1F1B, kInterleaved };
+struct PipelineOptions {
+  int stages = 1;          // --pipeline-model-parallel-size
+  int stage = 0;           // the GPU simulated: its pipeline rank
+  int virtual_stages = 1;  // model chunks per GPU (--num-layers-per-virtual-pipeline-stage's result)
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+};
+
 // LoraConfig's fields, PEFT's defaults. rank 0: no LoRA.
 struct LoraOptions {
   int rank = 0;                      // r
@@ -118,6 +128,7 @@ struct TrainingOptions {
   CudaDevice device;  // SMs and threads per SM, which size the reduction kernels' staging buffers
   WarmProcess warm = WarmProcess::kNone;
   DataParallelOptions data_parallel;
+  PipelineOptions pipeline;
   LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
   // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache
   // ("dynamic" or "static"); implies inference.

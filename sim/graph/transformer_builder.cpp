@@ -11,6 +11,7 @@
 #include "sim/graph/hf_generate.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/optimizer.h"
+#include "sim/graph/pipeline_parallel.h"
 #include "sim/graph/transformer_parts.h"
 
 namespace vramsim {
@@ -35,6 +36,12 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
                     "wraps (use --model-code torch-modules)",
                     m.code));
   }
+  if (o.pipeline.stages > 1 && !layer_code(m.code).follows_transformers()) {
+    throw InputError(
+        fmt::format("--pp: the {} code is not split into pipeline stages (use --model-code "
+                    "torch-modules)",
+                    m.code));
+  }
   if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
       o.seq > m.max_positions) {
     throw InputError(
@@ -44,13 +51,17 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
 
 // The data-parallel units: each decoder layer's parameters, and the rest (the root), in model.parameters()
 // order.
-std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const ModelParams& params) {
+std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const ModelParams& params,
+                                           const KeepParameter& keep) {
   std::vector<ParameterUnit> units(static_cast<std::size_t>(model.n_layers) + 1);
   for (std::size_t l = 0; l + 1 < units.size(); ++l) {
     units[l].layer = static_cast<int>(l);
   }
   units.back().layer = -1;
-  const std::vector<ParameterShape> shapes = model.parameter_shapes();
+  std::vector<ParameterShape> shapes = model.parameter_shapes();
+  if (keep) {  // the parameters create_parameters() made, in the same order
+    std::erase_if(shapes, [&](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
+  }
   for (std::size_t i = 0; i < shapes.size() && i < params.all.size(); ++i) {
     const int l = shapes[i].layer;
     units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1].params.push_back(params.all[i]);
@@ -61,11 +72,11 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
 // One model forward: ids -> logits. Layers run inside checkpoint() for full recomputation; the per-forward
 // tensors a checkpointed layer reads (rotary tables, the mask) are passed as its inputs so the replay in
 // backward finds them alive, as HF passes position_embeddings to the checkpointed layer.
-VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
-              const std::vector<ParameterUnit>& units) {
-  dp.pre_forward(tape, units.back());
-  VarId x = emit_embeddings(ctx, ids);
-  for (int l = 0; l < ctx.model.n_layers; ++l) {
+// Decoder layers [first, first + count) on x; takes over the caller's reference to x and returns the last
+// layer's output.
+VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int count, DataParallelScheme& dp,
+                 const std::vector<ParameterUnit>& units) {
+  for (int l = first; l < first + count; ++l) {
     tape.set_layer(l);
     dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
     VarId y;
@@ -108,9 +119,120 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& 
     dp.post_forward(tape, units[static_cast<std::size_t>(l)]);
   }
   tape.set_layer(-1);
+  return x;
+}
+
+// One model forward: ids -> logits.
+VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
+              const std::vector<ParameterUnit>& units) {
+  dp.pre_forward(tape, units.back());
+  const VarId x = run_layers(ctx, tape, emit_embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
   const VarId logits = emit_final(ctx, x);  // drops x
   end_forward(ctx);
   return logits;
+}
+
+// What one step of a pipeline stage works with (build_training_steps' locals).
+struct PipelineStage {
+  EagerTape& tape;
+  TorchOps& ops;
+  const ModelConfig& model;
+  const TrainingOptions& options;
+  const ModelParams& params;
+  const ModelBuffers& buffers;
+  DataParallelScheme& dp;
+  const std::vector<ParameterUnit>& units;
+  VarId ids = kNoVar;
+  VarId targets = kNoVar;
+  std::optional<DType> autocast;
+  AttentionKind attention = AttentionKind::kEager;
+  const LayerCode* code = nullptr;
+  std::vector<PipelineChunk> chunks;
+};
+
+// One chunk's forward on one micro-batch: what its backward needs.
+struct InFlight {
+  VarId received = kNoVar;  // the hidden states received from the previous stage (held until backward)
+  VarId output = kNoVar;    // the loss (last virtual stage) or the hidden states sent on (storage freed)
+  std::size_t nodes_begin = 0;
+  std::size_t nodes_end = 0;
+};
+
+InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
+  EagerTape& tape = st.tape;
+  InFlight f;
+  f.nodes_begin = tape.node_count();
+  tape.set_phase(Phase::kForward);
+  st.ops.set_autocast(st.autocast);
+  EmitContext ctx{st.ops, st.model, st.options, st.params,    st.buffers, {},
+                  kNoVar, kNoVar,   kNoVar,     st.attention, st.code,    nullptr};
+  VarId x = kNoVar;
+  if (chunk.embeddings) {
+    st.dp.pre_forward(tape, st.units.back());
+    x = emit_embeddings(ctx, st.ids);
+  } else {
+    // p2p_communication.recv_forward: torch.empty((b, s, h)) in the pipeline dtype, then requires_grad_().
+    const DType hidden = parameter_dtype(st.options.precision);
+    f.received = tape.received("pipeline.recv_forward", "recv",
+                               {st.options.batch, st.options.seq, st.model.d_model}, hidden);
+    tape.hold(f.received);  // schedules.py keeps input_tensors until the backward
+    st.code->forward_locals(ctx, hidden);
+    x = f.received;
+  }
+  x = run_layers(ctx, tape, x, chunk.first_layer, chunk.layers, st.dp, st.units);
+  if (chunk.head) {
+    const VarId logits = emit_final(ctx, x);
+    end_forward(ctx);
+    tape.set_phase(Phase::kLoss);
+    f.output = emit_loss(ctx, logits, st.targets);
+    tape.drop(logits);  // forward_step's locals go away; the loss's graph keeps what it needs
+  } else {
+    end_forward(ctx);
+    // send_forward, then deallocate_output_tensor: the data goes, the autograd node stays.
+    tape.begin_op("pipeline.send_forward", "send");
+    tape.use(tape.storage(x));
+    tape.drop(x);
+    f.output = x;
+  }
+  if (!st.options.autocast_whole_step) {
+    st.ops.set_autocast(std::nullopt);
+    st.ops.clear_autocast_cache();
+  }
+  f.nodes_end = tape.node_count();
+  return f;
+}
+
+void pipeline_backward(PipelineStage& st, const PipelineChunk& chunk, const InFlight& f) {
+  EagerTape& tape = st.tape;
+  tape.set_phase(Phase::kBackward);
+  st.dp.begin_backward(tape);
+  if (chunk.head) {
+    tape.backward(f.output, f.nodes_begin, f.nodes_end, "loss.backward.grad_seed", "ones_like");
+    tape.drop(f.output);
+  } else {
+    // recv_backward: the next stage's gradient of the hidden states seeds this chunk's backward.
+    tape.backward(f.output, f.nodes_begin, f.nodes_end, "pipeline.recv_backward", "recv");
+  }
+  st.dp.end_backward(tape, st.units.back());
+  if (f.received != kNoVar) {  // its gradient was sent back (and freed with the backward's leftovers)
+    tape.drop(f.received);
+  }
+}
+
+// One optimizer step's forwards and backwards of this stage in the schedule's order.
+void pipeline_step(PipelineStage& st, int step) {
+  const int micro_batches = st.options.grad_accumulation;
+  std::vector<InFlight> in_flight(st.chunks.size() * static_cast<std::size_t>(micro_batches));
+  for (const PipelineAction& a : pipeline_schedule(st.options.pipeline, micro_batches)) {
+    st.tape.set_step(step, a.micro_batch);
+    const PipelineChunk& chunk = st.chunks[static_cast<std::size_t>(a.chunk)];
+    InFlight& f = in_flight[static_cast<std::size_t>(a.chunk * micro_batches + a.micro_batch)];
+    if (a.forward) {
+      f = pipeline_forward(st, chunk);
+    } else {
+      pipeline_backward(st, chunk, f);
+    }
+  }
 }
 
 }  // namespace
@@ -136,10 +258,31 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.set_phase(Phase::kSetup);
   tape.begin_op("model.to(device)", "_to_copy");
   const std::unique_ptr<DataParallelScheme> dp = make_data_parallel(options.data_parallel);
+  // A pipeline stage holds its own layers, the first also the embeddings, the last the head (with tied
+  // embeddings Megatron keeps a copy of the word embeddings there as the output layer's weight).
+  const std::vector<PipelineChunk> chunks = pipeline_chunks(model.n_layers, options.pipeline);
+  KeepParameter keep;
+  if (options.pipeline.stages > 1) {
+    keep = [&chunks, &model](const ParameterShape& p, ParameterRole role) {
+      return std::any_of(chunks.begin(), chunks.end(), [&](const PipelineChunk& c) {
+        switch (role) {
+          case ParameterRole::kLayer:
+            return p.layer >= c.first_layer && p.layer < c.first_layer + c.layers;
+          case ParameterRole::kEmbedding:
+            return c.embeddings || (c.head && model.tied_embeddings);
+          case ParameterRole::kPositions:
+            return c.embeddings;
+          case ParameterRole::kHead:
+            return c.head;
+        }
+        return false;
+      });
+    };
+  }
   const ModelParams params = create_parameters(
       tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); },
-      options.lora);
-  const std::vector<ParameterUnit> units = parameter_units(model, params);
+      options.lora, keep);
+  const std::vector<ParameterUnit> units = parameter_units(model, params, keep);
   const ModelBuffers buffers = create_buffers(tape, model, options);
   dp->construct(tape, units);
   tape.set_backward_layer_hooks(
@@ -180,8 +323,13 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;
   std::size_t held_graph_begin = 0;
+  PipelineStage stage{tape,  ops, model,   options, params,    buffers, *dp,
+                      units, ids, targets, low,     attention, &code,   chunks};
   for (int step = 1; step <= options.steps; ++step) {
-    for (int micro = 0; micro < options.grad_accumulation; ++micro) {
+    if (options.pipeline.stages > 1) {
+      pipeline_step(stage, step);
+    }
+    for (int micro = 0; options.pipeline.stages == 1 && micro < options.grad_accumulation; ++micro) {
       tape.set_step(step, micro);
       tape.set_phase(Phase::kForward);
       ops.set_autocast(low);

@@ -162,12 +162,27 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
 
 std::string layer_name(int layer, const char* what) { return fmt::format("layers.{}.{}", layer, what); }
 
+ParameterRole parameter_role(const ParameterShape& s) {
+  if (s.layer >= 0) {
+    return ParameterRole::kLayer;
+  }
+  ModelParams roles;
+  const VarId* slot = model_role(roles, s.name);
+  if (slot == &roles.embed) {
+    return ParameterRole::kEmbedding;
+  }
+  return slot == &roles.pos ? ParameterRole::kPositions : ParameterRole::kHead;
+}
+
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
                               const std::function<std::int64_t(std::int64_t)>& resident_numel,
-                              const LoraOptions& lora) {
+                              const LoraOptions& lora, const KeepParameter& keep) {
   ModelParams p;
   p.layers.resize(static_cast<std::size_t>(model.n_layers));
   for (const ParameterShape& s : model.parameter_shapes()) {
+    if (keep && !keep(s, parameter_role(s))) {
+      continue;
+    }
     tape.set_layer(s.layer);
     const VarId v =
         tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);

@@ -56,9 +56,18 @@ struct ModelParams {
 // elements of a parameter of n elements stay on the device (a data-parallel shard). Throws nothing: names
 // come from ModelConfig::parameter_shapes().
 // `lora` (rank > 0): get_peft_model afterwards: every base parameter frozen, adapters created after them.
+// `keep` (optional): whether this GPU holds the parameter at all (a pipeline stage holds its own layers).
+enum class ParameterRole : std::uint8_t {
+  kLayer,      // of a decoder layer (ParameterShape::layer)
+  kEmbedding,  // token embeddings (with tied embeddings also the output layer's weight)
+  kPositions,  // learned position embeddings
+  kHead,       // final norm and output layer
+};
+ParameterRole parameter_role(const ParameterShape& parameter);
+using KeepParameter = std::function<bool(const ParameterShape&, ParameterRole)>;
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
                               const std::function<std::int64_t(std::int64_t)>& resident_numel = {},
-                              const LoraOptions& lora = {});
+                              const LoraOptions& lora = {}, const KeepParameter& keep = {});
 
 // Non-trainable device tensors the model creates at construction (registered buffers), kept for the run:
 // what the model's code (LayerCode::create_buffers) registers.
