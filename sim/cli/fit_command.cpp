@@ -5,6 +5,7 @@
 
 #include "sim/cli/commands.h"
 #include "sim/core/size_format.h"
+#include "sim/graph/pipeline_parallel.h"
 #include "sim/predict/step_prediction.h"
 
 namespace vramsim::cli {
@@ -50,6 +51,7 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
         j["data_parallel"] = {{"scheme", request.options.data_parallel.scheme},
                               {"world_size", request.options.data_parallel.world_size}};
         j["tensor_parallel"] = request.tensor_parallel;
+        j["pipeline_stages"] = request.options.pipeline.stages;
         j["margin"] = r.margin;
         j["total_bytes"] = r.total_bytes;
         j["cuda_context_bytes"] = r.cuda_context_bytes;
@@ -67,9 +69,15 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
         return 0;
       }
       const DataParallelOptions& dp = request.options.data_parallel;
-      if (request.tensor_parallel > 1 || dp.scheme != "none") {
-        fmt::print("layout           one rank: tensor-parallel {}, {} over {} data-parallel ranks\n",
-                   request.tensor_parallel, dp.scheme, dp.world_size);
+      const PipelineOptions& pp = request.options.pipeline;
+      if (request.tensor_parallel > 1 || dp.scheme != "none" || pp.stages > 1) {
+        fmt::print("layout           one rank: tensor-parallel {}, {} over {} data-parallel ranks{}\n",
+                   request.tensor_parallel, dp.scheme, dp.world_size,
+                   pp.stages == 1 ? std::string()
+                   : request.every_pipeline_stage
+                       ? fmt::format(", the fullest of {} pipeline stages ({}, {} micro-batches)", pp.stages,
+                                     pipeline_schedule_name(pp.schedule), request.options.grad_accumulation)
+                       : fmt::format(", pipeline stage {} of {}", pp.stage, pp.stages));
       }
       fmt::print("limit            peak reserved + {} context <= {} ({:.0f} % of {})\n",
                  format_bytes_short(static_cast<Bytes>(r.cuda_context_bytes)),

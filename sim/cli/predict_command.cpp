@@ -44,7 +44,8 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
          "dropout probability at every site the model has (default: a config.json's own rates, none for "
          "presets; 0 = no dropout)")
       ->capture_default_str();
-  cmd->add_option("--grad-accumulation", a.grad_accumulation, "micro-batches per optimizer step")
+  cmd->add_option("--grad-accumulation,--micro-batches", a.grad_accumulation,
+                  "micro-batches per optimizer step (with --pp: Megatron's num_microbatches)")
       ->capture_default_str();
   cmd->add_option("--steps", a.steps, "training steps to simulate")->capture_default_str();
   cmd->add_flag("--forward-only", a.forward_only,
@@ -92,6 +93,17 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option("--tp", a.tp, "Megatron tensor parallelism: GPUs per model replica (divides --world-size)")
       ->capture_default_str();
+  cmd->add_option(
+         "--pp", a.pp,
+         "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
+      ->capture_default_str();
+  cmd->add_option("--pp-schedule", a.pp_schedule, "1f1b|interleaved (Megatron's pipeline schedules)")
+      ->capture_default_str();
+  cmd->add_option("--virtual-stages", a.virtual_stages, "model chunks per GPU with --pp-schedule interleaved")
+      ->capture_default_str();
+  cmd->add_option(
+      "--pp-stage", a.pp_stage,
+      "the pipeline stage to report (default: every stage is simulated, the highest peak reported)");
   cmd->add_option("--zero", a.zero, "DeepSpeed ZeRO stage 1|2|3 (0: plain DDP)");
   cmd->add_option("--fsdp", a.fsdp,
                   "PyTorch FSDP sharding strategy: full-shard|shard-grad-op|no-shard|hybrid-shard");
@@ -137,6 +149,22 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   if (p.tensor_parallel > 1) {
     fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split\n",
                p.tensor_parallel);
+  }
+  if (p.pipeline) {
+    const Prediction::Pipeline& pp = *p.pipeline;
+    std::string stages;
+    for (const Prediction::PipelineStagePeak& s : pp.simulated) {
+      stages += fmt::format("{}{}: {}{}", stages.empty() ? "" : ", ", s.stage,
+                            format_size(static_cast<Bytes>(s.peak_reserved_bytes)), s.fits ? "" : " (OOM)");
+    }
+    fmt::print(
+        "pipeline         {} stages, {} schedule{}, {} micro-batches (Megatron): the report is stage {}'s\n",
+        pp.stages, pp.schedule,
+        pp.virtual_stages > 1 ? fmt::format(" with {} chunks per GPU", pp.virtual_stages) : std::string(),
+        pp.micro_batches, pp.stage);
+    fmt::print("                 peak reserved per stage: {}\n", stages);
+    fmt::print(
+        "                 step time: this stage's kernels plus the bubble, (p - 1) / (v * M) of them\n");
   }
   if (p.data_parallel != "none") {
     fmt::print("data parallel    {} over {} GPUs: the figures are one rank's (every rank's alike)\n",

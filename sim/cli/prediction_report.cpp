@@ -70,6 +70,22 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   j["model"] = p.model_name;
   j["data_parallel"] = {{"scheme", p.data_parallel}, {"world_size", p.world_size}};
   j["tensor_parallel"] = p.tensor_parallel;
+  if (p.pipeline) {
+    const Prediction::Pipeline& pp = *p.pipeline;
+    nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+    for (const Prediction::PipelineStagePeak& s : pp.simulated) {
+      stages.push_back({{"stage", s.stage},
+                        {"peak_allocated_bytes", s.peak_allocated_bytes},
+                        {"peak_reserved_bytes", s.peak_reserved_bytes},
+                        {"fits", s.fits}});
+    }
+    j["pipeline_parallel"] = {{"stages", pp.stages},
+                              {"schedule", pp.schedule},
+                              {"virtual_stages", pp.virtual_stages},
+                              {"micro_batches", pp.micro_batches},
+                              {"reported_stage", pp.stage},
+                              {"simulated_stages", stages}};
+  }
   j["trainable_parameters"] = p.trainable_parameters;
   j["total_parameters"] = p.total_parameters;
   if (p.generation) {

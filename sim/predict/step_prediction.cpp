@@ -14,6 +14,7 @@
 #include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/peft_lora.h"
+#include "sim/graph/pipeline_parallel.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/tensor_parallel.h"
 #include "sim/graph/transformer_builder.h"
@@ -115,7 +116,64 @@ MemoryBill live_bill(const OpGraph& graph, const AllocationSchedule& schedule, s
   return bill;
 }
 
+namespace {
+
+Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out);
+
+}  // namespace
+
 Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
+  const PipelineOptions& pp = request.options.pipeline;
+  if (pp.stages == 1) {
+    return predict_rank(request, trace_out);
+  }
+  Prediction::Pipeline summary;
+  summary.stages = pp.stages;
+  summary.schedule = std::string(pipeline_schedule_name(pp.schedule));
+  summary.virtual_stages = pp.schedule == PipelineSchedule::kInterleaved ? pp.virtual_stages : 1;
+  summary.micro_batches = request.options.grad_accumulation;
+  std::optional<Prediction> reported;
+  std::optional<Snapshot> reported_trace;
+  const int first = request.every_pipeline_stage ? 0 : pp.stage;
+  const int last = request.every_pipeline_stage ? pp.stages - 1 : pp.stage;
+  for (int stage = first; stage <= last; ++stage) {  // ranks are independent: one simulation per stage
+    PredictRequest r = request;
+    r.options.pipeline.stage = stage;
+    Snapshot trace;
+    Prediction p = predict_rank(r, trace_out != nullptr ? &trace : nullptr);
+    summary.simulated.push_back({stage, p.peak_allocated_bytes, p.peak_reserved_bytes, p.fits});
+    // The stage with the highest peak reserved (after an OOM, the most allocated bytes needed).
+    const auto demand = [](const Prediction& q) {
+      return std::max(q.peak_reserved_bytes, q.peak_allocated_needed_bytes);
+    };
+    if (!reported || demand(p) > demand(*reported)) {
+      reported = std::move(p);
+      reported_trace = std::move(trace);
+    }
+  }
+  summary.stage = reported->pipeline_stage_simulated;
+  reported->pipeline = std::move(summary);
+  if (reported->timing) {
+    // The stages wait for each other: a step lasts the reported stage's kernels plus the pipeline bubble,
+    // (p - 1) / (v * M) of them (Narayanan et al. 2021, Sections 2.2 and 2.2.1), if every stage is as busy.
+    const double bubble = 1.0 + static_cast<double>(pp.stages - 1) /
+                                    static_cast<double>(reported->pipeline->virtual_stages *
+                                                        request.options.grad_accumulation);
+    TimingEstimate& t = *reported->timing;
+    for (StepTiming& st : t.steps) {
+      st.time_ns = static_cast<std::int64_t>(static_cast<double>(st.time_ns) * bubble);
+    }
+    t.tokens_per_s /= bubble;
+  }
+  if (trace_out != nullptr) {
+    *trace_out = std::move(*reported_trace);
+  }
+  return std::move(*reported);
+}
+
+namespace {
+
+Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   validate(request.options);
   if (request.alloc_conf) {
     (void)parse_alloc_conf(*request.alloc_conf, "--alloc-conf");
@@ -148,6 +206,7 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   p.data_parallel = request.options.data_parallel.scheme;
   p.world_size = request.options.data_parallel.world_size;
   p.tensor_parallel = request.tensor_parallel;
+  p.pipeline_stage_simulated = request.options.pipeline.stage;
   const ParameterCount count = count_parameters(request.model, request.options.lora);
   p.lora_rank = request.options.lora.rank;
   if (p.lora_rank > 0) {
@@ -183,8 +242,6 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   return p;
 }
 
-namespace {
-
 DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   DataParallelOptions d;
   if (a.world_size < 1 || a.world_size > (1 << 20)) {
@@ -193,11 +250,15 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   if (a.tp < 1 || a.tp > 1024) {
     throw InputError(fmt::format("--tp: {} is not in 1..1024", a.tp));
   }
-  const int world = a.world_size == 1 ? a.tp : a.world_size;  // --tp alone: one model replica
-  if (world % a.tp != 0) {
-    throw InputError(fmt::format("--tp: {} does not divide --world-size {}", a.tp, world));
+  if (a.pp < 1 || a.pp > 1024) {
+    throw InputError(fmt::format("--pp: {} is not in 1..1024", a.pp));
   }
-  d.world_size = world / a.tp;  // the data-parallel group: ranks holding the same shard of the model
+  const int replica = a.tp * a.pp;                               // GPUs per model replica
+  const int world = a.world_size == 1 ? replica : a.world_size;  // --tp / --pp alone: one replica
+  if (world % replica != 0) {
+    throw InputError(fmt::format("--tp x --pp: {} x {} does not divide --world-size {}", a.tp, a.pp, world));
+  }
+  d.world_size = world / replica;  // the data-parallel group: ranks holding the same part of the model
   if (a.zero && !a.fsdp.empty()) {
     throw InputError("--zero / --fsdp: give only one of them");
   }
@@ -321,6 +382,17 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     parse_lora_targets(a.lora_targets, o.lora);
   }
   o.data_parallel = data_parallel;
+  o.pipeline.stages = a.pp;
+  o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
+  o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;
+  if (a.pp_stage) {
+    o.pipeline.stage = *a.pp_stage;
+  }
+  r.every_pipeline_stage = !a.pp_stage.has_value();
+  validate(o);
+  if (a.pp > 1) {
+    (void)pipeline_chunks(r.model.n_layers, o.pipeline);  // layers that do not split fail here
+  }
   return r;
 }
 

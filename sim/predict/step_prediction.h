@@ -32,6 +32,8 @@ struct PredictRequest {
   std::optional<std::string> alloc_conf;
   ContextOptions context;   // --module-loading, --cuda-context
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
+  // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
+  bool every_pipeline_stage = false;
 };
 
 struct LiveTensor {
@@ -90,6 +92,7 @@ struct Prediction {
   std::string data_parallel = "none";  // the scheme's registry name (data_parallel.h)
   int world_size = 1;                  // of the data-parallel group
   int tensor_parallel = 1;
+  int pipeline_stage_simulated = 0;  // options.pipeline.stage of this simulation
   // PEFT LoRA (rank 0: none): the adapted modules and the trainable and total parameter counts.
   int lora_rank = 0;
   std::vector<std::string> lora_targets;  // {"all-linear"} for all-linear
@@ -145,6 +148,23 @@ struct Prediction {
   };
   std::optional<Generation> generation;
 
+  // Pipeline parallelism (--pp): the stage reported, and every simulated stage's peaks.
+  struct PipelineStagePeak {
+    int stage = 0;
+    std::int64_t peak_allocated_bytes = 0;
+    std::int64_t peak_reserved_bytes = 0;
+    bool fits = false;
+  };
+  struct Pipeline {
+    int stages = 1;
+    std::string schedule;  // pipeline_schedule_name()
+    int virtual_stages = 1;
+    int micro_batches = 1;
+    int stage = 0;  // the one this prediction describes
+    std::vector<PipelineStagePeak> simulated;
+  };
+  std::optional<Pipeline> pipeline;
+
   bool fits = false;
   // total - context - peak reserved; after an OOM, total - context - the larger of peak reserved and the
   // allocated bytes needed (negative: at least that much is missing).
@@ -187,7 +207,13 @@ struct RequestArgs {
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;
-  int tp = 1;  // --tp: Megatron tensor parallelism; the data-parallel group is world_size / tp
+  int tp = 1;  // --tp: Megatron tensor parallelism; the data-parallel group is world_size / (tp * pp)
+  // --pp: Megatron pipeline stages; --pp-schedule 1f1b|interleaved with --virtual-stages chunks per GPU;
+  // --pp-stage: the stage to report (unset: every stage is simulated and the highest peak reported).
+  int pp = 1;
+  std::string pp_schedule = "1f1b";
+  int virtual_stages = 2;
+  std::optional<int> pp_stage;
   std::optional<int> zero;
   std::string fsdp;
   std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb

@@ -355,3 +355,27 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
                       "--generate: 4000000 new tokens is out of range");
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
+
+TEST_CASE("bad --pp, --pp-schedule, --pp-stage and --virtual-stages values end in one line", "[quick][cli]") {
+  // tinyllama-1.1b has 22 layers.
+  const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
+  require_input_error(run_vramsim(run + "--pp 0"), "--pp: 0 is not in 1..1024");
+  require_input_error(run_vramsim(run + "--pp 4"), "--pp: 22 layers do not split evenly over 4 stages");
+  require_input_error(run_vramsim(run + "--pp 2 --pp-stage 2"), "--pp-stage: 2 is not a stage of 2");
+  require_input_error(run_vramsim(run + "--pp 2 --pp-schedule gpipe"),
+                      "--pp-schedule: unknown schedule 'gpipe'");
+  require_input_error(run_vramsim(run + "--pp 4 --pp-schedule interleaved --micro-batches 4"),
+                      "--pp: 22 layers do not split evenly over 4 stages x 2 model chunks");
+  require_input_error(run_vramsim(run + "--pp 2 --pp-schedule interleaved --micro-batches 3"),
+                      "--micro-batches: the interleaved schedule needs a multiple of --pp 2, got 3");
+  require_input_error(
+      run_vramsim(run + "--pp 2 --pp-schedule interleaved --virtual-stages 1 --micro-batches 2"),
+      "--virtual-stages: the interleaved schedule needs 2..1024 model chunks per GPU");
+  require_input_error(run_vramsim(run + "--pp 2 --tp 2 --gpus 6"),
+                      "--tp x --pp: 2 x 2 does not divide --world-size 6");
+  require_input_error(run_vramsim(run + "--pp 2 --lora-rank 8"), "--lora-rank: LoRA with more than one GPU");
+  require_input_error(run_vramsim(run + "--pp 2 --inference"),
+                      "--pp: pipeline parallelism is modelled for training");
+  require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
+                      "--pp: the cs336-basics code is not split into pipeline stages");
+}
