@@ -156,9 +156,9 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   if (reported->timing) {
     // The stages wait for each other: a step lasts the reported stage's kernels plus the pipeline bubble,
     // (p - 1) / (v * M) of them (Narayanan et al. 2021, Sections 2.2 and 2.2.1), if every stage is as busy.
-    const double bubble = 1.0 + static_cast<double>(pp.stages - 1) /
-                                    static_cast<double>(reported->pipeline->virtual_stages *
-                                                        request.options.grad_accumulation);
+    const double bubble =
+        1.0 + static_cast<double>(pp.stages - 1) /
+                  static_cast<double>(reported->pipeline->virtual_stages * request.options.grad_accumulation);
     TimingEstimate& t = *reported->timing;
     for (StepTiming& st : t.steps) {
       st.time_ns = static_cast<std::int64_t>(static_cast<double>(st.time_ns) * bubble);
@@ -256,7 +256,9 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   const int replica = a.tp * a.pp;                               // GPUs per model replica
   const int world = a.world_size == 1 ? replica : a.world_size;  // --tp / --pp alone: one replica
   if (world % replica != 0) {
-    throw InputError(fmt::format("--tp x --pp: {} x {} does not divide --world-size {}", a.tp, a.pp, world));
+    throw InputError(
+        a.pp == 1 ? fmt::format("--tp: {} does not divide --world-size {}", a.tp, world)
+                  : fmt::format("--tp x --pp: {} x {} does not divide --world-size {}", a.tp, a.pp, world));
   }
   d.world_size = world / replica;  // the data-parallel group: ranks holding the same part of the model
   if (a.zero && !a.fsdp.empty()) {
