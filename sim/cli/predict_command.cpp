@@ -93,6 +93,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option("--tp", a.tp, "Megatron tensor parallelism: GPUs per model replica (divides --world-size)")
       ->capture_default_str();
+  cmd->add_flag(
+      "--sequence-parallel", a.sequence_parallel,
+      "Megatron sequence parallelism with --tp: norms, dropouts and residuals split along the sequence");
   cmd->add_option(
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
@@ -147,8 +150,8 @@ void print_run(const Prediction& p, const RequestArgs& a) {
         100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
   }
   if (p.tensor_parallel > 1) {
-    fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split\n",
-               p.tensor_parallel);
+    fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split{}\n",
+               p.tensor_parallel, p.sequence_parallel ? "; sequence parallel" : "");
   }
   if (p.pipeline) {
     const Prediction::Pipeline& pp = *p.pipeline;

@@ -70,6 +70,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   j["model"] = p.model_name;
   j["data_parallel"] = {{"scheme", p.data_parallel}, {"world_size", p.world_size}};
   j["tensor_parallel"] = p.tensor_parallel;
+  j["sequence_parallel"] = p.sequence_parallel;
   if (p.pipeline) {
     const Prediction::Pipeline& pp = *p.pipeline;
     nlohmann::ordered_json stages = nlohmann::ordered_json::array();

@@ -311,15 +311,15 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   if (p.qkv_w != kNoVar) {
     // GPT-2: c_attn(hidden).split(); _split_heads: view + permute. Phi-3: qkv = self.qkv_proj(hidden);
     // query_states = qkv[..., :query_pos], ...: slices, then view + transpose.
-    const VarId qkv = ops.linear(n + (gpt2 ? ".c_attn" : ".qkv_proj"), x, p.qkv_w, p.qkv_b);
+    const VarId qkv = column_parallel_linear(c, n + (gpt2 ? ".c_attn" : ".qkv_proj"), x, p.qkv_w, p.qkv_b);
     q = t.view(qkv, q_heads, n + ".q_heads");
     k = t.view(qkv, kv_heads, n + ".k_heads");
     v = t.view(qkv, kv_heads, n + ".v_heads");
     t.drop(qkv);
   } else {  // q_proj(hidden).view(hidden_shape).transpose(1, 2)
-    const VarId qx = ops.linear(n + ".q_proj", x, p.q_w, p.q_b);
-    const VarId kx = ops.linear(n + ".k_proj", x, p.k_w, p.k_b);
-    const VarId vx = ops.linear(n + ".v_proj", x, p.v_w, p.v_b);
+    const VarId qx = column_parallel_linear(c, n + ".q_proj", x, p.q_w, p.q_b);
+    const VarId kx = column_parallel_linear(c, n + ".k_proj", x, p.k_w, p.k_b);
+    const VarId vx = column_parallel_linear(c, n + ".v_proj", x, p.v_w, p.v_b);
     q = t.view(qx, q_heads, n + ".q_heads");
     k = t.view(kx, kv_heads, n + ".k_heads");
     v = t.view(vx, kv_heads, n + ".v_heads");
@@ -359,7 +359,8 @@ VarId attention(EmitContext& c, int layer, VarId x) {
       t.drop(v_local);
     }
   }
-  const VarId out = ops.linear(n + (gpt2 ? ".c_proj" : ".o_proj"), merged, p.o_w, p.o_b);
+  const std::string o_name = n + (gpt2 ? ".c_proj" : ".o_proj");
+  const VarId out = row_parallel_output(c, o_name, ops.linear(o_name, merged, p.o_w, p.o_b));
   t.drop({merged, q, k, v});  // the module returns: its locals go
   if (locals.probs != kNoVar) {
     t.drop(locals.probs);
@@ -401,11 +402,11 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const std::string n = layer_name(layer, "mlp");
   if (c.model.mlp == MlpKind::kGelu) {  // c_proj(act(c_fc(x))), dropout
-    const VarId f = ops.linear(n + ".c_fc", x, p.fc1_w, p.fc1_b);
+    const VarId f = column_parallel_linear(c, n + ".c_fc", x, p.fc1_w, p.fc1_b);
     const VarId g = c.model.gelu == GeluKind::kNew && !megatron(c) ? hf_gelu_new(c, n + ".gelu_new", f)
                                                                    : ops.gelu(n + ".gelu", f);
     t.drop(f);
-    const VarId y = ops.linear(n + ".c_proj", g, p.fc2_w, p.fc2_b);
+    const VarId y = row_parallel_output(c, n + ".c_proj", ops.linear(n + ".c_proj", g, p.fc2_w, p.fc2_b));
     t.drop(g);
     return maybe_dropout(c, n + ".dropout", y, DropoutSite::kResidual);
   }
@@ -415,7 +416,7 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
   if (p.gate_up_w != kNoVar) {
     // Phi3MLP: up_states = self.gate_up_proj(hidden_states); gate, up_states = up_states.chunk(2, dim=-1);
     // up_states = up_states * self.activation_fn(gate); return self.down_proj(up_states)
-    const VarId fused = ops.linear(n + ".gate_up_proj", x, p.gate_up_w);
+    const VarId fused = column_parallel_linear(c, n + ".gate_up_proj", x, p.gate_up_w);
     Shape half = t.shape(fused);
     half.back() /= 2;
     const VarId gate = t.view(fused, half, n + ".gate", GradRule{GradRule::Kind::kAlloc});
@@ -424,23 +425,39 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
     const VarId act = gated_act(c, n, gate);
     const VarId prod = ops.mul(n + ".mul", up, act);
     t.drop({act, up, gate});
-    const VarId y = ops.linear(n + ".down_proj", prod, p.down_w);
+    const VarId y = row_parallel_output(c, n + ".down_proj", ops.linear(n + ".down_proj", prod, p.down_w));
     t.drop(prod);
     return maybe_dropout(c, n + ".resid_mlp_dropout", y, DropoutSite::kResidual);
   }
-  return hf_gated_mlp(c, n, x, {p.gate_w, p.up_w, p.down_w});
+  return row_parallel_output(c, n + ".down_proj", hf_gated_mlp(c, n, x, {p.gate_w, p.up_w, p.down_w}));
 }
 
 }  // namespace
 
-// down_proj(act_fn(gate_proj(x)) * up_proj(x))
+VarId column_parallel_linear(EmitContext& c, const std::string& name, VarId x, VarId w, VarId bias) {
+  return c.options.sequence_parallel
+             ? c.ops.sequence_parallel_linear(name, x, w, bias, c.options.tensor_parallel)
+             : c.ops.linear(name, x, w, bias);
+}
+
+VarId row_parallel_output(EmitContext& c, const std::string& name, VarId y) {
+  if (!c.options.sequence_parallel) {
+    return y;
+  }
+  const VarId shard = c.ops.reduce_scatter_sequence(name + ".reduce_scatter", y, c.options.tensor_parallel);
+  c.ops.tape().drop(y);
+  return shard;
+}
+
+// down_proj(act_fn(gate_proj(x)) * up_proj(x)); gate_proj and up_proj are column-parallel (the experts of
+// a sparse MoE block never run sequence-parallel: validate() refuses it).
 VarId hf_gated_mlp(EmitContext& c, const std::string& n, VarId x, const LayerParams::Expert& w) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
-  const VarId gate = ops.linear(n + ".gate_proj", x, w.gate_w);
+  const VarId gate = column_parallel_linear(c, n + ".gate_proj", x, w.gate_w);
   const VarId act = gated_act(c, n, gate);
   t.drop(gate);
-  const VarId up = ops.linear(n + ".up_proj", x, w.up_w);
+  const VarId up = column_parallel_linear(c, n + ".up_proj", x, w.up_w);
   const VarId prod = ops.mul(n + ".mul", act, up);
   t.drop({act, up});
   const VarId y = ops.linear(n + ".down_proj", prod, w.down_w);
@@ -639,7 +656,7 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
     head_in = c.ops.tape().view(h, {c.options.batch, 1, c.model.d_model}, "hidden_states[:, -1:, :]");
     c.ops.tape().drop(h);
   }
-  const VarId logits = c.ops.linear("lm_head", head_in, c.params.head);
+  const VarId logits = column_parallel_linear(c, "lm_head", head_in, c.params.head);
   c.ops.tape().drop(head_in);
   if (c.model.final_logit_softcapping > 0.0) {  // Gemma2ForCausalLM: logits / cap; tanh; * cap
     const VarId capped = softcap(c, "final_logit_softcapping", logits);

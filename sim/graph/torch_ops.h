@@ -130,6 +130,18 @@ class TorchOps {
   // a /= b in place (b broadcast over a's last dimension).
   VarId div_inplace(const std::string& name, VarId a, VarId b);
 
+  // ---- Megatron-LM sequence parallelism (megatron/core/tensor_parallel/layers.py and mappings.py;
+  // Korthikanti et al. 2022, Section 4.2.2), on a tensor-parallel group of `tp` ranks. Outside the attention
+  // core and the MLP the hidden states are split along the sequence ([b, s/tp, h] per rank).
+  // ColumnParallelLinear with sequence_parallel: all-gathers the shard into Megatron's global memory buffer
+  // (one persistent buffer, reused by every layer) and multiplies; saves the shard, not the gathered input
+  // (backward gathers it again), and reduce-scatters the input gradient: [b, s/tp, in] -> [b, s, out].
+  VarId sequence_parallel_linear(const std::string& name, VarId shard, VarId w, VarId bias, int tp);
+  // reduce_scatter_to_sequence_parallel_region after a RowParallelLinear: [b, s, h] -> [b, s/tp, h].
+  VarId reduce_scatter_sequence(const std::string& name, VarId partial, int tp);
+  // scatter_to_sequence_parallel_region after the embeddings: this rank's slice, made contiguous.
+  VarId scatter_sequence(const std::string& name, VarId full, int tp);
+
   // ---- embedding, loss
   VarId embedding(const std::string& name, VarId weight, VarId ids);  // F.embedding (nn.Embedding)
   VarId gather_last(const std::string& name, VarId a, VarId index);   // -> [..., 1]
@@ -163,6 +175,8 @@ class TorchOps {
   const LoraAdapters* m_lora = nullptr;
   const LoraOptions* m_lora_options = nullptr;
   bool m_lora_training = true;
+  TensorId m_sequence_parallel_buffer = kNoTensor;  // Megatron's global memory buffer ("mpu")
+  Bytes m_sequence_parallel_buffer_bytes = 0;
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);

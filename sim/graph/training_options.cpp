@@ -111,6 +111,12 @@ void validate(const TrainingOptions& o) {
     }
   }
   validate(o.pipeline, o.grad_accumulation);
+  if (o.sequence_parallel && o.tensor_parallel < 2) {
+    throw InputError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
+  }
+  if (o.sequence_parallel && o.generate_tokens > 0) {
+    throw InputError("--sequence-parallel: not modelled with --generate");
+  }
   if (o.pipeline.stages > 1 && (o.forward_only || o.inference || o.generate_tokens > 0)) {
     throw InputError(
         "--pp: pipeline parallelism is modelled for training steps (not --forward-only, "

@@ -129,6 +129,10 @@ struct TrainingOptions {
   WarmProcess warm = WarmProcess::kNone;
   DataParallelOptions data_parallel;
   PipelineOptions pipeline;
+  // Megatron tensor parallelism: the model is already one rank's (tensor_parallel.h); the degree matters only
+  // with sequence parallelism, which splits the hidden states outside attention and MLP along the sequence.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
   LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
   // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache
   // ("dynamic" or "static"); implies inference.

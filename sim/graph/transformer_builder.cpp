@@ -42,6 +42,21 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
                     "torch-modules)",
                     m.code));
   }
+  if (o.sequence_parallel) {
+    if (!layer_code(m.code).follows_transformers()) {
+      throw InputError(
+          fmt::format("--sequence-parallel: the {} code is not modelled with sequence "
+                      "parallelism (use --model-code torch-modules)",
+                      m.code));
+    }
+    if (o.seq % o.tensor_parallel != 0) {
+      throw InputError(fmt::format("--sequence-parallel: --seq {} is not a multiple of --tp {}", o.seq,
+                                   o.tensor_parallel));
+    }
+    if (m.moe.n_experts > 0) {
+      throw InputError("--sequence-parallel: mixture-of-experts layers are not modelled with it");
+    }
+  }
   if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
       o.seq > m.max_positions) {
     throw InputError(
@@ -72,6 +87,19 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
 // One model forward: ids -> logits. Layers run inside checkpoint() for full recomputation; the per-forward
 // tensors a checkpointed layer reads (rotary tables, the mask) are passed as its inputs so the replay in
 // backward finds them alive, as HF passes position_embeddings to the checkpointed layer.
+// The embeddings' output: with sequence parallelism each rank keeps its slice of the sequence
+// (scatter_to_sequence_parallel_region in Megatron's LanguageModelEmbedding).
+VarId embeddings(EmitContext& ctx, VarId ids) {
+  const VarId x = emit_embeddings(ctx, ids);
+  if (!ctx.options.sequence_parallel) {
+    return x;
+  }
+  const VarId shard = ctx.ops.scatter_sequence("embeddings.scatter_to_sequence_parallel_region", x,
+                                               ctx.options.tensor_parallel);
+  ctx.ops.tape().drop(x);
+  return shard;
+}
+
 // Decoder layers [first, first + count) on x; takes over the caller's reference to x and returns the last
 // layer's output.
 VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int count, DataParallelScheme& dp,
@@ -126,7 +154,7 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
 VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
               const std::vector<ParameterUnit>& units) {
   dp.pre_forward(tape, units.back());
-  const VarId x = run_layers(ctx, tape, emit_embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
+  const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
   const VarId logits = emit_final(ctx, x);  // drops x
   end_forward(ctx);
   return logits;
@@ -169,12 +197,14 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
   VarId x = kNoVar;
   if (chunk.embeddings) {
     st.dp.pre_forward(tape, st.units.back());
-    x = emit_embeddings(ctx, st.ids);
+    x = embeddings(ctx, st.ids);
   } else {
     // p2p_communication.recv_forward: torch.empty((b, s, h)) in the pipeline dtype, then requires_grad_().
     const DType hidden = parameter_dtype(st.options.precision);
-    f.received = tape.received("pipeline.recv_forward", "recv",
-                               {st.options.batch, st.options.seq, st.model.d_model}, hidden);
+    const std::int64_t tokens =
+        st.options.seq / (st.options.sequence_parallel ? st.options.tensor_parallel : 1);
+    f.received =
+        tape.received("pipeline.recv_forward", "recv", {st.options.batch, tokens, st.model.d_model}, hidden);
     tape.hold(f.received);  // schedules.py keeps input_tensors until the backward
     st.code->forward_locals(ctx, hidden);
     x = f.received;

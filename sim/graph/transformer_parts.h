@@ -104,6 +104,16 @@ VarId emit_final(EmitContext& ctx, VarId x);
 void end_forward(EmitContext& ctx);  // the model's forward() returns: its locals go away
 VarId emit_loss(EmitContext& ctx, VarId logits, VarId targets);
 
+// Megatron tensor parallelism inside a layer (tensor_parallel.h): the block's first linears are
+// column-parallel, its last row-parallel. With sequence parallelism (TrainingOptions::sequence_parallel) the
+// first gather the rank's sequence slice (TorchOps::sequence_parallel_linear) and the last's output is
+// reduce-scattered back to it; without, these are the plain linear and the output itself (the all-reduce is
+// in place).
+VarId column_parallel_linear(EmitContext& ctx, const std::string& name, VarId x, VarId w,
+                             VarId bias = kNoVar);
+// Takes over the caller's reference to `y`.
+VarId row_parallel_output(EmitContext& ctx, const std::string& name, VarId y);
+
 // down_proj(act_fn(gate_proj(x)) * up_proj(x)) as LlamaMLP, MixtralBlockSparseTop2MLP and Qwen2MoeMLP write
 // it; `act` is the model's gated activation.
 VarId hf_gated_mlp(EmitContext& ctx, const std::string& name, VarId x, const LayerParams::Expert& w);

@@ -207,6 +207,7 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   p.world_size = request.options.data_parallel.world_size;
   p.tensor_parallel = request.tensor_parallel;
   p.pipeline_stage_simulated = request.options.pipeline.stage;
+  p.sequence_parallel = request.options.sequence_parallel;
   const ParameterCount count = count_parameters(request.model, request.options.lora);
   p.lora_rank = request.options.lora.rank;
   if (p.lora_rank > 0) {
@@ -384,6 +385,8 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     parse_lora_targets(a.lora_targets, o.lora);
   }
   o.data_parallel = data_parallel;
+  o.tensor_parallel = a.tp;
+  o.sequence_parallel = a.sequence_parallel;
   o.pipeline.stages = a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;

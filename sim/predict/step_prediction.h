@@ -93,6 +93,7 @@ struct Prediction {
   int world_size = 1;                  // of the data-parallel group
   int tensor_parallel = 1;
   int pipeline_stage_simulated = 0;  // options.pipeline.stage of this simulation
+  bool sequence_parallel = false;
   // PEFT LoRA (rank 0: none): the adapted modules and the trainable and total parameter counts.
   int lora_rank = 0;
   std::vector<std::string> lora_targets;  // {"all-linear"} for all-linear
@@ -210,6 +211,7 @@ struct RequestArgs {
   int tp = 1;  // --tp: Megatron tensor parallelism; the data-parallel group is world_size / (tp * pp)
   // --pp: Megatron pipeline stages; --pp-schedule 1f1b|interleaved with --virtual-stages chunks per GPU;
   // --pp-stage: the stage to report (unset: every stage is simulated and the highest peak reported).
+  bool sequence_parallel = false;  // --sequence-parallel: Megatron's, with --tp
   int pp = 1;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 2;

@@ -109,13 +109,14 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
   Streams streams(sim, &dispatcher);
 
   const std::size_t n_ops = graph.op_count();
-  // An op's first output dtype picks its compute precision; an op whose output another stream reads records
-  // an event that the reading stream waits for.
+  // An op's first output dtype picks its compute precision (kernel scratch, raw bytes allocated before a
+  // backward's gradients, says nothing about it); an op whose output another stream reads records an event
+  // that the reading stream waits for.
   std::vector<DType> output_dtype(n_ops, DType::kFloat32);
   std::vector<bool> has_output(n_ops, false);
   std::vector<bool> read_elsewhere(n_ops, false);
   for (const Tensor& t : graph.tensors()) {
-    if (!has_output[t.producer]) {
+    if (!has_output[t.producer] && t.dtype != DType::kUInt8) {
       has_output[t.producer] = true;
       output_dtype[t.producer] = t.dtype;
     }

@@ -107,3 +107,30 @@ TEST_CASE("Korthikanti et al. Table 2, tensor parallel: s*b*h*(10 + 24/t + 5as/(
   CHECK(saved_activation_bytes(g, 1, 0) == sbh * 10 + sbh * 24 / t + 5 * a * s * s * b / t);
   CHECK(saved_activation_bytes(g, 1, 0) == 23 * sbh);
 }
+
+TEST_CASE("Korthikanti et al. Table 2, tensor + sequence parallel, with and without selective recomputation",
+          "[quick][graph]") {
+  // Sequence parallelism (Section 4.2.2) splits the 10 s*b*h that tensor parallelism leaves whole (the
+  // LayerNorm inputs, the first linears' inputs, the dropout masks) along the sequence: s*b*h*(34/t +
+  // 5as/(ht)); selective recomputation (Section 5) drops the 5as/(ht) of the attention core: s*b*h*34/t.
+  // Same layer as above: 34/8 + 10 = 14.25 s*b*h, and 4.25 s*b*h.
+  const std::int64_t h = 12288, a = 96, s = 2048, b = 1, t = 8;
+  const std::int64_t sbh = s * b * h;
+  TrainingOptions o = paper_options(s, b);
+  o.tensor_parallel = static_cast<int>(t);
+  o.sequence_parallel = true;
+  const ModelConfig rank = tensor_parallel_rank(megatron_gpt(h, a, s), static_cast<int>(t));
+  const OpGraph g = build_training_steps(rank, o);
+  CHECK(saved_activation_bytes(g, 1, 0) == sbh * 34 / t + 5 * a * s * s * b / t);
+  CHECK(saved_activation_bytes(g, 1, 1) == sbh * 34 / t + 5 * a * s * s * b / t);
+  CHECK(4 * saved_activation_bytes(g, 1, 0) == 57 * sbh);  // 14.25 s*b*h
+
+  o.checkpointing = Checkpointing::kSelective;
+  const OpGraph selective = build_training_steps(rank, o);
+  CHECK(saved_activation_bytes(selective, 1, 0) == sbh * 34 / t);
+  CHECK(4 * saved_activation_bytes(selective, 1, 0) == 17 * sbh);  // 4.25 s*b*h
+
+  // Without sequence parallelism, selective recomputation leaves s*b*h*(10 + 24/t) (Table 2, row 3).
+  o.sequence_parallel = false;
+  CHECK(saved_activation_bytes(build_training_steps(rank, o), 1, 0) == sbh * 10 + sbh * 24 / t);
+}
