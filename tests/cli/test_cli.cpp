@@ -356,7 +356,9 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
 
-TEST_CASE("bad --pp, --pp-schedule, --pp-stage and --virtual-stages values end in one line", "[quick][cli]") {
+TEST_CASE(
+    "bad --pp, --pp-schedule, --pp-stage, --virtual-stages and --sequence-parallel values end in one line",
+    "[quick][cli]") {
   // tinyllama-1.1b has 22 layers.
   const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
   require_input_error(run_vramsim(run + "--pp 0"), "--pp: 0 is not in 1..1024");
@@ -376,6 +378,11 @@ TEST_CASE("bad --pp, --pp-schedule, --pp-stage and --virtual-stages values end i
   require_input_error(run_vramsim(run + "--pp 2 --lora-rank 8"), "--lora-rank: LoRA with more than one GPU");
   require_input_error(run_vramsim(run + "--pp 2 --inference"),
                       "--pp: pipeline parallelism is modelled for training");
+  require_input_error(run_vramsim(run + "--sequence-parallel"),
+                      "--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
+  require_input_error(run_vramsim("predict --model llama-2-7b --gpu h200 --batch 1 --seq 100 --tp 8 "
+                                  "--sequence-parallel"),
+                      "--sequence-parallel: --seq 100 is not a multiple of --tp 8");
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
                       "--pp: the cs336-basics code is not split into pipeline stages");
 }
