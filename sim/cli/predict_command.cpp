@@ -1,4 +1,6 @@
 // `vramsim predict`: will this training step fit, and where does the memory go?
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -117,6 +119,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");
   cmd->add_flag("--overlap-comm", a.overlap_comm, "DeepSpeed overlap_comm (two gradient buffers)");
   cmd->add_option(
+      "--offload", a.offload,
+      "optimizer|params|optimizer,params: to the host, as ZeRO-Offload / ZeRO-Infinity (--zero 2|3) "
+      "or FSDP's CPUOffload (--fsdp, params) do");
+  cmd->add_option(
       "--cublas-workspace-config", a.cublas_workspace_config,
       "CUBLAS_WORKSPACE_CONFIG as the run sets it, e.g. :4096:8 (default: PyTorch's for the GPU)");
 }
@@ -172,6 +178,13 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   if (p.data_parallel != "none") {
     fmt::print("data parallel    {} over {} GPUs: the figures are one rank's (every rank's alike)\n",
                p.data_parallel, p.world_size);
+    if (!p.offload.empty()) {
+      fmt::print("offload          {} on the host (pinned CPU memory, not counted here){}\n",
+                 fmt::join(p.offload, " and "),
+                 std::find(p.offload.begin(), p.offload.end(), "optimizer") != p.offload.end()
+                     ? ": the optimizer steps there"
+                     : "");
+    }
   }
 }
 

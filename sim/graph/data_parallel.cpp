@@ -83,6 +83,10 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     }
     const TensorId full = tape.detach_grad(p);
     tape.use(full);
+    if (m_to_host) {  // reduced into the bucket, copied to the host's fp32 gradient partition
+      tape.release(full);
+      continue;
+    }
     TensorId shard = kNoTensor;
     if (aside != m_aside.end()) {
       shard = aside->second;

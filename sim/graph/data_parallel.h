@@ -40,6 +40,8 @@ class DataParallelScheme {
   virtual std::int64_t resident_parameter_numel(std::int64_t numel) const { return numel; }
   // Each rank keeps 1/n of the optimizer states (and of bf16's fp32 master weights): n ranks share them.
   virtual int optimizer_state_shards() const { return 1; }
+  // The optimizer runs on the host (offload): see OptimizerModel's `on_host`.
+  virtual bool optimizer_on_host() const { return false; }
 
   // After the model is on the device (DDP's constructor).
   virtual void construct(EagerTape&, const std::vector<ParameterUnit>&) {}
@@ -72,7 +74,8 @@ std::int64_t shard_numel(std::int64_t numel, int world_size);
 // gradient per parameter (accumulating into it on later micro-batches) and frees the full one.
 class GradientShards {
  public:
-  explicit GradientShards(int world_size) : m_world(world_size) {}
+  // `to_host`: the reduced shard is copied to a pinned host buffer (offload) and nothing stays on the GPU.
+  explicit GradientShards(int world_size, bool to_host = false) : m_world(world_size), m_to_host(to_host) {}
   // A later micro-batch: AccumulateGrad must make a fresh full gradient (the shard is not a tensor of the
   // parameter's shape), so the unit's shards are set aside until reduce_scatter adds to them.
   void before_unit_backward(EagerTape& tape, const ParameterUnit& unit);
@@ -80,6 +83,7 @@ class GradientShards {
 
  private:
   int m_world;
+  bool m_to_host = false;
   std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
   std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
 };

@@ -7,6 +7,9 @@
 // Stages 1 and 2 with contiguous_gradients (the default) allocate the gradient bucket in backward():
 // torch.empty(reduce_bucket_size) of the model's dtype (5e8 elements: 1 GB in bf16), two with overlap_comm,
 // released by the epilogue after backward.
+// offload_optimizer {device: cpu} (ZeRO-Offload, stages 2 and 3): states and fp32 master weights on the host,
+// updated there by DeepSpeedCPUAdam; each reduced gradient partition is copied to the host's fp32 buffer, so
+// the GPU keeps no gradient partition. offload_param (stage 3, ZeRO-Infinity): the parameter partitions too.
 // Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), the
 // fp32 gradient partition the step makes.
 #include <map>
@@ -23,13 +26,20 @@ constexpr std::int64_t kParamPersistenceThreshold = 100'000;  // stage3_param_pe
 class DeepSpeedZero final : public DataParallelScheme {
  public:
   DeepSpeedZero(const DataParallelOptions& o, int stage)
-      : m_options(o), m_stage(stage), m_name(fmt::format("zero{}", stage)), m_grads(o.world_size) {}
+      : m_options(o),
+        m_stage(stage),
+        m_name(fmt::format("zero{}", stage)),
+        m_grads(o.world_size, o.offload_optimizer) {}
   std::string_view name() const override { return m_name; }
+  // offload_param: the partitions live on the host; persistent (small) parameters stay on the GPU.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
-    return m_stage == 3 && numel > kParamPersistenceThreshold ? shard_numel(numel, m_options.world_size)
-                                                              : numel;
+    if (m_stage != 3 || numel <= kParamPersistenceThreshold) {
+      return numel;
+    }
+    return m_options.offload_params ? 0 : shard_numel(numel, m_options.world_size);
   }
   int optimizer_state_shards() const override { return m_options.world_size; }
+  bool optimizer_on_host() const override { return m_options.offload_optimizer; }
 
   // The gradient bucket has the model's dtype (DeepSpeedZeroOptimizer's self.dtype: its bit16 groups).
   void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {

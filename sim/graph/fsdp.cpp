@@ -12,9 +12,11 @@
 //                                 a rank keeps 1/min(world, gpus_per_node) of each unit.
 // The root unit is not resharded after forward (its parameters are needed first in backward): its buffer
 // lives from the start of forward to the end of backward. Optimizer states follow the sharded parameters.
-// Not modelled: the unsharded flat gradient (autograd here makes one gradient per original parameter, the
-// same bytes), limit_all_gathers and the record_stream() that keeps gathered buffers reserved longer on the
-// all-gather stream (see the README's list of what the data-parallel model leaves out).
+// CPUOffload(offload_params=True): the flat parameter's shard and the reduced gradient shard live on the
+// host, where the optimizer steps; the GPU holds a unit's unsharded parameters while it runs. Not modelled:
+// the unsharded flat gradient (autograd here makes one gradient per original parameter, the same bytes),
+// limit_all_gathers and the record_stream() that keeps gathered buffers reserved longer on the all-gather
+// stream (see the README's list of what the data-parallel model leaves out).
 #include <algorithm>
 #include <map>
 
@@ -32,12 +34,18 @@ class Fsdp final : public DataParallelScheme {
         m_shard(strategy != "no-shard"),
         m_reshard_after_forward(strategy == "full-shard" || strategy == "hybrid-shard"),
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
-        m_grads(m_shard_ranks) {}
+        m_offload(o.offload_params),
+        m_grads(m_shard_ranks, o.offload_params) {}
   std::string_view name() const override { return m_name; }
+  // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
+    if (m_offload) {
+      return 0;
+    }
     return m_shard ? shard_numel(numel, m_shard_ranks) : numel;
   }
   int optimizer_state_shards() const override { return m_shard ? m_shard_ranks : 1; }
+  bool optimizer_on_host() const override { return m_offload; }
 
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { unshard(tape, unit, "forward"); }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
@@ -97,6 +105,7 @@ class Fsdp final : public DataParallelScheme {
   bool m_shard;
   bool m_reshard_after_forward;
   int m_shard_ranks;  // the ranks one unit is sharded over
+  bool m_offload;
   GradientShards m_grads;
   std::map<int, TensorId> m_unsharded;
 };

@@ -16,12 +16,13 @@ std::string kind_prefix(const TrainingOptions& o) {
 }  // namespace
 
 OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
-                               int state_shards)
+                               int state_shards, bool on_host)
     : m_tape(tape),
       m_options(options),
       m_params(std::move(params)),
       m_states(m_params.size()),
-      m_state_shards(state_shards) {}
+      m_state_shards(state_shards),
+      m_on_host(on_host) {}
 
 // The elements this rank updates: its shard (ceil(numel / shards)) when states are partitioned.
 std::int64_t OptimizerModel::param_numel(std::size_t i) const {
@@ -36,7 +37,7 @@ Bytes OptimizerModel::param_bytes(std::size_t i, DType dtype) const {
 std::string OptimizerModel::param_name(std::size_t i) const { return m_tape.name(m_params[i]); }
 
 void OptimizerModel::construct() {
-  if (m_options.precision != Precision::kBf16) {
+  if (m_options.precision != Precision::kBf16 || m_on_host) {
     return;
   }
   m_tape.begin_op(kind_prefix(m_options) + ".master_weights", "_to_copy");
@@ -97,6 +98,14 @@ void OptimizerModel::init_states(std::size_t i) {
 }
 
 void OptimizerModel::step() {
+  if (m_on_host) {
+    // The host's step, then the updated parameters copied into the GPU's (no GPU allocation).
+    m_tape.begin_op(kind_prefix(m_options) + ".host_step.copy_params_to_device", "copy_");
+    for (VarId p : m_params) {
+      m_tape.use(m_tape.storage(p));
+    }
+    return;
+  }
   std::vector<std::size_t> with_grad;
   for (std::size_t i = 0; i < m_params.size(); ++i) {
     if (m_tape.grad(m_params[i]) != kNoTensor) {

@@ -28,8 +28,11 @@ class OptimizerModel {
  public:
   // pre: params are the tape's parameters, in model.parameters() order.
   // `state_shards` > 1: each rank keeps that fraction of every state and master weight (ZeRO, FSDP).
+  // `on_host`: states, master weights and the update live in CPU memory (DeepSpeedCPUAdam under ZeRO-Offload,
+  // FSDP's CPU offload): nothing of the optimizer is allocated on the GPU; the updated parameters are copied
+  // back into the GPU's in place.
   OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
-                 int state_shards = 1);
+                 int state_shards = 1, bool on_host = false);
 
   void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
   void step();       // optimizer.step()
@@ -49,6 +52,7 @@ class OptimizerModel {
   std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
   std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
   int m_state_shards = 1;
+  bool m_on_host = false;
 };
 
 }  // namespace vramsim

@@ -74,6 +74,12 @@ struct DataParallelOptions {
   bool overlap_comm = false;
   // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
   int gpus_per_node = 8;
+  // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}
+  // (ZeRO-Offload, ZeRO-Infinity), FSDP's CPUOffload(offload_params=True), which also runs the optimizer on
+  // the host. The optimizer's states and master weights, and the reduced gradient shards, leave the GPU; with
+  // offload_params the parameter shards too (each layer is still gathered onto the GPU for its use).
+  bool offload_optimizer = false;
+  bool offload_params = false;
 };
 
 // Pipeline parallelism (pipeline_parallel.h), Megatron-LM's settings. The micro-batches of a step are

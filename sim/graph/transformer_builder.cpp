@@ -323,7 +323,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.begin_op("batch.to(device)", "_to_copy");
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
-  OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards());
+  OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
+                           dp->optimizer_on_host());
   const bool forward_only = options.forward_only || options.inference;
   if (!forward_only) {
     optimizer.construct();

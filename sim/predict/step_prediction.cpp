@@ -205,6 +205,12 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   p.model_name = request.model.name;
   p.data_parallel = request.options.data_parallel.scheme;
   p.world_size = request.options.data_parallel.world_size;
+  if (request.options.data_parallel.offload_optimizer) {
+    p.offload.emplace_back("optimizer");
+  }
+  if (request.options.data_parallel.offload_params) {
+    p.offload.emplace_back("params");
+  }
   p.tensor_parallel = request.tensor_parallel;
   p.pipeline_stage_simulated = request.options.pipeline.stage;
   p.sequence_parallel = request.options.sequence_parallel;
@@ -241,6 +247,47 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
     *trace_out = std::move(snapshot);
   }
   return p;
+}
+
+// --offload optimizer|params (comma-separated), in DeepSpeed's and FSDP's terms (training_options.h).
+void parse_offload(const std::string& text, DataParallelOptions& d) {
+  if (text.empty()) {
+    return;
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item == "optimizer") {
+      d.offload_optimizer = true;
+    } else if (item == "params") {
+      d.offload_params = true;
+    } else if (item == "activations") {
+      throw InputError("--offload: activations: activation offload is not modelled yet");
+    } else {
+      throw InputError(fmt::format("--offload: unknown item '{}' (known: optimizer, params)", item));
+    }
+    start = comma + 1;
+  }
+  const bool zero = d.scheme.starts_with("zero");
+  const bool fsdp = d.scheme.starts_with("fsdp-");
+  if (zero) {
+    if (d.offload_optimizer && (d.scheme == "zero1")) {
+      throw InputError("--offload optimizer: modelled with --zero 2 or 3 (ZeRO-Offload)");
+    }
+    if (d.offload_params && d.scheme != "zero3") {
+      throw InputError("--offload params: DeepSpeed offloads parameters only with --zero 3 (offload_param)");
+    }
+  } else if (fsdp) {
+    if (!d.offload_params) {
+      throw InputError(
+          "--offload optimizer: FSDP moves the optimizer to the host only with its parameters "
+          "(CPUOffload(offload_params=True)): use --offload params");
+    }
+    d.offload_optimizer = true;  // the optimizer steps on the host-resident shards
+  } else {
+    throw InputError("--offload: needs a sharding scheme that offloads (--zero 2|3 or --fsdp)");
+  }
 }
 
 DataParallelOptions parse_data_parallel(const RequestArgs& a) {
@@ -293,6 +340,7 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     throw InputError(fmt::format("--gpus-per-node: {} is not in 1..1024", a.gpus_per_node));
   }
   d.gpus_per_node = a.gpus_per_node;
+  parse_offload(a.offload, d);
   return d;
 }
 

@@ -91,6 +91,7 @@ struct Prediction {
   std::string model_name;
   std::string data_parallel = "none";  // the scheme's registry name (data_parallel.h)
   int world_size = 1;                  // of the data-parallel group
+  std::vector<std::string> offload;    // what lives on the host: "optimizer", "params"
   int tensor_parallel = 1;
   int pipeline_stage_simulated = 0;  // options.pipeline.stage of this simulation
   bool sequence_parallel = false;
@@ -222,6 +223,7 @@ struct RequestArgs {
   std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)
   bool overlap_comm = false;                 // DeepSpeed's overlap_comm
   int gpus_per_node = 8;                     // FSDP hybrid-shard's shard group
+  std::string offload;                       // --offload optimizer|params|optimizer,params
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

@@ -383,6 +383,18 @@ TEST_CASE(
   require_input_error(run_vramsim("predict --model llama-2-7b --gpu h200 --batch 1 --seq 100 --tp 8 "
                                   "--sequence-parallel"),
                       "--sequence-parallel: --seq 100 is not a multiple of --tp 8");
+  require_input_error(run_vramsim(run + "--gpus 8 --zero 2 --offload gpu"),
+                      "--offload: unknown item 'gpu' (known: optimizer, params)");
+  require_input_error(run_vramsim(run + "--gpus 8 --offload optimizer"),
+                      "--offload: needs a sharding scheme that offloads (--zero 2|3 or --fsdp)");
+  require_input_error(run_vramsim(run + "--gpus 8 --zero 1 --offload optimizer"),
+                      "--offload optimizer: modelled with --zero 2 or 3 (ZeRO-Offload)");
+  require_input_error(run_vramsim(run + "--gpus 8 --zero 2 --offload params"),
+                      "--offload params: DeepSpeed offloads parameters only with --zero 3");
+  require_input_error(run_vramsim(run + "--gpus 8 --fsdp full-shard --offload optimizer"),
+                      "--offload optimizer: FSDP moves the optimizer to the host only with its parameters");
+  require_input_error(run_vramsim(run + "--gpus 8 --zero 3 --offload activations"),
+                      "--offload: activations: activation offload is not modelled yet");
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
                       "--pp: the cs336-basics code is not split into pipeline stages");
 }

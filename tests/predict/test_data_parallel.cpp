@@ -19,7 +19,8 @@ namespace {
 // The bill where (step, phase) begins; by default step 2's optimizer step: gradients of step 2 and optimizer
 // states of step 1 alive.
 MemoryBill bill_at(const ModelConfig& m, const std::string& scheme, int world, int step = 2,
-                   Phase phase = Phase::kOptimizer) {
+                   Phase phase = Phase::kOptimizer, bool offload_optimizer = false,
+                   bool offload_params = false) {
   TrainingOptions o;
   o.batch = 1;
   o.seq = 64;
@@ -29,6 +30,8 @@ MemoryBill bill_at(const ModelConfig& m, const std::string& scheme, int world, i
   o.optimizer_impl = OptimizerImpl::kFused;  // no foreach temporaries
   o.data_parallel.scheme = scheme;
   o.data_parallel.world_size = world;
+  o.data_parallel.offload_optimizer = offload_optimizer;
+  o.data_parallel.offload_params = offload_params;
   const OpGraph g = build_training_steps(m, o);
   const AllocationSchedule s = build_allocation_schedule(g);
   return live_bill(g, s, s.phase_begin(step, phase)->event_index);
@@ -173,4 +176,43 @@ TEST_CASE("FSDP hybrid-shard: full-shard within a node, replicated across nodes"
   CHECK(hybrid.gradients == over8.gradients);
   CHECK(hybrid.optimizer_states == over8.optimizer_states);
   CHECK(hybrid.parameters > bill_at(m, "fsdp-full-shard", 32).parameters);
+}
+
+TEST_CASE("ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload: the model states left on the GPU",
+          "[quick][predict]") {
+  // DeepSpeed's own estimators of GPU memory for model states (deepspeed/runtime/zero/stage_1_and_2.py
+  // estimate_zero2_model_states_mem_needs, stage3.py estimate_zero3_model_states_mem_needs), Ψ parameters,
+  // N GPUs:
+  //   ZeRO-2, offload_optimizer:                  2Ψ          (bf16 parameters; no gradient partition stays)
+  //   ZeRO-3, offload_optimizer:                  2Ψ/N + 4 x largest layer (gathered while it runs)
+  //   ZeRO-3, offload_optimizer + offload_param:  4 x largest layer
+  // Between steps (where the optimizer step begins) the gathered layer is gone, so the resident part is 2Ψ,
+  // 2Ψ/N per tensor (ceil) and, with offload_param, only the persistent parameters (<= 1e5 elements, which
+  // stage 3 keeps whole on the GPU; the estimators leave them out). FSDP's CPUOffload(offload_params=True)
+  // keeps no parameter shard on the GPU at all.
+  const ModelConfig m = small_llama();
+  const int nd = 64;
+  std::int64_t psi = 0;
+  std::int64_t psi_shard = 0;
+  std::int64_t small_full = 0;
+  std::int64_t small_shard = 0;
+  for (const ParameterShape& p : m.parameter_shapes()) {
+    const std::int64_t n = p.numel();
+    psi += n;
+    psi_shard += (n + nd - 1) / nd;
+    if (n <= 100'000) {
+      small_full += n;
+      small_shard += (n + nd - 1) / nd;
+    }
+  }
+  const auto states = [](const MemoryBill& b) { return b.parameters + b.gradients + b.optimizer_states; };
+  const MemoryBill zero2 = bill_at(m, "zero2", nd, 2, Phase::kOptimizer, true, false);
+  CHECK(states(zero2) == 2 * psi);
+  CHECK(zero2.optimizer_states == 0);
+  const MemoryBill zero3 = bill_at(m, "zero3", nd, 2, Phase::kOptimizer, true, false);
+  CHECK(states(zero3) == 2 * psi_shard + 2 * (small_full - small_shard));
+  const MemoryBill infinity = bill_at(m, "zero3", nd, 2, Phase::kOptimizer, true, true);
+  CHECK(states(infinity) == 2 * small_full);
+  const MemoryBill fsdp = bill_at(m, "fsdp-full-shard", nd, 2, Phase::kOptimizer, true, true);
+  CHECK(states(fsdp) == 0);
 }
