@@ -121,6 +121,9 @@ class EagerTape {
   VarId parameter(const std::string& name, const Shape& shape, DType dtype, std::int64_t resident_numel = -1);
   VarId input(const std::string& name, const Shape& shape, DType dtype);  // persistent, no grad
   void freeze(VarId param) { m_vars[param].requires_grad = false; }
+  // tensor.requires_grad_(True) on a tensor no autograd node made (a leaf): its gradient is computed and
+  // released with the graph.
+  void requires_grad_(VarId leaf) { m_vars[leaf].requires_grad = m_vars[leaf].node < 0; }
   // What a tensor's storage is for in the bill (a KV cache keeps states made as temporaries).
   void set_category(VarId v, TensorCategory c) {
     m_graph.tensor(m_vars[v].storage).category = c;

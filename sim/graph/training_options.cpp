@@ -109,6 +109,16 @@ void validate(const TrainingOptions& o) {
           fmt::format("--kv-cache: unknown cache '{}' (known: {})", o.kv_cache, fmt::join(caches, ", ")));
     }
   }
+  if (o.bnb.format != BnbFormat::kNone) {
+    if (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none") {
+      throw InputError("--base-weights: quantized base weights on more than one GPU are not modelled yet");
+    }
+    if (o.lora.rank == 0 && !o.inference && !o.forward_only && o.generate_tokens == 0) {
+      throw InputError(
+          "--base-weights: transformers refuses to fine-tune a purely quantized model; add --lora-rank "
+          "(QLoRA) or run --inference");
+    }
+  }
   if (o.lora.rank > 0 && (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none")) {
     throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");
   }
