@@ -355,3 +355,18 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
                       "--generate: 4000000 new tokens is out of range");
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
+
+TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]") {
+  const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights int4"),
+                      "--base-weights: unknown value 'int4' (known: nf4, fp4, int8)");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --bnb-compute-dtype fp8"),
+                      "--bnb-compute-dtype: unknown value 'fp8'");
+  require_input_error(run_vramsim(run + "--bnb-double-quant"), "--bnb-double-quant / --bnb-compute-dtype");
+  require_input_error(run_vramsim(run + "--base-weights nf4"),
+                      "--base-weights: transformers refuses to fine-tune a purely quantized model");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --gpus 2"),
+                      "--base-weights: quantized base weights on more than one GPU");
+  require_input_error(run_vramsim(run + "--inference --base-weights nf4 --model-code cs336-basics"),
+                      "--base-weights: bitsandbytes quantizes the nn.Linear layers");
+}

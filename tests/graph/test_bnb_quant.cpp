@@ -7,6 +7,7 @@
 #include "sim/graph/bnb_quant.h"
 #include "sim/graph/torch_ops.h"
 #include "sim/graph/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
 
 using namespace vramsim;
 
@@ -199,4 +200,38 @@ TEST_CASE("bnb: QLoRA TinyLlama parameters match the cranberrii recording", "[qu
   o.lora.dropout = 0.05;
   const OpGraph g = build_training_steps(model_preset("tinyllama-1.1b"), o);
   CHECK(persistent_bytes(g, TensorCategory::kParameter) == kRecordedParameters);
+}
+
+TEST_CASE("bnb: QLoRA TinyLlama step peaks against the cranberrii recording", "[quick][graph]") {
+  // The recording's step (see the previous test for its configuration): forward and backward of one
+  // sequence of 1,000 tokens, in a process that had run steps before (both cuBLAS workspaces exist: 2 x
+  // 8,519,680 B, the Ampere size). prepare_model_for_kbit_training turned gradient checkpointing on, but
+  // from_pretrained leaves the model in eval mode and transformers only checkpoints in training mode, so no
+  // layer is recomputed (the trace dequantizes each MLP weight twice: 132 x 23,068,672 B, not three times);
+  // PEFT's dropout modules are new, hence in training mode (44 x 2,048,000 B masks). Its bitsandbytes keeps
+  // MatMul4Bit's input A for backward (the down_proj inputs, 88 x 22,528,000 B at the peak).
+  // Recorded: peak allocated 5,884,080,128 B (the exact replay, README "replay"), peak reserved
+  // 6,471,811,072 B (shared/traces/real/INDEX.json).
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.batch = 1;
+  a.seq = 1000;
+  a.steps = 1;
+  a.gpu = "a100";
+  a.warm = "step";
+  a.lora_rank = 16;
+  a.lora_alpha = 32;
+  a.lora_dropout = 0.05;
+  a.base_weights = "fp4";
+  a.bnb_saves_input = true;
+  const Prediction p = predict(make_request(a));
+  // Within 5 %: when the logits are allocated the recording holds 267 hidden-size fp32 tensors
+  // (8,192,000 B) and the model 244, about one per layer fewer, which we have not identified.
+  CHECK(static_cast<double>(p.peak_allocated_bytes) == Approx(5884080128.0).epsilon(0.05));
+  // Peak reserved is not checked: the model reserves 6,138,363,904 B, 5.2 % under the recording; the load
+  // (from_pretrained, prepare_model_for_kbit_training, get_peft_model) leaves 1.30 GiB reserved for 1.03 GiB
+  // allocated in the recording, and its cached segments are not modelled closely enough yet.
+  // Without A saved (current bitsandbytes) the prediction falls well below the recording.
+  a.bnb_saves_input = false;
+  CHECK(static_cast<double>(predict(make_request(a)).peak_allocated_bytes) < 0.85 * 5884080128.0);
 }
