@@ -139,7 +139,7 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
       continue;
     }
     // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
-    const bool conv1d = model.family == ModelFamily::kGpt2;
+    const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
     const std::int64_t in = conv1d ? s.shape[0] : s.shape[1];
     const std::int64_t out = conv1d ? s.shape[1] : s.shape[0];
     const std::string module = s.name.substr(0, s.name.size() - 7);  // without ".weight"
@@ -195,7 +195,7 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     tape.set_layer(s.layer);
     if (quantized && is_bnb_target(s)) {
       // nn.Linear stores (out, in); GPT-2's Conv1D (in, out), transposed when transformers quantizes it
-      const bool conv1d = model.family == ModelFamily::kGpt2;
+      const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
       p.all.push_back(load_bnb_weight(tape, s.name, s.shape[conv1d ? 1 : 0], s.shape[conv1d ? 0 : 1],
                                       bnb_load_dtype(dtype), bnb, p.bnb));
       continue;
