@@ -15,6 +15,7 @@ namespace vramsim {
 namespace {
 
 using Kind = GradRule::Kind;
+using torch_ops_detail::with_last;
 
 constexpr std::array<std::pair<std::string_view, BnbFormat>, 3> kFormats{{
     {"nf4", BnbFormat::kNf4},
@@ -46,13 +47,6 @@ TensorId raw(EagerTape& t, const std::string& name, Bytes bytes, TensorCategory 
 // How many there are depends on the data, which a prediction does not have; the tensors are
 // nnz-sized (three vectors) and tokens x outlier-columns, small next to the int8 copies. vramsim assumes
 // none: it models the threshold > 0 path's nnz_block_ptr but no COO tensor, subA or subB.
-
-// Shape of x with its last dimension replaced.
-Shape with_features(const Shape& x, std::int64_t last) {
-  Shape s = x;
-  s.back() = last;
-  return s;
-}
 
 // dequantize_4bit(B, quant_state) with grad off: the nested absmax in fp32 while it runs, then the weight.
 VarId dequantize_4bit(EagerTape& t, const std::string& name, VarId weight, const BnbWeight& w,
@@ -97,7 +91,7 @@ VarId linear4bit_forward(TorchOps& ops, const std::string& name, VarId x, VarId 
   EagerTape& t = ops.tape();
   const DType inp_dtype = t.dtype(x);
   const VarId xc = ops.to(name + ".to_compute_dtype", x, o.compute_dtype);  // x = x.to(self.compute_dtype)
-  const Shape out_shape = with_features(t.shape(xc), w.out_features);
+  const Shape out_shape = with_last(t.shape(xc), w.out_features);
   OpCall c;
   c.name = name;
   c.inputs = {xc, weight};
@@ -199,7 +193,7 @@ VarId linear8bit_forward(TorchOps& ops, const std::string& name, VarId x, VarId 
   dq.name = name + ".mm_dequant";
   dq.kind = "mm_dequant";
   dq.inputs = {out32, qa[0]};
-  dq.outputs = {OutputSpec{"", with_features(t.shape(x), w.out_features), DType::kFloat16, false}};
+  dq.outputs = {OutputSpec{"", with_last(t.shape(x), w.out_features), DType::kFloat16, false}};
   dq.scratch_bytes = {tensor_bytes({rows}, DType::kFloat32), tensor_bytes({w.out_features}, DType::kFloat32)};
   const VarId out16 = t.op1(dq);
   const VarId out = ops.to(name + ".output_to_A_dtype", out16, a_dtype);  // output.to(A.dtype)
@@ -299,12 +293,11 @@ VarId load_bnb_weight(EagerTape& t, const std::string& name, std::int64_t out_fe
   VarId v = kNoVar;
   if (o.format == BnbFormat::kInt8) {  // double_quant(B): row/col stats, out_col (CBt, deleted), out_row (CB)
     const BnbInt8Bytes b = bnb_int8_bytes(out_features, in_features);
-    const TensorId scb = raw(t, name + ".SCB", b.scb, TensorCategory::kParameter);
+    raw(t, name + ".SCB", b.scb, TensorCategory::kParameter);  // weight.SCB, then state.SCB: kept for the run
     const TensorId scbt =
         raw(t, name + ".SCBt", tensor_bytes({in_features}, DType::kFloat32), TensorCategory::kTemporary);
     const TensorId cbt = raw(t, name + ".CBt", b.weight, TensorCategory::kTemporary);
     v = t.parameter(name, shape, DType::kUInt8);
-    (void)scb;  // kept by the module (weight.SCB, then state.SCB) for the run
     t.release(cbt);
     t.release(scbt);
   } else {  // quantize_4bit: absmax, out, code; double quantization: offset, quantize_blockwise(absmax, 256)
