@@ -90,6 +90,24 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--lora-targets", a.lora_targets,
       "LoRA target_modules, PEFT's names: q_proj,v_proj,... or all-linear (default: PEFT's for the "
       "model_type)");
+  cmd->add_option("--base-weights", a.base_weights,
+                  "bitsandbytes base weights via transformers' BitsAndBytesConfig: nf4|fp4 (load_in_4bit) or "
+                  "int8 (load_in_8bit, LLM.int8); every linear layer but lm_head (default: the --precision "
+                  "dtype)");
+  cmd->add_flag(
+      "--bnb-double-quant", a.bnb_double_quant,
+      "bnb_4bit_use_double_quant=True: 8-bit absmax per block of 64 (BitsAndBytesConfig's default is "
+      "False)");
+  cmd->add_option("--bnb-compute-dtype", a.bnb_compute_dtype,
+                  "bnb_4bit_compute_dtype: fp32 (transformers' default when unset), fp16 or bf16")
+      ->capture_default_str();
+  cmd->add_flag("--bnb-saves-input", a.bnb_saves_input,
+                "4-bit layers save their input for backward, as bitsandbytes releases of 2023-24 did "
+                "(MatMul4Bit ctx.tensors = (A, B)); current ones do not");
+  cmd->add_flag(
+      "--no-prepare-kbit", a.no_prepare_kbit,
+      "skip PEFT's prepare_model_for_kbit_training, which training runs call by default (it casts the "
+      "non-quantized parameters to fp32; its gradient checkpointing is --checkpointing full)");
   cmd->add_option("--world-size,--gpus", a.world_size,
                   "GPUs in all (data-parallel x tensor-parallel); the report is one rank's")
       ->capture_default_str();
@@ -148,6 +166,15 @@ void print_run(const Prediction& p, const RequestArgs& a) {
     fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
                a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+  }
+  if (!p.base_weights.empty()) {
+    const bool four_bit = p.base_weights != "int8";
+    fmt::print(
+        "base weights     {} (bitsandbytes {}{}{}, compute {}){}: every linear layer but lm_head\n",
+        p.base_weights, four_bit ? "Linear4bit, absmax per 64" : "Linear8bitLt, threshold 6.0",
+        four_bit ? (p.bnb_double_quant ? ", double quant" : ", no double quant") : "",
+        four_bit && p.bnb_saves_input ? ", input saved" : "", p.bnb_compute_dtype,
+        p.bnb_prepare_kbit_training ? ", other parameters fp32 (prepare_model_for_kbit_training)" : "");
   }
   if (p.lora_rank > 0) {
     fmt::print(

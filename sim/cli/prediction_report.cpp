@@ -110,6 +110,14 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   if (p.lora_rank > 0) {
     j["lora"] = {{"rank", p.lora_rank}, {"target_modules", p.lora_targets}};
   }
+  j["base_weights"] =
+      p.base_weights.empty()
+          ? nlohmann::ordered_json(nullptr)
+          : nlohmann::ordered_json{{"format", p.base_weights},
+                                   {"double_quant", p.bnb_double_quant},
+                                   {"compute_dtype", p.bnb_compute_dtype},
+                                   {"saves_input", p.bnb_saves_input},
+                                   {"prepare_model_for_kbit_training", p.bnb_prepare_kbit_training}};
   if (!p.attention_kernel.empty()) {
     j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;

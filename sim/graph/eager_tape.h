@@ -124,6 +124,9 @@ class EagerTape {
   // torch.empty, recv, requires_grad_()). One reference; its gradient is discarded at the end of backward.
   VarId received(const std::string& name, const std::string& kind, const Shape& shape, DType dtype);
   void freeze(VarId param) { m_vars[param].requires_grad = false; }
+  // tensor.requires_grad_(True) on a tensor no autograd node made (a leaf): its gradient is computed and
+  // released with the graph.
+  void requires_grad_(VarId leaf) { m_vars[leaf].requires_grad = m_vars[leaf].node < 0; }
   // What a tensor's storage is for in the bill (a KV cache keeps states made as temporaries).
   void set_category(VarId v, TensorCategory c) {
     m_graph.tensor(m_vars[v].storage).category = c;

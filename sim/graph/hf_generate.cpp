@@ -45,7 +45,7 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   tape.set_step(0);
   tape.set_phase(Phase::kSetup);
   tape.begin_op("model.to(device)", "_to_copy");
-  const ModelParams params = create_parameters(tape, model, param_dtype, {}, options.lora);
+  const ModelParams params = create_parameters(tape, model, param_dtype, {}, options.lora, options.bnb);
   const ModelBuffers buffers = create_buffers(tape, model, options);
   tape.begin_op("inputs.to(device)", "_to_copy");
   const std::int64_t b = options.batch, prompt = options.seq;
@@ -60,6 +60,7 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   ops.set_forward_workspace_bytes(warm ? 0 : options.cublas_workspace_bytes);
   tape.set_cuda_device(options.device);
   ops.set_lora(&params.lora, &options.lora, false);
+  ops.set_bnb(&params.bnb, &options.bnb);
   const std::optional<DType> low = autocast_dtype(options.precision);  // `with torch.autocast(...)`
   TrainingOptions pass = options;
   pass.inference = true;

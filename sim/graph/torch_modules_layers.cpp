@@ -594,6 +594,11 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   const std::int64_t s = c.options.seq;
   const bool gpt2 = c.model.family == ModelFamily::kGpt2;
   const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
+  if (c.options.bnb.format != BnbFormat::kNone && c.options.bnb.prepare_kbit_training && t.grad_enabled()) {
+    // prepare_model_for_kbit_training -> model.enable_input_require_grads(): a forward hook on the input
+    // embeddings calls output.requires_grad_(True) (for reentrant checkpointing)
+    t.requires_grad_(tok);
+  }
   if (gpt2) {
     const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
     c.forward_locals.push_back(positions);

@@ -85,6 +85,25 @@ void TorchOps::maybe_allocate_workspace() {
 }
 
 VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
+  const auto quantized = m_bnb != nullptr ? m_bnb->find(w) : BnbWeights::const_iterator{};
+  const bool bnb = m_bnb != nullptr && quantized != m_bnb->end();
+  VarId y = bnb ? bnb_linear_forward(*this, name, x, w, bias, quantized->second, *m_bnb_options)
+                : torch_linear(name, x, w, bias, weight_first);
+  if (m_lora != nullptr) {
+    if (const auto it = m_lora->find(w); it != m_lora->end()) {
+      if (bnb && quantized->second.format != BnbFormat::kInt8) {
+        // peft/tuners/lora/bnb.py Linear4bit.forward: "for 4bit, we need to defensively clone here"
+        const VarId cloned = contiguous(name + ".result_clone", y);
+        m_tape.drop(y);
+        y = cloned;
+      }
+      return peft_lora_forward(*this, name, x, y, it->second, *m_lora_options, m_lora_training);
+    }
+  }
+  return y;
+}
+
+VarId TorchOps::torch_linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
   const VarId first = autocast_low(name, weight_first ? w : x);
   const VarId second = autocast_low(name, weight_first ? x : w);
   const VarId xa = weight_first ? second : first;
@@ -126,11 +145,6 @@ VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bo
   m_tape.drop(wa);
   if (ba != kNoVar) {
     m_tape.drop(ba);
-  }
-  if (m_lora != nullptr) {
-    if (const auto it = m_lora->find(w); it != m_lora->end()) {
-      return peft_lora_forward(*this, name, x, y, it->second, *m_lora_options, m_lora_training);
-    }
   }
   return y;
 }

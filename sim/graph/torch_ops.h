@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "sim/graph/bnb_quant.h"
 #include "sim/graph/eager_tape.h"
 #include "sim/graph/peft_lora.h"
 
@@ -55,6 +56,13 @@ class TorchOps {
     m_lora = adapters;
     m_lora_options = options;
     m_lora_training = training;
+  }
+
+  // bitsandbytes: linear() on a quantized weight runs Linear4bit / Linear8bitLt (bnb_quant.h) instead of
+  // F.linear. The pointers must outlive this object.
+  void set_bnb(const BnbWeights* weights, const BnbOptions* options) {
+    m_bnb = weights;
+    m_bnb_options = options;
   }
 
   // ---- matmuls (lower precision under autocast)
@@ -154,6 +162,7 @@ class TorchOps {
   VarId autocast_low(const std::string& name, VarId x);
 
  private:
+  VarId torch_linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first);  // F.linear
   VarId autocast_fp32(const std::string& name, VarId x);
   // The fused SDPA kernels: out and an fp32 logsumexp of (b, h, lse_rows), saved with q, k, v (and the mask).
   VarId fused_attention(const std::string& name, const char* kind, VarId q, VarId k, VarId v, VarId mask,
@@ -177,6 +186,8 @@ class TorchOps {
   bool m_lora_training = true;
   TensorId m_sequence_parallel_buffer = kNoTensor;  // Megatron's global memory buffer ("mpu")
   Bytes m_sequence_parallel_buffer_bytes = 0;
+  const BnbWeights* m_bnb = nullptr;
+  const BnbOptions* m_bnb_options = nullptr;
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);

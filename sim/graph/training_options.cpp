@@ -110,6 +110,16 @@ void validate(const TrainingOptions& o) {
           fmt::format("--kv-cache: unknown cache '{}' (known: {})", o.kv_cache, fmt::join(caches, ", ")));
     }
   }
+  if (o.bnb.format != BnbFormat::kNone) {
+    if (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1) {
+      throw InputError("--base-weights: quantized base weights on more than one GPU are not modelled yet");
+    }
+    if (o.lora.rank == 0 && !o.inference && !o.forward_only && o.generate_tokens == 0) {
+      throw InputError(
+          "--base-weights: transformers refuses to fine-tune a purely quantized model; add --lora-rank "
+          "(QLoRA) or run --inference");
+    }
+  }
   validate(o.pipeline, o.grad_accumulation);
   if (o.sequence_parallel && o.tensor_parallel < 2) {
     throw InputError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)");

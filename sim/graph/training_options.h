@@ -101,6 +101,23 @@ struct LoraOptions {
   bool all_linear = false;           // target_modules="all-linear": every linear layer but the output layer
 };
 
+// bitsandbytes quantized base weights, as transformers' BitsAndBytesConfig sets them up (bnb_quant.h).
+// kNone: the weights stay in the --precision dtype.
+enum class BnbFormat : std::uint8_t { kNone, kNf4, kFp4, kInt8 };
+
+// BitsAndBytesConfig's fields, with its defaults, and whether PEFT's prepare_model_for_kbit_training ran.
+struct BnbOptions {
+  BnbFormat format = BnbFormat::kNone;    // load_in_4bit + bnb_4bit_quant_type, or load_in_8bit
+  bool double_quant = false;              // bnb_4bit_use_double_quant (default False)
+  DType compute_dtype = DType::kFloat32;  // bnb_4bit_compute_dtype (transformers: float32 when unset)
+  // prepare_model_for_kbit_training(model): every fp16/bf16 parameter that is not quantized (embeddings,
+  // norms, lm_head) is cast to fp32 after loading. Its gradient checkpointing is --checkpointing's job.
+  bool prepare_kbit_training = true;
+  // MatMul4Bit saves its input A for backward (ctx.tensors = (A, B)), as bitsandbytes releases of 2023-24
+  // did (the cranberrii recording's); current releases keep (None, B), which the backward never needed.
+  bool matmul4bit_saves_input = false;
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -140,6 +157,7 @@ struct TrainingOptions {
   int tensor_parallel = 1;
   bool sequence_parallel = false;
   LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
+  BnbOptions bnb;    // bitsandbytes 4-bit / 8-bit base weights (format kNone: not quantized)
   // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache
   // ("dynamic" or "static"); implies inference.
   int generate_tokens = 0;

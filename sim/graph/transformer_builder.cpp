@@ -57,6 +57,12 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
       throw InputError("--sequence-parallel: mixture-of-experts layers are not modelled with it");
     }
   }
+  if (o.bnb.format != BnbFormat::kNone && !layer_code(m.code).follows_transformers()) {
+    throw InputError(fmt::format(
+        "--base-weights: bitsandbytes quantizes the nn.Linear layers of transformers' model code; "
+        "the {} code has none (use --model-code torch-modules)",
+        m.code));
+  }
   if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
       o.seq > m.max_positions) {
     throw InputError(
@@ -311,7 +317,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   }
   const ModelParams params = create_parameters(
       tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); },
-      options.lora, keep);
+      options.lora, options.bnb, keep);
   const std::vector<ParameterUnit> units = parameter_units(model, params, keep);
   const ModelBuffers buffers = create_buffers(tape, model, options);
   dp->construct(tape, units);
@@ -347,6 +353,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   tape.set_backward_workspace_bytes(autograd_exists ? 0 : options.cublas_workspace_bytes);
   tape.set_cuda_device(options.device);
   ops.set_lora(&params.lora, &options.lora, !options.inference);
+  ops.set_bnb(&params.bnb, &options.bnb);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
   const LayerCode& code = layer_code(model.code);

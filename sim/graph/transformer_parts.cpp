@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "sim/core/error.h"
+#include "sim/graph/bnb_quant.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/peft_lora.h"
 
@@ -138,14 +139,16 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
       continue;
     }
     // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
-    const bool conv1d = model.family == ModelFamily::kGpt2;
+    const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
     const std::int64_t in = conv1d ? s.shape[0] : s.shape[1];
     const std::int64_t out = conv1d ? s.shape[1] : s.shape[0];
     const std::string module = s.name.substr(0, s.name.size() - 7);  // without ".weight"
     tape.set_layer(s.layer);
     LoraAdapter a;
-    a.lora_a = tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, tape.dtype(base));
-    a.lora_b = tape.parameter(module + ".lora_B.default.weight", {out, lora.rank}, tape.dtype(base));
+    // PEFT casts the adapter to the base weight's dtype only when that is a float (a quantized base: fp32)
+    const DType adapter = is_floating(tape.dtype(base)) ? tape.dtype(base) : DType::kFloat32;
+    a.lora_a = tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, adapter);
+    a.lora_b = tape.parameter(module + ".lora_B.default.weight", {out, lora.rank}, adapter);
     p.lora.emplace(base, a);
     p.trainable.push_back(a.lora_a);
     p.trainable.push_back(a.lora_b);
@@ -158,7 +161,26 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
   }
 }
 
+// prepare_model_for_kbit_training: `param.data = param.data.to(torch.float32)` for every fp16/bf16 parameter
+// that is not quantized, in model.parameters() order: the fp32 copy, then the half-precision one freed.
+void prepare_model_for_kbit_training(EagerTape& tape, const std::vector<ParameterShape>& shapes,
+                                     ModelParams& p) {
+  tape.begin_op("prepare_model_for_kbit_training", "_to_copy");
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const VarId old = p.all[i];
+    const DType d = tape.dtype(old);
+    if (p.bnb.contains(old) || !is_floating(d) || d == DType::kFloat32) {
+      continue;
+    }
+    tape.set_layer(shapes[i].layer);
+    p.all[i] = tape.parameter(shapes[i].name, shapes[i].shape, DType::kFloat32);
+    tape.drop(old);
+  }
+}
+
 }  // namespace
+
+DType bnb_load_dtype(DType dtype) { return dtype == DType::kFloat32 ? DType::kFloat16 : dtype; }
 
 std::string layer_name(int layer, const char* what) { return fmt::format("layers.{}.{}", layer, what); }
 
@@ -176,17 +198,31 @@ ParameterRole parameter_role(const ParameterShape& s) {
 
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
                               const std::function<std::int64_t(std::int64_t)>& resident_numel,
-                              const LoraOptions& lora, const KeepParameter& keep) {
+                              const LoraOptions& lora, const BnbOptions& bnb, const KeepParameter& keep) {
   ModelParams p;
   p.layers.resize(static_cast<std::size_t>(model.n_layers));
-  for (const ParameterShape& s : model.parameter_shapes()) {
-    if (keep && !keep(s, parameter_role(s))) {
+  std::vector<ParameterShape> shapes = model.parameter_shapes();
+  if (keep) {  // the parameters this GPU holds; `shapes` then lines up with p.all
+    std::erase_if(shapes, [&keep](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
+  }
+  const bool quantized = bnb.format != BnbFormat::kNone;
+  for (const ParameterShape& s : shapes) {
+    tape.set_layer(s.layer);
+    if (quantized && is_bnb_target(s)) {
+      // nn.Linear stores (out, in); GPT-2's Conv1D (in, out), transposed when transformers quantizes it
+      const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
+      p.all.push_back(load_bnb_weight(tape, s.name, s.shape[conv1d ? 1 : 0], s.shape[conv1d ? 0 : 1],
+                                      bnb_load_dtype(dtype), bnb, p.bnb));
       continue;
     }
-    tape.set_layer(s.layer);
-    const VarId v =
-        tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);
-    p.all.push_back(v);
+    p.all.push_back(tape.parameter(s.name, s.shape, quantized ? bnb_load_dtype(dtype) : dtype,
+                                   resident_numel ? resident_numel(numel(s.shape)) : -1));
+  }
+  if (quantized && bnb.prepare_kbit_training) {
+    prepare_model_for_kbit_training(tape, shapes, p);
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const ParameterShape& s = shapes[i];
     VarId* slot = nullptr;
     if (s.layer >= 0) {
       // "<prefix>.<layer>.<suffix>": the suffix starts after the layer index.
@@ -198,7 +234,7 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
       slot = model_role(p, s.name);
     }
     if (slot != nullptr) {
-      *slot = v;
+      *slot = p.all[i];
     }
   }
   tape.set_layer(-1);
@@ -206,6 +242,12 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     p.head = p.embed;  // tied embeddings
   }
   p.trainable = p.all;
+  if (quantized) {
+    for (VarId v : p.all) {
+      tape.freeze(v);  // prepare_model_for_kbit_training freezes the base model; Params4bit never trains
+    }
+    p.trainable.clear();
+  }
   if (lora.rank > 0) {
     create_lora_adapters(tape, model, lora, p);
   }

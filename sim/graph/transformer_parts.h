@@ -12,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "sim/graph/bnb_quant.h"
 #include "sim/graph/model_config.h"
 #include "sim/graph/torch_ops.h"
 #include "sim/graph/training_options.h"
@@ -50,11 +51,14 @@ struct ModelParams {
   // (every parameter without LoRA; the adapters, in module order, with it).
   LoraAdapters lora;
   std::vector<VarId> trainable;
+  BnbWeights bnb;  // bitsandbytes: the quantized weights (the rest of their quantization state is untracked)
 };
 
 // Creates the parameters (in registration order) in the current op; `resident_numel` (optional) says how many
 // elements of a parameter of n elements stay on the device (a data-parallel shard). Throws nothing: names
 // come from ModelConfig::parameter_shapes().
+// `bnb` (format set): the linear layers' weights quantized at load (bnb_quant.h), the other parameters in
+// bnb_load_dtype(dtype), cast to fp32 when prepare_model_for_kbit_training runs; every base parameter frozen.
 // `lora` (rank > 0): get_peft_model afterwards: every base parameter frozen, adapters created after them.
 // `keep` (optional): whether this GPU holds the parameter at all (a pipeline stage holds its own layers).
 enum class ParameterRole : std::uint8_t {
@@ -67,7 +71,12 @@ ParameterRole parameter_role(const ParameterShape& parameter);
 using KeepParameter = std::function<bool(const ParameterShape&, ParameterRole)>;
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
                               const std::function<std::int64_t(std::int64_t)>& resident_numel = {},
-                              const LoraOptions& lora = {}, const KeepParameter& keep = {});
+                              const LoraOptions& lora = {}, const BnbOptions& bnb = {},
+                              const KeepParameter& keep = {});
+
+// The dtype non-quantized parameters load in under a BitsAndBytesConfig: transformers' bitsandbytes
+// quantizer overrides torch_dtype=None (vramsim's fp32 and amp-* precisions) with float16.
+DType bnb_load_dtype(DType dtype);
 
 // Non-trainable device tensors the model creates at construction (registered buffers), kept for the run:
 // what the model's code (LayerCode::create_buffers) registers.

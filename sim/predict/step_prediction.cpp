@@ -11,6 +11,7 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/engine/gpu_table.h"
+#include "sim/graph/bnb_quant.h"
 #include "sim/graph/data_parallel.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/peft_lora.h"
@@ -222,6 +223,13 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
                          : lora_target_modules(request.options.lora, request.model);
   }
   p.trainable_parameters = count.trainable;
+  p.base_weights = std::string(base_weights_name(request.options.bnb.format));
+  if (!p.base_weights.empty()) {
+    p.bnb_double_quant = request.options.bnb.double_quant;
+    p.bnb_compute_dtype = std::string(dtype_name(request.options.bnb.compute_dtype));
+    p.bnb_prepare_kbit_training = request.options.bnb.prepare_kbit_training;
+    p.bnb_saves_input = request.options.bnb.matmul4bit_saves_input;
+  }
   p.total_parameters = count.total;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
@@ -431,6 +439,20 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.lora.dropout = a.lora_dropout;
   if (!a.lora_targets.empty()) {
     parse_lora_targets(a.lora_targets, o.lora);
+  }
+  if (!a.base_weights.empty()) {
+    o.bnb.format = parse_base_weights(a.base_weights);
+  }
+  o.bnb.double_quant = a.bnb_double_quant;
+  o.bnb.compute_dtype = parse_bnb_compute_dtype(a.bnb_compute_dtype);
+  // a training recipe's call: inference loads the model and runs it as it is
+  o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only;
+  o.bnb.matmul4bit_saves_input = a.bnb_saves_input;
+  if (o.bnb.format == BnbFormat::kNone &&
+      (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input || a.bnb_compute_dtype != "fp32")) {
+    throw InputError(
+        "--bnb-double-quant / --bnb-compute-dtype / --bnb-saves-input / --no-prepare-kbit: need "
+        "--base-weights");
   }
   o.data_parallel = data_parallel;
   o.tensor_parallel = a.tp;

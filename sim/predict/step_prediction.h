@@ -99,6 +99,12 @@ struct Prediction {
   int lora_rank = 0;
   std::vector<std::string> lora_targets;  // {"all-linear"} for all-linear
   std::int64_t trainable_parameters = 0;
+  // bitsandbytes base weights ("" when not quantized: nf4, fp4, int8) and their BitsAndBytesConfig.
+  std::string base_weights;
+  bool bnb_double_quant = false;
+  std::string bnb_compute_dtype;  // torch's dtype name
+  bool bnb_prepare_kbit_training = false;
+  bool bnb_saves_input = false;  // MatMul4Bit keeps A (older bitsandbytes)
   std::int64_t total_parameters = 0;
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
@@ -206,6 +212,13 @@ struct RequestArgs {
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;
   std::string lora_targets;
+  // bitsandbytes: --base-weights ("": the --precision dtype), --bnb-double-quant, --bnb-compute-dtype,
+  // --no-prepare-kbit (skip PEFT's prepare_model_for_kbit_training fp32 cast)
+  std::string base_weights;
+  bool bnb_double_quant = false;
+  std::string bnb_compute_dtype = "fp32";
+  bool no_prepare_kbit = false;
+  bool bnb_saves_input = false;  // --bnb-saves-input: MatMul4Bit keeps A (older bitsandbytes)
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;

@@ -398,3 +398,40 @@ TEST_CASE(
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
                       "--pp: the cs336-basics code is not split into pipeline stages");
 }
+
+TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]") {
+  const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights int4"),
+                      "--base-weights: unknown value 'int4' (known: nf4, fp4, int8)");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --bnb-compute-dtype fp8"),
+                      "--bnb-compute-dtype: unknown value 'fp8'");
+  require_input_error(run_vramsim(run + "--bnb-double-quant"), "--bnb-double-quant / --bnb-compute-dtype");
+  require_input_error(run_vramsim(run + "--base-weights nf4"),
+                      "--base-weights: transformers refuses to fine-tune a purely quantized model");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --gpus 2"),
+                      "--base-weights: quantized base weights on more than one GPU");
+  require_input_error(run_vramsim(run + "--inference --base-weights nf4 --model-code cs336-basics"),
+                      "--base-weights: bitsandbytes quantizes the nn.Linear layers");
+}
+
+TEST_CASE("predict --json names the base-weight format; fit takes the same flags", "[quick][cli]") {
+  const std::string qlora =
+      " --model tinyllama-1.1b --gpu a100-40gb --seq 256 --lora-rank 8 --base-weights nf4 "
+      "--bnb-double-quant --bnb-compute-dtype bf16";
+  const RunResult r = run_vramsim("predict --batch 1 --steps 1 --json" + qlora);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("base_weights").at("format") == "nf4");
+  CHECK(j.at("base_weights").at("double_quant") == true);
+  CHECK(j.at("base_weights").at("compute_dtype") == "bfloat16");
+  CHECK(j.at("base_weights").at("prepare_model_for_kbit_training") == true);
+  const RunResult plain =
+      run_vramsim("predict --model tinyllama-1.1b --gpu a100-40gb --seq 256 --batch 1 --json");
+  REQUIRE(plain.exit_code == 0);
+  CHECK(nlohmann::json::parse(plain.out).at("base_weights").is_null());
+  const RunResult text = run_vramsim("predict --batch 1 --steps 1" + qlora);
+  CHECK(text.out.find("base weights     nf4 (bitsandbytes Linear4bit") != std::string::npos);
+  const RunResult fit = run_vramsim("fit" + qlora);
+  CHECK(fit.exit_code == 0);
+  CHECK(fit.out.find("largest batch that fits") != std::string::npos);
+}

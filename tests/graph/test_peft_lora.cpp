@@ -7,6 +7,7 @@
 #include "sim/graph/peft_lora.h"
 #include "sim/graph/torch_ops.h"
 #include "sim/graph/transformer_builder.h"
+#include "test_paths.h"
 
 using namespace vramsim;
 
@@ -137,4 +138,22 @@ TEST_CASE("lora: only torch.nn.Linear layers can be wrapped", "[quick][graph]") 
   o.lora.rank = 4;
   parse_lora_targets("q_proj", o.lora);
   CHECK_THROWS_AS(build_training_steps(m, o), InputError);
+}
+
+TEST_CASE("lora: gpt_bigcode's nn.Linear weights are (out, in), not Conv1D's (in, out)", "[quick][graph]") {
+  // bigcode/gpt_bigcode-santacoder (tests/data/hf_configs): multi-query c_attn maps 2,048 -> 2,048 + 2 x 128.
+  // Adapters on c_attn, r 4: lora_A 4 x 2,048 and lora_B 2,304 x 4 = 17,408 fp32 elements per layer; with two
+  // layers 139,264 B of adapter gradients. Taking the weight as Conv1D's (in, out) made lora_B's output 2,048
+  // wide, which cannot be added to the 2,304-wide base output.
+  ModelConfig m = load_model(
+      (test::source_dir() / "tests" / "data" / "hf_configs" / "bigcode__gpt_bigcode-santacoder.config.json")
+          .string());
+  m.n_layers = 2;
+  TrainingOptions o = test::small_options();
+  o.zero_grad_set_to_none = false;
+  o.lora.rank = 4;
+  const OpGraph g = build_training_steps(m, o);
+  CHECK(persistent_bytes(g, TensorCategory::kGradient) == 139264);
+  o.bnb.format = BnbFormat::kNf4;  // QLoRA: the quantized weight keeps nn.Linear's (out, in)
+  CHECK_NOTHROW(build_training_steps(m, o));
 }
