@@ -205,13 +205,14 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   if (p.data_parallel != "none") {
     fmt::print("data parallel    {} over {} GPUs: the figures are one rank's (every rank's alike)\n",
                p.data_parallel, p.world_size);
-    if (!p.offload.empty()) {
-      fmt::print("offload          {} on the host (pinned CPU memory, not counted here){}\n",
-                 fmt::join(p.offload, " and "),
-                 std::find(p.offload.begin(), p.offload.end(), "optimizer") != p.offload.end()
-                     ? ": the optimizer steps there"
-                     : "");
-    }
+  }
+  if (!p.offload.empty()) {
+    const auto has = [&p](const char* what) {
+      return std::find(p.offload.begin(), p.offload.end(), what) != p.offload.end();
+    };
+    fmt::print("offload          {} on the host (pinned CPU memory, not counted here){}{}\n",
+               fmt::join(p.offload, " and "), has("optimizer") ? "; the optimizer steps there" : "",
+               has("activations") ? "; saved tensors come back to the GPU one backward node at a time" : "");
   }
 }
 

@@ -252,6 +252,11 @@ void EagerTape::hold(VarId v) { ref(m_vars[v].storage); }
 void EagerTape::drop(VarId v) { unref(m_vars[v].storage); }
 
 void EagerTape::save(Node& node, TensorId s) {
+  if (m_save_on_cpu && !node.checkpoint_body) {
+    use(s);  // pack_to_cpu: packed.copy_(tensor) reads it now
+    node.packed.push_back(s);
+    return;
+  }
   ref(s);
   node.saved.push_back(s);
   Tensor& t = m_graph.tensor(s);
@@ -457,6 +462,13 @@ void EagerTape::execute(std::size_t index) {
   for (TensorId s : node.saved) {
     use(s);
   }
+  std::vector<TensorId> unpacked;  // unpack_from_cpu: packed.to(device, non_blocking=True)
+  for (TensorId s : node.packed) {
+    const std::string name = m_graph.tensor(s).name + ".unpacked";  // copies: allocate() grows the graph
+    const Bytes bytes = m_graph.tensor(s).size_bytes;
+    const DType dtype = m_graph.tensor(s).dtype;
+    unpacked.push_back(allocate(name, bytes, dtype, TensorCategory::kActivation));
+  }
   std::vector<TensorId> temps;
   for (Bytes b : node.rule.temp_bytes) {
     temps.push_back(allocate(node.name + ".backward.scratch", b, DType::kUInt8, TensorCategory::kTemporary));
@@ -520,6 +532,9 @@ void EagerTape::execute(std::size_t index) {
     }
   }
   for (TensorId s : node.saved) {
+    unref(s);
+  }
+  for (TensorId s : unpacked) {
     unref(s);
   }
   // The outputs go to the next nodes' input buffers (or AccumulateGrad), in input order.
@@ -611,6 +626,7 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
       unref(s);
     }
     n.saved.clear();
+    n.packed.clear();
     n.done = true;
     n.checkpoint_body = nullptr;
   }

@@ -113,6 +113,11 @@ class EagerTape {
   void set_layer(int layer) { m_layer = layer; }
   int layer() const { return m_layer; }
   bool grad_enabled() const { return m_grad_enabled; }
+  // torch.autograd.graph.save_on_cpu(pin_memory=True) around the ops recorded next: every tensor an op saves
+  // for backward is copied to pinned host memory (pack) instead of being kept on the GPU, and copied back
+  // into a fresh GPU tensor when its backward node runs (unpack), freed when the node is done. Parameters are
+  // packed too (the hook sees every saved tensor). torch.utils.checkpoint's saved inputs stay on the GPU.
+  void set_save_on_cpu(bool on) { m_save_on_cpu = on; }
   void set_grad_enabled(bool on) { m_grad_enabled = on; }
 
   // ---- variables
@@ -222,6 +227,7 @@ class EagerTape {
     std::vector<VarId> inputs;
     std::vector<VarId> outputs;
     std::vector<TensorId> saved;
+    std::vector<TensorId> packed;  // saved to the host by save_on_cpu: the device tensor is not kept
     BackwardRule rule;
     CheckpointBody checkpoint_body;  // set for checkpoint nodes
     bool done = false;
@@ -259,6 +265,7 @@ class EagerTape {
   int m_layer = -1;
   Phase m_phase = Phase::kSetup;
   bool m_grad_enabled = true;
+  bool m_save_on_cpu = false;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
   CudaDevice m_device;
   LayerHook m_enter_layer;

@@ -121,6 +121,9 @@ void validate(const TrainingOptions& o) {
     }
   }
   validate(o.pipeline, o.grad_accumulation);
+  if (o.offload_activations && o.checkpointing != Checkpointing::kNone) {
+    throw InputError("--offload activations: not modelled together with --checkpointing");
+  }
   if (o.sequence_parallel && o.tensor_parallel < 2) {
     throw InputError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
   }

@@ -80,6 +80,7 @@ struct DataParallelOptions {
   // offload_params the parameter shards too (each layer is still gathered onto the GPU for its use).
   bool offload_optimizer = false;
   bool offload_params = false;
+  bool offload_activations = false;  // parsed with the others; TrainingOptions::offload_activations acts
 };
 
 // Pipeline parallelism (pipeline_parallel.h), Megatron-LM's settings. The micro-batches of a step are
@@ -152,6 +153,9 @@ struct TrainingOptions {
   WarmProcess warm = WarmProcess::kNone;
   DataParallelOptions data_parallel;
   PipelineOptions pipeline;
+  // --offload activations: the forward and the loss run under
+  // torch.autograd.graph.save_on_cpu(pin_memory=True) (EagerTape::set_save_on_cpu).
+  bool offload_activations = false;
   // Megatron tensor parallelism: the model is already one rank's (tensor_parallel.h); the degree matters only
   // with sequence parallelism, which splits the hidden states outside attention and MLP along the sequence.
   int tensor_parallel = 1;

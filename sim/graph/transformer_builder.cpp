@@ -196,6 +196,7 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
   EagerTape& tape = st.tape;
   InFlight f;
   f.nodes_begin = tape.node_count();
+  tape.set_save_on_cpu(st.options.offload_activations);
   tape.set_phase(Phase::kForward);
   st.ops.set_autocast(st.autocast);
   EmitContext ctx{st.ops, st.model, st.options, st.params,    st.buffers, {},
@@ -234,6 +235,7 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
     st.ops.set_autocast(std::nullopt);
     st.ops.clear_autocast_cache();
   }
+  tape.set_save_on_cpu(false);
   f.nodes_end = tape.node_count();
   return f;
 }
@@ -374,7 +376,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       const std::size_t graph_begin = tape.node_count();
       EmitContext ctx{ops,    model,  options, params,    buffers, {},
                       kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
-      tape.set_grad_enabled(!options.inference);  // `with torch.no_grad():` around the forward
+      tape.set_grad_enabled(!options.inference);          // `with torch.no_grad():` around the forward
+      tape.set_save_on_cpu(options.offload_activations);  // `with save_on_cpu(pin_memory=True):` too
       const VarId logits = forward(ctx, tape, ids, *dp, units);
       tape.set_grad_enabled(true);
       if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
@@ -402,6 +405,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
         ops.set_autocast(std::nullopt);
         ops.clear_autocast_cache();
       }
+      tape.set_save_on_cpu(false);
       tape.set_phase(Phase::kBackward);
       dp->begin_backward(tape);
       tape.backward(loss);

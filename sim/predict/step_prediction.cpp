@@ -212,6 +212,9 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   if (request.options.data_parallel.offload_params) {
     p.offload.emplace_back("params");
   }
+  if (request.options.offload_activations) {
+    p.offload.emplace_back("activations");
+  }
   p.tensor_parallel = request.tensor_parallel;
   p.pipeline_stage_simulated = request.options.pipeline.stage;
   p.sequence_parallel = request.options.sequence_parallel;
@@ -271,11 +274,14 @@ void parse_offload(const std::string& text, DataParallelOptions& d) {
     } else if (item == "params") {
       d.offload_params = true;
     } else if (item == "activations") {
-      throw InputError("--offload: activations: activation offload is not modelled yet");
+      d.offload_activations = true;
     } else {
       throw InputError(fmt::format("--offload: unknown item '{}' (known: optimizer, params)", item));
     }
     start = comma + 1;
+  }
+  if (!d.offload_optimizer && !d.offload_params) {
+    return;  // activations alone: any layout
   }
   const bool zero = d.scheme.starts_with("zero");
   const bool fsdp = d.scheme.starts_with("fsdp-");
@@ -455,6 +461,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         "--base-weights");
   }
   o.data_parallel = data_parallel;
+  o.offload_activations = data_parallel.offload_activations;
   o.tensor_parallel = a.tp;
   o.sequence_parallel = a.sequence_parallel;
   o.pipeline.stages = a.pp;

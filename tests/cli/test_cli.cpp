@@ -393,8 +393,8 @@ TEST_CASE(
                       "--offload params: DeepSpeed offloads parameters only with --zero 3");
   require_input_error(run_vramsim(run + "--gpus 8 --fsdp full-shard --offload optimizer"),
                       "--offload optimizer: FSDP moves the optimizer to the host only with its parameters");
-  require_input_error(run_vramsim(run + "--gpus 8 --zero 3 --offload activations"),
-                      "--offload: activations: activation offload is not modelled yet");
+  require_input_error(run_vramsim(run + "--offload activations --checkpointing full"),
+                      "--offload activations: not modelled together with --checkpointing");
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
                       "--pp: the cs336-basics code is not split into pipeline stages");
 }

@@ -1,0 +1,75 @@
+// --offload activations: the forward under torch.autograd.graph.save_on_cpu(pin_memory=True)
+// (torch/autograd/graph.py): pack_to_cpu copies every saved tensor into pinned host memory, so the GPU keeps
+// none; unpack_from_cpu copies each back (tensor.to(device)) when its backward node runs.
+#include <catch2/catch.hpp>
+
+#include "sim/core/error.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/graph/transformer_builder.h"
+
+using namespace vramsim;
+
+namespace {
+
+constexpr std::int64_t kH = 256, kA = 4, kS = 128, kB = 2;
+
+ModelConfig gpt() {
+  ModelConfig m = model_preset("gpt2");
+  m.d_model = kH;
+  m.n_heads = kA;
+  m.n_kv_heads = kA;
+  m.head_dim = kH / kA;
+  m.d_ff = 4 * kH;
+  m.n_layers = 2;
+  m.vocab_size = 1024;
+  m.max_positions = kS;
+  m.gelu = GeluKind::kPytorchTanh;
+  return m;
+}
+
+TrainingOptions options(bool offload) {
+  TrainingOptions o;
+  o.batch = kB;
+  o.seq = kS;
+  o.precision = Precision::kBf16;
+  o.dropout = 0.1;
+  o.attention = AttentionKind::kEager;
+  o.megatron_accounting = true;
+  o.cublas_workspace_bytes = 0;
+  o.steps = 1;
+  o.offload_activations = offload;
+  return o;
+}
+
+// Bytes the backward op `name` brings back from the host (its activation-category outputs).
+Bytes unpacked_by(const OpGraph& g, const std::string& name) {
+  Bytes total = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.category == TensorCategory::kActivation && g.op(t.producer).name == name) {
+      total += t.size_bytes;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("save_on_cpu: no saved tensor stays on the GPU; a node's come back while it runs", "[quick][graph]") {
+  // Without offload a layer saves the paper's s*b*h*34 + 5*a*s^2*b bytes (test_korthikanti.cpp).
+  CHECK(saved_activation_bytes(build_training_steps(gpt(), options(false)), 1, 0) ==
+        kS * kB * kH * 34 + 5 * kA * kS * kS * kB);
+  const OpGraph g = build_training_steps(gpt(), options(true));
+  CHECK(saved_activation_bytes(g, 1, 0) == 0);
+  CHECK(saved_activation_bytes(g, 1, 1) == 0);
+  // The MLP's first linear (addmm) saved its input, ln_2's bf16 output (b, s, h), and its weight (h, 4h) in
+  // bf16: both come back for its backward, parameters included (the hook sees every saved tensor).
+  CHECK(unpacked_by(g, "layers.1.mlp.c_fc.backward") == static_cast<Bytes>(2 * kB * kS * kH + 2 * kH * 4 * kH));
+  // GELU saved its input, c_fc's output (b, s, 4h) in bf16.
+  CHECK(unpacked_by(g, "layers.1.mlp.gelu.backward") == static_cast<Bytes>(2 * kB * kS * 4 * kH));
+}
+
+TEST_CASE("--offload activations is refused with checkpointing", "[quick][graph]") {
+  TrainingOptions o = options(true);
+  o.checkpointing = Checkpointing::kFull;
+  CHECK_THROWS_AS(validate(o), InputError);
+}
