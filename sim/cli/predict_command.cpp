@@ -136,6 +136,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--reduce-bucket-size", a.reduce_bucket_size,
                   "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");
   cmd->add_flag("--overlap-comm", a.overlap_comm, "DeepSpeed overlap_comm (two gradient buffers)");
+  cmd->add_flag("--optimizer-in-backward", a.optimizer_in_backward,
+                "step each parameter's optimizer as its gradient is made and free it (torchtune's "
+                "optimizer_in_bwd)");
   cmd->add_option(
       "--offload", a.offload,
       "optimizer|params|optimizer,params: to the host, as ZeRO-Offload / ZeRO-Infinity (--zero 2|3) "

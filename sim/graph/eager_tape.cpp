@@ -367,6 +367,13 @@ VarId EagerTape::take_grad(VarId output) {
 }
 
 void EagerTape::accumulate_grad(VarId param, VarId g) {
+  store_grad(param, g);
+  if (m_post_accumulate_grad) {
+    m_post_accumulate_grad(param);
+  }
+}
+
+void EagerTape::store_grad(VarId param, VarId g) {
   Var& p = m_vars[param];
   const Var& gv = m_vars[g];
   use(gv.storage);

@@ -190,6 +190,10 @@ class EagerTape {
   void attach_grad(VarId param, TensorId storage);
   // Called when backward() enters and leaves the nodes of a decoder layer (-1: nodes outside the layers),
   // in the order backward runs them.
+  // Tensor.register_post_accumulate_grad_hook on every parameter: called once AccumulateGrad has stored a
+  // gradient into .grad (the hook may step an optimizer and set .grad to None).
+  using ParameterHook = std::function<void(VarId param)>;
+  void set_post_accumulate_grad_hook(ParameterHook hook) { m_post_accumulate_grad = std::move(hook); }
   using LayerHook = std::function<void(int layer)>;
   void set_backward_layer_hooks(LayerHook enter, LayerHook leave) {
     m_enter_layer = std::move(enter);
@@ -248,7 +252,8 @@ class EagerTape {
   void execute_checkpoint(std::size_t index, VarId grad_out);
   VarId take_grad(VarId output);
   void deliver(VarId input, VarId grad);
-  void accumulate_grad(VarId param, VarId grad);
+  void accumulate_grad(VarId param, VarId grad);  // store_grad, then the post-accumulate hook
+  void store_grad(VarId param, VarId grad);
   VarId new_grad(VarId like, const std::string& name);
   VarId sum_to(VarId full, VarId input);
   void disown(TensorId s);  // drops a reference without freeing (the next owner decides)
@@ -268,6 +273,7 @@ class EagerTape {
   bool m_save_on_cpu = false;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
   CudaDevice m_device;
+  ParameterHook m_post_accumulate_grad;
   LayerHook m_enter_layer;
   LayerHook m_leave_layer;
 };

@@ -1,5 +1,6 @@
 #include "sim/graph/optimizer.h"
 
+#include <algorithm>
 #include <string>
 
 #include "sim/core/assert.h"
@@ -112,7 +113,22 @@ void OptimizerModel::step() {
       with_grad.push_back(i);
     }
   }
-  // foreach / fused (_init_group): states of every parameter that has a gradient, before any update. The
+  step_params(with_grad);
+}
+
+void OptimizerModel::step_in_backward(VarId param) {
+  const auto it = std::find(m_params.begin(), m_params.end(), param);
+  if (it == m_params.end() || m_tape.grad(param) == kNoTensor) {
+    return;  // a parameter this optimizer does not own (frozen)
+  }
+  step_params({static_cast<std::size_t>(it - m_params.begin())});
+  m_tape.begin_op("optimizer_in_bwd.zero_grad." + m_tape.name(param), "set_to_none");
+  m_tape.set_grad_to_none(param);
+}
+
+void OptimizerModel::step_params(
+    const std::vector<std::size_t>& with_grad) {  // foreach / fused (_init_group): states of every parameter
+                                                  // that has a gradient, before any update. The
   // for-loop path creates each parameter's states inside the loop, right before its update, as the CS336
   // hand-written AdamW does (torch's single-tensor path creates them all first: at most one parameter's
   // temporaries apart, at the first step only).

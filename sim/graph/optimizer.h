@@ -36,9 +36,13 @@ class OptimizerModel {
 
   void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
   void step();       // optimizer.step()
+  // torchtune's optimizer_in_bwd: a separate optimizer over [param] stepped, then zero_grad(), from the
+  // parameter's post-accumulate-grad hook, so its gradient is freed as soon as it is produced.
+  void step_in_backward(VarId param);
   void zero_grad();  // optimizer.zero_grad()
 
  private:
+  void step_params(const std::vector<std::size_t>& with_grad);
   void init_states(std::size_t i);
   void step_foreach(const std::vector<std::size_t>& with_grad);
   void step_for_loop(const std::vector<std::size_t>& with_grad);

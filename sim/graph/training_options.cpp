@@ -121,6 +121,13 @@ void validate(const TrainingOptions& o) {
     }
   }
   validate(o.pipeline, o.grad_accumulation);
+  if (o.optimizer_in_backward &&
+      (o.grad_accumulation > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
+    // torchtune: "Gradient accumulation is not supported with optimizer in bwd"; its single-device recipes
+    throw InputError(
+        "--optimizer-in-backward: modelled on one GPU without gradient accumulation (as torchtune's "
+        "single-device recipes run it)");
+  }
   if (o.offload_activations && o.checkpointing != Checkpointing::kNone) {
     throw InputError("--offload activations: not modelled together with --checkpointing");
   }

@@ -156,6 +156,9 @@ struct TrainingOptions {
   // --offload activations: the forward and the loss run under
   // torch.autograd.graph.save_on_cpu(pin_memory=True) (EagerTape::set_save_on_cpu).
   bool offload_activations = false;
+  // torchtune's optimizer_in_bwd: each parameter's optimizer steps from its post-accumulate-grad hook during
+  // backward, and its gradient is freed right after (OptimizerModel::step_in_backward).
+  bool optimizer_in_backward = false;
   // Megatron tensor parallelism: the model is already one rank's (tensor_parallel.h); the degree matters only
   // with sequence parallelism, which splits the hidden states outside attention and MLP along the sequence.
   int tensor_parallel = 1;

@@ -337,6 +337,9 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   if (!forward_only) {
     optimizer.construct();
   }
+  if (options.optimizer_in_backward) {
+    tape.set_post_accumulate_grad_hook([&optimizer](VarId p) { optimizer.step_in_backward(p); });
+  }
   // The cuBLAS workspaces: made by the first matmul of each thread, or already there in a warm process.
   const bool main_exists = options.warm != WarmProcess::kNone;
   const bool autograd_exists = options.warm == WarmProcess::kStep;
@@ -415,7 +418,9 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       continue;
     }
     tape.set_phase(Phase::kOptimizer);
-    optimizer.step();
+    if (!options.optimizer_in_backward) {  // else stepped in backward already
+      optimizer.step();
+    }
     if (options.autocast_whole_step) {
       ops.set_autocast(std::nullopt);
       ops.clear_autocast_cache();

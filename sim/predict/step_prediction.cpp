@@ -462,6 +462,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   o.data_parallel = data_parallel;
   o.offload_activations = data_parallel.offload_activations;
+  o.optimizer_in_backward = a.optimizer_in_backward;
   o.tensor_parallel = a.tp;
   o.sequence_parallel = a.sequence_parallel;
   o.pipeline.stages = a.pp;

@@ -237,6 +237,7 @@ struct RequestArgs {
   bool overlap_comm = false;                 // DeepSpeed's overlap_comm
   int gpus_per_node = 8;                     // FSDP hybrid-shard's shard group
   std::string offload;                       // --offload optimizer|params|optimizer,params
+  bool optimizer_in_backward = false;        // --optimizer-in-backward (torchtune's optimizer_in_bwd)
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
