@@ -116,13 +116,23 @@ VarId TorchOps::torch_linear(const std::string& name, VarId x, VarId w, VarId bi
   const std::int64_t out_features = ws[0] == in && ws[1] != in ? ws[1] : ws[0];
   OpCall c;
   c.name = name;
-  c.kind = bias == kNoVar ? "mm" : "addmm";
+  const DType out_dtype = m_autocast ? *m_autocast : promote(m_tape.dtype(x), m_tape.dtype(w));
+  c.outputs = {OutputSpec{"", with_last(m_tape.shape(x), out_features), out_dtype}};
+  // mm(self=x, mat2=w.t()) computes mat2's gradient first; addmm(self=bias, mat1=x, mat2=w.t()) mat1's,
+  // mat2's, then self's (argument names sorted). A batched x is folded into rows (matmul /
+  // _flatten_nd_linear), so its gradient is a view.
+  c.backward.order = ba == kNoVar ? std::vector<int>{1, 0} : std::vector<int>{0, 1, 2};
+  c.backward.grads = {GradRule{Kind::kAlloc, false, m_tape.shape(x).size() > 2}, GradRule{}};
+  c.flops = 2.0 * numel_d(m_tape.shape(x)) * static_cast<double>(out_features);
+  return record_linear(c, xa, wa, ba);
+}
+
+VarId TorchOps::record_linear(OpCall& c, VarId xa, VarId wa, VarId ba) {
+  c.kind = ba == kNoVar ? "mm" : "addmm";
   c.inputs = {xa, wa};
   if (ba != kNoVar) {
     c.inputs.push_back(ba);
   }
-  const DType out_dtype = m_autocast ? *m_autocast : promote(m_tape.dtype(x), m_tape.dtype(w));
-  c.outputs = {OutputSpec{"", with_last(m_tape.shape(x), out_features), out_dtype}};
   // mm saves mat1 when mat2 needs grad and mat2 when mat1 does; the bias is not saved.
   if (m_tape.requires_grad(wa)) {
     c.saved.inputs.push_back(0);
@@ -130,15 +140,9 @@ VarId TorchOps::torch_linear(const std::string& name, VarId x, VarId w, VarId bi
   if (m_tape.requires_grad(xa)) {
     c.saved.inputs.push_back(1);
   }
-  // mm(self=x, mat2=w.t()) computes mat2's gradient first; addmm(self=bias, mat1=x, mat2=w.t()) mat1's,
-  // mat2's, then self's (argument names sorted). A bias broadcasts over the rows: summed to its shape.
-  // A batched x is folded into rows (matmul / _flatten_nd_linear), so its gradient is a view.
-  c.backward.order = ba == kNoVar ? std::vector<int>{1, 0} : std::vector<int>{0, 1, 2};
-  c.backward.grads = {GradRule{Kind::kAlloc, false, m_tape.shape(x).size() > 2}, GradRule{}};
-  if (ba != kNoVar) {
+  if (ba != kNoVar) {  // a bias broadcasts over the rows: its gradient is summed to its shape
     c.backward.grads.push_back(GradRule{Kind::kPassThrough, true});
   }
-  c.flops = 2.0 * numel_d(m_tape.shape(x)) * static_cast<double>(out_features);
   const VarId y = m_tape.op1(c);
   maybe_allocate_workspace();
   m_tape.drop(xa);

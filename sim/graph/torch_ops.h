@@ -176,6 +176,10 @@ class TorchOps {
   VarId binary(const std::string& name, const std::string& kind, VarId a, VarId b, SavedSpec saved,
                bool a_pass, bool b_pass, std::vector<Bytes> temps = {});
   void maybe_allocate_workspace();
+  // The GEMM op of a linear layer on its (autocast) operands: input xa, weight wa, bias ba or kNoVar. `c`
+  // comes with name, outputs, flops and the backward rules of xa and wa; this sets kind, inputs, what mm
+  // saves and the bias's rule, records the op, makes the first cuBLAS workspace and drops the operands.
+  VarId record_linear(OpCall& c, VarId xa, VarId wa, VarId ba);
 
   EagerTape& m_tape;
   std::optional<DType> m_autocast;

@@ -32,12 +32,7 @@ VarId TorchOps::sequence_parallel_linear(const std::string& name, VarId shard, V
   const Shape gathered = with_sequence(xs, xs[1] * tp);
   const DType dtype = m_tape.dtype(xa);
   OpCall c;
-  c.name = name;
-  c.kind = bias == kNoVar ? "mm" : "addmm";  // the GEMM is the kernel; the all-gather is communication
-  c.inputs = {xa, wa};
-  if (ba != kNoVar) {
-    c.inputs.push_back(ba);
-  }
+  c.name = name;  // the GEMM (mm / addmm) is the kernel; the all-gather is communication
   // get_global_memory_buffer().get_tensor(dim_size, dtype, "mpu"): allocated at the first use, kept, and
   // grown when a larger one is asked for.
   const Bytes buffer_bytes = tensor_bytes(gathered, dtype);
@@ -51,29 +46,14 @@ VarId TorchOps::sequence_parallel_linear(const std::string& name, VarId shard, V
     m_sequence_parallel_buffer_bytes = buffer_bytes;
   }
   c.outputs = {OutputSpec{"", with_last(gathered, out_features), m_autocast ? *m_autocast : dtype}};
-  // LinearWithGradAccumulationAndAsyncCommunication: ctx.save_for_backward(input, weight) with the shard.
-  if (m_tape.requires_grad(wa)) {
-    c.saved.inputs.push_back(0);
-  }
-  if (m_tape.requires_grad(xa)) {
-    c.saved.inputs.push_back(1);
-  }
-  // backward: grad_input = grad_output @ weight over the whole sequence, reduce-scattered into the shard's
-  // gradient; the weight's gradient reads the input gathered again into the global buffer.
+  // LinearWithGradAccumulationAndAsyncCommunication: ctx.save_for_backward(input, weight) with the shard
+  // (record_linear saves the operands mm saves). backward: grad_input = grad_output @ weight over the whole
+  // sequence, reduce-scattered into the shard's gradient; the weight's gradient reads the input gathered
+  // again into the global buffer.
   c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{}};
-  if (ba != kNoVar) {
-    c.backward.grads.push_back(GradRule{Kind::kPassThrough, true});
-  }
   c.backward.temp_bytes = {tensor_bytes(gathered, dtype)};
   c.flops = 2.0 * numel_d(gathered) * static_cast<double>(out_features);
-  const VarId y = m_tape.op1(c);
-  maybe_allocate_workspace();
-  m_tape.drop(xa);
-  m_tape.drop(wa);
-  if (ba != kNoVar) {
-    m_tape.drop(ba);
-  }
-  return y;
+  return record_linear(c, xa, wa, ba);
 }
 
 VarId TorchOps::reduce_scatter_sequence(const std::string& name, VarId partial, int tp) {

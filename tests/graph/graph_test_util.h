@@ -35,6 +35,23 @@ inline ModelConfig tiny_model(const std::string& preset, std::int64_t n_kv_heads
   return m;
 }
 
+// A GPT layer as Korthikanti et al. 2022 count it: GPT-2's architecture (LayerNorm, a GELU MLP of 4h, biases)
+// with hidden size h, a heads, learned positions up to s, one GELU kernel saving its input.
+inline ModelConfig megatron_gpt(std::int64_t h, std::int64_t a, std::int64_t s, int layers = 2) {
+  ModelConfig m = model_preset("gpt2");
+  m.name = "megatron-gpt";
+  m.d_model = h;
+  m.n_heads = a;
+  m.n_kv_heads = a;
+  m.head_dim = h / a;
+  m.d_ff = 4 * h;
+  m.n_layers = layers;
+  m.vocab_size = 1024;  // does not enter the per-layer count
+  m.max_positions = s;
+  m.gelu = GeluKind::kPytorchTanh;
+  return m;
+}
+
 inline TrainingOptions small_options() {
   TrainingOptions o;
   o.batch = 2;

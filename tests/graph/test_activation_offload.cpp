@@ -3,6 +3,7 @@
 // none; unpack_from_cpu copies each back (tensor.to(device)) when its backward node runs.
 #include <catch2/catch.hpp>
 
+#include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
@@ -13,19 +14,7 @@ namespace {
 
 constexpr std::int64_t kH = 256, kA = 4, kS = 128, kB = 2;
 
-ModelConfig gpt() {
-  ModelConfig m = model_preset("gpt2");
-  m.d_model = kH;
-  m.n_heads = kA;
-  m.n_kv_heads = kA;
-  m.head_dim = kH / kA;
-  m.d_ff = 4 * kH;
-  m.n_layers = 2;
-  m.vocab_size = 1024;
-  m.max_positions = kS;
-  m.gelu = GeluKind::kPytorchTanh;
-  return m;
-}
+ModelConfig gpt() { return test::megatron_gpt(kH, kA, kS); }
 
 TrainingOptions options(bool offload) {
   TrainingOptions o;
@@ -54,7 +43,8 @@ Bytes unpacked_by(const OpGraph& g, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("save_on_cpu: no saved tensor stays on the GPU; a node's come back while it runs", "[quick][graph]") {
+TEST_CASE("save_on_cpu: no saved tensor stays on the GPU; a node's come back while it runs",
+          "[quick][graph]") {
   // Without offload a layer saves the paper's s*b*h*34 + 5*a*s^2*b bytes (test_korthikanti.cpp).
   CHECK(saved_activation_bytes(build_training_steps(gpt(), options(false)), 1, 0) ==
         kS * kB * kH * 34 + 5 * kA * kS * kS * kB);
@@ -63,12 +53,13 @@ TEST_CASE("save_on_cpu: no saved tensor stays on the GPU; a node's come back whi
   CHECK(saved_activation_bytes(g, 1, 1) == 0);
   // The MLP's first linear (addmm) saved its input, ln_2's bf16 output (b, s, h), and its weight (h, 4h) in
   // bf16: both come back for its backward, parameters included (the hook sees every saved tensor).
-  CHECK(unpacked_by(g, "layers.1.mlp.c_fc.backward") == static_cast<Bytes>(2 * kB * kS * kH + 2 * kH * 4 * kH));
+  CHECK(unpacked_by(g, "layers.1.mlp.c_fc.backward") ==
+        static_cast<Bytes>(2 * kB * kS * kH + 2 * kH * 4 * kH));
   // GELU saved its input, c_fc's output (b, s, 4h) in bf16.
   CHECK(unpacked_by(g, "layers.1.mlp.gelu.backward") == static_cast<Bytes>(2 * kB * kS * 4 * kH));
 }
 
-TEST_CASE("--offload activations is refused with checkpointing", "[quick][graph]") {
+TEST_CASE("activation offload is refused with checkpointing", "[quick][graph]") {
   TrainingOptions o = options(true);
   o.checkpointing = Checkpointing::kFull;
   CHECK_THROWS_AS(validate(o), InputError);

@@ -69,7 +69,8 @@ TEST_CASE("generate: the dynamic cache holds prompt + new - 1 positions and grow
 TEST_CASE("generate: grouped-query attention shrinks the cache; a static cache is preallocated",
           "[quick][graph]") {
   // 2 key/value heads instead of 4: half of 11,264
-  CHECK(build_training_steps(test::tiny_model("llama-2-7b", 2), generation("dynamic")).kv_cache_bytes == 5632);
+  CHECK(build_training_steps(test::tiny_model("llama-2-7b", 2), generation("dynamic")).kv_cache_bytes ==
+        5632);
   // StaticCache: max_cache_len = 8 + 4 = 12 positions from the start: 2 x 2 x 2 x 4 x 12 x 16 x 2 = 12,288 B,
   // as zeros made before the prefill, and no concatenation
   const OpGraph s = build_training_steps(test::tiny_model("llama-2-7b"), generation("static"));

@@ -3,6 +3,7 @@
 // s*b*h*(34 + 5*a*s/h) bytes; with full recomputation, 2*s*b*h.
 #include <catch2/catch.hpp>
 
+#include "graph_test_util.h"
 #include "sim/graph/tensor_parallel.h"
 #include "sim/graph/transformer_builder.h"
 
@@ -10,20 +11,7 @@ using namespace vramsim;
 
 namespace {
 
-ModelConfig megatron_gpt(std::int64_t h, std::int64_t a, std::int64_t s) {
-  ModelConfig m = model_preset("gpt2");  // LayerNorm, GELU MLP of 4h, biases
-  m.name = "megatron-gpt";
-  m.d_model = h;
-  m.n_heads = a;
-  m.n_kv_heads = a;
-  m.head_dim = h / a;
-  m.d_ff = 4 * h;
-  m.n_layers = 2;
-  m.vocab_size = 1024;  // does not enter the per-layer count
-  m.max_positions = s;
-  m.gelu = GeluKind::kPytorchTanh;  // one GELU kernel saving its input, as the paper counts it
-  return m;
-}
+using test::megatron_gpt;
 
 TrainingOptions paper_options(std::int64_t s, std::int64_t b) {
   TrainingOptions o;

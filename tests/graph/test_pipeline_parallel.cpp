@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/pipeline_parallel.h"
 #include "sim/graph/tensor_lifetime.h"
@@ -42,19 +43,7 @@ PipelineOptions pp(int stages, int stage, PipelineSchedule schedule = PipelineSc
 constexpr std::int64_t kH = 256, kA = 4, kS = 128, kB = 2, kLayers = 8;
 constexpr std::int64_t kPerLayer = kS * kB * kH * 34 + 5 * kA * kS * kS * kB;
 
-ModelConfig gpt(std::int64_t layers = kLayers) {
-  ModelConfig m = model_preset("gpt2");
-  m.d_model = kH;
-  m.n_heads = kA;
-  m.n_kv_heads = kA;
-  m.head_dim = kH / kA;
-  m.d_ff = 4 * kH;
-  m.n_layers = static_cast<int>(layers);
-  m.vocab_size = 1024;
-  m.max_positions = kS;
-  m.gelu = GeluKind::kPytorchTanh;
-  return m;
-}
+ModelConfig gpt() { return test::megatron_gpt(kH, kA, kS, static_cast<int>(kLayers)); }
 
 TrainingOptions paper_options(const PipelineOptions& pipeline, int micro_batches) {
   TrainingOptions o;
