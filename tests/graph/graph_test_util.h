@@ -52,6 +52,20 @@ inline ModelConfig megatron_gpt(std::int64_t h, std::int64_t a, std::int64_t s, 
   return m;
 }
 
+// The paper's accounting: 16-bit activations, dropout on (1-byte masks), eager attention, fused kernels that
+// save only the paper's tensors, no cuBLAS workspace.
+inline TrainingOptions megatron_options(std::int64_t s, std::int64_t b) {
+  TrainingOptions o;
+  o.batch = b;
+  o.seq = s;
+  o.precision = Precision::kBf16;
+  o.dropout = 0.1;
+  o.attention = AttentionKind::kEager;
+  o.megatron_accounting = true;
+  o.cublas_workspace_bytes = 0;
+  return o;
+}
+
 inline TrainingOptions small_options() {
   TrainingOptions o;
   o.batch = 2;

@@ -17,14 +17,7 @@ constexpr std::int64_t kH = 256, kA = 4, kS = 128, kB = 2;
 ModelConfig gpt() { return test::megatron_gpt(kH, kA, kS); }
 
 TrainingOptions options(bool offload) {
-  TrainingOptions o;
-  o.batch = kB;
-  o.seq = kS;
-  o.precision = Precision::kBf16;
-  o.dropout = 0.1;
-  o.attention = AttentionKind::kEager;
-  o.megatron_accounting = true;
-  o.cublas_workspace_bytes = 0;
+  TrainingOptions o = test::megatron_options(kS, kB);
   o.steps = 1;
   o.offload_activations = offload;
   return o;

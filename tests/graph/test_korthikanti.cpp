@@ -14,16 +14,9 @@ namespace {
 using test::megatron_gpt;
 
 TrainingOptions paper_options(std::int64_t s, std::int64_t b) {
-  TrainingOptions o;
-  o.batch = b;
-  o.seq = s;
-  o.precision = Precision::kBf16;  // 16-bit activations
-  o.dropout = 0.1;                 // dropout on: 1-byte masks
-  o.attention = AttentionKind::kEager;
-  o.megatron_accounting = true;
+  TrainingOptions o = test::megatron_options(s, b);
   o.forward_only = true;  // autograd is on: the forward saves what backward would need
   o.steps = 1;
-  o.cublas_workspace_bytes = 0;
   return o;
 }
 

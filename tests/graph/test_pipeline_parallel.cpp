@@ -46,14 +46,7 @@ constexpr std::int64_t kPerLayer = kS * kB * kH * 34 + 5 * kA * kS * kS * kB;
 ModelConfig gpt() { return test::megatron_gpt(kH, kA, kS, static_cast<int>(kLayers)); }
 
 TrainingOptions paper_options(const PipelineOptions& pipeline, int micro_batches) {
-  TrainingOptions o;
-  o.batch = kB;
-  o.seq = kS;
-  o.precision = Precision::kBf16;
-  o.dropout = 0.1;
-  o.attention = AttentionKind::kEager;
-  o.megatron_accounting = true;
-  o.cublas_workspace_bytes = 0;
+  TrainingOptions o = test::megatron_options(kS, kB);
   o.grad_accumulation = micro_batches;
   o.pipeline = pipeline;
   return o;

@@ -37,6 +37,28 @@ MemoryBill bill_at(const ModelConfig& m, const std::string& scheme, int world, i
   return live_bill(g, s, s.phase_begin(step, phase)->event_index);
 }
 
+// Ψ and its per-rank parts as ZeRO cuts it: shards of ceil(n / N) per tensor; parameters of at most 1e5
+// elements stay whole under ZeRO-3 (stage3_param_persistence_threshold).
+struct Psi {
+  std::int64_t all = 0;
+  std::int64_t shard = 0;        // sum of ceil(n / N)
+  std::int64_t small_full = 0;   // elements of parameters <= 1e5
+  std::int64_t small_shard = 0;  // their shards
+};
+Psi psi_of(const ModelConfig& m, int nd) {
+  Psi psi;
+  for (const ParameterShape& p : m.parameter_shapes()) {
+    const std::int64_t n = p.numel();
+    psi.all += n;
+    psi.shard += (n + nd - 1) / nd;
+    if (n <= 100'000) {
+      psi.small_full += n;
+      psi.small_shard += (n + nd - 1) / nd;
+    }
+  }
+  return psi;
+}
+
 ModelConfig small_llama() {
   ModelConfig m = model_preset("llama-2-7b");
   m.n_layers = 4;
@@ -57,22 +79,9 @@ TEST_CASE("ZeRO paper Table 1: model states per GPU for DP, P_os, P_os+g, P_os+g
   const ModelConfig m = small_llama();
   const int nd = 64;
   const std::int64_t step_tensors = 4 * static_cast<std::int64_t>(m.parameter_shapes().size());
-  std::int64_t psi = 0;
-  std::int64_t psi_shard = 0;    // sum of ceil(n / 64)
-  std::int64_t small_full = 0;   // elements of parameters <= 1e5 (whole under ZeRO-3)
-  std::int64_t small_shard = 0;  // their shards
-  for (const ParameterShape& p : m.parameter_shapes()) {
-    std::int64_t n = 1;
-    for (std::int64_t d : p.shape) {
-      n *= d;
-    }
-    psi += n;
-    psi_shard += (n + nd - 1) / nd;
-    if (n <= 100'000) {
-      small_full += n;
-      small_shard += (n + nd - 1) / nd;
-    }
-  }
+  const Psi counts = psi_of(m, nd);
+  const std::int64_t psi = counts.all, psi_shard = counts.shard;
+  const std::int64_t small_full = counts.small_full, small_shard = counts.small_shard;
   const auto states = [](const MemoryBill& b) { return b.parameters + b.gradients + b.optimizer_states; };
   const MemoryBill dp = bill_at(m, "ddp", nd);
   CHECK(states(dp) == 16 * psi + step_tensors);
@@ -192,19 +201,9 @@ TEST_CASE("ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload: the model states lef
   // keeps no parameter shard on the GPU at all.
   const ModelConfig m = small_llama();
   const int nd = 64;
-  std::int64_t psi = 0;
-  std::int64_t psi_shard = 0;
-  std::int64_t small_full = 0;
-  std::int64_t small_shard = 0;
-  for (const ParameterShape& p : m.parameter_shapes()) {
-    const std::int64_t n = p.numel();
-    psi += n;
-    psi_shard += (n + nd - 1) / nd;
-    if (n <= 100'000) {
-      small_full += n;
-      small_shard += (n + nd - 1) / nd;
-    }
-  }
+  const Psi counts = psi_of(m, nd);
+  const std::int64_t psi = counts.all, psi_shard = counts.shard;
+  const std::int64_t small_full = counts.small_full, small_shard = counts.small_shard;
   const auto states = [](const MemoryBill& b) { return b.parameters + b.gradients + b.optimizer_states; };
   const MemoryBill zero2 = bill_at(m, "zero2", nd, 2, Phase::kOptimizer, true, false);
   CHECK(states(zero2) == 2 * psi);
