@@ -350,3 +350,21 @@ TEST_CASE("expandable mid-run: pages mapped before the trace are rebuilt by undo
     CHECK_FALSE(r.check.identical(r.peaks));
   }
 }
+
+TEST_CASE("expandable mid-run: a mapped run that is not whole pages is an input error", "[quick][replay]") {
+  // A large-pool expandable segment of 3 MiB cannot be a run of 20 MiB pages (E1, E3): the start state cannot
+  // be installed, and replay must say so in one line instead of asserting.
+  const Snapshot snapshot = read_vtrace(R"(vramsim-trace 1
+devices 1
+final_state yes
+segment 0 0x7f0000000000 3145728 0 large 1 0 0
+block 0x7f0000000000 1048576 1048576 allocated
+block 0x7f0000100000 2097152 0 inactive
+0 snapshot 0x0 1048576 0 0
+)",
+                                        "partial_page.vtrace");
+  CHECK_THROWS_WITH(
+      replay_snapshot(snapshot, ReplayOptions{}),
+      Catch::Contains("partial_page.vtrace: expandable segment 0x7f0000000000 (3145728 bytes) is "
+                      "not whole 20971520-byte pages"));
+}
