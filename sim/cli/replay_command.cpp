@@ -131,7 +131,7 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
                           format_bytes_short(r.inferred_capacity_below_bytes))
             : "",
         r.recorded_failures_followed > 0
-            ? fmt::format("; {} cudaMalloc calls failed as recorded", r.recorded_failures_followed)
+            ? fmt::format("; {} cudaMalloc/map calls failed as recorded", r.recorded_failures_followed)
             : "");
   }
   if (!a.check) {

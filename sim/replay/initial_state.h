@@ -2,8 +2,10 @@
 // PyTorch's MemoryViz does (spec §8.7, §10; shared/traces/real/README.md).
 //
 // Undo rules, walking the trace backwards: segment_alloc removes its segment, segment_free restores it (pool:
-// small iff 2 MiB); alloc removes its block, free_requested makes it allocated again, free_completed makes it
-// pending-free again. Free space is then the gaps between live blocks, as maximal runs (M3).
+// small iff 2 MiB); segment_map unmaps its pages of an expandable segment again, segment_unmap maps them (the
+// final snapshot reports each maximal run of mapped pages as one segment, spec E9); alloc removes its block,
+// free_requested makes it allocated again, free_completed makes it pending-free again. Free space is then the
+// gaps between live blocks, as maximal runs (M3).
 //
 // Blocks allocated before the trace and freed during it are known only by their requested size: they get
 // round_size(requested), widened over a following gap that no free block of that pool could be (<= 1 MiB in
@@ -28,17 +30,19 @@ struct InitialBlock {
   bool size_guessed = false;  // born before the trace and freed in it: size inferred
 };
 
+// A cudaMalloc segment, or one mapped run of an expandable reservation (spec E9) when `expandable`.
 struct InitialSegment {
   Bytes base = 0;
   Bytes size_bytes = 0;
   PoolKind pool = PoolKind::kLarge;
   StreamId stream = 0;
+  bool expandable = false;
   std::vector<InitialBlock> blocks;  // address order, tiling the segment; free runs merged
 };
 
 struct InitialState {
   std::vector<InitialSegment> segments;  // address order
-  Bytes reserved_bytes = 0;
+  Bytes reserved_bytes = 0;              // cudaMalloc segments + mapped pages
   std::size_t guessed_blocks = 0;
   bool starts_empty() const { return segments.empty(); }
 };
@@ -46,7 +50,9 @@ struct InitialState {
 // A snapshot without a final state (a generated trace) starts empty.
 // Throws InputError("<file>: device_traces[d][i]: ...") when the trace contradicts the final snapshot (an
 // alloc of a block that is not live at the end and never freed, overlapping blocks, a free of an address
-// that was never live, ...), and when it would need expandable-segment state (not reconstructed yet).
+// that was never live, a segment_map of pages not mapped afterwards, ...). Expandable pages mapped before the
+// trace began come back as `expandable` segments, one per maximal mapped run; which reservation each run
+// belongs to is left to the caller.
 InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const CachingConfig& config);
 
 }  // namespace vramsim

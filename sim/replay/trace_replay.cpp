@@ -1,8 +1,11 @@
 #include "sim/replay/trace_replay.h"
 
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,9 +23,26 @@ namespace {
 // A stream handle no recorded block uses: record_stream onto it makes a free wait for free_completed.
 constexpr StreamId kDeferredFreeStream = ~StreamId{0} - 1;
 
+// "0, 2": the devices whose trace has events.
+std::string devices_with_a_trace(const Snapshot& snapshot) {
+  std::string list;
+  for (std::size_t d = 0; d < snapshot.device_traces.size(); ++d) {
+    if (!snapshot.device_traces[d].events.empty()) {
+      list += fmt::format("{}{}", list.empty() ? "" : ", ", d);
+    }
+  }
+  return list;
+}
+
 int pick_device(const Snapshot& snapshot, int requested) {
   if (requested >= 0) {
-    const bool has_trace = static_cast<std::size_t>(requested) < snapshot.device_traces.size();
+    const auto d = static_cast<std::size_t>(requested);
+    const bool has_trace = d < snapshot.device_traces.size() && !snapshot.device_traces[d].events.empty();
+    const std::string traced = devices_with_a_trace(snapshot);
+    if (!has_trace && !traced.empty()) {
+      throw InputError(fmt::format("--device {}: {} has no trace for that device; devices with a trace: {}",
+                                   requested, snapshot.source, traced));
+    }
     bool has_segments = false;
     for (const SnapshotSegment& s : snapshot.segments) {
       has_segments = has_segments || s.device == requested;
@@ -108,13 +128,124 @@ void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t r
   }
 }
 
+// The rebuilt start state, installed in the model.
+struct AdoptedState {
+  std::unordered_map<Bytes, BlockId> live;  // live blocks by recorded address
+  std::vector<Bytes> pending_at_start;      // freed before the trace, free_completed in it
+  std::int64_t requested_bytes = 0;         // sum of the live blocks' requested sizes
+};
+
+void note_adopted(const InitialSegment& seg, const std::vector<BlockId>& ids, std::size_t first,
+                  AdoptedState& out) {
+  for (std::size_t i = 0; i < seg.blocks.size(); ++i) {
+    const InitialBlock& b = seg.blocks[i];
+    if (b.allocated) {
+      out.live[b.addr] = ids[first + i];
+      out.requested_bytes += static_cast<std::int64_t>(b.requested_bytes);
+      if (b.pending_free) {
+        out.pending_at_start.push_back(b.addr);
+      }
+    }
+  }
+}
+
+std::vector<AdoptedBlock> adopted_blocks(const InitialSegment& seg) {
+  std::vector<AdoptedBlock> out;
+  for (const InitialBlock& b : seg.blocks) {
+    out.push_back(AdoptedBlock{b.size_bytes, b.requested_bytes, b.allocated});
+  }
+  return out;
+}
+
+// Installs one expandable reservation holding `runs` (same pool and stream, address order). A snapshot does
+// not say where a reservation begins: it is taken to begin at its lowest run and to span page x ceil(1.125 x
+// device total / page) bytes (spec E1), cut short before the next segment of another pool or stream.
+void adopt_reservation(PyTorchCachingPolicy& policy, const InitialState& initial,
+                       const std::vector<const InitialSegment*>& runs, Bytes device_total,
+                       const std::string& source, AdoptedState& out) {
+  const InitialSegment& first = *runs.front();
+  const Bytes page = first.pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
+  const Bytes want = device_total + device_total / 8;
+  Bytes end = first.base + (want + page - 1) / page * page;
+  for (const InitialSegment& other : initial.segments) {
+    const bool same = other.expandable && other.pool == first.pool && other.stream == first.stream;
+    if (!same && other.base > first.base && other.base < end) {
+      end = first.base + (other.base - first.base) / page * page;
+    }
+  }
+  std::vector<AdoptedRun> adopted;
+  for (const InitialSegment* run : runs) {
+    if ((run->base - first.base) % page != 0 || run->size_bytes % page != 0 ||
+        run->base + run->size_bytes > end) {
+      throw InputError(fmt::format(
+          "{}: expandable segment 0x{:x} ({} bytes) is not whole {}-byte pages of one reservation beginning "
+          "at 0x{:x} and ending before the next segment",
+          source, run->base, run->size_bytes, page, first.base));
+    }
+    adopted.push_back(AdoptedRun{run->base, adopted_blocks(*run)});
+  }
+  const std::vector<BlockId> ids =
+      policy.adopt_expandable_segment(first.base, end - first.base, first.pool, first.stream, adopted);
+  std::size_t next = 0;
+  for (const InitialSegment* run : runs) {
+    note_adopted(*run, ids, next, out);
+    next += run->blocks.size();
+  }
+}
+
+// Installs the rebuilt start state: cudaMalloc segments as they are, the expandable runs as one reservation
+// per (pool, stream).
+AdoptedState adopt_initial_state(PyTorchCachingPolicy& policy, const InitialState& initial,
+                                 Bytes device_total, const std::string& source) {
+  AdoptedState out;
+  std::map<std::pair<PoolKind, StreamId>, std::vector<const InitialSegment*>> reservations;
+  for (const InitialSegment& seg : initial.segments) {
+    if (seg.expandable) {
+      reservations[{seg.pool, seg.stream}].push_back(&seg);
+      continue;
+    }
+    note_adopted(seg, policy.adopt_segment(seg.base, seg.pool, seg.stream, adopted_blocks(seg)), 0, out);
+  }
+  for (const auto& [key, runs] : reservations) {
+    adopt_reservation(policy, initial, runs, device_total, source, out);
+  }
+  return out;
+}
+
 }  // namespace
+
+bool recorded_expandable_segments(const Snapshot& snapshot, int device) {
+  for (const SnapshotSegment& s : snapshot.segments) {
+    if (s.device == device && s.is_expandable) {
+      return true;
+    }
+  }
+  const auto d = static_cast<std::size_t>(device);
+  if (d < snapshot.device_traces.size()) {
+    for (const TraceEvent& e : snapshot.device_traces[d].events) {
+      if (e.action == TraceAction::kSegmentMap || e.action == TraceAction::kSegmentUnmap) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin) {
   if (options.alloc_conf) {
     origin = "--alloc-conf";
     return parse_alloc_conf(*options.alloc_conf, "--alloc-conf");
   }
+  CachingConfig c = resolve_recorded_config(snapshot, origin);
+  if (!c.expandable_segments &&
+      recorded_expandable_segments(snapshot, pick_device(snapshot, options.device))) {
+    c.expandable_segments = true;  // the segments say so, whatever the settings string says (spec E9)
+    origin += "; expandable_segments from the recorded segments";
+  }
+  return c;
+}
+
+CachingConfig resolve_recorded_config(const Snapshot& snapshot, std::string& origin) {
   if (!snapshot.allocator_settings) {
     origin = "default (the file records no allocator_settings)";
     return CachingConfig{};
@@ -168,27 +299,12 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   PyTorchCachingPolicy policy(result.config, device, stats);
 
   // Blocks live at trace start, by recorded address.
-  std::unordered_map<Bytes, BlockId> live;
+  AdoptedState adopted = adopt_initial_state(policy, initial, device.total_bytes(), snapshot.source);
+  std::unordered_map<Bytes, BlockId>& live = adopted.live;
   std::unordered_map<Bytes, BlockId> pending;  // freed, waiting for free_completed
   std::unordered_set<Bytes> refused;           // recorded allocs the model could not serve
-  std::vector<Bytes> pending_at_start;
-  std::int64_t recorded_requested = 0;
-  for (const InitialSegment& seg : initial.segments) {
-    std::vector<AdoptedBlock> adopted;
-    for (const InitialBlock& b : seg.blocks) {
-      adopted.push_back(AdoptedBlock{b.size_bytes, b.requested_bytes, b.allocated});
-    }
-    const std::vector<BlockId> ids = policy.adopt_segment(seg.base, seg.pool, seg.stream, adopted);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (seg.blocks[i].allocated) {
-        live[seg.blocks[i].addr] = ids[i];
-        recorded_requested += static_cast<std::int64_t>(seg.blocks[i].requested_bytes);
-        if (seg.blocks[i].pending_free) {
-          pending_at_start.push_back(seg.blocks[i].addr);
-        }
-      }
-    }
-  }
+  const std::vector<Bytes>& pending_at_start = adopted.pending_at_start;
+  const std::int64_t recorded_requested = adopted.requested_bytes;
   for (Bytes addr : pending_at_start) {  // freed before the trace, still waiting on stream events
     policy.record_stream(live[addr], kDeferredFreeStream);
     policy.free(live[addr], 0);

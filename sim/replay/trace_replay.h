@@ -25,7 +25,8 @@
 namespace vramsim {
 
 struct ReplayOptions {
-  int device = -1;                        // -1: the first device whose trace has events (else 0)
+  int device = -1;  // -1: the first device whose trace has events (else 0); a device without a trace is an
+                    // InputError listing the devices that have one
   std::optional<std::string> alloc_conf;  // overrides the recorded allocator_settings
   Bytes capacity_bytes = 0;               // 0: follow the recorded cudaMalloc outcomes
   // Called after the model has taken each event of the trace (index into the device's events; an
@@ -78,8 +79,14 @@ struct ReplayResult {
 };
 
 // The allocator settings a replay uses: --alloc-conf when given, else the recording's allocator_settings,
-// else PyTorch's defaults; `origin` says which.
+// else PyTorch's defaults; `origin` says which. Without --alloc-conf, expandable_segments is on whenever the
+// recording shows expandable memory on the replayed device (options.device; -1: the first one with a trace):
+// a segment with is_expandable, or a segment_map / segment_unmap entry.
 CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin);
+// The recording's allocator_settings alone (PyTorch's defaults when it has none).
+CachingConfig resolve_recorded_config(const Snapshot& snapshot, std::string& origin);
+// True when one of `device`'s segments is expandable or its trace maps / unmaps pages.
+bool recorded_expandable_segments(const Snapshot& snapshot, int device);
 
 // Throws InputError for traces that contradict themselves (free of an unknown address, ...) and bad options.
 ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& options);

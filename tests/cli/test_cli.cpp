@@ -435,3 +435,54 @@ TEST_CASE("predict --json names the base-weight format; fit takes the same flags
   CHECK(fit.exit_code == 0);
   CHECK(fit.out.find("largest batch that fits") != std::string::npos);
 }
+
+TEST_CASE("replay --check of an expandable-segment snapshot, as a pickle, two devices", "[quick][cli]") {
+  // Hand-made from spec §5: device 0 maps [R, R+20 MiB) for 5 MiB, then one more page for 18 MiB (15 MiB free
+  // < 18 MiB, E2/E3), which takes [R+5, R+23) and leaves a 17 MiB free tail; device 1 has the same shape on
+  // another reservation. Converted to a pickle as _dump_snapshot would write it.
+  const fs::path vtrace = write_file("expandable.vtrace", R"(vramsim-trace 1
+devices 2
+final_state yes
+segment 0 0x7f0000000000 41943040 0 large 1 0 0
+block 0x7f0000000000 5242880 5242880 allocated
+block 0x7f0000500000 18874368 18874368 allocated
+block 0x7f0001700000 17825792 0 inactive
+segment 1 0x7e0000000000 41943040 0 large 1 0 0
+block 0x7e0000000000 5242880 5242880 allocated
+block 0x7e0000500000 18874368 18874368 allocated
+block 0x7e0001700000 17825792 0 inactive
+0 segment_map 0x7f0000000000 20971520 0 0
+0 alloc 0x7f0000000000 5242880 0 0
+0 segment_map 0x7f0001400000 20971520 0 0
+0 alloc 0x7f0000500000 18874368 0 0
+1 segment_map 0x7e0000000000 20971520 0 0
+1 alloc 0x7e0000000000 5242880 0 0
+1 segment_map 0x7e0001400000 20971520 0 0
+1 alloc 0x7e0000500000 18874368 0 0
+)");
+  const fs::path pickle = scratch("expandable.pickle");
+  REQUIRE(run_vramsim("convert " + vtrace.string() + " " + pickle.string()).exit_code == 0);
+  for (const char* device : {"0", "1"}) {
+    const RunResult r = run_vramsim("replay " + pickle.string() + " --check --device " + device);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("pytorch-expandable") != std::string::npos);
+    CHECK(r.out.find("check segments   2 / 2 ") != std::string::npos);
+    CHECK(r.out.find("IDENTICAL") != std::string::npos);
+  }
+  const RunResult none = run_vramsim("replay " + pickle.string() + " --device 2");
+  require_clean_error(none, "has no trace for that device; devices with a trace: 0, 1");
+  CHECK(none.exit_code == 2);
+
+  // Bad input: a segment_map of pages that are not mapped at the end (spec §8.7: undoing it is impossible).
+  const fs::path bad = write_file("expandable_bad.vtrace", R"(vramsim-trace 1
+devices 1
+final_state yes
+segment 0 0x7f0000000000 20971520 0 large 1 0 0
+block 0x7f0000000000 20971520 0 inactive
+0 segment_map 0x7f0001400000 20971520 0 0
+)");
+  const RunResult r = run_vramsim("replay " + bad.string() + " --check");
+  require_clean_error(r, "expandable_bad.vtrace: device_traces[0][0]: segment_map of 0x7f0001400000");
+  CHECK(r.exit_code == 2);
+}

@@ -39,6 +39,13 @@ struct AdoptedBlock {
   bool allocated = false;
 };
 
+// One mapped run of an expandable reservation that already exists when a replay starts (spec E9: a snapshot
+// segment): its first byte and the blocks tiling it.
+struct AdoptedRun {
+  Bytes addr = 0;
+  std::vector<AdoptedBlock> blocks;
+};
+
 class PyTorchCachingPolicy final : public IAllocatorPolicy {
  public:
   PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device, IAllocObserver& events);
@@ -65,6 +72,12 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   // Returns the ids of the blocks, in order.
   std::vector<BlockId> adopt_segment(Bytes base, PoolKind pool, StreamId stream,
                                      const std::vector<AdoptedBlock>& blocks);
+  // Installs an expandable reservation [base, base + size_bytes) that existed before the replay started (spec
+  // E1): `runs` are its mapped runs, in address order, page aligned, inside the reservation and not touching
+  // each other; every byte outside them is unmapped. Emits no events. Returns the ids of the runs' blocks, in
+  // order.
+  std::vector<BlockId> adopt_expandable_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream,
+                                                const std::vector<AdoptedRun>& runs);
 
  private:
   struct AllocParams {

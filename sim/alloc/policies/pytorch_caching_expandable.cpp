@@ -138,4 +138,47 @@ void PyTorchCachingPolicy::unmap_block(BlockId block) {
   }
 }
 
+std::vector<BlockId> PyTorchCachingPolicy::adopt_expandable_segment(Bytes base, Bytes size_bytes,
+                                                                    PoolKind pool, StreamId stream,
+                                                                    const std::vector<AdoptedRun>& runs) {
+  const Bytes page = pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
+  const SegmentId sid = m_pool.add_segment(base, size_bytes, pool, stream, true, page);
+  BlockId rest = m_pool.segment(sid).first;  // unmapped, in no set; shrinks from the front
+  std::vector<BlockId> ids;
+  // Carves the next `bytes` off the front of `rest`; the last piece is `rest` itself.
+  auto carve = [&](Bytes bytes) {
+    SIM_ASSERT(rest != kNoBlock && bytes <= m_pool.block(rest).size_bytes);
+    if (bytes == m_pool.block(rest).size_bytes) {
+      const BlockId last = rest;
+      rest = kNoBlock;
+      return last;
+    }
+    return m_pool.split_front(rest, bytes);
+  };
+  Bytes cursor = base;
+  for (const AdoptedRun& run : runs) {
+    SIM_ASSERT(run.addr >= cursor && (run.addr - base) % page == 0);
+    if (run.addr > cursor) {
+      insert_into_blocks(carve(run.addr - cursor));  // an unmapped hole
+    }
+    for (const AdoptedBlock& ab : run.blocks) {
+      const BlockId id = carve(ab.size_bytes);
+      Block& b = m_pool.block(id);
+      b.mapped = true;
+      b.requested_bytes = ab.requested_bytes;
+      b.allocated = ab.allocated;
+      m_total_allocated_bytes += ab.size_bytes;
+      if (!b.allocated) {
+        insert_into_blocks(id);
+      }
+      ids.push_back(id);
+      cursor += ab.size_bytes;
+    }
+  }
+  if (rest != kNoBlock) {
+    insert_into_blocks(rest);  // the unmapped remainder of the reservation
+  }
+  return ids;
+}
+
 }  // namespace vramsim
