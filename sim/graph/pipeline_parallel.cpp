@@ -43,6 +43,13 @@ void validate(const PipelineOptions& o, int micro_batches) {
         fmt::format("--virtual-stages: the interleaved schedule needs 2..1024 model chunks per GPU, got {}",
                     o.virtual_stages));
   }
+  // One step's schedule holds 2 x micro-batches x chunks actions: bounded like every other pass count.
+  if (static_cast<std::int64_t>(micro_batches) * o.virtual_stages > kMaxPasses) {
+    throw InputError(
+        fmt::format("--micro-batches x --virtual-stages: {} x {} chunk passes per step is more "
+                    "than the {} vramsim simulates",
+                    micro_batches, o.virtual_stages, kMaxPasses));
+  }
   // Megatron: "number of microbatches is not divisible by pipeline-model-parallel-size when using
   // interleaved schedule".
   if (micro_batches % o.stages != 0) {

@@ -373,6 +373,9 @@ TEST_CASE(
   require_input_error(
       run_vramsim(run + "--pp 2 --pp-schedule interleaved --virtual-stages 1 --micro-batches 2"),
       "--virtual-stages: the interleaved schedule needs 2..1024 model chunks per GPU");
+  require_input_error(
+      run_vramsim(run + "--pp 2 --pp-schedule interleaved --virtual-stages 1000 --micro-batches 1000"),
+      "--micro-batches x --virtual-stages: 1000 x 1000 chunk passes per step is more than the 100000");
   require_input_error(run_vramsim(run + "--pp 2 --tp 2 --gpus 6"),
                       "--tp x --pp: 2 x 2 does not divide --world-size 6");
   require_input_error(run_vramsim(run + "--pp 2 --lora-rank 8"), "--lora-rank: LoRA with more than one GPU");

@@ -35,6 +35,17 @@ inline ModelConfig tiny_model(const std::string& preset, std::int64_t n_kv_heads
   return m;
 }
 
+// Bytes of the tensors of category `c` still alive at the end of the run.
+inline Bytes persistent_bytes(const OpGraph& g, TensorCategory c) {
+  Bytes total = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.category == c && t.persistent) {
+      total += t.size_bytes;
+    }
+  }
+  return total;
+}
+
 // A GPT layer as Korthikanti et al. 2022 count it: GPT-2's architecture (LayerNorm, a GELU MLP of 4h, biases)
 // with hidden size h, a heads, learned positions up to s, one GELU kernel saving its input.
 inline ModelConfig megatron_gpt(std::int64_t h, std::int64_t a, std::int64_t s, int layers = 2) {

@@ -13,15 +13,7 @@ using namespace vramsim;
 
 namespace {
 
-Bytes persistent_bytes(const OpGraph& g, TensorCategory c) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.category == c && t.persistent) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
-}
+using test::persistent_bytes;
 
 std::vector<Bytes> sizes_from(const OpGraph& g, std::size_t first) {
   std::vector<Bytes> sizes;
