@@ -190,6 +190,8 @@ struct InFlight {
   VarId output = kNoVar;    // the loss (last virtual stage) or the hidden states sent on (storage freed)
   std::size_t nodes_begin = 0;
   std::size_t nodes_end = 0;
+  // The forward's context: checkpointed layers replay with it in the backward, long after the forward.
+  std::unique_ptr<EmitContext> ctx;
 };
 
 InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
@@ -199,8 +201,19 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
   tape.set_save_on_cpu(st.options.offload_activations);
   tape.set_phase(Phase::kForward);
   st.ops.set_autocast(st.autocast);
-  EmitContext ctx{st.ops, st.model, st.options, st.params,    st.buffers, {},
-                  kNoVar, kNoVar,   kNoVar,     st.attention, st.code,    nullptr};
+  f.ctx = std::make_unique<EmitContext>(EmitContext{st.ops,
+                                                    st.model,
+                                                    st.options,
+                                                    st.params,
+                                                    st.buffers,
+                                                    {},
+                                                    kNoVar,
+                                                    kNoVar,
+                                                    kNoVar,
+                                                    st.attention,
+                                                    st.code,
+                                                    nullptr});
+  EmitContext& ctx = *f.ctx;
   VarId x = kNoVar;
   if (chunk.embeddings) {
     st.dp.pre_forward(tape, st.units.back());

@@ -137,6 +137,24 @@ TEST_CASE("1F1B: stage r holds the activations of p - r micro-batches of its lay
         2 * layers_per_stage * kPerLayer);
 }
 
+TEST_CASE("1F1B with full checkpointing: in-flight micro-batches keep their layers' inputs only", "[graph]") {
+  // torch.utils.checkpoint keeps each layer's input hidden state (s * b * h bf16 values, 2sbh bytes; the
+  // stage's first layer's input too: the embeddings' output or the received tensor), so stage r holds
+  // (p - r) micro-batches x n layers x 2sbh, against (p - r) x n x kPerLayer without (Korthikanti et al.
+  // 2022, Section 5: full recomputation keeps 2sbh per layer). The replay in backward makes one layer's
+  // activations at a time, outside any layer's forward (not counted here). The forward's context must
+  // outlive the forward, as the replay runs after later micro-batches' forwards (this crashed before).
+  const int p = 4;
+  const std::int64_t n = kLayers / p;
+  const std::int64_t input = 2 * kS * kB * kH;
+  for (int r = 0; r < p; ++r) {
+    TrainingOptions o = paper_options(pp(p, r), 8);
+    o.checkpointing = Checkpointing::kFull;
+    INFO("stage " << r);
+    CHECK(peak_layer_activations(build_training_steps(gpt(), o)) == (p - r) * n * input);
+  }
+}
+
 TEST_CASE("Interleaved 1F1B: the first stage holds L * (1 + (p - 1) / (p * v)) layers' activations",
           "[graph]") {
   // Korthikanti et al. 2022, Section 4.2.3 (Narayanan et al. 2021's interleaved schedule): p = 2, v = 2,
