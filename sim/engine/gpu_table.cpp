@@ -40,6 +40,10 @@
 //     configuration), L4 58, RTX 4090 128, V100 80, T4 40. Max resident threads per SM: the CUDA C++
 //     Programming Guide's table of compute-capability limits: 2048 for 7.0, 8.0 and 9.0, 1024 for 7.5,
 //     1536 for 8.6 and 8.9. PyTorch's reduction kernels size their grid by both (Reduce.cuh).
+//   GPU-to-GPU links, per direction (the datasheets print NVLink as both directions together): A100 SXM4
+//     NVLink 3 600 GB/s -> 300; H100 SXM5 and H200 SXM NVLink 4 900 GB/s -> 450; V100 SXM2 NVLink 2 300 GB/s
+//     -> 150; L4 and RTX 4090 have no NVLink: PCIe 4.0 x16, 32 GB/s; T4 PCIe 3.0 x16, 16 GB/s. Collectives
+//     reach less than this (NCCL's bus bandwidth); the timeline's communication times are lower bounds.
 #include "sim/engine/gpu_table.h"
 
 #include <algorithm>
@@ -62,26 +66,26 @@ constexpr TimeNs kLaunchNs = 4'000;  // est., see Note
 // clang-format off
 // Per row: name, variant, nominal bytes, runtime total bytes,
 //          FLOP/s fp32, tf32, fp16, bf16, fp8 (dense; 0 = no hardware path), bandwidth B/s, launch ns,
-//          compute capability x 10, SMs, max threads per SM.
+//          compute capability x 10, SMs, max threads per SM, link B/s per direction.
 const std::vector<GpuSpec> kGpus = {
     {"A100-40GB", "SXM4, HBM2", 40 * kGiB, 42'405'855'232ULL,
-     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1555 * kG, kLaunchNs, 80, 108, 2048},
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1555 * kG, kLaunchNs, 80, 108, 2048, 300 * kG},
     {"A100-80GB", "SXM4, HBM2e", 80 * kGiB, 85'100'068'864ULL,
-     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 2039 * kG, kLaunchNs, 80, 108, 2048},
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 2039 * kG, kLaunchNs, 80, 108, 2048, 300 * kG},
     {"H100-80GB", "SXM5, HBM3", 80 * kGiB, 85'045'477'376ULL,
-     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 3350 * kG, kLaunchNs, 90, 132, 2048},
+     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 3350 * kG, kLaunchNs, 90, 132, 2048, 450 * kG},
     {"H200-141GB", "SXM, HBM3e", 141 * kGiB, 143'155ULL * kMiB,
-     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 4800 * kG, kLaunchNs, 90, 132, 2048},
+     66.9 * kT, 494.7 * kT, 989.4 * kT, 989.4 * kT, 1978.9 * kT, 4800 * kG, kLaunchNs, 90, 132, 2048, 450 * kG},
     {"L4", "PCIe, GDDR6", 24 * kGiB, 23'612'293'120ULL,
-     30.3 * kT, 60 * kT, 121 * kT, 121 * kT, 242.5 * kT, 300 * kG, kLaunchNs, 89, 58, 1536},
+     30.3 * kT, 60 * kT, 121 * kT, 121 * kT, 242.5 * kT, 300 * kG, kLaunchNs, 89, 58, 1536, 32 * kG},
     {"RTX-4090", "GeForce, GDDR6X", 24 * kGiB, 24'207ULL * kMiB,
-     82.6 * kT, 82.6 * kT, 165.2 * kT, 165.2 * kT, 330.3 * kT, 1008 * kG, kLaunchNs, 89, 128, 1536},
+     82.6 * kT, 82.6 * kT, 165.2 * kT, 165.2 * kT, 330.3 * kT, 1008 * kG, kLaunchNs, 89, 128, 1536, 32 * kG},
     {"V100-32GB", "SXM2, HBM2", 32 * kGiB, 34'089'730'048ULL,
-     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70, 80, 2048},
+     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70, 80, 2048, 150 * kG},
     {"V100-16GB", "SXM2, HBM2", 16 * kGiB, 16'945'512'448ULL,
-     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70, 80, 2048},
+     15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70, 80, 2048, 150 * kG},
     {"T4", "PCIe, GDDR6", 16 * kGiB, 15'843'721'216ULL,
-     8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, 75, 40, 1024},
+     8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, 75, 40, 1024, 16 * kG},
 };
 
 // Alias -> canonical name. Keys are normalized (see normalize()). "a100" means the 80GB part (it replaced

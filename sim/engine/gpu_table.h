@@ -38,6 +38,7 @@ struct GpuSpec {
   int compute_capability;      // major * 10 + minor, e.g. 90 for 9.0 (Hopper)
   int sm_count;                // streaming multiprocessors (cudaDeviceProp::multiProcessorCount)
   int max_threads_per_sm;      // cudaDeviceProp::maxThreadsPerMultiProcessor
+  double link_bytes_per_s;     // GPU-to-GPU bandwidth per direction within a node (NVLink, else PCIe)
 
   // Peak dense FLOP/s for `dtype`, with the fallbacks a framework takes when the hardware lacks a path:
   // TF32 -> FP32 (allow_tf32 has no effect), BF16 -> FP32 (no bf16 tensor cores; optimistic for the

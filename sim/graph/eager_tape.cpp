@@ -73,6 +73,7 @@ OpId EagerTape::begin_op(const std::string& name, const std::string& kind, doubl
   op.layer = m_layer;
   op.phase = m_phase;
   op.flops = flops;
+  op.stream = m_stream;
   m_current_op = m_graph.add_op(std::move(op));
   return m_current_op;
 }

@@ -112,6 +112,9 @@ class EagerTape {
   Phase phase() const { return m_phase; }
   void set_layer(int layer) { m_layer = layer; }
   int layer() const { return m_layer; }
+  // The CUDA stream the ops recorded next run on (`with torch.cuda.stream(s)`); 0 is the compute stream.
+  void set_stream(StreamId stream) { m_stream = stream; }
+  StreamId stream() const { return m_stream; }
   bool grad_enabled() const { return m_grad_enabled; }
   // torch.autograd.graph.save_on_cpu(pin_memory=True) around the ops recorded next: every tensor an op saves
   // for backward is copied to pinned host memory (pack) instead of being kept on the GPU, and copied back
@@ -206,6 +209,10 @@ class EagerTape {
                     TensorCategory category);  // 1 ref
   void release(TensorId storage);              // drops one reference
   void use(TensorId storage);                  // the current op reads it
+  // storage.record_stream(stream): its free is deferred until `stream`'s work issued before the free has run.
+  void record_stream(TensorId storage, StreamId stream) { m_graph.tensor(storage).record_stream = stream; }
+  // The host blocks on `op`'s completion before issuing the current op (Event.synchronize()).
+  void host_wait_for(OpId op) { m_graph.op(m_current_op).host_waits_for = op; }
   bool alive(TensorId storage) const { return m_refs.at(storage) > 0; }
 
   // End of the run: every tensor still referenced is marked persistent.
@@ -269,6 +276,7 @@ class EagerTape {
   int m_micro_batch = 0;
   int m_layer = -1;
   Phase m_phase = Phase::kSetup;
+  StreamId m_stream = 0;
   bool m_grad_enabled = true;
   bool m_save_on_cpu = false;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0

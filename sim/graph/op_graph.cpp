@@ -46,7 +46,7 @@ std::string_view category_name(TensorCategory c) {
   return "?";
 }
 
-OpId OpGraph::add_op(Op op) { return static_cast<OpId>(boost::add_vertex(std::move(op), m_graph)); }
+OpId OpGraph::add_op(Op op) { return static_cast<OpId>(boost::add_vertex(std::move(op), *m_graph)); }
 
 TensorId OpGraph::add_tensor(Tensor t) {
   SIM_ASSERT(t.producer < op_count());
@@ -64,7 +64,7 @@ void OpGraph::add_consumer(TensorId tensor, OpId op, EdgeKind kind) {
   }
   t.consumers.push_back(op);
   if (op != t.producer) {
-    boost::add_edge(t.producer, op, DependencyEdge{tensor, kind}, m_graph);
+    boost::add_edge(t.producer, op, DependencyEdge{tensor, kind}, *m_graph);
   }
 }
 

@@ -15,8 +15,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/graph/adjacency_list.hpp>
@@ -30,6 +32,7 @@ using OpId = std::uint32_t;
 using TensorId = std::uint32_t;
 inline constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
 inline constexpr TensorId kNoTensor = std::numeric_limits<TensorId>::max();
+inline constexpr StreamId kNoRecordStream = std::numeric_limits<StreamId>::max();
 
 // kSetup: model and batch moved to the device before the first step.
 enum class Phase : std::uint8_t { kSetup, kForward, kLoss, kBackward, kOptimizer, kZeroGrad };
@@ -58,6 +61,12 @@ struct Op {
   double flops = 0.0;
   Bytes bytes_moved = 0;  // bytes read + written
   StreamId stream = 0;
+  // torch.cuda.Event.synchronize() before this op is issued: the host blocks until `host_waits_for` has run
+  // on the device (FSDP's limit_all_gathers rate limiter). kNoOp: the host runs ahead.
+  OpId host_waits_for = kNoOp;
+  // A collective (all-gather, reduce-scatter, all-reduce): `comm_bytes` cross the GPU links, and the op
+  // takes comm_bytes / link bandwidth on the device (step_timeline.cpp), not the roofline's time.
+  Bytes comm_bytes = 0;
 };
 
 struct Tensor {
@@ -70,6 +79,9 @@ struct Tensor {
   std::vector<OpId> consumers;  // in the order they were recorded (non-decreasing op ids)
   bool persistent = false;
   int layer = -1;
+  // tensor.record_stream(s) before the free: the memory returns to the allocator only once the work issued
+  // on `record_stream` up to the free has run (spec ST2-ST3; a deferred free). kNoRecordStream: none.
+  StreamId record_stream = kNoRecordStream;
 
   OpId last_consumer() const { return consumers.empty() ? producer : consumers.back(); }
 };
@@ -85,25 +97,39 @@ using OpAdjacency =
 
 class OpGraph {
  public:
+  OpGraph() : m_graph(std::make_unique<OpAdjacency>()) {}
+  OpGraph(const OpGraph& other)
+      : kv_cache_bytes(other.kv_cache_bytes),
+        m_graph(std::make_unique<OpAdjacency>(*other.m_graph)),
+        m_tensors(other.m_tensors) {}
+  OpGraph& operator=(const OpGraph& other) {
+    *this = OpGraph(other);
+    return *this;
+  }
+  // Boost's adjacency_list has no move constructor, and its swap() copies: the adjacency lives behind a
+  // pointer so that returning a graph moves it.
+  OpGraph(OpGraph&&) noexcept = default;
+  OpGraph& operator=(OpGraph&&) noexcept = default;
+
   OpId add_op(Op op);
   // pre: t.producer is an existing op. Returns the new id (== index in tensors()).
   TensorId add_tensor(Tensor t);
   // pre: op >= the tensor's producer and >= its previous consumers (execution order).
   void add_consumer(TensorId tensor, OpId op, EdgeKind kind = EdgeKind::kData);
 
-  std::size_t op_count() const { return boost::num_vertices(m_graph); }
-  const Op& op(OpId id) const { return m_graph[id]; }
-  Op& op(OpId id) { return m_graph[id]; }
+  std::size_t op_count() const { return boost::num_vertices(*m_graph); }
+  const Op& op(OpId id) const { return (*m_graph)[id]; }
+  Op& op(OpId id) { return (*m_graph)[id]; }
   const std::vector<Tensor>& tensors() const { return m_tensors; }
   const Tensor& tensor(TensorId id) const { return m_tensors[id]; }
   Tensor& tensor(TensorId id) { return m_tensors[id]; }
-  const OpAdjacency& adjacency() const { return m_graph; }
+  const OpAdjacency& adjacency() const { return *m_graph; }
 
   // model.generate() (hf_generate.h): the KV cache's bytes when the last token was generated (0 otherwise).
   Bytes kv_cache_bytes = 0;
 
  private:
-  OpAdjacency m_graph;
+  std::unique_ptr<OpAdjacency> m_graph;  // null only in a moved-from graph (destroy or assign it)
   std::vector<Tensor> m_tensors;
 };
 

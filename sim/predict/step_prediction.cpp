@@ -1,8 +1,11 @@
 #include "sim/predict/step_prediction.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -121,6 +124,47 @@ namespace {
 
 Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out);
 
+struct StageRun {
+  Prediction prediction;
+  Snapshot trace;
+};
+
+// Pipeline stages [first, last], each predicted on its own thread (at most one per hardware thread). Each
+// simulation owns its graph, schedule and allocator; the request is only read. The first exception (in
+// stage order) is rethrown.
+std::vector<StageRun> simulate_stages(const PredictRequest& request, int first, int last, bool keep_trace) {
+  const auto count = static_cast<std::size_t>(last - first + 1);
+  std::vector<StageRun> runs(count);
+  std::vector<std::exception_ptr> errors(count);
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < count; i = next++) {
+      try {
+        PredictRequest r = request;
+        r.options.pipeline.stage = first + static_cast<int>(i);
+        runs[i].prediction = predict_rank(r, keep_trace ? &runs[i].trace : nullptr);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const std::size_t threads = std::min<std::size_t>(count, std::max(1U, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) {
+    pool.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : pool) {
+    t.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) {
+      std::rethrow_exception(e);
+    }
+  }
+  return runs;
+}
+
 }  // namespace
 
 Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
@@ -137,11 +181,11 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   std::optional<Snapshot> reported_trace;
   const int first = request.every_pipeline_stage ? 0 : pp.stage;
   const int last = request.every_pipeline_stage ? pp.stages - 1 : pp.stage;
-  for (int stage = first; stage <= last; ++stage) {  // ranks are independent: one simulation per stage
-    PredictRequest r = request;
-    r.options.pipeline.stage = stage;
-    Snapshot trace;
-    Prediction p = predict_rank(r, trace_out != nullptr ? &trace : nullptr);
+  // Ranks are independent: one simulation per stage, run concurrently, reduced in stage order below.
+  std::vector<StageRun> runs = simulate_stages(request, first, last, trace_out != nullptr);
+  for (int stage = first; stage <= last; ++stage) {
+    Prediction& p = runs[static_cast<std::size_t>(stage - first)].prediction;
+    Snapshot& trace = runs[static_cast<std::size_t>(stage - first)].trace;
     summary.simulated.push_back({stage, p.peak_allocated_bytes, p.peak_reserved_bytes, p.fits});
     // The stage with the highest peak reserved (after an OOM, the most allocated bytes needed).
     const auto demand = [](const Prediction& q) {

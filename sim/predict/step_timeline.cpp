@@ -1,6 +1,8 @@
 #include "sim/predict/step_timeline.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 #include "sim/core/assert.h"
 #include "sim/engine/simulator.h"
@@ -50,10 +52,63 @@ struct Range {
   std::size_t end = 0;
 };
 
-// Dispatches each op's allocations at its start and its frees at its end, and times the steps.
-class Dispatcher final : public IStreamObserver {
+// What the device is asked to do per op, derived once from the graph.
+struct DeviceWork {
+  std::vector<TimeNs> duration;
+  std::vector<bool> memory_bound;
+  std::vector<bool> read_elsewhere;                    // an op of another stream reads one of its outputs
+  std::vector<std::vector<OpId>> cross_stream_inputs;  // producers on other streams of what it reads
+};
+
+DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
+  const std::size_t n_ops = graph.op_count();
+  DeviceWork w;
+  w.duration.assign(n_ops, 0);
+  w.memory_bound.assign(n_ops, false);
+  w.read_elsewhere.assign(n_ops, false);
+  w.cross_stream_inputs.resize(n_ops);
+  // An op's first output dtype picks its compute precision (kernel scratch, raw bytes allocated before a
+  // backward's gradients, says nothing about it).
+  std::vector<DType> output_dtype(n_ops, DType::kFloat32);
+  std::vector<bool> has_output(n_ops, false);
+  for (const Tensor& t : graph.tensors()) {
+    if (!has_output[t.producer] && t.dtype != DType::kUInt8) {
+      has_output[t.producer] = true;
+      output_dtype[t.producer] = t.dtype;
+    }
+    for (OpId c : t.consumers) {
+      if (graph.op(c).stream != graph.op(t.producer).stream) {
+        w.read_elsewhere[t.producer] = true;
+        w.cross_stream_inputs[c].push_back(t.producer);
+      }
+    }
+  }
+  if (roofline == nullptr) {
+    return w;
+  }
+  for (OpId id = 0; id < n_ops; ++id) {
+    const Op& op = graph.op(id);
+    if (op.comm_bytes > 0) {  // a collective: the links, not the SMs, bound it
+      w.duration[id] = roofline->gpu().launch_overhead_ns +
+                       static_cast<TimeNs>(std::ceil(static_cast<double>(op.comm_bytes) * 1e9 /
+                                                     roofline->gpu().link_bytes_per_s));
+      w.memory_bound[id] = true;
+    } else if (op.flops > 0 || op.bytes_moved > 0) {
+      const OpWork work{op.flops, static_cast<double>(op.bytes_moved), compute_dtype(op, output_dtype[id])};
+      w.duration[id] = roofline->duration_ns(work);
+      w.memory_bound[id] = roofline->memory_bound(work);
+    }
+  }
+  return w;
+}
+
+// The host thread and the allocator it calls: issues the ops in program order onto the streams, dispatches
+// the schedule's events at issue times, and holds deferred frees until their stream events complete.
+class HostThread final : public IStreamObserver {
  public:
-  Dispatcher(const OpGraph& graph, const AllocationSchedule& schedule, Timeline& out) : m_out(out) {
+  HostThread(const OpGraph& graph, const AllocationSchedule& schedule, const DeviceWork& work,
+             const TimelineOptions& options, Simulator& sim, Timeline& out)
+      : m_graph(graph), m_schedule(schedule), m_work(work), m_options(options), m_sim(sim), m_out(out) {
     const std::size_t n_ops = graph.op_count();
     m_allocs.resize(n_ops);
     m_frees.resize(n_ops);
@@ -69,94 +124,176 @@ class Dispatcher final : public IStreamObserver {
       SIM_ASSERT_INTERNAL(r.end == i);  // schedule events of one op are not contiguous
       r.end = i + 1;
     }
+    m_done.assign(n_ops, false);
+    m_done_event.assign(n_ops, 0);
     out.ops.assign(n_ops, OpTime{});
     out.event_time_ns.assign(schedule.events.size(), 0);
     out.event_order.reserve(schedule.events.size());
   }
 
+  void attach(Streams& streams) { m_streams = &streams; }
+
+  // Issues ops until the program ends or the host blocks; resumed by the simulator.
+  void run() {
+    while (m_next < m_graph.op_count()) {
+      const OpId id = static_cast<OpId>(m_next);
+      const Op& op = m_graph.op(id);
+      if (op.host_waits_for != kNoOp && !m_done[op.host_waits_for]) {
+        SIM_ASSERT(op.host_waits_for < id);  // the host would wait for an op it has not issued
+        m_waiting_for = op.host_waits_for;
+        return;
+      }
+      const bool kernel = m_work.duration[id] > 0;
+      if (kernel && m_issued_kernels - m_started_kernels >= m_options.launch_queue_depth) {
+        m_queue_full = true;
+        return;
+      }
+      issue(id, op);
+      ++m_next;
+      if (kernel) {
+        ++m_issued_kernels;
+        if (m_options.host_op_ns > 0) {
+          m_sim.schedule(m_options.host_op_ns, [this] { run(); });
+          return;
+        }
+      }
+    }
+  }
+
+  // After the simulation: deferred frees still waiting complete at the end of the run.
+  void finish() {
+    complete_ready(m_out.end_ns);
+    for (auto& [event, frees] : m_pending) {
+      (void)event;
+      for (std::size_t i : frees) {
+        dispatch_one(i, m_out.end_ns);
+      }
+    }
+    m_pending.clear();
+  }
+
+  bool all_issued() const { return m_next == m_graph.op_count(); }
+
   void on_op_start(const StreamOp& op) override {
     m_out.ops[op.op_id].start_ns = op.start_ns;
-    dispatch(m_allocs[op.op_id], op.start_ns);
+    if (m_work.duration[op.op_id] > 0) {
+      ++m_started_kernels;
+      if (m_queue_full) {
+        m_queue_full = false;
+        m_sim.schedule(0, [this] { run(); });
+      }
+    }
   }
 
   void on_op_end(const StreamOp& op) override {
     const TimeNs end = op.start_ns + op.duration_ns;
     m_out.ops[op.op_id].end_ns = end;
     m_out.end_ns = std::max(m_out.end_ns, end);
-    dispatch(m_frees[op.op_id], end);
-  }
-
- private:
-  void dispatch(const Range& r, TimeNs time_ns) {
-    for (std::size_t i = r.begin; i < r.end; ++i) {
-      m_out.event_order.push_back(i);
-      m_out.event_time_ns[i] = time_ns;
+    m_done[op.op_id] = true;
+    if (m_waiting_for == op.op_id) {
+      m_waiting_for = kNoOp;
+      m_sim.schedule(0, [this] { run(); });
     }
   }
 
+  void on_event_completed(CudaEventId event, StreamId /*stream*/, TimeNs /*time_ns*/) override {
+    auto it = m_pending.find(event);
+    if (it != m_pending.end()) {
+      m_ready.insert(m_ready.end(), it->second.begin(), it->second.end());
+      m_pending.erase(it);
+    }
+  }
+
+ private:
+  void issue(OpId id, const Op& op) {
+    const TimeNs now = m_sim.now();
+    m_out.ops[id].issue_ns = now;
+    for (OpId producer : m_work.cross_stream_inputs[id]) {
+      m_streams->wait_event(op.stream, m_done_event[producer]);
+    }
+    m_streams->enqueue_op(op.stream, id, m_work.duration[id]);
+    if (m_work.read_elsewhere[id]) {
+      m_done_event[id] = m_streams->record_event(op.stream);
+    }
+    const Range& allocs = m_allocs[id];
+    if (allocs.begin != allocs.end) {
+      complete_ready(now);  // malloc starts with process_events
+    }
+    for (std::size_t i = allocs.begin; i < allocs.end; ++i) {
+      dispatch_one(i, now);
+    }
+    const Range& frees = m_frees[id];
+    for (std::size_t i = frees.begin; i < frees.end; ++i) {
+      const TraceEvent& e = m_schedule.events[i];
+      const Tensor& t = m_graph.tensor(m_schedule.event_tensor[i]);
+      if (e.action == TraceAction::kFreeCompleted && deferred(t)) {
+        // The event recorded on the used-on stream at the free: the block waits for it.
+        m_pending[m_streams->record_event(t.record_stream)].push_back(i);
+        continue;
+      }
+      dispatch_one(i, now);
+    }
+  }
+
+  bool deferred(const Tensor& t) const {
+    return t.record_stream != kNoRecordStream && t.record_stream != m_graph.op(t.producer).stream;
+  }
+
+  void complete_ready(TimeNs now) {
+    for (std::size_t i : m_ready) {
+      dispatch_one(i, now);
+    }
+    m_ready.clear();
+  }
+
+  void dispatch_one(std::size_t i, TimeNs time_ns) {
+    m_out.event_order.push_back(i);
+    m_out.event_time_ns[i] = time_ns;
+  }
+
+  const OpGraph& m_graph;
+  const AllocationSchedule& m_schedule;
+  const DeviceWork& m_work;
+  const TimelineOptions& m_options;
+  Simulator& m_sim;
   Timeline& m_out;
+  Streams* m_streams = nullptr;
   std::vector<Range> m_allocs;
   std::vector<Range> m_frees;
+  std::vector<bool> m_done;
+  std::vector<CudaEventId> m_done_event;
+  std::size_t m_next = 0;
+  OpId m_waiting_for = kNoOp;
+  bool m_queue_full = false;
+  std::size_t m_issued_kernels = 0;
+  std::size_t m_started_kernels = 0;
+  std::map<CudaEventId, std::vector<std::size_t>> m_pending;  // free_completed events per stream event
+  std::vector<std::size_t> m_ready;  // their events completed; noticed at the next malloc
 };
 
 }  // namespace
 
-Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& schedule,
-                           const Roofline* roofline) {
+Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& schedule, const Roofline* roofline,
+                           const TimelineOptions& host) {
   Timeline out;
-  Dispatcher dispatcher(graph, schedule, out);
+  const DeviceWork work = device_work(graph, roofline);
+  TimelineOptions options = host;
+  if (roofline == nullptr) {
+    options.host_op_ns = 0;  // no time axis
+  }
   Simulator sim;
-  Streams streams(sim, &dispatcher);
-
-  const std::size_t n_ops = graph.op_count();
-  // An op's first output dtype picks its compute precision (kernel scratch, raw bytes allocated before a
-  // backward's gradients, says nothing about it); an op whose output another stream reads records an event
-  // that the reading stream waits for.
-  std::vector<DType> output_dtype(n_ops, DType::kFloat32);
-  std::vector<bool> has_output(n_ops, false);
-  std::vector<bool> read_elsewhere(n_ops, false);
-  for (const Tensor& t : graph.tensors()) {
-    if (!has_output[t.producer] && t.dtype != DType::kUInt8) {
-      has_output[t.producer] = true;
-      output_dtype[t.producer] = t.dtype;
-    }
-    for (OpId c : t.consumers) {
-      read_elsewhere[t.producer] =
-          read_elsewhere[t.producer] || graph.op(c).stream != graph.op(t.producer).stream;
-    }
-  }
-  std::vector<CudaEventId> done_event(n_ops, 0);
-  std::vector<std::vector<OpId>> cross_stream_inputs(n_ops);
-  for (const Tensor& t : graph.tensors()) {
-    for (OpId c : t.consumers) {
-      if (graph.op(c).stream != graph.op(t.producer).stream) {
-        cross_stream_inputs[c].push_back(t.producer);
-      }
-    }
-  }
-
-  std::vector<TimeNs> duration(n_ops, 0);
-  std::vector<bool> memory_bound(n_ops, false);
-  for (OpId id = 0; id < n_ops; ++id) {
-    const Op& op = graph.op(id);
-    for (OpId producer : cross_stream_inputs[id]) {
-      streams.wait_event(op.stream, done_event[producer]);
-    }
-    if (roofline != nullptr && (op.flops > 0 || op.bytes_moved > 0)) {
-      const OpWork work{op.flops, static_cast<double>(op.bytes_moved), compute_dtype(op, output_dtype[id])};
-      duration[id] = roofline->duration_ns(work);
-      memory_bound[id] = roofline->memory_bound(work);
-    }
-    streams.enqueue_op(op.stream, id, duration[id]);
-    if (read_elsewhere[id]) {
-      done_event[id] = streams.record_event(op.stream);
-    }
-  }
+  HostThread thread(graph, schedule, work, options, sim, out);
+  Streams streams(sim, &thread);
+  thread.attach(streams);
+  sim.schedule(0, [&thread] { thread.run(); });
   sim.run();
-  SIM_ASSERT_INTERNAL(streams.idle());  // ops left on a stream after the run
+  thread.finish();
+  SIM_ASSERT_INTERNAL(thread.all_issued());  // the host blocked for good
+  SIM_ASSERT_INTERNAL(streams.idle());       // ops left on a stream after the run
   SIM_ASSERT_INTERNAL(out.event_order.size() == schedule.events.size());  // schedule events not dispatched
 
   // Per-step times and the roofline's bound for each op.
+  const std::size_t n_ops = graph.op_count();
   for (OpId id = 0; id < n_ops; ++id) {
     const Op& op = graph.op(id);
     if (op.step <= 0) {
@@ -168,9 +305,9 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
     StepTime& st = out.steps.back();
     st.start_ns = std::min(st.start_ns, out.ops[id].start_ns);
     st.end_ns = std::max(st.end_ns, out.ops[id].end_ns);
-    if (duration[id] > 0) {
+    if (work.duration[id] > 0) {
       ++st.kernels;
-      (memory_bound[id] ? st.memory_ns : st.compute_ns) += duration[id];
+      (work.memory_bound[id] ? st.memory_ns : st.compute_ns) += work.duration[id];
     }
   }
   return out;

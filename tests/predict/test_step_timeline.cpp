@@ -16,7 +16,7 @@ namespace {
 // A GPU with round numbers: 1e12 FLOP/s at every precision, 1e12 B/s, no launch overhead, 100% efficiency,
 // so an op of F FLOPs (and few bytes) takes F / 1000 ns.
 GpuSpec round_gpu() {
-  return GpuSpec{"round", "test", kGiB, kGiB, 1e12, 1e12, 1e12, 1e12, 1e12, 1e12, 0, 80, 108, 2048};
+  return GpuSpec{"round", "test", kGiB, kGiB, 1e12, 1e12, 1e12, 1e12, 1e12, 1e12, 0, 80, 108, 2048, 1e12};
 }
 RooflineConfig ideal() {
   RooflineConfig c;
@@ -45,14 +45,15 @@ TensorId add_tensor(OpGraph& g, const std::string& name, OpId producer, Bytes si
 
 }  // namespace
 
-TEST_CASE("timeline: a side stream reorders the allocator's events, times by hand", "[quick][predict]") {
-  // Host order A (stream 0), B (stream 1, reads a), C (stream 0); durations F / 1000 ns.
-  //   A: 1e6 FLOPs -> [0, 1000) on stream 0; allocates a (1 KiB) at 0.
-  //   B: waits for A's event; 3e6 FLOPs -> [1000, 4000) on stream 1; allocates b at 1000; as a's last user
-  //      it frees a at 4000, and b (read by nobody) too.
-  //   C: 2e6 FLOPs -> [1000, 3000) on stream 0; allocates c at 1000, frees it at 3000.
-  // Schedule order (op by op): alloc a, alloc b, free a, free b, alloc c, free c.
-  // Engine order (by time):    alloc a @0, alloc c @1000, alloc b @1000, free c @3000, free a, free b @4000.
+TEST_CASE("timeline: the host issues in program order and runs ahead; times by hand", "[quick][predict]") {
+  // Host order A (stream 0), B (stream 1, reads a), C (stream 0); each kernel costs the host 100 ns, device
+  // durations F / 1000 ns:
+  //   A issued at 0;   1e6 FLOPs -> [0, 1000) on stream 0.
+  //   B issued at 100; waits for A's event; 3e6 FLOPs -> [1000, 4000) on stream 1.
+  //   C issued at 200; 2e6 FLOPs -> [1000, 3000) on stream 0 (after A).
+  // The caching allocator runs on the host: every event at its op's issue time, in program order. B is a's
+  // last user, so a is freed when B is issued (no record_stream: stream 1's reuse of it would be the
+  // program's bug, as in PyTorch); b has no reader and goes right after.
   OpGraph g;
   const OpId a_op = add_op(g, "A", 0, 1e6);
   const OpId b_op = add_op(g, "B", 1, 3e6);
@@ -61,13 +62,16 @@ TEST_CASE("timeline: a side stream reorders the allocator's events, times by han
   const TensorId b = add_tensor(g, "b", b_op, 2048);
   const TensorId c = add_tensor(g, "c", c_op, 4096);
   g.add_consumer(a, b_op);
-  (void)b;
-  (void)c;
   const AllocationSchedule s = build_allocation_schedule(g);
   const GpuSpec gpu = round_gpu();
   const Roofline roofline(gpu, ideal());
-  const Timeline t = simulate_timeline(g, s, &roofline);
+  TimelineOptions host;
+  host.host_op_ns = 100;
+  const Timeline t = simulate_timeline(g, s, &roofline, host);
 
+  CHECK(t.ops[a_op].issue_ns == 0);
+  CHECK(t.ops[b_op].issue_ns == 100);
+  CHECK(t.ops[c_op].issue_ns == 200);
   CHECK(t.ops[a_op].start_ns == 0);
   CHECK(t.ops[a_op].end_ns == 1000);
   CHECK(t.ops[b_op].start_ns == 1000);
@@ -87,19 +91,12 @@ TEST_CASE("timeline: a side stream reorders the allocator's events, times by han
     TimeNs time_ns;
     StreamId stream;
   };
-  // alloc b and alloc c both happen at 1000. Stream 0 moves on to C as soon as A ends (streams.h: an op's
-  // end, then the next op on the same stream), while B starts when A's recorded event completes, which the
-  // engine dispatches after that: C first.
   const std::vector<Expect> expected = {
-      {TraceAction::kAlloc, a, 0, 0},
-      {TraceAction::kAlloc, c, 1000, 0},
-      {TraceAction::kAlloc, b, 1000, 1},
-      {TraceAction::kFreeRequested, c, 3000, 0},
-      {TraceAction::kFreeCompleted, c, 3000, 0},
-      {TraceAction::kFreeRequested, a, 4000, 1},
-      {TraceAction::kFreeCompleted, a, 4000, 1},
-      {TraceAction::kFreeRequested, b, 4000, 1},
-      {TraceAction::kFreeCompleted, b, 4000, 1},
+      {TraceAction::kAlloc, a, 0, 0},           {TraceAction::kAlloc, b, 100, 1},
+      {TraceAction::kFreeRequested, a, 100, 1}, {TraceAction::kFreeCompleted, a, 100, 1},
+      {TraceAction::kFreeRequested, b, 100, 1}, {TraceAction::kFreeCompleted, b, 100, 1},
+      {TraceAction::kAlloc, c, 200, 0},         {TraceAction::kFreeRequested, c, 200, 0},
+      {TraceAction::kFreeCompleted, c, 200, 0},
   };
   for (std::size_t i = 0; i < expected.size(); ++i) {
     INFO("event " << i);
@@ -108,11 +105,72 @@ TEST_CASE("timeline: a side stream reorders the allocator's events, times by han
     CHECK(timed.events[i].time_ns == expected[i].time_ns);
     CHECK(timed.events[i].stream == expected[i].stream);
   }
-  // Live bytes follow the new order: 1 KiB + 2 KiB + 4 KiB are live together at 1000 ns.
-  CHECK(timed.peak_live_bytes == 1024 + 2048 + 4096);
+  CHECK(timed.peak_live_bytes == 4096);  // a and b (3 KiB) are gone when c is allocated
 }
 
-TEST_CASE("timeline: one stream keeps the schedule's order; times follow the ops", "[quick][predict]") {
+TEST_CASE("timeline: a record_stream free completes at the first malloc after the device passed it",
+          "[quick][predict]") {
+  // G (stream 1) gathers g; U (stream 0) uses it; g.record_stream(0) and its free come with U's issue (spec
+  // ST2-ST3). X, Y, Z (stream 0) each allocate. Host 100 ns per kernel; device:
+  //   G issued 0:   [0, 500) on stream 1          U issued 100: waits for G -> [500, 2500) on stream 0
+  //   X issued 200: [2500, 2600)                   Y issued 300: [2600, 2700)
+  // The event recorded on stream 0 at g's free (host 100) completes when U ends, at 2500; the host is far
+  // ahead (X and Y are issued at 200 and 300), so X's and Y's mallocs still see g pending. A host wait on U
+  // before Z (Event.synchronize()) puts Z's issue at 2500: its malloc completes g's free first.
+  OpGraph g;
+  const OpId g_op = add_op(g, "G", 1, 5e5);
+  const OpId u_op = add_op(g, "U", 0, 2e6);
+  const OpId x_op = add_op(g, "X", 0, 1e5);
+  const OpId y_op = add_op(g, "Y", 0, 1e5);
+  const OpId z_op = add_op(g, "Z", 0, 1e5);
+  g.op(z_op).host_waits_for = u_op;
+  const TensorId gathered = add_tensor(g, "g", g_op, 1 << 20);
+  g.add_consumer(gathered, u_op);
+  g.tensor(gathered).record_stream = 0;
+  const TensorId x = add_tensor(g, "x", x_op, 64);
+  const TensorId y = add_tensor(g, "y", y_op, 64);
+  const TensorId z = add_tensor(g, "z", z_op, 64);
+  const AllocationSchedule s = build_allocation_schedule(g);
+  const GpuSpec gpu = round_gpu();
+  const Roofline roofline(gpu, ideal());
+  TimelineOptions host;
+  host.host_op_ns = 100;
+  const Timeline t = simulate_timeline(g, s, &roofline, host);
+  CHECK(t.ops[u_op].start_ns == 500);
+  CHECK(t.ops[u_op].end_ns == 2500);
+  CHECK(t.ops[y_op].issue_ns == 300);
+  CHECK(t.ops[z_op].issue_ns == 2500);
+  const AllocationSchedule timed = timed_schedule(g, s, t);
+  std::vector<std::pair<TraceAction, TensorId>> order;
+  for (std::size_t i = 0; i < timed.events.size(); ++i) {
+    order.emplace_back(timed.events[i].action, timed.event_tensor[i]);
+  }
+  const std::vector<std::pair<TraceAction, TensorId>> expected = {
+      {TraceAction::kAlloc, gathered},
+      {TraceAction::kFreeRequested, gathered},
+      {TraceAction::kAlloc, x},
+      {TraceAction::kFreeRequested, x},
+      {TraceAction::kFreeCompleted, x},
+      {TraceAction::kAlloc, y},
+      {TraceAction::kFreeRequested, y},
+      {TraceAction::kFreeCompleted, y},
+      {TraceAction::kFreeCompleted, gathered},
+      {TraceAction::kAlloc, z},
+      {TraceAction::kFreeRequested, z},
+      {TraceAction::kFreeCompleted, z},
+  };
+  CHECK(order == expected);
+  // Without the host wait, nothing allocates after 2500 ns: the free completes at the end of the run.
+  g.op(z_op).host_waits_for = kNoOp;
+  const Timeline ahead = simulate_timeline(g, s, &roofline, host);
+  const AllocationSchedule timed_ahead = timed_schedule(g, s, ahead);
+  CHECK(timed_ahead.events.back().action == TraceAction::kFreeCompleted);
+  CHECK(timed_ahead.event_tensor.back() == gathered);
+  CHECK(timed_ahead.events.back().time_ns == 2800);  // the end of the run: Z ends at 2800
+}
+
+TEST_CASE("timeline: one stream keeps the schedule's order; events at the host's issue times",
+          "[quick][predict]") {
   TrainingOptions o;
   o.batch = 2;
   o.seq = 64;
@@ -132,24 +190,35 @@ TEST_CASE("timeline: one stream keeps the schedule's order; times follow the ops
     }
     const Tensor& tensor = g.tensor(s.event_tensor[i]);
     if (s.events[i].action == TraceAction::kAlloc) {
-      REQUIRE(timed.events[i].time_ns == t.ops[tensor.producer].start_ns);
+      REQUIRE(timed.events[i].time_ns == t.ops[tensor.producer].issue_ns);
     } else {
-      REQUIRE(timed.events[i].time_ns == t.ops[tensor.last_consumer()].end_ns);
+      REQUIRE(timed.events[i].time_ns == t.ops[tensor.last_consumer()].issue_ns);
     }
   }
   CHECK(timed.peak_live_bytes == s.peak_live_bytes);
-  // Back to back on one stream: a step lasts as long as the sum of its ops.
+  // This small step is bound by the host: its kernels are shorter than the 10 us the host needs per op, so
+  // the device waits between them and the run lasts at least (kernels - 1) x 10 us (a step alone can be
+  // shorter: the host may have issued its first kernels while the previous step's were running). With a free
+  // host the kernels run back to back: a step lasts as long as the sum of its ops.
+  TimelineOptions free_host;
+  free_host.host_op_ns = 0;
+  const Timeline back_to_back = simulate_timeline(g, s, &roofline, free_host);
   REQUIRE(t.steps.size() == 2);
-  for (const StepTime& st : t.steps) {
+  REQUIRE(back_to_back.steps.size() == 2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const StepTime& st = back_to_back.steps[k];
     TimeNs sum = 0;
     for (OpId id = 0; id < g.op_count(); ++id) {
       if (g.op(id).step == st.step) {
-        sum += t.ops[id].end_ns - t.ops[id].start_ns;
+        sum += back_to_back.ops[id].end_ns - back_to_back.ops[id].start_ns;
       }
     }
     CHECK(st.duration_ns() == sum);
     CHECK(st.compute_ns + st.memory_ns == sum);
+    CHECK(t.steps[k].compute_ns + t.steps[k].memory_ns == sum);  // the same kernels
+    CHECK(t.steps[k].duration_ns() > sum);
   }
+  CHECK(t.end_ns >= static_cast<TimeNs>(t.steps[0].kernels + t.steps[1].kernels - 1) * 10'000);
   // Without a roofline the order is the same and the time axis is flat.
   const Timeline flat = simulate_timeline(g, s, nullptr);
   CHECK(flat.event_order == t.event_order);
