@@ -356,7 +356,7 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
 
-TEST_CASE("--zero-redundancy-optimizer needs plain DDP over 2 GPUs or more; its run says so",
+TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or more; its run says so",
           "[quick][cli]") {
   const std::string run = "predict --model gpt2 --gpu h200 --batch 1 --seq 128 --zero-redundancy-optimizer ";
   const std::string needs = "--zero-redundancy-optimizer: shards the optimizer over a DDP group";
