@@ -36,8 +36,7 @@ enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop, kSingleTen
 
 // How torch.distributed.optim.ZeroRedundancyOptimizer orders the parameters before its sorted-greedy
 // partition (see zero_redundancy_partition in data_parallel.h): numel() (current releases), or size()[0], the
-// first dimension (the first releases, PyTorch 1.8 and 1.9, which the ZeRO recipe's printed figures came
-// from).
+// first dimension (its first releases, whose run printed the ZeRO recipe's figures).
 enum class ZeroPartitionKey : std::uint8_t { kNumel, kSizeDim0 };
 
 // none: every saved activation kept. full: torch.utils.checkpoint around each decoder layer (only its input
