@@ -34,7 +34,8 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--seq,--prompt-len", a.seq, "sequence length (with --generate: the prompt's)")->required();
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
   cmd->add_option("--optimizer", a.optimizer,
-                  "sgd|sgd-momentum|adam|adamw|adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop")
+                  "sgd|sgd-momentum|adam|adamw|adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop/"
+                  "-single-tensor (torch.optim's foreach=False loop; for-loop: a hand-written one)")
       ->capture_default_str();
   cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective")->capture_default_str();
   cmd->add_option("--attention", a.attention,
@@ -133,6 +134,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")
       ->capture_default_str();
   cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");
+  cmd->add_flag(
+      "--zero-redundancy-optimizer", a.zero_redundancy_optimizer,
+      "DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer keeps states "
+      "for its partition of the parameters only (sorted-greedy by numel)");
   cmd->add_option("--reduce-bucket-size", a.reduce_bucket_size,
                   "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");
   cmd->add_flag("--overlap-comm", a.overlap_comm, "DeepSpeed overlap_comm (two gradient buffers)");
@@ -206,8 +211,14 @@ void print_run(const Prediction& p, const RequestArgs& a) {
         "                 step time: this stage's kernels plus the bubble, (p - 1) / (v * M) of them\n");
   }
   if (p.data_parallel != "none") {
-    fmt::print("data parallel    {} over {} GPUs: the figures are one rank's (every rank's alike)\n",
-               p.data_parallel, p.world_size);
+    fmt::print("data parallel    {} over {} GPUs: the figures are {}\n", p.data_parallel, p.world_size,
+               p.zero_redundancy_optimizer ? "rank 0's" : "one rank's (every rank's alike)");
+  }
+  if (p.zero_redundancy_optimizer) {
+    fmt::print(
+        "zero redundancy  ZeroRedundancyOptimizer: rank 0 keeps optimizer states for its partition only "
+        "(parameters sorted by numel, each to the rank with the fewest elements so far), then broadcasts the "
+        "updated parameters in place\n");
   }
   if (!p.offload.empty()) {
     const auto has = [&p](const char* what) {

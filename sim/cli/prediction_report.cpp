@@ -68,7 +68,10 @@ void print_verdict(const Prediction& p) {
 nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& text) {
   nlohmann::ordered_json j;
   j["model"] = p.model_name;
-  j["data_parallel"] = {{"scheme", p.data_parallel}, {"world_size", p.world_size}, {"offload", p.offload}};
+  j["data_parallel"] = {{"scheme", p.data_parallel},
+                        {"world_size", p.world_size},
+                        {"zero_redundancy_optimizer", p.zero_redundancy_optimizer},
+                        {"offload", p.offload}};
   j["tensor_parallel"] = p.tensor_parallel;
   j["sequence_parallel"] = p.sequence_parallel;
   if (p.pipeline) {

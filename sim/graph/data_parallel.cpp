@@ -1,5 +1,7 @@
 #include "sim/graph/data_parallel.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
@@ -57,6 +59,26 @@ std::string unit_name(const ParameterUnit& unit) {
 
 std::int64_t shard_numel(std::int64_t numel, int world_size) {
   return world_size <= 1 ? numel : (numel + world_size - 1) / world_size;
+}
+
+std::vector<VarId> zero_redundancy_partition(const EagerTape& tape, const std::vector<VarId>& params,
+                                             int world_size, int rank, ZeroPartitionKey key) {
+  const auto sort_key = [&](VarId p) -> std::int64_t {
+    const Shape& s = tape.shape(p);
+    return key == ZeroPartitionKey::kNumel ? numel(s) : (s.empty() ? 1 : s.front());
+  };
+  std::vector<VarId> sorted = params;
+  std::stable_sort(sorted.begin(), sorted.end(), [&](VarId a, VarId b) { return sort_key(a) > sort_key(b); });
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(std::max(world_size, 1)), 0);
+  std::vector<VarId> mine;
+  for (VarId p : sorted) {
+    const auto smallest = std::min_element(sizes.begin(), sizes.end());  // the first of equal minima
+    *smallest += numel(tape.shape(p));
+    if (smallest - sizes.begin() == rank) {
+      mine.push_back(p);
+    }
+  }
+  return mine;
 }
 
 void GradientShards::before_unit_backward(EagerTape& tape, const ParameterUnit& unit) {

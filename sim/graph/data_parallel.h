@@ -88,6 +88,15 @@ class GradientShards {
   std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
 };
 
+// torch.distributed.optim.ZeroRedundancyOptimizer's partition (its sorted-greedy algorithm): `params` (in
+// model.parameters() order) sorted by `key`, largest first, with a stable sort (equal keys keep their order);
+// each in turn goes to the rank with the fewest elements so far (ties: the lowest rank). Returns rank
+// `rank`'s parameters in that order, which is the order its local optimizer steps them. pre: 0 <= rank <
+// world_size.
+std::vector<VarId> zero_redundancy_partition(const EagerTape& tape, const std::vector<VarId>& params,
+                                             int world_size, int rank,
+                                             ZeroPartitionKey key = ZeroPartitionKey::kNumel);
+
 // The individual schemes (one file each).
 std::unique_ptr<DataParallelScheme> make_ddp(const DataParallelOptions& options);
 std::unique_ptr<DataParallelScheme> make_deepspeed_zero(const DataParallelOptions& options, int stage);

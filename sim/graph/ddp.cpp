@@ -6,8 +6,8 @@
 //   * with gradient_as_bucket_view=False (the default) .grad tensors are separate from the buckets: each
 //     gradient is copied into its bucket and the bucket all-reduced in place, so a DDP rank holds its
 //     gradients twice;
-//   * the parameter broadcast at construction flattens parameters into coalesced buffers (up to 250 MiB) and
-//     frees them: a transient at setup.
+//   * the parameter broadcast at construction flattens parameters into coalesced buffers (buckets closed once
+//     they reach 250 MiB), two at a time, and frees them: a transient at setup (broadcast() below).
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -54,26 +54,48 @@ class Ddp final : public DataParallelScheme {
   }
 
  private:
-  // _sync_module_states -> _broadcast_coalesced: parameters flattened into buffers of up to 250 MiB, one at
-  // a time (each freed after its broadcast).
+  // _sync_module_states -> broadcast_coalesced (torch/csrc/distributed/c10d/comm.cpp): the parameters are
+  // bucketed by compute_bucket_assignment_by_size with the one limit broadcast_bucket_size (a bucket closes
+  // once its size reaches the limit, so it holds the tensor that crossed it); each bucket is flattened into
+  // one buffer (flatten_dense_tensors: a one-tensor bucket is a view, no copy) and broadcast, and at most two
+  // are in flight: the oldest is finished (copied back, freed) before a third is made.
   static void broadcast(EagerTape& tape, const std::vector<VarId>& params) {
-    tape.begin_op("DistributedDataParallel._sync_module_states", "broadcast_coalesced");
-    Bytes chunk = 0;
-    const auto flush = [&] {
-      if (chunk > 0) {
-        tape.release(
-            tape.allocate("ddp.broadcast_buffer", chunk, DType::kUInt8, TensorCategory::kCommunication));
+    std::vector<TensorId> in_flight;
+    int index = 0;
+    const auto finish_oldest = [&] {  // unflatten, copy back into the parameters, free the buffer
+      if (in_flight.front() != kNoTensor) {
+        tape.begin_op("DistributedDataParallel._sync_module_states.finish", "copy_");
+        tape.release(in_flight.front());
       }
-      chunk = 0;
+      in_flight.erase(in_flight.begin());
+    };
+    Bytes bucket = 0;
+    int tensors = 0;
+    const auto launch = [&] {
+      if (in_flight.size() >= 2) {
+        finish_oldest();
+      }
+      tape.begin_op(fmt::format("DistributedDataParallel._sync_module_states.bucket{}", index++),
+                    "broadcast_coalesced");
+      in_flight.push_back(tensors > 1 ? tape.allocate("ddp.broadcast_buffer", bucket, DType::kUInt8,
+                                                      TensorCategory::kCommunication)
+                                      : kNoTensor);
+      bucket = 0;
+      tensors = 0;
     };
     for (VarId p : params) {
-      const Bytes bytes = tensor_bytes(tape.shape(p), tape.dtype(p));
-      if (chunk > 0 && chunk + bytes > kBroadcastBucketBytes) {
-        flush();
+      bucket += tensor_bytes(tape.shape(p), tape.dtype(p));
+      ++tensors;
+      if (bucket >= kBroadcastBucketBytes) {
+        launch();
       }
-      chunk += bytes;
     }
-    flush();
+    if (tensors > 0) {
+      launch();
+    }
+    while (!in_flight.empty()) {
+      finish_oldest();
+    }
   }
 
   const DataParallelOptions& m_options;

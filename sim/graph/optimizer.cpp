@@ -37,14 +37,25 @@ Bytes OptimizerModel::param_bytes(std::size_t i, DType dtype) const {
 
 std::string OptimizerModel::param_name(std::size_t i) const { return m_tape.name(m_params[i]); }
 
+void OptimizerModel::set_zero_redundancy_partition(const std::vector<VarId>& local) {
+  m_zero_redundancy = true;
+  m_local.clear();
+  for (VarId p : local) {
+    const auto it = std::find(m_params.begin(), m_params.end(), p);
+    SIM_ASSERT(it != m_params.end());
+    m_local.push_back(static_cast<std::size_t>(it - m_params.begin()));
+  }
+}
+
 void OptimizerModel::construct() {
   if (m_options.precision != Precision::kBf16 || m_on_host) {
     return;
   }
   m_tape.begin_op(kind_prefix(m_options) + ".master_weights", "_to_copy");
-  for (std::size_t i = 0; i < m_params.size(); ++i) {
-    m_master.push_back(m_tape.allocate(param_name(i) + ".master", param_bytes(i, DType::kFloat32),
-                                       DType::kFloat32, TensorCategory::kOptimizerState));
+  m_master.assign(m_params.size(), kNoTensor);
+  for (std::size_t i : stepped()) {
+    m_master[i] = m_tape.allocate(param_name(i) + ".master", param_bytes(i, DType::kFloat32), DType::kFloat32,
+                                  TensorCategory::kOptimizerState);
   }
 }
 
@@ -108,12 +119,29 @@ void OptimizerModel::step() {
     return;
   }
   std::vector<std::size_t> with_grad;
-  for (std::size_t i = 0; i < m_params.size(); ++i) {
+  for (std::size_t i : stepped()) {
     if (m_tape.grad(m_params[i]) != kNoTensor) {
       with_grad.push_back(i);
     }
   }
   step_params(with_grad);
+  if (m_zero_redundancy) {  // _sync_params: every rank broadcasts its updated partition into param.data
+    m_tape.begin_op("ZeroRedundancyOptimizer._sync_params", "broadcast");
+    for (VarId p : m_params) {
+      m_tape.use(m_tape.storage(p));
+    }
+  }
+}
+
+std::vector<std::size_t> OptimizerModel::stepped() const {
+  if (m_zero_redundancy) {
+    return m_local;
+  }
+  std::vector<std::size_t> all(m_params.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    all[i] = i;
+  }
+  return all;
 }
 
 void OptimizerModel::step_in_backward(VarId param) {
@@ -126,12 +154,10 @@ void OptimizerModel::step_in_backward(VarId param) {
   m_tape.set_grad_to_none(param);
 }
 
-void OptimizerModel::step_params(
-    const std::vector<std::size_t>& with_grad) {  // foreach / fused (_init_group): states of every parameter
-                                                  // that has a gradient, before any update. The
-  // for-loop path creates each parameter's states inside the loop, right before its update, as the CS336
-  // hand-written AdamW does (torch's single-tensor path creates them all first: at most one parameter's
-  // temporaries apart, at the first step only).
+// foreach, fused and single-tensor (_init_group): the states of every parameter that has a gradient, before
+// any update. The for-loop path creates each parameter's states inside the loop, right before its update, as
+// the CS336 hand-written AdamW does (at most one parameter's temporaries apart, at the first step only).
+void OptimizerModel::step_params(const std::vector<std::size_t>& with_grad) {
   bool any_new = false;
   for (std::size_t i : with_grad) {
     any_new = any_new || (m_states[i].empty() && m_options.optimizer != OptimizerKind::kSgd);

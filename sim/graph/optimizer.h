@@ -1,7 +1,8 @@
 // optimizer.step() and optimizer.zero_grad() as PyTorch's implementations allocate:
 //
-//   states (created lazily at the first step that sees a gradient, so step 1 and step 2 differ; foreach and
-//   fused create all of them before the update, the for-loop each parameter's right before its update):
+//   states (created lazily at the first step that sees a gradient, so step 1 and step 2 differ; foreach,
+//   fused and single-tensor (torch.optim's foreach=False loop) create all of them before the update, the
+//   for-loop (a hand-written optimizer, CS336's AdamW) each parameter's right before its update):
 //     sgd          none                       sgd-momentum  momentum_buffer = clone(grad)
 //     adam, adamw  exp_avg, exp_avg_sq        (fused: plus a 0-dim fp32 `step` tensor per parameter)
 //     adamw-8bit   two uint8 states + fp32 absmax per 256-element block (bitsandbytes; fp32 states for
@@ -11,8 +12,8 @@
 //   temporaries:
 //     foreach      every parameter's worth at once: adam's _foreach_sqrt(exp_avg_sq) list, adafactor's
 //                  variance estimates (bf16: also the fp32 copy of the gradient list)
-//     for-loop     one parameter at a time: adam's `denom = (exp_avg_sq.sqrt() / bc2).add_(eps)` is two
-//                  tensors, and `denom` lives until the next parameter's replaces it
+//     for-loop,    one parameter at a time: adam's `denom = (exp_avg_sq.sqrt() / bc2).add_(eps)` is two
+//     single-tensor tensors, and `denom` lives until the next parameter's replaces it
 //     fused        none
 //   zero_grad(set_to_none=True) releases every .grad; set_to_none=False zeroes them in place.
 #pragma once
@@ -34,6 +35,12 @@ class OptimizerModel {
   OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
                  int state_shards = 1, bool on_host = false);
 
+  // torch.distributed.optim.ZeroRedundancyOptimizer: this rank's local optimizer holds `local` only (its
+  // partition, in the order it sees them: zero_redundancy_partition()); step() makes states for and updates
+  // those, then the updated parameters are broadcast in place (no allocation); zero_grad() still covers every
+  // parameter. pre: `local` is a subset of the constructor's params; call before construct().
+  void set_zero_redundancy_partition(const std::vector<VarId>& local);
+
   void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
   void step();       // optimizer.step()
   // torchtune's optimizer_in_bwd: a separate optimizer over [param] stepped, then zero_grad(), from the
@@ -42,6 +49,7 @@ class OptimizerModel {
   void zero_grad();  // optimizer.zero_grad()
 
  private:
+  std::vector<std::size_t> stepped() const;  // the indices step() updates: m_local, or every parameter
   void step_params(const std::vector<std::size_t>& with_grad);
   void init_states(std::size_t i);
   void step_foreach(const std::vector<std::size_t>& with_grad);
@@ -53,6 +61,8 @@ class OptimizerModel {
   EagerTape& m_tape;
   TrainingOptions m_options;
   std::vector<VarId> m_params;
+  std::vector<std::size_t> m_local;  // ZeroRedundancyOptimizer: the indices this rank steps, in its order
+  bool m_zero_redundancy = false;
   std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
   std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
   int m_state_shards = 1;

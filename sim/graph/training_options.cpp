@@ -54,10 +54,11 @@ constexpr std::array<std::pair<std::string_view, OptimizerKind>, 6> kOptimizers{
     {"adafactor", OptimizerKind::kAdafactor},
 }};
 
-constexpr std::array<std::pair<std::string_view, OptimizerImpl>, 3> kImpls{{
+constexpr std::array<std::pair<std::string_view, OptimizerImpl>, 4> kImpls{{
     {"foreach", OptimizerImpl::kForeach},
     {"fused", OptimizerImpl::kFused},
     {"for-loop", OptimizerImpl::kForLoop},
+    {"single-tensor", OptimizerImpl::kSingleTensor},
 }};
 
 constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointing{{
@@ -121,6 +122,12 @@ void validate(const TrainingOptions& o) {
     }
   }
   validate(o.pipeline, o.grad_accumulation);
+  if (o.data_parallel.zero_redundancy_optimizer &&
+      (o.data_parallel.scheme != "ddp" || o.data_parallel.world_size < 2)) {
+    throw InputError(
+        "--zero-redundancy-optimizer: shards the optimizer over a DDP group: needs --world-size 2 or more "
+        "and plain DDP (not --zero 1-3 or --fsdp)");
+  }
   if (o.optimizer_in_backward &&
       (o.grad_accumulation > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
     // torchtune: "Gradient accumulation is not supported with optimizer in bwd"; its single-device recipes

@@ -26,10 +26,18 @@ enum class Precision : std::uint8_t { kFp32, kAmpFp16, kAmpBf16, kBf16 };
 
 enum class OptimizerKind : std::uint8_t { kSgd, kSgdMomentum, kAdam, kAdamW, kAdamW8bit, kAdafactor };
 
-// torch.optim's three code paths, which differ only in temporaries: foreach (the CUDA default) works on whole
-// tensor lists, so its temporaries are as large as all parameters of a dtype together; fused has none; the
-// for-loop ("single tensor", and hand-written optimizers like CS336's AdamW) has one parameter's worth.
-enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop };
+// The optimizers' code paths, which differ in temporaries and in when the states are made: foreach (the
+// CUDA default) works on whole tensor lists, so its temporaries are as large as all parameters of a dtype
+// together; fused has none; the two loops have one parameter's worth. single-tensor is torch.optim's
+// foreach=False path (_single_tensor_adam, and every torch.optim step before foreach existed): every state
+// is made first (_init_group), then the loop updates one parameter at a time. for-loop is a hand-written
+// optimizer like CS336's AdamW: each parameter's states are made inside the loop, right before its update.
+enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop, kSingleTensor };
+
+// How torch.distributed.optim.ZeroRedundancyOptimizer orders the parameters before its sorted-greedy
+// partition (see zero_redundancy_partition in data_parallel.h): numel() (current releases), or size()[0], the
+// first dimension (its first releases, whose run printed the ZeRO recipe's figures).
+enum class ZeroPartitionKey : std::uint8_t { kNumel, kSizeDim0 };
 
 // none: every saved activation kept. full: torch.utils.checkpoint around each decoder layer (only its input
 // is kept; the layer is recomputed in backward). selective: only the attention core (scores, softmax,
@@ -81,6 +89,10 @@ struct DataParallelOptions {
   bool offload_optimizer = false;
   bool offload_params = false;
   bool offload_activations = false;  // parsed with the others; TrainingOptions::offload_activations acts
+  // DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer steps (and keeps states
+  // for) only its partition of the parameters; gradients and parameters stay whole (scheme "ddp" only).
+  bool zero_redundancy_optimizer = false;
+  ZeroPartitionKey zero_partition_key = ZeroPartitionKey::kNumel;
 };
 
 // Pipeline parallelism (pipeline_parallel.h), Megatron-LM's settings. The micro-batches of a step are

@@ -346,6 +346,11 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
   OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
                            dp->optimizer_on_host());
+  if (options.data_parallel.zero_redundancy_optimizer) {  // rank 0 (the greedy gives it the largest first)
+    optimizer.set_zero_redundancy_partition(
+        zero_redundancy_partition(tape, params.trainable, options.data_parallel.world_size, 0,
+                                  options.data_parallel.zero_partition_key));
+  }
   const bool forward_only = options.forward_only || options.inference;
   if (!forward_only) {
     optimizer.construct();

@@ -250,6 +250,7 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   p.model_name = request.model.name;
   p.data_parallel = request.options.data_parallel.scheme;
   p.world_size = request.options.data_parallel.world_size;
+  p.zero_redundancy_optimizer = request.options.data_parallel.zero_redundancy_optimizer;
   if (request.options.data_parallel.offload_optimizer) {
     p.offload.emplace_back("optimizer");
   }
@@ -394,6 +395,7 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
   }
   d.overlap_comm = a.overlap_comm;
+  d.zero_redundancy_optimizer = a.zero_redundancy_optimizer;  // validate() checks it is over DDP
   if (a.gpus_per_node < 1 || a.gpus_per_node > 1024) {
     throw InputError(fmt::format("--gpus-per-node: {} is not in 1..1024", a.gpus_per_node));
   }

@@ -89,9 +89,10 @@ struct TimingEstimate {
 
 struct Prediction {
   std::string model_name;
-  std::string data_parallel = "none";  // the scheme's registry name (data_parallel.h)
-  int world_size = 1;                  // of the data-parallel group
-  std::vector<std::string> offload;    // what lives on the host: "optimizer", "params"
+  std::string data_parallel = "none";      // the scheme's registry name (data_parallel.h)
+  int world_size = 1;                      // of the data-parallel group
+  bool zero_redundancy_optimizer = false;  // DDP with ZeroRedundancyOptimizer (rank 0's partition stepped)
+  std::vector<std::string> offload;        // what lives on the host: "optimizer", "params"
   int tensor_parallel = 1;
   int pipeline_stage_simulated = 0;  // options.pipeline.stage of this simulation
   bool sequence_parallel = false;
@@ -238,6 +239,7 @@ struct RequestArgs {
   int gpus_per_node = 8;                     // FSDP hybrid-shard's shard group
   std::string offload;                       // --offload optimizer|params|optimizer,params
   bool optimizer_in_backward = false;        // --optimizer-in-backward (torchtune's optimizer_in_bwd)
+  bool zero_redundancy_optimizer = false;    // --zero-redundancy-optimizer (with DDP)
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

@@ -356,6 +356,20 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
 
+TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or more; its run says so",
+          "[quick][cli]") {
+  const std::string run = "predict --model gpt2 --gpu h200 --batch 1 --seq 128 --zero-redundancy-optimizer ";
+  const std::string needs = "--zero-redundancy-optimizer: shards the optimizer over a DDP group";
+  require_input_error(run_vramsim(run), needs);
+  require_input_error(run_vramsim(run + "--gpus 4 --zero 2"), needs);
+  require_input_error(run_vramsim(run + "--gpus 4 --fsdp full-shard"), needs);
+  const RunResult ok = run_vramsim(run + "--gpus 4");
+  INFO(ok.err);
+  REQUIRE(ok.exit_code == 0);
+  CHECK(ok.out.find("zero redundancy  ZeroRedundancyOptimizer: rank 0 keeps optimizer states") !=
+        std::string::npos);
+}
+
 TEST_CASE(
     "bad --pp, --pp-schedule, --pp-stage, --virtual-stages and --sequence-parallel values end in one line",
     "[quick][cli]") {
