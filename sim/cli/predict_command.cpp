@@ -51,6 +51,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "micro-batches per optimizer step (with --pp: Megatron's num_microbatches)")
       ->capture_default_str();
   cmd->add_option("--steps", a.steps, "training steps to simulate")->capture_default_str();
+  cmd->add_option(
+         "--host-op-us", a.host_op_us,
+         "est. CPU time of one eager op that launches kernels (Python, dispatcher, launch); the host "
+         "runs ahead of the GPU when kernels take longer")
+      ->capture_default_str();
   cmd->add_flag("--forward-only", a.forward_only,
                 "forward passes with autograd on, no backward/optimizer (`logits = model(x)` in a loop: the "
                 "previous graph lives until logits is rebound)");
@@ -131,6 +136,12 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--zero", a.zero, "DeepSpeed ZeRO stage 1|2|3 (0: plain DDP)");
   cmd->add_option("--fsdp", a.fsdp,
                   "PyTorch FSDP sharding strategy: full-shard|shard-grad-op|no-shard|hybrid-shard");
+  cmd->add_flag(
+      "--fsdp2", a.fsdp2,
+      "PyTorch FSDP2 (fully_shard per decoder layer and root) instead of FSDP1; --fsdp picks "
+      "reshard_after_forward (full-shard: True, shard-grad-op: False) or a 2-D mesh (hybrid-shard)");
+  cmd->add_flag("--no-limit-all-gathers", a.no_limit_all_gathers,
+                "FSDP1 with limit_all_gathers=False: the host issues all-gathers without waiting for frees");
   cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")
       ->capture_default_str();
   cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");

@@ -22,7 +22,10 @@ const std::vector<std::string>& names() {
                                                   "fsdp-full-shard",
                                                   "fsdp-shard-grad-op",
                                                   "fsdp-no-shard",
-                                                  "fsdp-hybrid-shard"};
+                                                  "fsdp-hybrid-shard",
+                                                  "fsdp2-full-shard",
+                                                  "fsdp2-shard-grad-op",
+                                                  "fsdp2-hybrid-shard"};
   return kNames;
 }
 
@@ -42,11 +45,12 @@ std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions
   if (s == "zero1" || s == "zero2" || s == "zero3") {
     return make_deepspeed_zero(o, s.back() - '0');
   }
-  if (s.rfind("fsdp-", 0) == 0) {
-    for (const std::string& n : names()) {
-      if (n == s) {
-        return make_fsdp(o, std::string_view(s).substr(5));
-      }
+  for (const std::string& n : names()) {
+    if (n == s && s.rfind("fsdp-", 0) == 0) {
+      return make_fsdp(o, std::string_view(s).substr(5));
+    }
+    if (n == s && s.rfind("fsdp2-", 0) == 0) {
+      return make_fsdp2(o, std::string_view(s).substr(6));
     }
   }
   throw InputError(
@@ -91,25 +95,47 @@ void GradientShards::before_unit_backward(EagerTape& tape, const ParameterUnit& 
 }
 
 void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, std::string_view op_name) {
-  tape.begin_op(std::string(op_name), "reduce_scatter_tensor");
+  std::vector<VarId> fresh;  // parameters with a full gradient from this backward
   for (VarId p : unit.params) {
-    const auto aside = m_aside.find(p);
     const TensorId g = tape.grad(p);
     const auto known = m_shard.find(p);
-    if (g == kNoTensor || (known != m_shard.end() && known->second == g)) {
-      if (g == kNoTensor && aside != m_aside.end()) {  // no gradient reached it this time
-        tape.attach_grad(p, aside->second);
-        m_aside.erase(aside);
-      }
+    if (g != kNoTensor && (known == m_shard.end() || known->second != g)) {
+      fresh.push_back(p);
       continue;
     }
-    const TensorId full = tape.detach_grad(p);
-    tape.use(full);
-    if (m_to_host) {  // reduced into the bucket, copied to the host's fp32 gradient partition
+    const auto aside = m_aside.find(p);
+    if (g == kNoTensor && aside != m_aside.end()) {  // no gradient reached it this time
+      tape.attach_grad(p, aside->second);
+      m_aside.erase(aside);
+    }
+  }
+  const bool side_stream = m_path != ReduceScatterPath::kComputeStream && !m_to_host;
+  const TensorId input = side_stream && m_path == ReduceScatterPath::kFsdp2ReduceScatterStream
+                             ? copy_in(tape, unit, fresh, op_name)
+                             : kNoTensor;
+  if (side_stream) {
+    tape.set_stream(kReduceScatterStream);
+  }
+  const OpId rs = tape.begin_op(std::string(op_name), "reduce_scatter_tensor");
+  if (input != kNoTensor) {
+    tape.use(input);
+  }
+  Bytes reduced = 0;
+  for (VarId p : fresh) {
+    reduced += tensor_bytes(tape.shape(p), tape.dtype(p));
+    if (input == kNoTensor) {
+      const TensorId full = tape.detach_grad(p);
+      tape.use(full);
+      if (m_path == ReduceScatterPath::kFsdp1PostBackwardStream) {
+        tape.record_stream(full, kReduceScatterStream);  // _no_dispatch_record_stream(unsharded_grad, ...)
+      }
       tape.release(full);
+    }
+    if (m_to_host) {  // reduced into the bucket, copied to the host's fp32 gradient partition
       continue;
     }
     TensorId shard = kNoTensor;
+    const auto aside = m_aside.find(p);
     if (aside != m_aside.end()) {
       shard = aside->second;
       m_aside.erase(aside);
@@ -119,10 +145,51 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
           storage_bytes(shard_numel(numel(tape.shape(p)), m_world), tape.dtype(p), tape.shape(p));
       shard = tape.allocate(tape.name(p) + ".grad_shard", bytes, tape.dtype(p), TensorCategory::kGradient);
     }
-    tape.release(full);
     tape.attach_grad(p, shard);
     m_shard[p] = shard;
   }
+  if (side_stream) {
+    tape.set_comm_bytes(reduced - reduced / static_cast<Bytes>(m_world));
+    tape.set_stream(0);
+  }
+  if (input != kNoTensor) {
+    free_held_input(tape);  // the previous unit's, now that this reduce-scatter is issued
+    m_held_input = input;
+    m_held_after = rs;
+  }
 }
+
+TensorId GradientShards::copy_in(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,
+                                 std::string_view op_name) {
+  tape.begin_op(std::string(op_name) + ".copy_in", "foreach_reduce_scatter_copy_in");
+  Bytes bytes = 0;
+  DType dtype = DType::kFloat32;
+  for (VarId p : fresh) {
+    bytes +=
+        storage_bytes(shard_numel(numel(tape.shape(p)), m_world) * m_world, tape.dtype(p), tape.shape(p));
+    dtype = tape.dtype(p);
+    tape.use(tape.grad(p));
+  }
+  const TensorId input =
+      tape.allocate(unit_name(unit) + ".reduce_scatter_input", bytes, dtype, TensorCategory::kCommunication);
+  for (VarId p : fresh) {  // unsharded_grads.clear(): they go once the copy-in is issued
+    tape.release(tape.detach_grad(p));
+  }
+  return input;
+}
+
+void GradientShards::free_held_input(EagerTape& tape) {
+  if (m_held_input == kNoTensor) {
+    return;
+  }
+  // The compute stream waits for the reduce-scatter's event, then the reference goes (stream-ordered).
+  tape.begin_op("fsdp.reduce_scatter_state.free", "wait_event");
+  tape.stream_wait_for(m_held_after);
+  tape.release(m_held_input);
+  m_held_input = kNoTensor;
+  m_held_after = kNoOp;
+}
+
+void GradientShards::finish_backward(EagerTape& tape) { free_held_input(tape); }
 
 }  // namespace vramsim

@@ -5,8 +5,10 @@
 // Each scheme is one file behind DataParallelScheme; the registry (data_parallel.cpp) names them:
 //   ddp               torch.nn.parallel.DistributedDataParallel (ddp.cpp)
 //   zero1/zero2/zero3 DeepSpeed ZeRO stages 1-3 (deepspeed_zero.cpp)
-//   fsdp-full-shard, fsdp-shard-grad-op, fsdp-no-shard: PyTorch FSDP (FSDP1, flat parameters per wrapped
-//                     decoder layer) (fsdp.cpp)
+//   fsdp-full-shard, fsdp-shard-grad-op, fsdp-no-shard, fsdp-hybrid-shard: PyTorch FSDP (FSDP1, flat
+//                     parameters per wrapped decoder layer) (fsdp.cpp)
+//   fsdp2-full-shard, fsdp2-shard-grad-op, fsdp2-hybrid-shard: PyTorch FSDP2 (fully_shard per decoder layer
+//                     and root; per-parameter sharding, no record_stream) (fsdp2.cpp)
 // The step builder calls the hooks at the points the libraries act: after the model is built (DDP's
 // buckets), around each decoder layer's forward and backward (all-gather, reduce-scatter), around the whole
 // backward (DeepSpeed's gradient buckets), and asks how much of each parameter, gradient and optimizer state
@@ -69,23 +71,52 @@ std::string unit_name(const ParameterUnit& unit);
 // to a multiple of the world size).
 std::int64_t shard_numel(std::int64_t numel, int world_size);
 
+// How a scheme runs its reduce-scatters (streams are CUDA streams; 0 is the compute stream).
+enum class ReduceScatterPath : std::uint8_t {
+  // On the compute stream, reading the gradients in place (DeepSpeed ZeRO here).
+  kComputeStream,
+  // FSDP1 (_post_backward_hook / _reduce_grad): on the post-backward stream, which waits for the compute
+  // stream; the unsharded gradients are record_stream'd to it and freed (deferred frees), the sharded output
+  // is allocated on it.
+  kFsdp1PostBackwardStream,
+  // FSDP2 (foreach_reduce): the gradients are copied into one reduce-scatter input on the compute stream and
+  // freed at once; the reduce-scatter runs on its own stream with its output allocated there; the input is
+  // kept until the next unit's reduce-scatter (or the end of backward), whose wait on this one's event orders
+  // its free.
+  kFsdp2ReduceScatterStream,
+};
+
 // Shared by the sharding schemes: gradients reduce-scattered to the rank's shard after a unit's backward.
 // pre: the unit's parameters got their full gradients in this backward (AccumulateGrad). Keeps one shard
 // gradient per parameter (accumulating into it on later micro-batches) and frees the full one.
 class GradientShards {
  public:
   // `to_host`: the reduced shard is copied to a pinned host buffer (offload) and nothing stays on the GPU.
-  explicit GradientShards(int world_size, bool to_host = false) : m_world(world_size), m_to_host(to_host) {}
+  explicit GradientShards(int world_size, bool to_host = false,
+                          ReduceScatterPath path = ReduceScatterPath::kComputeStream)
+      : m_world(world_size), m_to_host(to_host), m_path(path) {}
   // A later micro-batch: AccumulateGrad must make a fresh full gradient (the shard is not a tensor of the
   // parameter's shape), so the unit's shards are set aside until reduce_scatter adds to them.
   void before_unit_backward(EagerTape& tape, const ParameterUnit& unit);
   void reduce_scatter(EagerTape& tape, const ParameterUnit& unit, std::string_view op_name);
+  // The end of backward (FSDP2's final callback): the last reduce-scatter input is freed.
+  void finish_backward(EagerTape& tape);
+
+  static constexpr StreamId kReduceScatterStream = 2;  // FSDP1's post-backward / FSDP2's reduce-scatter
 
  private:
+  // FSDP2: the unit's gradients copied into one input on the compute stream; returns it.
+  TensorId copy_in(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,
+                   std::string_view op_name);
+  void free_held_input(EagerTape& tape);
+
   int m_world;
   bool m_to_host = false;
+  ReduceScatterPath m_path;
   std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
   std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
+  TensorId m_held_input = kNoTensor;  // FSDP2's reduce_scatter_state: the last input
+  OpId m_held_after = kNoOp;          // and the reduce-scatter that read it
 };
 
 // torch.distributed.optim.ZeroRedundancyOptimizer's partition (its sorted-greedy algorithm): `params` (in
@@ -101,5 +132,6 @@ std::vector<VarId> zero_redundancy_partition(const EagerTape& tape, const std::v
 std::unique_ptr<DataParallelScheme> make_ddp(const DataParallelOptions& options);
 std::unique_ptr<DataParallelScheme> make_deepspeed_zero(const DataParallelOptions& options, int stage);
 std::unique_ptr<DataParallelScheme> make_fsdp(const DataParallelOptions& options, std::string_view strategy);
+std::unique_ptr<DataParallelScheme> make_fsdp2(const DataParallelOptions& options, std::string_view strategy);
 
 }  // namespace vramsim

@@ -145,6 +145,11 @@ void EagerTape::use(TensorId storage) {
   m_graph.op(m_current_op).bytes_moved += m_graph.tensor(storage).size_bytes;
 }
 
+void EagerTape::wait_for(TensorId storage) {
+  SIM_ASSERT(!m_freed.at(storage));
+  m_graph.add_consumer(storage, m_current_op, EdgeKind::kLifetime);
+}
+
 void EagerTape::ref(TensorId s) {
   SIM_ASSERT(!m_freed.at(s));
   ++m_refs[s];

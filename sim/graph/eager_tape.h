@@ -213,6 +213,13 @@ class EagerTape {
   void record_stream(TensorId storage, StreamId stream) { m_graph.tensor(storage).record_stream = stream; }
   // The host blocks on `op`'s completion before issuing the current op (Event.synchronize()).
   void host_wait_for(OpId op) { m_graph.op(m_current_op).host_waits_for = op; }
+  // The current op is a collective: `bytes` cross the GPU links (it takes their time, not the roofline's).
+  void set_comm_bytes(Bytes bytes) { m_graph.op(m_current_op).comm_bytes = bytes; }
+  // The current op's stream waits for `op` (an event recorded after it) before running the current op.
+  void stream_wait_for(OpId op) { m_graph.op(m_current_op).stream_waits_for = op; }
+  // The current op runs after `storage`'s producer without reading it (a stream wait on a collective's
+  // output): a dependency that moves no bytes.
+  void wait_for(TensorId storage);
   bool alive(TensorId storage) const { return m_refs.at(storage) > 0; }
 
   // End of the run: every tensor still referenced is marked persistent.

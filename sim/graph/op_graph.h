@@ -64,6 +64,9 @@ struct Op {
   // torch.cuda.Event.synchronize() before this op is issued: the host blocks until `host_waits_for` has run
   // on the device (FSDP's limit_all_gathers rate limiter). kNoOp: the host runs ahead.
   OpId host_waits_for = kNoOp;
+  // stream.wait_event(e) before this op, e recorded right after `stream_waits_for` on its stream: this op's
+  // stream runs it only after that op (a dependency without a tensor). kNoOp: none.
+  OpId stream_waits_for = kNoOp;
   // A collective (all-gather, reduce-scatter, all-reduce): `comm_bytes` cross the GPU links, and the op
   // takes comm_bytes / link bandwidth on the device (step_timeline.cpp), not the roofline's time.
   Bytes comm_bytes = 0;

@@ -80,6 +80,9 @@ struct DataParallelOptions {
   std::int64_t reduce_bucket_elements = 500'000'000;
   bool contiguous_gradients = true;
   bool overlap_comm = false;
+  // FSDP1's limit_all_gathers (default True): the host waits for the free event of the unit two all-gathers
+  // back before issuing the next.
+  bool fsdp_limit_all_gathers = true;
   // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
   int gpus_per_node = 8;
   // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}

@@ -231,7 +231,7 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
     roofline.emplace(Roofline::for_gpu(request.gpu));
   }
   const AllocationSchedule untimed = build_allocation_schedule(graph);
-  const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr);
+  const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr, request.host);
   const AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
   Snapshot snapshot = schedule_to_snapshot(schedule, "vramsim predict " + request.model.name);
   // 3. The allocator model takes them in that order on the device; the report is what it observed.
@@ -376,8 +376,11 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
       throw InputError(fmt::format("--zero: {} is not a ZeRO stage (0..3)", *a.zero));
     }
     d.scheme = *a.zero == 0 ? "ddp" : fmt::format("zero{}", *a.zero);
-  } else if (!a.fsdp.empty()) {
-    d.scheme = "fsdp-" + a.fsdp;
+  } else if (!a.fsdp.empty() || a.fsdp2) {
+    if (a.fsdp2 && a.fsdp == "no-shard") {
+      throw InputError("--fsdp2: fully_shard has no no-shard strategy (use DDP: leave out --fsdp2)");
+    }
+    d.scheme = (a.fsdp2 ? "fsdp2-" : "fsdp-") + (a.fsdp.empty() ? std::string("full-shard") : a.fsdp);
     (void)make_data_parallel(d, "--fsdp");  // an unknown strategy fails here, naming the option
   } else if (d.world_size > 1) {
     d.scheme = "ddp";
@@ -395,6 +398,10 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
   }
   d.overlap_comm = a.overlap_comm;
+  if (a.no_limit_all_gathers && !d.scheme.starts_with("fsdp-")) {
+    throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");
+  }
+  d.fsdp_limit_all_gathers = !a.no_limit_all_gathers;
   d.zero_redundancy_optimizer = a.zero_redundancy_optimizer;  // validate() checks it is over DDP
   if (a.gpus_per_node < 1 || a.gpus_per_node > 1024) {
     throw InputError(fmt::format("--gpus-per-node: {} is not in 1..1024", a.gpus_per_node));
@@ -518,6 +525,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     o.pipeline.stage = *a.pp_stage;
   }
   r.every_pipeline_stage = !a.pp_stage.has_value();
+  if (!(a.host_op_us >= 0 && a.host_op_us <= 1e6)) {
+    throw InputError(fmt::format("--host-op-us: {} is not in 0..1000000", a.host_op_us));
+  }
+  r.host.host_op_ns = static_cast<TimeNs>(a.host_op_us * 1e3);
   validate(o);
   if (a.pp > 1) {
     (void)pipeline_chunks(r.model.n_layers, o.pipeline);  // layers that do not split fail here

@@ -20,6 +20,7 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/training_options.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/step_timeline.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
@@ -34,6 +35,7 @@ struct PredictRequest {
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
+  TimelineOptions host;  // --host-op-us: the host's time per kernel-launching op
 };
 
 struct LiveTensor {
@@ -188,6 +190,7 @@ struct RequestArgs {
   std::string model_code;  // "" = the preset's / config's own (layer_code_names(): torch-modules, ...)
   std::string gpu;
   std::string capacity;
+  double host_op_us = 10.0;  // --host-op-us: CPU time per eager op that launches kernels
   std::int64_t batch = 1;
   std::int64_t seq = 128;
   std::string precision = "fp32";
@@ -233,6 +236,8 @@ struct RequestArgs {
   std::optional<int> pp_stage;
   std::optional<int> zero;
   std::string fsdp;
+  bool fsdp2 = false;  // --fsdp2: fully_shard (FSDP2) with --fsdp's strategy (default full-shard)
+  bool no_limit_all_gathers = false;         // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
   std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb
   std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)
   bool overlap_comm = false;                 // DeepSpeed's overlap_comm

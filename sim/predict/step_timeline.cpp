@@ -83,6 +83,14 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
       }
     }
   }
+  for (OpId id = 0; id < n_ops; ++id) {
+    const OpId target = graph.op(id).stream_waits_for;
+    if (target != kNoOp) {
+      SIM_ASSERT(target < id);  // a stream can wait only for work already issued
+      w.read_elsewhere[target] = true;
+      w.cross_stream_inputs[id].push_back(target);
+    }
+  }
   if (roofline == nullptr) {
     return w;
   }
