@@ -140,6 +140,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--fsdp2", a.fsdp2,
       "PyTorch FSDP2 (fully_shard per decoder layer and root) instead of FSDP1; --fsdp picks "
       "reshard_after_forward (full-shard: True, shard-grad-op: False) or a 2-D mesh (hybrid-shard)");
+  cmd->add_option(
+      "--reduce-dtype", a.reduce_dtype,
+      "fp32|bf16|fp16: FSDP's MixedPrecision reduce_dtype, the dtype gradients are reduce-scattered "
+      "in (default: the gradients')");
   cmd->add_flag("--no-limit-all-gathers", a.no_limit_all_gathers,
                 "FSDP1 with limit_all_gathers=False: the host issues all-gathers without waiting for frees");
   cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")

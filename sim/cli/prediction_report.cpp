@@ -133,6 +133,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   j["allocator_capacity_bytes"] = p.allocator_capacity_bytes;
   j["peak_allocated_bytes"] = p.peak_allocated_bytes;
   j["peak_reserved_bytes"] = p.peak_reserved_bytes;
+  j["peak_active_bytes"] = p.peak_active_bytes;
   j["peak_requested_bytes"] = p.peak_requested_bytes;
   j["peak_allocated_needed_bytes"] = p.peak_allocated_needed_bytes;
   j["fits"] = p.fits;
@@ -238,6 +239,7 @@ void print_prediction(const Prediction& p, const ReportText& text) {
                       : "= peak reserved + context");
   fmt::print("\npeak\n");
   line("allocated", p.peak_allocated_bytes, "torch.cuda.max_memory_allocated");
+  line("active", p.peak_active_bytes, "memory_stats active_bytes.all.peak (+ frees awaiting streams)");
   line("reserved", p.peak_reserved_bytes, "torch.cuda.max_memory_reserved");
   if (p.num_ooms > 0) {
     line("allocated needed", p.peak_allocated_needed_bytes,

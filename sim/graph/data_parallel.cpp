@@ -116,15 +116,39 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
   if (side_stream) {
     tape.set_stream(kReduceScatterStream);
   }
+  // FSDP1 with a reduce_dtype: _post_backward_hook casts the unsharded gradient on the post-backward stream
+  // (flat_param.grad.data = grad.to(reduce_dtype)); the autograd-computed one is record_stream'd to it and
+  // goes with the cast.
+  std::map<VarId, TensorId> cast;
+  if (input == kNoTensor && m_reduce_dtype) {
+    for (VarId p : fresh) {
+      if (tape.dtype(p) == *m_reduce_dtype) {
+        continue;
+      }
+      if (cast.empty()) {
+        tape.begin_op(std::string(op_name) + ".cast_to_reduce_dtype", "_to_copy");
+      }
+      const TensorId low = tape.detach_grad(p);
+      tape.use(low);
+      if (side_stream) {
+        tape.record_stream(low, kReduceScatterStream);
+      }
+      cast[p] = tape.allocate(tape.name(p) + ".grad.reduce_dtype",
+                              storage_bytes(numel(tape.shape(p)), *m_reduce_dtype, tape.shape(p)),
+                              *m_reduce_dtype, TensorCategory::kGradient);
+      tape.release(low);
+    }
+  }
   const OpId rs = tape.begin_op(std::string(op_name), "reduce_scatter_tensor");
   if (input != kNoTensor) {
     tape.use(input);
   }
   Bytes reduced = 0;
   for (VarId p : fresh) {
-    reduced += tensor_bytes(tape.shape(p), tape.dtype(p));
+    reduced += tensor_bytes(tape.shape(p), m_reduce_dtype.value_or(tape.dtype(p)));
     if (input == kNoTensor) {
-      const TensorId full = tape.detach_grad(p);
+      const auto c = cast.find(p);
+      const TensorId full = c != cast.end() ? c->second : tape.detach_grad(p);
       tape.use(full);
       if (m_path == ReduceScatterPath::kFsdp1PostBackwardStream) {
         tape.record_stream(full, kReduceScatterStream);  // _no_dispatch_record_stream(unsharded_grad, ...)
@@ -164,10 +188,9 @@ TensorId GradientShards::copy_in(EagerTape& tape, const ParameterUnit& unit, con
   tape.begin_op(std::string(op_name) + ".copy_in", "foreach_reduce_scatter_copy_in");
   Bytes bytes = 0;
   DType dtype = DType::kFloat32;
-  for (VarId p : fresh) {
-    bytes +=
-        storage_bytes(shard_numel(numel(tape.shape(p)), m_world) * m_world, tape.dtype(p), tape.shape(p));
-    dtype = tape.dtype(p);
+  for (VarId p : fresh) {  // the padded unsharded gradients, cast to reduce_dtype by the copy
+    dtype = m_reduce_dtype.value_or(tape.dtype(p));
+    bytes += storage_bytes(shard_numel(numel(tape.shape(p)), m_world) * m_world, dtype, tape.shape(p));
     tape.use(tape.grad(p));
   }
   const TensorId input =

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,9 +93,12 @@ enum class ReduceScatterPath : std::uint8_t {
 class GradientShards {
  public:
   // `to_host`: the reduced shard is copied to a pinned host buffer (offload) and nothing stays on the GPU.
+  // `reduce_dtype`: FSDP's MixedPrecision reduce_dtype (unset: the gradients' dtype). The shard is cast
+  // back to the gradient's dtype after the reduction (FSDP1 _cast_grad_to_param_dtype, FSDP2 orig_dtype).
   explicit GradientShards(int world_size, bool to_host = false,
-                          ReduceScatterPath path = ReduceScatterPath::kComputeStream)
-      : m_world(world_size), m_to_host(to_host), m_path(path) {}
+                          ReduceScatterPath path = ReduceScatterPath::kComputeStream,
+                          std::optional<DType> reduce_dtype = std::nullopt)
+      : m_world(world_size), m_to_host(to_host), m_path(path), m_reduce_dtype(reduce_dtype) {}
   // A later micro-batch: AccumulateGrad must make a fresh full gradient (the shard is not a tensor of the
   // parameter's shape), so the unit's shards are set aside until reduce_scatter adds to them.
   void before_unit_backward(EagerTape& tape, const ParameterUnit& unit);
@@ -113,6 +117,7 @@ class GradientShards {
   int m_world;
   bool m_to_host = false;
   ReduceScatterPath m_path;
+  std::optional<DType> m_reduce_dtype;
   std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
   std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
   TensorId m_held_input = kNoTensor;  // FSDP2's reduce_scatter_state: the last input

@@ -53,7 +53,8 @@ class Fsdp final : public DataParallelScheme {
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
         m_offload(o.offload_params),
         m_limit_all_gathers(o.fsdp_limit_all_gathers),
-        m_grads(m_shard_ranks, o.offload_params, ReduceScatterPath::kFsdp1PostBackwardStream) {}
+        m_grads(m_shard_ranks, o.offload_params, ReduceScatterPath::kFsdp1PostBackwardStream,
+                o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
@@ -90,16 +91,16 @@ class Fsdp final : public DataParallelScheme {
     if (unit.layer < 0) {
       return;  // the root finishes at the end of backward
     }
+    reshard(tape, unit);  // _post_backward_reshard comes before the reduce-scatter
     if (m_shard) {
       m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.fsdp.reduce_scatter", unit.layer));
     }
-    reshard(tape, unit);
   }
   void end_backward(EagerTape& tape, const ParameterUnit& root) override {
+    reshard(tape, root);
     if (m_shard) {
       m_grads.reduce_scatter(tape, root, "root.fsdp.reduce_scatter");
     }
-    reshard(tape, root);
   }
 
  private:

@@ -14,9 +14,10 @@
 //   * wait_for_unshard(): the compute stream waits for the all-gather, then copies the output out into each
 //     parameter's unsharded tensor, allocated on the compute stream (foreach_all_gather_copy_out);
 //   * in forward the output is kept (comm_ctx.all_gather_state) until the next unit's wait_for_unshard, which
-//     makes the all-gather streams wait for this copy-out's event and only then drops it; in backward the
-//     streams wait and it is dropped at once. Either way the free is ordered on its own stream, so the next
-//     all-gather reuses the block at once: no record_stream, no deferred free, no rate limiter;
+//     makes the all-gather streams wait for this copy-out's event and only then drops it (the root's
+//     post-forward drops the last one); in backward the streams wait and it is dropped at once. Either way
+//     the free is ordered on its own stream, so the next all-gather reuses the block at once: no
+//     record_stream, no deferred free, no rate limiter;
 //   * reshard frees the unsharded parameters on the compute stream, in stream order.
 // Backward always prefetches the next unit's all-gather (FSDP2 has no other mode). Gradients are
 // reduce-scattered to the shard after each unit's backward through one copied-in input, kept until the next
@@ -42,7 +43,7 @@ class Fsdp2 final : public DataParallelScheme {
       : m_name(fmt::format("fsdp2-{}", strategy)),
         m_reshard_after_forward(strategy != "shard-grad-op"),
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
-        m_grads(m_shard_ranks, false, ReduceScatterPath::kFsdp2ReduceScatterStream) {}
+        m_grads(m_shard_ranks, false, ReduceScatterPath::kFsdp2ReduceScatterStream, o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
     return shard_numel(numel, m_shard_ranks);
@@ -57,6 +58,10 @@ class Fsdp2 final : public DataParallelScheme {
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
     if (m_reshard_after_forward && unit.layer >= 0) {
       reshard(tape, unit);
+    }
+    if (unit.layer < 0 && m_state) {  // the root's _post_forward frees the last unit's kept output
+      free_output(tape, *m_state);
+      m_state.reset();
     }
   }
   void pre_backward(EagerTape& tape, const ParameterUnit& unit) override {

@@ -83,6 +83,9 @@ struct DataParallelOptions {
   // FSDP1's limit_all_gathers (default True): the host waits for the free event of the unit two all-gathers
   // back before issuing the next.
   bool fsdp_limit_all_gathers = true;
+  // FSDP's MixedPrecision.reduce_dtype / FSDP2's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
+  // reduce-scattered in (torchtitan's default: float32 under bf16 parameters). Unset: the gradients' own.
+  std::optional<DType> fsdp_reduce_dtype;
   // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
   int gpus_per_node = 8;
   // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}

@@ -162,6 +162,7 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& 
   dp.pre_forward(tape, units.back());
   const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
   const VarId logits = emit_final(ctx, x);  // drops x
+  dp.post_forward(tape, units.back());      // the root module's forward returns the logits
   end_forward(ctx);
   return logits;
 }
@@ -232,11 +233,13 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
   x = run_layers(ctx, tape, x, chunk.first_layer, chunk.layers, st.dp, st.units);
   if (chunk.head) {
     const VarId logits = emit_final(ctx, x);
+    st.dp.post_forward(tape, st.units.back());
     end_forward(ctx);
     tape.set_phase(Phase::kLoss);
     f.output = emit_loss(ctx, logits, st.targets);
     tape.drop(logits);  // forward_step's locals go away; the loss's graph keeps what it needs
   } else {
+    st.dp.post_forward(tape, st.units.back());
     end_forward(ctx);
     // send_forward, then deallocate_output_tensor: the data goes, the autograd node stays.
     tape.begin_op("pipeline.send_forward", "send");

@@ -227,6 +227,7 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   Observed o = observe(one_device, static_cast<Bytes>(p.allocator_capacity_bytes), device.alloc_conf);
   p.peak_allocated_bytes = o.result.peaks.peak_allocated_bytes;
   p.peak_reserved_bytes = o.result.peaks.peak_reserved_bytes;
+  p.peak_active_bytes = o.result.peaks.peak_active_bytes;
   p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
   p.fragmentation = o.result.peaks.fragmentation();
   p.num_ooms = static_cast<std::int64_t>(o.result.stats.num_ooms);

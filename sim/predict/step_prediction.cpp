@@ -402,6 +402,22 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");
   }
   d.fsdp_limit_all_gathers = !a.no_limit_all_gathers;
+  if (!a.reduce_dtype.empty()) {
+    if (!d.scheme.starts_with("fsdp")) {
+      throw InputError("--reduce-dtype: FSDP's MixedPrecision reduce_dtype (use it with --fsdp)");
+    }
+    static const std::pair<std::string_view, DType> kReduceDtypes[] = {
+        {"fp32", DType::kFloat32}, {"bf16", DType::kBFloat16}, {"fp16", DType::kFloat16}};
+    for (const auto& [name, dtype] : kReduceDtypes) {
+      if (a.reduce_dtype == name) {
+        d.fsdp_reduce_dtype = dtype;
+      }
+    }
+    if (!d.fsdp_reduce_dtype) {
+      throw InputError(
+          fmt::format("--reduce-dtype: unknown value '{}' (known: fp32, bf16, fp16)", a.reduce_dtype));
+    }
+  }
   d.zero_redundancy_optimizer = a.zero_redundancy_optimizer;  // validate() checks it is over DDP
   if (a.gpus_per_node < 1 || a.gpus_per_node > 1024) {
     throw InputError(fmt::format("--gpus-per-node: {} is not in 1..1024", a.gpus_per_node));

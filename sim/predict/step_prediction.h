@@ -122,6 +122,9 @@ struct Prediction {
 
   std::int64_t peak_allocated_bytes = 0;  // on the device (an OOM stops what follows from allocating)
   std::int64_t peak_reserved_bytes = 0;
+  // Allocated plus freed blocks still waiting for another stream's event (record_stream): PyTorch's
+  // memory_stats()["active_bytes.all.peak"], what torchtitan logs as "peak active".
+  std::int64_t peak_active_bytes = 0;
   std::int64_t peak_requested_bytes = 0;
   // Allocated bytes the run needs: the allocator model's peak without the device limit; ==
   // peak_allocated_bytes unless an allocation OOMed.
@@ -237,6 +240,7 @@ struct RequestArgs {
   std::optional<int> zero;
   std::string fsdp;
   bool fsdp2 = false;  // --fsdp2: fully_shard (FSDP2) with --fsdp's strategy (default full-shard)
+  std::string reduce_dtype;  // --reduce-dtype: fp32|bf16|fp16, FSDP's reduce_dtype ("": the gradients')
   bool no_limit_all_gathers = false;         // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
   std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb
   std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)

@@ -302,13 +302,19 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   AdoptedState adopted = adopt_initial_state(policy, initial, device.total_bytes(), snapshot.source);
   std::unordered_map<Bytes, BlockId>& live = adopted.live;
   std::unordered_map<Bytes, BlockId> pending;  // freed, waiting for free_completed
-  std::unordered_set<Bytes> refused;           // recorded allocs the model could not serve
+  // An OOM's synchronize_and_free_events frees every pending block at once; the block ids are recycled, so a
+  // pending address whose id turns up pending again was freed by it. Its free_completed is then a no-op, as
+  // is that of an alloc the model refused.
+  std::unordered_map<BlockId, Bytes> pending_owner;
+  std::unordered_set<Bytes> no_pending_free;
+  std::unordered_set<Bytes> refused;  // recorded allocs the model could not serve
   const std::vector<Bytes>& pending_at_start = adopted.pending_at_start;
   const std::int64_t recorded_requested = adopted.requested_bytes;
   for (Bytes addr : pending_at_start) {  // freed before the trace, still waiting on stream events
     policy.record_stream(live[addr], kDeferredFreeStream);
     policy.free(live[addr], 0);
     pending[addr] = live[addr];
+    pending_owner[live[addr]] = addr;
   }
   stats.seed_from(policy.blocks(), result.config.max_split_size_bytes);
 
@@ -410,6 +416,8 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
             if (i + 1 < events.size() && events[i + 1].action == TraceAction::kFreeCompleted &&
                 events[i + 1].addr == e.addr) {
               ++i;
+            } else {
+              no_pending_free.insert(e.addr);  // its free_completed comes later
             }
             break;  // the model refused this alloc (its OOM is already reported)
           }
@@ -423,7 +431,14 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
                                    events[i + 1].addr == e.addr;
         if (!completes_now) {
           policy.record_stream(block, kDeferredFreeStream);
+          if (const auto stale = pending_owner.find(block);
+              stale != pending_owner.end() && stale->second != e.addr) {
+            pending.erase(stale->second);
+            no_pending_free.insert(stale->second);
+          }
           pending[e.addr] = block;
+          pending_owner[block] = e.addr;
+          no_pending_free.erase(e.addr);
         }
         policy.free(block, e.time_ns);
         if (completes_now) {
@@ -433,11 +448,15 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       }
       case TraceAction::kFreeCompleted: {
         auto it = pending.find(e.addr);
+        if (it == pending.end() && no_pending_free.erase(e.addr) > 0) {
+          break;
+        }
         if (it == pending.end()) {
           throw InputError(
               fmt::format("{}: free_completed of 0x{:x} without a pending free", where(i), e.addr));
         }
         policy.complete_stream_events(it->second);
+        pending_owner.erase(it->second);
         pending.erase(it);
         break;
       }

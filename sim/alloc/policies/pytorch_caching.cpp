@@ -206,7 +206,9 @@ void PyTorchCachingPolicy::insert_events(BlockId block) {
 
 void PyTorchCachingPolicy::complete_stream_events(BlockId block) {
   auto it = std::find(m_pending_frees.begin(), m_pending_frees.end(), block);
-  SIM_ASSERT(it != m_pending_frees.end());
+  if (it == m_pending_frees.end()) {
+    return;  // an OOM's synchronize_and_free_events already freed it (the event was consumed there)
+  }
   m_pending_frees.erase(it);
   m_pool.block(block).event_count = 0;
   free_block(block, 0);

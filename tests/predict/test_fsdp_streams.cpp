@@ -1,0 +1,133 @@
+// FSDP1 and FSDP2 on their streams (sim/graph/fsdp.cpp, fsdp2.cpp): which all-gather buffers the caching
+// allocator must hold at once, derived by hand from the libraries' algorithms, checked on the segments the
+// predicted trace cudaMallocs on each stream.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/core/error.h"
+#include "sim/predict/step_prediction.h"
+#include "sim/replay/trace_replay.h"
+#include "traces/snapshot.h"
+
+using namespace vramsim;
+
+namespace {
+
+// TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, MLP 5632, vocab 32000, untied head) over 8
+// ranks in bf16. Every parameter's dim 0 divides by 8, so nothing is padded:
+//   one decoder layer: q, o 2048 x 2048 (4,194,304 each), k, v 256 x 2048 (524,288 each), gate, up, down
+//     2048 x 5632 (11,534,336 each), two norms 2048: 44,044,288 elements = 88,088,576 B in bf16;
+//   the root (embeddings 32000 x 2048, final norm 2048, lm_head 32000 x 2048): 131,074,048 elements =
+//     262,148,096 B.
+// A block over 10 MiB gets a segment rounded up to 2 MiB (spec: kRoundLarge):
+constexpr std::int64_t kLayerSegment = 43 * 2'097'152;  // 88,088,576 B -> 42.004 x 2 MiB -> 90,177,536
+constexpr std::int64_t kRootSegment = 126 * 2'097'152;  // 262,148,096 B -> 125.002 x 2 MiB -> 264,241,152
+constexpr int kLayers = 22;
+
+RequestArgs tinyllama_over_8(bool fsdp2) {
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.capacity = "1TiB";  // never the limit: every segment the run wants is cudaMalloc'd
+  a.batch = 1;
+  a.seq = 128;
+  a.precision = "bf16";
+  a.optimizer = "adamw";
+  a.steps = 1;
+  a.world_size = 8;
+  a.fsdp = "full-shard";
+  a.fsdp2 = fsdp2;
+  return a;
+}
+
+// The sizes of the segments the allocator model cudaMalloc'd on `stream`, largest first: the predicted
+// schedule replayed on a device that never runs out (no segment is released).
+std::vector<std::int64_t> segments_on(const Snapshot& trace, StreamId stream) {
+  const ReplayResult r = replay_snapshot(trace, ReplayOptions{});
+  std::vector<std::int64_t> out;
+  for (const SnapshotSegment& s : r.final_segments) {
+    if (s.stream == stream) {
+      out.push_back(static_cast<std::int64_t>(s.total_size_bytes));
+    }
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "FSDP2: the copy-in stream holds the root's all-gather output and one layer's, whatever the host does",
+    "[quick][predict]") {
+  // _fsdp_param_group.py: unshard() allocates the unit's all-gather output on the copy-in stream (3); in
+  // forward, wait_for_unshard keeps it (all_gather_state) until the next unit's wait_for_unshard, after that
+  // unit's output is allocated, then drops it in stream order; the root's post-forward drops the last; in
+  // backward it is dropped right after the copy-out. So at most two outputs are alive: the root's, then one
+  // layer's beside it (a new segment); every later output fits a block freed on the same stream (the root's
+  // block is split for a layer; the layer's block is the best fit for the next). No record_stream: the host's
+  // lead does not matter.
+  for (double host_us : {0.0, 10.0, 1e5}) {
+    INFO("--host-op-us " << host_us);
+    RequestArgs a = tinyllama_over_8(true);
+    a.host_op_us = host_us;
+    Snapshot trace;
+    predict(make_request(a), &trace);
+    CHECK(segments_on(trace, 3) == std::vector<std::int64_t>{kRootSegment, kLayerSegment});
+    CHECK(segments_on(trace, 1).empty());  // FSDP1's unshard stream is not used
+  }
+}
+
+TEST_CASE("FSDP1: record_stream'd all-gather buffers, with and without limit_all_gathers (host never waits)",
+          "[quick][predict]") {
+  // --host-op-us 0: the host issues everything at time 0, so a record_stream'd free (spec ST3) completes
+  // only after the host has waited for the device. The unsharded flat parameters are allocated on the
+  // unshard stream (1); reshard frees them with record_stream(compute stream); the root is not resharded
+  // after forward (its block stays allocated until the end of backward).
+  SECTION("limit_all_gathers=False: no host wait, no free completes: every all-gather gets a new segment") {
+    // Forward: the root and 22 layers; backward: the 22 layers again (the root's buffer is still there).
+    RequestArgs a = tinyllama_over_8(false);
+    a.host_op_us = 0;
+    a.no_limit_all_gathers = true;
+    Snapshot trace;
+    predict(make_request(a), &trace);
+    std::vector<std::int64_t> expected{kRootSegment};
+    expected.insert(expected.end(), 2 * kLayers, kLayerSegment);
+    CHECK(segments_on(trace, 1) == expected);
+  }
+  SECTION("limit_all_gathers=True: two in flight; backward prefetch needs a fourth buffer") {
+    // _FreeEventQueue: before an all-gather, with two reshard events queued, the host synchronizes on the
+    // oldest. Forward: layer 0 and layer 1 get segments (one event queued at layer 1); layer k >= 2 waits
+    // for layer k-2's reshard, whose block is then free: forward holds the root's and two layers' segments.
+    // Backward, BACKWARD_PRE: layer 21's all-gather waits for layer 20's forward reshard and takes its
+    // block; the prefetch of layer 20 then finds one event queued (layer 21's), does not wait, and layer
+    // 21's block is still pending (the device is past layer 20, not 21): a third layer segment. From then
+    // on each all-gather waits for the reshard two back and reuses its block.
+    RequestArgs a = tinyllama_over_8(false);
+    a.host_op_us = 0;
+    Snapshot trace;
+    predict(make_request(a), &trace);
+    CHECK(segments_on(trace, 1) ==
+          std::vector<std::int64_t>{kRootSegment, kLayerSegment, kLayerSegment, kLayerSegment});
+  }
+}
+
+TEST_CASE("FSDP options: errors name the option", "[quick][predict]") {
+  RequestArgs a = tinyllama_over_8(true);
+  a.no_limit_all_gathers = true;
+  CHECK_THROWS_WITH(make_request(a), "--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");
+  a = tinyllama_over_8(true);
+  a.fsdp = "no-shard";
+  CHECK_THROWS_WITH(make_request(a),
+                    "--fsdp2: fully_shard has no no-shard strategy (use DDP: leave out --fsdp2)");
+  a = tinyllama_over_8(false);
+  a.reduce_dtype = "fp64";
+  CHECK_THROWS_WITH(make_request(a), "--reduce-dtype: unknown value 'fp64' (known: fp32, bf16, fp16)");
+  a.fsdp.clear();
+  a.reduce_dtype = "fp32";
+  CHECK_THROWS_WITH(make_request(a),
+                    "--reduce-dtype: FSDP's MixedPrecision reduce_dtype (use it with --fsdp)");
+}
