@@ -144,6 +144,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--reduce-dtype", a.reduce_dtype,
       "fp32|bf16|fp16: FSDP's MixedPrecision reduce_dtype, the dtype gradients are reduce-scattered "
       "in (default: the gradients')");
+  cmd->add_option(
+         "--fsdp2-copy-in", a.fsdp2_copy_in,
+         "FSDP2's reduce-scatter copy-in stream: compute (current PyTorch: the input kept until the next "
+         "reduce-scatter) or reduce-scatter (the 2024 FSDP2: freed once the reduce-scatter is issued)")
+      ->capture_default_str();
   cmd->add_flag("--no-limit-all-gathers", a.no_limit_all_gathers,
                 "FSDP1 with limit_all_gathers=False: the host issues all-gathers without waiting for frees");
   cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")

@@ -110,9 +110,14 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     }
   }
   const bool side_stream = m_path != ReduceScatterPath::kComputeStream && !m_to_host;
-  const TensorId input = side_stream && m_path == ReduceScatterPath::kFsdp2ReduceScatterStream
-                             ? copy_in(tape, unit, fresh, op_name)
-                             : kNoTensor;
+  const bool copy_in_on_rs_stream = m_path == ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream;
+  if (copy_in_on_rs_stream) {
+    tape.set_stream(kReduceScatterStream);
+  }
+  const TensorId input =
+      side_stream && (m_path == ReduceScatterPath::kFsdp2ReduceScatterStream || copy_in_on_rs_stream)
+          ? copy_in(tape, unit, fresh, op_name)
+          : kNoTensor;
   if (side_stream) {
     tape.set_stream(kReduceScatterStream);
   }
@@ -176,7 +181,9 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     tape.set_comm_bytes(reduced - reduced / static_cast<Bytes>(m_world));
     tape.set_stream(0);
   }
-  if (input != kNoTensor) {
+  if (input != kNoTensor && copy_in_on_rs_stream) {
+    tape.release(input);
+  } else if (input != kNoTensor) {
     free_held_input(tape);  // the previous unit's, now that this reduce-scatter is issued
     m_held_input = input;
     m_held_after = rs;

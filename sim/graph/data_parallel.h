@@ -85,6 +85,12 @@ enum class ReduceScatterPath : std::uint8_t {
   // kept until the next unit's reduce-scatter (or the end of backward), whose wait on this one's event orders
   // its free.
   kFsdp2ReduceScatterStream,
+  // FSDP2 as first released (2024; the torchtitan PR 165 comparison ran it): the copy-in runs on the
+  // reduce-scatter stream, whose pool holds the
+  // input
+  // (the compute stream waits for the copy-in before the gradients go); the input is dropped when
+  // foreach_reduce returns, in that stream's order, so the next reduce-scatter reuses its block.
+  kFsdp2CopyInOnReduceScatterStream,
 };
 
 // Shared by the sharding schemes: gradients reduce-scattered to the rank's shard after a unit's backward.

@@ -43,7 +43,11 @@ class Fsdp2 final : public DataParallelScheme {
       : m_name(fmt::format("fsdp2-{}", strategy)),
         m_reshard_after_forward(strategy != "shard-grad-op"),
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
-        m_grads(m_shard_ranks, false, ReduceScatterPath::kFsdp2ReduceScatterStream, o.fsdp_reduce_dtype) {}
+        m_grads(m_shard_ranks, false,
+                o.fsdp2_copy_in_on_reduce_scatter_stream
+                    ? ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream
+                    : ReduceScatterPath::kFsdp2ReduceScatterStream,
+                o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
     return shard_numel(numel, m_shard_ranks);

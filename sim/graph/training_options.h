@@ -86,6 +86,10 @@ struct DataParallelOptions {
   // FSDP's MixedPrecision.reduce_dtype / FSDP2's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
   // reduce-scattered in (torchtitan's default: float32 under bf16 parameters). Unset: the gradients' own.
   std::optional<DType> fsdp_reduce_dtype;
+  // FSDP2's reduce-scatter copy-in: on the compute stream, its input kept until the next reduce-scatter
+  // (current PyTorch), or on the reduce-scatter stream, dropped when the reduce-scatter is issued
+  // (the 2024 FSDP2).
+  bool fsdp2_copy_in_on_reduce_scatter_stream = false;
   // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
   int gpus_per_node = 8;
   // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}

@@ -402,6 +402,14 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");
   }
   d.fsdp_limit_all_gathers = !a.no_limit_all_gathers;
+  if (a.fsdp2_copy_in != "compute" && a.fsdp2_copy_in != "reduce-scatter") {
+    throw InputError(
+        fmt::format("--fsdp2-copy-in: unknown value '{}' (known: compute, reduce-scatter)", a.fsdp2_copy_in));
+  }
+  if (a.fsdp2_copy_in != "compute" && !d.scheme.starts_with("fsdp2-")) {
+    throw InputError("--fsdp2-copy-in: FSDP2's option (use it with --fsdp2)");
+  }
+  d.fsdp2_copy_in_on_reduce_scatter_stream = a.fsdp2_copy_in == "reduce-scatter";
   if (!a.reduce_dtype.empty()) {
     if (!d.scheme.starts_with("fsdp")) {
       throw InputError("--reduce-dtype: FSDP's MixedPrecision reduce_dtype (use it with --fsdp)");

@@ -239,8 +239,9 @@ struct RequestArgs {
   std::optional<int> pp_stage;
   std::optional<int> zero;
   std::string fsdp;
-  bool fsdp2 = false;  // --fsdp2: fully_shard (FSDP2) with --fsdp's strategy (default full-shard)
+  bool fsdp2 = false;        // --fsdp2: fully_shard (FSDP2) with --fsdp's strategy (default full-shard)
   std::string reduce_dtype;  // --reduce-dtype: fp32|bf16|fp16, FSDP's reduce_dtype ("": the gradients')
+  std::string fsdp2_copy_in = "compute";     // --fsdp2-copy-in compute|reduce-scatter
   bool no_limit_all_gathers = false;         // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
   std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb
   std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)

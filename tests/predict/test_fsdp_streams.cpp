@@ -131,3 +131,41 @@ TEST_CASE("FSDP options: errors name the option", "[quick][predict]") {
   CHECK_THROWS_WITH(make_request(a),
                     "--reduce-dtype: FSDP's MixedPrecision reduce_dtype (use it with --fsdp)");
 }
+
+TEST_CASE(
+    "FSDP2 reduce-scatter input: where it is allocated and how long it lives, current vs the 2024 FSDP2",
+    "[quick][predict]") {
+  // foreach_reduce with reduce_dtype fp32: one layer's input is the padded unsharded gradients in fp32,
+  // 44,044,288 x 4 = 176,177,152 B (nothing to pad over 8 ranks). Current PyTorch allocates it on the compute
+  // stream and keeps it (reduce_scatter_state) until the next unit's reduce-scatter is issued: when the next
+  // input is allocated, the previous one is still alive (two at once). The 2024 FSDP2 allocated it on the
+  // reduce-scatter stream and dropped it when foreach_reduce returned: one at a time.
+  constexpr std::int64_t kLayerInput = 176'177'152;
+  for (const char* copy_in : {"compute", "reduce-scatter"}) {
+    INFO("--fsdp2-copy-in " << copy_in);
+    RequestArgs a = tinyllama_over_8(true);
+    a.reduce_dtype = "fp32";
+    a.fsdp2_copy_in = copy_in;
+    Snapshot trace;
+    predict(make_request(a), &trace);
+    std::map<Bytes, StreamId> alive;  // layer inputs by address
+    std::size_t inputs = 0;
+    std::size_t most_alive = 0;
+    std::vector<StreamId> streams;
+    for (const TraceEvent& e : trace.device_traces.at(0).events) {
+      if (e.action == TraceAction::kAlloc && static_cast<std::int64_t>(e.size_bytes) == kLayerInput) {
+        alive[e.addr] = e.stream;
+        streams.push_back(e.stream);
+        ++inputs;
+        most_alive = std::max(most_alive, alive.size());
+      } else if (e.action == TraceAction::kFreeRequested) {
+        alive.erase(e.addr);
+      }
+    }
+    CHECK(inputs == kLayers);  // one per decoder layer per backward
+    const bool current = std::string(copy_in) == "compute";
+    CHECK(most_alive == (current ? 2U : 1U));
+    CHECK(streams == std::vector<StreamId>(kLayers, current ? StreamId{0} : StreamId{2}));
+    CHECK(alive.empty());  // the last one goes at the end of backward
+  }
+}
