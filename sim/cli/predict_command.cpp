@@ -34,10 +34,15 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--seq,--prompt-len", a.seq, "sequence length (with --generate: the prompt's)")->required();
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
   cmd->add_option("--optimizer", a.optimizer,
-                  "sgd|sgd-momentum|adam|adamw|adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop/"
+                  "sgd|sgd-momentum|adam|adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop/"
                   "-single-tensor (torch.optim's foreach=False loop; for-loop: a hand-written one)")
       ->capture_default_str();
   cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective")->capture_default_str();
+  cmd->add_option("--loss", a.loss,
+                  "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "
+                  "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time)")
+      ->capture_default_str();
+  cmd->add_option("--loss-chunks", a.loss_chunks, "chunked-ce's num_output_chunks")->capture_default_str();
   cmd->add_option("--attention", a.attention,
                   "eager|sdpa|sdpa-flash|sdpa-efficient|sdpa-math|flash_attention_2 (Hugging Face's "
                   "attn_implementation; sdpa: the backend PyTorch picks; math = eager, flash = sdpa-flash). "
@@ -191,9 +196,10 @@ void print_run(const Prediction& p, const RequestArgs& a) {
         "run              batch {}, prompt {}, generate {} tokens ({} KV cache), {}, attention {}, no_grad\n",
         a.batch, a.seq, a.generate, a.kv_cache, a.precision, attention);
   } else {
-    fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}\n",
+    fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}{}\n",
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
-               a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""));
+               a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""),
+               a.loss == "chunked-ce" ? fmt::format(", loss chunked-ce ({} chunks)", a.loss_chunks) : "");
   }
   if (!p.base_weights.empty()) {
     const bool four_bit = p.base_weights != "int8";

@@ -91,6 +91,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                               {"simulated_stages", stages}};
   }
   j["trainable_parameters"] = p.trainable_parameters;
+  j["paged_optimizer_state_bytes"] = p.paged_optimizer_state_bytes;
   j["total_parameters"] = p.total_parameters;
   if (p.generation) {
     const Prediction::Generation& g = *p.generation;
@@ -237,6 +238,10 @@ void print_prediction(const Prediction& p, const ReportText& text) {
            p.bill.allocator_rounding + p.bill.allocator_overhead + p.bill.cuda_context,
        p.num_ooms > 0 ? "needed at the peak + overhead + context (OOM: not a device figure)"
                       : "= peak reserved + context");
+  if (p.paged_optimizer_state_bytes > 0) {
+    line("paged states", p.paged_optimizer_state_bytes,
+         "unified memory, not in the total (bitsandbytes; evicted to the host when the GPU is full)");
+  }
   fmt::print("\npeak\n");
   line("allocated", p.peak_allocated_bytes, "torch.cuda.max_memory_allocated");
   line("active", p.peak_active_bytes, "memory_stats active_bytes.all.peak (+ frees awaiting streams)");

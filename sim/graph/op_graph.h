@@ -130,6 +130,9 @@ class OpGraph {
 
   // model.generate() (hf_generate.h): the KV cache's bytes when the last token was generated (0 otherwise).
   Bytes kv_cache_bytes = 0;
+  // bitsandbytes' paged optimizers: state bytes in CUDA unified memory (cudaMallocManaged), outside the
+  // caching allocator and so in none of its figures (optimizer.h).
+  Bytes unified_memory_bytes = 0;
 
  private:
   std::unique_ptr<OpAdjacency> m_graph;  // null only in a moved-from graph (destroy or assign it)

@@ -9,6 +9,13 @@ namespace vramsim {
 namespace {
 
 bool is_adam(OptimizerKind k) { return k == OptimizerKind::kAdam || k == OptimizerKind::kAdamW; }
+bool is_bnb_8bit(OptimizerKind k) {
+  return k == OptimizerKind::kAdamW8bit || k == OptimizerKind::kPagedAdamW8bit;
+}
+bool is_bnb(OptimizerKind k) { return is_bnb_8bit(k) || k == OptimizerKind::kPagedAdamW; }
+bool is_paged(OptimizerKind k) {
+  return k == OptimizerKind::kPagedAdamW || k == OptimizerKind::kPagedAdamW8bit;
+}
 
 std::string kind_prefix(const TrainingOptions& o) {
   return "optimizer." + std::string(optimizer_name(o.optimizer));
@@ -22,6 +29,7 @@ OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, 
       m_options(options),
       m_params(std::move(params)),
       m_states(m_params.size()),
+      m_initialized(m_params.size(), false),
       m_state_shards(state_shards),
       m_on_host(on_host) {}
 
@@ -48,7 +56,8 @@ void OptimizerModel::set_zero_redundancy_partition(const std::vector<VarId>& loc
 }
 
 void OptimizerModel::construct() {
-  if (m_options.precision != Precision::kBf16 || m_on_host) {
+  // bitsandbytes' optimizers update bf16 parameters in place from their own states: no master copy.
+  if (m_options.precision != Precision::kBf16 || m_on_host || is_bnb(m_options.optimizer)) {
     return;
   }
   m_tape.begin_op(kind_prefix(m_options) + ".master_weights", "_to_copy");
@@ -67,7 +76,16 @@ void OptimizerModel::init_states(std::size_t i) {
   const auto add = [&](const std::string& what, Bytes bytes, DType d) {
     st.push_back(m_tape.allocate(n + "." + what, bytes, d, TensorCategory::kOptimizerState));
   };
+  m_initialized[i] = true;
   const std::int64_t count = param_numel(i);
+  // bitsandbytes' Optimizer8bit.get_state_buffer: paged (unified memory) for parameters of >= 1e5 elements.
+  const auto state_buffer = [&](const std::string& what, Bytes bytes, DType d) {
+    if (is_paged(m_options.optimizer) && count >= 100'000) {
+      m_paged_state_bytes += bytes;
+    } else {
+      add(what, bytes, d);
+    }
+  };
   switch (m_options.optimizer) {
     case OptimizerKind::kSgd:
       break;
@@ -83,16 +101,22 @@ void OptimizerModel::init_states(std::size_t i) {
       add("exp_avg_sq", param_bytes(i, dt), dt);
       break;
     case OptimizerKind::kAdamW8bit:
+    case OptimizerKind::kPagedAdamW8bit:
       if (count < 4096) {  // bitsandbytes min_8bit_size: small tensors keep 32-bit states
-        add("state1", param_bytes(i, DType::kFloat32), DType::kFloat32);
-        add("state2", param_bytes(i, DType::kFloat32), DType::kFloat32);
+        state_buffer("state1", param_bytes(i, DType::kFloat32), DType::kFloat32);
+        state_buffer("state2", param_bytes(i, DType::kFloat32), DType::kFloat32);
       } else {
         const Bytes blocks = static_cast<Bytes>((count + 255) / 256);
-        add("state1", static_cast<Bytes>(count), DType::kUInt8);
-        add("absmax1", blocks * 4, DType::kFloat32);
-        add("state2", static_cast<Bytes>(count), DType::kUInt8);
+        state_buffer("state1", static_cast<Bytes>(count), DType::kUInt8);
+        add("absmax1", blocks * 4, DType::kFloat32);  // torch.zeros: a device tensor
+        state_buffer("state2", static_cast<Bytes>(count), DType::kUInt8);
         add("absmax2", blocks * 4, DType::kFloat32);
       }
+      break;
+    case OptimizerKind::kPagedAdamW:  // Optimizer2State with optim_bits=32: fp32 states whatever the
+                                      // parameter
+      state_buffer("state1", param_bytes(i, DType::kFloat32), DType::kFloat32);
+      state_buffer("state2", param_bytes(i, DType::kFloat32), DType::kFloat32);
       break;
     case OptimizerKind::kAdafactor: {
       const Shape& s = m_tape.shape(m_params[i]);
@@ -160,18 +184,17 @@ void OptimizerModel::step_in_backward(VarId param) {
 void OptimizerModel::step_params(const std::vector<std::size_t>& with_grad) {
   bool any_new = false;
   for (std::size_t i : with_grad) {
-    any_new = any_new || (m_states[i].empty() && m_options.optimizer != OptimizerKind::kSgd);
+    any_new = any_new || (!m_initialized[i] && m_options.optimizer != OptimizerKind::kSgd);
   }
   if (any_new && m_options.optimizer_impl != OptimizerImpl::kForLoop) {
     m_tape.begin_op(kind_prefix(m_options) + ".init_state", "zeros_like");
     for (std::size_t i : with_grad) {
-      if (m_states[i].empty()) {
+      if (!m_initialized[i]) {
         init_states(i);
       }
     }
   }
-  const bool fused_kernel =
-      m_options.optimizer_impl == OptimizerImpl::kFused || m_options.optimizer == OptimizerKind::kAdamW8bit;
+  const bool fused_kernel = m_options.optimizer_impl == OptimizerImpl::kFused || is_bnb(m_options.optimizer);
   if (fused_kernel) {
     m_tape.begin_op(kind_prefix(m_options) + ".fused_step", "_fused_adamw_");
     for (std::size_t i : with_grad) {
@@ -232,7 +255,7 @@ void OptimizerModel::step_for_loop(const std::vector<std::size_t>& with_grad) {
     const std::string pn = param_name(i);
     const DType pd = m_master.empty() ? m_tape.dtype(m_params[i]) : DType::kFloat32;
     m_tape.begin_op(n + ".step." + pn, "for_loop_step");
-    if (m_states[i].empty()) {
+    if (!m_initialized[i]) {
       init_states(i);
     }
     m_tape.use(m_tape.storage(m_params[i]));

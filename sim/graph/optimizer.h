@@ -8,7 +8,14 @@
 //     adamw-8bit   two uint8 states + fp32 absmax per 256-element block (bitsandbytes; fp32 states for
 //                  parameters under 4096 elements)
 //     adafactor    row and column second-moment vectors for matrices, a full one for vectors
-//   precision bf16 adds fp32 master weights, created with the optimizer (before the first step).
+//     paged-adamw, bitsandbytes' paged optimizers: 32-bit (fp32 state1, state2) or 8-bit (as adamw-8bit);
+//     paged-adamw-8bit  a state buffer of a parameter of at least 1e5 elements is CUDA unified memory
+//                  (get_state_buffer: F.get_paged, cudaMallocManaged), outside the caching allocator; the
+//                  driver evicts it to the host when the GPU needs the room and pages it back for the step.
+//                  Those bytes are paged_state_bytes(), not allocations; smaller states and the absmax
+//                  buffers are ordinary device tensors.
+//   precision bf16 adds fp32 master weights, created with the optimizer (before the first step); not for
+//   bitsandbytes' optimizers (adamw-8bit, paged-*), which update the bf16 parameters in place.
 //   temporaries:
 //     foreach      every parameter's worth at once: adam's _foreach_sqrt(exp_avg_sq) list, adafactor's
 //                  variance estimates (bf16: also the fp32 copy of the gradient list)
@@ -47,6 +54,8 @@ class OptimizerModel {
   // parameter's post-accumulate-grad hook, so its gradient is freed as soon as it is produced.
   void step_in_backward(VarId param);
   void zero_grad();  // optimizer.zero_grad()
+  // bitsandbytes' paged optimizers: the state bytes made in unified memory so far (0 for the others).
+  Bytes paged_state_bytes() const { return m_paged_state_bytes; }
 
  private:
   std::vector<std::size_t> stepped() const;  // the indices step() updates: m_local, or every parameter
@@ -64,9 +73,11 @@ class OptimizerModel {
   std::vector<std::size_t> m_local;  // ZeroRedundancyOptimizer: the indices this rank steps, in its order
   bool m_zero_redundancy = false;
   std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
+  std::vector<bool> m_initialized;              // per parameter: its states exist (some may be paged)
   std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
   int m_state_shards = 1;
   bool m_on_host = false;
+  Bytes m_paged_state_bytes = 0;
 };
 
 }  // namespace vramsim

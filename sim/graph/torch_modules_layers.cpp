@@ -19,6 +19,11 @@
 // (16 bytes per token per layer), the scaled and masked scores feed an unfused softmax, and autocast keeps
 // fp32 softmax outputs. megatron_accounting=true builds the layer with Megatron's fused kernels as the paper
 // counts them: LayerNorm keeps only its input, one scale-mask-softmax kernel keeps only its output.
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
 #include "sim/graph/hf_kv_cache.h"
 #include "sim/graph/layer_code.h"
 
@@ -652,10 +657,78 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   return x2;
 }
 
+bool chunked_loss(const EmitContext& c) {
+  return c.options.loss == LossKind::kChunkedCrossEntropy && c.kv_cache == nullptr && !c.options.inference &&
+         !c.options.forward_only;
+}
+
+// torchtune's TransformerDecoder with set_num_output_chunks(k): [self.output(chunk) for chunk in
+// h.chunk(k, dim=1)], a list of logits chunks (kept in c.logit_chunks). Returns the first chunk with one
+// more reference, for the training loop's `logits` variable.
+VarId torchtune_chunked_output(EmitContext& c, VarId h) {
+  EagerTape& t = c.ops.tape();
+  const std::int64_t s = c.options.seq;
+  const std::int64_t k = std::min<std::int64_t>(c.options.loss_chunks, s);
+  const std::int64_t per = (s + k - 1) / k;  // torch.chunk: ceil(s / k) positions, the last one shorter
+  const Shape hs = t.shape(h);
+  for (std::int64_t start = 0; start < s; start += per) {
+    Shape cs = hs;
+    cs[1] = std::min(per, s - start);
+    const std::string n = fmt::format("output.chunk{}", c.logit_chunks.size());
+    const VarId hc = t.view(h, cs, n + ".hidden");
+    VarId logits = column_parallel_linear(c, n, hc, c.params.head);
+    t.drop(hc);
+    if (c.model.final_logit_softcapping > 0.0) {
+      const VarId capped = softcap(c, n + ".final_logit_softcapping", logits);
+      t.drop(logits);
+      logits = capped;
+    }
+    c.logit_chunks.push_back(logits);
+  }
+  t.drop(h);
+  t.hold(c.logit_chunks.front());
+  return c.logit_chunks.front();
+}
+
+// torchtune's CEWithChunkedOutputLoss: the sum over chunks of F.cross_entropy(logits_chunk.float(),
+// labels_chunk, reduction="sum"), divided by the number of tokens. The recipe then deletes the list.
+VarId torchtune_chunked_loss(EmitContext& c, VarId targets) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  VarId total = kNoVar;
+  for (std::size_t i = 0; i < c.logit_chunks.size(); ++i) {
+    const std::string n = fmt::format("loss.chunk{}", i);
+    const VarId chunk = c.logit_chunks[i];
+    const VarId labels =
+        t.constant(n + ".labels", "view", {c.options.batch, t.shape(chunk)[1]}, t.dtype(targets));
+    const VarId lf = ops.to(n + ".logits_float", chunk, DType::kFloat32);
+    const VarId lsm = ops.log_softmax_last(n + ".cross_entropy.log_softmax", lf);
+    const VarId part = ops.nll_loss(n + ".cross_entropy.nll_loss", lsm, labels);
+    t.drop({lsm, lf, labels});
+    if (total == kNoVar) {
+      total = part;
+    } else {
+      const VarId sum = ops.add(n + ".total_loss", total, part);
+      t.drop({total, part});
+      total = sum;
+    }
+  }
+  const VarId loss = ops.scale("loss.total_loss.div_num_tokens", total);
+  t.drop(total);
+  for (VarId logits : c.logit_chunks) {  // del logits (the training loop's reference goes with it too)
+    t.drop(logits);
+  }
+  c.logit_chunks.clear();
+  return loss;
+}
+
 VarId torch_modules_final(EmitContext& c, VarId x) {
   const bool gpt2 = c.model.family == ModelFamily::kGpt2;
   const VarId h = norm(c, gpt2 ? "transformer.ln_f" : "model.norm", x, c.params.final_w, c.params.final_b);
   c.ops.tape().drop(x);  // hidden_states = self.norm(hidden_states) rebinds it before lm_head runs
+  if (chunked_loss(c)) {
+    return torchtune_chunked_output(c, h);
+  }
   VarId head_in = h;
   if (c.kv_cache != nullptr) {  // generate's logits_to_keep=1: hidden_states[:, -1:, :]
     head_in = c.ops.tape().view(h, {c.options.batch, 1, c.model.d_model}, "hidden_states[:, -1:, :]");
@@ -672,6 +745,9 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
 }
 
 VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
+  if (chunked_loss(c)) {
+    return torchtune_chunked_loss(c, targets);
+  }
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
   const std::int64_t b = c.options.batch, s = c.options.seq;

@@ -45,13 +45,15 @@ constexpr std::array<std::pair<std::string_view, Precision>, 4> kPrecisions{{
     {"bf16", Precision::kBf16},
 }};
 
-constexpr std::array<std::pair<std::string_view, OptimizerKind>, 6> kOptimizers{{
+constexpr std::array<std::pair<std::string_view, OptimizerKind>, 8> kOptimizers{{
     {"sgd", OptimizerKind::kSgd},
     {"sgd-momentum", OptimizerKind::kSgdMomentum},
     {"adam", OptimizerKind::kAdam},
     {"adamw", OptimizerKind::kAdamW},
     {"adamw-8bit", OptimizerKind::kAdamW8bit},
     {"adafactor", OptimizerKind::kAdafactor},
+    {"paged-adamw", OptimizerKind::kPagedAdamW},
+    {"paged-adamw-8bit", OptimizerKind::kPagedAdamW8bit},
 }};
 
 constexpr std::array<std::pair<std::string_view, OptimizerImpl>, 4> kImpls{{
@@ -65,6 +67,11 @@ constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointi
     {"none", Checkpointing::kNone},
     {"full", Checkpointing::kFull},
     {"selective", Checkpointing::kSelective},
+}};
+
+constexpr std::array<std::pair<std::string_view, LossKind>, 2> kLosses{{
+    {"ce", LossKind::kCrossEntropy},
+    {"chunked-ce", LossKind::kChunkedCrossEntropy},
 }};
 
 // Canonical names first: attention_name() returns the first match.
@@ -199,6 +206,10 @@ OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback
 
 Checkpointing parse_checkpointing(std::string_view text, std::string_view option) {
   return parse_enum(kCheckpointing, text, option);
+}
+
+LossKind parse_loss(std::string_view text, std::string_view option) {
+  return parse_enum(kLosses, text, option);
 }
 
 AttentionKind parse_attention(std::string_view text, std::string_view option) {

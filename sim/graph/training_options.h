@@ -24,7 +24,17 @@ namespace vramsim {
 //            (Megatron / DeepSpeed mixed precision).
 enum class Precision : std::uint8_t { kFp32, kAmpFp16, kAmpBf16, kBf16 };
 
-enum class OptimizerKind : std::uint8_t { kSgd, kSgdMomentum, kAdam, kAdamW, kAdamW8bit, kAdafactor };
+// paged-adamw / paged-adamw-8bit: bitsandbytes' PagedAdamW (32-bit states) and PagedAdamW8bit (optimizer.h).
+enum class OptimizerKind : std::uint8_t {
+  kSgd,
+  kSgdMomentum,
+  kAdam,
+  kAdamW,
+  kAdamW8bit,
+  kAdafactor,
+  kPagedAdamW,
+  kPagedAdamW8bit
+};
 
 // The optimizers' code paths, which differ in temporaries and in when the states are made: foreach (the
 // CUDA default) works on whole tensor lists, so its temporaries are as large as all parameters of a dtype
@@ -43,6 +53,17 @@ enum class ZeroPartitionKey : std::uint8_t { kNumel, kSizeDim0 };
 // is kept; the layer is recomputed in backward). selective: only the attention core (scores, softmax,
 // dropout, weighted sum) is recomputed (Korthikanti et al. 2022).
 enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
+
+// The training loss over the logits:
+//   ce         : Hugging Face's ForCausalLMLoss: logits.float(), then F.cross_entropy over all positions;
+//                the logits are kept by the training loop (outputs.logits) through backward.
+//   chunked-ce : torchtune's CEWithChunkedOutputLoss (num_output_chunks, default 8): the model applies the
+//                output projection to each chunk of the sequence (model.set_num_output_chunks), the loss
+//                upcasts and cross-entropies one chunk at a time (reduction "sum", divided by the tokens),
+//                and the recipe deletes the chunk list before backward (`del logits`). The full logits are
+//                never materialized in fp32: only one chunk's fp32 copy is alive at a time, but every
+//                chunk's fp32 log-probabilities are saved for backward.
+enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy };
 
 // The attention implementation, as Hugging Face's attn_implementation names them:
 //   eager             : the model code's own attention: batch x heads x S x S scores and probabilities.
@@ -148,6 +169,8 @@ struct TrainingOptions {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   Checkpointing checkpointing = Checkpointing::kNone;
+  LossKind loss = LossKind::kCrossEntropy;
+  int loss_chunks = 8;  // chunked-ce: torchtune's num_output_chunks
   AttentionKind attention = AttentionKind::kEager;
   // The GPU's compute capability (major * 10 + minor; 0: unknown, taken as Ampere or newer): SDPA's choice of
   // backend depends on it.
@@ -214,6 +237,7 @@ OptimizerKind parse_optimizer(std::string_view text, std::string_view option = "
 OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback,
                                    std::string_view option = "--optimizer");
 Checkpointing parse_checkpointing(std::string_view text, std::string_view option = "--checkpointing");
+LossKind parse_loss(std::string_view text, std::string_view option = "--loss");
 AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
 WarmProcess parse_warm(std::string_view text, std::string_view option = "--warm");
 std::string_view warm_name(WarmProcess w);

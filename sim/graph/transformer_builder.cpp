@@ -425,6 +425,10 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
         tape.drop(held_loss);
       }
       held_loss = loss;
+      if (options.loss == LossKind::kChunkedCrossEntropy) {  // torchtune's recipes: `del logits` here
+        tape.drop(held_logits);
+        held_logits = kNoVar;
+      }
       if (!options.autocast_whole_step) {
         ops.set_autocast(std::nullopt);
         ops.clear_autocast_cache();
@@ -462,6 +466,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
     ops.clear_autocast_cache();
   }
   tape.finish();
+  graph.unified_memory_bytes = optimizer.paged_state_bytes();
   return graph;
 }
 

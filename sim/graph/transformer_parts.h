@@ -103,6 +103,9 @@ struct EmitContext {
   // tokens' count, the key length is the cache's, and only the last position's logits are computed
   // (generate passes logits_to_keep=1).
   KvCache* kv_cache = nullptr;
+  // --loss chunked-ce: the output projection's per-chunk logits (torchtune's model output, a list), made by
+  // the forward and consumed (then deleted) by the loss.
+  std::vector<VarId> logit_chunks = {};
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);

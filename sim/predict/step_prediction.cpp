@@ -271,6 +271,7 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
                          : lora_target_modules(request.options.lora, request.model);
   }
   p.trainable_parameters = count.trainable;
+  p.paged_optimizer_state_bytes = static_cast<std::int64_t>(graph.unified_memory_bytes);
   p.base_weights = std::string(base_weights_name(request.options.bnb.format));
   if (!p.base_weights.empty()) {
     p.bnb_double_quant = request.options.bnb.double_quant;
@@ -474,6 +475,14 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.optimizer = parse_optimizer(a.optimizer);
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
   o.checkpointing = parse_checkpointing(a.checkpointing);
+  o.loss = parse_loss(a.loss);
+  if (a.loss_chunks < 1 || a.loss_chunks > 4096) {
+    throw InputError(fmt::format("--loss-chunks: {} is not in 1..4096", a.loss_chunks));
+  }
+  if (a.loss_chunks != 8 && o.loss != LossKind::kChunkedCrossEntropy) {
+    throw InputError("--loss-chunks: chunked-ce's option (use it with --loss chunked-ce)");
+  }
+  o.loss_chunks = a.loss_chunks;
   o.attention =
       a.attention.empty()
           ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
@@ -490,6 +499,17 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.steps = a.steps;
   o.forward_only = a.forward_only;
   o.inference = a.inference;
+  if (o.loss == LossKind::kChunkedCrossEntropy) {
+    if (!layer_code(r.model.code).follows_transformers()) {
+      throw InputError(
+          "--loss chunked-ce: torchtune's loss over transformers-style models (not with --model-code "
+          "cs336-basics)");
+    }
+    if (a.inference || a.forward_only || a.generate > 0) {
+      throw InputError(
+          "--loss chunked-ce: a training loss (not with --inference, --forward-only or --generate)");
+    }
+  }
   validate(o);
   if (a.alloc_conf) {
     (void)parse_alloc_conf(*a.alloc_conf, "--alloc-conf");

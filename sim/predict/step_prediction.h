@@ -102,6 +102,9 @@ struct Prediction {
   int lora_rank = 0;
   std::vector<std::string> lora_targets;  // {"all-linear"} for all-linear
   std::int64_t trainable_parameters = 0;
+  // bitsandbytes' paged optimizer states in CUDA unified memory: outside the caching allocator (not in the
+  // peaks, the bill or the verdict); the driver evicts them to the host when the GPU needs the room.
+  std::int64_t paged_optimizer_state_bytes = 0;
   // bitsandbytes base weights ("" when not quantized: nf4, fp4, int8) and their BitsAndBytesConfig.
   std::string base_weights;
   bool bnb_double_quant = false;
@@ -199,6 +202,8 @@ struct RequestArgs {
   std::string precision = "fp32";
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
+  std::string loss = "ce";  // --loss ce|chunked-ce
+  int loss_chunks = 8;      // --loss-chunks: chunked-ce's num_output_chunks
   // "" : the code's own default -- sdpa for torch-modules (transformers' default attn_implementation with
   // PyTorch >= 2.1.1), eager (the code's own attention) for the CS336 codes
   std::string attention;
