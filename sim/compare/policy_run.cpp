@@ -8,6 +8,7 @@
 #include "sim/alloc/device_memory.h"
 #include "sim/alloc/policies/pytorch_caching.h"
 #include "sim/core/error.h"
+#include "sim/core/size_format.h"
 #include "sim/replay/adopt_initial_state.h"
 #include "sim/report/memory_stats.h"
 
@@ -64,8 +65,11 @@ struct Rig {
       end_addr = std::max(end_addr, seg.base + seg.size_bytes);
     }
     if (!device.adopt(rec.initial.reserved_bytes, end_addr)) {
-      throw InputError(fmt::format("--capacity: {} is below the {} bytes {} held reserved at trace start",
-                                   device.total_bytes(), rec.initial.reserved_bytes, rec.source));
+      throw InputError(
+          fmt::format("--capacity: {} is below the {} {} held reserved at trace start, which the pytorch "
+                      "policies start from",
+                      format_bytes_short(device.total_bytes()),
+                      format_bytes_short(rec.initial.reserved_bytes), rec.source));
     }
     stats.seed_from(native->blocks(), config.max_split_size_bytes);
   }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "sim/compare/policy_run.h"
+#include "sim/core/size_format.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
 #include "test_paths.h"
@@ -100,6 +101,15 @@ TEST_CASE("compare on a mid-run recording starts every policy from the recorded 
                        fmt::format("start state  {} blocks (", start.at("live_blocks").get<std::size_t>())));
   CHECK_THAT(text, Catch::Contains("live at trace start"));
   CHECK_THAT(text, Catch::Contains("in address order"));
+
+  // A device smaller than what the recording already held cannot host its start state: one-line error.
+  int status = 0;
+  CHECK_THAT(
+      run_cli("compare --capacity 4GiB " + trace, &status),
+      Catch::Equals(fmt::format("vramsim: error: --capacity: 4.00 GiB is below the {} {} held reserved at "
+                                "trace start, which the pytorch policies start from\n",
+                                format_bytes_short(replay.reserved_at_start_bytes), trace)));
+  CHECK(status == 2);
 
   const nlohmann::json g =
       nlohmann::json::parse(run_cli("compare --json --model gpt2 --batch 1 --seq 64 --policies no-cache"));
