@@ -79,6 +79,14 @@ TEST_CASE("compare on a mid-run recording starts every policy from the recorded 
   const ReplayResult replay = replay_snapshot(snapshot, ReplayOptions{});
   REQUIRE(replay.starts_mid_run);
 
+  // The start allocations come in address order (segments by address, blocks by address within each): with
+  // segments that do not overlap, strictly increasing addresses; one per block live at trace start.
+  const TraceRequests rec = trace_requests(snapshot, -1, replay.config);
+  REQUIRE(rec.start_blocks == live_at_trace_start(snapshot, replay.device));
+  for (std::size_t i = 1; i < rec.start_blocks; ++i) {
+    REQUIRE(rec.start_addr[i - 1] < rec.start_addr[i]);
+  }
+
   const nlohmann::json j = nlohmann::json::parse(run_cli("compare --json " + trace));
   const nlohmann::json& start = j.at("start_state");
   CHECK_FALSE(start.at("empty").get<bool>());
