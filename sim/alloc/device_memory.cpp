@@ -1,5 +1,7 @@
 #include "sim/alloc/device_memory.h"
 
+#include <algorithm>
+
 #include "sim/core/assert.h"
 
 namespace vramsim {
@@ -25,6 +27,16 @@ std::optional<Bytes> SimulatedDevice::malloc(Bytes size_bytes, PoolKind, StreamI
 void SimulatedDevice::free(Bytes, Bytes size_bytes) {
   SIM_ASSERT(size_bytes <= m_used_bytes);
   m_used_bytes -= size_bytes;
+}
+
+bool SimulatedDevice::adopt(Bytes used_bytes, Bytes end_addr) {
+  if (used_bytes > m_capacity_bytes - m_used_bytes) {
+    return false;
+  }
+  m_used_bytes += used_bytes;
+  constexpr Bytes kAlign = 2 * kMiB;
+  m_next_addr = std::max(m_next_addr, (end_addr + kAlign - 1) / kAlign * kAlign);
+  return true;
 }
 
 Bytes SimulatedDevice::reserve(Bytes size_bytes, PoolKind, StreamId) { return take_address(size_bytes); }

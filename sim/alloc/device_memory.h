@@ -48,6 +48,11 @@ class SimulatedDevice final : public IDeviceMemory {
   Bytes free_bytes() const override { return m_capacity_bytes - m_used_bytes; }
 
   Bytes used_bytes() const { return m_used_bytes; }
+  // Memory that was reserved before the run began (a recording's start state, installed in the policy
+  // directly): `used_bytes` more count as used, and new addresses begin at or above `end_addr`, so that they
+  // cannot overlap the installed segments. Returns false, changing nothing, when they do not fit the
+  // capacity.
+  bool adopt(Bytes used_bytes, Bytes end_addr);
 
  private:
   Bytes take_address(Bytes size_bytes);

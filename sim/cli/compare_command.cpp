@@ -1,5 +1,7 @@
 // `vramsim compare`: every allocator policy on the same requests (a recorded snapshot or a generated step),
-// one row each, measured the same way (sim/compare/policy_run.h).
+// one row each, measured the same way (sim/compare/policy_run.h). On a recording that starts mid-run, every
+// policy first gets the blocks live at trace start (sim/replay/request_sequence_from_trace.h:
+// trace_requests).
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -55,6 +57,41 @@ nlohmann::ordered_json row_json(const PolicyRunResult& r) {
           {"num_ooms", r.num_ooms}};
 }
 
+struct StartStateLine {
+  std::string text;
+  nlohmann::ordered_json json;
+};
+
+// What each policy starts from: said in the output, since a recording that starts mid-run is only half
+// the story without it.
+StartStateLine start_state(const TraceRequests* rec, bool generated) {
+  StartStateLine out;
+  if (rec == nullptr || rec->initial.starts_empty()) {
+    out.text = generated ? "empty: a generated step starts from an empty allocator"
+                         : "empty: the trace starts from an empty allocator";
+    out.json = {{"empty", true}, {"live_blocks", 0}, {"live_requested_bytes", 0}, {"reserved_bytes", 0}};
+    return out;
+  }
+  const char* kOrder = "address order (segments by address, blocks by address within each)";
+  const char* kNative =
+      "pytorch and pytorch-expandable adopt the recorded segments instead, cached free blocks included";
+  out.text = fmt::format(
+      "{} blocks ({}) live at trace start, {} reserved in {} segments (rebuilt as `vramsim replay` does)\n"
+      "             every policy allocates them first, in {}, then runs the trace;\n"
+      "             {}, as `vramsim replay` does",
+      rec->start_blocks, b(static_cast<std::int64_t>(rec->start_requested_bytes)),
+      b(static_cast<std::int64_t>(rec->initial.reserved_bytes)), rec->initial.segments.size(), kOrder,
+      kNative);
+  out.json = {{"empty", false},
+              {"live_blocks", rec->start_blocks},
+              {"live_requested_bytes", rec->start_requested_bytes},
+              {"segments", rec->initial.segments.size()},
+              {"reserved_bytes", rec->initial.reserved_bytes},
+              {"order", kOrder},
+              {"native_policies", kNative}};
+  return out;
+}
+
 int list_policies() {
   for (const PolicyEntry& p : policy_registry()) {
     fmt::print("{:<20} {}\n", p.name, p.summary);
@@ -75,7 +112,9 @@ int run_compare(CompareArgs& args) {
   PolicyRunOptions options;
   options.capacity_bytes = device.capacity_bytes;
   std::string source;
-  RequestSequence sequence;
+  RequestSequence generated;
+  TraceRequests recording;
+  const RequestSequence* seq = &generated;
   if (!args.file.empty()) {
     const Snapshot snapshot = load_snapshot(args.file);
     // A recording's own allocator settings apply to the native policies, as in `vramsim replay`.
@@ -83,7 +122,9 @@ int run_compare(CompareArgs& args) {
     ro.alloc_conf = args.request.alloc_conf;
     std::string origin;
     options.config = resolve_config(snapshot, ro, origin);
-    sequence = request_sequence_from_trace(snapshot);
+    recording = trace_requests(snapshot, -1, options.config);
+    options.recording = &recording;
+    seq = &recording.sequence;
     source = args.file;
   } else {
     if (args.request.seq <= 0) {
@@ -93,12 +134,14 @@ int run_compare(CompareArgs& args) {
     options.config =
         request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
     DynamicRun run = fixed_shape_run(request.model, request.options);
-    sequence = std::move(run.sequence);
+    generated = std::move(run.sequence);
     options.step_ends = std::move(run.step_ends);
     source = fmt::format("{} batch {} seq {}, {} step(s) (generated)", request.model.name,
                          request.options.batch, request.options.seq, request.options.steps);
   }
+  const RequestSequence& sequence = *seq;
   const Bytes live = peak_live_bytes(sequence);
+  const StartStateLine start = start_state(options.recording, args.file.empty());
 
   std::vector<PolicyRunResult> results;
   for (const PolicyEntry* p : policies) {
@@ -112,6 +155,7 @@ int run_compare(CompareArgs& args) {
     j["allocations"] = sequence.alloc_count();
     j["capacity_bytes"] = device.capacity_bytes;
     j["peak_live_bytes"] = live;
+    j["start_state"] = start.json;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const PolicyRunResult& r : results) {
       rows.push_back(row_json(r));
@@ -120,9 +164,13 @@ int run_compare(CompareArgs& args) {
     fmt::print("{}\n", json_text(j));
     return 0;
   }
-  fmt::print("requests     {} ({} allocations) from {}\n", sequence.ops().size(), sequence.alloc_count(),
+  fmt::print("requests     {} ({} allocations{}) from {}\n", sequence.ops().size(), sequence.alloc_count(),
+             options.recording != nullptr && options.recording->start_blocks > 0
+                 ? fmt::format(", the first {} of them the start state", options.recording->start_blocks)
+                 : "",
              source);
   fmt::print("device       {}\n", device_label(device));
+  fmt::print("start state  {}\n", start.text);
   fmt::print("peak live    {}  (the most bytes live at once: no placement can reserve less)\n\n",
              b(static_cast<std::int64_t>(live)));
   fmt::print("{:<20}{:>12}{:>12}{:>8}{:>12}{:>25}{:>9}{:>9}{:>6}\n", "policy", "reserved", "allocated",

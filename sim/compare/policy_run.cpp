@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 
 #include "sim/alloc/device_memory.h"
+#include "sim/alloc/policies/pytorch_caching.h"
 #include "sim/core/error.h"
+#include "sim/core/size_format.h"
+#include "sim/replay/adopt_initial_state.h"
 #include "sim/report/memory_stats.h"
 
 namespace vramsim {
@@ -18,6 +21,10 @@ struct Rig {
   MemoryStatsObserver stats;
   std::unique_ptr<IAllocatorPolicy> policy;
   std::vector<BlockId> blocks;  // per allocation id; kNoBlock when it failed (or is not yet made)
+  std::vector<bool> adopted;    // per allocation id: installed by adopt_initial_state, not allocated
+  std::vector<bool> deferred;   // per allocation id: freed at the start, its free op completes stream events
+  const std::vector<std::size_t>* empty_cache_after = nullptr;
+  std::size_t next_empty_cache = 0;
 
   Rig(const PolicyEntry& entry, const RequestSequence& sequence, const PolicyRunOptions& options)
       : device(options.capacity_bytes),
@@ -25,23 +32,77 @@ struct Rig {
                   ? -1
                   : static_cast<std::int64_t>(options.config.max_split_size_bytes)),
         policy(entry.make(options.config, device, stats)),
-        blocks(sequence.alloc_count(), kNoBlock) {
+        blocks(sequence.alloc_count(), kNoBlock),
+        adopted(sequence.alloc_count(), false),
+        deferred(sequence.alloc_count(), false) {
     policy->plan(sequence);  // online policies ignore it
+    if (options.recording != nullptr) {
+      empty_cache_after = &options.recording->empty_cache_after;
+      adopt(*options.recording, options.config);
+      run_empty_caches(0);
+    }
   }
 
-  // Returns false when the request was an allocation that failed.
+  // The native policy starts from the recorded segments, as `vramsim replay` does.
+  void adopt(const TraceRequests& rec, const CachingConfig& config) {
+    auto* native = dynamic_cast<PyTorchCachingPolicy*>(policy.get());
+    if (native == nullptr || rec.initial.starts_empty()) {
+      return;
+    }
+    const AdoptedState state = adopt_initial_state(*native, rec.initial, device.total_bytes(), rec.source);
+    for (std::size_t id = 0; id < rec.start_blocks; ++id) {
+      blocks[id] = state.live.at(rec.start_addr[id]);
+      adopted[id] = true;
+      if (rec.start_pending[id]) {  // freed before the trace, its stream work still pending
+        native->record_stream(blocks[id], kDeferredFreeStream);
+        native->free(blocks[id], 0);
+        deferred[id] = true;
+      }
+    }
+    Bytes end_addr = 0;
+    for (SegmentId sid : native->blocks().live_segments_by_address()) {
+      const Segment& seg = native->blocks().segment(sid);
+      end_addr = std::max(end_addr, seg.base + seg.size_bytes);
+    }
+    if (!device.adopt(rec.initial.reserved_bytes, end_addr)) {
+      throw InputError(
+          fmt::format("--capacity: {} is below the {} {} held reserved at trace start, which the pytorch "
+                      "policies start from",
+                      format_bytes_short(device.total_bytes()),
+                      format_bytes_short(rec.initial.reserved_bytes), rec.source));
+    }
+    stats.seed_from(native->blocks(), config.max_split_size_bytes);
+  }
+
+  void run_empty_caches(std::size_t ops_done) {
+    while (empty_cache_after != nullptr && next_empty_cache < empty_cache_after->size() &&
+           (*empty_cache_after)[next_empty_cache] == ops_done) {
+      policy->empty_cache();
+      ++next_empty_cache;
+    }
+  }
+
+  // Applies op `index` and the empty_cache calls that follow it. Returns false when the request was an
+  // allocation that failed.
   bool apply(const RequestOp& op, std::size_t index) {
     const auto time_ns = static_cast<TimeNs>(index);
+    bool ok = true;
     if (op.kind == RequestOp::Kind::kAlloc) {
-      const AllocResult r = policy->allocate(AllocRequest{op.size_bytes, op.stream, time_ns});
-      blocks[op.alloc_id] = r.block;
-      return r.ok();
-    }
-    if (blocks[op.alloc_id] != kNoBlock) {
-      policy->free(blocks[op.alloc_id], time_ns);
+      if (!adopted[op.alloc_id]) {
+        const AllocResult r = policy->allocate(AllocRequest{op.size_bytes, op.stream, time_ns});
+        blocks[op.alloc_id] = r.block;
+        ok = r.ok();
+      }
+    } else if (blocks[op.alloc_id] != kNoBlock) {
+      if (deferred[op.alloc_id]) {
+        policy->complete_stream_events(blocks[op.alloc_id]);
+      } else {
+        policy->free(blocks[op.alloc_id], time_ns);
+      }
       blocks[op.alloc_id] = kNoBlock;
     }
-    return true;
+    run_empty_caches(index + 1);
+    return ok;
   }
 };
 
@@ -95,6 +156,7 @@ PolicyRunResult run_policy(const PolicyEntry& entry, const RequestSequence& sequ
   std::int64_t allocated_peak = -1;
   {
     Rig rig(entry, sequence, options);
+    peaks.sample(rig.stats.stats(), 0);  // a recording's start state may hold the peak
     std::size_t next_step = 0;
     std::int64_t ooms_before_step = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {

@@ -1,9 +1,14 @@
 // One allocator policy over one request sequence, measured the same way for every policy: what `vramsim
 // compare` prints per row and `vramsim sweep` samples per step.
 //
-// The run starts from an empty device of `capacity_bytes`. A request the policy cannot serve is an OOM: it is
-// counted, the tensor is dropped (its free is skipped) and the run goes on, so one sequence yields the number
-// of failing requests rather than stopping at the first (a training job would stop there).
+// The run starts from an empty device of `capacity_bytes`, or, on a recording (PolicyRunOptions::recording),
+// from the state the recording began in: the sequence's first allocations are then the blocks live at trace
+// start, which every policy allocates in that order, except the native policies (pytorch,
+// pytorch-expandable), which adopt the recorded segments as they were, cached free blocks included, as
+// `vramsim replay` does (a free of a block that was freed before the trace and completes in it then completes
+// its stream events). A request the policy cannot serve is an OOM: it is counted, the tensor is dropped (its
+// free is skipped) and the run goes on, so one sequence yields the number of failing requests rather than
+// stopping at the first (a training job would stop there).
 //
 // Figures (bytes unless named otherwise):
 //   * peaks of reserved, allocated, active and requested memory (sim/report/peak_tracker.h);
@@ -25,6 +30,7 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/alloc/registry.h"
 #include "sim/alloc/request_sequence.h"
+#include "sim/replay/request_sequence_from_trace.h"
 #include "sim/report/peak_tracker.h"
 
 namespace vramsim {
@@ -34,6 +40,9 @@ struct PolicyRunOptions {
   CachingConfig config;                   // for the policies that read allocator settings (pytorch*)
   // Op indices (into the sequence's ops) after which a step ends, ascending; a sample is taken at each.
   std::vector<std::size_t> step_ends;
+  // A recording's requests and start state (its `sequence` must be the one run); empty_cache() is called
+  // where it says. nullptr: a sequence that starts from an empty allocator.
+  const TraceRequests* recording = nullptr;
 };
 
 // The state after a step's last request.

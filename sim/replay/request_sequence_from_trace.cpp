@@ -1,10 +1,12 @@
 #include "sim/replay/request_sequence_from_trace.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/replay/trace_replay.h"
 
 namespace vramsim {
 
@@ -49,6 +51,73 @@ RequestSequence request_sequence_from_trace(const Snapshot& snapshot, int device
     }
   }
   return sequence;
+}
+
+TraceRequests trace_requests(const Snapshot& snapshot, int device, const CachingConfig& config) {
+  TraceRequests out;
+  out.source = snapshot.source;
+  out.device = replay_device(snapshot, device);
+  out.initial = rebuild_initial_state(snapshot, out.device, config);
+  std::unordered_map<Bytes, std::size_t> live;     // address -> allocation id, freed at free_requested
+  std::unordered_map<Bytes, std::size_t> pending;  // address -> allocation id, freed at free_completed
+  for (const InitialSegment& seg : out.initial.segments) {  // address order, blocks tiling each segment
+    for (const InitialBlock& b : seg.blocks) {
+      if (!b.allocated) {
+        continue;
+      }
+      const std::size_t id = out.sequence.add_alloc(std::max<Bytes>(b.requested_bytes, 1), seg.stream);
+      (b.pending_free ? pending : live)[b.addr] = id;
+      out.start_addr.push_back(b.addr);
+      out.start_pending.push_back(b.pending_free);
+      out.start_requested_bytes += b.requested_bytes;
+    }
+  }
+  out.start_blocks = out.sequence.alloc_count();
+
+  const auto dev = static_cast<std::size_t>(out.device);
+  static const std::vector<TraceEvent> kNoEvents;
+  const std::vector<TraceEvent>& events =
+      dev < snapshot.device_traces.size() ? snapshot.device_traces[dev].events : kNoEvents;
+  bool any_op_yet = false;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = events[i];
+    if (is_segment_event(e.action)) {
+      std::size_t j = i;
+      while (j < events.size() && is_segment_event(events[j].action)) {
+        ++j;
+      }
+      const bool feeds_op = j < events.size() && (events[j].action == TraceAction::kAlloc ||
+                                                  events[j].action == TraceAction::kOom);
+      const bool releases = is_segment_release(e.action);
+      if (!feeds_op || (!any_op_yet && releases)) {
+        out.empty_cache_after.push_back(out.sequence.ops().size());
+      }
+      i = j - 1;
+      continue;
+    }
+    if (e.action == TraceAction::kAlloc || e.action == TraceAction::kOom) {
+      any_op_yet = true;
+    }
+    if (e.action == TraceAction::kAlloc && e.size_bytes > 0) {
+      if (live.count(e.addr) != 0) {
+        throw InputError(fmt::format("{}: device_traces[{}][{}]: alloc at 0x{:x}, which is still allocated",
+                                     snapshot.source, out.device, i, e.addr));
+      }
+      live[e.addr] = out.sequence.add_alloc(e.size_bytes, e.stream);
+    } else if (e.action == TraceAction::kFreeRequested) {
+      any_op_yet = true;
+      if (auto it = live.find(e.addr); it != live.end()) {
+        out.sequence.add_free(it->second);
+        live.erase(it);
+      }
+    } else if (e.action == TraceAction::kFreeCompleted) {
+      if (auto it = pending.find(e.addr); it != pending.end()) {
+        out.sequence.add_free(it->second);
+        pending.erase(it);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace vramsim

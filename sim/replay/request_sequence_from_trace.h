@@ -2,7 +2,12 @@
 // offline policies plan over, and what every policy can be replayed on from an empty state.
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "sim/alloc/caching_config.h"
 #include "sim/alloc/request_sequence.h"
+#include "sim/replay/initial_state.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
@@ -14,5 +19,32 @@ namespace vramsim {
 // `device` -1 picks the first device whose trace has events. Throws InputError naming the file and the event
 // when the trace allocates an address that is still live, or `device` has no trace.
 RequestSequence request_sequence_from_trace(const Snapshot& snapshot, int device = -1);
+
+// A recording's requests including the state it started from, as `vramsim compare` gives them to every
+// policy. The allocations live when the trace began (rebuilt from the final snapshot minus the trace, as
+// `vramsim replay` rebuilds them: rebuild_initial_state) come first, one allocation each of its requested
+// size on its stream, in an order a real allocator could have handed them out: segments by base address,
+// blocks by address within each segment. Then the trace, as request_sequence_from_trace reads it, except that
+// the free_requested of a block live at trace start frees its start allocation, and a block freed before
+// the trace whose free_completed is in it (record_stream) is freed at that free_completed.
+struct TraceRequests {
+  RequestSequence sequence;
+  std::string source;
+  int device = 0;
+  InitialState
+      initial;  // the rebuilt state at trace start; adopt_initial_state installs it in pytorch policies
+  std::size_t start_blocks = 0;     // allocations [0, start_blocks) are the blocks live at trace start
+  Bytes start_requested_bytes = 0;  // their requested bytes
+  std::vector<Bytes> start_addr;    // per start allocation: its recorded address
+  std::vector<bool> start_pending;  // per start allocation: freed before the trace, free_completed in it
+  // empty_cache() is called after this many ops, ascending: a burst of segment_free / segment_unmap that
+  // feeds no alloc, or that opens the trace, is torch.cuda.empty_cache() (the rule `vramsim replay` follows).
+  std::vector<std::size_t> empty_cache_after;
+};
+
+// `device` -1 picks the device `vramsim replay` picks (replay_device). `config` sizes the blocks the rebuild
+// has to infer (rebuild_initial_state). Throws InputError as rebuild_initial_state and
+// request_sequence_from_trace do.
+TraceRequests trace_requests(const Snapshot& snapshot, int device, const CachingConfig& config);
 
 }  // namespace vramsim

@@ -13,15 +13,13 @@
 #include "sim/alloc/size_classes.h"
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
+#include "sim/replay/adopt_initial_state.h"
 #include "sim/replay/initial_state.h"
 #include "sim/replay/model_snapshot.h"
 #include "traces/snapshot_invariants.h"
 
 namespace vramsim {
 namespace {
-
-// A stream handle no recorded block uses: record_stream onto it makes a free wait for free_completed.
-constexpr StreamId kDeferredFreeStream = ~StreamId{0} - 1;
 
 // "0, 2": the devices whose trace has events.
 std::string devices_with_a_trace(const Snapshot& snapshot) {
@@ -34,7 +32,9 @@ std::string devices_with_a_trace(const Snapshot& snapshot) {
   return list;
 }
 
-int pick_device(const Snapshot& snapshot, int requested) {
+}  // namespace
+
+int replay_device(const Snapshot& snapshot, int requested) {
   if (requested >= 0) {
     const auto d = static_cast<std::size_t>(requested);
     const bool has_trace = d < snapshot.device_traces.size() && !snapshot.device_traces[d].events.empty();
@@ -60,6 +60,8 @@ int pick_device(const Snapshot& snapshot, int requested) {
   }
   return snapshot.segments.empty() ? 0 : snapshot.segments.front().device;
 }
+
+namespace {
 
 void compare_final_state(const Snapshot& snapshot, int device, const std::vector<SnapshotSegment>& model,
                          CheckReport& check) {
@@ -128,90 +130,6 @@ void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t r
   }
 }
 
-// The rebuilt start state, installed in the model.
-struct AdoptedState {
-  std::unordered_map<Bytes, BlockId> live;  // live blocks by recorded address
-  std::vector<Bytes> pending_at_start;      // freed before the trace, free_completed in it
-  std::int64_t requested_bytes = 0;         // sum of the live blocks' requested sizes
-};
-
-void note_adopted(const InitialSegment& seg, const std::vector<BlockId>& ids, std::size_t first,
-                  AdoptedState& out) {
-  for (std::size_t i = 0; i < seg.blocks.size(); ++i) {
-    const InitialBlock& b = seg.blocks[i];
-    if (b.allocated) {
-      out.live[b.addr] = ids[first + i];
-      out.requested_bytes += static_cast<std::int64_t>(b.requested_bytes);
-      if (b.pending_free) {
-        out.pending_at_start.push_back(b.addr);
-      }
-    }
-  }
-}
-
-std::vector<AdoptedBlock> adopted_blocks(const InitialSegment& seg) {
-  std::vector<AdoptedBlock> out;
-  for (const InitialBlock& b : seg.blocks) {
-    out.push_back(AdoptedBlock{b.size_bytes, b.requested_bytes, b.allocated});
-  }
-  return out;
-}
-
-// Installs one expandable reservation holding `runs` (same pool and stream, address order). A snapshot does
-// not say where a reservation begins: it is taken to begin at its lowest run and to span page x ceil(1.125 x
-// device total / page) bytes (spec E1), cut short before the next segment of another pool or stream.
-void adopt_reservation(PyTorchCachingPolicy& policy, const InitialState& initial,
-                       const std::vector<const InitialSegment*>& runs, Bytes device_total,
-                       const std::string& source, AdoptedState& out) {
-  const InitialSegment& first = *runs.front();
-  const Bytes page = first.pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
-  const Bytes want = device_total + device_total / 8;
-  Bytes end = first.base + (want + page - 1) / page * page;
-  for (const InitialSegment& other : initial.segments) {
-    const bool same = other.expandable && other.pool == first.pool && other.stream == first.stream;
-    if (!same && other.base > first.base && other.base < end) {
-      end = first.base + (other.base - first.base) / page * page;
-    }
-  }
-  std::vector<AdoptedRun> adopted;
-  for (const InitialSegment* run : runs) {
-    if ((run->base - first.base) % page != 0 || run->size_bytes % page != 0 ||
-        run->base + run->size_bytes > end) {
-      throw InputError(fmt::format(
-          "{}: expandable segment 0x{:x} ({} bytes) is not whole {}-byte pages of one reservation beginning "
-          "at 0x{:x} and ending before the next segment",
-          source, run->base, run->size_bytes, page, first.base));
-    }
-    adopted.push_back(AdoptedRun{run->base, adopted_blocks(*run)});
-  }
-  const std::vector<BlockId> ids =
-      policy.adopt_expandable_segment(first.base, end - first.base, first.pool, first.stream, adopted);
-  std::size_t next = 0;
-  for (const InitialSegment* run : runs) {
-    note_adopted(*run, ids, next, out);
-    next += run->blocks.size();
-  }
-}
-
-// Installs the rebuilt start state: cudaMalloc segments as they are, the expandable runs as one reservation
-// per (pool, stream).
-AdoptedState adopt_initial_state(PyTorchCachingPolicy& policy, const InitialState& initial,
-                                 Bytes device_total, const std::string& source) {
-  AdoptedState out;
-  std::map<std::pair<PoolKind, StreamId>, std::vector<const InitialSegment*>> reservations;
-  for (const InitialSegment& seg : initial.segments) {
-    if (seg.expandable) {
-      reservations[{seg.pool, seg.stream}].push_back(&seg);
-      continue;
-    }
-    note_adopted(seg, policy.adopt_segment(seg.base, seg.pool, seg.stream, adopted_blocks(seg)), 0, out);
-  }
-  for (const auto& [key, runs] : reservations) {
-    adopt_reservation(policy, initial, runs, device_total, source, out);
-  }
-  return out;
-}
-
 }  // namespace
 
 bool recorded_expandable_segments(const Snapshot& snapshot, int device) {
@@ -238,7 +156,7 @@ CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& opti
   }
   CachingConfig c = resolve_recorded_config(snapshot, origin);
   if (!c.expandable_segments &&
-      recorded_expandable_segments(snapshot, pick_device(snapshot, options.device))) {
+      recorded_expandable_segments(snapshot, replay_device(snapshot, options.device))) {
     c.expandable_segments = true;  // the segments say so, whatever the settings string says (spec E9)
     origin += "; expandable_segments from the recorded segments";
   }
@@ -273,7 +191,7 @@ bool CheckReport::identical(const PeakSummary& model) const {
 ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& options) {
   ReplayResult result;
   result.source = snapshot.source;
-  result.device = pick_device(snapshot, options.device);
+  result.device = replay_device(snapshot, options.device);
   result.config = resolve_config(snapshot, options, result.config_origin);
   if (result.config.per_process_memory_fraction > 0.0 && options.capacity_bytes == 0) {
     throw InputError(

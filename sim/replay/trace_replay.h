@@ -88,6 +88,10 @@ CachingConfig resolve_recorded_config(const Snapshot& snapshot, std::string& ori
 // True when one of `device`'s segments is expandable or its trace maps / unmaps pages.
 bool recorded_expandable_segments(const Snapshot& snapshot, int device);
 
+// The device a replay of `snapshot` uses: `requested` when >= 0 (InputError when it has neither a trace nor
+// segments there), else the first device whose trace has events, else the device of the first segment.
+int replay_device(const Snapshot& snapshot, int requested);
+
 // Throws InputError for traces that contradict themselves (free of an unknown address, ...) and bad options.
 ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& options);
 
