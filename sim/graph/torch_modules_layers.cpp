@@ -575,7 +575,8 @@ void torch_modules_forward_locals(EmitContext& c, DType dtype) {
   if (c.model.family == ModelFamily::kGpt2) {
     return;
   }
-  const bool cache_mask = c.kv_cache != nullptr && c.kv_cache->needs_mask();
+  // a static cache's unwritten positions, or a left-padded batch's padding (attention_mask has zeros)
+  const bool cache_mask = c.kv_cache != nullptr && (c.kv_cache->needs_mask() || left_padded(c.options));
   if (c.attention == AttentionKind::kEager ||
       ((c.model.always_builds_mask || cache_mask) && c.attention != AttentionKind::kFlashAttention2)) {
     c.additive_mask = causal_mask(c, dtype);
