@@ -297,6 +297,44 @@ void serve_from_blocks(const TrainingOptions& o, Prediction::Generation::Paged& 
   g.concurrent_sequences = g.blocks_per_sequence > 0 ? g.num_gpu_blocks / g.blocks_per_sequence : 0;
 }
 
+// What the request asked for, as the report names it (the layout, adapters, quantization, attention).
+void describe_request(const PredictRequest& request, Prediction& p) {
+  p.model_name = request.model.name;
+  p.data_parallel = request.options.data_parallel.scheme;
+  p.world_size = request.options.data_parallel.world_size;
+  p.zero_redundancy_optimizer = request.options.data_parallel.zero_redundancy_optimizer;
+  if (request.options.data_parallel.offload_optimizer) {
+    p.offload.emplace_back("optimizer");
+  }
+  if (request.options.data_parallel.offload_params) {
+    p.offload.emplace_back("params");
+  }
+  if (request.options.offload_activations) {
+    p.offload.emplace_back("activations");
+  }
+  p.tensor_parallel = request.tensor_parallel;
+  p.pipeline_stage_simulated = request.options.pipeline.stage;
+  p.sequence_parallel = request.options.sequence_parallel;
+  const ParameterCount count = count_parameters(request.model, request.options.lora);
+  p.lora_rank = request.options.lora.rank;
+  if (p.lora_rank > 0) {
+    p.lora_targets = request.options.lora.all_linear
+                         ? std::vector<std::string>{"all-linear"}
+                         : lora_target_modules(request.options.lora, request.model);
+  }
+  p.trainable_parameters = count.trainable;
+  p.base_weights = std::string(base_weights_name(request.options.bnb.format));
+  if (!p.base_weights.empty()) {
+    p.bnb_double_quant = request.options.bnb.double_quant;
+    p.bnb_compute_dtype = std::string(dtype_name(request.options.bnb.compute_dtype));
+    p.bnb_prepare_kbit_training = request.options.bnb.prepare_kbit_training;
+    p.bnb_saves_input = request.options.bnb.matmul4bit_saves_input;
+  }
+  p.total_parameters = count.total;
+  p.attention_asked = std::string(attention_name(request.options.attention));
+  p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
+}
+
 Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   std::optional<Prediction::Generation::Paged> paged;
   PredictRequest sized = original;
@@ -336,40 +374,7 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   Prediction p = explain_run(
       snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
       name_of);
-  p.model_name = request.model.name;
-  p.data_parallel = request.options.data_parallel.scheme;
-  p.world_size = request.options.data_parallel.world_size;
-  p.zero_redundancy_optimizer = request.options.data_parallel.zero_redundancy_optimizer;
-  if (request.options.data_parallel.offload_optimizer) {
-    p.offload.emplace_back("optimizer");
-  }
-  if (request.options.data_parallel.offload_params) {
-    p.offload.emplace_back("params");
-  }
-  if (request.options.offload_activations) {
-    p.offload.emplace_back("activations");
-  }
-  p.tensor_parallel = request.tensor_parallel;
-  p.pipeline_stage_simulated = request.options.pipeline.stage;
-  p.sequence_parallel = request.options.sequence_parallel;
-  const ParameterCount count = count_parameters(request.model, request.options.lora);
-  p.lora_rank = request.options.lora.rank;
-  if (p.lora_rank > 0) {
-    p.lora_targets = request.options.lora.all_linear
-                         ? std::vector<std::string>{"all-linear"}
-                         : lora_target_modules(request.options.lora, request.model);
-  }
-  p.trainable_parameters = count.trainable;
-  p.base_weights = std::string(base_weights_name(request.options.bnb.format));
-  if (!p.base_weights.empty()) {
-    p.bnb_double_quant = request.options.bnb.double_quant;
-    p.bnb_compute_dtype = std::string(dtype_name(request.options.bnb.compute_dtype));
-    p.bnb_prepare_kbit_training = request.options.bnb.prepare_kbit_training;
-    p.bnb_saves_input = request.options.bnb.matmul4bit_saves_input;
-  }
-  p.total_parameters = count.total;
-  p.attention_asked = std::string(attention_name(request.options.attention));
-  p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
+  describe_request(request, p);
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   // 4. The time axis: the engine's roofline estimate.
