@@ -125,6 +125,11 @@ TEST_CASE("generate: a left-padded batch is sized by its longest prompt and buil
   // The 2D attention_mask has zeros, so the 4D mask is built at every forward: the prefill's (2, 1, 8, 8) and
   // the decode steps' (2, 1, 1, 9 | 10 | 11) in bf16 = 256, then 36, 40, 44 B; without padding, none.
   CHECK(sizes_named(padded, "causal_mask.clone") == std::vector<Bytes>{256, 36, 40, 44});
+  // SDPA's _unmask_unattended rebinds the mask to a product of the same size: (mask == min) bools of 128,
+  // then 18, 20, 22 B; the (2, 1, s, 1) row bools of 16, then 2 B.
+  CHECK(sizes_named(padded, "causal_mask.unmask_unattended") == std::vector<Bytes>{256, 36, 40, 44});
+  CHECK(sizes_named(padded, "causal_mask.unmask_eq") == std::vector<Bytes>{128, 18, 20, 22});
+  CHECK(sizes_named(padded, "causal_mask.unmask_all") == std::vector<Bytes>{16, 2, 2, 2});
   CHECK(sizes_named(even, "causal_mask.clone").empty());
   test::check_schedule_invariants(padded, build_allocation_schedule(padded));
 }
