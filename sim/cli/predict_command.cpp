@@ -1,5 +1,6 @@
 // `vramsim predict`: will this training step fit, and where does the memory go?
 #include <algorithm>
+#include <charconv>
 
 #include <nlohmann/json.hpp>
 
@@ -31,7 +32,17 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   auto* cap = cmd->add_option("--capacity", a.capacity,
                               "device memory for the allocator instead of a GPU, e.g. 80GiB (context 0)");
   gpu->excludes(cap);
-  cmd->add_option("--seq,--prompt-len", a.seq, "sequence length (with --generate: the prompt's)")->required();
+  cmd->add_option("--seq,--prompt-len", a.prompt_len,
+                  "sequence length (with --generate: the prompt's; uniform:LO..HI draws one per sequence, "
+                  "seed 0)")
+      ->required()
+      ->each([&a](const std::string& text) {
+        std::int64_t value = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc{} && ptr == text.data() + text.size()) {
+          a.seq = value;  // a plain number, as commands that read `seq` expect
+        }
+      });
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
   cmd->add_option("--optimizer", a.optimizer,
                   "sgd|sgd-momentum|adam|adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop/"
@@ -86,8 +97,22 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "model.generate() of N new tokens after the prompt (--seq / --prompt-len): a prefill, then "
       "one forward per token through the KV cache, under no_grad; step t + 1 decodes token t + 1");
   cmd->add_option("--kv-cache", a.kv_cache,
-                  "dynamic|static: transformers' DynamicCache (grows by torch.cat) or StaticCache "
-                  "(preallocated for prompt + new tokens)")
+                  "dynamic|static|paged: transformers' DynamicCache (grows by torch.cat) or StaticCache "
+                  "(preallocated for prompt + new tokens), or vLLM's paged cache (blocks sized by a profile "
+                  "run, allocated once)")
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                  "vLLM: the fraction of GPU memory the engine may use (paged cache)")
+      ->capture_default_str();
+  cmd->add_option("--block-size", a.block_size, "vLLM: tokens per KV-cache block (paged cache)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", a.max_model_len,
+                  "vLLM: the longest sequence served (paged cache; default: the model's trained context)");
+  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
+                  "vLLM: tokens of the profile run and of one scheduled batch (paged cache; default "
+                  "max(max_model_len, 2048), vLLM's without chunked prefill)");
+  cmd->add_option("--max-num-seqs", a.max_num_seqs,
+                  "vLLM: sequences per batch, the profile run's dummy prompts (paged cache)")
       ->capture_default_str();
   cmd->add_option("--lora-rank", a.lora_rank,
                   "PEFT LoRA rank r: frozen base weights, trainable adapters (0: full fine-tuning)")
@@ -191,10 +216,23 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   const std::string& asked = a.attention.empty() ? p.attention_asked : a.attention;
   const std::string attention =
       p.attention_kernel == asked ? asked : fmt::format("{} ({})", asked, p.attention_kernel);
-  if (a.generate > 0) {
+  if (p.generation) {
+    const Prediction::Generation& g = *p.generation;
+    std::string prompt = std::to_string(g.prompt_tokens);
+    if (!g.prompt_lens.empty()) {
+      const auto [lo, hi] = std::minmax_element(g.prompt_lens.begin(), g.prompt_lens.end());
+      double mean = 0.0;
+      for (std::int64_t len : g.prompt_lens) {
+        mean += static_cast<double>(len) / static_cast<double>(g.prompt_lens.size());
+      }
+      const std::string drawn =
+          g.prompt_lens.size() <= 16 ? fmt::format("drawn: {}; ", fmt::join(g.prompt_lens, " ")) : "";
+      prompt = fmt::format("{} ({}min {}, max {}, mean {:.1f}{})", a.prompt_len, drawn, *lo, *hi, mean,
+                           g.kv_cache == "paged" ? "" : "; left-padded to the longest");
+    }
     fmt::print(
         "run              batch {}, prompt {}, generate {} tokens ({} KV cache), {}, attention {}, no_grad\n",
-        a.batch, a.seq, a.generate, a.kv_cache, a.precision, attention);
+        a.batch, prompt, a.generate, a.kv_cache, a.precision, attention);
   } else {
     fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}{}\n",
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,

@@ -21,16 +21,51 @@ void line(std::string_view label, std::int64_t v, std::string_view note = "") {
   fmt::print("  {:<22}{:>12}  {:>16} B{}{}\n", label, sb(v), v, note.empty() ? "" : "  ", note);
 }
 
+// vLLM's paged cache: how the profile run sized it, and what it serves.
+void print_paged(const Prediction::Generation& g) {
+  const Prediction::Generation::Paged& v = *g.paged;
+  fmt::print(
+      "  vLLM             gpu_memory_utilization {}, block_size {}, max_model_len {}, max_num_batched_tokens "
+      "{}, max_num_seqs {}\n",
+      v.gpu_memory_utilization, v.block_size, v.max_model_len, v.max_num_batched_tokens, v.max_num_seqs);
+  line("profile run peak", v.profile_peak_allocated_bytes,
+       "allocated_bytes.all.peak: weights + the profile forward's activations");
+  line("non-torch", v.non_torch_bytes, "the CUDA context");
+  line("KV cache budget", v.available_bytes, "total x utilization - profile peak - non-torch");
+  line("KV cache", g.kv_cache_bytes,
+       fmt::format("{} blocks of {} B, allocated once before serving", v.num_gpu_blocks, v.block_bytes));
+  const std::int64_t tokens = v.num_gpu_blocks * v.block_size;
+  fmt::print("  per token        {} B of cache per position of one sequence; the blocks hold {} tokens\n",
+             g.kv_bytes_per_token, tokens);
+  if (v.num_gpu_blocks == 0) {
+    fmt::print("  serving          vLLM refuses to start: no available memory for the cache blocks\n");
+  } else if (v.max_model_len > tokens) {
+    fmt::print(
+        "  serving          vLLM refuses to start: max_model_len {} is above the {} tokens the cache holds\n",
+        v.max_model_len, tokens);
+  }
+  fmt::print(
+      "  sequences        {} of {} cached tokens ({} + {} - 1, {} blocks each) fit at once; "
+      "this batch needs {} of the {} blocks: {}\n",
+      v.concurrent_sequences, g.prompt_tokens + g.new_tokens - 1, g.prompt_tokens, g.new_tokens,
+      v.blocks_per_sequence, v.batch_blocks, v.num_gpu_blocks,
+      v.batch_blocks <= v.num_gpu_blocks ? "it fits at once" : "it does not fit at once");
+}
+
 void print_generation(const Prediction::Generation& g, std::int64_t headroom_bytes) {
   const std::int64_t headroom_tokens =
       g.kv_bytes_per_token > 0 ? std::max<std::int64_t>(0, headroom_bytes) / g.kv_bytes_per_token : 0;
   fmt::print("\ngeneration       {} new tokens after a {}-token prompt, greedy, {} KV cache\n", g.new_tokens,
              g.prompt_tokens, g.kv_cache);
-  line("KV cache", g.kv_cache_bytes, "keys and values of every layer after the last token");
-  fmt::print(
-      "  per token        {} B of cache per position of one sequence; the headroom holds about {} more "
-      "positions\n",
-      g.kv_bytes_per_token, headroom_tokens);
+  if (g.paged) {
+    print_paged(g);
+  } else {
+    line("KV cache", g.kv_cache_bytes, "keys and values of every layer after the last token");
+    fmt::print(
+        "  per token        {} B of cache per position of one sequence; the headroom holds about {} more "
+        "positions\n",
+        g.kv_bytes_per_token, headroom_tokens);
+  }
   fmt::print("  prefill (step 1)       allocated {:>12}   reserved {:>12}\n",
              b(g.prefill.peak_allocated_bytes), b(g.prefill.peak_reserved_bytes));
   if (g.decode.step > 0) {
@@ -109,7 +144,26 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                        {"decode", peak(g.decode)},
                        {"prefill_time_ns", g.prefill_time_ns},
                        {"decode_time_ns", g.decode_time_ns},
-                       {"decode_tokens_per_s", g.decode_tokens_per_s}};
+                       {"decode_tokens_per_s", g.decode_tokens_per_s},
+                       {"prompt_lens", g.prompt_lens}};
+    if (g.paged) {
+      const Prediction::Generation::Paged& v = *g.paged;
+      j["generation"]["paged"] = {{"block_size", v.block_size},
+                                  {"block_bytes", v.block_bytes},
+                                  {"num_gpu_blocks", v.num_gpu_blocks},
+                                  {"kv_cache_tokens", v.num_gpu_blocks * v.block_size},
+                                  {"gpu_memory_utilization", v.gpu_memory_utilization},
+                                  {"max_model_len", v.max_model_len},
+                                  {"max_num_batched_tokens", v.max_num_batched_tokens},
+                                  {"max_num_seqs", v.max_num_seqs},
+                                  {"profile_peak_allocated_bytes", v.profile_peak_allocated_bytes},
+                                  {"non_torch_bytes", v.non_torch_bytes},
+                                  {"available_bytes", v.available_bytes},
+                                  {"blocks_per_sequence", v.blocks_per_sequence},
+                                  {"batch_blocks", v.batch_blocks},
+                                  {"concurrent_sequences", v.concurrent_sequences},
+                                  {"batch_fits", v.batch_blocks <= v.num_gpu_blocks}};
+    }
   }
   if (p.lora_rank > 0) {
     j["lora"] = {{"rank", p.lora_rank}, {"target_modules", p.lora_targets}};
@@ -224,7 +278,9 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   line("temporaries", p.bill.temporaries, fmt::format("incl. {} workspace", b(p.bill.workspace)));
   line("inputs", p.bill.inputs, "token batch");
   if (p.bill.kv_cache != 0) {
-    line("KV cache", p.bill.kv_cache, "keys and values of the positions generated so far");
+    line("KV cache", p.bill.kv_cache,
+         p.generation && p.generation->paged ? "vLLM's block pool, allocated before the first request"
+                                             : "keys and values of the positions generated so far");
   }
   if (p.bill.communication != 0) {
     line("communication", p.bill.communication, "data-parallel buffers");

@@ -5,6 +5,7 @@
 
 #include "sim/core/error.h"
 #include "sim/graph/transformer_parts.h"
+#include "sim/graph/vllm_paged_cache.h"
 
 namespace vramsim {
 namespace {
@@ -111,16 +112,20 @@ Bytes KvCache::bytes(const EagerTape& tape) const {
   return total;
 }
 
-std::vector<std::string_view> kv_cache_names() { return {"dynamic", "static"}; }
+std::vector<std::string_view> kv_cache_names() { return {"dynamic", "static", "paged"}; }
 
 std::unique_ptr<KvCache> make_kv_cache(std::string_view kind, EagerTape& tape, int layers, std::int64_t batch,
                                        std::int64_t kv_heads, std::int64_t head_dim,
-                                       std::int64_t max_cache_len, DType dtype) {
+                                       std::int64_t max_cache_len, DType dtype, std::int64_t block_size,
+                                       std::int64_t num_blocks) {
   if (kind == "dynamic") {
     return std::make_unique<DynamicCache>(layers);
   }
   if (kind == "static") {
     return std::make_unique<StaticCache>(tape, layers, batch, kv_heads, head_dim, max_cache_len, dtype);
+  }
+  if (kind == "paged") {
+    return make_vllm_paged_cache(tape, layers, kv_heads, head_dim, block_size, num_blocks, dtype);
   }
   throw InputError(
       fmt::format("--kv-cache: unknown cache '{}' (known: {})", kind, fmt::join(kv_cache_names(), ", ")));

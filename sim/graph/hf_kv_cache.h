@@ -7,8 +7,10 @@
 //   static  : StaticCache. Zero-filled (batch, kv_heads, max_cache_len, head_dim) keys and values per layer,
 //             allocated before the prefill; update() writes in place (index_copy_) and attention always reads
 //             all max_cache_len positions, with a materialised causal mask.
-// One file per cache would hold a dozen lines each: both live here behind the KvCache interface, and
-// make_kv_cache is the registry.
+//   paged   : vLLM's paged cache (vllm_paged_cache.h, its own file: a serving engine's, sized by a profile
+//             run): one preallocated block pool per layer, written in place.
+// The two transformers caches would hold a dozen lines each in files of their own: they live here behind the
+// KvCache interface, and make_kv_cache is the registry.
 #pragma once
 
 #include <memory>
@@ -48,11 +50,13 @@ class KvCache {
   std::int64_t m_past = 0;
 };
 
-// "dynamic" or "static" (throws InputError naming --kv-cache otherwise). `max_cache_len`: prompt plus new
-// tokens (static only). Creates the static cache's tensors on the tape (in the current op).
+// "dynamic", "static" or "paged" (throws InputError naming --kv-cache otherwise). `max_cache_len`: prompt
+// plus new tokens (static only); `block_size` tokens per block and `num_blocks` blocks (paged only). Creates
+// the static and paged caches' tensors on the tape (in the current op).
 std::unique_ptr<KvCache> make_kv_cache(std::string_view kind, EagerTape& tape, int layers, std::int64_t batch,
                                        std::int64_t kv_heads, std::int64_t head_dim,
-                                       std::int64_t max_cache_len, DType dtype);
+                                       std::int64_t max_cache_len, DType dtype, std::int64_t block_size = 16,
+                                       std::int64_t num_blocks = 0);
 std::vector<std::string_view> kv_cache_names();
 
 }  // namespace vramsim

@@ -514,7 +514,20 @@ VarId causal_mask(EmitContext& c, DType dtype) {
   const VarId is_zero = t.constant("causal_mask.padding_mask_eq", "eq", batched, DType::kBool);
   const VarId filled = t.constant("causal_mask.masked_fill", "masked_fill", batched, dtype);
   t.drop({padding, is_zero, filled});
-  return cloned;
+  if (c.attention == AttentionKind::kEager || c.attention == AttentionKind::kFlashAttention2) {
+    return cloned;
+  }
+  // attn_implementation "sdpa" with a 2D attention_mask on CUDA: AttentionMaskConverter._unmask_unattended,
+  // causal_mask.mul(~torch.all(causal_mask == min_dtype, dim=-1, keepdim=True)) rebinds the mask
+  const Shape rows{b, 1, s, 1};
+  const VarId is_min = t.constant("causal_mask.unmask_eq", "eq", batched, DType::kBool);
+  const VarId all = t.constant("causal_mask.unmask_all", "all", rows, DType::kBool);
+  t.drop(is_min);
+  const VarId attend = t.constant("causal_mask.unmask_not", "bitwise_not", rows, DType::kBool);
+  t.drop(all);
+  const VarId unmasked = t.constant("causal_mask.unmask_unattended", "mul", batched, dtype);
+  t.drop({attend, cloned});
+  return unmasked;
 }
 
 // Gemma2DecoderLayer.forward, sliding-window layers (even ones) without flash_attention_2:
@@ -580,7 +593,8 @@ void torch_modules_forward_locals(EmitContext& c, DType dtype) {
   if (c.model.family == ModelFamily::kGpt2) {
     return;
   }
-  const bool cache_mask = c.kv_cache != nullptr && c.kv_cache->needs_mask();
+  // a static cache's unwritten positions, or a left-padded batch's padding (attention_mask has zeros)
+  const bool cache_mask = c.kv_cache != nullptr && (c.kv_cache->needs_mask() || left_padded(c.options));
   if (c.attention == AttentionKind::kEager ||
       ((c.model.always_builds_mask || cache_mask) && c.attention != AttentionKind::kFlashAttention2)) {
     c.additive_mask = causal_mask(c, dtype);

@@ -118,6 +118,26 @@ void validate(const TrainingOptions& o) {
           fmt::format("--kv-cache: unknown cache '{}' (known: {})", o.kv_cache, fmt::join(caches, ", ")));
     }
   }
+  if (o.block_size < 1 || o.block_size > kMaxVllmBlockSize) {
+    throw InputError(
+        fmt::format("--block-size: must be in 1..{} tokens, got {}", kMaxVllmBlockSize, o.block_size));
+  }
+  if (o.num_gpu_blocks < 0 || o.num_gpu_blocks > kMaxSeq) {
+    throw InputError(
+        fmt::format("--kv-cache paged: {} blocks is out of range (0..{})", o.num_gpu_blocks, kMaxSeq));
+  }
+  if (o.generate_tokens == 0 && o.kv_cache != "dynamic") {
+    throw InputError(fmt::format("--kv-cache {}: needs --generate", o.kv_cache));
+  }
+  if (!o.prompt_lens.empty()) {
+    if (static_cast<std::int64_t>(o.prompt_lens.size()) != o.batch) {
+      throw InputError(
+          fmt::format("--prompt-len: {} lengths for a batch of {}", o.prompt_lens.size(), o.batch));
+    }
+    if (o.generate_tokens == 0) {
+      throw InputError("--prompt-len: prompts of different lengths need --generate");
+    }
+  }
   if (o.bnb.format != BnbFormat::kNone) {
     if (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1) {
       throw InputError("--base-weights: quantized base weights on more than one GPU are not modelled yet");

@@ -211,9 +211,16 @@ struct TrainingOptions {
   LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
   BnbOptions bnb;    // bitsandbytes 4-bit / 8-bit base weights (format kNone: not quantized)
   // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache
-  // ("dynamic" or "static"); implies inference.
+  // ("dynamic", "static" or vLLM's "paged"); implies inference.
   int generate_tokens = 0;
   std::string kv_cache = "dynamic";
+  // Prompts of different lengths in one batch (--prompt-len uniform:LO..HI), one per sequence; `seq` is the
+  // longest (the batch is left-padded to it). Empty: every prompt has `seq` tokens.
+  std::vector<std::int64_t> prompt_lens;
+  // vLLM's paged cache (vllm_paged_cache.h): tokens per block and the blocks allocated (0: none, as in the
+  // profile run); predict sizes num_gpu_blocks from its profile run.
+  std::int64_t block_size = 16;
+  std::int64_t num_gpu_blocks = 0;
 };
 
 // Limits on what a user can type, checked by validate() before any size is computed from them: far beyond
@@ -223,6 +230,21 @@ inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;
 inline constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
 inline constexpr std::int64_t kMaxTokens = std::int64_t{1} << 32;  // batch x seq
 inline constexpr int kMaxPasses = 100'000;                         // steps x grad_accumulation
+inline constexpr std::int64_t kMaxVllmBlockSize = 1024;            // --block-size (vLLM offers 8..128)
+
+// Whether transformers left-pads the batch: prompts of different lengths under a Hugging Face cache (its 2D
+// attention_mask then has zeros, so the 4D mask is always built). vLLM packs sequences without padding.
+inline bool left_padded(const TrainingOptions& o) {
+  if (o.prompt_lens.empty() || o.kv_cache == "paged") {
+    return false;
+  }
+  for (std::int64_t len : o.prompt_lens) {
+    if (len != o.seq) {
+      return true;
+    }
+  }
+  return false;
+}
 
 // Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).
 void validate(const TrainingOptions& options);

@@ -292,9 +292,9 @@ void pipeline_step(PipelineStage& st, int step) {
 }  // namespace
 
 AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options) {
-  return resolve_attention(options.attention, model.head_dim, options.precision, options.compute_capability,
-                           !options.inference,
-                           layer_code(model.code).follows_transformers() && model.always_builds_mask);
+  return resolve_attention(
+      options.attention, model.head_dim, options.precision, options.compute_capability, !options.inference,
+      layer_code(model.code).follows_transformers() && (model.always_builds_mask || left_padded(options)));
 }
 
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <exception>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -22,6 +23,7 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/tensor_parallel.h"
 #include "sim/graph/transformer_builder.h"
+#include "sim/graph/vllm_paged_cache.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
 #include "sim/predict/step_timeline.h"
@@ -42,6 +44,7 @@ Prediction::Generation summarize_generation(const TrainingOptions& o, const OpGr
   // cache holds prompt + new)
   const std::int64_t positions = o.seq + o.generate_tokens - (o.kv_cache == "static" ? 0 : 1);
   g.kv_bytes_per_token = g.kv_cache_bytes / std::max<std::int64_t>(1, o.batch * positions);
+  g.prompt_lens = o.prompt_lens;
   for (const StepPeak& s : p.steps) {
     if (s.step == 1) {
       g.prefill = s;
@@ -218,35 +221,84 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
 
 namespace {
 
-Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
-  validate(request.options);
-  if (request.alloc_conf) {
-    (void)parse_alloc_conf(*request.alloc_conf, "--alloc-conf");
+// vLLM's engine settings with its defaults filled in, checked as vLLM's configs check them.
+Prediction::Generation::Paged vllm_settings(const PredictRequest& request) {
+  const VllmServing& v = request.vllm;
+  const TrainingOptions& o = request.options;
+  Prediction::Generation::Paged g;
+  g.block_size = o.block_size;
+  g.block_bytes = static_cast<std::int64_t>(
+      vllm_cache_block_bytes(request.model.n_layers, request.model.n_kv_heads, request.model.head_dim,
+                             o.block_size, parameter_dtype(o.precision)));
+  g.gpu_memory_utilization = v.gpu_memory_utilization;
+  const std::int64_t longest = o.seq + o.generate_tokens;
+  g.max_model_len = v.max_model_len > 0               ? v.max_model_len
+                    : request.model.max_positions > 0 ? request.model.max_positions
+                                                      : longest;
+  if (longest > g.max_model_len) {
+    throw InputError(fmt::format("--max-model-len: prompt + new tokens ({}) exceed max_model_len {}", longest,
+                                 g.max_model_len));
   }
-  // 1. The op graph of the training steps, as PyTorch eager would run them.
-  const OpGraph graph = build_training_steps(request.model, request.options);
-  // 2. The engine runs the ops on their streams and dispatches the allocations: the allocation schedule.
-  std::optional<Roofline> roofline;
-  if (!request.gpu.empty()) {
-    roofline.emplace(Roofline::for_gpu(request.gpu));
+  g.max_num_batched_tokens = v.max_num_batched_tokens > 0 ? v.max_num_batched_tokens
+                                                          : std::max(g.max_model_len, kVllmMinBatchedTokens);
+  g.max_num_seqs = v.max_num_seqs;
+  if (g.max_num_batched_tokens < g.max_model_len) {  // SchedulerConfig._verify_args without chunked prefill
+    throw InputError(fmt::format("--max-num-batched-tokens: {} is smaller than max_model_len {}",
+                                 g.max_num_batched_tokens, g.max_model_len));
   }
-  const AllocationSchedule untimed = build_allocation_schedule(graph);
-  const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr, request.host);
-  const AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
-  Snapshot snapshot = schedule_to_snapshot(schedule, "vramsim predict " + request.model.name);
-  // 3. The allocator model takes them in that order on the device; the report is what it observed.
-  std::vector<RunMarker> markers;
-  markers.reserve(schedule.phases.size());
-  for (const PhaseMarker& m : schedule.phases) {
-    markers.push_back({m.event_index, m.step, std::string(phase_name(m.phase))});
+  if (g.max_num_batched_tokens < g.max_num_seqs) {
+    throw InputError(fmt::format("--max-num-batched-tokens: {} is smaller than --max-num-seqs {}",
+                                 g.max_num_batched_tokens, g.max_num_seqs));
   }
-  const TensorNamer name_of = [&](std::size_t event) {
-    const Tensor& t = graph.tensor(schedule.event_tensor[event]);
-    return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
+  return g;
+}
+
+Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out);
+
+// Worker.determine_num_available_blocks: the profile run (profile_run: max_num_seqs dummy prompts sharing
+// max_num_batched_tokens tokens, here each ceil(tokens / seqs) long, through the empty cache) on the loaded
+// weights, then what is left of total x gpu_memory_utilization for the blocks.
+Prediction::Generation::Paged size_vllm_cache(const PredictRequest& request) {
+  Prediction::Generation::Paged g = vllm_settings(request);
+  PredictRequest profile = request;
+  profile.vllm.profile_run = true;
+  TrainingOptions& po = profile.options;
+  po.batch = g.max_num_seqs;
+  po.seq = (g.max_num_batched_tokens + g.max_num_seqs - 1) / g.max_num_seqs;
+  po.prompt_lens.clear();
+  po.generate_tokens = 1;  // one forward: the last token is sampled without another
+  po.steps = 1;
+  po.num_gpu_blocks = 0;
+  const Prediction p = predict_rank(profile, nullptr);
+  // allocated_bytes.all.peak (weights included), plus what the process holds outside torch
+  g.profile_peak_allocated_bytes = p.peak_allocated_needed_bytes;
+  g.non_torch_bytes = p.cuda_context_bytes;
+  const double available = static_cast<double>(p.total_bytes) * g.gpu_memory_utilization -
+                           static_cast<double>(g.profile_peak_allocated_bytes + g.non_torch_bytes);
+  g.available_bytes = static_cast<std::int64_t>(std::floor(available));
+  g.num_gpu_blocks =
+      vllm_num_gpu_blocks(static_cast<Bytes>(p.total_bytes), g.gpu_memory_utilization,
+                          static_cast<Bytes>(g.profile_peak_allocated_bytes + g.non_torch_bytes),
+                          static_cast<Bytes>(g.block_bytes));
+  return g;
+}
+
+// What the blocks serve: each sequence holds ceil(cached positions / block_size) blocks, its prompt plus the
+// new tokens but the last (sampled after the last forward, never cached).
+void serve_from_blocks(const TrainingOptions& o, Prediction::Generation::Paged& g) {
+  const auto blocks = [&](std::int64_t prompt) {
+    return vllm_blocks_for_tokens(prompt + o.generate_tokens - 1, g.block_size);
   };
-  Prediction p = explain_run(
-      snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
-      name_of);
+  g.blocks_per_sequence = blocks(o.seq);
+  g.batch_blocks = 0;
+  for (std::int64_t i = 0; i < o.batch; ++i) {
+    g.batch_blocks += blocks(o.prompt_lens.empty() ? o.seq : o.prompt_lens[static_cast<std::size_t>(i)]);
+  }
+  g.concurrent_sequences = g.blocks_per_sequence > 0 ? g.num_gpu_blocks / g.blocks_per_sequence : 0;
+}
+
+// What the request asked for, as the report names it (the layout, adapters, quantization, attention).
+void describe_request(const PredictRequest& request, Prediction& p) {
   p.model_name = request.model.name;
   p.data_parallel = request.options.data_parallel.scheme;
   p.world_size = request.options.data_parallel.world_size;
@@ -282,6 +334,48 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   p.total_parameters = count.total;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
+}
+
+Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
+  std::optional<Prediction::Generation::Paged> paged;
+  PredictRequest sized = original;
+  if (original.options.generate_tokens > 0 && original.options.kv_cache == "paged" &&
+      !original.vllm.profile_run) {
+    validate(original.options);
+    paged = size_vllm_cache(original);
+    sized.options.num_gpu_blocks = paged->num_gpu_blocks;
+    serve_from_blocks(sized.options, *paged);
+  }
+  const PredictRequest& request = sized;
+  validate(request.options);
+  if (request.alloc_conf) {
+    (void)parse_alloc_conf(*request.alloc_conf, "--alloc-conf");
+  }
+  // 1. The op graph of the training steps, as PyTorch eager would run them.
+  const OpGraph graph = build_training_steps(request.model, request.options);
+  // 2. The engine runs the ops on their streams and dispatches the allocations: the allocation schedule.
+  std::optional<Roofline> roofline;
+  if (!request.gpu.empty()) {
+    roofline.emplace(Roofline::for_gpu(request.gpu));
+  }
+  const AllocationSchedule untimed = build_allocation_schedule(graph);
+  const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr, request.host);
+  const AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
+  Snapshot snapshot = schedule_to_snapshot(schedule, "vramsim predict " + request.model.name);
+  // 3. The allocator model takes them in that order on the device; the report is what it observed.
+  std::vector<RunMarker> markers;
+  markers.reserve(schedule.phases.size());
+  for (const PhaseMarker& m : schedule.phases) {
+    markers.push_back({m.event_index, m.step, std::string(phase_name(m.phase))});
+  }
+  const TensorNamer name_of = [&](std::size_t event) {
+    const Tensor& t = graph.tensor(schedule.event_tensor[event]);
+    return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
+  };
+  Prediction p = explain_run(
+      snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
+      name_of);
+  describe_request(request, p);
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   // 4. The time axis: the engine's roofline estimate.
@@ -299,6 +393,10 @@ Prediction predict_rank(const PredictRequest& request, Snapshot* trace_out) {
   }
   if (request.options.generate_tokens > 0) {
     p.generation = summarize_generation(request.options, graph, p);
+    if (paged) {
+      p.generation->kv_bytes_per_token = paged->block_bytes / paged->block_size;
+      p.generation->paged = paged;
+    }
   }
   if (trace_out != nullptr) {
     *trace_out = std::move(snapshot);
@@ -436,7 +534,80 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   return d;
 }
 
+// vLLM's engine arguments: only with --kv-cache paged (a changed one without it is an error).
+void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v) {
+  const RequestArgs defaults;
+  const bool changed = a.gpu_memory_utilization != defaults.gpu_memory_utilization ||
+                       a.block_size != defaults.block_size || a.max_model_len != defaults.max_model_len ||
+                       a.max_num_batched_tokens != defaults.max_num_batched_tokens ||
+                       a.max_num_seqs != defaults.max_num_seqs;
+  if (changed && a.kv_cache != "paged") {
+    throw InputError(
+        "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
+        "--max-num-seqs: vLLM's settings, for --kv-cache paged");
+  }
+  if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
+    throw InputError(
+        fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", a.gpu_memory_utilization));
+  }
+  if (a.max_model_len < 0 || a.max_model_len > kMaxSeq) {
+    throw InputError(
+        fmt::format("--max-model-len: must be in 1..{} tokens, got {}", kMaxSeq, a.max_model_len));
+  }
+  if (a.max_num_batched_tokens < 0 || a.max_num_batched_tokens > kMaxSeq) {
+    throw InputError(fmt::format("--max-num-batched-tokens: must be in 1..{} tokens, got {}", kMaxSeq,
+                                 a.max_num_batched_tokens));
+  }
+  if (a.max_num_seqs < 1 || a.max_num_seqs > kMaxBatch) {
+    throw InputError(fmt::format("--max-num-seqs: must be in 1..{}, got {}", kMaxBatch, a.max_num_seqs));
+  }
+  o.block_size = a.block_size;  // validate() checks the range
+  v.gpu_memory_utilization = a.gpu_memory_utilization;
+  v.max_model_len = a.max_model_len;
+  v.max_num_batched_tokens = a.max_num_batched_tokens;
+  v.max_num_seqs = a.max_num_seqs;
+}
+
 }  // namespace
+
+PromptLengths parse_prompt_len(std::string_view text, std::int64_t batch, std::string_view option) {
+  const auto parse = [](std::string_view digits, std::int64_t& value) {
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return !digits.empty() && ec == std::errc{} && ptr == digits.data() + digits.size();
+  };
+  PromptLengths out;
+  constexpr std::string_view kUniform = "uniform:";
+  if (!text.starts_with(kUniform)) {  // a plain length: validate() checks its range, naming --seq
+    if (!parse(text, out.longest)) {
+      throw InputError(
+          fmt::format("--seq / {}: expected a length or uniform:LO..HI, got '{}'", option, text));
+    }
+    return out;
+  }
+  const std::string_view range = text.substr(kUniform.size());
+  const std::size_t dots = range.find("..");
+  std::int64_t lo = 0, hi = 0;
+  if (dots == std::string_view::npos || !parse(range.substr(0, dots), lo) ||
+      !parse(range.substr(dots + 2), hi)) {
+    throw InputError(fmt::format("{}: expected uniform:LO..HI, got '{}'", option, text));
+  }
+  if (lo < 1 || hi > kMaxSeq) {
+    throw InputError(fmt::format("{}: lengths must be in 1..{}, got '{}'", option, kMaxSeq, text));
+  }
+  if (lo > hi) {
+    throw InputError(fmt::format("{}: LO {} is above HI {} in '{}'", option, lo, hi, text));
+  }
+  if (batch < 1 || batch > kMaxBatch) {
+    throw InputError(fmt::format("--batch: {} is not in 1..{}", batch, kMaxBatch));
+  }
+  std::mt19937_64 rng(0);  // the fixed seed: the same lengths on every run and platform
+  const auto span = static_cast<std::uint64_t>(hi - lo + 1);
+  for (std::int64_t i = 0; i < batch; ++i) {
+    out.per_sequence.push_back(lo + static_cast<std::int64_t>(rng() % span));
+  }
+  out.longest = *std::max_element(out.per_sequence.begin(), out.per_sequence.end());
+  return out;
+}
 
 PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (!a.gpu.empty() && !a.capacity.empty()) {
@@ -533,6 +704,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.zero_grad_set_to_none = a.zero_grad == "set-to-none";
   o.generate_tokens = a.generate;
   o.kv_cache = a.kv_cache;
+  if (!a.prompt_len.empty()) {
+    PromptLengths lengths = parse_prompt_len(a.prompt_len, a.batch);
+    o.seq = lengths.longest;
+    o.prompt_lens = std::move(lengths.per_sequence);
+  }
+  parse_vllm_serving(a, o, r.vllm);
   if (a.generate > 0) {
     o.inference = true;
     o.steps = a.generate;
@@ -612,6 +789,14 @@ double parse_margin(std::string_view text, std::string_view option) {
 FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::int64_t max_value) {
   if (!(margin >= 0.0 && margin < 1.0)) {
     throw InputError(fmt::format("--margin: must be in [0, 100%), got {}", margin));
+  }
+  if (!request.options.prompt_lens.empty()) {
+    throw InputError("--prompt-len: uniform:LO..HI is drawn for one batch; fit takes a plain length");
+  }
+  if (request.options.generate_tokens > 0 && request.options.kv_cache == "paged") {
+    throw InputError(
+        "--kv-cache paged: vLLM's cache fills --gpu-memory-utilization by design; predict reports how many "
+        "sequences fit at once");
   }
   FitResult out;
   out.vary = vary;

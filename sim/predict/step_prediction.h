@@ -25,6 +25,15 @@
 
 namespace vramsim {
 
+// vLLM engine arguments that size its paged KV cache (--kv-cache paged; sim/graph/vllm_paged_cache.h).
+struct VllmServing {
+  double gpu_memory_utilization = 0.9;      // CacheConfig's default
+  std::int64_t max_model_len = 0;           // 0: the model's trained context (max_position_embeddings)
+  std::int64_t max_num_batched_tokens = 0;  // 0: max(max_model_len, 2048), vLLM's without chunked prefill
+  std::int64_t max_num_seqs = 256;          // SchedulerConfig's default (v0)
+  bool profile_run = false;                 // this prediction is the profile run itself
+};
+
 struct PredictRequest {
   ModelConfig model;
   TrainingOptions options;
@@ -36,6 +45,7 @@ struct PredictRequest {
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
   TimelineOptions host;  // --host-op-us: the host's time per kernel-launching op
+  VllmServing vllm;      // with --kv-cache paged
 };
 
 struct LiveTensor {
@@ -154,14 +164,32 @@ struct Prediction {
   struct Generation {
     int new_tokens = 0;
     std::int64_t prompt_tokens = 0;
-    std::string kv_cache;                 // "dynamic" | "static"
-    std::int64_t kv_cache_bytes = 0;      // when the last token was generated
-    std::int64_t kv_bytes_per_token = 0;  // one position of one sequence, every layer's keys and values
-    StepPeak prefill;                     // step 1
-    StepPeak decode;                      // the decode step with the highest allocated peak (step 0: none)
-    std::int64_t prefill_time_ns = 0;     // roofline estimates; 0 without a GPU
-    std::int64_t decode_time_ns = 0;      // all decode steps
-    double decode_tokens_per_s = 0.0;     // batch x decode steps / decode time
+    std::string kv_cache;                   // "dynamic" | "static"
+    std::int64_t kv_cache_bytes = 0;        // when the last token was generated
+    std::int64_t kv_bytes_per_token = 0;    // one position of one sequence, every layer's keys and values
+    StepPeak prefill;                       // step 1
+    StepPeak decode;                        // the decode step with the highest allocated peak (step 0: none)
+    std::int64_t prefill_time_ns = 0;       // roofline estimates; 0 without a GPU
+    std::int64_t decode_time_ns = 0;        // all decode steps
+    double decode_tokens_per_s = 0.0;       // batch x decode steps / decode time
+    std::vector<std::int64_t> prompt_lens;  // per sequence when they differ (--prompt-len uniform:LO..HI)
+    // vLLM's paged cache: how determine_num_available_blocks sized it and what it serves.
+    struct Paged {
+      std::int64_t block_size = 16;
+      std::int64_t block_bytes = 0;  // one block of every layer's keys and values
+      std::int64_t num_gpu_blocks = 0;
+      double gpu_memory_utilization = 0.9;
+      std::int64_t max_model_len = 0;
+      std::int64_t max_num_batched_tokens = 0;
+      std::int64_t max_num_seqs = 0;
+      std::int64_t profile_peak_allocated_bytes = 0;  // allocated_bytes.all.peak of the profile run
+      std::int64_t non_torch_bytes = 0;               // the CUDA context
+      std::int64_t available_bytes = 0;      // total x utilization - profile peak - non-torch (may be < 0)
+      std::int64_t blocks_per_sequence = 0;  // of the longest sequence: ceil((prompt + new - 1) / block_size)
+      std::int64_t batch_blocks = 0;         // every sequence of the batch, each its own length
+      std::int64_t concurrent_sequences = 0;  // floor(num_gpu_blocks / blocks_per_sequence)
+    };
+    std::optional<Paged> paged;
   };
   std::optional<Generation> generation;
 
@@ -219,7 +247,16 @@ struct RequestArgs {
   std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
   int generate = 0;                  // --generate N: model.generate() of N new tokens (0: no generation)
-  std::string kv_cache = "dynamic";  // --kv-cache dynamic|static
+  std::string kv_cache = "dynamic";  // --kv-cache dynamic|static|paged
+  // --prompt-len as typed when it is not a plain number (uniform:LO..HI); "" : every prompt is `seq` tokens
+  std::string prompt_len;
+  // vLLM's engine arguments with --kv-cache paged: --gpu-memory-utilization, --block-size, --max-model-len,
+  // --max-num-batched-tokens, --max-num-seqs (0: vLLM's defaults)
+  double gpu_memory_utilization = 0.9;
+  std::int64_t block_size = 16;
+  std::int64_t max_model_len = 0;
+  std::int64_t max_num_batched_tokens = 0;
+  std::int64_t max_num_seqs = 256;
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;
@@ -259,6 +296,15 @@ struct RequestArgs {
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
 PredictRequest make_request(const RequestArgs& args, bool require_device = true);
+
+// --prompt-len: a plain number (every prompt that long) or uniform:LO..HI, one length per sequence of the
+// batch drawn uniformly from LO..HI (inclusive) by mt19937_64 seeded with 0, so a run repeats bit for bit.
+struct PromptLengths {
+  std::int64_t longest = 0;
+  std::vector<std::int64_t> per_sequence;  // empty for a plain number
+};
+PromptLengths parse_prompt_len(std::string_view text, std::int64_t batch,
+                               std::string_view option = "--prompt-len");
 
 // Adds `bytes` of category `c` to the bill (workspaces count as temporaries and as workspace).
 void add_to_bill(MemoryBill& bill, TensorCategory c, std::int64_t bytes);

@@ -349,8 +349,8 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
                       "--lora-dropout: 1.5 is not a probability");
   require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8"),
                       "--lora-rank: LoRA with more than one GPU");
-  require_input_error(run_vramsim(run + "--generate 4 --kv-cache paged"),
-                      "--kv-cache: unknown cache 'paged'");
+  require_input_error(run_vramsim(run + "--generate 4 --kv-cache pagd"),
+                      "--kv-cache: unknown cache 'pagd' (known: dynamic, static, paged)");
   require_input_error(run_vramsim(run + "--generate 4000000"),
                       "--generate: 4000000 new tokens is out of range");
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
@@ -502,4 +502,17 @@ block 0x7f0000000000 20971520 0 inactive
   const RunResult r = run_vramsim("replay " + bad.string() + " --check");
   require_clean_error(r, "expandable_bad.vtrace: device_traces[0][0]: segment_map of 0x7f0001400000");
   CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("bad vLLM paged-cache and --prompt-len values end in one line", "[quick][cli]") {
+  const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 2 --seq 128 ";
+  require_input_error(run_vramsim(run + "--kv-cache paged"), "--kv-cache paged: needs --generate");
+  require_input_error(run_vramsim(run + "--generate 4 --kv-cache paged --block-size 0"),
+                      "--block-size: must be in 1..");
+  require_input_error(run_vramsim(run + "--generate 4 --kv-cache paged --gpu-memory-utilization 0"),
+                      "--gpu-memory-utilization: must be in (0, 1]");
+  require_input_error(run_vramsim(run + "--generate 4 --block-size 32"), "--kv-cache paged");
+  require_input_error(run_vramsim("predict --model tinyllama-1.1b --gpu h200 --batch 2 --generate 4 "
+                                  "--prompt-len uniform:64..32"),
+                      "--prompt-len: LO 64 is above HI 32");
 }

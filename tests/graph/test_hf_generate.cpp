@@ -81,7 +81,7 @@ TEST_CASE("generate: grouped-query attention shrinks the cache; a static cache i
 }
 
 TEST_CASE("generate: options are checked", "[quick][graph]") {
-  TrainingOptions o = generation("paged");
+  TrainingOptions o = generation("bogus");
   CHECK_THROWS_AS(validate(o), InputError);
   o = generation("dynamic");
   ModelConfig staff = test::tiny_model("cs336-small");
