@@ -323,7 +323,6 @@ void describe_request(const PredictRequest& request, Prediction& p) {
                          : lora_target_modules(request.options.lora, request.model);
   }
   p.trainable_parameters = count.trainable;
-  p.paged_optimizer_state_bytes = static_cast<std::int64_t>(graph.unified_memory_bytes);
   p.base_weights = std::string(base_weights_name(request.options.bnb.format));
   if (!p.base_weights.empty()) {
     p.bnb_double_quant = request.options.bnb.double_quant;
@@ -376,6 +375,7 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
       snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
       name_of);
   describe_request(request, p);
+  p.paged_optimizer_state_bytes = static_cast<std::int64_t>(graph.unified_memory_bytes);
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   // 4. The time axis: the engine's roofline estimate.
