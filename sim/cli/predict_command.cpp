@@ -45,7 +45,8 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       });
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
   cmd->add_option("--optimizer", a.optimizer,
-                  "sgd|sgd-momentum|adam|adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|adafactor, optionally -foreach/-fused/-for-loop/"
+                  "sgd|sgd-momentum|adam|adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|adafactor, optionally "
+                  "-foreach/-fused/-for-loop/"
                   "-single-tensor (torch.optim's foreach=False loop; for-loop: a hand-written one)")
       ->capture_default_str();
   cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective")->capture_default_str();
@@ -188,6 +189,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--zero-redundancy-optimizer", a.zero_redundancy_optimizer,
       "DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer keeps states "
       "for its partition of the parameters only (sorted-greedy by numel)");
+  cmd->add_option("--stage3-max-reuse-distance", a.stage3_max_reuse_distance,
+                  "DeepSpeed ZeRO-3 stage3_max_reuse_distance in elements (default 1e9): parameters reused "
+                  "within it stay gathered from their forward to their backward");
   cmd->add_option("--reduce-bucket-size", a.reduce_bucket_size,
                   "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");
   cmd->add_flag("--overlap-comm", a.overlap_comm, "DeepSpeed overlap_comm (two gradient buffers)");

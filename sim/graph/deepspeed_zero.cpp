@@ -10,6 +10,14 @@
 // offload_optimizer {device: cpu} (ZeRO-Offload, stages 2 and 3): states and fp32 master weights on the host,
 // updated there by DeepSpeedCPUAdam; each reduced gradient partition is copied to the host's fp32 buffer, so
 // the GPU keeps no gradient partition. offload_param (stage 3, ZeRO-Infinity): the parameter partitions too.
+// stage3_max_reuse_distance (PartitionedParameterCoordinator.__params_to_release): from the second step on
+// (the first records the module trace), a parameter is not released after its forward when the modules that
+// run before its next use hold fewer elements than the distance. Its next use is its own backward: after
+// parameter k of layer i come the rest of layer i and the later layers (forward), the parameters the model
+// uses after its layers (final norm, head), then the later layers and the rest of layer i again (backward):
+// 2 x (after k in layer i) + 2 x (later layers) + (after the layers). So the last layers stay gathered from
+// their forward to their backward (Llama-2-7B at the default 1e9: the last two and the third-to-last's
+// down_proj).
 // Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), the
 // fp32 gradient partition the step makes.
 #include <map>
@@ -46,14 +54,15 @@ class DeepSpeedZero final : public DataParallelScheme {
     for (const ParameterUnit& u : units) {
       if (!u.params.empty()) {
         m_bucket_dtype = tape.dtype(u.params.front());
-        return;
+        break;
       }
     }
+    m_reuse_after = reuse_distances(tape, units);
   }
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { gather(tape, unit, "forward"); }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
     if (unit.layer >= 0) {
-      release(tape, unit);
+      release(tape, unit, /*after_forward=*/tape.step() >= 2);
     }
   }
   void begin_backward(EagerTape& tape) override {
@@ -97,33 +106,85 @@ class DeepSpeedZero final : public DataParallelScheme {
   }
 
  private:
-  // stage 3: each partitioned parameter all-gathered into a whole tensor of its own.
+  // stage 3: each partitioned parameter all-gathered into a whole tensor of its own (those still gathered
+  // are not gathered again).
   void gather(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
-    if (m_stage != 3 || unit.params.empty() || m_gathered.count(unit.layer) != 0) {
+    if (m_stage != 3 || unit.params.empty()) {
       return;
     }
-    tape.begin_op(fmt::format("{}.zero3.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
-    std::vector<TensorId>& out = m_gathered[unit.layer];
+    std::map<VarId, TensorId>& out = m_gathered[unit.layer];
+    bool begun = false;
     for (VarId p : unit.params) {
       const std::int64_t n = numel(tape.shape(p));
-      if (resident_parameter_numel(n) == n) {
+      if (resident_parameter_numel(n) == n || out.count(p) != 0) {
         continue;
       }
-      out.push_back(tape.allocate(tape.name(p) + ".gathered",
-                                  static_cast<Bytes>(n) * dtype_size_bytes(tape.dtype(p)), tape.dtype(p),
-                                  TensorCategory::kCommunication));
+      if (!begun) {
+        tape.begin_op(fmt::format("{}.zero3.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
+        begun = true;
+      }
+      out[p] =
+          tape.allocate(tape.name(p) + ".gathered", static_cast<Bytes>(n) * dtype_size_bytes(tape.dtype(p)),
+                        tape.dtype(p), TensorCategory::kCommunication);
     }
   }
-  void release(EagerTape& tape, const ParameterUnit& unit) {
+  // `after_forward` (with a complete module trace): parameters reused within stage3_max_reuse_distance stay.
+  void release(EagerTape& tape, const ParameterUnit& unit, bool after_forward = false) {
     auto it = m_gathered.find(unit.layer);
     if (it == m_gathered.end()) {
       return;
     }
     tape.begin_op(unit_name(unit) + ".zero3.release", "release");
-    for (TensorId t : it->second) {
-      tape.release(t);
+    for (auto g = it->second.begin(); g != it->second.end();) {
+      const auto reuse = m_reuse_after.find(g->first);
+      if (after_forward && reuse != m_reuse_after.end() &&
+          reuse->second < m_options.stage3_max_reuse_distance) {
+        ++g;
+        continue;
+      }
+      tape.release(g->second);
+      g = it->second.erase(g);
     }
-    m_gathered.erase(it);
+    if (it->second.empty()) {
+      m_gathered.erase(it);
+    }
+  }
+  // Per decoder-layer parameter: the elements of the parameters used between its forward and its backward.
+  // The parameters the model uses after its layers are the root's created after the last layer's.
+  static std::map<VarId, std::int64_t> reuse_distances(const EagerTape& tape,
+                                                       const std::vector<ParameterUnit>& units) {
+    std::map<VarId, std::int64_t> out;
+    VarId last_layer_param = 0;
+    std::int64_t later = 0;  // the layers after this one
+    for (const ParameterUnit& u : units) {
+      for (VarId p : u.params) {
+        if (u.layer >= 0) {
+          last_layer_param = std::max(last_layer_param, p);
+        }
+      }
+    }
+    std::int64_t after_layers = 0;
+    for (const ParameterUnit& u : units) {
+      for (VarId p : u.params) {
+        if (u.layer < 0 && p > last_layer_param) {
+          after_layers += numel(tape.shape(p));
+        }
+      }
+    }
+    for (auto u = units.rbegin(); u != units.rend(); ++u) {
+      if (u->layer < 0) {
+        continue;
+      }
+      std::int64_t in_layer = 0;  // the parameters after this one in the layer
+      std::int64_t layer_total = 0;
+      for (auto p = u->params.rbegin(); p != u->params.rend(); ++p) {
+        out[*p] = 2 * in_layer + 2 * later + after_layers;
+        in_layer += numel(tape.shape(*p));
+      }
+      layer_total = in_layer;
+      later += layer_total;
+    }
+    return out;
   }
 
   const DataParallelOptions& m_options;
@@ -132,7 +193,8 @@ class DeepSpeedZero final : public DataParallelScheme {
   GradientShards m_grads;
   DType m_bucket_dtype = DType::kFloat32;
   std::vector<TensorId> m_ipg;
-  std::map<int, std::vector<TensorId>> m_gathered;
+  std::map<int, std::map<VarId, TensorId>> m_gathered;  // per unit: its gathered parameters
+  std::map<VarId, std::int64_t> m_reuse_after;          // per decoder-layer parameter (reuse_distances)
 };
 
 }  // namespace

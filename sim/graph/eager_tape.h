@@ -108,6 +108,7 @@ class EagerTape {
     m_step = step;
     m_micro_batch = micro_batch;
   }
+  int step() const { return m_step; }
   void set_phase(Phase phase) { m_phase = phase; }
   Phase phase() const { return m_phase; }
   void set_layer(int layer) { m_layer = layer; }

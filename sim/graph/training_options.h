@@ -101,6 +101,8 @@ struct DataParallelOptions {
   std::int64_t reduce_bucket_elements = 500'000'000;
   bool contiguous_gradients = true;
   bool overlap_comm = false;
+  // ZeRO-3's stage3_max_reuse_distance (elements; default 1e9): see deepspeed_zero.cpp.
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
   // FSDP1's limit_all_gathers (default True): the host waits for the free event of the unit two all-gathers
   // back before issuing the next.
   bool fsdp_limit_all_gathers = true;

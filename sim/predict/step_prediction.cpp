@@ -496,6 +496,15 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     }
     d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
   }
+  if (a.stage3_max_reuse_distance) {
+    if (d.scheme != "zero3") {
+      throw InputError("--stage3-max-reuse-distance: DeepSpeed ZeRO-3's option (use it with --zero 3)");
+    }
+    if (!(*a.stage3_max_reuse_distance >= 0 && *a.stage3_max_reuse_distance <= 1e12)) {
+      throw InputError("--stage3-max-reuse-distance: must be in [0, 1e12] elements");
+    }
+    d.stage3_max_reuse_distance = static_cast<std::int64_t>(*a.stage3_max_reuse_distance);
+  }
   d.overlap_comm = a.overlap_comm;
   if (a.no_limit_all_gathers && !d.scheme.starts_with("fsdp-")) {
     throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");

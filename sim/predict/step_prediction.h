@@ -283,15 +283,16 @@ struct RequestArgs {
   std::string fsdp;
   bool fsdp2 = false;        // --fsdp2: fully_shard (FSDP2) with --fsdp's strategy (default full-shard)
   std::string reduce_dtype;  // --reduce-dtype: fp32|bf16|fp16, FSDP's reduce_dtype ("": the gradients')
-  std::string fsdp2_copy_in = "compute";     // --fsdp2-copy-in compute|reduce-scatter
-  bool no_limit_all_gathers = false;         // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
-  std::optional<double> bucket_cap_mb;       // DDP's bucket_cap_mb
-  std::optional<double> reduce_bucket_size;  // DeepSpeed's reduce_bucket_size (elements)
-  bool overlap_comm = false;                 // DeepSpeed's overlap_comm
-  int gpus_per_node = 8;                     // FSDP hybrid-shard's shard group
-  std::string offload;                       // --offload optimizer|params|optimizer,params
-  bool optimizer_in_backward = false;        // --optimizer-in-backward (torchtune's optimizer_in_bwd)
-  bool zero_redundancy_optimizer = false;    // --zero-redundancy-optimizer (with DDP)
+  std::string fsdp2_copy_in = "compute";            // --fsdp2-copy-in compute|reduce-scatter
+  bool no_limit_all_gathers = false;                // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
+  std::optional<double> bucket_cap_mb;              // DDP's bucket_cap_mb
+  std::optional<double> reduce_bucket_size;         // DeepSpeed's reduce_bucket_size (elements)
+  std::optional<double> stage3_max_reuse_distance;  // DeepSpeed ZeRO-3's (elements)
+  bool overlap_comm = false;                        // DeepSpeed's overlap_comm
+  int gpus_per_node = 8;                            // FSDP hybrid-shard's shard group
+  std::string offload;                              // --offload optimizer|params|optimizer,params
+  bool optimizer_in_backward = false;               // --optimizer-in-backward (torchtune's optimizer_in_bwd)
+  bool zero_redundancy_optimizer = false;           // --zero-redundancy-optimizer (with DDP)
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

@@ -15,6 +15,7 @@
 #include "sim/core/size_format.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
+#include "run_cli.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 
@@ -22,20 +23,7 @@ using namespace vramsim;
 
 namespace {
 
-std::string run_cli(const std::string& args, int* status = nullptr) {
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (pipe != nullptr && fgets(buf, sizeof buf, pipe) != nullptr) {
-    out += buf;
-  }
-  const int rc = pipe != nullptr ? pclose(pipe) : -1;
-  if (status != nullptr) {
-    *status = WEXITSTATUS(rc);
-  }
-  return out;
-}
+using test::run_cli;
 
 // The blocks live when the trace began, counted straight from the file: the final snapshot's allocated
 // blocks, walking the trace backwards (an alloc was not live before it, a free_requested block was).

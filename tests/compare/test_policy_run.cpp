@@ -12,6 +12,7 @@
 #include "sim/compare/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/replay/request_sequence_from_trace.h"
+#include "run_cli.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 
@@ -19,20 +20,7 @@ using namespace vramsim;
 
 namespace {
 
-std::string run_cli(const std::string& args, int* status = nullptr) {
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (pipe != nullptr && fgets(buf, sizeof buf, pipe) != nullptr) {
-    out += buf;
-  }
-  const int rc = pipe != nullptr ? pclose(pipe) : -1;
-  if (status != nullptr) {
-    *status = WEXITSTATUS(rc);
-  }
-  return out;
-}
+using test::run_cli;
 
 }  // namespace
 

@@ -35,6 +35,17 @@ inline ModelConfig tiny_model(const std::string& preset, std::int64_t n_kv_heads
   return m;
 }
 
+// The sizes of the tensors named `name`, in creation order.
+inline std::vector<Bytes> sizes_named(const OpGraph& g, const std::string& name) {
+  std::vector<Bytes> out;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name == name) {
+      out.push_back(t.size_bytes);
+    }
+  }
+  return out;
+}
+
 // Bytes of the tensors of category `c` still alive at the end of the run.
 inline Bytes persistent_bytes(const OpGraph& g, TensorCategory c) {
   Bytes total = 0;

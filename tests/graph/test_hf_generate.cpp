@@ -23,15 +23,7 @@ TrainingOptions generation(const std::string& cache) {
   return o;
 }
 
-std::vector<Bytes> sizes_named(const OpGraph& g, const std::string& name) {
-  std::vector<Bytes> out;
-  for (const Tensor& t : g.tensors()) {
-    if (t.name == name) {
-      out.push_back(t.size_bytes);
-    }
-  }
-  return out;
-}
+using test::sizes_named;
 
 }  // namespace
 

@@ -27,15 +27,7 @@ TrainingOptions paged_generation(std::int64_t num_blocks) {
   return o;
 }
 
-std::vector<Bytes> sizes_named(const OpGraph& g, const std::string& name) {
-  std::vector<Bytes> out;
-  for (const Tensor& t : g.tensors()) {
-    if (t.name == name) {
-      out.push_back(t.size_bytes);
-    }
-  }
-  return out;
-}
+using test::sizes_named;
 
 }  // namespace
 

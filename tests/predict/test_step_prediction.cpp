@@ -10,6 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
+#include "run_cli.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;
@@ -30,16 +31,7 @@ RequestArgs gpt2_args(std::int64_t batch, std::int64_t seq) {
   return a;
 }
 
-std::string run_cli(const std::string& args) {
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  std::string out;
-  char buf[4096];
-  while (pipe && fgets(buf, sizeof buf, pipe.get()) != nullptr) {
-    out += buf;
-  }
-  return out;
-}
+using test::run_cli;
 
 }  // namespace
 
