@@ -20,6 +20,7 @@
 // down_proj).
 // Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), the
 // fp32 gradient partition the step makes.
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -153,36 +154,28 @@ class DeepSpeedZero final : public DataParallelScheme {
   // The parameters the model uses after its layers are the root's created after the last layer's.
   static std::map<VarId, std::int64_t> reuse_distances(const EagerTape& tape,
                                                        const std::vector<ParameterUnit>& units) {
-    std::map<VarId, std::int64_t> out;
     VarId last_layer_param = 0;
-    std::int64_t later = 0;  // the layers after this one
     for (const ParameterUnit& u : units) {
-      for (VarId p : u.params) {
-        if (u.layer >= 0) {
-          last_layer_param = std::max(last_layer_param, p);
-        }
+      if (u.layer >= 0 && !u.params.empty()) {
+        last_layer_param = std::max(last_layer_param, *std::max_element(u.params.begin(), u.params.end()));
       }
     }
     std::int64_t after_layers = 0;
     for (const ParameterUnit& u : units) {
       for (VarId p : u.params) {
-        if (u.layer < 0 && p > last_layer_param) {
-          after_layers += numel(tape.shape(p));
-        }
+        after_layers += u.layer < 0 && p > last_layer_param ? numel(tape.shape(p)) : 0;
       }
     }
+    std::map<VarId, std::int64_t> out;
+    std::int64_t later = 0;  // the layers after this one
     for (auto u = units.rbegin(); u != units.rend(); ++u) {
       if (u->layer < 0) {
         continue;
       }
-      std::int64_t in_layer = 0;  // the parameters after this one in the layer
-      std::int64_t layer_total = 0;
       for (auto p = u->params.rbegin(); p != u->params.rend(); ++p) {
-        out[*p] = 2 * in_layer + 2 * later + after_layers;
-        in_layer += numel(tape.shape(*p));
+        out[*p] = 2 * later + after_layers;  // `later` holds this layer's parameters after p too
+        later += numel(tape.shape(*p));
       }
-      layer_total = in_layer;
-      later += layer_total;
     }
     return out;
   }
