@@ -30,6 +30,8 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -39,6 +41,7 @@
 
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
+#include "traces/pickle/pickle_reader.h"
 #include "traces/trace_io.h"
 
 namespace vramsim {
@@ -86,13 +89,47 @@ struct JsonPath {
   }
 };
 
-// nlohmann's type names, with integers and floats told apart.
-std::string_view kind_name(const json& v) {
-  if (v.is_number_integer()) {
-    return "integer";
+// A JSON value seen through the interface SnapshotReader reads documents with, which PickleValue (a decoded
+// pickle read in place) has too: the same reader, and the same messages, for both formats.
+class JsonValue {
+ public:
+  explicit JsonValue(const json& v) : v_(&v) {}
+  std::string_view type_name() const {  // nlohmann's names, with integers and floats told apart
+    if (v_->is_number_integer()) {
+      return "integer";
+    }
+    return v_->is_number_float() ? "float" : v_->type_name();
   }
-  return v.is_number_float() ? "float" : v.type_name();
-}
+  bool is_object() const { return v_->is_object(); }
+  bool is_array() const { return v_->is_array(); }
+  bool is_string() const { return v_->is_string(); }
+  bool is_boolean() const { return v_->is_boolean(); }
+  bool is_null() const { return v_->is_null(); }
+  bool is_number() const { return v_->is_number(); }
+  bool is_number_integer() const { return v_->is_number_integer(); }
+  bool is_number_unsigned() const { return v_->is_number_unsigned(); }
+  bool as_bool() const { return v_->get<bool>(); }
+  std::uint64_t as_uint() const { return v_->get<std::uint64_t>(); }
+  std::int64_t as_int() const { return v_->get<std::int64_t>(); }
+  double as_double() const { return v_->get<double>(); }
+  std::string_view as_string() const { return v_->get_ref<const std::string&>(); }
+  std::size_t size() const { return v_->size(); }
+  JsonValue at(std::size_t index) const { return JsonValue((*v_)[index]); }
+  std::optional<JsonValue> find(std::string_view key) const {
+    const auto& obj = v_->get_ref<const json::object_t&>();
+    const auto it = obj.find(key);  // nlohmann's object comparator is std::less<>: no temporary string
+    return it == obj.end() ? std::nullopt : std::optional<JsonValue>(JsonValue(it->second));
+  }
+  template <class F>
+  void for_each_member(F&& f) const {
+    for (const auto& [key, value] : v_->get_ref<const json::object_t&>()) {
+      f(std::string_view(key), JsonValue(value));
+    }
+  }
+
+ private:
+  const json* v_;
+};
 
 // Quotes user text for a one-line message: control characters become '?', long text is cut.
 std::string quote_text(std::string_view text) {
@@ -106,9 +143,9 @@ std::string quote_text(std::string_view text) {
   return out;
 }
 
-class JsonReader {
+class DocumentReader {
  public:
-  explicit JsonReader(std::string_view source) : source_(source) {}
+  explicit DocumentReader(std::string_view source) : source_(source) {}
 
   [[noreturn]] void fail(const JsonPath& path, std::string_view problem) const {
     const std::string where = path.str();
@@ -118,77 +155,78 @@ class JsonReader {
     throw InputError(fmt::format("{}: {}: {}", source_, where, problem));
   }
 
-  const json::object_t& object(const json& v, const JsonPath& path) const {
+  template <class V>
+  V object(const V& v, const JsonPath& path) const {
     if (!v.is_object()) {
-      fail(path, fmt::format("expected an object, got {}", kind_name(v)));
+      fail(path, fmt::format("expected an object, got {}", v.type_name()));
     }
-    return *v.get_ptr<const json::object_t*>();
+    return v;
   }
-  const json::array_t& array(const json& v, const JsonPath& path) const {
+  template <class V>
+  V array(const V& v, const JsonPath& path) const {
     if (!v.is_array()) {
-      fail(path, fmt::format("expected a list, got {}", kind_name(v)));
+      fail(path, fmt::format("expected a list, got {}", v.type_name()));
     }
-    return *v.get_ptr<const json::array_t*>();
+    return v;
   }
-  const std::string& string(const json& v, const JsonPath& path) const {
+  template <class V>
+  std::string_view string(const V& v, const JsonPath& path) const {
     if (!v.is_string()) {
-      fail(path, fmt::format("expected a string, got {}", kind_name(v)));
+      fail(path, fmt::format("expected a string, got {}", v.type_name()));
     }
-    return *v.get_ptr<const std::string*>();
+    return v.as_string();
   }
-  bool boolean(const json& v, const JsonPath& path) const {
+  template <class V>
+  bool boolean(const V& v, const JsonPath& path) const {
     if (!v.is_boolean()) {
-      fail(path, fmt::format("expected true or false, got {}", kind_name(v)));
+      fail(path, fmt::format("expected true or false, got {}", v.type_name()));
     }
-    return v.get<bool>();
+    return v.as_bool();
   }
   // A non-negative integer below `limit` (exclusive; kNoLimit = any 64-bit value).
-  std::uint64_t uint(const json& v, const JsonPath& path, std::uint64_t limit) const {
-    if (v.is_number_unsigned()) {
-      const auto value = v.get<std::uint64_t>();
-      if (limit != kNoLimit && value >= limit) {
-        const std::string bound = std::has_single_bit(limit) ? fmt::format("2^{}", std::bit_width(limit) - 1)
-                                                             : std::to_string(limit);
-        fail(path, fmt::format("expected a non-negative integer below {}, got {}", bound, value));
-      }
-      return value;
+  template <class V>
+  std::uint64_t uint(const V& v, const JsonPath& path, std::uint64_t limit) const {
+    if (!v.is_number_integer()) {
+      fail(path, fmt::format("expected a non-negative integer, got {}", v.type_name()));
     }
-    if (v.is_number_integer()) {
-      const auto value = v.get<std::int64_t>();
-      if (value < 0) {
-        fail(path, fmt::format("expected a non-negative integer, got {}", value));
-      }
-      return uint(json(static_cast<std::uint64_t>(value)), path, limit);
+    // A JSON value built in code may hold a non-negative int as signed.
+    if (!v.is_number_unsigned() && v.as_int() < 0) {
+      fail(path, fmt::format("expected a non-negative integer, got {}", v.as_int()));
     }
-    fail(path, fmt::format("expected a non-negative integer, got {}", kind_name(v)));
+    const std::uint64_t value = v.is_number_unsigned() ? v.as_uint() : static_cast<std::uint64_t>(v.as_int());
+    if (limit != kNoLimit && value >= limit) {
+      const std::string bound =
+          std::has_single_bit(limit) ? fmt::format("2^{}", std::bit_width(limit) - 1) : std::to_string(limit);
+      fail(path, fmt::format("expected a non-negative integer below {}, got {}", bound, value));
+    }
+    return value;
   }
-  std::int64_t int64(const json& v, const JsonPath& path) const {
+  template <class V>
+  std::int64_t int64(const V& v, const JsonPath& path) const {
     if (v.is_number_unsigned()) {
-      const auto value = v.get<std::uint64_t>();
+      const std::uint64_t value = v.as_uint();
       if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
         fail(path, fmt::format("integer {} does not fit 64-bit signed", value));
       }
       return static_cast<std::int64_t>(value);
     }
     if (v.is_number_integer()) {
-      return v.get<std::int64_t>();
+      return v.as_int();
     }
-    fail(path, fmt::format("expected an integer, got {}", kind_name(v)));
+    fail(path, fmt::format("expected an integer, got {}", v.type_name()));
   }
-  double number(const json& v, const JsonPath& path) const {
+  template <class V>
+  double number(const V& v, const JsonPath& path) const {
     if (!v.is_number()) {
-      fail(path, fmt::format("expected a number, got {}", kind_name(v)));
+      fail(path, fmt::format("expected a number, got {}", v.type_name()));
     }
-    return v.get<double>();
+    return v.as_double();
   }
 
-  static const json* find(const json::object_t& obj, std::string_view key) {
-    const auto it = obj.find(key);  // nlohmann's object comparator is std::less<>: no temporary string
-    return it == obj.end() ? nullptr : &it->second;
-  }
-  const json& require(const json::object_t& obj, const JsonPath& path, std::string_view key) const {
-    const json* v = find(obj, key);
-    if (v == nullptr) {
+  template <class V>
+  V require(const V& obj, const JsonPath& path, std::string_view key) const {
+    const std::optional<V> v = obj.find(key);
+    if (!v) {
       fail(path, fmt::format("missing key \"{}\"", key));
     }
     return *v;
@@ -198,30 +236,31 @@ class JsonReader {
   std::string_view source_;
 };
 
+template <class V>
 class SnapshotReader {
  public:
   explicit SnapshotReader(std::string_view source) : in_(source) { out_.source = std::string(source); }
 
-  Snapshot read(const json& root) {
+  Snapshot read(const V& root) {
     const JsonPath root_path;
     if (root.is_array()) {  // legacy: torch.cuda.memory_snapshot() / a pickled segment list
       read_segments(root, root_path);
     } else if (root.is_object()) {
-      const auto& obj = *root.get_ptr<const json::object_t*>();
+      const V& obj = root;
       read_segments(in_.require(obj, root_path, "segments"), root_path / "segments");
-      if (const json* traces = JsonReader::find(obj, "device_traces")) {
+      if (const std::optional<V> traces = obj.find("device_traces")) {
         read_traces(*traces, root_path / "device_traces");
       }
-      if (const json* settings = JsonReader::find(obj, "allocator_settings")) {
+      if (const std::optional<V> settings = obj.find("allocator_settings")) {
         read_settings(*settings, root_path / "allocator_settings");
       }
-      if (const json* flag = JsonReader::find(obj, "vramsim_has_final_state")) {
+      if (const std::optional<V> flag = obj.find("vramsim_has_final_state")) {
         out_.has_final_state = in_.boolean(*flag, root_path / "vramsim_has_final_state");
       }
     } else {
       in_.fail(root_path,
                fmt::format("expected a snapshot dict or a list of segments at the top level, got {}",
-                           kind_name(root)));
+                           root.type_name()));
     }
     sort_and_check_overlap();
     std::size_t devices = out_.device_traces.size();
@@ -233,15 +272,15 @@ class SnapshotReader {
   }
 
  private:
-  void read_segments(const json& value, const JsonPath& path) {
+  void read_segments(const V& value, const JsonPath& path) {
     const auto& list = in_.array(value, path);
     out_.segments.reserve(list.size());
     for (std::size_t i = 0; i < list.size(); ++i) {
-      out_.segments.push_back(read_segment(list[i], path[i]));
+      out_.segments.push_back(read_segment(list.at(i), path[i]));
     }
   }
 
-  SnapshotSegment read_segment(const json& value, const JsonPath& path) {
+  SnapshotSegment read_segment(const V& value, const JsonPath& path) {
     const auto& obj = in_.object(value, path);
     SnapshotSegment seg;
     seg.device = read_device(in_.require(obj, path, "device"), path / "device");
@@ -252,25 +291,25 @@ class SnapshotReader {
     }
     seg.stream = in_.uint(in_.require(obj, path, "stream"), path / "stream", kNoLimit);
     seg.is_small_pool = seg.total_size_bytes == kSmallSegmentBytes;
-    if (const json* type = JsonReader::find(obj, "segment_type")) {
-      const std::string& text = in_.string(*type, path / "segment_type");
+    if (const std::optional<V> type = obj.find("segment_type")) {
+      const std::string_view text = in_.string(*type, path / "segment_type");
       if (text != "small" && text != "large") {
         in_.fail(path / "segment_type",
                  fmt::format("expected \"small\" or \"large\", got {}", quote_text(text)));
       }
       seg.is_small_pool = text == "small";
     }
-    if (const json* expandable = JsonReader::find(obj, "is_expandable")) {
+    if (const std::optional<V> expandable = obj.find("is_expandable")) {
       seg.is_expandable = in_.boolean(*expandable, path / "is_expandable");
     }
-    if (const json* pool = JsonReader::find(obj, "segment_pool_id")) {
+    if (const std::optional<V> pool = obj.find("segment_pool_id")) {
       const JsonPath pool_path = path / "segment_pool_id";
       const auto& pair = in_.array(*pool, pool_path);
       if (pair.size() != 2) {
         in_.fail(pool_path, fmt::format("expected a pair of integers, got a list of {}", pair.size()));
       }
-      seg.pool_id_first = in_.int64(pair[0], pool_path[0]);
-      seg.pool_id_second = in_.int64(pair[1], pool_path[1]);
+      seg.pool_id_first = in_.int64(pair.at(0), pool_path[0]);
+      seg.pool_id_second = in_.int64(pair.at(1), pool_path[1]);
     }
     read_blocks(obj, path, seg);
     check_recorded(obj, path, "allocated_size", seg.allocated_bytes);
@@ -279,14 +318,14 @@ class SnapshotReader {
     return seg;
   }
 
-  void read_blocks(const json::object_t& seg_obj, const JsonPath& seg_path, SnapshotSegment& seg) {
+  void read_blocks(const V& seg_obj, const JsonPath& seg_path, SnapshotSegment& seg) {
     const JsonPath path = seg_path / "blocks";
     const auto& list = in_.array(in_.require(seg_obj, seg_path, "blocks"), path);
     seg.blocks.reserve(list.size());
     Bytes offset = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {
       const JsonPath block_path = path[i];
-      const auto& obj = in_.object(list[i], block_path);
+      const V& obj = in_.object(list.at(i), block_path);
       SnapshotBlock block;
       block.address = seg.address + offset;
       block.size_bytes = in_.uint(in_.require(obj, block_path, "size"), block_path / "size", kSizeLimit);
@@ -297,7 +336,7 @@ class SnapshotReader {
         in_.fail(block_path / "size", fmt::format("block ends at offset {}, past the segment's total_size {}",
                                                   offset + block.size_bytes, seg.total_size_bytes));
       }
-      if (const json* address = JsonReader::find(obj, "address")) {
+      if (const std::optional<V> address = obj.find("address")) {
         const Bytes recorded = in_.uint(*address, block_path / "address", kAddressLimit);
         if (recorded != block.address) {
           in_.fail(block_path / "address",
@@ -306,7 +345,7 @@ class SnapshotReader {
                                recorded, block.address));
         }
       }
-      if (const json* requested = JsonReader::find(obj, "requested_size")) {
+      if (const std::optional<V> requested = obj.find("requested_size")) {
         block.requested_bytes = in_.uint(*requested, block_path / "requested_size", kSizeLimit);
       }
       block.state = read_state(in_.require(obj, block_path, "state"), block_path / "state");
@@ -326,8 +365,8 @@ class SnapshotReader {
     }
   }
 
-  BlockState read_state(const json& value, const JsonPath& path) const {
-    const std::string& text = in_.string(value, path);
+  BlockState read_state(const V& value, const JsonPath& path) const {
+    const std::string_view text = in_.string(value, path);
     if (text == "active_allocated") {
       return BlockState::kActiveAllocated;
     }
@@ -343,9 +382,8 @@ class SnapshotReader {
                                quote_text(text)));
   }
 
-  void check_recorded(const json::object_t& obj, const JsonPath& path, std::string_view key,
-                      Bytes from_blocks) const {
-    if (const json* value = JsonReader::find(obj, key)) {
+  void check_recorded(const V& obj, const JsonPath& path, std::string_view key, Bytes from_blocks) const {
+    if (const std::optional<V> value = obj.find(key)) {
       const Bytes recorded = in_.uint(*value, path / key, kSizeLimit);
       if (recorded != from_blocks) {
         in_.fail(path / key,
@@ -354,7 +392,7 @@ class SnapshotReader {
     }
   }
 
-  int read_device(const json& value, const JsonPath& path) const {
+  int read_device(const V& value, const JsonPath& path) const {
     const std::uint64_t device = in_.uint(value, path, kNoLimit);
     if (device >= kMaxDevices) {
       in_.fail(path, fmt::format("device index {} is out of range (below {} expected)", device, kMaxDevices));
@@ -362,7 +400,7 @@ class SnapshotReader {
     return static_cast<int>(device);
   }
 
-  void read_traces(const json& value, const JsonPath& path) {
+  void read_traces(const V& value, const JsonPath& path) {
     const auto& devices = in_.array(value, path);
     if (devices.size() > kMaxDevices) {
       in_.fail(path,
@@ -370,18 +408,58 @@ class SnapshotReader {
     }
     out_.device_traces.resize(devices.size());
     for (std::size_t d = 0; d < devices.size(); ++d) {
-      const auto& entries = in_.array(devices[d], path[d]);
+      const V entries = in_.array(devices.at(d), path[d]);
       std::vector<TraceEvent>& events = out_.device_traces[d].events;
       events.reserve(entries.size());
       for (std::size_t i = 0; i < entries.size(); ++i) {
-        read_event(entries[i], path[d][i], events);
+        read_event(entries.at(i), path[d][i], events);
       }
     }
   }
 
-  void read_event(const json& value, const JsonPath& path, std::vector<TraceEvent>& events) {
-    const auto& obj = in_.object(value, path);
-    const std::string& name = in_.string(in_.require(obj, path, "action"), path / "action");
+  // The members of a trace entry that are read, gathered in one pass over it: a trace has tens of thousands
+  // of entries, and a lookup per key would scan each one ten times. A repeated key: the last one counts.
+  struct EntryFields {
+    std::optional<V> action, addr, device_free, size, stream, time_us, op, category, phase, layer;
+
+    explicit EntryFields(const V& entry) {
+      entry.for_each_member([this](std::string_view key, const V& value) {
+        if (std::optional<V>* slot = slot_of(key)) {
+          *slot = value;
+        }
+      });
+    }
+    std::optional<V>* slot_of(std::string_view key) {
+      const std::pair<std::string_view, std::optional<V> EntryFields::*> kSlots[] = {
+          {"action", &EntryFields::action},
+          {"addr", &EntryFields::addr},
+          {"device_free", &EntryFields::device_free},
+          {"size", &EntryFields::size},
+          {"stream", &EntryFields::stream},
+          {"time_us", &EntryFields::time_us},
+          {"op", &EntryFields::op},
+          {"category", &EntryFields::category},
+          {"phase", &EntryFields::phase},
+          {"layer", &EntryFields::layer}};
+      for (const auto& [name, slot] : kSlots) {
+        if (name == key) {
+          return &(this->*slot);
+        }
+      }
+      return nullptr;
+    }
+  };
+
+  const V& required(const std::optional<V>& field, const JsonPath& path, std::string_view key) const {
+    if (!field) {
+      in_.fail(path, fmt::format("missing key \"{}\"", key));
+    }
+    return *field;
+  }
+
+  void read_event(const V& value, const JsonPath& path, std::vector<TraceEvent>& events) {
+    const EntryFields fields(in_.object(value, path));
+    const std::string_view name = in_.string(required(fields.action, path, "action"), path / "action");
     const std::optional<TraceAction> action = parse_trace_action(name);
     if (!action) {
       if (name == "annotate") {  // newest PyTorch: user annotation markers, no memory involved
@@ -391,68 +469,62 @@ class SnapshotReader {
     }
     TraceEvent event;
     event.action = *action;
-    const json* addr = JsonReader::find(obj, "addr");
-    std::string_view addr_key = "addr";
-    if (*action == TraceAction::kOom) {
-      if (const json* device_free = JsonReader::find(obj, "device_free")) {
-        addr = device_free;
-        addr_key = "device_free";
-      }
-    }
-    if (addr == nullptr) {
+    const bool device_free = *action == TraceAction::kOom && fields.device_free;
+    const std::string_view addr_key = device_free ? "device_free" : "addr";
+    if (!device_free && !fields.addr) {
       in_.fail(path, *action == TraceAction::kOom ? "missing key \"device_free\"" : "missing key \"addr\"");
     }
-    event.addr = in_.uint(*addr, path / addr_key, kAddressLimit);
-    event.size_bytes = in_.uint(in_.require(obj, path, "size"), path / "size", kSizeLimit);
-    event.stream = in_.uint(in_.require(obj, path, "stream"), path / "stream", kNoLimit);
-    if (const json* time = JsonReader::find(obj, "time_us")) {
+    event.addr = in_.uint(device_free ? *fields.device_free : *fields.addr, path / addr_key, kAddressLimit);
+    event.size_bytes = in_.uint(required(fields.size, path, "size"), path / "size", kSizeLimit);
+    event.stream = in_.uint(required(fields.stream, path, "stream"), path / "stream", kNoLimit);
+    if (fields.time_us) {
       const std::uint64_t time_us =
-          in_.uint(*time, path / "time_us", static_cast<std::uint64_t>(kMaxTimeUs) + 1);
+          in_.uint(*fields.time_us, path / "time_us", static_cast<std::uint64_t>(kMaxTimeUs) + 1);
       event.time_ns = static_cast<TimeNs>(time_us) * 1000;
     }
-    event.op_tag = read_tag(obj, "op");
-    event.category_tag = read_tag(obj, "category");
-    if (const json* phase = JsonReader::find(obj, "phase")) {
-      const std::string& text = in_.string(*phase, path / "phase");
+    event.op_tag = read_tag(fields.op);
+    event.category_tag = read_tag(fields.category);
+    if (fields.phase) {
+      const std::string_view text = in_.string(*fields.phase, path / "phase");
       if (text.empty()) {
         in_.fail(path / "phase", "expected a phase name, got an empty string");
       }
       event.phase_tag = intern(text);
     }
-    if (const json* layer = JsonReader::find(obj, "layer")) {
-      event.layer = static_cast<std::int32_t>(in_.uint(*layer, path / "layer", kLayerLimit));
+    if (fields.layer) {
+      event.layer = static_cast<std::int32_t>(in_.uint(*fields.layer, path / "layer", kLayerLimit));
     }
     events.push_back(event);
   }
 
   // Optional free-text labels; a non-string value (profiler files may hold null) is treated as absent.
-  std::uint32_t read_tag(const json::object_t& obj, std::string_view key) {
-    const json* value = JsonReader::find(obj, key);
-    if (value == nullptr || !value->is_string() || value->get_ref<const std::string&>().empty()) {
+  std::uint32_t read_tag(const std::optional<V>& value) {
+    if (!value || !value->is_string() || value->as_string().empty()) {
       return kNoTag;
     }
-    return intern(value->get_ref<const std::string&>());
+    return intern(value->as_string());
   }
 
-  std::uint32_t intern(const std::string& text) {
-    const auto [it, inserted] = tag_index_.try_emplace(text, static_cast<std::uint32_t>(out_.strings.size()));
-    if (inserted) {
-      out_.strings.push_back(text);
+  std::uint32_t intern(std::string_view text) {
+    if (const auto it = tag_index_.find(text); it != tag_index_.end()) {
+      return it->second;
     }
-    return it->second;
+    const auto index = static_cast<std::uint32_t>(out_.strings.size());
+    out_.strings.emplace_back(text);
+    tag_index_.emplace(out_.strings.back(), index);
+    return index;
   }
 
-  void read_settings(const json& value, const JsonPath& path) {
+  void read_settings(const V& value, const JsonPath& path) {
     const auto& obj = in_.object(value, path);
     RecordedAllocatorSettings settings;
-    if (const json* conf = JsonReader::find(obj, "PYTORCH_CUDA_ALLOC_CONF");
-        conf != nullptr && !conf->is_null()) {
+    if (const std::optional<V> conf = obj.find("PYTORCH_CUDA_ALLOC_CONF"); conf && !conf->is_null()) {
       settings.alloc_conf = in_.string(*conf, path / "PYTORCH_CUDA_ALLOC_CONF");
     }
-    if (const json* split = JsonReader::find(obj, "max_split_size")) {
+    if (const std::optional<V> split = obj.find("max_split_size")) {
       const JsonPath split_path = path / "max_split_size";
       // Unlimited is -1; some builds may print SIZE_MAX instead.
-      if (split->is_number_unsigned() && split->get<std::uint64_t>() == kNoLimit) {
+      if (split->is_number_unsigned() && split->as_uint() == kNoLimit) {
         settings.max_split_size = -1;
       } else {
         settings.max_split_size = in_.int64(*split, split_path);
@@ -462,7 +534,7 @@ class SnapshotReader {
         }
       }
     }
-    if (const json* gc = JsonReader::find(obj, "garbage_collection_threshold")) {
+    if (const std::optional<V> gc = obj.find("garbage_collection_threshold")) {
       const JsonPath gc_path = path / "garbage_collection_threshold";
       settings.garbage_collection_threshold = in_.number(*gc, gc_path);
       if (!(settings.garbage_collection_threshold >= 0.0 && settings.garbage_collection_threshold <= 1.0)) {
@@ -470,10 +542,10 @@ class SnapshotReader {
                  fmt::format("expected a fraction in [0, 1], got {}", settings.garbage_collection_threshold));
       }
     }
-    if (const json* expandable = JsonReader::find(obj, "expandable_segments")) {
+    if (const std::optional<V> expandable = obj.find("expandable_segments")) {
       settings.expandable_segments = in_.boolean(*expandable, path / "expandable_segments");
     }
-    if (const json* divisions = JsonReader::find(obj, "roundup_power2_divisions")) {
+    if (const std::optional<V> divisions = obj.find("roundup_power2_divisions")) {
       read_divisions(*divisions, path / "roundup_power2_divisions", settings.roundup_power2_divisions);
     }
     out_.allocator_settings = settings;
@@ -481,18 +553,22 @@ class SnapshotReader {
 
   // {"1": d0, "2": d1, ..., "32768": d15}: keys are interval lower bounds in MiB (spec §1.3). A plain list of
   // 16 values is accepted too.
-  void read_divisions(const json& value, const JsonPath& path, std::array<std::uint64_t, 16>& table) const {
+  void read_divisions(const V& value, const JsonPath& path, std::array<std::uint64_t, 16>& table) const {
     if (value.is_array()) {
-      const auto& list = *value.get_ptr<const json::array_t*>();
-      if (list.size() != table.size()) {
-        in_.fail(path, fmt::format("expected 16 values, got {}", list.size()));
+      if (value.size() != table.size()) {
+        in_.fail(path, fmt::format("expected 16 values, got {}", value.size()));
       }
       for (std::size_t i = 0; i < table.size(); ++i) {
-        table[i] = in_.uint(list[i], path[i], kNoLimit);
+        table[i] = in_.uint(value.at(i), path[i], kNoLimit);
       }
       return;
     }
-    for (const auto& [key, entry] : in_.object(value, path)) {
+    // In key order with repeated keys resolved (the last wins), as the JSON form of a pickled dict has them.
+    std::map<std::string, V, std::less<>> members;
+    in_.object(value, path).for_each_member([&members](std::string_view key, const V& entry) {
+      members.insert_or_assign(std::string(key), entry);
+    });
+    for (const auto& [key, entry] : members) {
       std::size_t index = table.size();
       for (std::size_t i = 0; i < table.size(); ++i) {
         if (key == std::to_string(std::uint64_t{1} << i)) {
@@ -527,9 +603,13 @@ class SnapshotReader {
     }
   }
 
-  JsonReader in_;
+  DocumentReader in_;
   Snapshot out_;
-  std::unordered_map<std::string, std::uint32_t> tag_index_;
+  struct TextHash {
+    using is_transparent = void;  // find() by string_view without a temporary string
+    std::size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+  };
+  std::unordered_map<std::string, std::uint32_t, TextHash, std::equal_to<>> tag_index_;
 };
 
 std::string_view block_state_name(BlockState state) {
@@ -619,7 +699,11 @@ json settings_to_json(const RecordedAllocatorSettings& settings) {
 }  // namespace
 
 Snapshot snapshot_from_json(const nlohmann::json& root, std::string_view source) {
-  return SnapshotReader(source).read(root);
+  return SnapshotReader<JsonValue>(source).read(JsonValue(root));
+}
+
+Snapshot snapshot_from_pickle_value(const PickleValue& root, std::string_view source) {
+  return SnapshotReader<PickleValue>(source).read(root);
 }
 
 nlohmann::json snapshot_to_json(const Snapshot& snapshot) {

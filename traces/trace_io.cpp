@@ -226,9 +226,17 @@ std::string_view trace_format_name(TraceFormat format) {
 }
 
 Snapshot snapshot_from_pickle(std::span<const std::uint8_t> bytes, std::string_view source) {
-  // Stack frames are never read: skipping them keeps a 3 MB snapshot from expanding into 110 MB of JSON.
+  // Stack frames are never read: skipping them keeps a 3 MB snapshot from expanding into 110 MB of JSON,
+  // and the snapshot is read in place, without building its JSON form.
   static constexpr std::string_view kUnreadKeys[] = {"frames"};
-  return snapshot_from_any_json(read_pickle(bytes, source, kUnreadKeys), std::string(source));
+  const PickleDocument document(bytes, source, kUnreadKeys);
+  const PickleValue root = document.root();
+  const bool alloc_data = root.is_object() && !root.find("segments") &&
+                          (root.find("alloc_data") || (root.find("actions") && root.find("elements_size")));
+  if (alloc_data) {  // the old trace_plot form, read through its JSON (such files are small)
+    return snapshot_from_alloc_data(document.to_json(), std::string(source));
+  }
+  return snapshot_from_pickle_value(root, source);
 }
 
 Snapshot load_snapshot(const std::string& path) {

@@ -18,6 +18,8 @@
 
 namespace vramsim {
 
+class PickleValue;
+
 enum class TraceFormat { kPickle, kJson, kVtrace };
 
 std::string_view trace_format_name(TraceFormat format);
@@ -33,6 +35,8 @@ void save_snapshot(const Snapshot& snapshot, const std::string& path, TraceForma
 // The snapshot dict <-> Snapshot. `source` names the file in error messages; errors say which key / index is
 // wrong (e.g. "x.json: segments[3].blocks[0].size: expected a non-negative integer").
 Snapshot snapshot_from_json(const nlohmann::json& root, std::string_view source);
+// The same for a decoded pickle read in place (traces/pickle/pickle_reader.h): same checks, same messages.
+Snapshot snapshot_from_pickle_value(const PickleValue& root, std::string_view source);
 nlohmann::json snapshot_to_json(const Snapshot& snapshot);
 
 // A `_dump_snapshot` pickle from memory (what load_snapshot does after sniffing); stack frames are skipped.

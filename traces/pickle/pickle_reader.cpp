@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "traces/utf8.h"
 
@@ -120,10 +121,13 @@ std::string_view kind_name(Kind kind) {
 
 bool is_container(Kind kind) { return kind >= Kind::kList; }
 
-// One Python object. Containers own a slot in Decoder::items_ (dicts store key, value, key, value, ...), so
-// that every reference to them - memo, DUP, membership in other containers - shares and sees mutations.
+// One Python object. A container owns a slot in PickleGraph::containers (dicts store key, value, key,
+// value, ...), so that every reference to it - memo, DUP, membership in other containers - shares it and sees
+// its mutations.
 struct Node {
   Kind kind = Kind::kNone;
+  bool elided = false;       // a container stored under a skipped key: its items were not kept
+  bool skip_key = false;     // a str equal to one of the skipped keys
   std::uint32_t offset = 0;  // byte offset of the opcode that created it, for error messages
   union {
     bool b;
@@ -134,31 +138,98 @@ struct Node {
       std::uint32_t begin;
       std::uint32_t size;
     } str;                // a range of the input (validated UTF-8)
-    std::uint32_t items;  // containers: index into items_
+    std::uint32_t items;  // containers: index into PickleGraph::containers
   } v{};
 };
 
+// A container's items: a region of PickleGraph::arena, with room to grow in place. One arena instead of a
+// vector per container: a real snapshot has tens of thousands of containers, and a malloc each cost more
+// than decoding them.
+struct Items {
+  std::uint64_t begin = 0;
+  std::uint64_t size = 0;
+  std::uint64_t capacity = 0;
+};
+
+constexpr std::uint32_t kNoNode = std::numeric_limits<std::uint32_t>::max();
+
+}  // namespace
+
+struct PickleGraph {
+  std::span<const std::uint8_t> data;
+  std::string name;
+  std::vector<std::string> skip_keys;  // dict values under these keys are not read
+  std::vector<Node> nodes;
+  std::vector<Items> containers;
+  std::vector<std::uint32_t> arena;
+  std::uint32_t root = kNoNode;
+
+  std::span<const std::uint32_t> items(std::uint32_t slot) const {
+    const Items& c = containers[slot];
+    return {arena.data() + c.begin, c.size};
+  }
+  std::string_view str(const Node& node) const {
+    return {reinterpret_cast<const char*>(data.data()) + node.v.str.begin, node.v.str.size};
+  }
+  bool is_skip_key(std::string_view key) const {
+    return std::find(skip_keys.begin(), skip_keys.end(), key) != skip_keys.end();
+  }
+  // A dict key's text: a str as is, an int key as its decimal text (what the JSON form's key is).
+  std::string key_text(std::uint32_t id) const {
+    const Node& node = nodes[id];
+    switch (node.kind) {
+      case Kind::kStr:
+        return std::string(str(node));
+      case Kind::kInt:
+        return std::to_string(node.v.i);
+      default:
+        return std::to_string(node.v.u);
+    }
+  }
+  bool is_skipped_key(std::uint32_t id) const {
+    const Node& node = nodes[id];
+    if (node.kind == Kind::kStr) {
+      return node.skip_key;
+    }
+    return !skip_keys.empty() && is_skip_key(key_text(id));
+  }
+};
+
+namespace {
+
 class Decoder {
  public:
-  Decoder(std::span<const std::uint8_t> data, std::string_view name,
-          std::span<const std::string_view> skip_keys)
-      : data_(data), name_(name), skip_keys_(skip_keys) {}
+  Decoder(PickleGraph& graph) : g_(graph), data_(graph.data), skip_(!graph.skip_keys.empty()) {
+    // Real snapshots hold about one value per 10 input bytes and one item per 5 (the frame references).
+    g_.nodes.reserve(data_.size() / 16 + 16);
+    g_.arena.reserve(data_.size() / 8 + 16);
+  }
 
-  nlohmann::json decode() {
+  void decode() {
     // Node ids, offsets and string ranges are 32-bit.
     if (data_.size() >= std::numeric_limits<std::uint32_t>::max()) {
       fail(0, "pickle data larger than 4 GiB");
     }
-    while (pos_ < data_.size()) {
+    const std::size_t size = data_.size();
+    while (pos_ < size) {
       op_start_ = pos_;
       const std::uint8_t op = data_[pos_++];
+      // Memo references are three quarters of a real snapshot's opcodes (its shared stack frames): they take
+      // a predictable branch here instead of the switch's indirect jump.
+      if (op == static_cast<std::uint8_t>(Op::kBinGet) && pos_ < size) {
+        memo_get(data_[pos_++]);
+        continue;
+      }
+      if (op == static_cast<std::uint8_t>(Op::kLongBinGet) && size - pos_ >= 4) {
+        memo_get(take_le<4>());
+        continue;
+      }
       if (static_cast<Op>(op) == Op::kStop) {
-        const std::uint32_t result = pop();
+        g_.root = pop();
         if (pos_ != data_.size()) {
           fail(pos_, fmt::format("{} bytes of trailing data after STOP", data_.size() - pos_));
         }
-        check_expansion(result);
-        return to_json(result);
+        return;
       }
       step(op);
     }
@@ -166,15 +237,13 @@ class Decoder {
   }
 
  private:
-  static constexpr std::uint32_t kNoNode = std::numeric_limits<std::uint32_t>::max();
-
   [[noreturn]] void fail(std::size_t offset, std::string_view problem) const {
-    throw InputError(fmt::format("{}: byte {}: {}", name_, offset, problem));
+    throw InputError(fmt::format("{}: byte {}: {}", g_.name, offset, problem));
   }
   std::string_view op_name() const { return kOps[data_[op_start_]].name; }
 
   // ---- argument bytes ----
-  const std::uint8_t* take(std::size_t n) {
+  [[gnu::always_inline]] const std::uint8_t* take(std::size_t n) {
     if (data_.size() - pos_ < n) {
       fail(data_.size(), fmt::format("data ends inside the {} argument", op_name()));
     }
@@ -182,15 +251,27 @@ class Decoder {
     pos_ += n;
     return p;
   }
-  std::uint64_t take_le(std::size_t n, bool big_endian = false) {  // BINFLOAT is the one big-endian case
-    const std::uint8_t* p = take(n);
+  template <std::size_t N>
+  std::uint64_t take_le() {
+    const std::uint8_t* p = take(N);
     std::uint64_t value = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      value = (value << 8) | p[big_endian ? i : n - 1 - i];
+    for (std::size_t i = N; i-- > 0;) {
+      value = (value << 8) | p[i];
     }
     return value;
   }
-  std::uint64_t take_arg() { return take_le(kOps[data_[op_start_]].width); }
+  std::uint64_t take_arg() {
+    switch (kOps[data_[op_start_]].width) {
+      case 1:
+        return take_le<1>();
+      case 2:
+        return take_le<2>();
+      case 4:
+        return take_le<4>();
+      default:
+        return take_le<8>();
+    }
+  }
   // A declared length is checked against what remains before anything is read or allocated for it.
   const std::uint8_t* take_declared(std::uint64_t n) {
     const std::size_t remaining = data_.size() - pos_;
@@ -225,7 +306,7 @@ class Decoder {
 
   // ---- the stack: values above the innermost MARK are all an opcode may touch ----
   std::size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
-  void push(std::uint32_t id) { stack_.push_back(id); }
+  [[gnu::always_inline]] void push(std::uint32_t id) { stack_.push_back(id); }
   std::uint32_t top() const {
     if (stack_.size() <= fence()) {
       fail(op_start_, fmt::format("stack underflow in {}", op_name()));
@@ -248,60 +329,93 @@ class Decoder {
   }
 
   // ---- nodes ----
-  std::uint32_t add_node(Kind kind) {
+  [[gnu::always_inline]] std::uint32_t add_node(Kind kind) {
     Node node;
     node.kind = kind;
     node.offset = static_cast<std::uint32_t>(op_start_);
-    nodes_.push_back(node);
-    return static_cast<std::uint32_t>(nodes_.size() - 1);
+    g_.nodes.push_back(node);
+    return static_cast<std::uint32_t>(g_.nodes.size() - 1);
   }
-  void push_uint(std::uint64_t value) { nodes_[push_new(Kind::kUint)].v.u = value; }
+  [[gnu::always_inline]] Node& push_new(Kind kind) {
+    push(add_node(kind));
+    return g_.nodes.back();
+  }
+  void push_uint(std::uint64_t value) { push_new(Kind::kUint).v.u = value; }
   void push_int(std::int64_t value) {
     if (value >= 0) {
       push_uint(static_cast<std::uint64_t>(value));
     } else {
-      nodes_[push_new(Kind::kInt)].v.i = value;
+      push_new(Kind::kInt).v.i = value;
     }
   }
-  std::uint32_t push_new(Kind kind) {
-    const std::uint32_t id = add_node(kind);
-    push(id);
-    return id;
-  }
-  // Creates a container holding stack_[from ..] and replaces those values with it.
+  // Creates a container holding stack_[from ..] and replaces those values with it. One made where a skipped
+  // key's value is being built (the key right under it) keeps no items.
   void push_container(Kind kind, std::size_t from) {
-    const std::uint32_t id = new_container(kind);
-    items_.back().assign(stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
+    const std::uint32_t id = add_node(kind);
+    const auto slot = static_cast<std::uint32_t>(g_.containers.size());
+    g_.nodes[id].v.items = slot;
+    g_.containers.emplace_back();
+    const std::size_t n = stack_.size() - from;
+    if (kind == Kind::kDict) {
+      check_pairs(from);
+    }
+    g_.nodes[id].elided = from > fence() && g_.nodes[stack_[from - 1]].skip_key;
+    append(id, stack_.data() + from, n);
     stack_.resize(from);
     push(id);
   }
-  std::uint32_t new_container(Kind kind) {
-    const std::uint32_t id = add_node(kind);
-    nodes_[id].v.items = static_cast<std::uint32_t>(items_.size());
-    items_.emplace_back();
-    return id;
+  // Appends `n` items to container `id`, growing its arena region (in place when it is the last one,
+  // else moved to the end with room to double).
+  void append(std::uint32_t id, const std::uint32_t* first, std::size_t n) {
+    const Node& node = g_.nodes[id];
+    if (node.elided || n == 0) {
+      return;
+    }
+    Items& c = g_.containers[node.v.items];
+    const std::uint64_t need = c.size + n;
+    if (need > c.capacity) {
+      const std::uint64_t capacity = std::max(need, 2 * c.capacity);
+      if (c.begin + c.capacity == g_.arena.size()) {
+        g_.arena.resize(c.begin + capacity);
+      } else {
+        const std::uint64_t begin = g_.arena.size();
+        g_.arena.resize(begin + capacity);
+        std::copy_n(g_.arena.begin() + static_cast<std::ptrdiff_t>(c.begin), c.size,
+                    g_.arena.begin() + static_cast<std::ptrdiff_t>(begin));
+        c.begin = begin;
+      }
+      c.capacity = capacity;
+    }
+    std::copy_n(first, n, g_.arena.begin() + static_cast<std::ptrdiff_t>(c.begin + c.size));
+    c.size = need;
   }
   // The container at stack_[pos] that APPEND/SETITEM/... extends, which must be of the expected kind.
-  std::vector<std::uint32_t>& container_at(std::size_t pos, Kind kind) {
-    const Node& node = nodes_[stack_[pos]];
+  std::uint32_t container_at(std::size_t pos, Kind kind) const {
+    const Node& node = g_.nodes[stack_[pos]];
     if (node.kind != kind) {
       fail(op_start_,
            fmt::format("{} onto a {}, not a {}", op_name(), kind_name(node.kind), kind_name(kind)));
     }
-    return items_[node.v.items];
+    return stack_[pos];
   }
-  // Appends stack_[from ..] as key/value pairs to `dict` and removes them from the stack.
-  void add_pairs(std::vector<std::uint32_t>& dict, std::size_t from) {
+  // stack_[from ..] must be key/value pairs with str or int keys.
+  void check_pairs(std::size_t from) const {
     if ((stack_.size() - from) % 2 != 0) {
       fail(op_start_, fmt::format("odd number of items ({}) for {}", stack_.size() - from, op_name()));
     }
     for (std::size_t i = from; i < stack_.size(); i += 2) {
-      const Kind key = nodes_[stack_[i]].kind;
+      const Kind key = g_.nodes[stack_[i]].kind;
       if (key != Kind::kStr && key != Kind::kInt && key != Kind::kUint) {
         fail(op_start_, fmt::format("dict key must be str or int, not {}", kind_name(key)));
       }
     }
-    dict.insert(dict.end(), stack_.begin() + static_cast<std::ptrdiff_t>(from), stack_.end());
+  }
+  // Moves stack_[from ..] into container `id` (of kind `kind`, checked).
+  void extend(std::uint32_t id, std::size_t from) {
+    if (g_.nodes[id].kind == Kind::kDict) {
+      check_pairs(from);
+    }
+    append(id, stack_.data() + from, stack_.size() - from);
     stack_.resize(from);
   }
   void push_str(std::size_t size) {
@@ -309,9 +423,10 @@ class Decoder {
     if (!is_valid_utf8(p, size)) {
       fail(op_start_, fmt::format("{} is not valid UTF-8", op_name()));
     }
-    Node& node = nodes_[push_new(Kind::kStr)];
+    Node& node = push_new(Kind::kStr);
     node.v.str.begin = static_cast<std::uint32_t>(p - data_.data());
     node.v.str.size = static_cast<std::uint32_t>(size);
+    node.skip_key = skip_ && g_.is_skip_key(g_.str(node));
   }
   // LONG1/LONG4 payload: little-endian two's complement, any length, must fit int64 or uint64.
   void push_long(std::size_t n) {
@@ -351,7 +466,7 @@ class Decoder {
       fail(op_start_, fmt::format("{} integer does not fit in 64 bits", op_name()));
     }
   }
-  void push_float(double value) { nodes_[push_new(Kind::kFloat)].v.f = value; }
+  void push_float(double value) { push_new(Kind::kFloat).v.f = value; }
 
   // ---- memo: a dense table for the sequential indices picklers write, a map for anything else ----
   void memo_put(std::uint64_t index) {
@@ -368,7 +483,14 @@ class Decoder {
       memo_count_ += memo_sparse_.insert_or_assign(index, id).second ? 1 : 0;
     }
   }
-  void memo_get(std::uint64_t index) {
+  [[gnu::always_inline]] void memo_get(std::uint64_t index) {
+    if (index < memo_dense_.size() && memo_dense_[index] != kNoNode) [[likely]] {
+      push(memo_dense_[index]);
+      return;
+    }
+    memo_get_slow(index);
+  }
+  void memo_get_slow(std::uint64_t index) {
     std::uint32_t id = kNoNode;
     if (index < memo_dense_.size()) {
       id = memo_dense_[index];
@@ -382,37 +504,28 @@ class Decoder {
   }
 
   void step(std::uint8_t op_byte);
-  void check_expansion(std::uint32_t root);
-  void visit(std::uint32_t id, int depth);
-  std::uint64_t scalar_cost(std::uint32_t id) const;
-  bool is_skipped_key(std::uint32_t id) const;
-  nlohmann::json to_json(std::uint32_t id) const;
-  std::string key_text(std::uint32_t id) const;
 
+  PickleGraph& g_;
   std::span<const std::uint8_t> data_;
-  std::string_view name_;
-  std::span<const std::string_view> skip_keys_;  // dict values under these keys decode to []
+  bool skip_;
   std::size_t pos_ = 0;
   std::size_t op_start_ = 0;
-  std::vector<Node> nodes_;
-  std::vector<std::vector<std::uint32_t>> items_;
   std::vector<std::uint32_t> stack_;
   std::vector<std::size_t> marks_;
   std::vector<std::uint32_t> memo_dense_;
   std::unordered_map<std::uint64_t, std::uint32_t> memo_sparse_;
   std::uint64_t memo_count_ = 0;  // len(memo), the slot MEMOIZE writes
-  // Per container (indexed like items_), filled by check_expansion.
-  enum class Visit : std::uint8_t { kNew, kOnPath, kDone };
-  std::vector<Visit> visit_;
-  std::vector<std::uint16_t> height_;  // containers on the longest downward path, itself included
-  std::vector<std::uint64_t>
-      expansion_;  // output bytes its expansion costs, itself included (see kOutputBytes*)
-  std::uint64_t budget_ = 0;
 };
 
 void Decoder::step(std::uint8_t op_byte) {
   const auto op = static_cast<Op>(op_byte);
   switch (op) {
+    case Op::kBinGet:  // the frame references: most opcodes of a real snapshot
+      memo_get(take_le<1>());
+      return;
+    case Op::kLongBinGet:
+      memo_get(take_le<4>());
+      return;
     case Op::kProto:
       if (const std::uint64_t version = take_arg(); version > kHighestProtocol) {
         fail(op_start_, fmt::format("unsupported pickle protocol {}", version));
@@ -445,7 +558,7 @@ void Decoder::step(std::uint8_t op_byte) {
       return;
     case Op::kNewTrue:
     case Op::kNewFalse:
-      nodes_[push_new(Kind::kBool)].v.b = op == Op::kNewTrue;
+      push_new(Kind::kBool).v.b = op == Op::kNewTrue;
       return;
     case Op::kBinInt1:
     case Op::kBinInt2:
@@ -468,7 +581,7 @@ void Decoder::step(std::uint8_t op_byte) {
     case Op::kInt: {
       const std::string_view text = take_line();
       if (text == "00" || text == "01") {  // protocol 0 writes bools as INT 00 / 01
-        nodes_[push_new(Kind::kBool)].v.b = text == "01";
+        push_new(Kind::kBool).v.b = text == "01";
       } else {
         push_decimal(text);
       }
@@ -482,9 +595,15 @@ void Decoder::step(std::uint8_t op_byte) {
       push_decimal(text);
       return;
     }
-    case Op::kBinFloat:
-      push_float(std::bit_cast<double>(take_le(8, true)));
+    case Op::kBinFloat: {  // the one big-endian argument
+      const std::uint8_t* p = take(8);
+      std::uint64_t bits = 0;
+      for (std::size_t i = 0; i < 8; ++i) {
+        bits = (bits << 8) | p[i];
+      }
+      push_float(std::bit_cast<double>(bits));
       return;
+    }
     case Op::kFloat: {
       const std::string_view text = take_line();
       double value = 0;
@@ -513,8 +632,10 @@ void Decoder::step(std::uint8_t op_byte) {
     case Op::kList:
     case Op::kTuple:
     case Op::kFrozenSet:
+    case Op::kDict:
       push_container(op == Op::kList    ? Kind::kList
                      : op == Op::kTuple ? Kind::kTuple
+                     : op == Op::kDict  ? Kind::kDict
                                         : Kind::kFrozenSet,
                      pop_mark());
       return;
@@ -528,17 +649,12 @@ void Decoder::step(std::uint8_t op_byte) {
       push_container(Kind::kTuple, stack_.size() - n);
       return;
     }
-    case Op::kDict: {
-      const std::size_t mark = pop_mark();
-      const std::uint32_t dict = new_container(Kind::kDict);
-      add_pairs(items_.back(), mark);
-      push(dict);
-      return;
-    }
     case Op::kAppend: {
-      const std::uint32_t value = pop();
-      top();  // the list must be inside the innermost MARK too
-      container_at(stack_.size() - 1, Kind::kList).push_back(value);
+      top();  // the value and the list must both be inside the innermost MARK
+      if (stack_.size() - fence() < 2) {
+        fail(op_start_, "stack underflow in APPEND");
+      }
+      extend(container_at(stack_.size() - 2, Kind::kList), stack_.size() - 1);
       return;
     }
     case Op::kAppends:
@@ -547,23 +663,21 @@ void Decoder::step(std::uint8_t op_byte) {
       if (mark <= fence()) {  // the container must sit just below the MARK, inside the enclosing one
         fail(op_start_, fmt::format("stack underflow in {}", op_name()));
       }
-      auto& items = container_at(mark - 1, op == Op::kAppends ? Kind::kList : Kind::kSet);
-      items.insert(items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
-      stack_.resize(mark);
+      extend(container_at(mark - 1, op == Op::kAppends ? Kind::kList : Kind::kSet), mark);
       return;
     }
     case Op::kSetItem:
       if (stack_.size() - fence() < 3) {
         fail(op_start_, "stack underflow in SETITEM");
       }
-      add_pairs(container_at(stack_.size() - 3, Kind::kDict), stack_.size() - 2);
+      extend(container_at(stack_.size() - 3, Kind::kDict), stack_.size() - 2);
       return;
     case Op::kSetItems: {
       const std::size_t mark = pop_mark();
       if (mark <= fence()) {
         fail(op_start_, "stack underflow in SETITEMS");
       }
-      add_pairs(container_at(mark - 1, Kind::kDict), mark);
+      extend(container_at(mark - 1, Kind::kDict), mark);
       return;
     }
     case Op::kBinPut:
@@ -575,10 +689,6 @@ void Decoder::step(std::uint8_t op_byte) {
       return;
     case Op::kMemoize:
       memo_put(memo_count_);
-      return;
-    case Op::kBinGet:
-    case Op::kLongBinGet:
-      memo_get(take_arg());
       return;
     case Op::kGet:
       memo_get(parse_unsigned(take_line()));
@@ -593,95 +703,101 @@ void Decoder::step(std::uint8_t op_byte) {
                                                             : "data only"));
 }
 
-void Decoder::check_expansion(std::uint32_t root) {
-  if (!is_container(nodes_[root].kind)) {
-    return;  // a lone scalar or str costs no more than the input holds
-  }
-  budget_ = kOutputBytesPerInputByte * data_.size() + kOutputBytesBase;
-  visit_.assign(items_.size(), Visit::kNew);
-  height_.assign(items_.size(), 0);
-  expansion_.assign(items_.size(), 0);
-  visit(root, 1);
-}
+// The graph reachable from the root, checked in one memoised walk: no container contains itself, nesting is
+// at most kMaxPickleDepth, the expanded tree stays within the output bound, and a container whose items were
+// not kept appears only under skipped keys.
+class GraphCheck {
+ public:
+  explicit GraphCheck(const PickleGraph& g) : g_(g) {}
 
-// What a scalar or str costs in the output: one value, plus a str's bytes (an int key's digits fit the
-// value's share).
-std::uint64_t Decoder::scalar_cost(std::uint32_t id) const {
-  const Node& node = nodes_[id];
-  return kOutputBytesPerValue + (node.kind == Kind::kStr ? node.v.str.size : 0);
-}
-
-// Memoised DFS: each container is expanded once, so this is linear in the graph even when its tree is
-// exponential. Recursion depth stays <= kMaxPickleDepth + 1 because deeper paths fail first. A value under
-// a skipped dict key is still checked (cycles, depth) but costs only the empty array that replaces it.
-void Decoder::visit(std::uint32_t id, int depth) {
-  const Node& node = nodes_[id];
-  if (depth > kMaxPickleDepth) {
-    fail(node.offset, fmt::format("containers nest deeper than {} levels", kMaxPickleDepth));
-  }
-  const std::uint32_t slot = node.v.items;
-  visit_[slot] = Visit::kOnPath;
-  const bool dict = node.kind == Kind::kDict;
-  const std::vector<std::uint32_t>& items = items_[slot];
-  std::uint64_t expansion = kOutputBytesPerValue;
-  int height = 1;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const std::uint32_t child_id = items[i];
-    const Node& child = nodes_[child_id];
-    const bool skipped = dict && i % 2 == 1 && is_skipped_key(items[i - 1]);
-    if (is_container(child.kind)) {
-      const std::uint32_t child_slot = child.v.items;
-      if (visit_[child_slot] == Visit::kOnPath) {
-        fail(child.offset,
-             fmt::format("this {} contains itself, which JSON cannot represent", kind_name(child.kind)));
-      }
-      if (visit_[child_slot] == Visit::kNew) {
-        visit(child_id, depth + 1);
-      } else if (depth + height_[child_slot] > kMaxPickleDepth) {
-        fail(child.offset, fmt::format("containers nest deeper than {} levels", kMaxPickleDepth));
-      }
-      height = std::max(height, height_[child_slot] + 1);
-      expansion += skipped ? kOutputBytesPerValue : expansion_[child_slot];
-    } else {
-      expansion += skipped ? kOutputBytesPerValue : scalar_cost(child_id);
+  void run() {
+    const Node& root = g_.nodes[g_.root];
+    if (!is_container(root.kind)) {
+      return;  // a lone scalar or str costs no more than the input holds
     }
-    // Checked per child, each child costing <= budget (or < 4 GiB for a str): no overflow.
-    if (expansion > budget_) {
-      fail(node.offset,
-           fmt::format("output would exceed {} bytes: memo references copy the values they share", budget_));
+    if (root.elided) {
+      not_kept(root);
     }
+    budget_ = kOutputBytesPerInputByte * g_.data.size() + kOutputBytesBase;
+    visit_.assign(g_.containers.size(), Visit::kNew);
+    height_.assign(g_.containers.size(), 0);
+    expansion_.assign(g_.containers.size(), 0);
+    visit(g_.root, 1);
   }
-  visit_[slot] = Visit::kDone;
-  height_[slot] = static_cast<std::uint16_t>(height);
-  expansion_[slot] = expansion;
-}
 
-bool Decoder::is_skipped_key(std::uint32_t id) const {
-  if (skip_keys_.empty()) {
-    return false;
+ private:
+  [[noreturn]] void fail(std::size_t offset, std::string_view problem) const {
+    throw InputError(fmt::format("{}: byte {}: {}", g_.name, offset, problem));
   }
-  const Node& node = nodes_[id];
-  if (node.kind != Kind::kStr) {
-    return std::find(skip_keys_.begin(), skip_keys_.end(), key_text(id)) != skip_keys_.end();
+  [[noreturn]] void not_kept(const Node& node) const {
+    fail(node.offset, fmt::format("this {} is stored under a key that is not read and also where values are "
+                                  "read; vramsim does not keep such values",
+                                  kind_name(node.kind)));
   }
-  const std::string_view key(reinterpret_cast<const char*>(data_.data()) + node.v.str.begin, node.v.str.size);
-  return std::find(skip_keys_.begin(), skip_keys_.end(), key) != skip_keys_.end();
-}
+  // What a scalar or str costs in the output: one value, plus a str's bytes (an int key's digits fit the
+  // value's share).
+  std::uint64_t scalar_cost(const Node& node) const {
+    return kOutputBytesPerValue + (node.kind == Kind::kStr ? node.v.str.size : 0);
+  }
 
-std::string Decoder::key_text(std::uint32_t id) const {
-  const Node& node = nodes_[id];
-  switch (node.kind) {
-    case Kind::kStr:
-      return {reinterpret_cast<const char*>(data_.data()) + node.v.str.begin, node.v.str.size};
-    case Kind::kInt:
-      return std::to_string(node.v.i);
-    default:
-      return std::to_string(node.v.u);
+  // Each container is expanded once, so this is linear in the graph even when its tree is exponential.
+  // Recursion depth stays <= kMaxPickleDepth + 1 because deeper paths fail first. A value under a skipped
+  // dict key costs only the empty array that replaces it.
+  void visit(std::uint32_t id, int depth) {
+    const Node& node = g_.nodes[id];
+    if (depth > kMaxPickleDepth) {
+      fail(node.offset, fmt::format("containers nest deeper than {} levels", kMaxPickleDepth));
+    }
+    const std::uint32_t slot = node.v.items;
+    visit_[slot] = Visit::kOnPath;
+    const bool dict = node.kind == Kind::kDict;
+    const std::span<const std::uint32_t> items = g_.items(slot);
+    std::uint64_t expansion = kOutputBytesPerValue;
+    int height = 1;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const Node& child = g_.nodes[items[i]];
+      const bool skipped = dict && i % 2 == 1 && g_.is_skipped_key(items[i - 1]);
+      if (is_container(child.kind)) {
+        if (child.elided && !skipped) {
+          not_kept(child);
+        }
+        const std::uint32_t child_slot = child.v.items;
+        if (visit_[child_slot] == Visit::kOnPath) {
+          fail(child.offset,
+               fmt::format("this {} contains itself, which JSON cannot represent", kind_name(child.kind)));
+        }
+        if (visit_[child_slot] == Visit::kNew) {
+          visit(items[i], depth + 1);
+        } else if (depth + height_[child_slot] > kMaxPickleDepth) {
+          fail(child.offset, fmt::format("containers nest deeper than {} levels", kMaxPickleDepth));
+        }
+        height = std::max(height, height_[child_slot] + 1);
+        expansion += skipped ? kOutputBytesPerValue : expansion_[child_slot];
+      } else {
+        expansion += skipped ? kOutputBytesPerValue : scalar_cost(child);
+      }
+      // Checked per child, each child costing <= budget (or < 4 GiB for a str): no overflow.
+      if (expansion > budget_) {
+        fail(
+            node.offset,
+            fmt::format("output would exceed {} bytes: memo references copy the values they share", budget_));
+      }
+    }
+    visit_[slot] = Visit::kDone;
+    height_[slot] = static_cast<std::uint16_t>(height);
+    expansion_[slot] = expansion;
   }
-}
 
-nlohmann::json Decoder::to_json(std::uint32_t id) const {
-  const Node& node = nodes_[id];
+  const PickleGraph& g_;
+  enum class Visit : std::uint8_t { kNew, kOnPath, kDone };
+  std::vector<Visit> visit_;
+  std::vector<std::uint16_t> height_;     // containers on the longest downward path, itself included
+  std::vector<std::uint64_t> expansion_;  // output bytes its expansion costs, itself included
+  std::uint64_t budget_ = 0;
+};
+
+nlohmann::json to_json(const PickleGraph& g, std::uint32_t id) {
+  const Node& node = g.nodes[id];
   switch (node.kind) {
     case Kind::kNone:
       return nullptr;
@@ -694,25 +810,25 @@ nlohmann::json Decoder::to_json(std::uint32_t id) const {
     case Kind::kFloat:
       return node.v.f;
     case Kind::kStr:
-      return key_text(id);
+      return g.key_text(id);
     case Kind::kDict: {
       nlohmann::json object = nlohmann::json::object();
       auto& fields = object.get_ref<nlohmann::json::object_t&>();
-      const std::vector<std::uint32_t>& items = items_[node.v.items];
+      const std::span<const std::uint32_t> items = g.items(node.v.items);
       for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
         // later duplicates win, as in Python
-        fields.insert_or_assign(key_text(items[i]),
-                                is_skipped_key(items[i]) ? nlohmann::json::array() : to_json(items[i + 1]));
+        fields.insert_or_assign(g.key_text(items[i]), g.is_skipped_key(items[i]) ? nlohmann::json::array()
+                                                                                 : to_json(g, items[i + 1]));
       }
       return object;
     }
     default: {
       nlohmann::json array = nlohmann::json::array();
       auto& values = array.get_ref<nlohmann::json::array_t&>();
-      const std::vector<std::uint32_t>& items = items_[node.v.items];
+      const std::span<const std::uint32_t> items = g.items(node.v.items);
       values.reserve(items.size());
       for (const std::uint32_t item : items) {
-        values.push_back(to_json(item));
+        values.push_back(to_json(g, item));
       }
       return array;
     }
@@ -721,9 +837,133 @@ nlohmann::json Decoder::to_json(std::uint32_t id) const {
 
 }  // namespace
 
+// ---- PickleValue ----
+
+std::string_view PickleValue::type_name() const {
+  switch (graph_->nodes[node_].kind) {
+    case Kind::kNone:
+      return "null";
+    case Kind::kBool:
+      return "boolean";
+    case Kind::kInt:
+    case Kind::kUint:
+      return "integer";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kStr:
+      return "string";
+    case Kind::kDict:
+      return "object";
+    default:
+      return "array";
+  }
+}
+bool PickleValue::is_object() const { return graph_->nodes[node_].kind == Kind::kDict; }
+bool PickleValue::is_array() const {
+  const Kind kind = graph_->nodes[node_].kind;
+  return is_container(kind) && kind != Kind::kDict;
+}
+bool PickleValue::is_string() const { return graph_->nodes[node_].kind == Kind::kStr; }
+bool PickleValue::is_boolean() const { return graph_->nodes[node_].kind == Kind::kBool; }
+bool PickleValue::is_null() const { return graph_->nodes[node_].kind == Kind::kNone; }
+bool PickleValue::is_number() const {
+  return is_number_integer() || graph_->nodes[node_].kind == Kind::kFloat;
+}
+bool PickleValue::is_number_integer() const {
+  const Kind kind = graph_->nodes[node_].kind;
+  return kind == Kind::kInt || kind == Kind::kUint;
+}
+bool PickleValue::is_number_unsigned() const { return graph_->nodes[node_].kind == Kind::kUint; }
+bool PickleValue::as_bool() const {
+  SIM_ASSERT(is_boolean());
+  return graph_->nodes[node_].v.b;
+}
+std::uint64_t PickleValue::as_uint() const {
+  SIM_ASSERT(is_number_unsigned());
+  return graph_->nodes[node_].v.u;
+}
+std::int64_t PickleValue::as_int() const {
+  const Node& node = graph_->nodes[node_];
+  SIM_ASSERT(
+      node.kind == Kind::kInt ||
+      (node.kind == Kind::kUint && node.v.u <= std::uint64_t{std::numeric_limits<std::int64_t>::max()}));
+  return node.kind == Kind::kInt ? node.v.i : static_cast<std::int64_t>(node.v.u);
+}
+double PickleValue::as_double() const {
+  const Node& node = graph_->nodes[node_];
+  SIM_ASSERT(is_number());
+  return node.kind == Kind::kFloat  ? node.v.f
+         : node.kind == Kind::kUint ? static_cast<double>(node.v.u)
+                                    : static_cast<double>(node.v.i);
+}
+std::string_view PickleValue::as_string() const {
+  SIM_ASSERT(is_string());
+  return graph_->str(graph_->nodes[node_]);
+}
+std::size_t PickleValue::size() const {
+  SIM_ASSERT(is_array());
+  return graph_->items(graph_->nodes[node_].v.items).size();
+}
+PickleValue PickleValue::at(std::size_t index) const {
+  SIM_ASSERT(index < size());
+  return {graph_, graph_->items(graph_->nodes[node_].v.items)[index]};
+}
+std::optional<PickleValue> PickleValue::find(std::string_view key) const {
+  SIM_ASSERT(is_object());
+  const std::span<const std::uint32_t> items = graph_->items(graph_->nodes[node_].v.items);
+  for (std::size_t i = items.size(); i >= 2; i -= 2) {  // the last of repeated keys wins
+    const Node& k = graph_->nodes[items[i - 2]];
+    if (k.kind != Kind::kStr) {
+      if (graph_->key_text(items[i - 2]) == key) {
+        return PickleValue(graph_, items[i - 1]);
+      }
+      continue;
+    }
+    // Most keys differ in length or first byte: no memcmp call for them.
+    const std::string_view text = graph_->str(k);
+    if (text.size() == key.size() && (key.empty() || text[0] == key[0]) && text == key) {
+      return PickleValue(graph_, items[i - 1]);
+    }
+  }
+  return std::nullopt;
+}
+void PickleValue::visit_members(void* fn, void (*call)(void*, std::string_view, PickleValue)) const {
+  SIM_ASSERT(is_object());
+  const std::span<const std::uint32_t> items = graph_->items(graph_->nodes[node_].v.items);
+  std::string scratch;  // an int key's decimal text
+  for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
+    const Node& key = graph_->nodes[items[i]];
+    if (key.kind == Kind::kStr) {
+      call(fn, graph_->str(key), PickleValue(graph_, items[i + 1]));
+    } else {
+      scratch = graph_->key_text(items[i]);
+      call(fn, scratch, PickleValue(graph_, items[i + 1]));
+    }
+  }
+}
+
+// ---- PickleDocument ----
+
+PickleDocument::PickleDocument(std::span<const std::uint8_t> data, std::string_view name,
+                               std::span<const std::string_view> skip_keys)
+    : graph_(std::make_unique<PickleGraph>()) {
+  graph_->data = data;
+  graph_->name = std::string(name);
+  graph_->skip_keys.assign(skip_keys.begin(), skip_keys.end());
+  Decoder(*graph_).decode();
+  GraphCheck(*graph_).run();
+}
+PickleDocument::~PickleDocument() = default;
+PickleDocument::PickleDocument(PickleDocument&&) noexcept = default;
+PickleDocument& PickleDocument::operator=(PickleDocument&&) noexcept = default;
+
+PickleValue PickleDocument::root() const { return {graph_.get(), graph_->root}; }
+
+nlohmann::json PickleDocument::to_json() const { return vramsim::to_json(*graph_, graph_->root); }
+
 nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name,
                            std::span<const std::string_view> skip_keys) {
-  return Decoder(data, name, skip_keys).decode();
+  return PickleDocument(data, name, skip_keys).to_json();
 }
 
 }  // namespace vramsim

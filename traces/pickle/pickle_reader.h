@@ -26,12 +26,18 @@
 // missing STOP, and any byte after STOP (Python ignores those; here they mean a damaged file). Values
 // left on the stack under the result at STOP are ignored, as Python does.
 //
-// Cost: time and memory linear in the input for decoding, plus the JSON tree itself, which the expansion
-// bound caps (values under skip_keys count as the empty array that replaces them). A memo reference shares a
-// node while decoding; sharing is only expanded at the end.
+// Cost: one pass over the input builds a graph of shared values (a memo reference shares a node, never a
+// copy): time and memory linear in the input. Checking the graph (cycles, depth, the expansion bound) is a
+// memoised walk, linear too. Containers stored under a skipped key are decoded and checked opcode by opcode
+// but their items are not kept (stack frames are most of a real snapshot); if such a container is also
+// referenced where values are read, that is an error (it was not kept). read_pickle then expands the graph
+// into nlohmann::json, whose size the expansion bound caps; PickleDocument reads it in place, without that
+// copy.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -52,6 +58,70 @@ inline constexpr int kMaxPickleDepth = 256;
 // 97% of a real snapshot once its shared stack frames are expanded).
 nlohmann::json read_pickle(std::span<const std::uint8_t> data, std::string_view name,
                            std::span<const std::string_view> skip_keys = {});
+
+struct PickleGraph;
+
+// One decoded value, read in place, in the terms of its JSON form (what read_pickle would return for it):
+// dict -> object, list/tuple/set/frozenset -> array, str -> string, int -> integer (unsigned when >= 0),
+// float, bool -> boolean, None -> null. A value is a pointer into its PickleDocument, which must outlive it.
+// Calling an accessor of the wrong kind (as_uint on a string, at() past the end) is a programming error.
+class PickleValue {
+ public:
+  // nlohmann's type names, with integers and floats told apart: "object", "array", "string", "integer",
+  // "float", "boolean", "null".
+  std::string_view type_name() const;
+  bool is_object() const;
+  bool is_array() const;
+  bool is_string() const;
+  bool is_boolean() const;
+  bool is_null() const;
+  bool is_number() const;           // integer or float
+  bool is_number_integer() const;   // any int
+  bool is_number_unsigned() const;  // an int >= 0
+  bool as_bool() const;
+  std::uint64_t as_uint() const;  // is_number_unsigned
+  std::int64_t as_int() const;    // is_number_integer and below 2^63
+  double as_double() const;       // is_number
+  std::string_view as_string() const;
+  std::size_t size() const;  // arrays: items (an object's size is not needed by any reader)
+  PickleValue at(std::size_t index) const;
+  // Objects: the value of `key` (a str key, or an int key's decimal text); the last one when a key repeats,
+  // as in Python's dict.
+  std::optional<PickleValue> find(std::string_view key) const;
+  // Objects: f(std::string_view key_text, PickleValue value) for every pair in pickle order, repeated keys
+  // included (later ones win in Python).
+  template <class F>
+  void for_each_member(F&& f) const {
+    visit_members(
+        &f, [](void* fn, std::string_view key, PickleValue value) { (*static_cast<F*>(fn))(key, value); });
+  }
+
+ private:
+  friend class PickleDocument;
+  PickleValue(const PickleGraph* graph, std::uint32_t node) : graph_(graph), node_(node) {}
+  void visit_members(void* fn, void (*call)(void*, std::string_view, PickleValue)) const;
+
+  const PickleGraph* graph_;
+  std::uint32_t node_;
+};
+
+// A decoded pickle, checked as read_pickle checks it (the same errors, the same bound on its expansion). The
+// input bytes must outlive the document: strings point into them.
+class PickleDocument {
+ public:
+  PickleDocument(std::span<const std::uint8_t> data, std::string_view name,
+                 std::span<const std::string_view> skip_keys = {});
+  ~PickleDocument();
+  PickleDocument(PickleDocument&&) noexcept;
+  PickleDocument& operator=(PickleDocument&&) noexcept;
+
+  PickleValue root() const;
+  // The JSON value read_pickle returns (values under skipped keys as empty arrays).
+  nlohmann::json to_json() const;
+
+ private:
+  std::unique_ptr<PickleGraph> graph_;
+};
 
 // Encodes a JSON value as a protocol-4 pickle of plain containers that PyTorch's tools, MemoryViz and
 // pickle.load read: objects -> dict (EMPTY_DICT + SETITEMS in batches of 1000, like Python),
