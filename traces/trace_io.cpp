@@ -25,6 +25,11 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <sys/stat.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
@@ -46,30 +51,58 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InputError(fmt::format("{}: is a directory, not a trace file", path));
+// A file's bytes: a regular file is mapped read-only (a trace of hundreds of MB is then read from the page
+// cache in place, without copying it into fresh memory); anything else (a pipe, /dev/stdin) is read.
+class FileBytes {
+ public:
+  explicit FileBytes(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      throw InputError(fmt::format("{}: is a directory, not a trace file", path));
+    }
+    const FilePtr file(std::fopen(path.c_str(), "rb"));
+    if (!file) {
+      throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    }
+#if defined(__linux__)
+    struct stat info {};
+    if (fstat(fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
+      const auto size = static_cast<std::size_t>(info.st_size);
+      void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(file.get()), 0);
+      if (p != MAP_FAILED) {
+        mapped_ = p;
+        view_ = std::string_view(static_cast<const char*>(p), size);
+        return;
+      }
+    }
+#endif
+    char buffer[1 << 16];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
+      data_.append(buffer, n);
+    }
+    if (std::ferror(file.get())) {
+      throw InputError(fmt::format("{}: read error: {}", path, std::strerror(errno)));
+    }
+    view_ = data_;
   }
-  const FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  ~FileBytes() {
+#if defined(__linux__)
+    if (mapped_ != nullptr) {
+      munmap(mapped_, view_.size());
+    }
+#endif
   }
-  std::string data;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec) {
-    data.reserve(static_cast<std::size_t>(size));
-  }
-  char buffer[1 << 16];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
-    data.append(buffer, n);
-  }
-  if (std::ferror(file.get())) {
-    throw InputError(fmt::format("{}: read error: {}", path, std::strerror(errno)));
-  }
-  return data;
-}
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+
+  std::string_view view() const { return view_; }
+
+ private:
+  void* mapped_ = nullptr;
+  std::string data_;
+  std::string_view view_;
+};
 
 void write_file(const std::string& path, std::string_view data) {
   FilePtr file(std::fopen(path.c_str(), "wb"));
@@ -240,7 +273,8 @@ Snapshot snapshot_from_pickle(std::span<const std::uint8_t> bytes, std::string_v
 }
 
 Snapshot load_snapshot(const std::string& path) {
-  const std::string data = read_file(path);
+  const FileBytes file(path);
+  const std::string_view data = file.view();
   if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) {  // pickle PROTO opcode
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(data.data());
     return snapshot_from_pickle(std::span<const std::uint8_t>(bytes, data.size()), path);

@@ -18,6 +18,7 @@
 
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
+#include "sim/core/huge_page_allocator.h"
 #include "traces/utf8.h"
 
 namespace vramsim {
@@ -159,9 +160,11 @@ struct PickleGraph {
   std::span<const std::uint8_t> data;
   std::string name;
   std::vector<std::string> skip_keys;  // dict values under these keys are not read
-  std::vector<Node> nodes;
-  std::vector<Items> containers;
-  std::vector<std::uint32_t> arena;
+  template <class T>
+  using Table = std::vector<T, HugePageAllocator<T>>;
+  Table<Node> nodes;
+  Table<Items> containers;
+  Table<std::uint32_t> arena;
   std::uint32_t root = kNoNode;
 
   std::span<const std::uint32_t> items(std::uint32_t slot) const {
@@ -510,9 +513,9 @@ class Decoder {
   bool skip_;
   std::size_t pos_ = 0;
   std::size_t op_start_ = 0;
-  std::vector<std::uint32_t> stack_;
+  PickleGraph::Table<std::uint32_t> stack_;
   std::vector<std::size_t> marks_;
-  std::vector<std::uint32_t> memo_dense_;
+  PickleGraph::Table<std::uint32_t> memo_dense_;
   std::unordered_map<std::uint64_t, std::uint32_t> memo_sparse_;
   std::uint64_t memo_count_ = 0;  // len(memo), the slot MEMOIZE writes
 };
