@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -158,4 +159,31 @@ TEST_CASE("snapshot_from_pickle of every real snapshot equals its JSON conversio
     CHECK(vramsim::snapshot_from_pickle(bytes, expected.source) == expected);
   }
   CHECK(files == 27);  // the pickles among INDEX.json's 29 recordings
+}
+
+TEST_CASE("snapshot_from_pickle survives damaged snapshots", "[quick][traces][pickle]") {
+  // Truncations every 997 bytes and 1,000 single-byte changes of a real snapshot (traces/samples): each
+  // either reads or ends in one InputError naming the file, never another exception or a crash.
+  const Bytes sample =
+      read_file(vramsim::test::source_dir() / "traces" / "samples" / "MAGMA27_memory_snapshot.pickle");
+  REQUIRE(sample.size() > 1000);
+  const auto outcome = [](const Bytes& bytes) {
+    try {
+      vramsim::snapshot_from_pickle(bytes, "d.pickle");
+    } catch (const InputError& e) {
+      return std::string_view(e.what()).starts_with("d.pickle: ") ? 1 : 2;
+    }
+    return 0;
+  };
+  CHECK(outcome(sample) == 0);
+  for (std::size_t cut = 0; cut < sample.size(); cut += 997) {
+    // a cut pickle has no STOP
+    CHECK(outcome(Bytes(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(cut))) == 1);
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000; ++i) {
+    Bytes damaged = sample;
+    damaged[rng() % damaged.size()] = static_cast<std::uint8_t>(rng());
+    CHECK(outcome(damaged) != 2);
+  }
 }
