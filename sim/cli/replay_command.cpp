@@ -48,6 +48,8 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
   j["alloc_conf_origin"] = r.config_origin;
   j["starts_mid_run"] = r.starts_mid_run;
   j["reserved_at_start_bytes"] = r.reserved_at_start_bytes;
+  j["inferred_block_sizes"] = r.guessed_block_sizes;
+  j["inferred_block_sizes_from_later_allocations"] = r.placed_block_sizes;
   j["peak_allocated_bytes"] = r.peaks.peak_allocated_bytes;
   j["peak_reserved_bytes"] = r.peaks.peak_reserved_bytes;
   j["peak_active_bytes"] = r.peaks.peak_active_bytes;
@@ -90,8 +92,8 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   if (r.starts_mid_run) {
     fmt::print(
         "start state      recorded mid-run: {} reserved before the first event, rebuilt from the final "
-        "snapshot ({} block sizes inferred)\n",
-        format_bytes_short(r.reserved_at_start_bytes), r.guessed_block_sizes);
+        "snapshot ({} block sizes inferred, {} of them from a later allocation)\n",
+        format_bytes_short(r.reserved_at_start_bytes), r.guessed_block_sizes, r.placed_block_sizes);
   } else {
     fmt::print("start state      empty allocator\n");
   }

@@ -1,8 +1,13 @@
 #include "sim/replay/initial_state.h"
 
+#include <algorithm>
 #include <iterator>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -157,7 +162,8 @@ void undo_event(const TraceEvent& e, const EventWhere& where, const CachingConfi
                         where.str(), e.addr));
       }
       blocks[e.addr] = InitialBlock{
-          e.addr, round_size(std::max<Bytes>(e.size_bytes, 1), config), e.size_bytes, true, true, true};
+          e.addr, round_size(std::max<Bytes>(e.size_bytes, 1), config), e.size_bytes, true, true, true,
+          where.k};
       break;
     }
     case TraceAction::kSegmentAlloc: {
@@ -210,8 +216,38 @@ void add_mapped_runs(const std::string& source, Rebuild& st) {
   }
 }
 
+// The allocations of the trace by address, for settling the end of ambiguous pre-trace blocks.
+class PlacementIndex {
+ public:
+  explicit PlacementIndex(std::span<const TraceEvent> events) : events_(events) {}
+
+  // The lowest address in [begin, end) allocated by an event before `before`, if any. Sorted on first use:
+  // most snapshots have no ambiguous block.
+  std::optional<Bytes> lowest(Bytes begin, Bytes end, std::size_t before) {
+    if (allocs_.empty()) {
+      for (std::size_t k = 0; k < events_.size(); ++k) {
+        if (events_[k].action == TraceAction::kAlloc) {
+          allocs_.emplace_back(events_[k].addr, k);
+        }
+      }
+      std::sort(allocs_.begin(), allocs_.end());
+    }
+    for (auto it = std::lower_bound(allocs_.begin(), allocs_.end(), std::pair<Bytes, std::size_t>{begin, 0});
+         it != allocs_.end() && it->first < end; ++it) {
+      if (it->second < before) {
+        return it->first;
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::span<const TraceEvent> events_;
+  std::vector<std::pair<Bytes, std::size_t>> allocs_;  // (address, event index), sorted
+};
+
 // Tiles each segment with its live blocks and the free runs between them.
-InitialState tile_segments(const std::string& source, const Rebuild& st) {
+InitialState tile_segments(const std::string& source, const Rebuild& st, PlacementIndex placements) {
   const auto& segments = st.segments;
   const auto& blocks = st.blocks;
   InitialState state;
@@ -247,6 +283,13 @@ InitialState tile_segments(const std::string& source, const Rebuild& st) {
             info.pool == PoolKind::kLarge && !info.expandable ? gap <= kSmallSize : gap < kMinBlockSize;
         if (gap > 0 && unsplit_remainder) {
           b.size_bytes += gap;  // no free block that small can exist in this pool: it was part of b
+        } else if (gap > 0 && info.pool == PoolKind::kLarge && !info.expandable) {
+          const Bytes guessed_end = b.addr + b.size_bytes;
+          const std::optional<Bytes> end_of_b = placements.lowest(guessed_end, next_start, b.freed_at);
+          if (end_of_b && *end_of_b - guessed_end <= kSmallSize) {  // else it contradicts S3: keep the guess
+            b.size_bytes = *end_of_b - b.addr;
+            ++state.placed_blocks;
+          }
         }
       }
       seg.blocks.push_back(b);
@@ -281,7 +324,10 @@ InitialState rebuild_initial_state(const Snapshot& snapshot, int device, const C
     }
   }
   add_mapped_runs(snapshot.source, st);
-  return tile_segments(snapshot.source, st);
+  const std::span<const TraceEvent> events =
+      d < snapshot.device_traces.size() ? std::span<const TraceEvent>(snapshot.device_traces[d].events)
+                                        : std::span<const TraceEvent>();
+  return tile_segments(snapshot.source, st, PlacementIndex(events));
 }
 
 }  // namespace vramsim

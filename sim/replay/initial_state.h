@@ -9,7 +9,11 @@
 //
 // Blocks allocated before the trace and freed during it are known only by their requested size: they get
 // round_size(requested), widened over a following gap that no free block of that pool could be (<= 1 MiB in
-// the large pool, S3; < 512 bytes in the small pool), because such a gap must be an unsplit remainder.
+// the large pool, S3; < 512 bytes in the small pool), because such a gap must be an unsplit remainder. A
+// larger gap in a cudaMalloc large-pool segment is ambiguous: an unsplit remainder of up to 1 MiB, then a
+// free block. There the trace settles it when it can: while the block is live, the free space after it is
+// one free block starting where the block ends, and every allocation is carved from the start of a free
+// block (S1), so the lowest address allocated in that gap before the block's free_completed is its end.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +32,7 @@ struct InitialBlock {
   bool allocated = false;     // live when the trace starts (allocated or pending-free)
   bool pending_free = false;  // freed before the trace, free_completed inside it
   bool size_guessed = false;  // born before the trace and freed in it: size inferred
+  std::size_t freed_at = 0;   // size_guessed: index of its free_completed in the trace
 };
 
 // A cudaMalloc segment, or one mapped run of an expandable reservation (spec E9) when `expandable`.
@@ -44,6 +49,7 @@ struct InitialState {
   std::vector<InitialSegment> segments;  // address order
   Bytes reserved_bytes = 0;              // cudaMalloc segments + mapped pages
   std::size_t guessed_blocks = 0;
+  std::size_t placed_blocks = 0;  // of guessed_blocks: end found from a later allocation (see below)
   bool starts_empty() const { return segments.empty(); }
 };
 

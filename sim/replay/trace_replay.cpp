@@ -209,6 +209,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   result.starts_mid_run = !initial.starts_empty();
   result.reserved_at_start_bytes = initial.reserved_bytes;
   result.guessed_block_sizes = initial.guessed_blocks;
+  result.placed_block_sizes = initial.placed_blocks;
 
   RecordedDevice device(events, options.capacity_bytes, initial.reserved_bytes);
   MemoryStatsObserver stats(result.config.max_split_size_bytes == kUnlimitedSplitSize

@@ -66,6 +66,7 @@ struct ReplayResult {
   bool starts_mid_run = false;
   Bytes reserved_at_start_bytes = 0;
   std::size_t guessed_block_sizes = 0;
+  std::size_t placed_block_sizes = 0;          // of those, ended where a later allocation in the trace starts
   std::size_t recorded_failures_followed = 0;  // cudaMalloc / map calls refused because the GPU refused them
   std::size_t capacity_refusals = 0;           // ... refused because --capacity was exceeded
   Bytes capacity_bytes = 0;                    // --capacity, 0 = not given
