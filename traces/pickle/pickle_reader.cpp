@@ -200,6 +200,32 @@ struct PickleGraph {
 
 namespace {
 
+// The pickle machine's stack of node ids. Pushes are most of the work (a memo reference each), and
+// std::vector::push_back was not inlined into the opcode loop: this one is, with growth out of line.
+class IdStack {
+ public:
+  [[gnu::always_inline]] void push_back(std::uint32_t id) {
+    if (size_ == data_.size()) [[unlikely]] {
+      grow();
+    }
+    data_[size_++] = id;
+  }
+  void pop_back() { --size_; }
+  std::uint32_t back() const { return data_[size_ - 1]; }
+  std::uint32_t operator[](std::size_t i) const { return data_[i]; }
+  const std::uint32_t* data() const { return data_.data(); }
+  std::size_t size() const { return size_; }
+  void resize(std::size_t n) {  // shrinks only: the machine never grows the stack but by pushes
+    SIM_ASSERT(n <= size_);
+    size_ = n;
+  }
+
+ private:
+  [[gnu::noinline]] void grow() { data_.resize(std::max<std::size_t>(1024, 2 * data_.size())); }
+  std::vector<std::uint32_t> data_;
+  std::size_t size_ = 0;
+};
+
 class Decoder {
  public:
   Decoder(PickleGraph& graph) : g_(graph), data_(graph.data), skip_(!graph.skip_keys.empty()) {
@@ -513,7 +539,7 @@ class Decoder {
   bool skip_;
   std::size_t pos_ = 0;
   std::size_t op_start_ = 0;
-  PickleGraph::Table<std::uint32_t> stack_;
+  IdStack stack_;
   std::vector<std::size_t> marks_;
   PickleGraph::Table<std::uint32_t> memo_dense_;
   std::unordered_map<std::uint64_t, std::uint32_t> memo_sparse_;
