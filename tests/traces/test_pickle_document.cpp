@@ -140,29 +140,8 @@ TEST_CASE("snapshot_from_pickle reports what the JSON reader reports", "[quick][
   }
 }
 
-TEST_CASE("snapshot_from_pickle of every real snapshot equals its JSON conversion",
-          "[quick][traces][pickle]") {
-  if (!vramsim::test::shared_or_skip(
-          "snapshot_from_pickle of every real snapshot equals its JSON conversion")) {
-    return;
-  }
-  int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(vramsim::test::shared_real_traces())) {
-    if (entry.path().extension() != ".pickle") {
-      continue;
-    }
-    CAPTURE(entry.path().filename().string());
-    ++files;
-    const Bytes bytes = read_file(entry.path());
-    // The .pickle.json files were converted by Python from the same pickles (INDEX.json), independently.
-    const vramsim::Snapshot expected = vramsim::load_snapshot(entry.path().string() + ".json");
-    CHECK(vramsim::snapshot_from_pickle(bytes, expected.source) == expected);
-  }
-  CHECK(files == 27);  // the pickles among INDEX.json's 29 recordings
-}
-
 TEST_CASE("snapshot_from_pickle survives damaged snapshots", "[quick][traces][pickle]") {
-  // Truncations every 997 bytes and 1,000 single-byte changes of a real snapshot (traces/samples): each
+  // Truncations every 7,919 bytes and 250 single-byte changes of a real snapshot (traces/samples): each
   // either reads or ends in one InputError naming the file, never another exception or a crash.
   const Bytes sample =
       read_file(vramsim::test::source_dir() / "traces" / "samples" / "MAGMA27_memory_snapshot.pickle");
@@ -176,12 +155,12 @@ TEST_CASE("snapshot_from_pickle survives damaged snapshots", "[quick][traces][pi
     return 0;
   };
   CHECK(outcome(sample) == 0);
-  for (std::size_t cut = 0; cut < sample.size(); cut += 997) {
+  for (std::size_t cut = 0; cut < sample.size(); cut += 7919) {
     // a cut pickle has no STOP
     CHECK(outcome(Bytes(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(cut))) == 1);
   }
   std::mt19937 rng(7);
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < 250; ++i) {
     Bytes damaged = sample;
     damaged[rng() % damaged.size()] = static_cast<std::uint8_t>(rng());
     CHECK(outcome(damaged) != 2);
