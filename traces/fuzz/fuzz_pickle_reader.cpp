@@ -1,14 +1,16 @@
-// libFuzzer target for read_pickle (and PickleDocument with skipped keys): any input must either decode or
-// throw InputError - no crash, hang, sanitizer report or other exception. What decodes to a modest tree must
-// also survive write_pickle -> read_pickle unchanged, which checks the writer against the reader on every
-// shape the fuzzer reaches. (Trees near the reader's expansion bound, 32 MiB + 256 bytes per input byte of
-// output, skip that check: it would take seconds per input under the sanitizers.)
+// libFuzzer target for the pickle reader: what load_snapshot does (PickleDocument with frames skipped, read
+// in place into a Snapshot), then read_pickle of everything. Any input must either decode or throw InputError
+// - no crash, hang, sanitizer report or other exception. What decodes to a modest tree must also survive
+// write_pickle -> read_pickle unchanged, which checks the writer against the reader on every shape the fuzzer
+// reaches. (Trees near the reader's expansion bound, 32 MiB + 256 bytes per input byte of output, skip that
+// check: it would take seconds per input under the sanitizers.)
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "sim/core/error.h"
 #include "traces/pickle/pickle_reader.h"
+#include "traces/trace_io.h"
 
 namespace {
 
@@ -35,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static constexpr std::string_view kFrames[] = {"frames"};
   try {
     const vramsim::PickleDocument document(std::span<const std::uint8_t>(data, size), "fuzz.pickle", kFrames);
-    (void)document.root().type_name();
+    (void)vramsim::snapshot_from_pickle_value(document.root(), "fuzz.pickle");
   } catch (const vramsim::InputError&) {
   }
   nlohmann::json value;
