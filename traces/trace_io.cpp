@@ -55,6 +55,9 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 // cache in place, without copying it into fresh memory); anything else (a pipe, /dev/stdin) is read.
 class FileBytes {
  public:
+  // What is read from a non-regular file at most: the pickle reader's own limit (4 GiB).
+  static constexpr std::size_t kMaxReadBytes = std::size_t{4} << 30;
+
   explicit FileBytes(const std::string& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
@@ -80,6 +83,9 @@ class FileBytes {
     std::size_t n = 0;
     while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
       data_.append(buffer, n);
+      if (data_.size() > kMaxReadBytes) {  // a pipe that never ends (/dev/zero) must not take all memory
+        throw InputError(fmt::format("{}: more than {} bytes: not read", path, kMaxReadBytes));
+      }
     }
     if (std::ferror(file.get())) {
       throw InputError(fmt::format("{}: read error: {}", path, std::strerror(errno)));

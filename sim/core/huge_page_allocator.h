@@ -29,7 +29,8 @@ class HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>& /*unused*/) noexcept {}
 
   T* allocate(std::size_t n) {
-    if (n > static_cast<std::size_t>(-1) / sizeof(T) - kHugePageBytes) {
+    // The mapping is the size rounded up to a huge page, plus one huge page for the alignment.
+    if (n > (static_cast<std::size_t>(-1) - 2 * kHugePageBytes) / sizeof(T)) {
       throw std::bad_array_new_length();
     }
     const std::size_t bytes = n * sizeof(T);

@@ -284,9 +284,12 @@ InitialState tile_segments(const std::string& source, const Rebuild& st, Placeme
         if (gap > 0 && unsplit_remainder) {
           b.size_bytes += gap;  // no free block that small can exist in this pool: it was part of b
         } else if (gap > 0 && info.pool == PoolKind::kLarge && !info.expandable) {
+          // Only an end within 1 MiB of the guess agrees with S3, so only that window is searched. The
+          // windows of different blocks lie in different gaps, so all searches together visit each
+          // allocation of the trace at most once, however hostile the trace.
           const Bytes guessed_end = b.addr + b.size_bytes;
-          const std::optional<Bytes> end_of_b = placements.lowest(guessed_end, next_start, b.freed_at);
-          if (end_of_b && *end_of_b - guessed_end <= kSmallSize) {  // else it contradicts S3: keep the guess
+          const Bytes window_end = std::min(next_start, guessed_end + kSmallSize + 1);
+          if (const std::optional<Bytes> end_of_b = placements.lowest(guessed_end, window_end, b.freed_at)) {
             b.size_bytes = *end_of_b - b.addr;
             ++state.placed_blocks;
           }
