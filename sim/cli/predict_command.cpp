@@ -127,10 +127,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--lora-targets", a.lora_targets,
       "LoRA target_modules, PEFT's names: q_proj,v_proj,... or all-linear (default: PEFT's for the "
       "model_type)");
-  cmd->add_option("--base-weights", a.base_weights,
-                  "bitsandbytes base weights via transformers' BitsAndBytesConfig: nf4|fp4 (load_in_4bit) or "
-                  "int8 (load_in_8bit, LLM.int8); every linear layer but lm_head (default: the --precision "
-                  "dtype)");
+  cmd->add_option(
+      "--base-weights", a.base_weights,
+      "bitsandbytes base weights via transformers' BitsAndBytesConfig: nf4|fp4 (load_in_4bit) or "
+      "int8 (load_in_8bit, LLM.int8); or torchao-nf4 (torchao's NF4Tensor, torchtune's QLoRA); every "
+      "linear layer but lm_head (default: the --precision dtype)");
   cmd->add_flag(
       "--bnb-double-quant", a.bnb_double_quant,
       "bnb_4bit_use_double_quant=True: 8-bit absmax per block of 64 (BitsAndBytesConfig's default is "
@@ -245,12 +246,19 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   }
   if (!p.base_weights.empty()) {
     const bool four_bit = p.base_weights != "int8";
-    fmt::print(
-        "base weights     {} (bitsandbytes {}{}{}, compute {}){}: every linear layer but lm_head\n",
-        p.base_weights, four_bit ? "Linear4bit, absmax per 64" : "Linear8bitLt, threshold 6.0",
-        four_bit ? (p.bnb_double_quant ? ", double quant" : ", no double quant") : "",
-        four_bit && p.bnb_saves_input ? ", input saved" : "", p.bnb_compute_dtype,
-        p.bnb_prepare_kbit_training ? ", other parameters fp32 (prepare_model_for_kbit_training)" : "");
+    if (p.base_weights == "torchao-nf4") {
+      fmt::print(
+          "base weights     nf4 (torchao NF4Tensor, block 64, scalers int8 per 256, as torchtune's QLoRA): "
+          "every "
+          "linear layer but the output; nothing cast to fp32\n");
+    } else {
+      fmt::print(
+          "base weights     {} (bitsandbytes {}{}{}, compute {}){}: every linear layer but lm_head\n",
+          p.base_weights, four_bit ? "Linear4bit, absmax per 64" : "Linear8bitLt, threshold 6.0",
+          four_bit ? (p.bnb_double_quant ? ", double quant" : ", no double quant") : "",
+          four_bit && p.bnb_saves_input ? ", input saved" : "", p.bnb_compute_dtype,
+          p.bnb_prepare_kbit_training ? ", other parameters fp32 (prepare_model_for_kbit_training)" : "");
+    }
   }
   if (p.lora_rank > 0) {
     fmt::print(

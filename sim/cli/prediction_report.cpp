@@ -127,6 +127,19 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   }
   j["trainable_parameters"] = p.trainable_parameters;
   j["paged_optimizer_state_bytes"] = p.paged_optimizer_state_bytes;
+  if (p.host_memory.total() > 0) {
+    const HostMemory& h = p.host_memory;
+    const auto per_node = static_cast<std::int64_t>(h.total()) * p.gpus_per_node;
+    j["host_memory"] = {{"parameters_bytes", h.parameters},
+                        {"master_weights_bytes", h.master_weights},
+                        {"gradients_bytes", h.gradients},
+                        {"optimizer_states_bytes", h.optimizer_states},
+                        {"saved_activations_bytes", h.saved_activations},
+                        {"saved_activations_pinned_bytes", h.saved_activations_pinned},
+                        {"total_bytes", h.total()},
+                        {"gpus_per_node", p.gpus_per_node},
+                        {"per_node_bytes", per_node}};
+  }
   j["total_parameters"] = p.total_parameters;
   if (p.generation) {
     const Prediction::Generation& g = *p.generation;
@@ -262,6 +275,39 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   return j;
 }
 
+namespace {
+
+// Offloading's CPU memory: what the host of each rank must have beside the GPU.
+void print_host_memory(const Prediction& p) {
+  const HostMemory& h = p.host_memory;
+  if (h.total() == 0) {
+    return;
+  }
+  const auto i64 = [](Bytes v) { return static_cast<std::int64_t>(v); };
+  fmt::print("\nhost memory of one rank (offload: CPU RAM, in no GPU figure)\n");
+  if (h.parameters != 0) {
+    line("parameters", i64(h.parameters), "offloaded partitions");
+  }
+  if (h.master_weights != 0) {
+    line("fp32 master weights", i64(h.master_weights), "DeepSpeed's fp32 partition");
+  }
+  if (h.gradients != 0) {
+    line("gradients", i64(h.gradients), "pinned partition");
+  }
+  if (h.optimizer_states != 0) {
+    line("optimizer states", i64(h.optimizer_states), "the host optimizer's");
+  }
+  if (h.saved_activations_pinned != 0) {
+    line("saved activations", i64(h.saved_activations_pinned),
+         fmt::format("pinned blocks (power-of-two) for {} packed at most", b(i64(h.saved_activations))));
+  }
+  line("total", i64(h.total()));
+  line(fmt::format("per node ({} rank{})", p.gpus_per_node, p.gpus_per_node == 1 ? "" : "s"),
+       i64(h.total()) * p.gpus_per_node, "--gpus-per-node");
+}
+
+}  // namespace
+
 void print_prediction(const Prediction& p, const ReportText& text) {
   if (p.gpu_name.empty()) {
     fmt::print("device           --capacity {} (no CUDA context counted)\n", b(p.total_bytes));
@@ -298,6 +344,7 @@ void print_prediction(const Prediction& p, const ReportText& text) {
     line("paged states", p.paged_optimizer_state_bytes,
          "unified memory, not in the total (bitsandbytes; evicted to the host when the GPU is full)");
   }
+  print_host_memory(p);
   fmt::print("\npeak\n");
   line("allocated", p.peak_allocated_bytes, "torch.cuda.max_memory_allocated");
   line("active", p.peak_active_bytes, "memory_stats active_bytes.all.peak (+ frees awaiting streams)");

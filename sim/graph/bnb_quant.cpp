@@ -10,6 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/graph/model_config.h"
 #include "sim/graph/torch_ops.h"
+#include "sim/graph/torchao_nf4.h"
 
 namespace vramsim {
 namespace {
@@ -17,10 +18,11 @@ namespace {
 using Kind = GradRule::Kind;
 using torch_ops_detail::with_last;
 
-constexpr std::array<std::pair<std::string_view, BnbFormat>, 3> kFormats{{
+constexpr std::array<std::pair<std::string_view, BnbFormat>, 4> kFormats{{
     {"nf4", BnbFormat::kNf4},
     {"fp4", BnbFormat::kFp4},
     {"int8", BnbFormat::kInt8},
+    {"torchao-nf4", BnbFormat::kTorchaoNf4},
 }};
 
 constexpr std::array<std::pair<std::string_view, DType>, 3> kComputeDtypes{{
@@ -227,7 +229,7 @@ BnbFormat parse_base_weights(std::string_view text, std::string_view option) {
       return value;
     }
   }
-  throw InputError(fmt::format("{}: unknown value '{}' (known: nf4, fp4, int8)", option, text));
+  throw InputError(fmt::format("{}: unknown value '{}' (known: nf4, fp4, int8, torchao-nf4)", option, text));
 }
 
 DType parse_bnb_compute_dtype(std::string_view text, std::string_view option) {
@@ -283,6 +285,9 @@ bool is_bnb_target(const ParameterShape& parameter) {
 
 VarId load_bnb_weight(EagerTape& t, const std::string& name, std::int64_t out_features,
                       std::int64_t in_features, DType load_dtype, const BnbOptions& o, BnbWeights& weights) {
+  if (o.format == BnbFormat::kTorchaoNf4) {
+    return load_torchao_nf4_weight(t, name, out_features, in_features, load_dtype, weights);
+  }
   const Shape shape{out_features, in_features};
   const std::int64_t n = numel(shape);
   t.begin_op(name + ".quantize", o.format == BnbFormat::kInt8 ? "double_quant" : "quantize_4bit");
@@ -332,6 +337,9 @@ VarId bnb_linear_forward(TorchOps& ops, const std::string& name, VarId x, VarId 
                          const BnbWeight& w, const BnbOptions& options) {
   if (w.format == BnbFormat::kInt8) {
     return linear8bit_forward(ops, name, x, weight, bias, w);
+  }
+  if (w.format == BnbFormat::kTorchaoNf4) {
+    return torchao_linear_nf4(ops, name, x, weight, bias, w);
   }
   return linear4bit_forward(ops, name, x, weight, bias, w, options);
 }

@@ -45,6 +45,13 @@ class DataParallelScheme {
   virtual int optimizer_state_shards() const { return 1; }
   // The optimizer runs on the host (offload): see OptimizerModel's `on_host`.
   virtual bool optimizer_on_host() const { return false; }
+  // The host optimizer steps fp32 copies (DeepSpeed's fp32 partitions), not the offloaded parameters in
+  // their own dtype (FSDP: torch.optim on the flat parameter's shard).
+  virtual bool host_optimizer_fp32() const { return true; }
+  // Adds the model states the scheme keeps on the host (offload) for `params` (every parameter, in
+  // model.parameters() order) to `host`; the host optimizer's states are the optimizer's.
+  virtual void add_host_model_states(const EagerTape&, const std::vector<VarId>& /*params*/,
+                                     HostMemory& /*host*/) const {}
 
   // After the model is on the device (DDP's constructor).
   virtual void construct(EagerTape&, const std::vector<ParameterUnit>&) {}

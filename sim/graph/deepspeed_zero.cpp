@@ -49,6 +49,24 @@ class DeepSpeedZero final : public DataParallelScheme {
   }
   int optimizer_state_shards() const override { return m_options.world_size; }
   bool optimizer_on_host() const override { return m_options.offload_optimizer; }
+  // offload_optimizer: the fp32 partition (single_partition_of_fp32_groups / fp32_partitioned_groups_flat,
+  // made with .float() whatever the model's dtype) and its pinned fp32 .grad; offload_param: the partitions
+  // of the non-persistent parameters in their dtype.
+  void add_host_model_states(const EagerTape& tape, const std::vector<VarId>& params,
+                             HostMemory& host) const override {
+    const int world = m_options.world_size;
+    for (VarId p : params) {
+      const std::int64_t n = numel(tape.shape(p));
+      const auto part_bytes = [&](DType d) { return storage_bytes(shard_numel(n, world), d, tape.shape(p)); };
+      if (m_options.offload_optimizer && tape.requires_grad(p)) {
+        host.master_weights += part_bytes(DType::kFloat32);
+        host.gradients += part_bytes(DType::kFloat32);
+      }
+      if (m_options.offload_params && m_stage == 3 && n > kParamPersistenceThreshold) {
+        host.parameters += part_bytes(tape.dtype(p));
+      }
+    }
+  }
 
   // The gradient bucket has the model's dtype (DeepSpeedZeroOptimizer's self.dtype: its bit16 groups).
   void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {

@@ -1,6 +1,7 @@
 #include "sim/graph/eager_tape.h"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -261,6 +262,7 @@ void EagerTape::save(Node& node, TensorId s) {
   if (m_save_on_cpu && !node.checkpoint_body) {
     use(s);  // pack_to_cpu: packed.copy_(tensor) reads it now
     node.packed.push_back(s);
+    m_pinned_host.allocate(m_graph.tensor(s).size_bytes);
     return;
   }
   ref(s);
@@ -550,6 +552,7 @@ void EagerTape::execute(std::size_t index) {
   for (TensorId s : unpacked) {
     unref(s);
   }
+  release_packed(node);
   // The outputs go to the next nodes' input buffers (or AccumulateGrad), in input order.
   for (std::size_t i = 0; i < node.inputs.size(); ++i) {
     if (computed[i] != kNoVar) {
@@ -639,10 +642,37 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
       unref(s);
     }
     n.saved.clear();
-    n.packed.clear();
+    release_packed(n);
     n.done = true;
     n.checkpoint_body = nullptr;
   }
+}
+
+void EagerTape::release_packed(Node& node) {
+  for (TensorId s : node.packed) {
+    m_pinned_host.free(m_graph.tensor(s).size_bytes);
+  }
+  node.packed.clear();
+}
+
+void PinnedHostUsage::allocate(Bytes size_bytes) {
+  live_bytes += size_bytes;
+  peak_bytes = std::max(peak_bytes, live_bytes);
+  // CachingHostAllocator::allocate rounds to c10::llvm::PowerOf2Ceil and serves a request from the free
+  // blocks of that size first, so it holds, per size, the most blocks ever in use at once.
+  const Bytes block = std::bit_ceil(std::max<Bytes>(size_bytes, 1));
+  int& live = m_live_blocks[block];
+  int& most = m_most_blocks[block];
+  ++live;
+  if (live > most) {
+    ++most;
+    reserved_bytes += block;
+  }
+}
+
+void PinnedHostUsage::free(Bytes size_bytes) {
+  live_bytes -= size_bytes;
+  --m_live_blocks[std::bit_ceil(std::max<Bytes>(size_bytes, 1))];
 }
 
 void EagerTape::backward(VarId loss) {

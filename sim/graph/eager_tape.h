@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -88,6 +89,21 @@ struct SavedSpec {
   std::vector<int> outputs;
 };
 
+// Pinned host memory of save_on_cpu's packed tensors (torch.empty(..., pin_memory=True) through PyTorch's
+// CachingHostAllocator), in bytes.
+class PinnedHostUsage {
+ public:
+  void allocate(Bytes size_bytes);
+  void free(Bytes size_bytes);
+  Bytes live_bytes = 0;
+  Bytes peak_bytes = 0;      // the most requested bytes alive at once
+  Bytes reserved_bytes = 0;  // pinned blocks the allocator holds (it returns none to the OS: no empty_cache)
+
+ private:
+  std::map<Bytes, int> m_live_blocks;  // per power-of-two block size
+  std::map<Bytes, int> m_most_blocks;
+};
+
 struct OpCall {
   std::string name;
   std::string kind;
@@ -117,6 +133,8 @@ class EagerTape {
   void set_stream(StreamId stream) { m_stream = stream; }
   StreamId stream() const { return m_stream; }
   bool grad_enabled() const { return m_grad_enabled; }
+  // save_on_cpu's pinned host memory so far.
+  const PinnedHostUsage& pinned_host() const { return m_pinned_host; }
   // torch.autograd.graph.save_on_cpu(pin_memory=True) around the ops recorded next: every tensor an op saves
   // for backward is copied to pinned host memory (pack) instead of being kept on the GPU, and copied back
   // into a fresh GPU tensor when its backward node runs (unpack), freed when the node is done. Parameters are
@@ -261,6 +279,7 @@ class EagerTape {
   void unref(TensorId s);
   void free_if_unreferenced(TensorId s);
   void save(Node& node, TensorId s);
+  void release_packed(Node& node);  // its packed host tensors go with its saved variables
   int add_node(Node node, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void execute(std::size_t index);
@@ -287,6 +306,7 @@ class EagerTape {
   StreamId m_stream = 0;
   bool m_grad_enabled = true;
   bool m_save_on_cpu = false;
+  PinnedHostUsage m_pinned_host;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
   CudaDevice m_device;
   ParameterHook m_post_accumulate_grad;

@@ -65,6 +65,21 @@ class Fsdp final : public DataParallelScheme {
   }
   int optimizer_state_shards() const override { return m_shard ? m_shard_ranks : 1; }
   bool optimizer_on_host() const override { return m_offload; }
+  bool host_optimizer_fp32() const override { return false; }
+  // CPUOffload(offload_params=True): the flat parameter's local shard (_local_shard) and its pinned
+  // _cpu_grad, in the parameters' dtype.
+  void add_host_model_states(const EagerTape& tape, const std::vector<VarId>& params,
+                             HostMemory& host) const override {
+    if (!m_offload) {
+      return;
+    }
+    for (VarId p : params) {
+      const Bytes shard = storage_bytes(shard_numel(numel(tape.shape(p)), m_shard ? m_shard_ranks : 1),
+                                        tape.dtype(p), tape.shape(p));
+      host.parameters += shard;
+      host.gradients += tape.requires_grad(p) ? shard : 0;
+    }
+  }
 
   void construct(EagerTape&, const std::vector<ParameterUnit>& units) override { m_units = units; }
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {

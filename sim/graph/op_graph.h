@@ -98,6 +98,20 @@ struct DependencyEdge {
 using OpAdjacency =
     boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Op, DependencyEdge>;
 
+// What one rank keeps in host (CPU) memory when it offloads, in requested bytes: the memory the process
+// needs beside the GPU's. Filled by the step builder from the data-parallel scheme, the host optimizer and
+// save_on_cpu.
+struct HostMemory {
+  Bytes parameters = 0;      // offloaded parameter partitions (ZeRO-Infinity offload_param, FSDP CPUOffload)
+  Bytes master_weights = 0;  // DeepSpeed's fp32 partitions the host optimizer updates
+  Bytes gradients = 0;       // gradient partitions copied to the host (DeepSpeed: fp32; FSDP: _cpu_grad)
+  Bytes optimizer_states = 0;
+  Bytes saved_activations = 0;         // save_on_cpu: the most packed tensors alive at once
+  Bytes saved_activations_pinned = 0;  // the pinned blocks CachingHostAllocator holds for them
+  Bytes model_states() const { return parameters + master_weights + gradients + optimizer_states; }
+  Bytes total() const { return model_states() + saved_activations_pinned; }
+};
+
 class OpGraph {
  public:
   OpGraph() : m_graph(std::make_unique<OpAdjacency>()) {}
@@ -133,6 +147,7 @@ class OpGraph {
   // bitsandbytes' paged optimizers: state bytes in CUDA unified memory (cudaMallocManaged), outside the
   // caching allocator and so in none of its figures (optimizer.h).
   Bytes unified_memory_bytes = 0;
+  HostMemory host_memory;  // offloading's CPU memory (one rank)
 
  private:
   std::unique_ptr<OpAdjacency> m_graph;  // null only in a moved-from graph (destroy or assign it)

@@ -24,14 +24,15 @@ std::string kind_prefix(const TrainingOptions& o) {
 }  // namespace
 
 OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
-                               int state_shards, bool on_host)
+                               int state_shards, bool on_host, bool host_fp32)
     : m_tape(tape),
       m_options(options),
       m_params(std::move(params)),
       m_states(m_params.size()),
       m_initialized(m_params.size(), false),
       m_state_shards(state_shards),
-      m_on_host(on_host) {}
+      m_on_host(on_host),
+      m_host_fp32(host_fp32) {}
 
 // The elements this rank updates: its shard (ceil(numel / shards)) when states are partitioned.
 std::int64_t OptimizerModel::param_numel(std::size_t i) const {
@@ -70,17 +71,23 @@ void OptimizerModel::construct() {
 
 // State dtype: the parameter's, except under bf16 precision, where the optimizer works on fp32 masters.
 void OptimizerModel::init_states(std::size_t i) {
-  const DType dt = m_options.precision == Precision::kBf16 ? DType::kFloat32 : m_tape.dtype(m_params[i]);
+  const bool fp32_states =
+      m_on_host ? m_host_fp32 : m_options.precision == Precision::kBf16;  // fp32 masters are stepped
+  const DType dt = fp32_states ? DType::kFloat32 : m_tape.dtype(m_params[i]);
   const std::string n = param_name(i);
   std::vector<TensorId>& st = m_states[i];
   const auto add = [&](const std::string& what, Bytes bytes, DType d) {
+    if (m_on_host) {  // the host optimizer's state: CPU memory, no GPU allocation
+      m_host_state_bytes += bytes;
+      return;
+    }
     st.push_back(m_tape.allocate(n + "." + what, bytes, d, TensorCategory::kOptimizerState));
   };
   m_initialized[i] = true;
   const std::int64_t count = param_numel(i);
   // bitsandbytes' Optimizer8bit.get_state_buffer: paged (unified memory) for parameters of >= 1e5 elements.
   const auto state_buffer = [&](const std::string& what, Bytes bytes, DType d) {
-    if (is_paged(m_options.optimizer) && count >= 100'000) {
+    if (is_paged(m_options.optimizer) && count >= 100'000 && !m_on_host) {
       m_paged_state_bytes += bytes;
     } else {
       add(what, bytes, d);
@@ -94,7 +101,7 @@ void OptimizerModel::init_states(std::size_t i) {
       break;
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW:
-      if (m_options.optimizer_impl == OptimizerImpl::kFused) {
+      if (m_options.optimizer_impl == OptimizerImpl::kFused && !m_on_host) {
         add("step", 4, DType::kFloat32);  // fused/capturable keep `step` on the device
       }
       add("exp_avg", param_bytes(i, dt), dt);
@@ -136,6 +143,11 @@ void OptimizerModel::init_states(std::size_t i) {
 void OptimizerModel::step() {
   if (m_on_host) {
     // The host's step, then the updated parameters copied into the GPU's (no GPU allocation).
+    for (std::size_t i : stepped()) {  // the host optimizer's states, made at its first step
+      if (!m_initialized[i]) {
+        init_states(i);
+      }
+    }
     m_tape.begin_op(kind_prefix(m_options) + ".host_step.copy_params_to_device", "copy_");
     for (VarId p : m_params) {
       m_tape.use(m_tape.storage(p));

@@ -38,9 +38,10 @@ class OptimizerModel {
   // `state_shards` > 1: each rank keeps that fraction of every state and master weight (ZeRO, FSDP).
   // `on_host`: states, master weights and the update live in CPU memory (DeepSpeedCPUAdam under ZeRO-Offload,
   // FSDP's CPU offload): nothing of the optimizer is allocated on the GPU; the updated parameters are copied
-  // back into the GPU's in place.
+  // back into the GPU's in place. `host_fp32`: the host steps fp32 copies, so its states are fp32
+  // (DeepSpeed); otherwise they have the parameters' dtype (torch.optim on FSDP's offloaded shard).
   OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
-                 int state_shards = 1, bool on_host = false);
+                 int state_shards = 1, bool on_host = false, bool host_fp32 = true);
 
   // torch.distributed.optim.ZeroRedundancyOptimizer: this rank's local optimizer holds `local` only (its
   // partition, in the order it sees them: zero_redundancy_partition()); step() makes states for and updates
@@ -56,6 +57,8 @@ class OptimizerModel {
   void zero_grad();  // optimizer.zero_grad()
   // bitsandbytes' paged optimizers: the state bytes made in unified memory so far (0 for the others).
   Bytes paged_state_bytes() const { return m_paged_state_bytes; }
+  // `on_host`: the states the host optimizer has made so far (requested bytes of CPU memory).
+  Bytes host_state_bytes() const { return m_host_state_bytes; }
 
  private:
   std::vector<std::size_t> stepped() const;  // the indices step() updates: m_local, or every parameter
@@ -77,7 +80,9 @@ class OptimizerModel {
   std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
   int m_state_shards = 1;
   bool m_on_host = false;
+  bool m_host_fp32 = true;
   Bytes m_paged_state_bytes = 0;
+  Bytes m_host_state_bytes = 0;
 };
 
 }  // namespace vramsim

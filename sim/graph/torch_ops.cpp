@@ -91,7 +91,8 @@ VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bo
                 : torch_linear(name, x, w, bias, weight_first);
   if (m_lora != nullptr) {
     if (const auto it = m_lora->find(w); it != m_lora->end()) {
-      if (bnb && quantized->second.format != BnbFormat::kInt8) {
+      if (bnb &&
+          (quantized->second.format == BnbFormat::kNf4 || quantized->second.format == BnbFormat::kFp4)) {
         // peft/tuners/lora/bnb.py Linear4bit.forward: "for 4bit, we need to defensively clone here"
         const VarId cloned = contiguous(name + ".result_clone", y);
         m_tape.drop(y);

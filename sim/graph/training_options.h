@@ -149,7 +149,9 @@ struct LoraOptions {
 
 // bitsandbytes quantized base weights, as transformers' BitsAndBytesConfig sets them up (bnb_quant.h).
 // kNone: the weights stay in the --precision dtype.
-enum class BnbFormat : std::uint8_t { kNone, kNf4, kFp4, kInt8 };
+// Quantized base weights: bitsandbytes' (nf4, fp4, int8: bnb_quant.h) or torchao's NF4Tensor as torchtune
+// uses it (kTorchaoNf4: torchao_nf4.h).
+enum class BnbFormat : std::uint8_t { kNone, kNf4, kFp4, kInt8, kTorchaoNf4 };
 
 // BitsAndBytesConfig's fields, with its defaults, and whether PEFT's prepare_model_for_kbit_training ran.
 struct BnbOptions {

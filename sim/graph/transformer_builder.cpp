@@ -348,7 +348,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
   OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
-                           dp->optimizer_on_host());
+                           dp->optimizer_on_host(), dp->host_optimizer_fp32());
   if (options.data_parallel.zero_redundancy_optimizer) {  // rank 0 (the greedy gives it the largest first)
     optimizer.set_zero_redundancy_partition(
         zero_redundancy_partition(tape, params.trainable, options.data_parallel.world_size, 0,
@@ -467,6 +467,10 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   }
   tape.finish();
   graph.unified_memory_bytes = optimizer.paged_state_bytes();
+  dp->add_host_model_states(tape, params.all, graph.host_memory);
+  graph.host_memory.optimizer_states = optimizer.host_state_bytes();
+  graph.host_memory.saved_activations = tape.pinned_host().peak_bytes;
+  graph.host_memory.saved_activations_pinned = tape.pinned_host().reserved_bytes;
   return graph;
 }
 

@@ -206,17 +206,20 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     std::erase_if(shapes, [&keep](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
   }
   const bool quantized = bnb.format != BnbFormat::kNone;
+  // bitsandbytes loads fp32 checkpoints as fp16 (from_pretrained's default torch_dtype with quantization);
+  // torchtune builds the model in its training dtype.
+  const DType load_dtype = quantized && bnb.format != BnbFormat::kTorchaoNf4 ? bnb_load_dtype(dtype) : dtype;
   for (const ParameterShape& s : shapes) {
     tape.set_layer(s.layer);
     if (quantized && is_bnb_target(s)) {
       // nn.Linear stores (out, in); GPT-2's Conv1D (in, out), transposed when transformers quantizes it
       const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
       p.all.push_back(load_bnb_weight(tape, s.name, s.shape[conv1d ? 1 : 0], s.shape[conv1d ? 0 : 1],
-                                      bnb_load_dtype(dtype), bnb, p.bnb));
+                                      load_dtype, bnb, p.bnb));
       continue;
     }
-    p.all.push_back(tape.parameter(s.name, s.shape, quantized ? bnb_load_dtype(dtype) : dtype,
-                                   resident_numel ? resident_numel(numel(s.shape)) : -1));
+    p.all.push_back(
+        tape.parameter(s.name, s.shape, load_dtype, resident_numel ? resident_numel(numel(s.shape)) : -1));
   }
   if (quantized && bnb.prepare_kbit_training) {
     prepare_model_for_kbit_training(tape, shapes, p);

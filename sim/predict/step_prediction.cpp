@@ -376,6 +376,9 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
       name_of);
   describe_request(request, p);
   p.paged_optimizer_state_bytes = static_cast<std::int64_t>(graph.unified_memory_bytes);
+  p.host_memory = graph.host_memory;
+  p.gpus_per_node =
+      std::min(request.options.data_parallel.gpus_per_node, request.options.data_parallel.world_size);
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
   // 4. The time axis: the engine's roofline estimate.
@@ -735,7 +738,9 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.bnb.double_quant = a.bnb_double_quant;
   o.bnb.compute_dtype = parse_bnb_compute_dtype(a.bnb_compute_dtype);
   // a training recipe's call: inference loads the model and runs it as it is
-  o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only;
+  // torchtune's QLoRA casts nothing to fp32.
+  o.bnb.prepare_kbit_training =
+      !a.no_prepare_kbit && !o.inference && !o.forward_only && o.bnb.format != BnbFormat::kTorchaoNf4;
   o.bnb.matmul4bit_saves_input = a.bnb_saves_input;
   if (o.bnb.format == BnbFormat::kNone &&
       (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input || a.bnb_compute_dtype != "fp32")) {

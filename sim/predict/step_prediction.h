@@ -115,6 +115,9 @@ struct Prediction {
   // bitsandbytes' paged optimizer states in CUDA unified memory: outside the caching allocator (not in the
   // peaks, the bill or the verdict); the driver evicts them to the host when the GPU needs the room.
   std::int64_t paged_optimizer_state_bytes = 0;
+  // Offloading's CPU memory on one rank (not in any GPU figure) and the ranks sharing a node's RAM.
+  HostMemory host_memory;
+  int gpus_per_node = 1;  // min(--gpus-per-node, world size)
   // bitsandbytes base weights ("" when not quantized: nf4, fp4, int8) and their BitsAndBytesConfig.
   std::string base_weights;
   bool bnb_double_quant = false;

@@ -419,7 +419,7 @@ TEST_CASE(
 TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]") {
   const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
   require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights int4"),
-                      "--base-weights: unknown value 'int4' (known: nf4, fp4, int8)");
+                      "--base-weights: unknown value 'int4' (known: nf4, fp4, int8, torchao-nf4)");
   require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --bnb-compute-dtype fp8"),
                       "--bnb-compute-dtype: unknown value 'fp8'");
   require_input_error(run_vramsim(run + "--bnb-double-quant"), "--bnb-double-quant / --bnb-compute-dtype");

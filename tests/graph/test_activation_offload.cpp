@@ -5,6 +5,7 @@
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
+#include "sim/graph/eager_tape.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
 
@@ -56,4 +57,39 @@ TEST_CASE("activation offload is refused with checkpointing", "[quick][graph]") 
   TrainingOptions o = options(true);
   o.checkpointing = Checkpointing::kFull;
   CHECK_THROWS_AS(validate(o), InputError);
+}
+
+TEST_CASE("save_on_cpu: pinned host blocks as CachingHostAllocator rounds and reuses them",
+          "[quick][graph]") {
+  // CachingHostAllocator::allocate rounds every request to the next power of two and serves it from a free
+  // block of that size first: 3000 -> 4096, 5000 -> 8192; after 3000 is freed, 4000 reuses its 4096 block.
+  PinnedHostUsage u;
+  u.allocate(3000);
+  u.allocate(5000);
+  u.free(3000);
+  u.allocate(4000);
+  CHECK(u.live_bytes == 9000);
+  CHECK(u.peak_bytes == 9000);
+  CHECK(u.reserved_bytes == 4096 + 8192);
+  u.allocate(4096);  // a second 4096-byte block: the first is in use
+  CHECK(u.reserved_bytes == 2 * 4096 + 8192);
+}
+
+TEST_CASE("save_on_cpu: every packed tensor is on the host at the end of the forward, and comes back once",
+          "[quick][graph]") {
+  const OpGraph g = build_training_steps(gpt(), options(true));
+  // Everything the backward unpacks was packed, and the host held all of it at once (the backward starts
+  // after the whole forward and loss): the host peak equals the bytes brought back.
+  Bytes unpacked = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name.size() > 9 && t.name.ends_with(".unpacked")) {
+      unpacked += t.size_bytes;
+    }
+  }
+  CHECK(unpacked > 0);
+  CHECK(g.host_memory.saved_activations == unpacked);
+  CHECK(g.host_memory.saved_activations_pinned >= unpacked);
+  CHECK(g.host_memory.model_states() == 0);
+  // Without offload nothing is packed.
+  CHECK(build_training_steps(gpt(), options(false)).host_memory.total() == 0);
 }

@@ -215,3 +215,65 @@ TEST_CASE("ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload: the model states lef
   const MemoryBill fsdp = bill_at(m, "fsdp-full-shard", nd, 2, Phase::kOptimizer, true, true);
   CHECK(states(fsdp) == 0);
 }
+
+namespace {
+
+HostMemory host_of(const ModelConfig& m, const std::string& scheme, int world, bool offload_params,
+                   Precision precision = Precision::kBf16) {
+  TrainingOptions o;
+  o.batch = 1;
+  o.seq = 64;
+  o.steps = 1;
+  o.precision = precision;
+  o.optimizer = OptimizerKind::kAdamW;
+  o.optimizer_impl = OptimizerImpl::kFused;
+  o.data_parallel.scheme = scheme;
+  o.data_parallel.world_size = world;
+  o.data_parallel.offload_optimizer = true;
+  o.data_parallel.offload_params = offload_params;
+  return build_training_steps(m, o).host_memory;
+}
+
+}  // namespace
+
+TEST_CASE("offload: the host memory of one rank against DeepSpeed's estimator and FSDP's CPU shards",
+          "[quick][predict]") {
+  // DeepSpeed's estimate_zero3_model_states_mem_needs (deepspeed/runtime/zero/stage3.py), CPU side with
+  // zero_init and one node of N GPUs, before its additional_buffer_factor of 1.5:
+  //   offload_optimizer:                  16Ψ per node (fp32 partition 4, its fp32 .grad 4, Adam's 8)
+  //   offload_optimizer + offload_param:  18Ψ per node (+ the bf16 parameter partitions, 2)
+  // A node of N ranks holds N partitions. The estimator counts every parameter in the 2; the persistent ones
+  // (<= 1e5 elements) stay whole on the GPU and are not offloaded. With N = 8 every dimension of the model
+  // divides evenly, so the partitions are exact.
+  const ModelConfig m = small_llama();
+  const int nd = 8;
+  const Psi c = psi_of(m, nd);
+  REQUIRE(c.shard * nd == c.all);  // no padding
+  const HostMemory zero3 = host_of(m, "zero3", nd, false);
+  CHECK(static_cast<std::int64_t>(zero3.model_states()) * nd == 16 * c.all);
+  CHECK(static_cast<std::int64_t>(zero3.master_weights) * nd == 4 * c.all);
+  CHECK(static_cast<std::int64_t>(zero3.gradients) * nd == 4 * c.all);
+  CHECK(static_cast<std::int64_t>(zero3.optimizer_states) * nd == 8 * c.all);
+  CHECK(zero3.parameters == 0);
+  const HostMemory infinity = host_of(m, "zero3", nd, true);
+  CHECK(static_cast<std::int64_t>(infinity.model_states()) * nd == 18 * c.all - 2 * c.small_full);
+  // ZeRO-2's partitions are the same bytes between steps (its estimator's max(4 x GPUs, 16) counts the
+  // whole fp32 model every process loads before partitioning: not step memory).
+  CHECK(host_of(m, "zero2", nd, false).model_states() == zero3.model_states());
+  // FSDP CPUOffload(offload_params=True) with amp-bf16 (fp32 parameters): the flat parameter's fp32 shard,
+  // its fp32 _cpu_grad and torch.optim.AdamW's two fp32 states, 16 bytes per shard element; no master copy.
+  const HostMemory fsdp = host_of(m, "fsdp-full-shard", nd, true, Precision::kAmpBf16);
+  CHECK(static_cast<std::int64_t>(fsdp.parameters) == 4 * c.shard);
+  CHECK(static_cast<std::int64_t>(fsdp.gradients) == 4 * c.shard);
+  CHECK(static_cast<std::int64_t>(fsdp.optimizer_states) == 8 * c.shard);
+  CHECK(fsdp.master_weights == 0);
+  // With bf16 parameters the shard, its gradient and torch.optim's states (zeros_like(param)) are bf16.
+  const HostMemory fsdp_bf16 = host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16);
+  CHECK(static_cast<std::int64_t>(fsdp_bf16.model_states()) == (2 + 2 + 4) * c.shard);
+  // Nothing offloaded, nothing on the host.
+  TrainingOptions plain;
+  plain.batch = 1;
+  plain.seq = 64;
+  plain.steps = 1;
+  CHECK(build_training_steps(m, plain).host_memory.total() == 0);
+}
