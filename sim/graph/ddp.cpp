@@ -30,6 +30,8 @@ class Ddp final : public DataParallelScheme {
       order.insert(order.end(), u.params.begin(), u.params.end());
     }
     broadcast(tape, order);
+    // The Reducer buckets the parameters that require grad (frozen ones, a LoRA base, have no gradient).
+    std::erase_if(order, [&tape](VarId p) { return !tape.requires_grad(p); });
     std::reverse(order.begin(), order.end());
     tape.begin_op("DistributedDataParallel.reducer.buckets", "empty");
     Bytes limit = m_options.ddp_first_bucket_bytes;

@@ -139,8 +139,13 @@ void validate(const TrainingOptions& o) {
     }
   }
   if (o.bnb.format != BnbFormat::kNone) {
-    if (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1) {
-      throw InputError("--base-weights: quantized base weights on more than one GPU are not modelled yet");
+    // QLoRA with DDP: each rank loads the quantized model (device_map={"": local_rank}); sharding quantized
+    // weights (FSDP's bnb_4bit_quant_storage, ZeRO-3) is not modelled.
+    const bool ddp = o.data_parallel.scheme == "none" || o.data_parallel.scheme == "ddp";
+    if (!ddp || o.tensor_parallel > 1 || o.pipeline.stages > 1) {
+      throw InputError(
+          "--base-weights: quantized base weights are modelled on one GPU or with DDP (not --zero, --fsdp, "
+          "--tp or --pp)");
     }
     if (o.lora.rank == 0 && !o.inference && !o.forward_only && o.generate_tokens == 0) {
       throw InputError(
@@ -176,9 +181,14 @@ void validate(const TrainingOptions& o) {
         "--pp: pipeline parallelism is modelled for training steps (not --forward-only, "
         "--inference or --generate)");
   }
-  if (o.lora.rank > 0 &&
-      (o.data_parallel.world_size > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
-    throw InputError("--lora-rank: LoRA with more than one GPU is not modelled yet (one GPU only)");
+  if (o.lora.rank > 0 && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
+    throw InputError(
+        "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp2), not --tp or --pp");
+  }
+  if (o.lora.rank > 0 && o.data_parallel.scheme.starts_with("fsdp-")) {
+    // FSDP1 flattens a unit's frozen and trainable parameters into one FlatParameter (use_orig_params=True),
+    // whose gradient covers the frozen ones too: not modelled.
+    throw InputError("--lora-rank: LoRA with FSDP1 (--fsdp) is not modelled; use --fsdp2 (fully_shard)");
   }
   if (o.batch <= 0 || o.batch > kMaxBatch) {
     throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));

@@ -1,6 +1,7 @@
 #include "sim/graph/transformer_builder.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -83,9 +84,18 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
   if (keep) {  // the parameters create_parameters() made, in the same order
     std::erase_if(shapes, [&](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
   }
+  std::map<VarId, std::size_t> unit_of;
   for (std::size_t i = 0; i < shapes.size() && i < params.all.size(); ++i) {
     const int l = shapes[i].layer;
-    units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1].params.push_back(params.all[i]);
+    unit_of[params.all[i]] = l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1;
+    units[unit_of[params.all[i]]].params.push_back(params.all[i]);
+  }
+  // PEFT's adapters are submodules of the layer they adapt: wrapped, gathered and reduced with it.
+  for (const VarId base : params.all) {
+    if (const auto it = params.lora.find(base); it != params.lora.end()) {
+      units[unit_of.at(base)].params.push_back(it->second.lora_a);
+      units[unit_of.at(base)].params.push_back(it->second.lora_b);
+    }
   }
   return units;
 }

@@ -126,8 +126,9 @@ VarId* model_role(ModelParams& p, std::string_view name) {
 
 // get_peft_model: each targeted linear gets lora_A (r, in) and lora_B (out, r) in its weight's dtype, made
 // after the base model is on the device; the base parameters are frozen.
+// `resident_numel` (optional): the elements a data-parallel rank keeps of an adapter (its shard).
 void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraOptions& lora,
-                          ModelParams& p) {
+                          const std::function<std::int64_t(std::int64_t)>& resident_numel, ModelParams& p) {
   const std::vector<std::string> targets = lora_target_modules(lora, model);
   const std::vector<ParameterShape> shapes = model.parameter_shapes();
   p.trainable.clear();
@@ -147,8 +148,11 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
     LoraAdapter a;
     // PEFT casts the adapter to the base weight's dtype only when that is a float (a quantized base: fp32)
     const DType adapter = is_floating(tape.dtype(base)) ? tape.dtype(base) : DType::kFloat32;
-    a.lora_a = tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, adapter);
-    a.lora_b = tape.parameter(module + ".lora_B.default.weight", {out, lora.rank}, adapter);
+    const auto resident = [&](std::int64_t n) { return resident_numel ? resident_numel(n) : -1; };
+    a.lora_a =
+        tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, adapter, resident(lora.rank * in));
+    a.lora_b = tape.parameter(module + ".lora_B.default.weight", {out, lora.rank}, adapter,
+                              resident(out * lora.rank));
     p.lora.emplace(base, a);
     p.trainable.push_back(a.lora_a);
     p.trainable.push_back(a.lora_b);
@@ -252,7 +256,7 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     p.trainable.clear();
   }
   if (lora.rank > 0) {
-    create_lora_adapters(tape, model, lora, p);
+    create_lora_adapters(tape, model, lora, resident_numel, p);
   }
   return p;
 }

@@ -347,8 +347,8 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--lora-rank -3"), "--lora-rank: -3 is out of range");
   require_input_error(run_vramsim(run + "--lora-rank 8 --lora-dropout 1.5"),
                       "--lora-dropout: 1.5 is not a probability");
-  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8"),
-                      "--lora-rank: LoRA with more than one GPU");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8 --fsdp full-shard"),
+                      "--lora-rank: LoRA with FSDP1 (--fsdp) is not modelled; use --fsdp2");
   require_input_error(run_vramsim(run + "--generate 4 --kv-cache pagd"),
                       "--kv-cache: unknown cache 'pagd' (known: dynamic, static, paged)");
   require_input_error(run_vramsim(run + "--generate 4000000"),
@@ -392,7 +392,9 @@ TEST_CASE(
       "--micro-batches x --virtual-stages: 1000 x 1000 chunk passes per step is more than the 100000");
   require_input_error(run_vramsim(run + "--pp 2 --tp 2 --gpus 6"),
                       "--tp x --pp: 2 x 2 does not divide --world-size 6");
-  require_input_error(run_vramsim(run + "--pp 2 --lora-rank 8"), "--lora-rank: LoRA with more than one GPU");
+  require_input_error(
+      run_vramsim(run + "--pp 2 --lora-rank 8"),
+      "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp2), not --tp or --pp");
   require_input_error(run_vramsim(run + "--pp 2 --inference"),
                       "--pp: pipeline parallelism is modelled for training");
   require_input_error(run_vramsim(run + "--sequence-parallel"),
@@ -425,8 +427,8 @@ TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]
   require_input_error(run_vramsim(run + "--bnb-double-quant"), "--bnb-double-quant / --bnb-compute-dtype");
   require_input_error(run_vramsim(run + "--base-weights nf4"),
                       "--base-weights: transformers refuses to fine-tune a purely quantized model");
-  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --gpus 2"),
-                      "--base-weights: quantized base weights on more than one GPU");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --gpus 2 --zero 3"),
+                      "--base-weights: quantized base weights are modelled on one GPU or with DDP");
   require_input_error(run_vramsim(run + "--inference --base-weights nf4 --model-code cs336-basics"),
                       "--base-weights: bitsandbytes quantizes the nn.Linear layers");
 }

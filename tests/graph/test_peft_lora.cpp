@@ -149,3 +149,45 @@ TEST_CASE("lora: gpt_bigcode's nn.Linear weights are (out, in), not Conv1D's (in
   o.bnb.format = BnbFormat::kNf4;  // QLoRA: the quantized weight keeps nn.Linear's (out, in)
   CHECK_NOTHROW(build_training_steps(m, o));
 }
+
+TEST_CASE("lora with data parallelism: only the adapters are reduced, sharded and stepped",
+          "[quick][graph]") {
+  // The small Llama above, r 4 on q_proj and v_proj, fp32: 8 adapter tensors of 256 elements (lora_A 4 x 64,
+  // lora_B 64 x 4), 8,192 B; 4 ranks.
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  TrainingOptions o = test::small_options();
+  o.zero_grad_set_to_none = false;
+  o.lora.rank = 4;
+  o.data_parallel.world_size = 4;
+  const auto with = [&](const std::string& scheme) {
+    TrainingOptions d = o;
+    d.data_parallel.scheme = scheme;
+    return build_training_steps(m, d);
+  };
+  // DDP: the Reducer buckets the parameters that require grad: the adapters' 8,192 B fit the first bucket
+  // (1 MiB), one buffer; every rank keeps the full adapter gradients and AdamW states.
+  const OpGraph ddp = with("ddp");
+  CHECK(persistent_bytes(ddp, TensorCategory::kCommunication) == 8192);
+  CHECK(persistent_bytes(ddp, TensorCategory::kGradient) == 8192);
+  CHECK(persistent_bytes(ddp, TensorCategory::kOptimizerState) == 2 * 8192);
+  // ZeRO-2: the optimizer (given the adapters only) partitions their states and gradients: 256 / 4 = 64
+  // elements of each tensor per rank, 8 x 64 x 4 B = 2,048 B; the frozen base stays whole on every rank.
+  const OpGraph zero2 = with("zero2");
+  CHECK(persistent_bytes(zero2, TensorCategory::kOptimizerState) == 2 * 2048);
+  CHECK(persistent_bytes(zero2, TensorCategory::kGradient) == 2048);
+  CHECK(persistent_bytes(zero2, TensorCategory::kParameter) ==
+        persistent_bytes(ddp, TensorCategory::kParameter));
+  // FSDP2: every parameter is sharded along dim 0 (frozen ones too; every dim 0 here divides by 4, the
+  // adapters' lora_A 4 rows: one per rank); only the adapters get gradient shards.
+  const OpGraph fsdp2 = with("fsdp2-full-shard");
+  CHECK(persistent_bytes(fsdp2, TensorCategory::kOptimizerState) == 2 * 2048);
+  CHECK(persistent_bytes(fsdp2, TensorCategory::kGradient) == 2048);
+  CHECK(persistent_bytes(fsdp2, TensorCategory::kParameter) * 4 ==
+        persistent_bytes(ddp, TensorCategory::kParameter));
+  // FSDP1 (one FlatParameter mixing frozen and trainable parameters) and model parallelism are refused.
+  CHECK_THROWS_AS(with("fsdp-full-shard"), InputError);
+  TrainingOptions tp = o;
+  tp.data_parallel.world_size = 1;
+  tp.tensor_parallel = 2;
+  CHECK_THROWS_AS(validate(tp), InputError);
+}
