@@ -179,7 +179,8 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   // (batch * heads, seq, d_v) copies it; the fused kernels take it strided.
   const GradRule core_grad{c.attention == AttentionKind::kEager ? Kind::kAlloc : Kind::kPassThrough};
   const VarId transposed = t.view(core, {d.b, d.s, d.h * d.hd}, n + ".transpose", core_grad);
-  const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
+  const VarId merged =
+      ops.contiguous(n + ".merge_heads", transposed, attention_kernel_writes_bshd(c.attention));
   t.drop({transposed, core});
   const VarId out = ops.linear(n + ".output_proj", merged, p.o_w);
   t.drop(merged);

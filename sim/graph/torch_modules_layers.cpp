@@ -177,19 +177,12 @@ VarId sdpa_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
   const bool repeated = c.model.n_kv_heads != c.model.n_heads && c.model.model_type != "gpt_bigcode";
   const VarId kr = repeat_kv(c, n + ".repeat_k", k);
   const VarId vr = repeat_kv(c, n + ".repeat_v", v);
-  const auto contiguous = [&](const std::string& name, VarId x, bool already) {
-    if (already) {
-      t.hold(x);
-      return x;
-    }
-    return ops.contiguous(name, x);
-  };
   // A single query position's transposed view is contiguous; the cache's concatenated or static states are.
   const bool single_query = t.shape(q)[2] == 1;
   const bool cached = c.kv_cache != nullptr && c.kv_cache->returns_contiguous();
-  const VarId qc = contiguous(n + ".q_contiguous", q, single_query);
-  const VarId kc = contiguous(n + ".k_contiguous", kr, repeated || cached);
-  const VarId vc = contiguous(n + ".v_contiguous", vr, repeated || cached);
+  const VarId qc = ops.contiguous(n + ".q_contiguous", q, single_query);
+  const VarId kc = ops.contiguous(n + ".k_contiguous", kr, repeated || cached);
+  const VarId vc = ops.contiguous(n + ".v_contiguous", vr, repeated || cached);
   t.drop({kr, vr});
   const double p = c.options.inference       ? 0.0
                    : c.options.dropout > 0.0 ? c.options.dropout
@@ -355,9 +348,11 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   } else {
     core = core_attention(c, n, q, k, v, mask, &locals);
   }
-  // transpose(1, 2).contiguous(), then a view to (b, s, heads * head_dim)
+  // transpose(1, 2).contiguous(), then a view to (b, s, heads * head_dim): a copy unless the kernel wrote
+  // its output as (b, s, heads, head_dim) already (attention_kernel_writes_bshd)
   const VarId transposed = t.view(core, {b, s, c.model.q_dim()}, n + ".transpose");
-  const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
+  const VarId merged =
+      ops.contiguous(n + ".merge_heads", transposed, attention_kernel_writes_bshd(c.attention));
   t.drop({transposed, core});
   for (VarId v_local : {locals.key, locals.value}) {  // eager_attention_forward returns
     if (v_local != kNoVar) {

@@ -355,6 +355,14 @@ VarId TorchOps::contiguous(const std::string& name, VarId a) {
   return m_tape.op1(c);
 }
 
+VarId TorchOps::contiguous(const std::string& name, VarId a, bool already) {
+  if (already) {
+    m_tape.hold(a);
+    return a;
+  }
+  return contiguous(name, a);
+}
+
 VarId TorchOps::cat_last(const std::string& name, VarId a, VarId b) {
   OpCall c;
   c.name = name;

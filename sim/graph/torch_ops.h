@@ -94,6 +94,9 @@ class TorchOps {
   VarId gelu(const std::string& name, VarId a);
   VarId to(const std::string& name, VarId a, DType dtype);  // same dtype: returns `a` with one more reference
   VarId contiguous(const std::string& name, VarId a);       // a copy (clone)
+  // x.contiguous() where the caller knows the layout: a copy unless `already` (then x itself, one more
+  // reference, as Tensor::contiguous returns a contiguous tensor).
+  VarId contiguous(const std::string& name, VarId a, bool already);
   VarId cat_last(const std::string& name, VarId a, VarId b);
   VarId cat_dim(const std::string& name, VarId a, VarId b, std::size_t dim);  // torch.cat([a, b], dim)
 

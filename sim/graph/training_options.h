@@ -83,6 +83,15 @@ enum class AttentionKind : std::uint8_t {
   kFlashAttention2
 };
 
+// The fused attention kernels allocate their output as (batch, seq, heads, head_dim) and return it transposed
+// to (batch, heads, seq, head_dim) (_scaled_dot_product_flash_attention / _efficient_attention_forward in
+// aten/src/ATen/native/transformers/cuda; flash_attn_func returns (batch, seq, heads, head_dim) itself), so
+// the model's transpose(1, 2).contiguous() afterwards copies nothing.
+inline bool attention_kernel_writes_bshd(AttentionKind k) {
+  return k == AttentionKind::kSdpaFlash || k == AttentionKind::kSdpaEfficient ||
+         k == AttentionKind::kFlashAttention2;
+}
+
 // What the process ran before the simulated steps, which it keeps: none (a fresh process: the first matmul
 // allocates the main thread's cuBLAS workspace, the first backward matmul the autograd thread's), forward (a
 // forward ran: the main thread's workspace exists), step (a training step ran: both exist). Existing

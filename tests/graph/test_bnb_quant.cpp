@@ -217,15 +217,22 @@ TEST_CASE("bnb: QLoRA TinyLlama step peaks against the cranberrii recording", "[
   a.base_weights = "fp4";
   a.bnb_saves_input = true;
   const Prediction p = predict(make_request(a));
-  // Within 5 %: when the logits are allocated the recording holds 267 hidden-size fp32 tensors
-  // (8,192,000 B) and the model 244. Layer by layer the sequences line up; the recording keeps a tensor
-  // allocated where RMSNorm's pow(2) output is (twice per layer), which the model frees after the mean, while
-  // the model copies q (contiguous) and the attention output (transpose + contiguous) where the recording
-  // does not: about one tensor per layer, not explained yet.
-  CHECK(static_cast<double>(p.peak_allocated_bytes) == Approx(5884080128.0).epsilon(0.05));
-  // Peak reserved is not checked: the model reserves 6,138,363,904 B, 5.2 % under the recording. After the
-  // load both hold about 1.30 GiB (1,411,383,296 B modelled, 1,400,897,536 B recorded); the gap opens in the
-  // step, with the missing tensors above and the segments they would have made.
+  // The recording ran older releases than the model follows; read off its frames and free stacks, at its
+  // peak it holds, beyond the model's tensors:
+  //   45 x 8,192,000 B: the output of RMSNorm's pow(2) (twice per layer and the final norm), kept by
+  //     MeanBackward1: its PyTorch saved mean's input (the free comes from
+  //     MeanBackward1::release_variables); current derivatives.yaml saves only self's sizes and numel;
+  //   44 x 256,000 B: per-layer rotary cos and sin (that transformers computed them in every attention
+  //     layer, modeling_llama.py:111-120; current code computes them once per forward), not counted here;
+  // and it makes no copy of q before SDPA where the model, following transformers 4.48-4.50, does (the same
+  // count of hidden-size tensors: the RoPE output is kept instead of its copy).
+  constexpr std::int64_t kMeanBackwardSavesInput = 45 * 8192000;
+  const std::int64_t explained = p.peak_allocated_bytes + kMeanBackwardSavesInput;
+  CHECK(static_cast<double>(explained) == Approx(5884080128.0).epsilon(0.01));
+  CHECK(p.peak_allocated_bytes < 5884080128);  // without it, lower: the side a user must know
+  // Peak reserved is not checked: the model reserves 5,922,357,248 B, 8.5 % under the recording's
+  // 6,471,811,072 B (after the load both hold about 1.30 GiB; the gap opens in the step, where the
+  // recording's extra tensors above make segments of their own).
   // Without A saved (current bitsandbytes) the prediction falls well below the recording.
   a.bnb_saves_input = false;
   CHECK(static_cast<double>(predict(make_request(a)).peak_allocated_bytes) < 0.85 * 5884080128.0);

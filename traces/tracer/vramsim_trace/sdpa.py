@@ -5,6 +5,8 @@ Selection (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, in priority ord
 torch.backends.cuda.*_sdp_enabled() / sdpa_kernel):
   * flash (FlashAttention-2): fp16/bf16, no attn_mask, head_dim <= 256, equal q/k/v head dims, same number
     of heads in q and k/v, compute capability >= 8.0;
+    (both fused kernels allocate their output as (batch, seq, heads, head_dim) and return it transposed, so
+    the model's transpose(1, 2).contiguous() afterwards copies nothing)
     forward: out and logsumexp (batch, heads, seq_q) fp32, both saved with q, k, v;
     backward: dq, dk, dv, plus softmax_d (batch, heads, seq_q rounded up to 128) fp32 and the fp32 dq
     accumulator (batch, seq_q rounded to 128, heads, head_dim rounded to 32), freed when it returns;
@@ -65,7 +67,11 @@ class _FusedAttention(torch.autograd.Function):
         ctx.has_mask = attn_mask is not None
         lse_seq = q.shape[-2] if backend == "flash" else _round_up(q.shape[-2], 32)
         with tracer.op_label(f"aten._scaled_dot_product_{'flash' if backend == 'flash' else 'efficient'}_attention"):
-            out = _empty(q.shape[:-1] + (v.shape[-1],), q.dtype, tracer)
+            if q.dim() >= 3:  # written as (..., seq, heads, head_dim) and returned transposed
+                out = _empty(q.shape[:-3] + (q.shape[-2], q.shape[-3], v.shape[-1]), q.dtype, tracer)
+                out = out.transpose(-3, -2)
+            else:
+                out = _empty(q.shape[:-1] + (v.shape[-1],), q.dtype, tracer)
             lse = _empty(q.shape[:-2] + (lse_seq,), torch.float32, tracer)
         if attn_mask is not None:
             ctx.save_for_backward(q, k, v, out, lse, attn_mask)
