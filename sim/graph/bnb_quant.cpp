@@ -324,12 +324,7 @@ VarId load_bnb_weight(EagerTape& t, const std::string& name, std::int64_t out_fe
   }
   t.release(full);
   t.freeze(v);
-  BnbWeight w;
-  w.format = o.format;
-  w.out_features = out_features;
-  w.in_features = in_features;
-  w.quant_dtype = load_dtype;
-  weights.emplace(v, w);
+  weights.emplace(v, BnbWeight{o.format, out_features, in_features, load_dtype});
   return v;
 }
 

@@ -91,12 +91,7 @@ VarId load_torchao_nf4_weight(EagerTape& t, const std::string& name, std::int64_
   }
   t.release(full);
   t.freeze(v);
-  BnbWeight w;
-  w.format = BnbFormat::kTorchaoNf4;
-  w.out_features = out_features;
-  w.in_features = in_features;
-  w.quant_dtype = dtype;
-  weights.emplace(v, w);
+  weights.emplace(v, BnbWeight{BnbFormat::kTorchaoNf4, out_features, in_features, dtype});
   return v;
 }
 

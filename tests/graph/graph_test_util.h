@@ -35,6 +35,18 @@ inline ModelConfig tiny_model(const std::string& preset, std::int64_t n_kv_heads
   return m;
 }
 
+// The sizes of the tensors made from index `first` on (only those named `name` when it is given), in creation
+// order.
+inline std::vector<Bytes> sizes_from(const OpGraph& g, std::size_t first, const std::string& name = "") {
+  std::vector<Bytes> sizes;
+  for (std::size_t i = first; i < g.tensors().size(); ++i) {
+    if (name.empty() || g.tensors()[i].name == name) {
+      sizes.push_back(g.tensors()[i].size_bytes);
+    }
+  }
+  return sizes;
+}
+
 // The sizes of the tensors named `name`, in creation order.
 inline std::vector<Bytes> sizes_named(const OpGraph& g, const std::string& name) {
   std::vector<Bytes> out;

@@ -14,14 +14,7 @@ using namespace vramsim;
 namespace {
 
 using test::persistent_bytes;
-
-std::vector<Bytes> sizes_from(const OpGraph& g, std::size_t first) {
-  std::vector<Bytes> sizes;
-  for (std::size_t i = first; i < g.tensors().size(); ++i) {
-    sizes.push_back(g.tensors()[i].size_bytes);
-  }
-  return sizes;
-}
+using test::sizes_from;
 
 }  // namespace
 

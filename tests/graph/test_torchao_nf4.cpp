@@ -2,6 +2,7 @@
 // dequantization of get_original_weight, worked by hand from torchao/dtypes/nf4tensor.py.
 #include <catch2/catch.hpp>
 
+#include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/bnb_quant.h"
 #include "sim/graph/torch_ops.h"
@@ -9,19 +10,7 @@
 
 using namespace vramsim;
 
-namespace {
-
-std::vector<Bytes> sizes_from(const OpGraph& g, std::size_t first, const std::string& name = "") {
-  std::vector<Bytes> sizes;
-  for (std::size_t i = first; i < g.tensors().size(); ++i) {
-    if (name.empty() || g.tensors()[i].name == name) {
-      sizes.push_back(g.tensors()[i].size_bytes);
-    }
-  }
-  return sizes;
-}
-
-}  // namespace
+using test::sizes_from;
 
 TEST_CASE("torchao NF4: a 4096 x 4096 bf16 weight's NF4Tensor", "[quick][graph]") {
   // to_nf4 / NF4Tensor.from_tensor, n = 16,777,216: quantized_data uint8 n / 2 = 8,388,608 B;
