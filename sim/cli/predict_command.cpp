@@ -201,8 +201,12 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                 "optimizer_in_bwd)");
   cmd->add_option(
       "--offload", a.offload,
-      "optimizer|params|optimizer,params: to the host, as ZeRO-Offload / ZeRO-Infinity (--zero 2|3) "
-      "or FSDP's CPUOffload (--fsdp, params) do");
+      "optimizer|params|activations, any subset: to the host, as ZeRO-Offload / ZeRO-Infinity (--zero 2|3), "
+      "FSDP's CPUOffload (--fsdp, params) and saved-tensor hooks (activations) do");
+  cmd->add_option("--activation-offload", a.activation_offload,
+                  "with --offload activations: save-on-cpu (torch.autograd.graph.save_on_cpu) or torchtune "
+                  "(OffloadActivations: side stream, forward stash, parameters and model.output kept)")
+      ->capture_default_str();
   cmd->add_option(
       "--cublas-workspace-config", a.cublas_workspace_config,
       "CUBLAS_WORKSPACE_CONFIG as the run sets it, e.g. :4096:8 (default: PyTorch's for the GPU)");
@@ -302,7 +306,12 @@ void print_run(const Prediction& p, const RequestArgs& a) {
     };
     fmt::print("offload          {} on the host (pinned CPU memory, not counted here){}{}\n",
                fmt::join(p.offload, " and "), has("optimizer") ? "; the optimizer steps there" : "",
-               has("activations") ? "; saved tensors come back to the GPU one backward node at a time" : "");
+               !has("activations") ? ""
+               : p.activation_offload == "torchtune"
+                   ? "; torchtune's OffloadActivations: copies on a side stream, "
+                     "the last 5 saves kept on the GPU, parameters and "
+                     "model.output not offloaded"
+                   : "; saved tensors come back to the GPU one backward node at a time");
   }
 }
 

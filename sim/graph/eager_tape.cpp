@@ -259,10 +259,7 @@ void EagerTape::hold(VarId v) { ref(m_vars[v].storage); }
 void EagerTape::drop(VarId v) { unref(m_vars[v].storage); }
 
 void EagerTape::save(Node& node, TensorId s) {
-  if (m_save_on_cpu && !node.checkpoint_body) {
-    use(s);  // pack_to_cpu: packed.copy_(tensor) reads it now
-    node.packed.push_back(s);
-    m_pinned_host.allocate(m_graph.tensor(s).size_bytes);
+  if (m_offload != ActivationOffload::kNone && !node.checkpoint_body && offload_pack(node, s)) {
     return;
   }
   ref(s);
@@ -463,6 +460,11 @@ void EagerTape::execute(std::size_t index) {
   if (primary == kNoVar) {
     return;  // no gradient reached this node
   }
+  const bool torchtune_unpack = node.offload == ActivationOffload::kTorchtuneStreams && !node.packed.empty();
+  std::vector<TensorId> unpacked;  // unpack_from_cpu: packed.to(device, non_blocking=True)
+  if (torchtune_unpack) {
+    unpacked = unpack_torchtune(node);
+  }
   begin_op(node.name + ".backward", node.kind + "_backward", backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
@@ -477,8 +479,10 @@ void EagerTape::execute(std::size_t index) {
   for (TensorId s : node.saved) {
     use(s);
   }
-  std::vector<TensorId> unpacked;  // unpack_from_cpu: packed.to(device, non_blocking=True)
-  for (TensorId s : node.packed) {
+  for (TensorId s : unpacked) {
+    use(s);
+  }
+  for (TensorId s : torchtune_unpack ? std::vector<TensorId>{} : node.packed) {
     const std::string name = m_graph.tensor(s).name + ".unpacked";  // copies: allocate() grows the graph
     const Bytes bytes = m_graph.tensor(s).size_bytes;
     const DType dtype = m_graph.tensor(s).dtype;
@@ -549,8 +553,12 @@ void EagerTape::execute(std::size_t index) {
   for (TensorId s : node.saved) {
     unref(s);
   }
-  for (TensorId s : unpacked) {
-    unref(s);
+  if (torchtune_unpack) {
+    after_torchtune_unpack(std::move(unpacked));  // the node's hook
+  } else {
+    for (TensorId s : unpacked) {
+      unref(s);
+    }
   }
   release_packed(node);
   // The outputs go to the next nodes' input buffers (or AccumulateGrad), in input order.
@@ -648,6 +656,64 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
   }
 }
 
+// The pack hook; false: the tensor is saved as it is (torchtune keeps parameters and tensors under 1 KiB).
+bool EagerTape::offload_pack(Node& node, TensorId s) {
+  const Tensor& t = m_graph.tensor(s);
+  if (m_offload == ActivationOffload::kTorchtuneStreams) {
+    constexpr Bytes kMinOffloadBytes = 1024;       // min_offload_size
+    constexpr std::uint64_t kMaxFwdStashSize = 5;  // max_fwd_stash_size
+    const std::uint64_t id = ++m_pack_id;          // every saved tensor gets one
+    if (t.size_bytes < kMinOffloadBytes || t.category == TensorCategory::kParameter) {
+      return false;
+    }
+    while (!m_fwd_stash.empty() && m_fwd_stash.front().first + kMaxFwdStashSize <= id) {
+      unref(m_fwd_stash.front().second);  // s0.wait_event(ev); del self.fwd_stash[id]
+      m_fwd_stash.pop_front();
+    }
+    ref(s);
+    m_fwd_stash.emplace_back(id, s);
+  }
+  use(s);  // packed.copy_(tensor) reads it now
+  node.packed.push_back(s);
+  node.offload = m_offload;
+  m_pinned_host.allocate(t.size_bytes);
+  return true;
+}
+
+std::vector<TensorId> EagerTape::unpack_torchtune(const Node& node) {
+  std::vector<TensorId> unpacked;
+  const StreamId stream = m_stream;
+  m_stream = kOffloadStream;
+  begin_op(node.name + ".unpack_from_cpu", "copy_");
+  for (TensorId s : node.packed) {
+    const auto stashed = std::find_if(m_fwd_stash.begin(), m_fwd_stash.end(),
+                                      [s](const auto& entry) { return entry.second == s; });
+    if (stashed != m_fwd_stash.end()) {  // still on the GPU: the stash's tensor is returned
+      ref(s);
+      unpacked.push_back(s);
+      continue;
+    }
+    const Tensor& t = m_graph.tensor(s);
+    unpacked.push_back(allocate(t.name + ".unpacked", t.size_bytes, t.dtype, TensorCategory::kActivation));
+  }
+  m_stream = stream;
+  return unpacked;
+}
+
+void EagerTape::after_torchtune_unpack(std::vector<TensorId> unpacked) {
+  for (const auto& [id, s] : m_fwd_stash) {
+    (void)id;
+    unref(s);
+  }
+  m_fwd_stash.clear();
+  for (TensorId s : m_bwd_stash) {
+    unref(s);
+  }
+  m_bwd_stash = std::move(unpacked);
+}
+
+void EagerTape::release_offload_stashes() { after_torchtune_unpack({}); }
+
 void EagerTape::release_packed(Node& node) {
   for (TensorId s : node.packed) {
     m_pinned_host.free(m_graph.tensor(s).size_bytes);
@@ -690,6 +756,7 @@ void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const s
   const VarId seed = new_grad(root, seed_name);
   deliver(root, seed);
   run_nodes(begin, end, /*layer_hooks=*/true);
+  release_offload_stashes();
   release_nodes(begin, end);
   for (auto& [var, g] : m_grad_buffer) {  // gradients no node consumed (outputs of unreached nodes)
     (void)var;

@@ -17,6 +17,7 @@
 // Cost: O(1) per recorded op and per reference change; backward is linear in the nodes.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -89,6 +90,20 @@ struct SavedSpec {
   std::vector<int> outputs;
 };
 
+// Saved-tensor hooks that move what autograd saves to pinned host memory.
+enum class ActivationOffload : std::uint8_t {
+  kNone,
+  // torch.autograd.graph.save_on_cpu(pin_memory=True): every saved tensor is copied to the host at once;
+  // backward copies each back into a fresh GPU tensor for its node, freed when the node is done.
+  kSaveOnCpu,
+  // torchtune's OffloadActivations (use_streams=True; torchtune/training/_activation_offloading.py): tensors
+  // of at least 1 KiB that are not parameters are copied on a side stream; the GPU tensor stays referenced in
+  // a forward stash until a pack 5 saves later (max_fwd_stash_size); parameters and small tensors are kept.
+  // In backward a tensor still in the stash is used as it is; the others are copied back on the side stream
+  // into its pool and kept until the next node that unpacks has run (or the end of backward).
+  kTorchtuneStreams,
+};
+
 // Pinned host memory of save_on_cpu's packed tensors (torch.empty(..., pin_memory=True) through PyTorch's
 // CachingHostAllocator), in bytes.
 class PinnedHostUsage {
@@ -139,7 +154,9 @@ class EagerTape {
   // for backward is copied to pinned host memory (pack) instead of being kept on the GPU, and copied back
   // into a fresh GPU tensor when its backward node runs (unpack), freed when the node is done. Parameters are
   // packed too (the hook sees every saved tensor). torch.utils.checkpoint's saved inputs stay on the GPU.
-  void set_save_on_cpu(bool on) { m_save_on_cpu = on; }
+  void set_save_on_cpu(bool on) { m_offload = on ? ActivationOffload::kSaveOnCpu : ActivationOffload::kNone; }
+  void set_activation_offload(ActivationOffload kind) { m_offload = kind; }
+  static constexpr StreamId kOffloadStream = 3;  // torchtune's OffloadActivations.s1
   void set_grad_enabled(bool on) { m_grad_enabled = on; }
 
   // ---- variables
@@ -265,6 +282,7 @@ class EagerTape {
     std::vector<VarId> outputs;
     std::vector<TensorId> saved;
     std::vector<TensorId> packed;  // saved to the host by save_on_cpu: the device tensor is not kept
+    ActivationOffload offload = ActivationOffload::kNone;  // how `packed` was packed
     BackwardRule rule;
     CheckpointBody checkpoint_body;  // set for checkpoint nodes
     bool done = false;
@@ -279,7 +297,15 @@ class EagerTape {
   void unref(TensorId s);
   void free_if_unreferenced(TensorId s);
   void save(Node& node, TensorId s);
+  bool offload_pack(Node& node, TensorId s);
   void release_packed(Node& node);  // its packed host tensors go with its saved variables
+  // torchtune's unpack: the tensors a node uses from `packed` (stashed ones as they are, the others copied
+  // back on the offload stream), allocated before its backward op.
+  std::vector<TensorId> unpack_torchtune(const Node& node);
+  // torchtune's node hook after a node that unpacked: the forward stash is dropped and the previous such
+  // node's tensors freed; this node's are kept (`unpacked`).
+  void after_torchtune_unpack(std::vector<TensorId> unpacked);
+  void release_offload_stashes();  // the end of backward (wait_and_del_remaining_references)
   int add_node(Node node, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void execute(std::size_t index);
@@ -305,7 +331,10 @@ class EagerTape {
   Phase m_phase = Phase::kSetup;
   StreamId m_stream = 0;
   bool m_grad_enabled = true;
-  bool m_save_on_cpu = false;
+  ActivationOffload m_offload = ActivationOffload::kNone;
+  std::uint64_t m_pack_id = 0;                                 // torchtune's tensor_id
+  std::deque<std::pair<std::uint64_t, TensorId>> m_fwd_stash;  // torchtune's fwd_stash (a reference each)
+  std::vector<TensorId> m_bwd_stash;                           // torchtune's bwd_tensor_stash
   PinnedHostUsage m_pinned_host;
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
   CudaDevice m_device;

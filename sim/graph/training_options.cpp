@@ -167,6 +167,10 @@ void validate(const TrainingOptions& o) {
         "--optimizer-in-backward: modelled on one GPU without gradient accumulation (as torchtune's "
         "single-device recipes run it)");
   }
+  if (o.activation_offload_torchtune && (!o.offload_activations || o.pipeline.stages > 1)) {
+    throw InputError(
+        "--activation-offload torchtune: needs --offload activations, and is not modelled with --pp");
+  }
   if (o.offload_activations && o.checkpointing != Checkpointing::kNone) {
     throw InputError("--offload activations: not modelled together with --checkpointing");
   }

@@ -214,6 +214,9 @@ struct TrainingOptions {
   // --offload activations: the forward and the loss run under
   // torch.autograd.graph.save_on_cpu(pin_memory=True) (EagerTape::set_save_on_cpu).
   bool offload_activations = false;
+  // --activation-offload torchtune: torchtune's OffloadActivations (side stream, forward stash) around the
+  // model's forward only, model.output excluded (EagerTape's ActivationOffload::kTorchtuneStreams).
+  bool activation_offload_torchtune = false;
   // torchtune's optimizer_in_bwd: each parameter's optimizer steps from its post-accumulate-grad hook during
   // backward, and its gradient is freed right after (OptimizerModel::step_in_backward).
   bool optimizer_in_backward = false;

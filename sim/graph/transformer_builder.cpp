@@ -167,12 +167,30 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
 }
 
 // One model forward: ids -> logits.
+// The saved-tensor hooks around the forward (--offload activations).
+ActivationOffload activation_offload(const TrainingOptions& o) {
+  if (!o.offload_activations) {
+    return ActivationOffload::kNone;
+  }
+  return o.activation_offload_torchtune ? ActivationOffload::kTorchtuneStreams
+                                        : ActivationOffload::kSaveOnCpu;
+}
+
 VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
               const std::vector<ParameterUnit>& units) {
   dp.pre_forward(tape, units.back());
   const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
+  // torchtune's recipes wrap model.output in NoOpManager: its saved tensors stay on the GPU (here the final
+  // norm's too, which torchtune offloads: one hidden-size tensor, on the high side).
+  const bool torchtune = ctx.options.offload_activations && ctx.options.activation_offload_torchtune;
+  if (torchtune) {
+    tape.set_activation_offload(ActivationOffload::kNone);
+  }
   const VarId logits = emit_final(ctx, x);  // drops x
-  dp.post_forward(tape, units.back());      // the root module's forward returns the logits
+  if (torchtune) {
+    tape.set_activation_offload(ActivationOffload::kTorchtuneStreams);
+  }
+  dp.post_forward(tape, units.back());  // the root module's forward returns the logits
   end_forward(ctx);
   return logits;
 }
@@ -209,7 +227,7 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
   EagerTape& tape = st.tape;
   InFlight f;
   f.nodes_begin = tape.node_count();
-  tape.set_save_on_cpu(st.options.offload_activations);
+  tape.set_activation_offload(activation_offload(st.options));
   tape.set_phase(Phase::kForward);
   st.ops.set_autocast(st.autocast);
   f.ctx = std::make_unique<EmitContext>(EmitContext{st.ops,
@@ -410,8 +428,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       const std::size_t graph_begin = tape.node_count();
       EmitContext ctx{ops,    model,  options, params,    buffers, {},
                       kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
-      tape.set_grad_enabled(!options.inference);          // `with torch.no_grad():` around the forward
-      tape.set_save_on_cpu(options.offload_activations);  // `with save_on_cpu(pin_memory=True):` too
+      tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
+      tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
       const VarId logits = forward(ctx, tape, ids, *dp, units);
       tape.set_grad_enabled(true);
       if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
@@ -430,6 +448,9 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
         continue;
       }
       tape.set_phase(Phase::kLoss);
+      if (options.activation_offload_torchtune) {  // the recipe's context covers the model's forward only
+        tape.set_activation_offload(ActivationOffload::kNone);
+      }
       const VarId loss = emit_loss(ctx, logits, targets);
       if (held_loss != kNoVar) {
         tape.drop(held_loss);

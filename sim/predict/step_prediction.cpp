@@ -311,6 +311,7 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   }
   if (request.options.offload_activations) {
     p.offload.emplace_back("activations");
+    p.activation_offload = request.options.activation_offload_torchtune ? "torchtune" : "save-on-cpu";
   }
   p.tensor_parallel = request.tensor_parallel;
   p.pipeline_stage_simulated = request.options.pipeline.stage;
@@ -423,7 +424,7 @@ void parse_offload(const std::string& text, DataParallelOptions& d) {
     } else if (item == "activations") {
       d.offload_activations = true;
     } else {
-      throw InputError(fmt::format("--offload: unknown item '{}' (known: optimizer, params)", item));
+      throw InputError(fmt::format("--offload: unknown item '{}' (known: optimizer, params, activations)", item));
     }
     start = comma + 1;
   }
@@ -750,6 +751,14 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   o.data_parallel = data_parallel;
   o.offload_activations = data_parallel.offload_activations;
+  if (a.activation_offload != "save-on-cpu" && a.activation_offload != "torchtune") {
+    throw InputError(fmt::format("--activation-offload: unknown value '{}' (known: save-on-cpu, torchtune)",
+                                 a.activation_offload));
+  }
+  o.activation_offload_torchtune = a.activation_offload == "torchtune";
+  if (o.activation_offload_torchtune && !o.offload_activations) {
+    throw InputError("--activation-offload torchtune: needs --offload activations");
+  }
   o.optimizer_in_backward = a.optimizer_in_backward;
   o.tensor_parallel = a.tp;
   o.sequence_parallel = a.sequence_parallel;

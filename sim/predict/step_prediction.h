@@ -104,7 +104,8 @@ struct Prediction {
   std::string data_parallel = "none";      // the scheme's registry name (data_parallel.h)
   int world_size = 1;                      // of the data-parallel group
   bool zero_redundancy_optimizer = false;  // DDP with ZeroRedundancyOptimizer (rank 0's partition stepped)
-  std::vector<std::string> offload;        // what lives on the host: "optimizer", "params"
+  std::vector<std::string> offload;        // what lives on the host: "optimizer", "params", "activations"
+  std::string activation_offload;          // with "activations": "save-on-cpu" or "torchtune"
   int tensor_parallel = 1;
   int pipeline_stage_simulated = 0;  // options.pipeline.stage of this simulation
   bool sequence_parallel = false;
@@ -293,7 +294,8 @@ struct RequestArgs {
   std::optional<double> stage3_max_reuse_distance;  // DeepSpeed ZeRO-3's (elements)
   bool overlap_comm = false;                        // DeepSpeed's overlap_comm
   int gpus_per_node = 8;                            // FSDP hybrid-shard's shard group
-  std::string offload;                              // --offload optimizer|params|optimizer,params
+  std::string offload;                              // --offload optimizer|params|activations (any subset)
+  std::string activation_offload = "save-on-cpu";   // --activation-offload save-on-cpu|torchtune
   bool optimizer_in_backward = false;               // --optimizer-in-backward (torchtune's optimizer_in_bwd)
   bool zero_redundancy_optimizer = false;           // --zero-redundancy-optimizer (with DDP)
   std::optional<std::string> alloc_conf;

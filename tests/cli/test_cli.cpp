@@ -403,7 +403,7 @@ TEST_CASE(
                                   "--sequence-parallel"),
                       "--sequence-parallel: --seq 100 is not a multiple of --tp 8");
   require_input_error(run_vramsim(run + "--gpus 8 --zero 2 --offload gpu"),
-                      "--offload: unknown item 'gpu' (known: optimizer, params)");
+                      "--offload: unknown item 'gpu' (known: optimizer, params, activations)");
   require_input_error(run_vramsim(run + "--gpus 8 --offload optimizer"),
                       "--offload: needs a sharding scheme that offloads (--zero 2|3 or --fsdp)");
   require_input_error(run_vramsim(run + "--gpus 8 --zero 1 --offload optimizer"),
@@ -412,6 +412,10 @@ TEST_CASE(
                       "--offload params: DeepSpeed offloads parameters only with --zero 3");
   require_input_error(run_vramsim(run + "--gpus 8 --fsdp full-shard --offload optimizer"),
                       "--offload optimizer: FSDP moves the optimizer to the host only with its parameters");
+  require_input_error(run_vramsim(run + "--offload activations --activation-offload deepspeed"),
+                      "--activation-offload: unknown value 'deepspeed' (known: save-on-cpu, torchtune)");
+  require_input_error(run_vramsim(run + "--activation-offload torchtune"),
+                      "--activation-offload torchtune: needs --offload activations");
   require_input_error(run_vramsim(run + "--offload activations --checkpointing full"),
                       "--offload activations: not modelled together with --checkpointing");
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),

@@ -3,6 +3,8 @@
 // none; unpack_from_cpu copies each back (tensor.to(device)) when its backward node runs.
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/eager_tape.h"
@@ -92,4 +94,45 @@ TEST_CASE("save_on_cpu: every packed tensor is on the host at the end of the for
   CHECK(g.host_memory.model_states() == 0);
   // Without offload nothing is packed.
   CHECK(build_training_steps(gpt(), options(false)).host_memory.total() == 0);
+}
+
+TEST_CASE(
+    "torchtune OffloadActivations: parameters stay; the last saves are used from the stash; copies on a "
+    "side stream",
+    "[quick][graph]") {
+  // torchtune/training/_activation_offloading.py with use_streams=True, around the model's forward (bf16
+  // weights: the saved weights are nn.Parameters, which it never offloads).
+  TrainingOptions o = options(true);
+  o.activation_offload_torchtune = true;
+  const OpGraph g = build_training_steps(gpt(), o);
+  // Layer 0's MLP, far from the end of the forward: c_fc brings back its input only, ln_2's bf16 output
+  // (b, s, h); its weight (h, 4h) stayed on the GPU. c_proj brings back its input, GELU's bf16 output.
+  CHECK(unpacked_by(g, "layers.0.mlp.c_fc.unpack_from_cpu") == static_cast<Bytes>(2 * kB * kS * kH));
+  CHECK(unpacked_by(g, "layers.0.mlp.c_proj.unpack_from_cpu") == static_cast<Bytes>(2 * kB * kS * 4 * kH));
+  // The first node backward reaches that unpacks is the last layer's residual dropout: its mask, the
+  // forward's last offloaded save, is still in the forward stash and used as it is. That node's hook then
+  // drops the whole stash, so from the next node on everything comes back from the host: the same layer's
+  // c_proj, whose input was saved two saves earlier, copies it back.
+  std::string first;
+  for (OpId id = 0; id < static_cast<OpId>(g.op_count()) && first.empty(); ++id) {
+    if (g.op(id).name.ends_with(".unpack_from_cpu")) {
+      first = g.op(id).name;
+    }
+  }
+  CHECK(first == "layers.1.mlp.dropout.unpack_from_cpu");
+  CHECK(unpacked_by(g, first) == 0);
+  CHECK(unpacked_by(g, "layers.1.mlp.c_proj.unpack_from_cpu") == static_cast<Bytes>(2 * kB * kS * 4 * kH));
+  // The copies back run on the offload stream (its own pool in the caching allocator).
+  bool found = false;
+  for (OpId id = 0; id < static_cast<OpId>(g.op_count()); ++id) {
+    if (g.op(id).name == "layers.0.mlp.c_fc.unpack_from_cpu") {
+      CHECK(g.op(id).stream == EagerTape::kOffloadStream);
+      found = true;
+    }
+  }
+  CHECK(found);
+  // The host holds less than save_on_cpu's: no parameter is packed.
+  const OpGraph all = build_training_steps(gpt(), options(true));
+  CHECK(g.host_memory.saved_activations < all.host_memory.saved_activations);
+  CHECK(g.host_memory.saved_activations > 0);
 }
