@@ -522,3 +522,30 @@ TEST_CASE("bad vLLM paged-cache and --prompt-len values end in one line", "[quic
                                   "--prompt-len uniform:64..32"),
                       "--prompt-len: LO 64 is above HI 32");
 }
+
+TEST_CASE("predict reports offloading's host memory in text and --json", "[quick][cli]") {
+  // TinyLlama over 8 ranks, ZeRO-3 with both offloads, bf16: per rank the fp32 partition, its fp32 gradient
+  // and AdamW's two fp32 states (16 bytes per partition element) plus the bf16 partitions of the
+  // non-persistent parameters; a node of 8 ranks holds 8 times that.
+  const std::string run =
+      "predict --model tinyllama-1.1b --gpu a100-40gb --batch 1 --seq 256 --precision bf16 --steps 1 --gpus "
+      "8 "
+      "--zero 3 --offload optimizer,params";
+  const RunResult text = run_vramsim(run);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("host memory of one rank") != std::string::npos);
+  const RunResult json = run_vramsim(run + " --json");
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json h = nlohmann::json::parse(json.out).at("host_memory");
+  const auto bytes = [&h](const char* key) { return h.at(key).get<std::int64_t>(); };
+  CHECK(bytes("master_weights_bytes") == bytes("gradients_bytes"));
+  CHECK(bytes("optimizer_states_bytes") == 2 * bytes("master_weights_bytes"));
+  CHECK(bytes("parameters_bytes") * 2 < bytes("master_weights_bytes"));  // bf16, and not the persistent ones
+  CHECK(bytes("total_bytes") == bytes("parameters_bytes") + 4 * bytes("master_weights_bytes"));
+  CHECK(h.at("gpus_per_node").get<int>() == 8);
+  CHECK(bytes("per_node_bytes") == 8 * bytes("total_bytes"));
+  // Nothing offloaded: no host memory section.
+  const RunResult plain =
+      run_vramsim("predict --model tinyllama-1.1b --gpu a100-40gb --batch 1 --seq 256 --steps 1 --json");
+  CHECK_FALSE(nlohmann::json::parse(plain.out).contains("host_memory"));
+}
