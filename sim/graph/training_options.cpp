@@ -187,12 +187,8 @@ void validate(const TrainingOptions& o) {
   }
   if (o.lora.rank > 0 && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
     throw InputError(
-        "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp2), not --tp or --pp");
-  }
-  if (o.lora.rank > 0 && o.data_parallel.scheme.starts_with("fsdp-")) {
-    // FSDP1 flattens a unit's frozen and trainable parameters into one FlatParameter (use_orig_params=True),
-    // whose gradient covers the frozen ones too: not modelled.
-    throw InputError("--lora-rank: LoRA with FSDP1 (--fsdp) is not modelled; use --fsdp2 (fully_shard)");
+        "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or "
+        "--pp");
   }
   if (o.batch <= 0 || o.batch > kMaxBatch) {
     throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));

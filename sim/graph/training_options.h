@@ -154,12 +154,16 @@ struct LoraOptions {
   double dropout = 0.0;              // lora_dropout
   std::vector<std::string> targets;  // target_modules; empty: PEFT's default for the model_type
   bool all_linear = false;           // target_modules="all-linear": every linear layer but the output layer
+  // FSDP1 with use_orig_params=True: the frozen base parameters are views of a FlatParameter that requires
+  // grad, so autograd computes and reduces their gradients anyway ("the gradient memory usage will be higher
+  // than expected (namely, equal to not freezing those parameters)", FSDP's docstring); only the optimizer
+  // skips them. Set by the step builder under FSDP1.
+  bool base_gradients_computed = false;
 };
 
-// bitsandbytes quantized base weights, as transformers' BitsAndBytesConfig sets them up (bnb_quant.h).
-// kNone: the weights stay in the --precision dtype.
-// Quantized base weights: bitsandbytes' (nf4, fp4, int8: bnb_quant.h) or torchao's NF4Tensor as torchtune
-// uses it (kTorchaoNf4: torchao_nf4.h).
+// Quantized base weights: bitsandbytes' (nf4, fp4, int8: bnb_quant.h), as transformers' BitsAndBytesConfig
+// sets them up, or torchao's NF4Tensor as torchtune uses it (kTorchaoNf4: torchao_nf4.h). kNone: the weights
+// stay in the --precision dtype.
 enum class BnbFormat : std::uint8_t { kNone, kNf4, kFp4, kInt8, kTorchaoNf4 };
 
 // BitsAndBytesConfig's fields, with its defaults, and whether PEFT's prepare_model_for_kbit_training ran.

@@ -361,9 +361,11 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       });
     };
   }
+  LoraOptions lora = options.lora;
+  lora.base_gradients_computed = lora.rank > 0 && options.data_parallel.scheme.starts_with("fsdp-");  // FSDP1
   const ModelParams params = create_parameters(
-      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); },
-      options.lora, options.bnb, keep);
+      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); }, lora,
+      options.bnb, keep);
   const std::vector<ParameterUnit> units = parameter_units(model, params, keep);
   const ModelBuffers buffers = create_buffers(tape, model, options);
   dp->construct(tape, units);
@@ -483,6 +485,15 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
     }
     tape.set_phase(Phase::kZeroGrad);
     optimizer.zero_grad();
+    if (lora.base_gradients_computed && options.zero_grad_set_to_none) {
+      // FSDP1's _clear_grads_if_needed: with every original parameter's .grad None, the flat gradient goes,
+      // the frozen parameters' part with it.
+      for (VarId p : params.all) {
+        if (tape.grad(p) != kNoTensor) {
+          tape.set_grad_to_none(p);
+        }
+      }
+    }
   }
   // The script ends: its variables go away.
   tape.begin_op("end_of_loop", "release");

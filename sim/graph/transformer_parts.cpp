@@ -135,7 +135,9 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const ParameterShape& s = shapes[i];
     const VarId base = p.all[i];
-    tape.freeze(base);
+    if (!lora.base_gradients_computed) {
+      tape.freeze(base);
+    }
     if (!is_lora_target(s, targets, lora.all_linear)) {
       continue;
     }

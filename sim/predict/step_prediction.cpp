@@ -424,7 +424,8 @@ void parse_offload(const std::string& text, DataParallelOptions& d) {
     } else if (item == "activations") {
       d.offload_activations = true;
     } else {
-      throw InputError(fmt::format("--offload: unknown item '{}' (known: optimizer, params, activations)", item));
+      throw InputError(
+          fmt::format("--offload: unknown item '{}' (known: optimizer, params, activations)", item));
     }
     start = comma + 1;
   }

@@ -347,8 +347,9 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--lora-rank -3"), "--lora-rank: -3 is out of range");
   require_input_error(run_vramsim(run + "--lora-rank 8 --lora-dropout 1.5"),
                       "--lora-dropout: 1.5 is not a probability");
-  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8 --fsdp full-shard"),
-                      "--lora-rank: LoRA with FSDP1 (--fsdp) is not modelled; use --fsdp2");
+  require_input_error(
+      run_vramsim(run + "--lora-rank 8 --gpus 8 --tp 2"),
+      "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or --pp");
   require_input_error(run_vramsim(run + "--generate 4 --kv-cache pagd"),
                       "--kv-cache: unknown cache 'pagd' (known: dynamic, static, paged)");
   require_input_error(run_vramsim(run + "--generate 4000000"),
@@ -394,7 +395,7 @@ TEST_CASE(
                       "--tp x --pp: 2 x 2 does not divide --world-size 6");
   require_input_error(
       run_vramsim(run + "--pp 2 --lora-rank 8"),
-      "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp2), not --tp or --pp");
+      "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or --pp");
   require_input_error(run_vramsim(run + "--pp 2 --inference"),
                       "--pp: pipeline parallelism is modelled for training");
   require_input_error(run_vramsim(run + "--sequence-parallel"),

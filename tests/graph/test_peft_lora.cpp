@@ -5,8 +5,10 @@
 #include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/peft_lora.h"
+#include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/torch_ops.h"
 #include "sim/graph/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
 #include "test_paths.h"
 
 using namespace vramsim;
@@ -184,10 +186,33 @@ TEST_CASE("lora with data parallelism: only the adapters are reduced, sharded an
   CHECK(persistent_bytes(fsdp2, TensorCategory::kGradient) == 2048);
   CHECK(persistent_bytes(fsdp2, TensorCategory::kParameter) * 4 ==
         persistent_bytes(ddp, TensorCategory::kParameter));
-  // FSDP1 (one FlatParameter mixing frozen and trainable parameters) and model parallelism are refused.
-  CHECK_THROWS_AS(with("fsdp-full-shard"), InputError);
+  // Model parallelism is refused.
   TrainingOptions tp = o;
   tp.data_parallel.world_size = 1;
   tp.tensor_parallel = 2;
   CHECK_THROWS_AS(validate(tp), InputError);
+}
+
+TEST_CASE("lora with FSDP1: the frozen parameters' gradients are computed and sharded anyway",
+          "[quick][graph]") {
+  // FSDP's docstring on use_orig_params=True with frozen parameters: "the gradient memory usage will be
+  // higher than expected (namely, equal to not freezing those parameters)". So where the optimizer step
+  // begins, a rank holds the gradient shards of full fine-tuning plus the adapters' (8 x 64 x 4 B = 2,048 B,
+  // the previous test), while its optimizer states are the adapters' only.
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  TrainingOptions o = test::small_options();
+  o.data_parallel.world_size = 4;
+  o.data_parallel.scheme = "fsdp-full-shard";
+  const auto at_step = [&](const TrainingOptions& opts) {
+    const OpGraph g = build_training_steps(m, opts);
+    const AllocationSchedule s = build_allocation_schedule(g);
+    return live_bill(g, s, s.phase_begin(1, Phase::kOptimizer)->event_index);
+  };
+  const MemoryBill full = at_step(o);
+  o.lora.rank = 4;
+  const MemoryBill lora = at_step(o);
+  CHECK(lora.gradients == full.gradients + 2048);
+  // AdamW's states (the first step makes them before the update): the adapters' shards only, 2 x 2,048 B.
+  const OpGraph g = build_training_steps(m, o);
+  CHECK(persistent_bytes(g, TensorCategory::kOptimizerState) == 2 * 2048);
 }
