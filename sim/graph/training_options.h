@@ -156,8 +156,8 @@ struct LoraOptions {
   bool all_linear = false;           // target_modules="all-linear": every linear layer but the output layer
   // FSDP1 with use_orig_params=True: the frozen base parameters are views of a FlatParameter that requires
   // grad, so autograd computes and reduces their gradients anyway ("the gradient memory usage will be higher
-  // than expected (namely, equal to not freezing those parameters)", FSDP's docstring); only the optimizer
-  // skips them. Set by the step builder under FSDP1.
+  // than expected (namely, equivalent to not freezing those parameters)", FSDP's docstring); only the
+  // optimizer skips them. Set by the step builder under FSDP1.
   bool base_gradients_computed = false;
 };
 

@@ -196,7 +196,7 @@ TEST_CASE("lora with data parallelism: only the adapters are reduced, sharded an
 TEST_CASE("lora with FSDP1: the frozen parameters' gradients are computed and sharded anyway",
           "[quick][graph]") {
   // FSDP's docstring on use_orig_params=True with frozen parameters: "the gradient memory usage will be
-  // higher than expected (namely, equal to not freezing those parameters)". So where the optimizer step
+  // higher than expected (namely, equivalent to not freezing those parameters)". So where the optimizer step
   // begins, a rank holds the gradient shards of full fine-tuning plus the adapters' (8 x 64 x 4 B = 2,048 B,
   // the previous test), while its optimizer states are the adapters' only.
   const ModelConfig m = test::tiny_model("llama-2-7b");
