@@ -49,7 +49,8 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "-foreach/-fused/-for-loop/"
                   "-single-tensor (torch.optim's foreach=False loop; for-loop: a hand-written one)")
       ->capture_default_str();
-  cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective")->capture_default_str();
+  cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective|selective-op")
+      ->capture_default_str();
   cmd->add_option("--loss", a.loss,
                   "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "
                   "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time)")

@@ -9,6 +9,7 @@
 #include "sim/core/assert.h"
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
+#include "sim/graph/selective_checkpoint.h"
 
 namespace vramsim {
 
@@ -283,13 +284,15 @@ int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
 }
 
 std::vector<VarId> EagerTape::op(const OpCall& c) {
+  const bool sac_saved =
+      m_sac.policy != nullptr && m_sac.policy->must_save(c.kind, ++m_sac.occurrences[c.kind]);
+  if (sac_saved && m_sac.replay) {
+    return take_cached_outputs(c);
+  }
   begin_op(c.name, c.kind, c.flops);
-  bool needs_grad = false;
   for (VarId in : c.inputs) {
     use(m_vars[in].storage);
-    needs_grad = needs_grad || m_vars[in].requires_grad;
   }
-  needs_grad = needs_grad && m_grad_enabled;
   std::vector<VarId> outs;
   for (const OutputSpec& o : c.outputs) {
     const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
@@ -300,32 +303,75 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
   for (Bytes b : c.scratch_bytes) {
     scratch.push_back(allocate(c.name + ".scratch", b, DType::kUInt8, TensorCategory::kTemporary));
   }
-  if (needs_grad) {
-    Node node;
-    node.name = c.name;
-    node.kind = c.kind;
-    node.layer = m_layer;
-    node.flops = c.flops;
-    node.inputs = c.inputs;
-    node.rule = c.backward;
-    for (int i : c.saved.inputs) {
-      save(node, m_vars[c.inputs.at(static_cast<std::size_t>(i))].storage);
-    }
-    for (int i : c.saved.outputs) {
-      save(node, m_vars[outs.at(static_cast<std::size_t>(i))].storage);
-    }
-    std::vector<VarId> differentiable;
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      if (c.outputs[i].differentiable) {
-        differentiable.push_back(outs[i]);
-      }
-    }
-    add_node(std::move(node), differentiable);
-  }
+  add_op_node(c, outs);
   for (TensorId s : scratch) {
     unref(s);
   }
+  if (sac_saved) {  // the region's forward: the policy's cache keeps the outputs for the replay
+    std::vector<TensorId> cached;
+    for (VarId o : outs) {
+      const TensorId storage = m_vars[o].storage;
+      ref(storage);
+      cached.push_back(storage);
+      // Kept for the backward like a saved tensor: an activation of this layer in the bill.
+      Tensor& t = m_graph.tensor(storage);
+      if (t.category == TensorCategory::kTemporary) {
+        t.category = TensorCategory::kActivation;
+        t.layer = m_layer;
+      }
+    }
+    m_sac.cache.push_back(std::move(cached));
+  }
   return outs;
+}
+
+std::vector<VarId> EagerTape::take_cached_outputs(const OpCall& c) {
+  SIM_ASSERT(!m_sac.cache.empty());
+  std::vector<TensorId> cached = std::move(m_sac.cache.front());
+  m_sac.cache.pop_front();
+  SIM_ASSERT(cached.size() == c.outputs.size());
+  begin_op(c.name + ".cached", "sac_cached");  // no kernel runs
+  for (VarId in : c.inputs) {
+    use(m_vars[in].storage);
+  }
+  std::vector<VarId> outs;
+  for (std::size_t i = 0; i < cached.size(); ++i) {
+    const OutputSpec& o = c.outputs[i];
+    // The cache's reference becomes the output's.
+    outs.push_back(new_var(cached[i], o.shape, o.dtype, o.suffix.empty() ? c.name : c.name + "." + o.suffix));
+  }
+  add_op_node(c, outs);
+  return outs;
+}
+
+void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
+  bool needs_grad = false;
+  for (VarId in : c.inputs) {
+    needs_grad = needs_grad || m_vars[in].requires_grad;
+  }
+  if (!needs_grad || !m_grad_enabled) {
+    return;
+  }
+  Node node;
+  node.name = c.name;
+  node.kind = c.kind;
+  node.layer = m_layer;
+  node.flops = c.flops;
+  node.inputs = c.inputs;
+  node.rule = c.backward;
+  for (int i : c.saved.inputs) {
+    save(node, m_vars[c.inputs.at(static_cast<std::size_t>(i))].storage);
+  }
+  for (int i : c.saved.outputs) {
+    save(node, m_vars[outs.at(static_cast<std::size_t>(i))].storage);
+  }
+  std::vector<VarId> differentiable;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (c.outputs[i].differentiable) {
+      differentiable.push_back(outs[i]);
+    }
+  }
+  add_node(std::move(node), differentiable);
 }
 
 // ---- autograd engine --------------------------------------------------------------------------------------
@@ -592,7 +638,11 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out) {
   const bool was_enabled = m_grad_enabled;
   m_grad_enabled = true;
   const std::size_t begin = m_nodes.size();
+  m_sac = SacRegion{m_nodes[index].sac, true, {}, std::move(m_nodes[index].sac_cache)};
+  m_nodes[index].sac_cache.clear();
   const VarId y = body(leaves);
+  SIM_ASSERT(m_sac.cache.empty());  // the policy decided alike in the forward and the replay
+  m_sac = SacRegion{};
   deliver(y, grad_out);
   unref(m_vars[grad_out].storage);  // the checkpoint node's incoming reference
   run_nodes(begin, m_nodes.size());
@@ -650,6 +700,12 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
       unref(s);
     }
     n.saved.clear();
+    for (const std::vector<TensorId>& outputs : n.sac_cache) {
+      for (TensorId s : outputs) {
+        unref(s);
+      }
+    }
+    n.sac_cache.clear();
     release_packed(n);
     n.done = true;
     n.checkpoint_body = nullptr;
@@ -766,7 +822,7 @@ void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const s
 }
 
 VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& inputs,
-                            const CheckpointBody& body) {
+                            const CheckpointBody& body, const SelectiveCheckpointPolicy* sac) {
   bool any_requires_grad = false;
   for (VarId in : inputs) {
     any_requires_grad = any_requires_grad || m_vars[in].requires_grad;
@@ -775,11 +831,17 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
     return body(inputs);
   }
   m_grad_enabled = false;
+  SIM_ASSERT(m_sac.policy == nullptr);  // checkpointed regions do not nest here
+  m_sac = SacRegion{sac, false, {}, {}};
   const VarId out = body(inputs);
+  std::deque<std::vector<TensorId>> cache = std::move(m_sac.cache);
+  m_sac = SacRegion{};
   m_grad_enabled = true;
   Node node;
   node.name = name;
   node.kind = "checkpoint";
+  node.sac = sac;
+  node.sac_cache = std::move(cache);
   node.layer = m_layer;
   node.inputs = inputs;
   node.checkpoint_body = body;

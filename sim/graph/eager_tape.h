@@ -12,7 +12,9 @@
 //                     steals or accumulates into parameter .grad the way AccumulateGrad does, and releases
 //                     every node's saved tensors after it runs.
 //   * checkpoint    : checkpoint(body) runs body without saving, keeps only its input, and replays body with
-//                     grad on inside the backward (torch.utils.checkpoint).
+//                     grad on inside the backward (torch.utils.checkpoint). With a selective policy
+//                     (selective_checkpoint.h) the outputs of the ops it saves are cached in the forward and
+//                     handed back, not recomputed, in the replay.
 //
 // Cost: O(1) per recorded op and per reference change; backward is linear in the nodes.
 #pragma once
@@ -29,6 +31,8 @@
 #include "sim/graph/op_graph.h"
 
 namespace vramsim {
+
+class SelectiveCheckpointPolicy;
 
 using Shape = std::vector<std::int64_t>;
 using VarId = std::uint32_t;
@@ -210,8 +214,11 @@ class EagerTape {
   void backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
                 const std::string& seed_kind);
   using CheckpointBody = std::function<VarId(const std::vector<VarId>&)>;
-  // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output.
-  VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body);
+  // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output. With `sac`,
+  // context_fn=create_selective_checkpoint_contexts(sac): the outputs of the ops it saves stay referenced
+  // from the forward until the replay takes them (or the graph is released).
+  VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body,
+                   const SelectiveCheckpointPolicy* sac = nullptr);
   // The device whose reduction kernels sum broadcast gradients (their global-reduction staging buffers).
   void set_cuda_device(const CudaDevice& device) { m_device = device; }
   const CudaDevice& cuda_device() const { return m_device; }
@@ -285,7 +292,19 @@ class EagerTape {
     ActivationOffload offload = ActivationOffload::kNone;  // how `packed` was packed
     BackwardRule rule;
     CheckpointBody checkpoint_body;  // set for checkpoint nodes
+    // Selective checkpointing: the policy, and the cached outputs of each saved op in forward order (one
+    // reference each until the replay takes them).
+    const SelectiveCheckpointPolicy* sac = nullptr;
+    std::deque<std::vector<TensorId>> sac_cache;
     bool done = false;
+  };
+  // The selective-checkpoint region being run: its policy, forward (caching) or replay (taking from the
+  // cache), and the policy's per-pass op counts.
+  struct SacRegion {
+    const SelectiveCheckpointPolicy* policy = nullptr;
+    bool replay = false;
+    std::map<std::string, int, std::less<>> occurrences;
+    std::deque<std::vector<TensorId>> cache;
   };
 
   VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
@@ -310,6 +329,10 @@ class EagerTape {
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void execute(std::size_t index);
   void execute_checkpoint(std::size_t index, VarId grad_out);
+  // The replay of an op the selective policy saved: its outputs are the cached tensors; nothing runs.
+  std::vector<VarId> take_cached_outputs(const OpCall& call);
+  // The autograd node of an op whose outputs are `outs`, when grad mode is on and an input requires grad.
+  void add_op_node(const OpCall& call, const std::vector<VarId>& outs);
   VarId take_grad(VarId output);
   void deliver(VarId input, VarId grad);
   void accumulate_grad(VarId param, VarId grad);  // store_grad, then the post-accumulate hook
@@ -332,6 +355,7 @@ class EagerTape {
   StreamId m_stream = 0;
   bool m_grad_enabled = true;
   ActivationOffload m_offload = ActivationOffload::kNone;
+  SacRegion m_sac;
   std::uint64_t m_pack_id = 0;                                 // torchtune's tensor_id
   std::deque<std::pair<std::uint64_t, TensorId>> m_fwd_stash;  // torchtune's fwd_stash (a reference each)
   std::vector<TensorId> m_bwd_stash;                           // torchtune's bwd_tensor_stash

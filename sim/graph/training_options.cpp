@@ -63,10 +63,11 @@ constexpr std::array<std::pair<std::string_view, OptimizerImpl>, 4> kImpls{{
     {"single-tensor", OptimizerImpl::kSingleTensor},
 }};
 
-constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointing{{
+constexpr std::array<std::pair<std::string_view, Checkpointing>, 4> kCheckpointing{{
     {"none", Checkpointing::kNone},
     {"full", Checkpointing::kFull},
     {"selective", Checkpointing::kSelective},
+    {"selective-op", Checkpointing::kSelectiveOp},
 }};
 
 constexpr std::array<std::pair<std::string_view, LossKind>, 2> kLosses{{

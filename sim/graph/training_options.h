@@ -51,8 +51,10 @@ enum class ZeroPartitionKey : std::uint8_t { kNumel, kSizeDim0 };
 
 // none: every saved activation kept. full: torch.utils.checkpoint around each decoder layer (only its input
 // is kept; the layer is recomputed in backward). selective: only the attention core (scores, softmax,
-// dropout, weighted sum) is recomputed (Korthikanti et al. 2022).
-enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective };
+// dropout, weighted sum) is recomputed (Korthikanti et al. 2022). selective-op: torch.utils.checkpoint around
+// each decoder layer with torchtitan's op-level selective policy (selective_checkpoint.h): the outputs of
+// every other matmul and of the fused attention kernels are kept, the rest of the layer is recomputed.
+enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective, kSelectiveOp };
 
 // The training loss over the logits:
 //   ce         : Hugging Face's ForCausalLMLoss: logits.float(), then F.cross_entropy over all positions;

@@ -13,6 +13,7 @@
 #include "sim/graph/layer_code.h"
 #include "sim/graph/optimizer.h"
 #include "sim/graph/pipeline_parallel.h"
+#include "sim/graph/selective_checkpoint.h"
 #include "sim/graph/transformer_parts.h"
 
 namespace vramsim {
@@ -124,7 +125,8 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
     tape.set_layer(l);
     dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
     VarId y;
-    if (ctx.options.checkpointing == Checkpointing::kFull) {
+    if (ctx.options.checkpointing == Checkpointing::kFull ||
+        ctx.options.checkpointing == Checkpointing::kSelectiveOp) {
       std::vector<VarId> inputs{x};
       for (VarId extra : {ctx.rope_cos, ctx.rope_sin, ctx.additive_mask}) {
         inputs.push_back(extra);
@@ -136,25 +138,27 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
       // torch.autocast with the saved settings), although backward itself runs outside autocast; leaving
       // that fresh autocast context clears its weight-cast cache.
       const std::optional<DType> forward_autocast = ctx.ops.autocast();
-      y = tape.checkpoint(layer_name(l, "checkpoint"), inputs,
-                          [&ctx, l, rope, mask, forward_autocast](const std::vector<VarId>& in) {
-                            const std::optional<DType> outer = ctx.ops.autocast();
-                            ctx.ops.set_autocast(forward_autocast);
-                            std::size_t k = 1;
-                            if (rope) {
-                              ctx.rope_cos = in[k++];
-                              ctx.rope_sin = in[k++];
-                            }
-                            if (mask) {
-                              ctx.additive_mask = in[k++];
-                            }
-                            const VarId out = emit_layer(ctx, l, in[0]);
-                            if (forward_autocast && !outer) {
-                              ctx.ops.clear_autocast_cache();
-                            }
-                            ctx.ops.set_autocast(outer);
-                            return out;
-                          });
+      y = tape.checkpoint(
+          layer_name(l, "checkpoint"), inputs,
+          [&ctx, l, rope, mask, forward_autocast](const std::vector<VarId>& in) {
+            const std::optional<DType> outer = ctx.ops.autocast();
+            ctx.ops.set_autocast(forward_autocast);
+            std::size_t k = 1;
+            if (rope) {
+              ctx.rope_cos = in[k++];
+              ctx.rope_sin = in[k++];
+            }
+            if (mask) {
+              ctx.additive_mask = in[k++];
+            }
+            const VarId out = emit_layer(ctx, l, in[0]);
+            if (forward_autocast && !outer) {
+              ctx.ops.clear_autocast_cache();
+            }
+            ctx.ops.set_autocast(outer);
+            return out;
+          },
+          selective_checkpoint_policy(ctx.options.checkpointing));
     } else {
       y = emit_layer(ctx, l, x);
     }
