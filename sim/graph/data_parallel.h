@@ -65,6 +65,13 @@ class DataParallelScheme {
   virtual void pre_backward(EagerTape&, const ParameterUnit&) {}
   virtual void post_backward(EagerTape&, const ParameterUnit&) {}
   virtual void end_backward(EagerTape&, const ParameterUnit& /*root*/) {}
+  // Before optimizer.step(): a scheme whose optimizer steps one flat fp32 gradient partition (DeepSpeed
+  // ZeRO) makes it from the trainable parameters' gradients, sets their .grad to None and returns it;
+  // kNoTensor: the optimizer steps each parameter's .grad. after_optimizer_step releases it.
+  virtual TensorId flat_fp32_gradient(EagerTape&, const std::vector<VarId>& /*trainable*/) {
+    return kNoTensor;
+  }
+  virtual void after_optimizer_step(EagerTape&) {}
 };
 
 // Throws InputError("<option>: unknown data-parallel scheme 'x' (known: ...)"). `options` outlives it.

@@ -18,8 +18,17 @@
 // 2 x (after k in layer i) + 2 x (later layers) + (after the layers). So the last layers stay gathered from
 // their forward to their backward (Llama-2-7B at the default 1e9: the last two and the third-to-last's
 // down_proj).
-// Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), the
-// fp32 gradient partition the step makes.
+// The step (stage_1_and_2.py step(), stage3.py _prepare_fp32_grad_for_sub_group): the rank's gradient
+// partition is flattened (torch.cat of the partition's gradients, in their dtype) and converted
+// `.to(torch.float32)`, the bf16 flat is dropped, the parameters' gradients are set to None, the inner
+// optimizer steps the fp32 partition with that flat fp32 gradient, and `.grad = None` drops it. Stage 1 first
+// frees the gradients of the parameters outside the partition (free_grad_in_param_list). One parameter group
+// (model.parameters()); stage 3's sub_group_size (1e9 partition elements) splits it only beyond that.
+// Stages 1 and 2 pad the flat group to a multiple of 2 x world (nccl_start_alignment_factor); stage 3
+// partitions each parameter (ceil(numel / world)). With offload_optimizer the flat fp32 gradient is on the
+// host (single_partition_of_fp32_groups' .grad) and none of this is on the GPU.
+// Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), and
+// its gradient partitions kept in one persistent flat buffer (here: per parameter, freed at the step).
 #include <algorithm>
 #include <map>
 
@@ -110,6 +119,14 @@ class DeepSpeedZero final : public DataParallelScheme {
     }
     if (unit.layer >= 0) {
       release(tape, unit);
+    }
+  }
+  TensorId flat_fp32_gradient(EagerTape& tape, const std::vector<VarId>& trainable) override;
+  void after_optimizer_step(EagerTape& tape) override {
+    if (m_flat_grad != kNoTensor) {
+      tape.begin_op("DeepSpeedZeroOptimizer.step.fp32_grad_to_none", "release");
+      tape.release(m_flat_grad);
+      m_flat_grad = kNoTensor;
     }
   }
   void end_backward(EagerTape& tape, const ParameterUnit& root) override {
@@ -206,7 +223,59 @@ class DeepSpeedZero final : public DataParallelScheme {
   std::vector<TensorId> m_ipg;
   std::map<int, std::map<VarId, TensorId>> m_gathered;  // per unit: its gathered parameters
   std::map<VarId, std::int64_t> m_reuse_after;          // per decoder-layer parameter (reuse_distances)
+  TensorId m_flat_grad = kNoTensor;                     // the step's flat fp32 gradient partition
 };
+
+TensorId DeepSpeedZero::flat_fp32_gradient(EagerTape& tape, const std::vector<VarId>& trainable) {
+  if (m_options.offload_optimizer || trainable.empty()) {
+    return kNoTensor;
+  }
+  const int world = m_options.world_size;
+  // Each numel is at most kMaxTensorBytes (2^50), so sums over the parameters cannot overflow.
+  std::int64_t total = 0;
+  std::int64_t partition = 0;  // stage 3: per-parameter partitions
+  for (VarId p : trainable) {
+    total += numel(tape.shape(p));
+    partition += shard_numel(numel(tape.shape(p)), world);
+  }
+  if (m_stage < 3) {  // flatten_dense_tensors_aligned(group, 2 * world), then 1/world of it
+    partition = shard_numel(total, 2 * world) * 2;
+  }
+  const DType grad_dtype = tape.dtype(trainable.front());
+  if (m_stage == 1) {
+    // free_grad_in_param_list(params_not_in_partition): rank 0's partition is the group's first elements.
+    tape.begin_op("DeepSpeedZeroOptimizer.step.free_grads_not_in_partition", "set_to_none");
+    std::int64_t offset = 0;
+    for (VarId p : trainable) {
+      if (offset >= partition) {
+        tape.set_grad_to_none(p);
+      }
+      offset += numel(tape.shape(p));
+    }
+  }
+  tape.begin_op("DeepSpeedZeroOptimizer.step.flatten", "cat");
+  for (VarId p : trainable) {
+    if (tape.grad(p) != kNoTensor) {
+      tape.use(tape.grad(p));
+    }
+  }
+  const Shape shape{partition};
+  // Both flats are the rank's gradient (the bill's gradients), in the gradients' dtype and then in fp32.
+  const TensorId flat = tape.allocate("zero.single_grad_partition", tensor_bytes(shape, grad_dtype),
+                                      grad_dtype, TensorCategory::kGradient);
+  m_flat_grad = flat;
+  if (grad_dtype != DType::kFloat32) {  // .to(torch.float32) copies; the bf16 flat has no other reference
+    tape.begin_op("DeepSpeedZeroOptimizer.step.single_grad_partition.to_fp32", "_to_copy");
+    m_flat_grad = tape.allocate("zero.single_grad_partition.fp32", tensor_bytes(shape, DType::kFloat32),
+                                DType::kFloat32, TensorCategory::kGradient);
+    tape.release(flat);
+  }
+  tape.begin_op("DeepSpeedZeroOptimizer.step.free_grad_in_param_list", "set_to_none");
+  for (VarId p : trainable) {
+    tape.set_grad_to_none(p);
+  }
+  return m_flat_grad;
+}
 
 }  // namespace
 

@@ -169,6 +169,25 @@ void OptimizerModel::step() {
   }
 }
 
+void OptimizerModel::step_flat(TensorId flat_grad) {
+  SIM_ASSERT(!m_on_host && !m_zero_redundancy);
+  m_flat_grad = flat_grad;
+  m_flat_grad_read = false;
+  step_params(stepped());
+  m_flat_grad = kNoTensor;
+}
+
+void OptimizerModel::use_grad(std::size_t i) {
+  if (m_flat_grad == kNoTensor) {
+    m_tape.use(m_tape.grad(m_params[i]));
+  } else if (!m_flat_grad_read) {
+    // One tensor holds every parameter's gradient: the step reads it once (the for-loop path's per-parameter
+    // ops each read a slice, which the op's byte count cannot express; the first one is charged the whole).
+    m_tape.use(m_flat_grad);
+    m_flat_grad_read = true;
+  }
+}
+
 std::vector<std::size_t> OptimizerModel::stepped() const {
   if (m_zero_redundancy) {
     return m_local;
@@ -211,7 +230,7 @@ void OptimizerModel::step_params(const std::vector<std::size_t>& with_grad) {
     m_tape.begin_op(kind_prefix(m_options) + ".fused_step", "_fused_adamw_");
     for (std::size_t i : with_grad) {
       m_tape.use(m_tape.storage(m_params[i]));
-      m_tape.use(m_tape.grad(m_params[i]));
+      use_grad(i);
     }
   } else if (m_options.optimizer_impl == OptimizerImpl::kForeach) {
     step_foreach(with_grad);
@@ -229,10 +248,10 @@ void OptimizerModel::step_params(const std::vector<std::size_t>& with_grad) {
 void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
   const std::string n = kind_prefix(m_options);
   std::vector<TensorId> temps;
-  if (!m_master.empty()) {  // fp32 copies of the bf16 gradients
+  if (!m_master.empty() && m_flat_grad == kNoTensor) {  // fp32 copies of the bf16 gradients
     m_tape.begin_op(n + "._foreach_grads_to_fp32", "_to_copy");
     for (std::size_t i : with_grad) {
-      m_tape.use(m_tape.grad(m_params[i]));
+      use_grad(i);
       temps.push_back(m_tape.allocate(param_name(i) + ".grad_fp32", param_bytes(i, DType::kFloat32),
                                       DType::kFloat32, TensorCategory::kTemporary));
     }
@@ -250,7 +269,7 @@ void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
   m_tape.begin_op(n + ".update", "_foreach_addcdiv_");
   for (std::size_t i : with_grad) {
     m_tape.use(m_tape.storage(m_params[i]));
-    m_tape.use(m_tape.grad(m_params[i]));
+    use_grad(i);
     for (TensorId s : m_states[i]) {
       m_tape.use(s);
     }
@@ -271,12 +290,12 @@ void OptimizerModel::step_for_loop(const std::vector<std::size_t>& with_grad) {
       init_states(i);
     }
     m_tape.use(m_tape.storage(m_params[i]));
-    m_tape.use(m_tape.grad(m_params[i]));
+    use_grad(i);
     for (TensorId s : m_states[i]) {
       m_tape.use(s);
     }
     TensorId grad32 = kNoTensor;
-    if (!m_master.empty()) {
+    if (!m_master.empty() && m_flat_grad == kNoTensor) {
       grad32 = m_tape.allocate(pn + ".grad_fp32", param_bytes(i, DType::kFloat32), DType::kFloat32,
                                TensorCategory::kTemporary);
     }

@@ -51,6 +51,9 @@ class OptimizerModel {
 
   void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
   void step();       // optimizer.step()
+  // DeepSpeed ZeRO's inner step: the optimizer updates every parameter's partition with `flat_grad`, one fp32
+  // gradient for all of them (their own .grad are None by then), so no fp32 copies of gradients are made.
+  void step_flat(TensorId flat_grad);
   // torchtune's optimizer_in_bwd: a separate optimizer over [param] stepped, then zero_grad(), from the
   // parameter's post-accumulate-grad hook, so its gradient is freed as soon as it is produced.
   void step_in_backward(VarId param);
@@ -66,6 +69,7 @@ class OptimizerModel {
   void init_states(std::size_t i);
   void step_foreach(const std::vector<std::size_t>& with_grad);
   void step_for_loop(const std::vector<std::size_t>& with_grad);
+  void use_grad(std::size_t i);  // the current op reads parameter i's gradient (.grad, or the flat one)
   Bytes param_bytes(std::size_t i, DType dtype) const;
   std::int64_t param_numel(std::size_t i) const;
   std::string param_name(std::size_t i) const;
@@ -78,6 +82,8 @@ class OptimizerModel {
   std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
   std::vector<bool> m_initialized;              // per parameter: its states exist (some may be paged)
   std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
+  TensorId m_flat_grad = kNoTensor;             // during step_flat()
+  bool m_flat_grad_read = false;
   int m_state_shards = 1;
   bool m_on_host = false;
   bool m_host_fp32 = true;

@@ -481,7 +481,13 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
     }
     tape.set_phase(Phase::kOptimizer);
     if (!options.optimizer_in_backward) {  // else stepped in backward already
-      optimizer.step();
+      const TensorId flat_grad = dp->flat_fp32_gradient(tape, params.trainable);
+      if (flat_grad == kNoTensor) {
+        optimizer.step();
+      } else {
+        optimizer.step_flat(flat_grad);
+      }
+      dp->after_optimizer_step(tape);
     }
     if (options.autocast_whole_step) {
       ops.set_autocast(std::nullopt);

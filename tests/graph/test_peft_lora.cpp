@@ -173,10 +173,14 @@ TEST_CASE("lora with data parallelism: only the adapters are reduced, sharded an
   CHECK(persistent_bytes(ddp, TensorCategory::kGradient) == 8192);
   CHECK(persistent_bytes(ddp, TensorCategory::kOptimizerState) == 2 * 8192);
   // ZeRO-2: the optimizer (given the adapters only) partitions their states and gradients: 256 / 4 = 64
-  // elements of each tensor per rank, 8 x 64 x 4 B = 2,048 B; the frozen base stays whole on every rank.
+  // elements of each tensor per rank, 8 x 64 x 4 B = 2,048 B; the frozen base stays whole on every rank. The
+  // step flattens the gradient partition (2,048 elements padded to a multiple of 2 x 4, a quarter each: 512
+  // fp32 elements, already fp32 so no copy) and frees the parameters' gradients (free_grad_in_param_list),
+  // whatever zero_grad does later.
   const OpGraph zero2 = with("zero2");
   CHECK(persistent_bytes(zero2, TensorCategory::kOptimizerState) == 2 * 2048);
-  CHECK(persistent_bytes(zero2, TensorCategory::kGradient) == 2048);
+  CHECK(test::sizes_named(zero2, "zero.single_grad_partition") == std::vector<Bytes>{2048, 2048});
+  CHECK(persistent_bytes(zero2, TensorCategory::kGradient) == 0);
   CHECK(persistent_bytes(zero2, TensorCategory::kParameter) ==
         persistent_bytes(ddp, TensorCategory::kParameter));
   // FSDP2: every parameter is sharded along dim 0 (frozen ones too; every dim 0 here divides by 4, the
