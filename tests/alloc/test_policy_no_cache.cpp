@@ -47,7 +47,7 @@ TEST_CASE("no-cache: the granularity rule at its edges", "[quick][alloc]") {
   CHECK(rig.invariants() == "");
 }
 
-TEST_CASE("no-cache: a free is free_requested, free_completed, segment_free; nothing is cached",
+TEST_CASE("no-cache: a free is free_requested, free_completed, segment_free, nothing is cached",
           "[quick][alloc]") {
   PolicyRig rig("no-cache");
   const AllocResult a = rig.alloc(3 * kMiB);

@@ -121,7 +121,7 @@ TEST_CASE("T8 and §5: 8 x 16 MiB with expandable segments", "[quick][alloc]") {
   check_accounting(f);
 }
 
-TEST_CASE("§5 example: 5 MiB then 18 MiB; empty_cache unmaps nothing", "[quick][alloc]") {
+TEST_CASE("§5 example: 5 MiB then 18 MiB, empty_cache unmaps nothing", "[quick][alloc]") {
   CachingFixture f("expandable_segments:True", kDevice);
   const Bytes R = kBase;
   const AllocResult a = f.alloc(5 * kMiB);  // s = 5,242,880: one 20 MiB page; [R, R+5) + free [R+5, R+20)

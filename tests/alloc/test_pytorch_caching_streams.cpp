@@ -103,7 +103,7 @@ TEST_CASE("ST5: empty_cache completes pending frees, then releases whole segment
   check_accounting(f);
 }
 
-TEST_CASE("pending blocks do not merge; their neighbours merge around them", "[quick][alloc]") {
+TEST_CASE("pending blocks do not merge, their neighbours merge around them", "[quick][alloc]") {
   CachingFixture f;
   const AllocResult a = f.alloc(4 * kMiB);  // [0, 4)
   const AllocResult b = f.alloc(4 * kMiB);  // [4, 8), tail [8, 20)

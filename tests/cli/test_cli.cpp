@@ -357,7 +357,7 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
 }
 
-TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or more; its run says so",
+TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or more, its run says so",
           "[quick][cli]") {
   const std::string run = "predict --model gpt2 --gpu h200 --batch 1 --seq 128 --zero-redundancy-optimizer ";
   const std::string needs = "--zero-redundancy-optimizer: shards the optimizer over a DDP group";
@@ -438,7 +438,7 @@ TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]
                       "--base-weights: bitsandbytes quantizes the nn.Linear layers");
 }
 
-TEST_CASE("predict --json names the base-weight format; fit takes the same flags", "[quick][cli]") {
+TEST_CASE("predict --json names the base-weight format, fit takes the same flags", "[quick][cli]") {
   const std::string qlora =
       " --model tinyllama-1.1b --gpu a100-40gb --seq 256 --lora-rank 8 --base-weights nf4 "
       "--bnb-double-quant --bnb-compute-dtype bf16";

@@ -73,7 +73,7 @@ TEST_CASE("engine: same-time events run in insertion order", "[quick][engine]") 
   CHECK(sim.now() == 50);
 }
 
-TEST_CASE("engine: cancel skips the event; stale and running handles are rejected", "[quick][engine]") {
+TEST_CASE("engine: cancel skips the event, stale and running handles are rejected", "[quick][engine]") {
   Simulator sim(backend_name());
   std::vector<int> ran;
   EventId self{};

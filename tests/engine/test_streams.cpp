@@ -116,7 +116,7 @@ TEST_CASE("streams: output is deterministic for the same input, on every queue b
   }
 }
 
-TEST_CASE("streams: events on idle streams complete at once; waits on completed events are free",
+TEST_CASE("streams: events on idle streams complete at once, waits on completed events are free",
           "[quick][engine]") {
   Simulator sim;
   Recorder rec(sim);

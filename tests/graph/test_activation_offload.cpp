@@ -39,7 +39,7 @@ Bytes unpacked_by(const OpGraph& g, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("save_on_cpu: no saved tensor stays on the GPU; a node's come back while it runs",
+TEST_CASE("save_on_cpu: no saved tensor stays on the GPU, a node's come back while it runs",
           "[quick][graph]") {
   // Without offload a layer saves the paper's s*b*h*34 + 5*a*s^2*b bytes (test_korthikanti.cpp).
   CHECK(saved_activation_bytes(build_training_steps(gpt(), options(false)), 1, 0) ==
@@ -97,7 +97,7 @@ TEST_CASE("save_on_cpu: every packed tensor is on the host at the end of the for
 }
 
 TEST_CASE(
-    "torchtune OffloadActivations: parameters stay; the last saves are used from the stash; copies on a "
+    "torchtune OffloadActivations: parameters stay, the last saves are used from the stash, copies on a "
     "side stream",
     "[quick][graph]") {
   // torchtune/training/_activation_offloading.py with use_streams=True, around the model's forward (bf16

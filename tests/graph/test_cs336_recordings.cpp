@@ -32,7 +32,7 @@ TEST_CASE("cs336 kkaitlyn111 2.7B forward, ctx 128, fp32: every allocation of th
 }
 
 TEST_CASE(
-    "cs336 staff model d768 (MAGMA27): every allocation of forward, loss and backward, in order; the "
+    "cs336 staff model d768 (MAGMA27): every allocation of forward, loss and backward, in order, the "
     "recorded peaks",
     "[quick][graph]") {
   // MAGMA27/assignment2-systems memory_snapshot.pickle (PyTorch 2.11, CUDA 12.6): batch 32, ctx 256, fp32;

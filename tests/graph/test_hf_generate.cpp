@@ -58,7 +58,7 @@ TEST_CASE("generate: the dynamic cache holds prompt + new - 1 positions and grow
   test::check_schedule_invariants(g, build_allocation_schedule(g));
 }
 
-TEST_CASE("generate: grouped-query attention shrinks the cache; a static cache is preallocated",
+TEST_CASE("generate: grouped-query attention shrinks the cache, a static cache is preallocated",
           "[quick][graph]") {
   // 2 key/value heads instead of 4: half of 11,264
   CHECK(build_training_steps(test::tiny_model("llama-2-7b", 2), generation("dynamic")).kv_cache_bytes ==

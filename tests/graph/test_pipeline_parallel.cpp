@@ -165,7 +165,7 @@ TEST_CASE("Interleaved 1F1B: the first stage holds L * (1 + (p - 1) / (p * v)) l
   CHECK(peak_layer_activations(g) == 10 * kPerLayer);
 }
 
-TEST_CASE("Pipeline stages hold their own layers; the first the embeddings, the last the head",
+TEST_CASE("Pipeline stages hold their own layers, the first the embeddings, the last the head",
           "[quick][graph]") {
   // GPT-2 in bf16, by hand: a layer has 12h^2 + 13h parameters (c_attn 3h^2 + 3h, c_proj h^2 + h, c_fc
   // 4h^2 + 4h, mlp c_proj 4h^2 + h, two LayerNorms 2h each); wte V*h and wpe S*h; ln_f 2h. The head is tied

@@ -101,7 +101,7 @@ TEST_CASE("ZeRO paper Table 1: model states per GPU for DP, P_os, P_os+g, P_os+g
   CHECK(16 * p75 / nd / 1e9 == Approx(1.88).margin(0.005));
 }
 
-TEST_CASE("FSDP: shards per rank; full-shard frees gathered layers after forward, shard-grad-op keeps them",
+TEST_CASE("FSDP: shards per rank, full-shard frees gathered layers after forward, shard-grad-op keeps them",
           "[quick][predict]") {
   const ModelConfig m = small_llama();
   const int world = 8;

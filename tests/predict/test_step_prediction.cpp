@@ -84,7 +84,7 @@ TEST_CASE("predict: gpt2 fp32 AdamW bill is parameters, gradients and two fp32 m
   CHECK(*p.phases.after_forward > *p.phases.before_forward);
 }
 
-TEST_CASE("predict --inference: no_grad keeps model state only; nothing is saved for backward",
+TEST_CASE("predict --inference: no_grad keeps model state only, nothing is saved for backward",
           "[quick][predict]") {
   RequestArgs a = gpt2_args(4, 512);
   a.inference = true;
@@ -188,7 +188,7 @@ TEST_CASE("predict: bad option values are InputErrors naming the option", "[quic
   CHECK_THROWS_WITH(parse_fit_vary("layers"), Catch::Contains("--vary"));
 }
 
-TEST_CASE("cli: predict --json has the documented keys; fit prints its answer", "[quick][predict]") {
+TEST_CASE("cli: predict --json has the documented keys, fit prints its answer", "[quick][predict]") {
   const std::string out =
       run_cli("predict --model gpt2 --gpu a100-40gb --batch 2 --seq 128 --steps 2 --json");
   const nlohmann::json j = nlohmann::json::parse(out);
@@ -217,7 +217,7 @@ TEST_CASE("cli: predict --json has the documented keys; fit prints its answer", 
              Catch::Contains("vramsim: error: --margin"));
 }
 
-TEST_CASE("cli: predict --trace-out writes what the allocator replayed; vramsim replay agrees",
+TEST_CASE("cli: predict --trace-out writes what the allocator replayed, vramsim replay agrees",
           "[quick][predict]") {
   // Two paths to the same number: predict's own replay of the generated schedule, and `vramsim replay` of the
   // trace file it wrote (read back from disk, initial state rebuilt, replayed from scratch).
@@ -249,7 +249,7 @@ TEST_CASE("cli: predict on a GPU reports the time estimate per step", "[quick][p
         step_ns);
 }
 
-TEST_CASE("cli: fit --json lists every trial; the answer fits and the next value tried above it does not",
+TEST_CASE("cli: fit --json lists every trial, the answer fits and the next value tried above it does not",
           "[quick][predict]") {
   const nlohmann::json j = nlohmann::json::parse(
       run_cli("fit --model gpt2 --capacity 4GiB --seq 128 --steps 1 --margin 10% --json"));
@@ -300,7 +300,7 @@ TEST_CASE("predict: --model-code picks whose layer code the graph follows", "[qu
                       "cs336-basics)"));
 }
 
-TEST_CASE("predict: --warm states the process's history; the rise of a mid-process recording is exact",
+TEST_CASE("predict: --warm states the process's history, the rise of a mid-process recording is exact",
           "[quick][predict]") {
   // Peak rises recorded in shared/traces/real (README, "The step simulator against real recorded steps"), by
   // kkaitlyn111's student code (the test fixture "cs336-kkaitlyn111"):

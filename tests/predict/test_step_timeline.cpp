@@ -45,7 +45,7 @@ TensorId add_tensor(OpGraph& g, const std::string& name, OpId producer, Bytes si
 
 }  // namespace
 
-TEST_CASE("timeline: the host issues in program order and runs ahead; times by hand", "[quick][predict]") {
+TEST_CASE("timeline: the host issues in program order and runs ahead, times by hand", "[quick][predict]") {
   // Host order A (stream 0), B (stream 1, reads a), C (stream 0); each kernel costs the host 100 ns, device
   // durations F / 1000 ns:
   //   A issued at 0;   1e6 FLOPs -> [0, 1000) on stream 0.
@@ -169,7 +169,7 @@ TEST_CASE("timeline: a record_stream free completes at the first malloc after th
   CHECK(timed_ahead.events.back().time_ns == 2800);  // the end of the run: Z ends at 2800
 }
 
-TEST_CASE("timeline: one stream keeps the schedule's order; events at the host's issue times",
+TEST_CASE("timeline: one stream keeps the schedule's order, events at the host's issue times",
           "[quick][predict]") {
   TrainingOptions o;
   o.batch = 2;

@@ -69,7 +69,7 @@ TEST_CASE("vllm paged: tinyllama on 24 GiB, blocks from the profile run and sequ
   CHECK(p.fits);
 }
 
-TEST_CASE("vllm paged: a larger profile batch leaves fewer blocks; utilization scales the budget",
+TEST_CASE("vllm paged: a larger profile batch leaves fewer blocks, utilization scales the budget",
           "[quick][predict]") {
   const Prediction base = predict(make_request(tinyllama_paged()));
   RequestArgs a = tinyllama_paged();

@@ -117,7 +117,7 @@ TEST_CASE("traced run: a device too small for the 20 MiB segment runs out of mem
   CHECK(p.headroom_bytes == 20 * kMiB - 22 * kMiB);
 }
 
-TEST_CASE("traced run: without markers there are no phases; bad markers are named", "[trace]") {
+TEST_CASE("traced run: without markers there are no phases, bad markers are named", "[trace]") {
   TempFiles f;
   write(f.trace, kTrace);
   RunDevice device;
