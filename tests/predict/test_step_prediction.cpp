@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
+#include "run_cli.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
-#include "run_cli.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;
