@@ -194,6 +194,12 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--stage3-max-reuse-distance", a.stage3_max_reuse_distance,
                   "DeepSpeed ZeRO-3 stage3_max_reuse_distance in elements (default 1e9): parameters reused "
                   "within it stay gathered from their forward to their backward");
+  cmd->add_option("--stage3-prefetch-bucket-size", a.stage3_prefetch_bucket_size,
+                  "DeepSpeed ZeRO-3 stage3_prefetch_bucket_size in elements (default 5e7): parameters "
+                  "all-gathered ahead of the module that needs them, from the second step (0: no prefetch)");
+  cmd->add_option("--stage3-max-live-parameters", a.stage3_max_live_parameters,
+                  "DeepSpeed ZeRO-3 stage3_max_live_parameters in elements (default 1e9): prefetching stops "
+                  "when this many elements are gathered");
   cmd->add_option("--reduce-bucket-size", a.reduce_bucket_size,
                   "DeepSpeed ZeRO 1/2 reduce_bucket_size in elements (default 5e8)");
   cmd->add_flag("--overlap-comm", a.overlap_comm, "DeepSpeed overlap_comm (two gradient buffers)");

@@ -10,14 +10,9 @@
 // offload_optimizer {device: cpu} (ZeRO-Offload, stages 2 and 3): states and fp32 master weights on the host,
 // updated there by DeepSpeedCPUAdam; each reduced gradient partition is copied to the host's fp32 buffer, so
 // the GPU keeps no gradient partition. offload_param (stage 3, ZeRO-Infinity): the parameter partitions too.
-// stage3_max_reuse_distance (PartitionedParameterCoordinator.__params_to_release): from the second step on
-// (the first records the module trace), a parameter is not released after its forward when the modules that
-// run before its next use hold fewer elements than the distance. Its next use is its own backward: after
-// parameter k of layer i come the rest of layer i and the later layers (forward), the parameters the model
-// uses after its layers (final norm, head), then the later layers and the rest of layer i again (backward):
-// 2 x (after k in layer i) + 2 x (later layers) + (after the layers). So the last layers stay gathered from
-// their forward to their backward (Llama-2-7B at the default 1e9: the last two and the third-to-last's
-// down_proj).
+// Stage 3 gathers and releases parameters as DeepSpeed's PartitionedParameterCoordinator does, around each
+// op and backward node that reads them (zero3_param_coordinator.h): per submodule, with the prefetch bucket,
+// max_live_parameters and max_reuse_distance from the second step (the first records the trace).
 // The step (stage_1_and_2.py step(), stage3.py _prepare_fp32_grad_for_sub_group): the rank's gradient
 // partition is flattened (torch.cat of the partition's gradients, in their dtype) and converted
 // `.to(torch.float32)`, the bf16 flat is dropped, the parameters' gradients are set to None, the inner
@@ -27,19 +22,29 @@
 // Stages 1 and 2 pad the flat group to a multiple of 2 x world (nccl_start_alignment_factor); stage 3
 // partitions each parameter (ceil(numel / world)). With offload_optimizer the flat fp32 gradient is on the
 // host (single_partition_of_fp32_groups' .grad) and none of this is on the GPU.
-// Not modelled: stage 3's prefetch bucket and max_live_parameters (gathers are per decoder layer here), and
-// its gradient partitions kept in one persistent flat buffer (here: per parameter, freed at the step).
+// Not modelled: stage 3's gradient partitions kept in one persistent flat buffer (here: per parameter, freed
+// at the step); its all-gathers coalesced into one flat buffer per fetch (here: one tensor per parameter).
 #include <algorithm>
-#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "sim/graph/data_parallel.h"
+#include "sim/graph/zero3_param_coordinator.h"
 
 namespace vramsim {
 namespace {
 
 constexpr std::int64_t kParamPersistenceThreshold = 100'000;  // stage3_param_persistence_threshold
+
+Zero3Config zero3_config(const DataParallelOptions& o) {
+  Zero3Config c;
+  c.prefetch_bucket_numel = o.stage3_prefetch_bucket_size;
+  c.max_live_numel = o.stage3_max_live_parameters;
+  c.max_reuse_distance_numel = o.stage3_max_reuse_distance;
+  c.persistence_threshold_numel = kParamPersistenceThreshold;
+  return c;
+}
 
 class DeepSpeedZero final : public DataParallelScheme {
  public:
@@ -85,12 +90,15 @@ class DeepSpeedZero final : public DataParallelScheme {
         break;
       }
     }
-    m_reuse_after = reuse_distances(tape, units);
-  }
-  void pre_forward(EagerTape& tape, const ParameterUnit& unit) override { gather(tape, unit, "forward"); }
-  void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
-    if (unit.layer >= 0) {
-      release(tape, unit, /*after_forward=*/tape.step() >= 2);
+    if (m_stage == 3) {
+      m_coordinator.emplace(zero3_config(m_options), m_options.world_size);
+      tape.set_parameter_use_hooks(
+          [this, &tape](const std::vector<VarId>& params, bool forward) {
+            m_coordinator->fetch_sub_module(tape, params, forward);
+          },
+          [this, &tape](const std::vector<VarId>& params, bool) {
+            m_coordinator->release_sub_module(tape, params);
+          });
     }
   }
   void begin_backward(EagerTape& tape) override {
@@ -106,9 +114,6 @@ class DeepSpeedZero final : public DataParallelScheme {
     }
   }
   void pre_backward(EagerTape& tape, const ParameterUnit& unit) override {
-    if (unit.layer >= 0) {
-      gather(tape, unit, "backward");
-    }
     if (m_stage >= 2) {
       m_grads.before_unit_backward(tape, unit);
     }
@@ -116,9 +121,6 @@ class DeepSpeedZero final : public DataParallelScheme {
   void post_backward(EagerTape& tape, const ParameterUnit& unit) override {
     if (m_stage >= 2 && unit.layer >= 0) {
       m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.zero.reduce_scatter", unit.layer));
-    }
-    if (unit.layer >= 0) {
-      release(tape, unit);
     }
   }
   TensorId flat_fp32_gradient(EagerTape& tape, const std::vector<VarId>& trainable) override;
@@ -133,7 +135,9 @@ class DeepSpeedZero final : public DataParallelScheme {
     if (m_stage >= 2) {
       m_grads.reduce_scatter(tape, root, "zero.reduce_scatter.root");
     }
-    release(tape, root);
+    if (m_coordinator) {  // the optimizer's backward(): release_and_reset_all, reset_step
+      m_coordinator->reset_step(tape);
+    }
     tape.begin_op("DeepSpeedZeroOptimizer.epilogue", "release");
     for (TensorId t : m_ipg) {
       tape.release(t);
@@ -142,88 +146,14 @@ class DeepSpeedZero final : public DataParallelScheme {
   }
 
  private:
-  // stage 3: each partitioned parameter all-gathered into a whole tensor of its own (those still gathered
-  // are not gathered again).
-  void gather(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
-    if (m_stage != 3 || unit.params.empty()) {
-      return;
-    }
-    std::map<VarId, TensorId>& out = m_gathered[unit.layer];
-    bool begun = false;
-    for (VarId p : unit.params) {
-      const std::int64_t n = numel(tape.shape(p));
-      if (resident_parameter_numel(n) == n || out.count(p) != 0) {
-        continue;
-      }
-      if (!begun) {
-        tape.begin_op(fmt::format("{}.zero3.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
-        begun = true;
-      }
-      out[p] =
-          tape.allocate(tape.name(p) + ".gathered", static_cast<Bytes>(n) * dtype_size_bytes(tape.dtype(p)),
-                        tape.dtype(p), TensorCategory::kCommunication);
-    }
-  }
-  // `after_forward` (with a complete module trace): parameters reused within stage3_max_reuse_distance stay.
-  void release(EagerTape& tape, const ParameterUnit& unit, bool after_forward = false) {
-    auto it = m_gathered.find(unit.layer);
-    if (it == m_gathered.end()) {
-      return;
-    }
-    tape.begin_op(unit_name(unit) + ".zero3.release", "release");
-    for (auto g = it->second.begin(); g != it->second.end();) {
-      const auto reuse = m_reuse_after.find(g->first);
-      if (after_forward && reuse != m_reuse_after.end() &&
-          reuse->second < m_options.stage3_max_reuse_distance) {
-        ++g;
-        continue;
-      }
-      tape.release(g->second);
-      g = it->second.erase(g);
-    }
-    if (it->second.empty()) {
-      m_gathered.erase(it);
-    }
-  }
-  // Per decoder-layer parameter: the elements of the parameters used between its forward and its backward.
-  // The parameters the model uses after its layers are the root's created after the last layer's.
-  static std::map<VarId, std::int64_t> reuse_distances(const EagerTape& tape,
-                                                       const std::vector<ParameterUnit>& units) {
-    VarId last_layer_param = 0;
-    for (const ParameterUnit& u : units) {
-      if (u.layer >= 0 && !u.params.empty()) {
-        last_layer_param = std::max(last_layer_param, *std::max_element(u.params.begin(), u.params.end()));
-      }
-    }
-    std::int64_t after_layers = 0;
-    for (const ParameterUnit& u : units) {
-      for (VarId p : u.params) {
-        after_layers += u.layer < 0 && p > last_layer_param ? numel(tape.shape(p)) : 0;
-      }
-    }
-    std::map<VarId, std::int64_t> out;
-    std::int64_t later = 0;  // the layers after this one
-    for (auto u = units.rbegin(); u != units.rend(); ++u) {
-      if (u->layer < 0) {
-        continue;
-      }
-      for (auto p = u->params.rbegin(); p != u->params.rend(); ++p) {
-        out[*p] = 2 * later + after_layers;  // `later` holds this layer's parameters after p too
-        later += numel(tape.shape(*p));
-      }
-    }
-    return out;
-  }
-
   const DataParallelOptions& m_options;
   int m_stage;
   std::string m_name;
   GradientShards m_grads;
   DType m_bucket_dtype = DType::kFloat32;
   std::vector<TensorId> m_ipg;
-  std::map<int, std::map<VarId, TensorId>> m_gathered;  // per unit: its gathered parameters
-  std::map<VarId, std::int64_t> m_reuse_after;          // per decoder-layer parameter (reuse_distances)
-  TensorId m_flat_grad = kNoTensor;                     // the step's flat fp32 gradient partition
+  std::optional<PartitionedParameterCoordinator> m_coordinator;  // stage 3
+  TensorId m_flat_grad = kNoTensor;                              // the step's flat fp32 gradient partition
 };
 
 TensorId DeepSpeedZero::flat_fp32_gradient(EagerTape& tape, const std::vector<VarId>& trainable) {

@@ -191,6 +191,7 @@ VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dt
   const VarId v = new_var(s, shape, dtype, name);
   m_vars[v].requires_grad = true;
   m_vars[v].is_parameter = true;
+  m_parameter_of_storage[s] = v;
   return v;
 }
 
@@ -284,11 +285,35 @@ int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
 }
 
 std::vector<VarId> EagerTape::op(const OpCall& c) {
+  const std::vector<VarId> params = parameters_read(c.inputs);
+  if (!params.empty()) {
+    m_before_parameter_use(params, true);
+  }
   const bool sac_saved =
       m_sac.policy != nullptr && m_sac.policy->must_save(c.kind, ++m_sac.occurrences[c.kind]);
-  if (sac_saved && m_sac.replay) {
-    return take_cached_outputs(c);
+  std::vector<VarId> outs = sac_saved && m_sac.replay ? take_cached_outputs(c) : run_op(c, sac_saved);
+  if (!params.empty()) {
+    m_after_parameter_use(params, true);
   }
+  return outs;
+}
+
+std::vector<VarId> EagerTape::parameters_read(const std::vector<VarId>& inputs) const {
+  std::vector<VarId> params;
+  if (!m_before_parameter_use) {
+    return params;
+  }
+  for (VarId in : inputs) {
+    const auto it = m_parameter_of_storage.find(m_vars[in].storage);
+    if (it != m_parameter_of_storage.end() &&
+        std::find(params.begin(), params.end(), it->second) == params.end()) {
+      params.push_back(it->second);
+    }
+  }
+  return params;
+}
+
+std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
   begin_op(c.name, c.kind, c.flops);
   for (VarId in : c.inputs) {
     use(m_vars[in].storage);
@@ -493,6 +518,23 @@ GradRule grad_rule(const NodeT& node, std::size_t i) {
 }  // namespace
 
 void EagerTape::execute(std::size_t index) {
+  // A checkpoint node's parameters are read by the ops and nodes of its replay, which run the hooks.
+  const std::vector<VarId> params =
+      m_nodes[index].checkpoint_body ? std::vector<VarId>{} : parameters_read(m_nodes[index].inputs);
+  bool reached = false;  // a gradient reached the node (else it does not run)
+  for (VarId o : m_nodes[index].outputs) {
+    reached = reached || m_grad_buffer.count(o) != 0;
+  }
+  if (!params.empty() && reached) {
+    m_before_parameter_use(params, false);
+  }
+  execute_node(index);
+  if (!params.empty() && reached) {
+    m_after_parameter_use(params, false);
+  }
+}
+
+void EagerTape::execute_node(std::size_t index) {
   Node& node = m_nodes[index];
   std::vector<VarId> grads_out;
   VarId primary = kNoVar;

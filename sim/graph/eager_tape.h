@@ -240,6 +240,16 @@ class EagerTape {
   // gradient into .grad (the hook may step an optimizer and set .grad to None).
   using ParameterHook = std::function<void(VarId param)>;
   void set_post_accumulate_grad_hook(ParameterHook hook) { m_post_accumulate_grad = std::move(hook); }
+  // Around every op and backward node that reads parameters, one op at a time: the granularity at which
+  // DeepSpeed ZeRO-3's module hooks (pre/post forward, pre/post backward of each submodule that owns
+  // parameters) gather and release them. `before` runs before the op or node is recorded (it may record ops
+  // of its own), `after` once it is done; `params` are the parameters it reads (views resolved to their
+  // parameter), without repeats; `forward` is false for backward nodes (a checkpoint's replay is forward).
+  using ParameterUseHook = std::function<void(const std::vector<VarId>& params, bool forward)>;
+  void set_parameter_use_hooks(ParameterUseHook before, ParameterUseHook after) {
+    m_before_parameter_use = std::move(before);
+    m_after_parameter_use = std::move(after);
+  }
   using LayerHook = std::function<void(int layer)>;
   void set_backward_layer_hooks(LayerHook enter, LayerHook leave) {
     m_enter_layer = std::move(enter);
@@ -331,6 +341,10 @@ class EagerTape {
   void execute_checkpoint(std::size_t index, VarId grad_out);
   // The replay of an op the selective policy saved: its outputs are the cached tensors; nothing runs.
   std::vector<VarId> take_cached_outputs(const OpCall& call);
+  // The parameters `inputs` read (empty when no parameter-use hooks are set).
+  std::vector<VarId> parameters_read(const std::vector<VarId>& inputs) const;
+  std::vector<VarId> run_op(const OpCall& call, bool sac_saved);
+  void execute_node(std::size_t index);
   // The autograd node of an op whose outputs are `outs`, when grad mode is on and an input requires grad.
   void add_op_node(const OpCall& call, const std::vector<VarId>& outs);
   VarId take_grad(VarId output);
@@ -363,6 +377,9 @@ class EagerTape {
   Bytes m_backward_workspace_bytes = 0;  // allocated at the next backward matmul, then 0
   CudaDevice m_device;
   ParameterHook m_post_accumulate_grad;
+  ParameterUseHook m_before_parameter_use;
+  ParameterUseHook m_after_parameter_use;
+  std::unordered_map<TensorId, VarId> m_parameter_of_storage;
   LayerHook m_enter_layer;
   LayerHook m_leave_layer;
 };

@@ -112,8 +112,11 @@ struct DataParallelOptions {
   std::int64_t reduce_bucket_elements = 500'000'000;
   bool contiguous_gradients = true;
   bool overlap_comm = false;
-  // ZeRO-3's stage3_max_reuse_distance (elements; default 1e9): see deepspeed_zero.cpp.
+  // ZeRO-3's stage3_max_reuse_distance, stage3_prefetch_bucket_size and stage3_max_live_parameters
+  // (elements; defaults 1e9, 5e7, 1e9): see zero3_param_coordinator.h.
   std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;
   // FSDP1's limit_all_gathers (default True): the host waits for the free event of the unit two all-gathers
   // back before issuing the next.
   bool fsdp_limit_all_gathers = true;

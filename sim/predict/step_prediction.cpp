@@ -501,15 +501,22 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     }
     d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
   }
-  if (a.stage3_max_reuse_distance) {
+  const auto stage3_option = [&d](const std::optional<double>& value, const char* option, std::int64_t& out) {
+    if (!value) {
+      return;
+    }
     if (d.scheme != "zero3") {
-      throw InputError("--stage3-max-reuse-distance: DeepSpeed ZeRO-3's option (use it with --zero 3)");
+      throw InputError(fmt::format("{}: DeepSpeed ZeRO-3's option (use it with --zero 3)", option));
     }
-    if (!(*a.stage3_max_reuse_distance >= 0 && *a.stage3_max_reuse_distance <= 1e12)) {
-      throw InputError("--stage3-max-reuse-distance: must be in [0, 1e12] elements");
+    if (!(*value >= 0 && *value <= 1e12)) {
+      throw InputError(fmt::format("{}: must be in [0, 1e12] elements", option));
     }
-    d.stage3_max_reuse_distance = static_cast<std::int64_t>(*a.stage3_max_reuse_distance);
-  }
+    out = static_cast<std::int64_t>(*value);
+  };
+  stage3_option(a.stage3_max_reuse_distance, "--stage3-max-reuse-distance", d.stage3_max_reuse_distance);
+  stage3_option(a.stage3_prefetch_bucket_size, "--stage3-prefetch-bucket-size",
+                d.stage3_prefetch_bucket_size);
+  stage3_option(a.stage3_max_live_parameters, "--stage3-max-live-parameters", d.stage3_max_live_parameters);
   d.overlap_comm = a.overlap_comm;
   if (a.no_limit_all_gathers && !d.scheme.starts_with("fsdp-")) {
     throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");

@@ -292,12 +292,14 @@ struct RequestArgs {
   std::optional<double> bucket_cap_mb;              // DDP's bucket_cap_mb
   std::optional<double> reduce_bucket_size;         // DeepSpeed's reduce_bucket_size (elements)
   std::optional<double> stage3_max_reuse_distance;  // DeepSpeed ZeRO-3's (elements)
-  bool overlap_comm = false;                        // DeepSpeed's overlap_comm
-  int gpus_per_node = 8;                            // FSDP hybrid-shard's shard group
-  std::string offload;                              // --offload optimizer|params|activations (any subset)
-  std::string activation_offload = "save-on-cpu";   // --activation-offload save-on-cpu|torchtune
-  bool optimizer_in_backward = false;               // --optimizer-in-backward (torchtune's optimizer_in_bwd)
-  bool zero_redundancy_optimizer = false;           // --zero-redundancy-optimizer (with DDP)
+  std::optional<double> stage3_prefetch_bucket_size;  // DeepSpeed ZeRO-3's (elements)
+  std::optional<double> stage3_max_live_parameters;   // DeepSpeed ZeRO-3's (elements)
+  bool overlap_comm = false;                          // DeepSpeed's overlap_comm
+  int gpus_per_node = 8;                              // FSDP hybrid-shard's shard group
+  std::string offload;                                // --offload optimizer|params|activations (any subset)
+  std::string activation_offload = "save-on-cpu";     // --activation-offload save-on-cpu|torchtune
+  bool optimizer_in_backward = false;      // --optimizer-in-backward (torchtune's optimizer_in_bwd)
+  bool zero_redundancy_optimizer = false;  // --zero-redundancy-optimizer (with DDP)
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
