@@ -188,6 +188,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");
   cmd->add_flag(
+      "--gradient-as-bucket-view", a.gradient_as_bucket_view,
+      "DDP's gradient_as_bucket_view=True: each .grad is a view of its all-reduce bucket, so a rank "
+      "holds its gradients once");
+  cmd->add_flag(
       "--zero-redundancy-optimizer", a.zero_redundancy_optimizer,
       "DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer keeps states "
       "for its partition of the parameters only (sorted-greedy by numel)");

@@ -6,9 +6,14 @@
 //   * with gradient_as_bucket_view=False (the default) .grad tensors are separate from the buckets: each
 //     gradient is copied into its bucket and the bucket all-reduced in place, so a DDP rank holds its
 //     gradients twice;
+//   * with gradient_as_bucket_view=True each .grad becomes a view of its bucket: the Reducer's autograd hook
+//     on the gradient accumulator (mark_variable_ready_dense) copies a freshly made gradient into the bucket
+//     view and sets .grad to the view, so the fresh tensor goes at once; a gradient that already is the view
+//     (zero_grad(set_to_none=False)) is accumulated into in place. The buckets are then the gradients;
 //   * the parameter broadcast at construction flattens parameters into coalesced buffers (buckets closed once
 //     they reach 250 MiB), two at a time, and frees them: a transient at setup (broadcast() below).
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -38,21 +43,33 @@ class Ddp final : public DataParallelScheme {
     Bytes bucket = 0;
     int index = 0;
     DType dtype = DType::kFloat32;
+    std::vector<VarId> members;  // of the bucket being filled
     const auto close = [&] {
       if (bucket > 0) {
-        tape.allocate(fmt::format("ddp.bucket.{}", index++), bucket, dtype, TensorCategory::kCommunication);
+        const TensorId b =
+            tape.allocate(fmt::format("ddp.bucket.{}", index++), bucket, dtype,
+                          m_options.ddp_gradient_as_bucket_view ? TensorCategory::kGradient
+                                                                : TensorCategory::kCommunication);
+        for (VarId p : members) {
+          m_bucket_of[p] = b;
+        }
       }
       bucket = 0;
+      members.clear();
     };
     for (VarId p : order) {
       dtype = tape.dtype(p);
       bucket += tensor_bytes(tape.shape(p), dtype);
+      members.push_back(p);
       if (bucket >= limit) {
         close();
         limit = m_options.ddp_bucket_cap_bytes;
       }
     }
     close();
+    if (m_options.ddp_gradient_as_bucket_view) {
+      tape.set_post_accumulate_grad_hook([this, &tape](VarId p) { to_bucket_view(tape, p); });
+    }
   }
 
  private:
@@ -100,7 +117,23 @@ class Ddp final : public DataParallelScheme {
     }
   }
 
+  // mark_variable_ready_dense with gradient_as_bucket_view: bucket_view.copy_(grad); grad = bucket_view.
+  void to_bucket_view(EagerTape& tape, VarId p) {
+    const auto it = m_bucket_of.find(p);
+    const TensorId grad = tape.grad(p);
+    if (it == m_bucket_of.end() || grad == kNoTensor || grad == it->second) {
+      return;  // not bucketed, or already the view
+    }
+    tape.begin_op("DistributedDataParallel.reducer.copy_grad_to_bucket." + tape.name(p), "copy_");
+    tape.use(grad);
+    tape.use(it->second);
+    tape.release(tape.detach_grad(p));
+    tape.retain(it->second);
+    tape.attach_grad(p, it->second);
+  }
+
   const DataParallelOptions& m_options;
+  std::map<VarId, TensorId> m_bucket_of;  // each bucketed parameter's bucket
 };
 
 }  // namespace

@@ -147,6 +147,13 @@ void EagerTape::use(TensorId storage) {
   m_graph.op(m_current_op).bytes_moved += m_graph.tensor(storage).size_bytes;
 }
 
+void EagerTape::use_once(TensorId storage) {
+  const std::vector<OpId>& consumers = m_graph.tensor(storage).consumers;
+  if (consumers.empty() || consumers.back() != m_current_op) {
+    use(storage);
+  }
+}
+
 void EagerTape::wait_for(TensorId storage) {
   SIM_ASSERT(!m_freed.at(storage));
   m_graph.add_consumer(storage, m_current_op, EdgeKind::kLifetime);

@@ -259,9 +259,11 @@ class EagerTape {
   // ---- raw tensors outside autograd (optimizer states, workspaces)
   OpId begin_op(const std::string& name, const std::string& kind, double flops = 0.0);
   TensorId allocate(const std::string& name, Bytes size_bytes, DType dtype,
-                    TensorCategory category);  // 1 ref
-  void release(TensorId storage);              // drops one reference
-  void use(TensorId storage);                  // the current op reads it
+                    TensorCategory category);      // 1 ref
+  void release(TensorId storage);                  // drops one reference
+  void use(TensorId storage);                      // the current op reads it
+  void use_once(TensorId storage);                 // use(), unless the current op has read it already
+  void retain(TensorId storage) { ref(storage); }  // one more reference (the caller's)
   // storage.record_stream(stream): its free is deferred until `stream`'s work issued before the free has run.
   void record_stream(TensorId storage, StreamId stream) { m_graph.tensor(storage).record_stream = stream; }
   // The host blocks on `op`'s completion before issuing the current op (Event.synchronize()).

@@ -179,7 +179,7 @@ void OptimizerModel::step_flat(TensorId flat_grad) {
 
 void OptimizerModel::use_grad(std::size_t i) {
   if (m_flat_grad == kNoTensor) {
-    m_tape.use(m_tape.grad(m_params[i]));
+    m_tape.use_once(m_tape.grad(m_params[i]));  // gradients that are views of one bucket share a storage
   } else if (!m_flat_grad_read) {
     // One tensor holds every parameter's gradient: the step reads it once (the for-loop path's per-parameter
     // ops each read a slice, which the op's byte count cannot express; the first one is charged the whole).

@@ -107,6 +107,8 @@ struct DataParallelOptions {
   // DDP: bucket_cap_mb = 25; the first bucket is 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
   Bytes ddp_bucket_cap_bytes = 25 * kMiB;
   Bytes ddp_first_bucket_bytes = 1 * kMiB;
+  // DDP's gradient_as_bucket_view (default false): each .grad is a view of its bucket (ddp.cpp).
+  bool ddp_gradient_as_bucket_view = false;
   // DeepSpeed ZeRO 1/2: reduce_bucket_size (elements; default 5e8), contiguous_gradients (default true),
   // overlap_comm (default false; double gradient buffers when true).
   std::int64_t reduce_bucket_elements = 500'000'000;

@@ -489,6 +489,10 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   } else if (d.world_size > 1) {
     d.scheme = "ddp";
   }
+  if (a.gradient_as_bucket_view && d.scheme != "ddp") {
+    throw InputError("--gradient-as-bucket-view: DDP's option (--gpus N without --zero or --fsdp)");
+  }
+  d.ddp_gradient_as_bucket_view = a.gradient_as_bucket_view;
   if (a.bucket_cap_mb) {
     if (!(*a.bucket_cap_mb > 0 && *a.bucket_cap_mb <= 1e6)) {
       throw InputError("--bucket-cap-mb: must be in (0, 1e6]");

@@ -290,6 +290,7 @@ struct RequestArgs {
   std::string fsdp2_copy_in = "compute";            // --fsdp2-copy-in compute|reduce-scatter
   bool no_limit_all_gathers = false;                // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
   std::optional<double> bucket_cap_mb;              // DDP's bucket_cap_mb
+  bool gradient_as_bucket_view = false;             // DDP's gradient_as_bucket_view
   std::optional<double> reduce_bucket_size;         // DeepSpeed's reduce_bucket_size (elements)
   std::optional<double> stage3_max_reuse_distance;  // DeepSpeed ZeRO-3's (elements)
   std::optional<double> stage3_prefetch_bucket_size;  // DeepSpeed ZeRO-3's (elements)
