@@ -26,9 +26,8 @@
 //
 // CPUOffload(offload_params=True): the flat parameter's shard and the reduced gradient shard live on the
 // host, where the optimizer steps; the GPU holds a unit's unsharded parameters while it runs.
-// Reduce-scatter: on the post-backward stream, the unsharded gradients record_stream'd to it and freed
-// (ReduceScatterPath::kFsdp1PostBackwardStream). Not modelled: the unsharded flat gradient (autograd here
-// makes one gradient per original parameter, the same bytes, without the concatenation into the flat one).
+// Gradients: the FlatParameter's flat gradient, reduce-scattered on the post-backward stream
+// (fsdp_flat_param_grad.h).
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -36,6 +35,7 @@
 #include <fmt/format.h>
 
 #include "sim/graph/data_parallel.h"
+#include "sim/graph/fsdp_flat_param_grad.h"
 
 namespace vramsim {
 namespace {
@@ -53,8 +53,7 @@ class Fsdp final : public DataParallelScheme {
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
         m_offload(o.offload_params),
         m_limit_all_gathers(o.fsdp_limit_all_gathers),
-        m_grads(m_shard_ranks, o.offload_params, ReduceScatterPath::kFsdp1PostBackwardStream,
-                o.fsdp_reduce_dtype) {}
+        m_grads(strategy != "no-shard" ? m_shard_ranks : 1, o.offload_params, o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
@@ -98,24 +97,18 @@ class Fsdp final : public DataParallelScheme {
     if (unit.layer > 0 && next < m_units.size()) {  // BACKWARD_PRE: the unit whose backward comes next
       unshard(tape, m_units[next], "backward_prefetch");
     }
-    if (m_shard) {
-      m_grads.before_unit_backward(tape, unit);
-    }
+    m_grads.before_unit_backward(tape, unit);
   }
   void post_backward(EagerTape& tape, const ParameterUnit& unit) override {
     if (unit.layer < 0) {
       return;  // the root finishes at the end of backward
     }
     reshard(tape, unit);  // _post_backward_reshard comes before the reduce-scatter
-    if (m_shard) {
-      m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.fsdp.reduce_scatter", unit.layer));
-    }
+    m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.fsdp.reduce_scatter", unit.layer));
   }
   void end_backward(EagerTape& tape, const ParameterUnit& root) override {
     reshard(tape, root);
-    if (m_shard) {
-      m_grads.reduce_scatter(tape, root, "root.fsdp.reduce_scatter");
-    }
+    m_grads.reduce_scatter(tape, root, "root.fsdp.reduce_scatter");
   }
 
  private:
@@ -175,7 +168,7 @@ class Fsdp final : public DataParallelScheme {
   int m_shard_ranks;  // the ranks one unit is sharded over
   bool m_offload;
   bool m_limit_all_gathers;
-  GradientShards m_grads;
+  FlatParamGradients m_grads;
   std::vector<ParameterUnit> m_units;
   std::map<int, TensorId> m_unsharded;
   std::deque<OpId> m_free_events;  // reshard ops whose free events are in flight
