@@ -12,7 +12,8 @@ using namespace vramsim;
 namespace {
 
 // The tiny Llama of graph_test_util.h in fp32: 227,136 parameter elements (test_deepspeed_zero_step.cpp
-// counts them), 908,544 B, every one requiring grad; DDP buckets them all (one 1 MiB first bucket holds them).
+// counts them), 908,544 B, every one requiring grad; DDP buckets them all (one 1 MiB first bucket holds
+// them).
 constexpr Bytes kParamBytes = 227'136 * 4;
 
 OpGraph ddp(bool bucket_view, bool set_to_none) {
