@@ -109,57 +109,38 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
       m_aside.erase(aside);
     }
   }
-  const bool side_stream = m_path != ReduceScatterPath::kComputeStream && !m_to_host;
+  const bool fsdp2 = m_path != ReduceScatterPath::kComputeStream && !m_to_host;
   const bool copy_in_on_rs_stream = m_path == ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream;
   if (copy_in_on_rs_stream) {
     tape.set_stream(kReduceScatterStream);
   }
-  const TensorId input =
-      side_stream && (m_path == ReduceScatterPath::kFsdp2ReduceScatterStream || copy_in_on_rs_stream)
-          ? copy_in(tape, unit, fresh, op_name)
-          : kNoTensor;
-  if (side_stream) {
+  const TensorId input = fsdp2 ? copy_in(tape, unit, fresh, op_name) : kNoTensor;
+  if (fsdp2) {
     tape.set_stream(kReduceScatterStream);
   }
-  // FSDP1 with a reduce_dtype: _post_backward_hook casts the unsharded gradient on the post-backward stream
-  // (flat_param.grad.data = grad.to(reduce_dtype)); the autograd-computed one is record_stream'd to it and
-  // goes with the cast.
-  std::map<VarId, TensorId> cast;
-  if (input == kNoTensor && m_reduce_dtype) {
-    for (VarId p : fresh) {
-      if (tape.dtype(p) == *m_reduce_dtype) {
-        continue;
-      }
-      if (cast.empty()) {
-        tape.begin_op(std::string(op_name) + ".cast_to_reduce_dtype", "_to_copy");
-      }
-      const TensorId low = tape.detach_grad(p);
-      tape.use(low);
-      if (side_stream) {
-        tape.record_stream(low, kReduceScatterStream);
-      }
-      cast[p] = tape.allocate(tape.name(p) + ".grad.reduce_dtype",
-                              storage_bytes(numel(tape.shape(p)), *m_reduce_dtype, tape.shape(p)),
-                              *m_reduce_dtype, TensorCategory::kGradient);
-      tape.release(low);
-    }
-  }
   const OpId rs = tape.begin_op(std::string(op_name), "reduce_scatter_tensor");
-  if (input != kNoTensor) {
-    tape.use(input);
-  }
   Bytes reduced = 0;
   for (VarId p : fresh) {
     reduced += tensor_bytes(tape.shape(p), m_reduce_dtype.value_or(tape.dtype(p)));
-    if (input == kNoTensor) {
-      const auto c = cast.find(p);
-      const TensorId full = c != cast.end() ? c->second : tape.detach_grad(p);
-      tape.use(full);
-      if (m_path == ReduceScatterPath::kFsdp1PostBackwardStream) {
-        tape.record_stream(full, kReduceScatterStream);  // _no_dispatch_record_stream(unsharded_grad, ...)
-      }
-      tape.release(full);
+  }
+  if (fsdp2) {
+    tape.use(input);
+    reduce_output(tape, unit, fresh, op_name);
+    tape.set_comm_bytes(reduced - reduced / static_cast<Bytes>(m_world));
+    tape.set_stream(0);
+    if (copy_in_on_rs_stream) {
+      tape.release(input);
+    } else {
+      free_held_input(tape);  // the previous unit's, now that this reduce-scatter is issued
+      m_held_input = input;
+      m_held_after = rs;
     }
+    return;
+  }
+  for (VarId p : fresh) {  // DeepSpeed: the gradients reduced in place, the partition kept
+    const TensorId full = tape.detach_grad(p);
+    tape.use(full);
+    tape.release(full);
     if (m_to_host) {  // reduced into the bucket, copied to the host's fp32 gradient partition
       continue;
     }
@@ -177,17 +158,46 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     tape.attach_grad(p, shard);
     m_shard[p] = shard;
   }
-  if (side_stream) {
-    tape.set_comm_bytes(reduced - reduced / static_cast<Bytes>(m_world));
-    tape.set_stream(0);
+}
+
+void GradientShards::reduce_output(EagerTape& tape, const ParameterUnit& unit,
+                                   const std::vector<VarId>& fresh, std::string_view op_name) {
+  if (fresh.empty()) {
+    return;
   }
-  if (input != kNoTensor && copy_in_on_rs_stream) {
-    tape.release(input);
-  } else if (input != kNoTensor) {
-    free_held_input(tape);  // the previous unit's, now that this reduce-scatter is issued
-    m_held_input = input;
-    m_held_after = rs;
+  // Each numel is at most 2^50 elements, so the sum over a unit's parameters cannot overflow.
+  std::int64_t elements = 0;
+  for (VarId p : fresh) {
+    elements += shard_numel(numel(tape.shape(p)), m_world);
   }
+  const DType grad_dtype = tape.dtype(fresh.front());
+  const DType reduce_dtype = m_reduce_dtype.value_or(grad_dtype);
+  const Shape flat{elements};
+  TensorId out = tape.allocate(unit_name(unit) + ".reduce_output", tensor_bytes(flat, reduce_dtype),
+                               reduce_dtype, TensorCategory::kGradient);
+  if (reduce_dtype != grad_dtype) {  // _to_dtype_if_needed(reduce_output, orig_dtype)
+    tape.begin_op(std::string(op_name) + ".reduce_output.to_orig_dtype", "_to_copy");
+    tape.use(out);
+    const TensorId cast =
+        tape.allocate(unit_name(unit) + ".reduce_output.orig_dtype", tensor_bytes(flat, grad_dtype),
+                      grad_dtype, TensorCategory::kGradient);
+    tape.release(out);
+    out = cast;
+  }
+  for (VarId p : fresh) {
+    const auto aside = m_aside.find(p);
+    if (aside != m_aside.end()) {  // sharded_param.grad += new_sharded_grad
+      tape.use(aside->second);
+      tape.attach_grad(p, aside->second);
+      m_shard[p] = aside->second;
+      m_aside.erase(aside);
+    } else {  // sharded_param.grad = a view of reduce_output
+      tape.retain(out);
+      tape.attach_grad(p, out);
+      m_shard[p] = out;
+    }
+  }
+  tape.release(out);  // the views keep it
 }
 
 TensorId GradientShards::copy_in(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,

@@ -90,31 +90,28 @@ std::int64_t shard_numel(std::int64_t numel, int world_size);
 enum class ReduceScatterPath : std::uint8_t {
   // On the compute stream, reading the gradients in place (DeepSpeed ZeRO here).
   kComputeStream,
-  // FSDP1 (_post_backward_hook / _reduce_grad): on the post-backward stream, which waits for the compute
-  // stream; the unsharded gradients are record_stream'd to it and freed (deferred frees), the sharded output
-  // is allocated on it.
-  kFsdp1PostBackwardStream,
   // FSDP2 (foreach_reduce): the gradients are copied into one reduce-scatter input on the compute stream and
   // freed at once; the reduce-scatter runs on its own stream with its output allocated there; the input is
   // kept until the next unit's reduce-scatter (or the end of backward), whose wait on this one's event orders
   // its free.
   kFsdp2ReduceScatterStream,
   // FSDP2 as first released (2024; the torchtitan PR 165 comparison ran it): the copy-in runs on the
-  // reduce-scatter stream, whose pool holds the
-  // input
-  // (the compute stream waits for the copy-in before the gradients go); the input is dropped when
+  // reduce-scatter stream, whose pool holds the input (the compute stream waits for the copy-in before the
+  // gradients go); the input is dropped when
   // foreach_reduce returns, in that stream's order, so the next reduce-scatter reuses its block.
   kFsdp2CopyInOnReduceScatterStream,
 };
 
-// Shared by the sharding schemes: gradients reduce-scattered to the rank's shard after a unit's backward.
-// pre: the unit's parameters got their full gradients in this backward (AccumulateGrad). Keeps one shard
-// gradient per parameter (accumulating into it on later micro-batches) and frees the full one.
+// Shared by DeepSpeed ZeRO 2/3 and FSDP2 (FSDP1's flat gradients are fsdp_flat_param_grad.h): gradients
+// reduce-scattered to the rank's shard after a unit's backward. pre: the unit's parameters got their full
+// gradients in this backward (AccumulateGrad). Keeps one shard gradient per parameter (ZeRO: a tensor each;
+// FSDP2: views of the unit's reduce_output), accumulating into it on later micro-batches, and frees the full
+// one.
 class GradientShards {
  public:
   // `to_host`: the reduced shard is copied to a pinned host buffer (offload) and nothing stays on the GPU.
-  // `reduce_dtype`: FSDP's MixedPrecision reduce_dtype (unset: the gradients' dtype). The shard is cast
-  // back to the gradient's dtype after the reduction (FSDP1 _cast_grad_to_param_dtype, FSDP2 orig_dtype).
+  // `reduce_dtype`: FSDP2's MixedPrecisionPolicy reduce_dtype (unset: the gradients' dtype). The shard is
+  // cast back to the gradient's dtype after the reduction (orig_dtype).
   explicit GradientShards(int world_size, bool to_host = false,
                           ReduceScatterPath path = ReduceScatterPath::kComputeStream,
                           std::optional<DType> reduce_dtype = std::nullopt)
@@ -126,9 +123,13 @@ class GradientShards {
   // The end of backward (FSDP2's final callback): the last reduce-scatter input is freed.
   void finish_backward(EagerTape& tape);
 
-  static constexpr StreamId kReduceScatterStream = 2;  // FSDP1's post-backward / FSDP2's reduce-scatter
+  static constexpr StreamId kReduceScatterStream = 2;  // FSDP2's reduce-scatter / FSDP1's post-backward
 
  private:
+  // FSDP2's reduce_output: one tensor of the unit's shards in the reduce dtype (then cast back to the
+  // gradients' dtype), whose views become the parameters' sharded .grad (or are added to existing ones).
+  void reduce_output(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,
+                     std::string_view op_name);
   // FSDP2: the unit's gradients copied into one input on the compute stream; returns it.
   TensorId copy_in(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,
                    std::string_view op_name);
