@@ -1,5 +1,6 @@
 // FSDP1's FlatParameter gradient (sim/graph/fsdp_flat_param_grad.h; torch/distributed/fsdp/_runtime_utils.py
-// _post_backward_hook and _reduce_grad, autograd's split_with_sizes_backward): sizes worked by hand.
+// _post_backward_hook and _reduce_grad, autograd's split_with_sizes_backward) and FSDP2's reduce_output
+// (sim/graph/data_parallel.h GradientShards): sizes worked by hand.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
@@ -57,4 +58,27 @@ TEST_CASE("fsdp1 flat gradient: reduce_dtype fp32 casts the flat gradient, then 
         std::vector<Bytes>{2 * kLayer / 4, 2 * kLayer / 4});
   // zero_grad(set_to_none=True) drops every view, and with them the shards.
   CHECK(test::persistent_bytes(g, TensorCategory::kGradient) == 0);
+}
+
+TEST_CASE("fsdp2 reduce_output: one tensor of a unit's shards, cast back, viewed by each .grad",
+          "[quick][graph]") {
+  // FSDP2 (_fsdp_collectives.py foreach_reduce) shards each parameter on dim 0 over 4 ranks: q, k, v, o
+  // 16 x 64 = 1,024 elements each, gate and up 43 x 64 = 2,752, down 16 x 172 = 2,752, the norms 16: 12,384
+  // per layer, the same count as FSDP1's flat shard. reduce_dtype fp32: reduce_output 4 B x 12,384, then
+  // _to_dtype_if_needed to bf16, 2 B x 12,384; two steps.
+  TrainingOptions o = test::small_options();
+  o.precision = Precision::kBf16;
+  o.zero_grad_set_to_none = false;
+  o.data_parallel.scheme = "fsdp2-full-shard";
+  o.data_parallel.world_size = 4;
+  o.data_parallel.fsdp_reduce_dtype = DType::kFloat32;
+  const OpGraph g = build_training_steps(test::tiny_model("llama-2-7b"), o);
+  CHECK(test::sizes_named(g, "layers.0.reduce_output") == std::vector<Bytes>{4 * kLayer / 4, 4 * kLayer / 4});
+  CHECK(test::sizes_named(g, "layers.0.reduce_output.orig_dtype") ==
+        std::vector<Bytes>{2 * kLayer / 4, 2 * kLayer / 4});
+  // Step 2 adds into step 1's views (sharded_param.grad += new_sharded_grad) and drops its own output: one
+  // bf16 output per unit stays, viewed by the parameters' .grad.
+  const std::int64_t root =
+      1000 * 64 / 4 * 2 + 64 / 4;  // embed_tokens and lm_head 250 x 64 each, the norm 16
+  CHECK(test::persistent_bytes(g, TensorCategory::kGradient) == 2 * (2 * kLayer / 4) + 2 * root);
 }
