@@ -358,9 +358,8 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
 }
 
 std::vector<VarId> EagerTape::take_cached_outputs(const OpCall& c) {
-  SIM_ASSERT(!m_sac.cache.empty());
-  std::vector<TensorId> cached = std::move(m_sac.cache.front());
-  m_sac.cache.pop_front();
+  SIM_ASSERT(m_sac.next < m_sac.cache.size());
+  std::vector<TensorId> cached = std::move(m_sac.cache[m_sac.next++]);
   SIM_ASSERT(cached.size() == c.outputs.size());
   begin_op(c.name + ".cached", "sac_cached");  // no kernel runs
   for (VarId in : c.inputs) {
@@ -687,10 +686,10 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out) {
   const bool was_enabled = m_grad_enabled;
   m_grad_enabled = true;
   const std::size_t begin = m_nodes.size();
-  m_sac = SacRegion{m_nodes[index].sac, true, {}, std::move(m_nodes[index].sac_cache)};
+  m_sac = SacRegion{m_nodes[index].sac, true, {}, std::move(m_nodes[index].sac_cache), 0};
   m_nodes[index].sac_cache.clear();
   const VarId y = body(leaves);
-  SIM_ASSERT(m_sac.cache.empty());  // the policy decided alike in the forward and the replay
+  SIM_ASSERT(m_sac.next == m_sac.cache.size());  // the policy decided alike in the forward and the replay
   m_sac = SacRegion{};
   deliver(y, grad_out);
   unref(m_vars[grad_out].storage);  // the checkpoint node's incoming reference
@@ -881,9 +880,9 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   }
   m_grad_enabled = false;
   SIM_ASSERT(m_sac.policy == nullptr);  // checkpointed regions do not nest here
-  m_sac = SacRegion{sac, false, {}, {}};
+  m_sac = SacRegion{sac, false, {}, {}, 0};
   const VarId out = body(inputs);
-  std::deque<std::vector<TensorId>> cache = std::move(m_sac.cache);
+  std::vector<std::vector<TensorId>> cache = std::move(m_sac.cache);
   m_sac = SacRegion{};
   m_grad_enabled = true;
   Node node;

@@ -307,7 +307,7 @@ class EagerTape {
     // Selective checkpointing: the policy, and the cached outputs of each saved op in forward order (one
     // reference each until the replay takes them).
     const SelectiveCheckpointPolicy* sac = nullptr;
-    std::deque<std::vector<TensorId>> sac_cache;
+    std::vector<std::vector<TensorId>> sac_cache;
     bool done = false;
   };
   // The selective-checkpoint region being run: its policy, forward (caching) or replay (taking from the
@@ -316,7 +316,8 @@ class EagerTape {
     const SelectiveCheckpointPolicy* policy = nullptr;
     bool replay = false;
     std::map<std::string, int, std::less<>> occurrences;
-    std::deque<std::vector<TensorId>> cache;
+    std::vector<std::vector<TensorId>> cache;
+    std::size_t next = 0;  // the replay's next entry of `cache`
   };
 
   VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
