@@ -65,6 +65,14 @@ std::int64_t shard_numel(std::int64_t numel, int world_size) {
   return world_size <= 1 ? numel : (numel + world_size - 1) / world_size;
 }
 
+std::int64_t padded_flat_numel(const EagerTape& tape, const ParameterUnit& unit, int world_size) {
+  std::int64_t total = 0;
+  for (VarId p : unit.params) {
+    total += numel(tape.shape(p));
+  }
+  return shard_numel(total, world_size) * world_size;
+}
+
 std::vector<VarId> zero_redundancy_partition(const EagerTape& tape, const std::vector<VarId>& params,
                                              int world_size, int rank, ZeroPartitionKey key) {
   const auto sort_key = [&](VarId p) -> std::int64_t {

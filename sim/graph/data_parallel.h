@@ -86,6 +86,10 @@ std::string unit_name(const ParameterUnit& unit);
 // to a multiple of the world size).
 std::int64_t shard_numel(std::int64_t numel, int world_size);
 
+// Elements of a unit's FSDP1 FlatParameter: its parameters' elements, padded to a multiple of `world_size`.
+// Each numel is at most 2^50 elements (kMaxTensorBytes), so the sum over a unit cannot overflow.
+std::int64_t padded_flat_numel(const EagerTape& tape, const ParameterUnit& unit, int world_size);
+
 // How a scheme runs its reduce-scatters (streams are CUDA streams; 0 is the compute stream).
 enum class ReduceScatterPath : std::uint8_t {
   // On the compute stream, reading the gradients in place (DeepSpeed ZeRO here).
@@ -97,8 +101,8 @@ enum class ReduceScatterPath : std::uint8_t {
   kFsdp2ReduceScatterStream,
   // FSDP2 as first released (2024; the torchtitan PR 165 comparison ran it): the copy-in runs on the
   // reduce-scatter stream, whose pool holds the input (the compute stream waits for the copy-in before the
-  // gradients go); the input is dropped when
-  // foreach_reduce returns, in that stream's order, so the next reduce-scatter reuses its block.
+  // gradients go); the input is dropped when foreach_reduce returns, in that stream's order, so the next
+  // reduce-scatter reuses its block.
   kFsdp2CopyInOnReduceScatterStream,
 };
 

@@ -23,7 +23,7 @@
 // partitions each parameter (ceil(numel / world)). With offload_optimizer the flat fp32 gradient is on the
 // host (single_partition_of_fp32_groups' .grad) and none of this is on the GPU.
 // Not modelled: stage 3's gradient partitions kept in one persistent flat buffer (here: per parameter, freed
-// at the step); its all-gathers coalesced into one flat buffer per fetch (here: one tensor per parameter).
+// at the step).
 #include <algorithm>
 #include <optional>
 

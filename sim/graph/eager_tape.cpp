@@ -525,17 +525,20 @@ GradRule grad_rule(const NodeT& node, std::size_t i) {
 
 void EagerTape::execute(std::size_t index) {
   // A checkpoint node's parameters are read by the ops and nodes of its replay, which run the hooks.
-  const std::vector<VarId> params =
+  std::vector<VarId> params =
       m_nodes[index].checkpoint_body ? std::vector<VarId>{} : parameters_read(m_nodes[index].inputs);
-  bool reached = false;  // a gradient reached the node (else it does not run)
-  for (VarId o : m_nodes[index].outputs) {
-    reached = reached || m_grad_buffer.count(o) != 0;
+  bool reached = false;  // a gradient reached the node (else it does not run and reads nothing)
+  for (std::size_t i = 0; !params.empty() && !reached && i < m_nodes[index].outputs.size(); ++i) {
+    reached = m_grad_buffer.count(m_nodes[index].outputs[i]) != 0;
   }
-  if (!params.empty() && reached) {
+  if (!reached) {
+    params.clear();
+  }
+  if (!params.empty()) {
     m_before_parameter_use(params, false);
   }
   execute_node(index);
-  if (!params.empty() && reached) {
+  if (!params.empty()) {
     m_after_parameter_use(params, false);
   }
 }

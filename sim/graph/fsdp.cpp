@@ -116,7 +116,7 @@ class Fsdp final : public DataParallelScheme {
     if (!m_shard || unit.params.empty() || m_unsharded.count(unit.layer) != 0) {
       return;
     }
-    const std::int64_t flat = shard_numel(flat_numel(tape, unit), m_shard_ranks) * m_shard_ranks;  // padded
+    const std::int64_t flat = padded_flat_numel(tape, unit, m_shard_ranks);
     const DType dtype = tape.dtype(unit.params.front());
     const Bytes bytes = static_cast<Bytes>(flat) * dtype_size_bytes(dtype);
     tape.set_stream(kUnshardStream);
@@ -153,13 +153,6 @@ class Fsdp final : public DataParallelScheme {
     if (m_limit_all_gathers && m_shard) {
       m_free_events.push_back(op);  // the free event recorded after it
     }
-  }
-  static std::int64_t flat_numel(const EagerTape& tape, const ParameterUnit& unit) {
-    std::int64_t flat = 0;
-    for (VarId p : unit.params) {
-      flat += numel(tape.shape(p));
-    }
-    return flat;
   }
 
   std::string m_name;

@@ -4,21 +4,6 @@
 #include <vector>
 
 namespace vramsim {
-namespace {
-
-// Elements of the unit's FlatParameter, padded to a multiple of the ranks it is sharded over. Each numel is
-// at most 2^50 elements, so the sum over a unit's parameters cannot overflow.
-std::int64_t padded_flat_numel(const EagerTape& tape, const ParameterUnit& unit, int world) {
-  std::int64_t total = 0;
-  for (VarId p : unit.params) {
-    total += numel(tape.shape(p));
-  }
-  return shard_numel(total, world) * world;
-}
-
-Bytes bytes_of(std::int64_t elements, DType dtype) { return storage_bytes(elements, dtype, Shape{elements}); }
-
-}  // namespace
 
 void FlatParamGradients::before_unit_backward(EagerTape& tape, const ParameterUnit& unit) {
   const auto it = m_shard.find(unit.layer);
@@ -60,8 +45,8 @@ void FlatParamGradients::reduce_scatter(EagerTape& tape, const ParameterUnit& un
     for (VarId p : fresh) {
       tape.use(tape.grad(p));
     }
-    const TensorId flat = tape.allocate(name + ".flat_param.grad", bytes_of(padded, grad_dtype), grad_dtype,
-                                        TensorCategory::kGradient);
+    const TensorId flat = tape.allocate(name + ".flat_param.grad", tensor_bytes(Shape{padded}, grad_dtype),
+                                        grad_dtype, TensorCategory::kGradient);
     for (VarId p : fresh) {
       tape.release(tape.detach_grad(p));
     }
@@ -71,16 +56,17 @@ void FlatParamGradients::reduce_scatter(EagerTape& tape, const ParameterUnit& un
     if (reduce_dtype != grad_dtype) {
       tape.begin_op(std::string(op_name) + ".cast_to_reduce_dtype", "_to_copy");
       tape.use(flat);
-      full = tape.allocate(name + ".flat_param.grad.reduce_dtype", bytes_of(padded, reduce_dtype),
+      full = tape.allocate(name + ".flat_param.grad.reduce_dtype", tensor_bytes(Shape{padded}, reduce_dtype),
                            reduce_dtype, TensorCategory::kGradient);
     }
     tape.record_stream(flat, kPostBackwardStream);  // _no_dispatch_record_stream(autograd_computed_grad)
-    const Bytes full_bytes = bytes_of(padded, reduce_dtype);
+    const Bytes full_bytes = tensor_bytes(Shape{padded}, reduce_dtype);
     if (m_world > 1) {
       tape.begin_op(std::string(op_name), "reduce_scatter_tensor");
       tape.use(full);
-      shard = tape.allocate(name + ".flat_param.grad_shard", bytes_of(padded / m_world, reduce_dtype),
-                            reduce_dtype, TensorCategory::kGradient);
+      shard =
+          tape.allocate(name + ".flat_param.grad_shard", tensor_bytes(Shape{padded / m_world}, reduce_dtype),
+                        reduce_dtype, TensorCategory::kGradient);
       tape.set_comm_bytes(full_bytes - full_bytes / static_cast<Bytes>(m_world));
       if (full != flat) {
         tape.release(full);  // _reduce_grad's unsharded_grad goes when it returns
@@ -98,8 +84,8 @@ void FlatParamGradients::reduce_scatter(EagerTape& tape, const ParameterUnit& un
       tape.use(shard);
       const std::int64_t elements = m_world > 1 ? padded / m_world : padded;
       const TensorId cast =
-          tape.allocate(name + ".flat_param.grad_shard.param_dtype", bytes_of(elements, grad_dtype),
-                        grad_dtype, TensorCategory::kGradient);
+          tape.allocate(name + ".flat_param.grad_shard.param_dtype",
+                        tensor_bytes(Shape{elements}, grad_dtype), grad_dtype, TensorCategory::kGradient);
       tape.release(shard);
       shard = cast;
     }
