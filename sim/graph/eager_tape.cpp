@@ -216,6 +216,13 @@ VarId EagerTape::received(const std::string& name, const std::string& kind, cons
 }
 
 VarId EagerTape::constant(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
+  if (m_capturing) {
+    OpCall c;
+    c.name = name;
+    c.kind = kind;
+    c.outputs = {OutputSpec{"", shape, dtype, false}};
+    return capture(c).at(0);
+  }
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
   return new_var(s, shape, dtype, name);
@@ -223,6 +230,15 @@ VarId EagerTape::constant(const std::string& name, const std::string& kind, cons
 
 VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, GradRule base_grad) {
   SIM_ASSERT(numel(shape) <= numel(m_vars[base].shape) || base_grad.kind == GradRule::Kind::kPassThrough);
+  if (m_capturing) {
+    OpCall c;
+    c.name = name;
+    c.kind = "view";
+    c.inputs = {base};
+    c.outputs = {OutputSpec{"", shape, m_vars[base].dtype, true}};
+    c.backward.grads = {base_grad};
+    return capture(c, true).at(0);
+  }
   const Var b = m_vars[base];
   const VarId v = new_var(b.storage, shape, b.dtype, name);
   ref(b.storage);
@@ -240,6 +256,16 @@ VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, G
 
 VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId target,
                          const std::vector<VarId>& inputs, const BackwardRule& rule) {
+  if (m_capturing) {  // functionalized: a new value of the target's shape
+    OpCall c;
+    c.name = name;
+    c.kind = kind;
+    c.inputs = {target};
+    c.inputs.insert(c.inputs.end(), inputs.begin(), inputs.end());
+    c.outputs = {OutputSpec{"", m_vars[target].shape, m_vars[target].dtype, true}};
+    c.backward = rule;
+    return capture(c).at(0);
+  }
   begin_op(name, kind);
   const Var t = m_vars[target];
   use(t.storage);
@@ -263,9 +289,17 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
   return v;
 }
 
-void EagerTape::hold(VarId v) { ref(m_vars[v].storage); }
+void EagerTape::hold(VarId v) {
+  if (m_vars[v].storage != kNoTensor) {
+    ref(m_vars[v].storage);
+  }
+}
 
-void EagerTape::drop(VarId v) { unref(m_vars[v].storage); }
+void EagerTape::drop(VarId v) {
+  if (m_vars[v].storage != kNoTensor) {
+    unref(m_vars[v].storage);
+  }
+}
 
 void EagerTape::save(Node& node, TensorId s) {
   if (m_offload != ActivationOffload::kNone && !node.checkpoint_body && offload_pack(node, s)) {
@@ -292,6 +326,9 @@ int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
 }
 
 std::vector<VarId> EagerTape::op(const OpCall& c) {
+  if (m_capturing) {
+    return capture(c);
+  }
   const std::vector<VarId> params = parameters_read(c.inputs);
   if (!params.empty()) {
     m_before_parameter_use(params, true);
@@ -562,6 +599,10 @@ void EagerTape::execute_node(std::size_t index) {
   if (torchtune_unpack) {
     unpacked = unpack_torchtune(node);
   }
+  if (node.function_backward) {
+    execute_function(node, grads_out);
+    return;
+  }
   begin_op(node.name + ".backward", node.kind + "_backward", backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
@@ -760,6 +801,7 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
     release_packed(n);
     n.done = true;
     n.checkpoint_body = nullptr;
+    n.function_backward = nullptr;
   }
 }
 
@@ -881,6 +923,18 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   if (!m_grad_enabled || !any_requires_grad) {
     return body(inputs);
   }
+  if (m_capturing) {
+    // Dynamo traces through the checkpoint: its ops are tagged for recomputation, except the last, whose
+    // output the partitioner may save (cleanup_recompute_tags).
+    const bool outer = m_capture_recompute;
+    m_capture_recompute = true;
+    const VarId out = body(inputs);
+    m_capture_recompute = outer;
+    if (!m_captured.empty()) {
+      m_captured.back().must_recompute = outer;
+    }
+    return out;
+  }
   m_grad_enabled = false;
   SIM_ASSERT(m_sac.policy == nullptr);  // checkpointed regions do not nest here
   m_sac = SacRegion{sac, false, {}, {}, 0};
@@ -901,6 +955,80 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   }
   add_node(std::move(node), {out});
   return out;
+}
+
+// ---- torch.compile ----------------------------------------------------------------------------------------
+
+void EagerTape::begin_capture() {
+  SIM_ASSERT(!m_capturing);
+  m_capturing = true;
+  m_captured.clear();
+}
+
+std::vector<CapturedOp> EagerTape::end_capture() {
+  SIM_ASSERT(m_capturing);
+  m_capturing = false;
+  return std::move(m_captured);
+}
+
+std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
+  CapturedOp op;
+  op.call = c;
+  op.view = view;
+  op.must_recompute = m_capture_recompute;
+  op.layer = m_layer;
+  bool needs_grad = false;
+  for (VarId in : c.inputs) {
+    needs_grad = needs_grad || m_vars[in].requires_grad;
+  }
+  op.needs_grad = needs_grad && m_grad_enabled;
+  for (const OutputSpec& o : c.outputs) {
+    const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
+    // a view of a parameter or of an input the compiled graph reads shares its storage
+    const TensorId storage = view ? m_vars[c.inputs.at(0)].storage : kNoTensor;
+    const VarId v = new_var(storage, o.shape, o.dtype, name);
+    m_vars[v].requires_grad = op.needs_grad && o.differentiable;
+    op.outputs.push_back(v);
+  }
+  m_captured.push_back(op);
+  return m_captured.back().outputs;
+}
+
+void EagerTape::function_node(const std::string& name, const std::vector<VarId>& inputs,
+                              const std::vector<VarId>& outputs, std::vector<TensorId> saved,
+                              FunctionBackward backward) {
+  Node node;
+  node.name = name;
+  node.kind = "CompiledFunction";
+  node.layer = m_layer;
+  node.inputs = inputs;
+  node.saved = std::move(saved);
+  node.function_backward = std::move(backward);
+  add_node(std::move(node), outputs);
+}
+
+void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out) {
+  std::vector<TensorId> incoming;
+  for (VarId g : grads_out) {
+    incoming.push_back(g == kNoVar ? kNoTensor : m_vars[g].storage);  // the reference goes with it
+  }
+  const FunctionBackward backward = node.function_backward;
+  const std::vector<VarId> inputs = node.inputs;
+  const std::string name = node.name;
+  std::vector<TensorId> saved = std::move(node.saved);
+  node.saved.clear();
+  node.done = true;
+  const std::vector<TensorId> grads = backward(incoming, std::move(saved));
+  SIM_ASSERT(grads.size() == inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (grads[i] == kNoTensor) {
+      continue;
+    }
+    const Var x = m_vars[inputs[i]];
+    const VarId g = new_var(grads[i], x.shape, x.dtype, x.name + ".grad");
+    disown(grads[i]);
+    deliver(inputs[i], g);
+  }
 }
 
 void EagerTape::set_grad_to_none(VarId param) {

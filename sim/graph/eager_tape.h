@@ -24,6 +24,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sim/graph/cuda_reduce.h"
@@ -134,6 +135,18 @@ struct OpCall {
   double flops = 0.0;
 };
 
+// One op of code run under torch.compile's capture (EagerTape::begin_capture): recorded, not run. Its outputs
+// are variables without storage until the compiled graph gives them one.
+struct CapturedOp {
+  OpCall call;                  // views and in-place writes too, as ops ("view", the write's kind)
+  std::vector<VarId> outputs;
+  bool view = false;            // the output aliases inputs[0]
+  bool needs_grad = false;      // grad mode on and an input requires grad: the op has a backward
+  bool must_recompute = false;  // inside torch.utils.checkpoint: tagged PREFER_RECOMPUTE
+  int layer = -1;
+  Bytes workspace_bytes = 0;  // the process's first cuBLAS call: its workspace, allocated by this kernel
+};
+
 class EagerTape {
  public:
   explicit EagerTape(OpGraph& graph);
@@ -224,6 +237,8 @@ class EagerTape {
   const CudaDevice& cuda_device() const { return m_device; }
   // Called once at the first matmul of the autograd thread: cuBLAS allocates that thread's workspace.
   void set_backward_workspace_bytes(Bytes bytes) { m_backward_workspace_bytes = bytes; }
+  // The autograd thread's workspace still to be made (0 once made); the caller makes it now.
+  Bytes take_backward_workspace_bytes() { return std::exchange(m_backward_workspace_bytes, 0); }
   std::size_t node_count() const { return m_nodes.size(); }
   // Destroys the autograd nodes [begin, end) not yet run (their saved tensors are released): what happens
   // when the last Python reference to a graph's output goes away.
@@ -255,6 +270,25 @@ class EagerTape {
     m_enter_layer = std::move(enter);
     m_leave_layer = std::move(leave);
   }
+
+  // ---- torch.compile (torch_compile.h)
+  // The ops, views, factories and in-place writes recorded next are captured (Dynamo's trace) instead of run;
+  // Python references are not counted (the captured graph is functional). Raw allocations still happen.
+  void begin_capture();
+  std::vector<CapturedOp> end_capture();
+  bool capturing() const { return m_capturing; }
+  // The op captured last makes the cuBLAS handle allocate its workspace when the compiled graph runs it.
+  void capture_workspace(Bytes bytes) { m_captured.back().workspace_bytes = bytes; }
+  // A captured variable takes `storage`, which the compiled graph made; no reference changes hands.
+  void bind(VarId v, TensorId storage) { m_vars[v].storage = storage; }
+  // A torch.autograd.Function node (AOTAutograd's CompiledFunction): `inputs` get gradients from `backward`,
+  // which receives the incoming gradients (kNoTensor where none) and the saved storages, one reference each
+  // (it must release every one), and returns per input a gradient holding one reference, or kNoTensor.
+  using FunctionBackward = std::function<std::vector<TensorId>(const std::vector<TensorId>& grads_out,
+                                                               std::vector<TensorId> saved)>;
+  // `saved`: one reference each, handed to the node.
+  void function_node(const std::string& name, const std::vector<VarId>& inputs, const std::vector<VarId>& outputs,
+                     std::vector<TensorId> saved, FunctionBackward backward);
 
   // ---- raw tensors outside autograd (optimizer states, workspaces)
   OpId begin_op(const std::string& name, const std::string& kind, double flops = 0.0);
@@ -304,6 +338,7 @@ class EagerTape {
     ActivationOffload offload = ActivationOffload::kNone;  // how `packed` was packed
     BackwardRule rule;
     CheckpointBody checkpoint_body;  // set for checkpoint nodes
+    FunctionBackward function_backward;  // set for function nodes
     // Selective checkpointing: the policy, and the cached outputs of each saved op in forward order (one
     // reference each until the replay takes them).
     const SelectiveCheckpointPolicy* sac = nullptr;
@@ -321,6 +356,8 @@ class EagerTape {
   };
 
   VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
+  std::vector<VarId> capture(const OpCall& call, bool view = false);
+  void execute_function(Node& node, const std::vector<VarId>& grads_out);
   TensorId new_storage(const std::string& name, Bytes size_bytes, DType dtype, TensorCategory category);
   // Runs a scratch script; the allocations it leaves alive are appended to `live`.
   void run_scratch(const std::vector<ScratchStep>& steps, const std::string& name,
@@ -373,6 +410,9 @@ class EagerTape {
   bool m_grad_enabled = true;
   ActivationOffload m_offload = ActivationOffload::kNone;
   SacRegion m_sac;
+  bool m_capturing = false;
+  bool m_capture_recompute = false;  // capturing a checkpointed body
+  std::vector<CapturedOp> m_captured;
   std::uint64_t m_pack_id = 0;                                 // torchtune's tensor_id
   std::deque<std::pair<std::uint64_t, TensorId>> m_fwd_stash;  // torchtune's fwd_stash (a reference each)
   std::vector<TensorId> m_bwd_stash;                           // torchtune's bwd_tensor_stash

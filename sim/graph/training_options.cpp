@@ -93,6 +93,17 @@ constexpr std::array<std::pair<std::string_view, WarmProcess>, 3> kWarm{{
     {"step", WarmProcess::kStep},
 }};
 
+constexpr std::array<std::pair<std::string_view, CompileMode>, 4> kCompileModes{{
+    {"none", CompileMode::kNone},
+    {"default", CompileMode::kDefault},
+    {"reduce-overhead", CompileMode::kReduceOverhead},
+    {"max-autotune", CompileMode::kMaxAutotune},
+}};
+constexpr std::array<std::pair<std::string_view, CompileScope>, 2> kCompileScopes{{
+    {"model", CompileScope::kModel},
+    {"layer", CompileScope::kLayer},
+}};
+
 // "adamw-fused" -> ("adamw", "fused"); a kind alone -> (kind, "").
 std::pair<std::string_view, std::string_view> split_impl(std::string_view text) {
   for (const auto& [impl, value] : kImpls) {
@@ -108,6 +119,35 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
 
 void validate(const TrainingOptions& o) {
   validate(o.lora);
+  if (o.compile != CompileMode::kNone) {
+    // What the compiled path does not model yet: each of these changes what is captured or where the graph
+    // breaks (module hooks that gather parameters, saved-tensor hooks, a pipeline's stage split).
+    const auto refuse = [](std::string_view what) {
+      throw InputError(fmt::format("--compile: not modelled together with {}", what));
+    };
+    if (o.data_parallel.scheme != "none" && o.data_parallel.scheme != "ddp" &&
+        o.compile_scope == CompileScope::kModel) {
+      refuse("--data-parallel " + o.data_parallel.scheme + " (use --compile-scope layer, as torchtitan does)");
+    }
+    if (o.data_parallel.scheme == "zero3") {
+      refuse("ZeRO-3");
+    }
+    if (o.offload_activations) {
+      refuse("--offload activations");
+    }
+    if (o.pipeline.stages > 1) {
+      refuse("pipeline parallelism");
+    }
+    if (o.tensor_parallel > 1) {
+      refuse("tensor parallelism");
+    }
+    if (o.generate_tokens > 0) {
+      refuse("--generate");
+    }
+    if (o.checkpointing == Checkpointing::kSelective || o.checkpointing == Checkpointing::kSelectiveOp) {
+      refuse("selective checkpointing");
+    }
+  }
   if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
     throw InputError(
         fmt::format("--generate: {} new tokens is out of range (1..{})", o.generate_tokens, kMaxPasses));
@@ -276,6 +316,13 @@ WarmProcess parse_warm(std::string_view text, std::string_view option) {
   return parse_enum(kWarm, text, option);
 }
 std::string_view warm_name(WarmProcess w) { return name_of(kWarm, w); }
+CompileMode parse_compile_mode(std::string_view text, std::string_view option) {
+  return parse_enum(kCompileModes, text, option);
+}
+CompileScope parse_compile_scope(std::string_view text, std::string_view option) {
+  return parse_enum(kCompileScopes, text, option);
+}
+std::string_view compile_mode_name(CompileMode m) { return name_of(kCompileModes, m); }
 
 std::string_view precision_name(Precision p) { return name_of(kPrecisions, p); }
 std::string_view optimizer_name(OptimizerKind o) { return name_of(kOptimizers, o); }

@@ -100,6 +100,13 @@ inline bool attention_kernel_writes_bshd(AttentionKind k) {
 // workspaces are allocated at setup, before the first simulated step.
 enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
 
+// torch.compile (torch_compile.h): mode, and what is compiled.
+enum class CompileMode : std::uint8_t { kNone, kDefault, kReduceOverhead, kMaxAutotune };
+// kModel: torch.compile(model), one graph for the whole forward (Hugging Face Trainer's torch_compile, a
+// compiled nn.Module); kLayer: each decoder layer compiled on its own (torchtitan's per-TransformerBlock
+// compile), the embeddings, final norm and head eager.
+enum class CompileScope : std::uint8_t { kModel, kLayer };
+
 // Data parallelism (data_parallel.h): the user's settings, with the libraries' defaults.
 struct DataParallelOptions {
   std::string scheme = "none";  // a registry name; "none": one GPU
@@ -248,6 +255,8 @@ struct TrainingOptions {
   // profile run); predict sizes num_gpu_blocks from its profile run.
   std::int64_t block_size = 16;
   std::int64_t num_gpu_blocks = 0;
+  CompileMode compile = CompileMode::kNone;
+  CompileScope compile_scope = CompileScope::kModel;
 };
 
 // Limits on what a user can type, checked by validate() before any size is computed from them: far beyond
@@ -289,6 +298,9 @@ Checkpointing parse_checkpointing(std::string_view text, std::string_view option
 LossKind parse_loss(std::string_view text, std::string_view option = "--loss");
 AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
 WarmProcess parse_warm(std::string_view text, std::string_view option = "--warm");
+CompileMode parse_compile_mode(std::string_view text, std::string_view option = "--compile-mode");
+CompileScope parse_compile_scope(std::string_view text, std::string_view option = "--compile-scope");
+std::string_view compile_mode_name(CompileMode m);
 std::string_view warm_name(WarmProcess w);
 
 // The kernel an `attention` choice runs for a model of this head size in this precision: kSdpa becomes the

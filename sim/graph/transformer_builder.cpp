@@ -14,6 +14,7 @@
 #include "sim/graph/optimizer.h"
 #include "sim/graph/pipeline_parallel.h"
 #include "sim/graph/selective_checkpoint.h"
+#include "sim/graph/torch_compile.h"
 #include "sim/graph/transformer_parts.h"
 
 namespace vramsim {
@@ -117,6 +118,8 @@ VarId embeddings(EmitContext& ctx, VarId ids) {
   return shard;
 }
 
+VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x);
+
 // Decoder layers [first, first + count) on x; takes over the caller's reference to x and returns the last
 // layer's output.
 VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int count, DataParallelScheme& dp,
@@ -124,6 +127,24 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
   for (int l = first; l < first + count; ++l) {
     tape.set_layer(l);
     dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
+    VarId y;
+    const auto run_layer = [&]() { return layer_forward(ctx, tape, l, x); };
+    if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kLayer && !tape.capturing()) {
+      y = compiled_call(tape, layer_name(l, "compiled"), run_layer, *ctx.inductor);
+    } else {
+      y = run_layer();
+    }
+    tape.drop(x);
+    x = y;
+    dp.post_forward(tape, units[static_cast<std::size_t>(l)]);
+  }
+  tape.set_layer(-1);
+  return x;
+}
+
+// One decoder layer on x, checkpointed as --checkpointing says.
+VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x) {
+  {
     VarId y;
     if (ctx.options.checkpointing == Checkpointing::kFull ||
         ctx.options.checkpointing == Checkpointing::kSelectiveOp) {
@@ -162,12 +183,8 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
     } else {
       y = emit_layer(ctx, l, x);
     }
-    tape.drop(x);
-    x = y;
-    dp.post_forward(tape, units[static_cast<std::size_t>(l)]);
+    return y;
   }
-  tape.set_layer(-1);
-  return x;
 }
 
 // One model forward: ids -> logits.
@@ -183,6 +200,19 @@ ActivationOffload activation_offload(const TrainingOptions& o) {
 VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
               const std::vector<ParameterUnit>& units) {
   dp.pre_forward(tape, units.back());
+  if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kModel) {
+    // torch.compile(model): the whole forward is one graph
+    const VarId logits = compiled_call(
+        tape, "compiled_model",
+        [&]() {
+          const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
+          return emit_final(ctx, x);
+        },
+        *ctx.inductor);
+    dp.post_forward(tape, units.back());
+    end_forward(ctx);
+    return logits;
+  }
   const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
   // torchtune's recipes wrap model.output in NoOpManager: its saved tensors stay on the GPU (here the final
   // norm's too, which torchtune offloads: one hidden-size tensor, on the high side).
@@ -423,6 +453,9 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   std::size_t held_graph_begin = 0;
   PipelineStage stage{tape,  ops, model,   options, params,    buffers, *dp,
                       units, ids, targets, low,     attention, &code,   chunks};
+  InductorProcess inductor;  // --compile: what the process has tuned (a warm process: everything)
+  inductor.mode = options.compile;
+  inductor.autotuned_before = options.warm != WarmProcess::kNone;
   for (int step = 1; step <= options.steps; ++step) {
     if (options.pipeline.stages > 1) {
       pipeline_step(stage, step);
@@ -434,6 +467,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       const std::size_t graph_begin = tape.node_count();
       EmitContext ctx{ops,    model,  options, params,    buffers, {},
                       kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
+      ctx.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
       tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
       tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
       const VarId logits = forward(ctx, tape, ids, *dp, units);

@@ -21,6 +21,7 @@ namespace vramsim {
 
 class LayerCode;  // layer_code.h
 class KvCache;    // hf_kv_cache.h
+struct InductorProcess;  // torch_compile.h
 
 // A decoder layer's parameters by role; kNoVar where the architecture has none.
 struct LayerParams {
@@ -106,6 +107,8 @@ struct EmitContext {
   // --loss chunked-ce: the output projection's per-chunk logits (torchtune's model output, a list), made by
   // the forward and consumed (then deleted) by the loss.
   std::vector<VarId> logit_chunks = {};
+  // --compile: the process's Inductor state (kernels tuned so far); nullptr: eager.
+  InductorProcess* inductor = nullptr;
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);

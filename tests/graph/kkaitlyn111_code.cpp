@@ -46,9 +46,13 @@ VarId rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
   const VarId rms = ops.sqrt(n + ".sqrt", me);  // rms = torch.sqrt(...)
   t.drop(me);
   const VarId xn = ops.div(n + ".div_rms", x32, rms);  // x_normed = x / rms
-  // einsum(self.weight, x_normed, "d, b s d -> b s d"): einsum contracts it with bmm over d, so autocast
-  // casts both operands and the product is low precision (in fp32 it allocates what a mul would)
-  const VarId y = ops.matmul(n + ".mul_weight", w, xn, t.shape(xn), false);
+  // einsum(self.weight, x_normed, "d, b s d -> b s d"): einsum is on autocast's lower-precision list, so
+  // both operands are cast; with no dimension summed, ATen's sumproduct_pair multiplies them (at::mul), a
+  // pointwise op to torch.compile
+  const VarId wl = ops.autocast_operand(n + ".mul_weight", w);
+  const VarId xl = ops.autocast_operand(n + ".mul_weight", xn);
+  const VarId y = ops.mul(n + ".mul_weight", wl, xl);
+  t.drop({wl, xl});
   const VarId out = ops.to(n + ".to_in_dtype", y, in_dtype);  // result.to(in_dtype)
   t.drop({y, xn, rms, norm, x32});
   return out;
