@@ -90,6 +90,16 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--warm", a.warm,
                   "none|forward|step: what the process ran before (its cuBLAS workspaces already exist)")
       ->capture_default_str();
+  cmd->add_flag("--compile{default}", a.compile_mode,
+                "torch.compile the model (Inductor): the min-cut partitioner picks what is saved, fused "
+                "kernels drop intermediates; --compile=MODE or --compile-mode MODE");
+  cmd->add_option("--compile-mode", a.compile_mode,
+                  "default|reduce-overhead|max-autotune|max-autotune-no-cudagraphs: torch.compile's mode (implies "
+                  "--compile; reduce-overhead and max-autotune run CUDA graphs from a private pool)");
+  cmd->add_option("--compile-scope", a.compile_scope,
+                  "model|layer: torch.compile(model) as one graph, or each decoder layer compiled on its own "
+                  "(torchtitan)")
+      ->capture_default_str();
   cmd->add_option("--zero-grad", a.zero_grad,
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
                   "zero_grad(set_to_none=False) / a loop that never zeroes them keeps them allocated")
@@ -258,6 +268,11 @@ void print_run(const Prediction& p, const RequestArgs& a) {
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
                a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""),
                a.loss == "chunked-ce" ? fmt::format(", loss chunked-ce ({} chunks)", a.loss_chunks) : "");
+  }
+  if (!a.compile_mode.empty() && a.compile_mode != "none") {
+    fmt::print("torch.compile    mode {}, {} (Inductor; AOTAutograd's min-cut partitioner{})\n", a.compile_mode,
+               a.compile_scope == "layer" ? "each decoder layer a graph" : "the model one graph",
+               a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }
   if (!p.base_weights.empty()) {
     const bool four_bit = p.base_weights != "int8";

@@ -984,9 +984,9 @@ std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
   op.needs_grad = needs_grad && m_grad_enabled;
   for (const OutputSpec& o : c.outputs) {
     const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
-    // a view of a parameter or of an input the compiled graph reads shares its storage
-    const TensorId storage = view ? m_vars[c.inputs.at(0)].storage : kNoTensor;
-    const VarId v = new_var(storage, o.shape, o.dtype, name);
+    // no storage, views too: Python references to captured values are not counted (a view of a parameter
+    // is the parameter's value to the compiled graph)
+    const VarId v = new_var(kNoTensor, o.shape, o.dtype, name);
     m_vars[v].requires_grad = op.needs_grad && o.differentiable;
     op.outputs.push_back(v);
   }

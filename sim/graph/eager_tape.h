@@ -300,6 +300,10 @@ class EagerTape {
   void retain(TensorId storage) { ref(storage); }  // one more reference (the caller's)
   // storage.record_stream(stream): its free is deferred until `stream`'s work issued before the free has run.
   void record_stream(TensorId storage, StreamId stream) { m_graph.tensor(storage).record_stream = stream; }
+  // The storage came from a CUDA graph's private pool (kCudaGraphPoolStream).
+  void set_graph_pool(TensorId storage) { m_graph.tensor(storage).graph_pool = true; }
+  bool in_graph_pool(TensorId storage) const { return m_graph.tensor(storage).graph_pool; }
+  TensorCategory category_of(TensorId storage) const { return m_graph.tensor(storage).category; }
   // The host blocks on `op`'s completion before issuing the current op (Event.synchronize()).
   void host_wait_for(OpId op) { m_graph.op(m_current_op).host_waits_for = op; }
   // The current op is a collective: `bytes` cross the GPU links (it takes their time, not the roofline's).

@@ -117,8 +117,14 @@ std::vector<TensorId> emit(EagerTape& tape, const GraphPlan& plan) {
     for (int b : kern.writes) {
       const Buffer& buf = plan.buffers[static_cast<std::size_t>(b)];
       const int old = fate[static_cast<std::size_t>(b)].reuses;
-      storage[static_cast<std::size_t>(b)] =
-          old >= 0 ? storage[static_cast<std::size_t>(old)] : tape.allocate(buf.name, buf.size_bytes, buf.dtype, buf.category);
+      if (old >= 0) {
+        storage[static_cast<std::size_t>(b)] = storage[static_cast<std::size_t>(old)];
+        continue;
+      }
+      storage[static_cast<std::size_t>(b)] = tape.allocate(buf.name, buf.size_bytes, buf.dtype, buf.category);
+      if (plan.graph_pool) {
+        tape.set_graph_pool(storage[static_cast<std::size_t>(b)]);
+      }
     }
     for (int b : kern.reads) {
       tape.use_once(storage[static_cast<std::size_t>(b)]);
@@ -126,6 +132,9 @@ std::vector<TensorId> emit(EagerTape& tape, const GraphPlan& plan) {
     std::vector<TensorId> scratch;
     for (Bytes s : kern.scratch_bytes) {
       scratch.push_back(tape.allocate(kern.name + ".scratch", s, DType::kUInt8, TensorCategory::kTemporary));
+      if (plan.graph_pool) {
+        tape.set_graph_pool(scratch.back());
+      }
     }
     for (TensorId s : scratch) {
       tape.release(s);

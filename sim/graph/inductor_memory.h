@@ -45,6 +45,8 @@ struct Kernel {
 struct GraphPlan {
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;
+  // CUDA graphs (cudagraph trees): every allocation of the graph, scratch too, comes from the private pool.
+  bool graph_pool = false;
 };
 
 // Emits `plan` into the tape as ops. Returns, per buffer, its storage (kNoTensor for a buffer no kernel

@@ -72,6 +72,10 @@ struct Op {
   Bytes comm_bytes = 0;
 };
 
+// The allocator model keeps free blocks per stream, and a CUDA graph's private pool is exactly such a set of
+// blocks that no other allocation may take: graph-pool tensors are allocated as if on this stream.
+inline constexpr StreamId kCudaGraphPoolStream = 64;
+
 struct Tensor {
   TensorId id = kNoTensor;
   std::string name;
@@ -85,6 +89,9 @@ struct Tensor {
   // tensor.record_stream(s) before the free: the memory returns to the allocator only once the work issued
   // on `record_stream` up to the free has run (spec ST2-ST3; a deferred free). kNoRecordStream: none.
   StreamId record_stream = kNoRecordStream;
+  // Allocated from a CUDA graph's private memory pool (torch.compile's cudagraph trees): its blocks serve only
+  // that pool's allocations and stay reserved for it.
+  bool graph_pool = false;
 
   OpId last_consumer() const { return consumers.empty() ? producer : consumers.back(); }
 };

@@ -41,6 +41,41 @@ void merge(std::vector<int>& into, const std::vector<int>& from) {
   }
 }
 
+// max-autotune's select_algorithm at compile time: for each matmul shape not tuned yet, example inputs and an
+// output are made (AlgorithmSelectorCache.benchmark_example_value) and every choice is benchmarked with
+// Triton's flush buffer; one shape after another, so the largest set is what coexists.
+void add_matmul_autotuning(GraphPlan& plan, const std::vector<std::vector<Bytes>>& matmuls, InductorProcess& process,
+                           const std::string& name) {
+  if (!autotunes_matmuls(process.mode) || process.autotuned_before) {
+    return;
+  }
+  std::vector<Bytes> largest;
+  Bytes largest_sum = 0;
+  for (const std::vector<Bytes>& sizes : matmuls) {
+    std::string signature = "mm";
+    Bytes sum = 0;
+    for (Bytes b : sizes) {
+      signature += fmt::format(":{}", b);
+      sum += b;
+    }
+    if (process.tuned.insert(signature).second && sum > largest_sum) {
+      largest = sizes;
+      largest_sum = sum;
+    }
+  }
+  if (largest.empty()) {
+    return;
+  }
+  Kernel k;
+  k.name = name + ".select_algorithm";
+  k.kind = "autotune_select_algorithm";
+  k.scratch_bytes = largest;
+  k.scratch_bytes.push_back(kTritonBenchmarkFlushBytes);
+  plan.kernels.insert(plan.kernels.begin(), std::move(k));
+}
+
+bool is_matmul(std::string_view k) { return k == "mm" || k == "addmm" || k == "bmm" || k == "_scaled_mm"; }
+
 // One value of the captured graph: an op's output or a graph input (views are their base's value).
 struct Value {
   VarId var = kNoVar;
@@ -167,9 +202,25 @@ class ForwardLowering {
   // The plan and, per value, its buffer (-1: fused away).
   GraphPlan lower() {
     decide_materialized();
+    m_plan.graph_pool = uses_cudagraphs(m_process.mode);
+    if (m_plan.graph_pool) {
+      copy_static_inputs();
+    }
+    std::vector<std::vector<Bytes>> matmuls;
     for (std::size_t i = 0; i < m_g.ops.size(); ++i) {
       lower_op(i);
+      if (is_matmul(m_g.ops[i].call.kind)) {
+        std::vector<Bytes> sizes;
+        for (int u : m_g.op_inputs[i]) {
+          sizes.push_back(m_g.values[static_cast<std::size_t>(u)].size_bytes);
+        }
+        for (int v : m_g.op_outputs[i]) {
+          sizes.push_back(m_g.values[static_cast<std::size_t>(v)].size_bytes);
+        }
+        matmuls.push_back(std::move(sizes));
+      }
     }
+    add_matmul_autotuning(m_plan, matmuls, m_process, m_g.name);
     return std::move(m_plan);
   }
   int buffer_of(int v) const { return m_buffer[static_cast<std::size_t>(v)]; }
@@ -220,6 +271,35 @@ class ForwardLowering {
                                  (users[v] > 1 && m_reads[v].size() > kRealizeReadsThreshold))) {
         m_materialized[v] = true;
       }
+    }
+  }
+  // cudagraph trees copy every input that is neither a parameter or buffer nor already in the graph's pool
+  // into a static buffer of the pool, kept for the replays.
+  void copy_static_inputs() {
+    for (std::size_t v = 0; v < m_g.values.size(); ++v) {
+      const int vi = static_cast<int>(v);
+      if (!m_g.primal(vi)) {
+        continue;
+      }
+      const TensorId s = m_tape.storage(m_g.values[v].var);
+      const TensorCategory c = m_tape.category_of(s);
+      if (m_tape.in_graph_pool(s) || c == TensorCategory::kParameter || c == TensorCategory::kInput) {
+        continue;
+      }
+      Kernel k;
+      k.name = m_g.name + ".static_input_copy";
+      k.kind = "copy_";
+      k.reads = {buffer(vi)};
+      Buffer copy;
+      copy.name = m_tape.name(m_g.values[v].var) + ".static_input";
+      copy.size_bytes = m_g.values[v].size_bytes;
+      copy.dtype = m_g.values[v].dtype;
+      copy.layer = m_g.values[v].layer;
+      copy.graph_output = true;  // the graph's, for good
+      m_plan.buffers.push_back(std::move(copy));
+      k.writes = {static_cast<int>(m_plan.buffers.size() - 1)};
+      m_buffer[v] = k.writes[0];
+      m_plan.kernels.push_back(std::move(k));
     }
   }
   bool stored(int v) const { return m_g.primal(v) || m_materialized[static_cast<std::size_t>(v)]; }
@@ -312,7 +392,7 @@ class ForwardLowering {
 class BackwardLowering {
  public:
   BackwardLowering(const CompiledGraph& g, const std::vector<TensorId>& saved, TensorId grad_out,
-                   Bytes workspace_bytes)
+                   Bytes workspace_bytes, bool copy_tangent)
       : m_g(g), m_workspace_bytes(workspace_bytes), m_saved_buffer(g.values.size(), -1), m_recomputed(g.values.size()),
         m_recompute_done(g.values.size(), false), m_grad(g.values.size()), m_grad_set(g.values.size(), false),
         m_result(g.values.size(), -1) {
@@ -325,7 +405,21 @@ class BackwardLowering {
     Buffer b;
     b.storage = grad_out;
     b.owned = true;
-    const int tangent = add(std::move(b));
+    int tangent = add(std::move(b));
+    if (copy_tangent) {  // cudagraph trees: the eager loss's gradient is copied into a static input
+      Buffer copy;
+      copy.name = g.name + ".tangent.static_input";
+      copy.size_bytes = g.values[static_cast<std::size_t>(g.output)].size_bytes;
+      copy.dtype = g.values[static_cast<std::size_t>(g.output)].dtype;
+      copy.graph_output = true;
+      Kernel k;
+      k.name = copy.name;
+      k.kind = "copy_";
+      k.reads = {tangent};
+      tangent = add(std::move(copy));
+      k.writes = {tangent};
+      m_plan.kernels.push_back(std::move(k));
+    }
     m_grad[static_cast<std::size_t>(g.output)] = {tangent};
     m_grad_set[static_cast<std::size_t>(g.output)] = true;
     m_grad_buffer.push_back(tangent);
@@ -357,6 +451,8 @@ class BackwardLowering {
   // The buffer holding primal `v`'s gradient (-1: none).
   int result(int v) const { return m_result[static_cast<std::size_t>(v)]; }
   Bytes unused_workspace_bytes() const { return m_workspace_bytes; }
+  // Sizes of the buffers each matmul kernel reads and writes (max-autotune benchmarks them).
+  const std::vector<std::vector<Bytes>>& matmuls() const { return m_matmuls; }
 
  private:
   int add(Buffer b) {
@@ -499,6 +595,16 @@ class BackwardLowering {
         k.writes.push_back(b);
         made.emplace_back(u, b);
       }
+      if (is_matmul(op.call.kind)) {
+        std::vector<Bytes> sizes;
+        for (int b : k.reads) {
+          sizes.push_back(m_plan.buffers[static_cast<std::size_t>(b)].size_bytes);
+        }
+        for (int b : k.writes) {
+          sizes.push_back(m_plan.buffers[static_cast<std::size_t>(b)].size_bytes);
+        }
+        m_matmuls.push_back(std::move(sizes));
+      }
       m_plan.kernels.push_back(std::move(k));
       for (const auto& [u, b] : made) {
         accumulate(u, {b}, op.layer);
@@ -529,10 +635,11 @@ class BackwardLowering {
   std::vector<bool> m_grad_set;
   std::vector<int> m_grad_buffer;  // buffers that hold a gradient (the tangent's too)
   std::vector<int> m_result;
+  std::vector<std::vector<Bytes>> m_matmuls;
 };
 
-std::vector<TensorId> run_backward(EagerTape& tape, const CompiledGraph& g, const std::vector<TensorId>& grads_out,
-                                   std::vector<TensorId> saved) {
+std::vector<TensorId> run_backward(EagerTape& tape, const CompiledGraph& g, InductorProcess& process,
+                                   const std::vector<TensorId>& grads_out, std::vector<TensorId> saved) {
   std::vector<TensorId> grads(g.grad_inputs.size(), kNoTensor);
   if (grads_out.empty() || grads_out[0] == kNoTensor) {
     for (TensorId s : saved) {
@@ -540,8 +647,12 @@ std::vector<TensorId> run_backward(EagerTape& tape, const CompiledGraph& g, cons
     }
     return grads;
   }
-  BackwardLowering lowering(g, saved, grads_out[0], tape.take_backward_workspace_bytes());
+  const bool cudagraphs = uses_cudagraphs(process.mode);
+  BackwardLowering lowering(g, saved, grads_out[0], tape.take_backward_workspace_bytes(),
+                            cudagraphs && !tape.in_graph_pool(grads_out[0]));
   GraphPlan plan = lowering.lower();
+  plan.graph_pool = cudagraphs;
+  add_matmul_autotuning(plan, lowering.matmuls(), process, g.name + ".backward");  // compiled at first use
   tape.set_backward_workspace_bytes(lowering.unused_workspace_bytes());
   if (plan.kernels.empty()) {
     tape.begin_op(g.name + ".backward", "CompiledFunctionBackward");
@@ -596,8 +707,9 @@ VarId compiled_call(EagerTape& tape, const std::string& name, const std::functio
     return out;
   }
   tape.function_node(name, inputs, {out}, std::move(saved),
-                     [&tape, g](const std::vector<TensorId>& grads_out, std::vector<TensorId> saved_storage) {
-                       return run_backward(tape, *g, grads_out, std::move(saved_storage));
+                     [&tape, &process, g](const std::vector<TensorId>& grads_out,
+                                          std::vector<TensorId> saved_storage) {
+                       return run_backward(tape, *g, process, grads_out, std::move(saved_storage));
                      });
   return out;
 }

@@ -93,11 +93,12 @@ constexpr std::array<std::pair<std::string_view, WarmProcess>, 3> kWarm{{
     {"step", WarmProcess::kStep},
 }};
 
-constexpr std::array<std::pair<std::string_view, CompileMode>, 4> kCompileModes{{
+constexpr std::array<std::pair<std::string_view, CompileMode>, 5> kCompileModes{{
     {"none", CompileMode::kNone},
     {"default", CompileMode::kDefault},
     {"reduce-overhead", CompileMode::kReduceOverhead},
     {"max-autotune", CompileMode::kMaxAutotune},
+    {"max-autotune-no-cudagraphs", CompileMode::kMaxAutotuneNoCudagraphs},
 }};
 constexpr std::array<std::pair<std::string_view, CompileScope>, 2> kCompileScopes{{
     {"model", CompileScope::kModel},

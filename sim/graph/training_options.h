@@ -101,7 +101,15 @@ inline bool attention_kernel_writes_bshd(AttentionKind k) {
 enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
 
 // torch.compile (torch_compile.h): mode, and what is compiled.
-enum class CompileMode : std::uint8_t { kNone, kDefault, kReduceOverhead, kMaxAutotune };
+enum class CompileMode : std::uint8_t { kNone, kDefault, kReduceOverhead, kMaxAutotune, kMaxAutotuneNoCudagraphs };
+// torch.compile's modes (torch/_inductor/__init__.py list_mode_options): reduce-overhead and max-autotune run
+// the graphs as CUDA graphs (triton.cudagraphs); the max-autotune ones benchmark matmul kernels (max_autotune).
+inline bool uses_cudagraphs(CompileMode m) {
+  return m == CompileMode::kReduceOverhead || m == CompileMode::kMaxAutotune;
+}
+inline bool autotunes_matmuls(CompileMode m) {
+  return m == CompileMode::kMaxAutotune || m == CompileMode::kMaxAutotuneNoCudagraphs;
+}
 // kModel: torch.compile(model), one graph for the whole forward (Hugging Face Trainer's torch_compile, a
 // compiled nn.Module); kLayer: each decoder layer compiled on its own (torchtitan's per-TransformerBlock
 // compile), the embeddings, final norm and head eager.

@@ -722,6 +722,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
   }
   o.warm = parse_warm(a.warm);
+  o.compile = a.compile_mode.empty() ? CompileMode::kNone : parse_compile_mode(a.compile_mode);
+  o.compile_scope = parse_compile_scope(a.compile_scope);
+  if (o.compile == CompileMode::kNone && a.compile_scope != "model") {
+    throw InputError("--compile-scope: needs --compile");
+  }
   if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {
     throw InputError(
         fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));

@@ -248,6 +248,9 @@ struct RequestArgs {
   std::string module_loading = "lazy";    // --module-loading lazy|eager
   std::string cuda_context;               // --cuda-context SIZE ("" = the GPU table's figure)
   std::string warm = "none";              // --warm none|forward|step
+  // --compile / --compile-mode default|reduce-overhead|max-autotune ("" = eager); --compile-scope model|layer
+  std::string compile_mode;
+  std::string compile_scope = "model";
   std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
   int generate = 0;                  // --generate N: model.generate() of N new tokens (0: no generation)

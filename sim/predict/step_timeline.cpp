@@ -337,8 +337,8 @@ AllocationSchedule timed_schedule(const OpGraph& graph, const AllocationSchedule
     new_index[i] = k;
     TraceEvent e = schedule.events[i];
     e.time_ns = timeline.event_time_ns[i];
-    e.stream = graph.op(event_op(graph, schedule, i)).stream;
     const Tensor& t = graph.tensor(schedule.event_tensor[i]);
+    e.stream = t.graph_pool ? kCudaGraphPoolStream : graph.op(event_op(graph, schedule, i)).stream;
     if (e.action == TraceAction::kAlloc) {
       live += static_cast<std::int64_t>(t.size_bytes);
     } else if (e.action == TraceAction::kFreeCompleted) {

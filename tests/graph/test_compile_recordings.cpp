@@ -1,71 +1,119 @@
+// The five torch.compile'd CS336 forwards in shared/traces/real (kkaitlyn111/cs336-a2-systems, PyTorch 2.6,
+// Inductor, fp32, batch 4; their frames show Dynamo, AOTAutograd's partitioner and Inductor's generated code)
+// against `--compile`: the peak rise of the recorded forward and the bytes each decoder layer leaves saved
+// for the backward.
+//
+// Expected values come from the recordings:
+//   * the peak rise is test::peak_rise over the recorded events;
+//   * the saved bytes per layer were read off each recording at the layer boundaries: the live bytes at the
+//     first allocation of every layer's ln1 (generated-code frames called from transformer.py:57 and :243),
+//     differenced between consecutive layers; from the third layer on every difference is the same number
+//     (small: 37,826,560; 2.7B: 121,835,520 at ctx 128, 277,225,472 at 256, 688,668,672 at 512).
+// Triton's benchmark buffer (256 MiB, triton.testing.do_bench's L2 flush) shows where Inductor autotunes a
+// kernel the first time it runs. When that happens depends on what the process (and Inductor's on-disk
+// cache) had tuned before; memory_2.7b_forward, run after other forwards, tuned one kernel of the final
+// layers, so its peak (4,193,816,576) is a benchmark buffer on top of the forward's activations. The checks
+// therefore compare the peak rise without those buffers on both sides, and the peak as recorded where the
+// benchmarks ran before the peak.
 #include <catch2/catch.hpp>
 
-#include <map>
+#include <cmath>
+#include <set>
 
 #include "graph_test_util.h"
+#include "sim/graph/torch_compile.h"
 #include "sim/graph/transformer_builder.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 
 using namespace vramsim;
 
-TEST_CASE("compile scratch", "[graph]") {
-  if (!test::shared_or_skip("compile scratch")) {
-    return;
-  }
-  struct R { const char* file; const char* preset; int seq; WarmProcess warm; };
-  for (R r : {R{"kkaitlyn111_memory_small_forward.pickle", "cs336-small", 128, WarmProcess::kNone},
-              R{"kkaitlyn111_memory_2.7b_forward.pickle", "cs336-2.7b", 128, WarmProcess::kNone},
-              R{"kkaitlyn111_memory_ctx256_forward.pickle", "cs336-2.7b", 256, WarmProcess::kNone},
-              R{"kkaitlyn111_memory_ctx512_forward.pickle", "cs336-2.7b", 512, WarmProcess::kNone},
-              R{"kkaitlyn111_cs336_systems__memory_logs__memory_ctx128_forward.pickle", "cs336-2.7b", 128, WarmProcess::kNone}}) {
-    const Snapshot rec = load_snapshot((test::shared_real_traces() / r.file).string());
-    const std::int64_t recorded = test::peak_rise(rec.device_traces.at(0).events);
-    ModelConfig m = test::kkaitlyn111(model_preset(r.preset));
-    TrainingOptions o;
-    o.batch = 4;
-    o.seq = r.seq;
-    o.forward_only = true;
-    o.warm = r.warm;
-    o.compile = CompileMode::kDefault;
-    const OpGraph graph = build_training_steps(m, o);
-    WARN("saved per layer " << saved_activation_bytes(graph, 1, 5));
-    if (std::string(r.preset) == "cs336-small") {
-      for (const Tensor& t : graph.tensors()) {
-        if (t.layer == 5 && t.category == TensorCategory::kActivation) {
-          WARN("  " << t.name << " " << t.size_bytes);
+namespace {
+
+struct CompiledRecording {
+  const char* file;
+  const char* preset;
+  int seq;
+  WarmProcess warm;         // the process's cuBLAS workspaces, as test_cs336_all_recordings.cpp reads them
+  Bytes saved_per_layer;    // read off the recording (above)
+  bool benchmark_at_peak;   // the recorded peak is a Triton benchmark buffer
+};
+
+const CompiledRecording kCompiled[] = {
+    {"kkaitlyn111_memory_small_forward.pickle", "cs336-small", 128, WarmProcess::kNone, 37'826'560, false},
+    {"kkaitlyn111_memory_2.7b_forward.pickle", "cs336-2.7b", 128, WarmProcess::kForward, 121'835'520, true},
+    {"kkaitlyn111_memory_ctx256_forward.pickle", "cs336-2.7b", 256, WarmProcess::kForward, 277'225'472, false},
+    {"kkaitlyn111_memory_ctx512_forward.pickle", "cs336-2.7b", 512, WarmProcess::kForward, 688'668'672, false},
+    {"kkaitlyn111_cs336_systems__memory_logs__memory_ctx128_forward.pickle", "cs336-2.7b", 128,
+     WarmProcess::kNone, 121'835'520, false},
+};
+
+// The events without Triton's benchmark buffers (each an alloc and its free of exactly 256 MiB).
+std::vector<TraceEvent> without_benchmark_buffers(const std::vector<TraceEvent>& events) {
+  std::vector<TraceEvent> out;
+  std::set<Bytes> open;
+  for (const TraceEvent& e : events) {
+    if (e.size_bytes == kTritonBenchmarkFlushBytes) {
+      if (e.action == TraceAction::kAlloc) {
+        open.insert(e.addr);
+        continue;
+      }
+      if (open.count(e.addr) != 0) {
+        if (e.action == TraceAction::kFreeCompleted) {
+          open.erase(e.addr);
         }
+        continue;
       }
     }
-    const AllocationSchedule s = build_allocation_schedule(graph);
-    const std::int64_t predicted = test::peak_rise(s.events, s.phase_begin(1, Phase::kForward)->event_index);
-    o.compile = CompileMode::kNone;
-    const AllocationSchedule e = build_allocation_schedule(build_training_steps(m, o));
-    const std::int64_t eager = test::peak_rise(e.events, e.phase_begin(1, Phase::kForward)->event_index);
-    WARN(r.file << " recorded " << recorded << " compiled " << predicted << " ("
-                << 100.0 * (predicted - recorded) / recorded << "%) eager " << eager << " allocs "
-                << test::alloc_sizes(s.events, s.phase_begin(1, Phase::kForward)->event_index).size());
+    out.push_back(e);
   }
+  return out;
 }
 
-TEST_CASE("compile scratch alive", "[graph]") {
-  ModelConfig m = test::kkaitlyn111(model_preset("cs336-small"));
-  TrainingOptions o;
-  o.batch = 4;
-  o.seq = 128;
-  o.forward_only = true;
-  o.compile = CompileMode::kDefault;
-  const OpGraph graph = build_training_steps(m, o);
-  const AllocationSchedule s = build_allocation_schedule(graph);
-  std::map<Bytes, int> alive;
-  std::map<std::uint64_t, Bytes> live;
-  std::size_t begin = s.phase_begin(1, Phase::kForward)->event_index;
-  for (std::size_t i = begin; i <= s.peak_event_index; ++i) {
-    const auto& e = s.events[i];
-    if (e.action == TraceAction::kAlloc) live[s.event_tensor[i]] = e.size_bytes;
-    if (e.action == TraceAction::kFreeRequested) live.erase(s.event_tensor[i]);
+double relative(std::int64_t predicted, std::int64_t recorded) {
+  return static_cast<double>(predicted - recorded) / static_cast<double>(recorded);
+}
+
+}  // namespace
+
+TEST_CASE("compile: the compiled CS336 forwards, peak rise and saved bytes per layer", "[graph]") {
+  if (!test::shared_or_skip("compile: the compiled CS336 forwards")) {
+    return;
   }
-  for (auto& [a, b] : live) alive[b]++;
-  WARN("events " << s.events.size() << " begin " << begin << " live " << live.size());
-  for (auto& [b, n] : alive) WARN(b << " " << n);
+  for (const CompiledRecording& r : kCompiled) {
+    DYNAMIC_SECTION(r.file) {
+      const Snapshot rec = load_snapshot((test::shared_real_traces() / r.file).string());
+      const std::vector<TraceEvent>& recorded_events = rec.device_traces.at(0).events;
+      TrainingOptions o;
+      o.batch = 4;
+      o.seq = r.seq;
+      o.forward_only = true;
+      o.warm = r.warm;
+      o.compile = CompileMode::kDefault;
+      const ModelConfig m = test::kkaitlyn111(model_preset(r.preset));
+      const OpGraph graph = build_training_steps(m, o);
+      const AllocationSchedule s = build_allocation_schedule(graph);
+      const std::size_t begin = s.phase_begin(1, Phase::kForward)->event_index;
+      const std::vector<TraceEvent> mine(s.events.begin() + static_cast<std::ptrdiff_t>(begin), s.events.end());
+
+      const std::int64_t recorded = test::peak_rise(recorded_events);
+      const std::int64_t predicted = test::peak_rise(mine);
+      const std::int64_t recorded_nb = test::peak_rise(without_benchmark_buffers(recorded_events));
+      const std::int64_t predicted_nb = test::peak_rise(without_benchmark_buffers(mine));
+      const Bytes saved = saved_activation_bytes(graph, 1, 5);
+      INFO("peak rise recorded " << recorded << " predicted " << predicted << " (" << relative(predicted, recorded)
+                                 << "); without benchmark buffers " << recorded_nb << " / " << predicted_nb
+                                 << "; saved per layer recorded " << r.saved_per_layer << " predicted " << saved);
+      CHECK(std::abs(relative(predicted_nb, recorded_nb)) < 0.03);
+      if (!r.benchmark_at_peak) {
+        CHECK(std::abs(relative(predicted, recorded)) < 0.03);
+      }
+      CHECK(std::abs(relative(static_cast<std::int64_t>(saved), static_cast<std::int64_t>(r.saved_per_layer))) <
+            0.02);
+      // eager PyTorch would save a third more per layer (the README's eager rows): the compiled model is not
+      // the eager one relabelled
+      o.compile = CompileMode::kNone;
+      CHECK(saved_activation_bytes(build_training_steps(m, o), 1, 5) > saved * 13 / 10);
+    }
+  }
 }
