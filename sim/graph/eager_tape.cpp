@@ -924,12 +924,16 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
     return body(inputs);
   }
   if (m_capturing) {
-    // Dynamo traces through the checkpoint: its ops are tagged for recomputation, except the last, whose
-    // output the partitioner may save (cleanup_recompute_tags).
+    // Dynamo traces through the checkpoint: its ops are tagged for recomputation (a selective policy's saved
+    // ops MUST_SAVE), except the last, whose output the partitioner may save (cleanup_recompute_tags).
     const bool outer = m_capture_recompute;
+    const SelectiveCheckpointPolicy* outer_sac = m_capture_sac;
     m_capture_recompute = true;
+    m_capture_sac = sac;
+    m_capture_sac_occurrences.clear();
     const VarId out = body(inputs);
     m_capture_recompute = outer;
+    m_capture_sac = outer_sac;
     if (!m_captured.empty()) {
       m_captured.back().must_recompute = outer;
     }
@@ -976,6 +980,10 @@ std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
   op.call = c;
   op.view = view;
   op.must_recompute = m_capture_recompute;
+  if (m_capture_sac != nullptr && !view && m_capture_sac->must_save(c.kind, ++m_capture_sac_occurrences[c.kind])) {
+    op.must_recompute = false;
+    op.must_save = true;
+  }
   op.layer = m_layer;
   bool needs_grad = false;
   for (VarId in : c.inputs) {

@@ -143,6 +143,7 @@ struct CapturedOp {
   bool view = false;            // the output aliases inputs[0]
   bool needs_grad = false;      // grad mode on and an input requires grad: the op has a backward
   bool must_recompute = false;  // inside torch.utils.checkpoint: tagged PREFER_RECOMPUTE
+  bool must_save = false;       // a selective checkpoint policy's MUST_SAVE
   int layer = -1;
   Bytes workspace_bytes = 0;  // the process's first cuBLAS call: its workspace, allocated by this kernel
 };
@@ -416,6 +417,8 @@ class EagerTape {
   SacRegion m_sac;
   bool m_capturing = false;
   bool m_capture_recompute = false;  // capturing a checkpointed body
+  const SelectiveCheckpointPolicy* m_capture_sac = nullptr;  // its selective policy
+  std::map<std::string, int, std::less<>> m_capture_sac_occurrences;
   std::vector<CapturedOp> m_captured;
   std::uint64_t m_pack_id = 0;                                 // torchtune's tensor_id
   std::deque<std::pair<std::uint64_t, TensorId>> m_fwd_stash;  // torchtune's fwd_stash (a reference each)

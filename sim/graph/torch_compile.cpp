@@ -158,6 +158,7 @@ void partition(CompiledGraph& g) {
       n.kind = op.call.kind;
       n.inputs = g.op_inputs[static_cast<std::size_t>(g.values[v].op)];
       n.must_recompute = op.must_recompute;
+      n.must_save = op.must_save;
     }
     n.size_bytes = g.values[v].size_bytes;
   }

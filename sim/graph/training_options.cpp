@@ -145,9 +145,6 @@ void validate(const TrainingOptions& o) {
     if (o.generate_tokens > 0) {
       refuse("--generate");
     }
-    if (o.checkpointing == Checkpointing::kSelective || o.checkpointing == Checkpointing::kSelectiveOp) {
-      refuse("selective checkpointing");
-    }
   }
   if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
     throw InputError(
