@@ -93,9 +93,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag("--compile{default}", a.compile_mode,
                 "torch.compile the model (Inductor): the min-cut partitioner picks what is saved, fused "
                 "kernels drop intermediates; --compile=MODE or --compile-mode MODE");
-  cmd->add_option("--compile-mode", a.compile_mode,
-                  "default|reduce-overhead|max-autotune|max-autotune-no-cudagraphs: torch.compile's mode (implies "
-                  "--compile; reduce-overhead and max-autotune run CUDA graphs from a private pool)");
+  cmd->add_option(
+      "--compile-mode", a.compile_mode,
+      "default|reduce-overhead|max-autotune|max-autotune-no-cudagraphs: torch.compile's mode (implies "
+      "--compile; reduce-overhead and max-autotune run CUDA graphs from a private pool)");
   cmd->add_option("--compile-scope", a.compile_scope,
                   "model|layer: torch.compile(model) as one graph, or each decoder layer compiled on its own "
                   "(torchtitan)")
@@ -270,7 +271,8 @@ void print_run(const Prediction& p, const RequestArgs& a) {
                a.loss == "chunked-ce" ? fmt::format(", loss chunked-ce ({} chunks)", a.loss_chunks) : "");
   }
   if (!a.compile_mode.empty() && a.compile_mode != "none") {
-    fmt::print("torch.compile    mode {}, {} (Inductor; AOTAutograd's min-cut partitioner{})\n", a.compile_mode,
+    fmt::print("torch.compile    mode {}, {} (Inductor; AOTAutograd's min-cut partitioner{})\n",
+               a.compile_mode,
                a.compile_scope == "layer" ? "each decoder layer a graph" : "the model one graph",
                a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }

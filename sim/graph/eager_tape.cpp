@@ -980,7 +980,8 @@ std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
   op.call = c;
   op.view = view;
   op.must_recompute = m_capture_recompute;
-  if (m_capture_sac != nullptr && !view && m_capture_sac->must_save(c.kind, ++m_capture_sac_occurrences[c.kind])) {
+  if (m_capture_sac != nullptr && !view &&
+      m_capture_sac->must_save(c.kind, ++m_capture_sac_occurrences[c.kind])) {
     op.must_recompute = false;
     op.must_save = true;
   }

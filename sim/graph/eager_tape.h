@@ -138,7 +138,7 @@ struct OpCall {
 // One op of code run under torch.compile's capture (EagerTape::begin_capture): recorded, not run. Its outputs
 // are variables without storage until the compiled graph gives them one.
 struct CapturedOp {
-  OpCall call;                  // views and in-place writes too, as ops ("view", the write's kind)
+  OpCall call;  // views and in-place writes too, as ops ("view", the write's kind)
   std::vector<VarId> outputs;
   bool view = false;            // the output aliases inputs[0]
   bool needs_grad = false;      // grad mode on and an input requires grad: the op has a backward
@@ -288,8 +288,9 @@ class EagerTape {
   using FunctionBackward = std::function<std::vector<TensorId>(const std::vector<TensorId>& grads_out,
                                                                std::vector<TensorId> saved)>;
   // `saved`: one reference each, handed to the node.
-  void function_node(const std::string& name, const std::vector<VarId>& inputs, const std::vector<VarId>& outputs,
-                     std::vector<TensorId> saved, FunctionBackward backward);
+  void function_node(const std::string& name, const std::vector<VarId>& inputs,
+                     const std::vector<VarId>& outputs, std::vector<TensorId> saved,
+                     FunctionBackward backward);
 
   // ---- raw tensors outside autograd (optimizer states, workspaces)
   OpId begin_op(const std::string& name, const std::string& kind, double flops = 0.0);
@@ -342,7 +343,7 @@ class EagerTape {
     std::vector<TensorId> packed;  // saved to the host by save_on_cpu: the device tensor is not kept
     ActivationOffload offload = ActivationOffload::kNone;  // how `packed` was packed
     BackwardRule rule;
-    CheckpointBody checkpoint_body;  // set for checkpoint nodes
+    CheckpointBody checkpoint_body;      // set for checkpoint nodes
     FunctionBackward function_backward;  // set for function nodes
     // Selective checkpointing: the policy, and the cached outputs of each saved op in forward order (one
     // reference each until the replay takes them).
@@ -416,7 +417,7 @@ class EagerTape {
   ActivationOffload m_offload = ActivationOffload::kNone;
   SacRegion m_sac;
   bool m_capturing = false;
-  bool m_capture_recompute = false;  // capturing a checkpointed body
+  bool m_capture_recompute = false;                          // capturing a checkpointed body
   const SelectiveCheckpointPolicy* m_capture_sac = nullptr;  // its selective policy
   std::map<std::string, int, std::less<>> m_capture_sac_occurrences;
   std::vector<CapturedOp> m_captured;

@@ -27,8 +27,8 @@ std::vector<Fate> plan_fates(const GraphPlan& plan) {
     for (int b : plan.kernels[k].writes) {
       SIM_ASSERT(fate[static_cast<std::size_t>(b)].written_at == kNever);
       fate[static_cast<std::size_t>(b)].written_at = static_cast<int>(k);
-      fate[static_cast<std::size_t>(b)].last_read = std::max(fate[static_cast<std::size_t>(b)].last_read,
-                                                             static_cast<int>(k));
+      fate[static_cast<std::size_t>(b)].last_read =
+          std::max(fate[static_cast<std::size_t>(b)].last_read, static_cast<int>(k));
     }
     for (int b : plan.kernels[k].reads) {
       fate[static_cast<std::size_t>(b)].last_read = static_cast<int>(k);

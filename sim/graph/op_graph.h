@@ -89,8 +89,8 @@ struct Tensor {
   // tensor.record_stream(s) before the free: the memory returns to the allocator only once the work issued
   // on `record_stream` up to the free has run (spec ST2-ST3; a deferred free). kNoRecordStream: none.
   StreamId record_stream = kNoRecordStream;
-  // Allocated from a CUDA graph's private memory pool (torch.compile's cudagraph trees): its blocks serve only
-  // that pool's allocations and stay reserved for it.
+  // Allocated from a CUDA graph's private memory pool (torch.compile's cudagraph trees): its blocks serve
+  // only that pool's allocations and stay reserved for it.
   bool graph_pool = false;
 
   OpId last_consumer() const { return consumers.empty() ? producer : consumers.back(); }

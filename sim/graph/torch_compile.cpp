@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <memory>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -23,9 +23,9 @@ constexpr std::size_t kRealizeReadsThreshold = 4;     // realize_reads_threshold
 constexpr std::size_t kRealizeAccReadsThreshold = 8;  // realize_acc_reads_threshold: any value
 
 bool is_reduction(std::string_view k) {
-  for (std::string_view r : {"sum", "mean", "amax", "max", "min", "argmax", "any", "var", "var_mean", "std",
-                             "linalg_vector_norm", "_softmax", "_log_softmax", "native_layer_norm",
-                             "nll_loss_forward"}) {
+  for (std::string_view r :
+       {"sum", "mean", "amax", "max", "min", "argmax", "any", "var", "var_mean", "std", "linalg_vector_norm",
+        "_softmax", "_log_softmax", "native_layer_norm", "nll_loss_forward"}) {
     if (k == r) {
       return true;
     }
@@ -44,8 +44,8 @@ void merge(std::vector<int>& into, const std::vector<int>& from) {
 // max-autotune's select_algorithm at compile time: for each matmul shape not tuned yet, example inputs and an
 // output are made (AlgorithmSelectorCache.benchmark_example_value) and every choice is benchmarked with
 // Triton's flush buffer; one shape after another, so the largest set is what coexists.
-void add_matmul_autotuning(GraphPlan& plan, const std::vector<std::vector<Bytes>>& matmuls, InductorProcess& process,
-                           const std::string& name) {
+void add_matmul_autotuning(GraphPlan& plan, const std::vector<std::vector<Bytes>>& matmuls,
+                           InductorProcess& process, const std::string& name) {
   if (!autotunes_matmuls(process.mode) || process.autotuned_before) {
     return;
   }
@@ -94,12 +94,16 @@ struct CompiledGraph {
   std::vector<std::vector<int>> op_outputs;  // per op, aligned with call.outputs (empty for views)
   int output = -1;
   std::vector<bool> saved;
-  std::vector<int> saved_list;  // forward order
+  std::vector<int> saved_list;   // forward order
   std::vector<int> grad_inputs;  // primals that get gradients: the CompiledFunction's inputs
 
   bool primal(int v) const { return values[static_cast<std::size_t>(v)].op < 0; }
-  const CapturedOp& op_of(int v) const { return ops[static_cast<std::size_t>(values[static_cast<std::size_t>(v)].op)]; }
-  aot::OpTraits traits(int v) const { return primal(v) ? aot::OpTraits{} : aot::op_traits(op_of(v).call.kind); }
+  const CapturedOp& op_of(int v) const {
+    return ops[static_cast<std::size_t>(values[static_cast<std::size_t>(v)].op)];
+  }
+  aot::OpTraits traits(int v) const {
+    return primal(v) ? aot::OpTraits{} : aot::op_traits(op_of(v).call.kind);
+  }
 };
 
 CompiledGraph build_graph(const EagerTape& tape, std::string name, std::vector<CapturedOp> ops, VarId out) {
@@ -197,7 +201,11 @@ void partition(CompiledGraph& g) {
 class ForwardLowering {
  public:
   ForwardLowering(const CompiledGraph& g, const EagerTape& tape, InductorProcess& process)
-      : m_g(g), m_tape(tape), m_process(process), m_buffer(g.values.size(), -1), m_reads(g.values.size()),
+      : m_g(g),
+        m_tape(tape),
+        m_process(process),
+        m_buffer(g.values.size(), -1),
+        m_reads(g.values.size()),
         m_reduction(g.values.size(), false) {}
 
   // The plan and, per value, its buffer (-1: fused away).
@@ -322,7 +330,8 @@ class ForwardLowering {
     if (m_g.primal(v)) {
       buf.storage = m_tape.storage(val.var);
     } else {
-      buf.category = m_g.saved[static_cast<std::size_t>(v)] ? TensorCategory::kActivation : TensorCategory::kTemporary;
+      buf.category =
+          m_g.saved[static_cast<std::size_t>(v)] ? TensorCategory::kActivation : TensorCategory::kTemporary;
       buf.graph_output = m_g.saved[static_cast<std::size_t>(v)] || v == m_g.output;
     }
     m_plan.buffers.push_back(std::move(buf));
@@ -394,8 +403,13 @@ class BackwardLowering {
  public:
   BackwardLowering(const CompiledGraph& g, const std::vector<TensorId>& saved, TensorId grad_out,
                    Bytes workspace_bytes, bool copy_tangent)
-      : m_g(g), m_workspace_bytes(workspace_bytes), m_saved_buffer(g.values.size(), -1), m_recomputed(g.values.size()),
-        m_recompute_done(g.values.size(), false), m_grad(g.values.size()), m_grad_set(g.values.size(), false),
+      : m_g(g),
+        m_workspace_bytes(workspace_bytes),
+        m_saved_buffer(g.values.size(), -1),
+        m_recomputed(g.values.size()),
+        m_recompute_done(g.values.size(), false),
+        m_grad(g.values.size()),
+        m_grad_set(g.values.size(), false),
         m_result(g.values.size(), -1) {
     for (std::size_t k = 0; k < g.saved_list.size(); ++k) {
       Buffer b;
@@ -530,7 +544,8 @@ class BackwardLowering {
     merge(m_grad[ui], reads);
     m_grad_set[ui] = true;
     if (m_grad[ui].size() > kRealizeAccReadsThreshold) {
-      m_grad[ui] = {realize(m_grad[ui], u, m_g.values[ui].var == kNoVar ? "grad" : m_g.name + ".grad_sum", layer)};
+      m_grad[ui] = {
+          realize(m_grad[ui], u, m_g.values[ui].var == kNoVar ? "grad" : m_g.name + ".grad_sum", layer)};
     }
   }
   void lower_op(std::size_t i) {
@@ -577,11 +592,13 @@ class BackwardLowering {
       k.flops = 2.0 * op.call.flops;
       k.layer = op.layer;
       for (int v : outs_with_grad) {
-        merge(k.reads, {realize(m_grad[static_cast<std::size_t>(v)], v, op.call.name + ".grad_output", op.layer)});
+        merge(k.reads,
+              {realize(m_grad[static_cast<std::size_t>(v)], v, op.call.name + ".grad_output", op.layer)});
       }
       merge(k.reads, saved_reads);
       k.scratch_bytes = op.call.backward.temp_bytes;
-      if (m_workspace_bytes > 0 && (op.call.kind == "mm" || op.call.kind == "addmm" || op.call.kind == "bmm")) {
+      if (m_workspace_bytes > 0 &&
+          (op.call.kind == "mm" || op.call.kind == "addmm" || op.call.kind == "bmm")) {
         Buffer ws;  // the autograd thread's first cuBLAS call
         ws.name = "cublas_workspace.autograd_thread";
         ws.size_bytes = std::exchange(m_workspace_bytes, 0);
@@ -688,7 +705,8 @@ VarId compiled_call(EagerTape& tape, const std::string& name, const std::functio
   std::vector<TensorId> saved;
   for (int v : g->saved_list) {
     const int b = forward.buffer_of(v);
-    const TensorId s = b >= 0 ? storage[static_cast<std::size_t>(b)] : tape.storage(g->values[static_cast<std::size_t>(v)].var);
+    const TensorId s = b >= 0 ? storage[static_cast<std::size_t>(b)]
+                              : tape.storage(g->values[static_cast<std::size_t>(v)].var);
     if (g->primal(v) || v == g->output) {
       tape.retain(s);  // the node's own reference (a graph input, or the output the caller also holds)
     }
@@ -707,11 +725,11 @@ VarId compiled_call(EagerTape& tape, const std::string& name, const std::functio
     }
     return out;
   }
-  tape.function_node(name, inputs, {out}, std::move(saved),
-                     [&tape, &process, g](const std::vector<TensorId>& grads_out,
-                                          std::vector<TensorId> saved_storage) {
-                       return run_backward(tape, *g, process, grads_out, std::move(saved_storage));
-                     });
+  tape.function_node(
+      name, inputs, {out}, std::move(saved),
+      [&tape, &process, g](const std::vector<TensorId>& grads_out, std::vector<TensorId> saved_storage) {
+        return run_backward(tape, *g, process, grads_out, std::move(saved_storage));
+      });
   return out;
 }
 

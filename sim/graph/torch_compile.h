@@ -13,8 +13,8 @@
 //      gradients of pointwise chains fuse, extern kernels (the matmuls' backward) write fresh buffers, saved
 //      values are freed at their last use in the backward, parameter gradients are the graph's outputs.
 //   5. The first call of a kernel with several launch configurations (Inductor's reductions) benchmarks them
-//      (triton_heuristics.autotune_to_one_config -> triton.testing.do_bench), which allocates Triton's 256 MiB
-//      L2-flush buffer for each benchmark; a process that already ran the step (--warm) has them tuned.
+//      (triton_heuristics.autotune_to_one_config -> triton.testing.do_bench), which allocates Triton's 256
+//      MiB L2-flush buffer for each benchmark; a process that already ran the step (--warm) has them tuned.
 //
 // What the model leaves out (and the README says): reduction outputs are fused like pointwise ones (Inductor
 // realizes them, rows-sized buffers); the flops of fused ops are not given to the time engine; graph

@@ -80,7 +80,8 @@ void TorchOps::maybe_allocate_workspace() {
   if (m_workspace_bytes > 0 && m_tape.capturing()) {
     m_tape.capture_workspace(m_workspace_bytes);  // allocated when the compiled graph runs the matmul
     m_workspace_bytes = 0;
-  } else if (m_workspace_bytes > 0) {  // after the output, inside the same call (the order the recordings show)
+  } else if (m_workspace_bytes >
+             0) {  // after the output, inside the same call (the order the recordings show)
     m_tape.allocate("cublas_workspace.main_thread", m_workspace_bytes, DType::kUInt8,
                     TensorCategory::kWorkspace);
     m_workspace_bytes = 0;

@@ -128,7 +128,8 @@ void validate(const TrainingOptions& o) {
     };
     if (o.data_parallel.scheme != "none" && o.data_parallel.scheme != "ddp" &&
         o.compile_scope == CompileScope::kModel) {
-      refuse("--data-parallel " + o.data_parallel.scheme + " (use --compile-scope layer, as torchtitan does)");
+      refuse("--data-parallel " + o.data_parallel.scheme +
+             " (use --compile-scope layer, as torchtitan does)");
     }
     if (o.data_parallel.scheme == "zero3") {
       refuse("ZeRO-3");

@@ -101,9 +101,16 @@ inline bool attention_kernel_writes_bshd(AttentionKind k) {
 enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
 
 // torch.compile (torch_compile.h): mode, and what is compiled.
-enum class CompileMode : std::uint8_t { kNone, kDefault, kReduceOverhead, kMaxAutotune, kMaxAutotuneNoCudagraphs };
+enum class CompileMode : std::uint8_t {
+  kNone,
+  kDefault,
+  kReduceOverhead,
+  kMaxAutotune,
+  kMaxAutotuneNoCudagraphs
+};
 // torch.compile's modes (torch/_inductor/__init__.py list_mode_options): reduce-overhead and max-autotune run
-// the graphs as CUDA graphs (triton.cudagraphs); the max-autotune ones benchmark matmul kernels (max_autotune).
+// the graphs as CUDA graphs (triton.cudagraphs); the max-autotune ones benchmark matmul kernels
+// (max_autotune).
 inline bool uses_cudagraphs(CompileMode m) {
   return m == CompileMode::kReduceOverhead || m == CompileMode::kMaxAutotune;
 }

@@ -19,8 +19,8 @@
 
 namespace vramsim {
 
-class LayerCode;  // layer_code.h
-class KvCache;    // hf_kv_cache.h
+class LayerCode;         // layer_code.h
+class KvCache;           // hf_kv_cache.h
 struct InductorProcess;  // torch_compile.h
 
 // A decoder layer's parameters by role; kNoVar where the architecture has none.

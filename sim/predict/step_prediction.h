@@ -244,10 +244,10 @@ struct RequestArgs {
   int steps = 2;
   bool forward_only = false;
   bool inference = false;
-  std::string cublas_workspace_config;    // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
-  std::string module_loading = "lazy";    // --module-loading lazy|eager
-  std::string cuda_context;               // --cuda-context SIZE ("" = the GPU table's figure)
-  std::string warm = "none";              // --warm none|forward|step
+  std::string cublas_workspace_config;  // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
+  std::string module_loading = "lazy";  // --module-loading lazy|eager
+  std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
+  std::string warm = "none";            // --warm none|forward|step
   // --compile / --compile-mode default|reduce-overhead|max-autotune ("" = eager); --compile-scope model|layer
   std::string compile_mode;
   std::string compile_scope = "model";

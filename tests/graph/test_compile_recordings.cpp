@@ -34,16 +34,18 @@ struct CompiledRecording {
   const char* file;
   const char* preset;
   int seq;
-  WarmProcess warm;         // the process's cuBLAS workspaces, as test_cs336_all_recordings.cpp reads them
-  Bytes saved_per_layer;    // read off the recording (above)
-  bool benchmark_at_peak;   // the recorded peak is a Triton benchmark buffer
+  WarmProcess warm;        // the process's cuBLAS workspaces, as test_cs336_all_recordings.cpp reads them
+  Bytes saved_per_layer;   // read off the recording (above)
+  bool benchmark_at_peak;  // the recorded peak is a Triton benchmark buffer
 };
 
 const CompiledRecording kCompiled[] = {
     {"kkaitlyn111_memory_small_forward.pickle", "cs336-small", 128, WarmProcess::kNone, 37'826'560, false},
     {"kkaitlyn111_memory_2.7b_forward.pickle", "cs336-2.7b", 128, WarmProcess::kForward, 121'835'520, true},
-    {"kkaitlyn111_memory_ctx256_forward.pickle", "cs336-2.7b", 256, WarmProcess::kForward, 277'225'472, false},
-    {"kkaitlyn111_memory_ctx512_forward.pickle", "cs336-2.7b", 512, WarmProcess::kForward, 688'668'672, false},
+    {"kkaitlyn111_memory_ctx256_forward.pickle", "cs336-2.7b", 256, WarmProcess::kForward, 277'225'472,
+     false},
+    {"kkaitlyn111_memory_ctx512_forward.pickle", "cs336-2.7b", 512, WarmProcess::kForward, 688'668'672,
+     false},
     {"kkaitlyn111_cs336_systems__memory_logs__memory_ctx128_forward.pickle", "cs336-2.7b", 128,
      WarmProcess::kNone, 121'835'520, false},
 };
@@ -94,22 +96,24 @@ TEST_CASE("compile: the compiled CS336 forwards, peak rise and saved bytes per l
       const OpGraph graph = build_training_steps(m, o);
       const AllocationSchedule s = build_allocation_schedule(graph);
       const std::size_t begin = s.phase_begin(1, Phase::kForward)->event_index;
-      const std::vector<TraceEvent> mine(s.events.begin() + static_cast<std::ptrdiff_t>(begin), s.events.end());
+      const std::vector<TraceEvent> mine(s.events.begin() + static_cast<std::ptrdiff_t>(begin),
+                                         s.events.end());
 
       const std::int64_t recorded = test::peak_rise(recorded_events);
       const std::int64_t predicted = test::peak_rise(mine);
       const std::int64_t recorded_nb = test::peak_rise(without_benchmark_buffers(recorded_events));
       const std::int64_t predicted_nb = test::peak_rise(without_benchmark_buffers(mine));
       const Bytes saved = saved_activation_bytes(graph, 1, 5);
-      INFO("peak rise recorded " << recorded << " predicted " << predicted << " (" << relative(predicted, recorded)
-                                 << "); without benchmark buffers " << recorded_nb << " / " << predicted_nb
-                                 << "; saved per layer recorded " << r.saved_per_layer << " predicted " << saved);
+      INFO("peak rise recorded " << recorded << " predicted " << predicted << " ("
+                                 << relative(predicted, recorded) << "); without benchmark buffers "
+                                 << recorded_nb << " / " << predicted_nb << "; saved per layer recorded "
+                                 << r.saved_per_layer << " predicted " << saved);
       CHECK(std::abs(relative(predicted_nb, recorded_nb)) < 0.03);
       if (!r.benchmark_at_peak) {
         CHECK(std::abs(relative(predicted, recorded)) < 0.03);
       }
-      CHECK(std::abs(relative(static_cast<std::int64_t>(saved), static_cast<std::int64_t>(r.saved_per_layer))) <
-            0.02);
+      CHECK(std::abs(relative(static_cast<std::int64_t>(saved),
+                              static_cast<std::int64_t>(r.saved_per_layer))) < 0.02);
       // eager PyTorch would save a third more per layer (the README's eager rows): the compiled model is not
       // the eager one relabelled
       o.compile = CompileMode::kNone;

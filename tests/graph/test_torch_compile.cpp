@@ -1,7 +1,7 @@
 // torch.compile's memory model on small hand-built cases: Inductor's wrapper-code memory planning
-// (inductor_memory.h: free at last use, reuse of a dead buffer of the same dtype and size, in-place reuse by a
-// pointwise kernel) and a compiled call through the tape (torch_compile.h). Every expected event is worked out
-// by hand below from those rules.
+// (inductor_memory.h: free at last use, reuse of a dead buffer of the same dtype and size, in-place reuse by
+// a pointwise kernel) and a compiled call through the tape (torch_compile.h). Every expected event is worked
+// out by hand below from those rules.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -83,11 +83,13 @@ TEST_CASE("inductor memory: free at last use, reuse from the pool, in-place writ
 }
 
 // y = (h * sigmoid(h)) @ w2.T with h = x @ w1.T, compiled (x: 4 x 8 fp32, w1: 16 x 8, w2: 8 x 16).
-// The partitioner (test_aot_partitioner.cpp's first case): saved = {x, w1, h, t = h * sigmoid(h), w2}; sigmoid
-// is recomputed. Inductor: h is an mm output (4 x 16 fp32, 256 B), t a Triton kernel (sigmoid fused into it,
-// 256 B), y the output (4 x 8, 128 B): three allocations in the forward, sigmoid's output never exists. Both stay alive after the
-// forward (saved for the backward); after backward() they are gone and both weights have gradients.
-TEST_CASE("torch.compile: a compiled SiLU MLP saves the matmul outputs and fuses the sigmoid", "[quick][graph]") {
+// The partitioner (test_aot_partitioner.cpp's first case): saved = {x, w1, h, t = h * sigmoid(h), w2};
+// sigmoid is recomputed. Inductor: h is an mm output (4 x 16 fp32, 256 B), t a Triton kernel (sigmoid fused
+// into it, 256 B), y the output (4 x 8, 128 B): three allocations in the forward, sigmoid's output never
+// exists. Both stay alive after the forward (saved for the backward); after backward() they are gone and both
+// weights have gradients.
+TEST_CASE("torch.compile: a compiled SiLU MLP saves the matmul outputs and fuses the sigmoid",
+          "[quick][graph]") {
   OpGraph graph;
   EagerTape tape(graph);
   TorchOps ops(tape);
@@ -181,16 +183,20 @@ TEST_CASE("cli: --compile on predict, fit and sweep", "[cli]") {
         nlohmann::json::parse(eager)["peak_allocated_bytes"].get<std::int64_t>());
   CHECK_THAT(test::run_cli("predict --model gpt2 --capacity 8GiB --batch 4 --seq 256 --steps 1 --compile"),
              Catch::Contains("torch.compile    mode default, the model one graph"));
-  CHECK_THAT(test::run_cli("fit --model gpt2 --capacity 4GiB --seq 128 --steps 1 --compile-mode reduce-overhead",
+  CHECK_THAT(
+      test::run_cli("fit --model gpt2 --capacity 4GiB --seq 128 --steps 1 --compile-mode reduce-overhead",
+                    &status),
+      Catch::Contains("largest batch that fits"));
+  CHECK(status == 0);
+  test::run_cli("sweep --model gpt2 --capacity 8GiB --batch 2 --seq uniform:64..256 --steps 3 --compile",
+                &status);
+  CHECK(status == 0);
+  CHECK_THAT(test::run_cli("predict --model gpt2 --capacity 8GiB --batch 1 --seq 128 --compile-mode fastest",
                            &status),
-             Catch::Contains("largest batch that fits"));
-  CHECK(status == 0);
-  test::run_cli("sweep --model gpt2 --capacity 8GiB --batch 2 --seq uniform:64..256 --steps 3 --compile", &status);
-  CHECK(status == 0);
-  CHECK_THAT(test::run_cli("predict --model gpt2 --capacity 8GiB --batch 1 --seq 128 --compile-mode fastest", &status),
              Catch::Contains("vramsim: error: --compile-mode: unknown value 'fastest'"));
   CHECK(status == 2);
-  CHECK_THAT(test::run_cli("predict --model gpt2 --capacity 8GiB --batch 1 --seq 128 --compile-scope layer", &status),
+  CHECK_THAT(test::run_cli("predict --model gpt2 --capacity 8GiB --batch 1 --seq 128 --compile-scope layer",
+                           &status),
              Catch::Contains("--compile-scope: needs --compile"));
   CHECK(status == 2);
 }
