@@ -97,9 +97,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--compile-mode", a.compile_mode,
       "default|reduce-overhead|max-autotune|max-autotune-no-cudagraphs: torch.compile's mode (implies "
       "--compile; reduce-overhead and max-autotune run CUDA graphs from a private pool)");
-  cmd->add_option("--compile-scope", a.compile_scope,
-                  "model|layer: torch.compile(model) as one graph, or each decoder layer compiled on its own "
-                  "(torchtitan)")
+  cmd->add_option(
+         "--compile-scope", a.compile_scope,
+         "model|model-and-loss|layer: torch.compile(model) as one graph (the loop computes the loss), "
+         "the same with the model computing its loss from labels (Hugging Face Trainer), or each "
+         "decoder layer compiled on its own (torchtitan)")
       ->capture_default_str();
   cmd->add_option("--zero-grad", a.zero_grad,
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
@@ -273,7 +275,9 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   if (!a.compile_mode.empty() && a.compile_mode != "none") {
     fmt::print("torch.compile    mode {}, {} (Inductor; AOTAutograd's min-cut partitioner{})\n",
                a.compile_mode,
-               a.compile_scope == "layer" ? "each decoder layer a graph" : "the model one graph",
+               a.compile_scope == "layer"            ? "each decoder layer a graph"
+               : a.compile_scope == "model-and-loss" ? "the model and its loss one graph"
+                                                     : "the model one graph",
                a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }
   if (!p.base_weights.empty()) {

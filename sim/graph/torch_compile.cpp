@@ -92,6 +92,8 @@ struct CompiledGraph {
   std::vector<Value> values;
   std::vector<std::vector<int>> op_inputs;   // per op, aligned with call.inputs
   std::vector<std::vector<int>> op_outputs;  // per op, aligned with call.outputs (empty for views)
+  // Ops whose outputs are an earlier op's (views; duplicates removed by common-subexpression elimination)
+  std::vector<bool> aliases;
   int output = -1;
   std::vector<bool> saved;
   std::vector<int> saved_list;   // forward order
@@ -111,6 +113,7 @@ CompiledGraph build_graph(const EagerTape& tape, std::string name, std::vector<C
   g.name = std::move(name);
   g.ops = std::move(ops);
   std::unordered_map<VarId, int> value_of;
+  std::unordered_map<std::string, int> seen;  // CSE: op key -> the first op
   const auto add_value = [&](VarId var, int op) {
     Value v;
     v.var = var;
@@ -131,13 +134,34 @@ CompiledGraph build_graph(const EagerTape& tape, std::string name, std::vector<C
       ins.push_back(it != value_of.end() ? it->second : add_value(in, -1));
     }
     std::vector<int> outs;
+    bool alias = op.view;
     if (op.view) {
       value_of[op.outputs.at(0)] = ins.at(0);
     } else {
-      for (VarId o : op.outputs) {
-        outs.push_back(add_value(o, static_cast<int>(i)));
+      // fx_graph_cse (partitioners.py, config.cse): the same op on the same values is computed once, as the
+      // three projections' autocast casts of one input are
+      std::string key = op.call.kind;
+      for (int v : ins) {
+        key += fmt::format(",{}", v);
+      }
+      for (const OutputSpec& o : op.call.outputs) {
+        key += fmt::format("|{}:{}", numel(o.shape), static_cast<int>(o.dtype));
+      }
+      const auto [it, fresh] = seen.try_emplace(key, static_cast<int>(i));
+      const bool pure = !aot::op_traits(op.call.kind).random && !op.call.inputs.empty();
+      if (!fresh && pure && g.ops[static_cast<std::size_t>(it->second)].must_recompute == op.must_recompute) {
+        const std::vector<int>& first = g.op_outputs[static_cast<std::size_t>(it->second)];
+        for (std::size_t k = 0; k < op.outputs.size() && k < first.size(); ++k) {
+          value_of[op.outputs[k]] = first[k];
+        }
+        alias = true;
+      } else {
+        for (VarId o : op.outputs) {
+          outs.push_back(add_value(o, static_cast<int>(i)));
+        }
       }
     }
+    g.aliases.push_back(alias);
     g.op_inputs.push_back(std::move(ins));
     g.op_outputs.push_back(std::move(outs));
   }
@@ -168,7 +192,7 @@ void partition(CompiledGraph& g) {
   }
   for (std::size_t i = 0; i < g.ops.size(); ++i) {
     const CapturedOp& op = g.ops[i];
-    if (!op.needs_grad || op.view) {
+    if (!op.needs_grad || g.aliases[i]) {
       continue;
     }
     any_backward = true;
@@ -240,7 +264,7 @@ class ForwardLowering {
     m_materialized.assign(n, false);
     std::vector<int> users(n, 0);
     for (std::size_t i = 0; i < m_g.ops.size(); ++i) {
-      if (m_g.ops[i].view) {
+      if (m_g.aliases[i]) {
         continue;
       }
       const aot::OpTraits t = aot::op_traits(m_g.ops[i].call.kind);
@@ -340,7 +364,7 @@ class ForwardLowering {
   }
   void lower_op(std::size_t i) {
     const CapturedOp& op = m_g.ops[i];
-    if (op.view) {
+    if (m_g.aliases[i]) {
       return;
     }
     Kernel k;
@@ -443,7 +467,7 @@ class BackwardLowering {
   GraphPlan lower() {
     std::vector<int> first_user(m_g.values.size(), -1);
     for (std::size_t i = m_g.ops.size(); i-- > 0;) {
-      if (!m_g.ops[i].view && m_g.ops[i].needs_grad) {
+      if (!m_g.aliases[i] && m_g.ops[i].needs_grad) {
         for (int u : m_g.op_inputs[i]) {
           first_user[static_cast<std::size_t>(u)] = static_cast<int>(i);
         }
@@ -451,7 +475,7 @@ class BackwardLowering {
     }
     for (std::size_t i = m_g.ops.size(); i-- > 0;) {
       const CapturedOp& op = m_g.ops[i];
-      if (op.view || !op.needs_grad) {
+      if (m_g.aliases[i] || !op.needs_grad) {
         continue;
       }
       lower_op(i);

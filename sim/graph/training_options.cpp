@@ -100,8 +100,9 @@ constexpr std::array<std::pair<std::string_view, CompileMode>, 5> kCompileModes{
     {"max-autotune", CompileMode::kMaxAutotune},
     {"max-autotune-no-cudagraphs", CompileMode::kMaxAutotuneNoCudagraphs},
 }};
-constexpr std::array<std::pair<std::string_view, CompileScope>, 2> kCompileScopes{{
+constexpr std::array<std::pair<std::string_view, CompileScope>, 3> kCompileScopes{{
     {"model", CompileScope::kModel},
+    {"model-and-loss", CompileScope::kModelAndLoss},
     {"layer", CompileScope::kLayer},
 }};
 
@@ -127,7 +128,7 @@ void validate(const TrainingOptions& o) {
       throw InputError(fmt::format("--compile: not modelled together with {}", what));
     };
     if (o.data_parallel.scheme != "none" && o.data_parallel.scheme != "ddp" &&
-        o.compile_scope == CompileScope::kModel) {
+        o.compile_scope != CompileScope::kLayer) {
       refuse("--data-parallel " + o.data_parallel.scheme +
              " (use --compile-scope layer, as torchtitan does)");
     }

@@ -117,10 +117,11 @@ inline bool uses_cudagraphs(CompileMode m) {
 inline bool autotunes_matmuls(CompileMode m) {
   return m == CompileMode::kMaxAutotune || m == CompileMode::kMaxAutotuneNoCudagraphs;
 }
-// kModel: torch.compile(model), one graph for the whole forward (Hugging Face Trainer's torch_compile, a
-// compiled nn.Module); kLayer: each decoder layer compiled on its own (torchtitan's per-TransformerBlock
-// compile), the embeddings, final norm and head eager.
-enum class CompileScope : std::uint8_t { kModel, kLayer };
+// kModel: torch.compile(model), one graph for the whole forward, the loss computed by the training loop;
+// kModelAndLoss: the same model computing its own loss from labels, inside the graph (a Hugging Face model
+// given `labels`: the Trainer's torch_compile); kLayer: each decoder layer compiled on its own (torchtitan's
+// per-TransformerBlock compile), the embeddings, final norm and head eager.
+enum class CompileScope : std::uint8_t { kModel, kModelAndLoss, kLayer };
 
 // Data parallelism (data_parallel.h): the user's settings, with the libraries' defaults.
 struct DataParallelOptions {

@@ -200,7 +200,10 @@ ActivationOffload activation_offload(const TrainingOptions& o) {
 VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
               const std::vector<ParameterUnit>& units) {
   dp.pre_forward(tape, units.back());
-  if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kModel) {
+  const bool model_graph =
+      ctx.options.compile_scope == CompileScope::kModel ||
+      (ctx.options.compile_scope == CompileScope::kModelAndLoss && ctx.options.forward_only);
+  if (ctx.inductor != nullptr && model_graph && !tape.capturing()) {
     // torch.compile(model): the whole forward is one graph
     const VarId logits = compiled_call(
         tape, "compiled_model",
@@ -470,7 +473,26 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       ctx.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
       tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
       tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
-      const VarId logits = forward(ctx, tape, ids, *dp, units);
+      // --compile-scope model-and-loss: the model returns its loss (labels passed); the loop keeps no logits
+      const bool loss_in_graph =
+          ctx.inductor != nullptr && !forward_only && options.compile_scope == CompileScope::kModelAndLoss;
+      VarId logits = kNoVar;
+      VarId graph_loss = kNoVar;
+      if (loss_in_graph) {
+        graph_loss = compiled_call(
+            tape, "compiled_model",
+            [&]() {
+              const VarId lg = forward(ctx, tape, ids, *dp, units);
+              tape.set_phase(Phase::kLoss);
+              const VarId l = emit_loss(ctx, lg, targets);
+              tape.drop(lg);
+              tape.set_phase(Phase::kForward);
+              return l;
+            },
+            inductor);
+      } else {
+        logits = forward(ctx, tape, ids, *dp, units);
+      }
       tape.set_grad_enabled(true);
       if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
         tape.drop(held_logits);
@@ -491,12 +513,18 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
       if (options.activation_offload_torchtune) {  // the recipe's context covers the model's forward only
         tape.set_activation_offload(ActivationOffload::kNone);
       }
-      const VarId loss = emit_loss(ctx, logits, targets);
+      VarId loss = graph_loss;
+      if (loss_in_graph) {
+        tape.begin_op("loss (inside the compiled graph)", "noop");
+      } else {
+        loss = emit_loss(ctx, logits, targets);
+      }
       if (held_loss != kNoVar) {
         tape.drop(held_loss);
       }
       held_loss = loss;
-      if (options.loss == LossKind::kChunkedCrossEntropy) {  // torchtune's recipes: `del logits` here
+      if (options.loss == LossKind::kChunkedCrossEntropy &&
+          held_logits != kNoVar) {  // torchtune: `del logits`
         tape.drop(held_logits);
         held_logits = kNoVar;
       }

@@ -200,3 +200,34 @@ TEST_CASE("cli: --compile on predict, fit and sweep", "[cli]") {
              Catch::Contains("--compile-scope: needs --compile"));
   CHECK(status == 2);
 }
+
+// --compile-scope model-and-loss: the loss is a graph output, the logits never leave the graph; the same step
+// with the loss in the loop keeps the logits (the loop's variable) and the eager loss's fp32 log_softmax
+// (2 x 128 x 50257 x 4 B = 51 MB here, more than the two small layers' activations), which the graph does not
+// save: its log-probabilities are recomputed in the backward from the logits and a row statistic.
+TEST_CASE("torch.compile: the model computing its loss inside the graph", "[quick][graph]") {
+  ModelConfig m = model_preset("gpt2");
+  m.n_layers = 2;
+  TrainingOptions o;
+  o.batch = 2;
+  o.seq = 128;
+  o.steps = 1;
+  o.compile = CompileMode::kDefault;
+  o.compile_scope = CompileScope::kModelAndLoss;
+  const OpGraph inside = build_training_steps(m, o);
+  o.compile_scope = CompileScope::kModel;
+  const OpGraph outside = build_training_steps(m, o);
+  const auto named = [](const OpGraph& g, const std::string& name) {
+    int n = 0;
+    for (const Tensor& t : g.tensors()) {
+      n += t.name.rfind(name, 0) == 0 ? 1 : 0;
+    }
+    return n;
+  };
+  CHECK(named(inside, "loss (inside the compiled graph)") == 0);  // a marker op, no tensor
+  CHECK(named(outside, "loss.") > 0);                             // the eager loss's tensors
+  const AllocationSchedule a = build_allocation_schedule(inside);
+  const AllocationSchedule b = build_allocation_schedule(outside);
+  CHECK(a.phase_begin(1, Phase::kLoss).has_value());
+  CHECK(a.peak_live_bytes < b.peak_live_bytes);
+}
