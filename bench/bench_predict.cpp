@@ -50,6 +50,27 @@ void BM_Predict_Llama2_7B_Step(benchmark::State& state) {
 }
 BENCHMARK(BM_Predict_Llama2_7B_Step)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
+// The same step under --compile (whole model, default mode): capture, the min-cut partition (Boost
+// push-relabel on ~2 nodes per captured value) and Inductor's planning on top of the eager cost. Arg 1:
+// without activation checkpointing (the partitioner decides every layer's saved set).
+void BM_Predict_Llama2_7B_Compiled(benchmark::State& state) {
+  RequestArgs a = llama_7b_args();
+  a.compile_mode = "default";
+  if (state.range(0) == 1) {
+    a.checkpointing = "none";
+    a.batch = 1;
+  }
+  const PredictRequest request = make_request(a);
+  Prediction p;
+  for (auto _ : state) {
+    p = predict(request);
+    benchmark::DoNotOptimize(p.peak_reserved_bytes);
+  }
+  state.counters["ops"] = static_cast<double>(p.ops);
+  state.counters["events"] = static_cast<double>(p.events);
+}
+BENCHMARK(BM_Predict_Llama2_7B_Compiled)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // The largest preset: Llama-2-70B (80 layers, grouped-query attention), 2 steps at batch 1 x 4096 in pure
 // bf16 with 8-bit AdamW, SDPA (the default attention), no checkpointing, on an H200 (it does not fit; the
 // prediction replays the unlimited run as well, so this is the slow path).
