@@ -127,8 +127,9 @@ void validate(const TrainingOptions& o) {
     const auto refuse = [](std::string_view what) {
       throw InputError(fmt::format("--compile: not modelled together with {}", what));
     };
-    if (o.data_parallel.scheme != "none" && o.data_parallel.scheme != "ddp" &&
-        o.compile_scope != CompileScope::kLayer) {
+    // FSDP's module hooks (unshard before, reshard after each wrapped unit) break a whole-model graph; DDP's
+    // and ZeRO-1/2's hooks act on gradients only
+    if (o.data_parallel.scheme.find("fsdp") != std::string::npos && o.compile_scope != CompileScope::kLayer) {
       refuse("--data-parallel " + o.data_parallel.scheme +
              " (use --compile-scope layer, as torchtitan does)");
     }
@@ -146,6 +147,9 @@ void validate(const TrainingOptions& o) {
     }
     if (o.generate_tokens > 0) {
       refuse("--generate");
+    }
+    if (o.loss == LossKind::kChunkedCrossEntropy && o.compile_scope != CompileScope::kLayer) {
+      refuse("--loss chunked-ce unless --compile-scope layer (the model's output is a list of chunks)");
     }
   }
   if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
