@@ -32,18 +32,24 @@ RequestArgs llama_7b_args() {
   return a;
 }
 
-void BM_Predict_Llama2_7B_Step(benchmark::State& state) {
-  RequestArgs a = llama_7b_args();
-  a.steps = static_cast<int>(state.range(0));
+// Predicts `a` once per iteration; the ops and events of the prediction as counters.
+Prediction run_predictions(benchmark::State& state, const RequestArgs& a) {
   const PredictRequest request = make_request(a);
   Prediction p;
   for (auto _ : state) {
     p = predict(request);
     benchmark::DoNotOptimize(p.peak_reserved_bytes);
   }
-  state.counters["steps"] = static_cast<double>(a.steps);
   state.counters["ops"] = static_cast<double>(p.ops);
   state.counters["events"] = static_cast<double>(p.events);
+  return p;
+}
+
+void BM_Predict_Llama2_7B_Step(benchmark::State& state) {
+  RequestArgs a = llama_7b_args();
+  a.steps = static_cast<int>(state.range(0));
+  run_predictions(state, a);
+  state.counters["steps"] = static_cast<double>(a.steps);
   state.counters["ms_per_step"] =
       benchmark::Counter(static_cast<double>(a.steps) * 1e-3,
                          benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
@@ -60,14 +66,7 @@ void BM_Predict_Llama2_7B_Compiled(benchmark::State& state) {
     a.checkpointing = "none";
     a.batch = 1;
   }
-  const PredictRequest request = make_request(a);
-  Prediction p;
-  for (auto _ : state) {
-    p = predict(request);
-    benchmark::DoNotOptimize(p.peak_reserved_bytes);
-  }
-  state.counters["ops"] = static_cast<double>(p.ops);
-  state.counters["events"] = static_cast<double>(p.events);
+  run_predictions(state, a);
 }
 BENCHMARK(BM_Predict_Llama2_7B_Compiled)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
@@ -83,14 +82,7 @@ void BM_Predict_Llama2_70B(benchmark::State& state) {
   a.precision = "bf16";
   a.optimizer = "adamw-8bit";
   a.steps = 2;
-  const PredictRequest request = make_request(a);
-  Prediction p;
-  for (auto _ : state) {
-    p = predict(request);
-    benchmark::DoNotOptimize(p.peak_reserved_bytes);
-  }
-  state.counters["ops"] = static_cast<double>(p.ops);
-  state.counters["events"] = static_cast<double>(p.events);
+  run_predictions(state, a);
 }
 BENCHMARK(BM_Predict_Llama2_70B)->Unit(benchmark::kMillisecond);
 
