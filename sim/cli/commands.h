@@ -16,6 +16,7 @@ void add_replay_command(CLI::App& app, std::function<int()>& run);
 void add_convert_command(CLI::App& app, std::function<int()>& run);
 void add_predict_command(CLI::App& app, std::function<int()>& run);
 void add_fit_command(CLI::App& app, std::function<int()>& run);
+void add_plan_command(CLI::App& app, std::function<int()>& run);
 void add_compare_command(CLI::App& app, std::function<int()>& run);
 void add_sweep_command(CLI::App& app, std::function<int()>& run);
 void add_trace_command(CLI::App& app, std::function<int()>& run);

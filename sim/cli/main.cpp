@@ -25,6 +25,7 @@ int dispatch(int argc, char** argv) {
   vramsim::cli::add_convert_command(app, run);
   vramsim::cli::add_predict_command(app, run);
   vramsim::cli::add_fit_command(app, run);
+  vramsim::cli::add_plan_command(app, run);
   vramsim::cli::add_compare_command(app, run);
   vramsim::cli::add_sweep_command(app, run);
   vramsim::cli::add_trace_command(app, run);

@@ -1,0 +1,186 @@
+// `vramsim plan`: the configuration to run a model with on some GPUs (sim/predict/plan.h).
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "sim/cli/commands.h"
+#include "sim/core/error.h"
+#include "sim/core/size_format.h"
+#include "sim/predict/plan.h"
+
+namespace vramsim::cli {
+
+namespace {
+
+struct PlanArgs {
+  PlanRequest request;
+  std::string margin = "10%";
+  std::string allow;
+  bool json = false;
+  std::string csv;
+};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) {
+      out.push_back(item);
+    }
+    if (comma == std::string::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+nlohmann::ordered_json evaluation_json(const PlanRequest& r, const PlanEvaluation& e) {
+  nlohmann::ordered_json j;
+  j["configuration"] = describe(e.config);
+  j["command"] = predict_command(r, e.config);
+  j["fits"] = e.fits;
+  j["peak_reserved_bytes"] = e.peak_reserved_bytes;
+  j["needed_bytes"] = e.needed_bytes;
+  j["headroom_bytes"] = e.headroom_bytes;
+  j["tokens_per_s"] = e.tokens_per_s;
+  if (!e.error.empty()) {
+    j["error"] = e.error;
+  }
+  return j;
+}
+
+std::string gib(std::int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+std::string outcome(const PlanEvaluation& e, std::int64_t limit) {
+  if (!e.error.empty()) {
+    return "refused: " + e.error;
+  }
+  if (e.fits) {
+    return fmt::format("{:>10}  fits, {:.0f} tokens/s", gib(e.needed_bytes), e.tokens_per_s);
+  }
+  return fmt::format("{:>10}  over by {}", gib(e.needed_bytes), gib(e.needed_bytes - limit));
+}
+
+void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& p) {
+  std::ofstream f(path);
+  if (!f) {
+    throw InputError(fmt::format("{}: cannot write the CSV file", path));
+  }
+  f << "precision,micro_batch,grad_accumulation,checkpointing,zero,optimizer,adapters,offload,compile,"
+       "evaluated,fits,peak_reserved_bytes,needed_bytes,headroom_bytes,tokens_per_s,command\n";
+  for (const PlanEvaluation& e : p.grid) {
+    const PlanConfig& c = e.config;
+    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},\"{}\"\n", c.precision, c.micro_batch,
+                     c.grad_accumulation, c.checkpointing, c.zero, c.optimizer, c.adapters, c.offload,
+                     c.compile ? 1 : 0, e.evaluated ? 1 : 0, e.fits ? 1 : 0, e.peak_reserved_bytes,
+                     e.needed_bytes, e.headroom_bytes, e.tokens_per_s, predict_command(r, c));
+  }
+}
+
+int run_plan(PlanArgs& args) {
+  PlanRequest& r = args.request;
+  r.margin = parse_margin(args.margin);
+  r.allow = split_commas(args.allow);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const PlanResult p = plan(r, [tty](int done, int total) {
+    if (tty) {
+      std::fprintf(stderr, "\rplan: %d / %d configurations", done, total);
+      if (done == total) {
+        std::fprintf(stderr, "\n");
+      }
+    }
+  });
+  if (!args.csv.empty()) {
+    write_csv(args.csv, r, p);
+  }
+  if (args.json) {
+    nlohmann::ordered_json j;
+    j["model"] = r.model;
+    j["gpu"] = r.gpu;
+    j["gpus"] = r.gpus;
+    j["global_batch"] = r.global_batch;
+    j["seq"] = r.seq;
+    j["margin"] = r.margin;
+    j["limit_bytes"] = p.limit_bytes;
+    j["best"] = p.best ? evaluation_json(r, p.grid[*p.best]) : nlohmann::ordered_json();
+    nlohmann::ordered_json path = nlohmann::ordered_json::array();
+    for (const PlanStep& s : p.decision_path) {
+      nlohmann::ordered_json e = evaluation_json(r, s.result);
+      e["lever"] = s.lever;
+      e["setting"] = s.setting;
+      path.push_back(e);
+    }
+    j["decision_path"] = path;
+    nlohmann::ordered_json pareto = nlohmann::ordered_json::array();
+    for (std::size_t i : p.pareto) {
+      pareto.push_back(evaluation_json(r, p.grid[i]));
+    }
+    j["pareto"] = pareto;
+    j["configurations_evaluated"] = p.configurations_evaluated;
+    j["configurations_pruned"] = p.configurations_pruned;
+    j["errors"] = p.errors;
+    fmt::print("{}\n", json_text(j));
+    return 0;
+  }
+  fmt::print("plan             {} on {} x {}, global batch {} x seq {}; limit {} ({:.0f} % of {})\n", r.model, r.gpus,
+             r.gpu, r.global_batch, r.seq, gib(p.limit_bytes), 100.0 * (1.0 - r.margin), gib(p.total_bytes));
+  fmt::print("configurations   {} predicted, {} skipped (a smaller micro-batch of the same settings did not fit), "
+             "{} refused\n\n",
+             p.configurations_evaluated, p.configurations_pruned, p.errors);
+  fmt::print("decision path (the levers in order of their cost in speed)\n");
+  for (std::size_t k = 0; k < p.decision_path.size(); ++k) {
+    const PlanStep& s = p.decision_path[k];
+    fmt::print("  {:>2}. {:<30} {:<42} {}\n", k + 1, s.lever, s.setting, outcome(s.result, p.limit_bytes));
+  }
+  if (!p.best) {
+    fmt::print("\nbest             none fits: no configuration the allowed levers make fits in {}\n",
+               gib(p.limit_bytes));
+    return 0;
+  }
+  const PlanEvaluation& b = p.grid[*p.best];
+  fmt::print("\nbest             {}\n", describe(b.config));
+  fmt::print("                 {} needed, headroom {}, {:.0f} tokens/s (estimate)\n", gib(b.needed_bytes),
+             gib(b.headroom_bytes), b.tokens_per_s);
+  fmt::print("command          {}\n", predict_command(r, b.config));
+  fmt::print("Hugging Face     {}\n", trainer_settings(r, b.config));
+  fmt::print("\npareto (configurations that fit: less memory, or faster than every one with less)\n");
+  for (std::size_t i : p.pareto) {
+    const PlanEvaluation& e = p.grid[i];
+    fmt::print("  {:>10}  {:>8.0f} tokens/s  {}\n", gib(e.needed_bytes), e.tokens_per_s, describe(e.config));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, std::function<int()>& run) {
+  static PlanArgs args;
+  auto* cmd = app.add_subcommand("plan",
+                                 "Find the fastest configuration that fits: try the memory levers in order of "
+                                 "their cost in speed, predict every combination, report the decision path");
+  PlanRequest& r = args.request;
+  cmd->add_option("--model", r.model, "model preset or a Hugging Face config.json")->required();
+  cmd->add_option("--model-code", r.model_code, "whose layer code to follow (as predict's)");
+  cmd->add_option("--gpu", r.gpu, "GPU name (memory, CUDA context and the roofline)")->required();
+  cmd->add_option("--gpus", r.gpus, "data-parallel GPUs")->capture_default_str();
+  cmd->add_option("--global-batch", r.global_batch, "sequences per optimizer step over all GPUs")->required();
+  cmd->add_option("--seq", r.seq, "sequence length")->required();
+  cmd->add_option("--attention", r.attention, "as predict's (default: the code's)");
+  cmd->add_option("--allow", args.allow, "more levers: lora,qlora,offload,compile (comma-separated)");
+  cmd->add_option("--margin", args.margin, "fraction of the GPU kept free, e.g. 10%")->capture_default_str();
+  cmd->add_option("--threads", r.threads, "threads predicting configurations (0: every core)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args.json, "machine-readable output");
+  cmd->add_option("--csv", args.csv, "write every configuration to this CSV file");
+  cmd->callback([&run] { run = [] { return run_plan(args); }; });
+}
+
+}  // namespace vramsim::cli
