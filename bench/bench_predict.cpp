@@ -11,6 +11,7 @@
 #include "sim/graph/model_config.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
+#include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/predict/step_timeline.h"
 #include "sim/replay/trace_replay.h"
@@ -69,6 +70,28 @@ void BM_Predict_Llama2_7B_Compiled(benchmark::State& state) {
   run_predictions(state, a);
 }
 BENCHMARK(BM_Predict_Llama2_7B_Compiled)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// `vramsim plan` (issue 15): the README's GPT-2-large example, GPT-2 large on an RTX 4090 at a global batch
+// of 16 x 1,024: 60 configurations in the grid, the larger micro-batches skipped after one does not fit.
+// Counter: predictions run per second (both cores).
+void BM_Plan_Gpt2Large_4090(benchmark::State& state) {
+  PlanRequest r;
+  r.model = "gpt2-large";
+  r.gpu = "4090";
+  r.global_batch = 16;
+  r.seq = 1024;
+  r.threads = static_cast<int>(state.range(0));
+  PlanResult p;
+  for (auto _ : state) {
+    p = plan(r);
+    benchmark::DoNotOptimize(p.best);
+  }
+  state.counters["predicted"] = p.configurations_evaluated;
+  state.counters["skipped"] = p.configurations_pruned;
+  state.counters["predictions_per_s"] = benchmark::Counter(static_cast<double>(p.configurations_evaluated),
+                                                           benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Plan_Gpt2Large_4090)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The largest preset: Llama-2-70B (80 layers, grouped-query attention), 2 steps at batch 1 x 4096 in pure
 // bf16 with 8-bit AdamW, SDPA (the default attention), no checkpointing, on an H200 (it does not fit; the

@@ -30,7 +30,8 @@ std::vector<std::string> split_commas(const std::string& text) {
   std::size_t start = 0;
   while (start <= text.size() && !text.empty()) {
     const std::size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) {
       out.push_back(item);
     }
@@ -57,7 +58,9 @@ nlohmann::ordered_json evaluation_json(const PlanRequest& r, const PlanEvaluatio
   return j;
 }
 
-std::string gib(std::int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+std::string gib(std::int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
 
 std::string outcome(const PlanEvaluation& e, std::int64_t limit) {
   if (!e.error.empty()) {
@@ -130,11 +133,13 @@ int run_plan(PlanArgs& args) {
     fmt::print("{}\n", json_text(j));
     return 0;
   }
-  fmt::print("plan             {} on {} x {}, global batch {} x seq {}; limit {} ({:.0f} % of {})\n", r.model, r.gpus,
-             r.gpu, r.global_batch, r.seq, gib(p.limit_bytes), 100.0 * (1.0 - r.margin), gib(p.total_bytes));
-  fmt::print("configurations   {} predicted, {} skipped (a smaller micro-batch of the same settings did not fit), "
-             "{} refused\n\n",
-             p.configurations_evaluated, p.configurations_pruned, p.errors);
+  fmt::print("plan             {} on {} x {}, global batch {} x seq {}; limit {} ({:.0f} % of {})\n", r.model,
+             r.gpus, r.gpu, r.global_batch, r.seq, gib(p.limit_bytes), 100.0 * (1.0 - r.margin),
+             gib(p.total_bytes));
+  fmt::print(
+      "configurations   {} predicted, {} skipped (a smaller micro-batch of the same settings did not fit), "
+      "{} refused\n\n",
+      p.configurations_evaluated, p.configurations_pruned, p.errors);
   fmt::print("decision path (the levers in order of their cost in speed)\n");
   for (std::size_t k = 0; k < p.decision_path.size(); ++k) {
     const PlanStep& s = p.decision_path[k];
@@ -163,9 +168,10 @@ int run_plan(PlanArgs& args) {
 
 void add_plan_command(CLI::App& app, std::function<int()>& run) {
   static PlanArgs args;
-  auto* cmd = app.add_subcommand("plan",
-                                 "Find the fastest configuration that fits: try the memory levers in order of "
-                                 "their cost in speed, predict every combination, report the decision path");
+  auto* cmd =
+      app.add_subcommand("plan",
+                         "Find the fastest configuration that fits: try the memory levers in order of "
+                         "their cost in speed, predict every combination, report the decision path");
   PlanRequest& r = args.request;
   cmd->add_option("--model", r.model, "model preset or a Hugging Face config.json")->required();
   cmd->add_option("--model-code", r.model_code, "whose layer code to follow (as predict's)");

@@ -156,7 +156,8 @@ void validate_request(const PlanRequest& r) {
     throw InputError(fmt::format("--global-batch: must be in 1..{}, got {}", kMaxBatch, r.global_batch));
   }
   if (r.global_batch % r.gpus != 0) {
-    throw InputError(fmt::format("--global-batch: {} sequences do not divide over {} GPUs", r.global_batch, r.gpus));
+    throw InputError(
+        fmt::format("--global-batch: {} sequences do not divide over {} GPUs", r.global_batch, r.gpus));
   }
   if (r.global_batch / r.gpus > 4096) {
     throw InputError(fmt::format("--global-batch: {} sequences per GPU, more than plan searches (4096)",
@@ -167,7 +168,8 @@ void validate_request(const PlanRequest& r) {
   }
   for (const std::string& lever : r.allow) {
     if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile") {
-      throw InputError(fmt::format("--allow: unknown lever '{}' (known: lora, qlora, offload, compile)", lever));
+      throw InputError(
+          fmt::format("--allow: unknown lever '{}' (known: lora, qlora, offload, compile)", lever));
     }
   }
 }
@@ -246,8 +248,8 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
   if (!r.model_code.empty()) {
     s += " --model-code " + r.model_code;
   }
-  s += fmt::format(" --batch {} --seq {} --precision {} --optimizer {} --checkpointing {}", c.micro_batch, r.seq,
-                   c.precision, c.optimizer, c.checkpointing);
+  s += fmt::format(" --batch {} --seq {} --precision {} --optimizer {} --checkpointing {}", c.micro_batch,
+                   r.seq, c.precision, c.optimizer, c.checkpointing);
   if (c.grad_accumulation > 1) {
     s += fmt::format(" --grad-accumulation {}", c.grad_accumulation);
   }
@@ -276,8 +278,9 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
 }
 
 std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
-  std::string s = fmt::format("TrainingArguments(per_device_train_batch_size={}, gradient_accumulation_steps={}",
-                              c.micro_batch, c.grad_accumulation);
+  std::string s =
+      fmt::format("TrainingArguments(per_device_train_batch_size={}, gradient_accumulation_steps={}",
+                  c.micro_batch, c.grad_accumulation);
   s += c.precision == "amp-bf16" ? ", bf16=True" : "";
   s += c.checkpointing != "none" ? ", gradient_checkpointing=True" : "";
   s += c.optimizer == "adamw-8bit" ? ", optim=\"adamw_bnb_8bit\"" : ", optim=\"adamw_torch\"";
@@ -371,21 +374,19 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
   if (step("baseline", describe(state), state)) {
     return out;
   }
-  // Each lever: its settings in order; the lever keeps the one that needed least memory.
-  const auto lever = [&](const std::string& name, const std::vector<std::pair<std::string, PlanConfig>>& options) {
-    PlanConfig kept = state;
-    std::int64_t kept_bytes = out.decision_path.back().result.needed_bytes;
+  // Each lever: its settings in order, from the cheapest in speed; a lever that did not make the run fit
+  // stays at its last setting the simulator accepted (the one that saves most), and the next lever is added
+  // on top.
+  const auto lever = [&](const std::string& name,
+                         const std::vector<std::pair<std::string, PlanConfig>>& options) {
     for (const auto& [setting, c] : options) {
       if (step(name, setting, c)) {
         return true;
       }
-      const PlanEvaluation& e = out.decision_path.back().result;
-      if (e.error.empty() && e.needed_bytes < kept_bytes) {
-        kept = c;
-        kept_bytes = e.needed_bytes;
+      if (out.decision_path.back().result.error.empty()) {
+        state = c;
       }
     }
-    state = kept;
     return false;
   };
   const auto with = [&state](const std::function<void(PlanConfig&)>& f) {
@@ -415,7 +416,8 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
   }
   options.clear();
   for (const char* ck : {"selective-op", "full"}) {
-    options.emplace_back(std::string("checkpointing ") + ck, with([ck](PlanConfig& c) { c.checkpointing = ck; }));
+    options.emplace_back(std::string("checkpointing ") + ck,
+                         with([ck](PlanConfig& c) { c.checkpointing = ck; }));
   }
   if (lever("activation checkpointing", options)) {
     return out;

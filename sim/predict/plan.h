@@ -5,10 +5,11 @@
 // allocator model, step time from the engine's roofline), and reports the fastest that fits with the margin,
 // the decision path in the levers' order, and the Pareto front of memory against estimated tokens/s.
 //
-// Pruning: within one setting of every other lever, memory is monotone in the micro-batch, so the micro-batches
-// are predicted smallest first and the larger ones skipped once one does not fit. Configurations are
-// predicted on `threads` threads; the result does not depend on their number. A configuration the simulator
-// refuses (an InputError: LoRA on code that has no nn.Linear, ...) is reported and the search goes on.
+// Pruning: within one setting of every other lever, memory is monotone in the micro-batch, so the
+// micro-batches are predicted smallest first and the larger ones skipped once one does not fit.
+// Configurations are predicted on `threads` threads; the result does not depend on their number. A
+// configuration the simulator refuses (an InputError: LoRA on code that has no nn.Linear, ...) is reported
+// and the search goes on.
 #pragma once
 
 #include <cstdint>
@@ -66,12 +67,12 @@ struct PlanStep {
 };
 
 struct PlanResult {
-  std::int64_t total_bytes = 0;  // the GPU's memory
-  std::int64_t limit_bytes = 0;  // (1 - margin) x total
+  std::int64_t total_bytes = 0;      // the GPU's memory
+  std::int64_t limit_bytes = 0;      // (1 - margin) x total
   std::vector<PlanEvaluation> grid;  // every configuration of the grid, in enumeration order
   std::optional<std::size_t> best;   // index into grid
   std::vector<PlanStep> decision_path;
-  std::vector<std::size_t> pareto;  // indices into grid, by peak reserved
+  std::vector<std::size_t> pareto;   // indices into grid, by peak reserved
   int configurations_evaluated = 0;  // predictions run (grid and decision path)
   int configurations_pruned = 0;
   int errors = 0;
