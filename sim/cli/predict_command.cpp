@@ -1,6 +1,7 @@
 // `vramsim predict`: will this training step fit, and where does the memory go?
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -9,9 +10,11 @@
 
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
+#include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/model_config.h"
+#include "sim/predict/perfetto_trace.h"
 #include "sim/predict/step_prediction.h"
 #include "traces/trace_io.h"
 
@@ -352,6 +355,7 @@ struct PredictArgs {
   std::string alloc_conf;
   bool json = false;
   std::string trace_out;
+  std::string perfetto;
 };
 
 }  // namespace
@@ -366,14 +370,29 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--batch", args.request.batch, "batch size")->required();
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--trace-out", args.trace_out, "write the generated trace (.json / .pickle / .vtrace)");
+  cmd->add_option("--perfetto", args.perfetto,
+                  "write the predicted run as Chrome trace-event JSON (Perfetto, chrome://tracing): ops per "
+                  "stream, requested bytes alive per category");
   cmd->callback([&run, cmd] {
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
     }
     run = [] {
-      const PredictRequest request = make_request(args.request);
+      PredictRequest request = make_request(args.request);
+      request.keep_timeline = !args.perfetto.empty();
       Snapshot trace;
       const Prediction p = predict(request, args.trace_out.empty() ? nullptr : &trace);
+      if (!args.perfetto.empty()) {
+        if (!p.timeline) {
+          throw InputError(
+              "--perfetto: one rank's run only (not every stage of a pipeline: name --pp-stage)");
+        }
+        std::ofstream f(args.perfetto, std::ios::binary);
+        f << perfetto_json(*p.timeline, "vramsim predict " + args.request.model) << "\n";
+        if (!f) {
+          throw InputError(fmt::format("{}: cannot write the trace", args.perfetto));
+        }
+      }
       if (args.json) {
         fmt::print("{}\n", json_text(prediction_json(p, kPredictText)));
       } else {

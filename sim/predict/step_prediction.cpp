@@ -1,5 +1,7 @@
 #include "sim/predict/step_prediction.h"
 
+#include "sim/predict/perfetto_trace.h"
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -401,6 +403,9 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
       p.generation->kv_bytes_per_token = paged->block_bytes / paged->block_size;
       p.generation->paged = paged;
     }
+  }
+  if (request.keep_timeline) {
+    p.timeline = std::make_shared<const PredictedTimeline>(predicted_timeline(graph, timeline, schedule));
   }
   if (trace_out != nullptr) {
     *trace_out = std::move(snapshot);

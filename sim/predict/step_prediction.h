@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct PredictRequest {
   bool every_pipeline_stage = false;
   TimelineOptions host;  // --host-op-us: the host's time per kernel-launching op
   VllmServing vllm;      // with --kv-cache paged
+  bool keep_timeline =
+      false;  // --perfetto: keep the ops' times and the memory over time (Prediction::timeline)
 };
 
 struct LiveTensor {
@@ -98,6 +101,8 @@ struct TimingEstimate {
   std::int64_t tokens_per_step = 0;  // batch * seq * micro-batches
   double tokens_per_s = 0.0;         // of the last simulated step (steady state)
 };
+
+struct PredictedTimeline;  // perfetto_trace.h
 
 struct Prediction {
   std::string model_name;
@@ -219,6 +224,8 @@ struct Prediction {
   // allocated bytes needed (negative: at least that much is missing).
   std::int64_t headroom_bytes = 0;
   double headroom_percent = 0.0;  // of total
+  // With PredictRequest::keep_timeline (one simulated rank; absent for a pipeline's several stages).
+  std::shared_ptr<const PredictedTimeline> timeline;
 };
 
 // The options as a user types them (CLI strings); make_request() parses them with the parse_* helpers and
