@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
 
 namespace vramsim::cli {
@@ -17,6 +18,9 @@ void add_convert_command(CLI::App& app, std::function<int()>& run);
 void add_predict_command(CLI::App& app, std::function<int()>& run);
 void add_fit_command(CLI::App& app, std::function<int()>& run);
 void add_plan_command(CLI::App& app, std::function<int()>& run);
+void add_merge_command(CLI::App& app, std::function<int()>& run);
+// plan's report (text, or --json; --csv writes every configuration), shared with merge.
+int print_plan(const PlanRequest& request, const PlanResult& result, bool json, const std::string& csv);
 void add_compare_command(CLI::App& app, std::function<int()>& run);
 void add_sweep_command(CLI::App& app, std::function<int()>& run);
 void add_trace_command(CLI::App& app, std::function<int()>& run);

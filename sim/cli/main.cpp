@@ -26,6 +26,7 @@ int dispatch(int argc, char** argv) {
   vramsim::cli::add_predict_command(app, run);
   vramsim::cli::add_fit_command(app, run);
   vramsim::cli::add_plan_command(app, run);
+  vramsim::cli::add_merge_command(app, run);
   vramsim::cli::add_compare_command(app, run);
   vramsim::cli::add_sweep_command(app, run);
   vramsim::cli::add_trace_command(app, run);

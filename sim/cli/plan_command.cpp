@@ -3,6 +3,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +26,7 @@ struct PlanArgs {
   std::string allow;
   bool json = false;
   std::string csv;
+  std::string shard;
 };
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -88,10 +92,37 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
   }
 }
 
+std::string shard_spec_error(const std::string& text) {
+  return fmt::format("--shard: '{}' is not K/N (1 <= K <= N)", text);
+}
+
+// "K/N" -> (K - 1, N).
+std::pair<int, int> parse_shard(const std::string& text) {
+  const std::size_t slash = text.find('/');
+  if (slash == std::string::npos) {
+    throw InputError(shard_spec_error(text));
+  }
+  try {
+    std::size_t used_k = 0;
+    std::size_t used_n = 0;
+    const int k = std::stoi(text.substr(0, slash), &used_k);
+    const int n = std::stoi(text.substr(slash + 1), &used_n);
+    if (used_k != slash || used_n != text.size() - slash - 1 || n < 1 || k < 1 || k > n) {
+      throw InputError(shard_spec_error(text));
+    }
+    return {k - 1, n};
+  } catch (const std::logic_error&) {
+    throw InputError(shard_spec_error(text));
+  }
+}
+
 int run_plan(PlanArgs& args) {
   PlanRequest& r = args.request;
   r.margin = parse_margin(args.margin);
   r.allow = split_commas(args.allow);
+  if (!args.shard.empty()) {
+    std::tie(r.shard, r.shards) = parse_shard(args.shard);
+  }
   const bool tty = isatty(STDERR_FILENO) != 0;
   const PlanResult p = plan(r, [tty](int done, int total) {
     if (tty) {
@@ -101,10 +132,20 @@ int run_plan(PlanArgs& args) {
       }
     }
   });
-  if (!args.csv.empty()) {
-    write_csv(args.csv, r, p);
+  if (r.shards > 1) {
+    fmt::print("{}", plan_shard_json(r, p));  // for `vramsim merge`
+    return 0;
   }
-  if (args.json) {
+  return print_plan(r, p, args.json, args.csv);
+}
+
+}  // namespace
+
+int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::string& csv) {
+  if (!csv.empty()) {
+    write_csv(csv, r, p);
+  }
+  if (json) {
     nlohmann::ordered_json j;
     j["model"] = r.model;
     j["gpu"] = r.gpu;
@@ -164,8 +205,6 @@ int run_plan(PlanArgs& args) {
   return 0;
 }
 
-}  // namespace
-
 void add_plan_command(CLI::App& app, std::function<int()>& run) {
   static PlanArgs args;
   auto* cmd =
@@ -186,7 +225,51 @@ void add_plan_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--csv", args.csv, "write every configuration to this CSV file");
+  cmd->add_option(
+      "--shard", args.shard,
+      "K/N: predict only the K-th of N parts of the grid and print it as JSON for `vramsim merge` "
+      "(a Slurm job array: --shard $SLURM_ARRAY_TASK_ID/N)");
   cmd->callback([&run] { run = [] { return run_plan(args); }; });
+}
+
+}  // namespace vramsim::cli
+
+namespace vramsim::cli {
+
+void add_merge_command(CLI::App& app, std::function<int()>& run) {
+  static std::vector<std::string> files;
+  static bool json = false;
+  static std::string csv;
+  auto* cmd =
+      app.add_subcommand("merge",
+                         "Merge the parts of a `vramsim plan --shard K/N` run into its result (the output "
+                         "of the same plan on one machine, byte for byte)");
+  cmd->add_option("files", files, "the shards' JSON files, in any order")->required();
+  cmd->add_flag("--json", json, "machine-readable output");
+  cmd->add_option("--csv", csv, "write every configuration to this CSV file");
+  cmd->callback([&run] {
+    run = [] {
+      std::vector<std::string> texts;
+      for (const std::string& f : files) {
+        std::ifstream in(f, std::ios::binary);
+        if (!in) {
+          throw InputError(fmt::format("{}: cannot open", f));
+        }
+        in.seekg(0, std::ios::end);
+        const std::streamoff size = in.tellg();
+        if (size < 0 || size > (std::streamoff{1} << 30)) {
+          throw InputError(fmt::format("{}: not a shard file (size {})", f, static_cast<long long>(size)));
+        }
+        in.seekg(0);
+        std::string text(static_cast<std::size_t>(size), '\0');
+        in.read(text.data(), size);
+        texts.push_back(std::move(text));
+      }
+      PlanRequest request;
+      const PlanResult p = merge_plan_shards(texts, files, request);
+      return print_plan(request, p, json, csv);
+    };
+  });
 }
 
 }  // namespace vramsim::cli

@@ -166,6 +166,10 @@ void validate_request(const PlanRequest& r) {
   if (!(r.margin >= 0.0 && r.margin < 1.0)) {
     throw InputError(fmt::format("--margin: must be in [0, 100%), got {}", r.margin));
   }
+  if (r.shards < 1 || r.shards > 100000 || r.shard < 0 || r.shard >= r.shards) {
+    throw InputError(
+        fmt::format("--shard: {}/{} is not a shard K/N with 1 <= K <= N", r.shard + 1, r.shards));
+  }
   for (const std::string& lever : r.allow) {
     if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile") {
       throw InputError(
@@ -191,9 +195,13 @@ void evaluate_grid(const PlanRequest& r, const std::vector<std::vector<PlanConfi
   const auto worker = [&]() {
     for (std::size_t g = next++; g < groups.size(); g = next++) {
       bool pruned = false;
+      const bool mine = g % static_cast<std::size_t>(r.shards) == static_cast<std::size_t>(r.shard);
       for (std::size_t k = 0; k < groups[g].size(); ++k) {
         PlanEvaluation& slot = out.grid[first[g] + k];
-        if (pruned) {
+        if (!mine) {
+          slot.config = groups[g][k];
+          slot.in_shard = false;
+        } else if (pruned) {
           slot.config = groups[g][k];
         } else {
           slot = evaluate(r, groups[g][k], out.limit_bytes);
@@ -312,18 +320,13 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   return s;
 }
 
-PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
-  validate_request(r);
-  PlanResult out;
-  {
-    const GpuMemory d = device_memory(r.gpu, 0, ContextOptions{});
-    out.total_bytes = d.total_bytes;
-    out.limit_bytes = static_cast<std::int64_t>((1.0 - r.margin) * static_cast<double>(d.total_bytes));
-  }
-  const std::int64_t local_batch = r.global_batch / r.gpus;
-  evaluate_grid(r, grid_groups(r, local_batch), out, progress);
-
-  std::map<std::string, PlanEvaluation> cache;
+void finish_plan(PlanResult& out) {
+  out.configurations_evaluated = 0;
+  out.configurations_pruned = 0;
+  out.errors = 0;
+  out.best.reset();
+  out.pareto.clear();
+  std::map<std::string, bool> predicted;
   for (std::size_t i = 0; i < out.grid.size(); ++i) {
     const PlanEvaluation& e = out.grid[i];
     if (!e.evaluated) {
@@ -331,11 +334,14 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
       continue;
     }
     ++out.configurations_evaluated;
+    predicted[key_of(e.config)] = true;
     out.errors += e.error.empty() ? 0 : 1;
-    cache.emplace(key_of(e.config), e);
     if (e.fits && (!out.best || e.tokens_per_s > out.grid[*out.best].tokens_per_s)) {
       out.best = i;
     }
+  }
+  for (const PlanStep& s : out.decision_path) {  // the path's own predictions
+    out.configurations_evaluated += predicted.emplace(key_of(s.result.config), true).second ? 1 : 0;
   }
   // The Pareto front of the configurations that fit: less memory, or more tokens/s than every one with less.
   std::vector<std::size_t> fitting;
@@ -354,13 +360,43 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
       best_rate = out.grid[i].tokens_per_s;
     }
   }
+}
 
-  // The decision path: from fp32 with the whole local batch at once, each lever in turn until it fits.
+namespace {
+void decide(const PlanRequest& r, PlanResult& out);
+}  // namespace
+
+PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
+  validate_request(r);
+  PlanResult out;
+  {
+    const GpuMemory d = device_memory(r.gpu, 0, ContextOptions{});
+    out.total_bytes = d.total_bytes;
+    out.limit_bytes = static_cast<std::int64_t>((1.0 - r.margin) * static_cast<double>(d.total_bytes));
+  }
+  evaluate_grid(r, grid_groups(r, r.global_batch / r.gpus), out, progress);
+  if (r.shard == 0) {
+    decide(r, out);
+  }
+  finish_plan(out);
+  return out;
+}
+
+namespace {
+
+// The decision path: from fp32 with the whole local batch at once, each lever in turn until it fits.
+void decide(const PlanRequest& r, PlanResult& out) {
+  const std::int64_t local_batch = r.global_batch / r.gpus;
+  std::map<std::string, PlanEvaluation> cache;
+  for (const PlanEvaluation& e : out.grid) {
+    if (e.in_shard && e.evaluated) {
+      cache.emplace(key_of(e.config), e);
+    }
+  }
   const auto eval_cached = [&](const PlanConfig& c) {
     auto it = cache.find(key_of(c));
     if (it == cache.end()) {
       it = cache.emplace(key_of(c), evaluate(r, c, out.limit_bytes)).first;
-      ++out.configurations_evaluated;
     }
     return it->second;
   };
@@ -372,7 +408,7 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
     return out.decision_path.back().result.fits;
   };
   if (step("baseline", describe(state), state)) {
-    return out;
+    return;
   }
   // Each lever: its settings in order, from the cheapest in speed; a lever that did not make the run fit
   // stays at its last setting the simulator accepted (the one that saves most), and the next lever is added
@@ -399,7 +435,7 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
     options.emplace_back(p, with([p](PlanConfig& c) { c.precision = p; }));
   }
   if (lever("mixed precision", options)) {
-    return out;
+    return;
   }
   options.clear();
   std::vector<std::int64_t> micros = divisors(local_batch);
@@ -412,7 +448,7 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
                          }));
   }
   if (lever("micro-batch with accumulation", options)) {
-    return out;
+    return;
   }
   options.clear();
   for (const char* ck : {"selective-op", "full"}) {
@@ -420,7 +456,7 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
                          with([ck](PlanConfig& c) { c.checkpointing = ck; }));
   }
   if (lever("activation checkpointing", options)) {
-    return out;
+    return;
   }
   if (r.gpus > 1) {
     options.clear();
@@ -428,12 +464,12 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
       options.emplace_back(fmt::format("ZeRO-{}", z), with([z](PlanConfig& c) { c.zero = z; }));
     }
     if (lever("ZeRO stage", options)) {
-      return out;
+      return;
     }
   }
   options = {{"adamw-8bit", with([](PlanConfig& c) { c.optimizer = "adamw-8bit"; })}};
   if (lever("8-bit optimizer", options)) {
-    return out;
+    return;
   }
   options.clear();
   for (const char* a : {"lora", "qlora"}) {
@@ -443,7 +479,7 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
     }
   }
   if (!options.empty() && lever("LoRA / QLoRA", options)) {
-    return out;
+    return;
   }
   if (allowed(r, "offload")) {
     options = {{"offload activations", with([](PlanConfig& c) { c.offload = "activations"; })},
@@ -453,7 +489,8 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
                 })}};
     lever("offload", options);
   }
-  return out;
 }
+
+}  // namespace
 
 }  // namespace vramsim

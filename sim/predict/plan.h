@@ -34,6 +34,10 @@ struct PlanRequest {
   // Levers beyond the default ones: "lora", "qlora", "offload", "compile".
   std::vector<std::string> allow;
   int threads = 0;  // 0: the machine's cores
+  // --shard K/N: this run predicts the grid's groups g with g % shards == shard (K - 1) and, in shard 0, the
+  // decision path; merge_plan_shards() puts the shards' parts together into the result of one run.
+  int shard = 0;
+  int shards = 1;
 };
 
 // One configuration: the settings the levers choose.
@@ -51,6 +55,7 @@ struct PlanConfig {
 
 struct PlanEvaluation {
   PlanConfig config;
+  bool in_shard = true;    // false: another shard predicts it
   bool evaluated = false;  // false: pruned (a smaller micro-batch of the same settings did not fit)
   std::string error;       // the simulator refused the configuration
   bool fits = false;
@@ -82,6 +87,18 @@ using PlanProgress = std::function<void(int done, int total)>;
 
 // Throws InputError for bad requests (no GPU, a global batch the GPUs do not divide, an unknown lever).
 PlanResult plan(const PlanRequest& request, const PlanProgress& progress = nullptr);
+
+// The counts, the best configuration and the Pareto front of a result whose grid and decision path are
+// complete.
+void finish_plan(PlanResult& result);
+
+// One shard's part (its grid entries, and the decision path in shard 0) as JSON, for merge_plan_shards().
+std::string plan_shard_json(const PlanRequest& request, const PlanResult& result);
+// Every shard's part of one plan (`texts`, read from the files `names`, in any order) merged into the result
+// a single run gives, byte for byte. Throws InputError naming the file when the shards do not belong
+// together.
+PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
+                             PlanRequest& request);
 
 // The `vramsim predict` command line of `config`.
 std::string predict_command(const PlanRequest& request, const PlanConfig& config);

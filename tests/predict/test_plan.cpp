@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "run_cli.h"
 #include "sim/core/error.h"
@@ -169,4 +170,39 @@ TEST_CASE("cli: plan --json and --csv", "[predict]") {
   CHECK_THAT(test::run_cli("plan --model gpt2 --gpu h100 --global-batch 3 --gpus 2 --seq 128", &status),
              Catch::Contains("vramsim: error: --global-batch"));
   CHECK(status == 2);
+}
+
+// `plan --shard K/N` on N machines and `vramsim merge` of the parts give the single-machine output byte for
+// byte, text and JSON; shards that do not belong together are one-line errors.
+TEST_CASE("cli: plan --shard and merge reproduce the single run byte for byte", "[predict]") {
+  const std::string base = "plan --model gpt2 --gpu t4 --global-batch 8 --seq 1024";
+  int status = -1;
+  const std::string single_text = test::run_cli(base, &status);
+  REQUIRE(status == 0);
+  const std::string single_json = test::run_cli(base + " --json", &status);
+  std::vector<std::string> files;
+  for (int k = 1; k <= 3; ++k) {
+    const std::string file = "vramsim_test_shard_" + std::to_string(k) + ".json";
+    std::ofstream(file) << test::run_cli(base + " --shard " + std::to_string(k) + "/3", &status);
+    CHECK(status == 0);
+    files.push_back(file);
+  }
+  CHECK(test::run_cli("merge " + files[2] + " " + files[0] + " " + files[1], &status) == single_text);
+  CHECK(status == 0);
+  CHECK(test::run_cli("merge --json " + files[1] + " " + files[2] + " " + files[0], &status) == single_json);
+  CHECK_THAT(test::run_cli("merge " + files[0] + " " + files[1], &status),
+             Catch::Contains("vramsim: error: merge: shard 3 of 3 is missing"));
+  CHECK(status == 2);
+  CHECK_THAT(test::run_cli("merge " + files[0] + " " + files[0] + " " + files[1] + " " + files[2], &status),
+             Catch::Contains("shard 1 of 3 given twice"));
+  const std::string other = "vramsim_test_shard_other.json";
+  std::ofstream(other) << test::run_cli("plan --model gpt2 --gpu t4 --global-batch 8 --seq 512 --shard 3/3");
+  CHECK_THAT(test::run_cli("merge " + files[0] + " " + files[1] + " " + other, &status),
+             Catch::Contains("a shard of another plan"));
+  CHECK_THAT(test::run_cli(base + " --shard 0/3", &status), Catch::Contains("--shard: '0/3' is not K/N"));
+  CHECK(status == 2);
+  files.push_back(other);
+  for (const std::string& f : files) {
+    std::remove(f.c_str());
+  }
 }
