@@ -14,6 +14,7 @@
 #include "sim/core/size_format.h"
 #include "sim/graph/layer_code.h"
 #include "sim/graph/model_config.h"
+#include "sim/predict/html_report.h"
 #include "sim/predict/perfetto_trace.h"
 #include "sim/predict/step_prediction.h"
 #include "traces/trace_io.h"
@@ -356,6 +357,7 @@ struct PredictArgs {
   bool json = false;
   std::string trace_out;
   std::string perfetto;
+  std::string html;
 };
 
 }  // namespace
@@ -373,15 +375,27 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--perfetto", args.perfetto,
                   "write the predicted run as Chrome trace-event JSON (Perfetto, chrome://tracing): ops per "
                   "stream, requested bytes alive per category");
+  cmd->add_option("--html", args.html,
+                  "write a self-contained page: memory over time stacked by category, the peak, the bill");
   cmd->callback([&run, cmd] {
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
     }
     run = [] {
       PredictRequest request = make_request(args.request);
-      request.keep_timeline = !args.perfetto.empty();
+      request.keep_timeline = !args.perfetto.empty() || !args.html.empty();
       Snapshot trace;
       const Prediction p = predict(request, args.trace_out.empty() ? nullptr : &trace);
+      if (!args.html.empty()) {
+        if (!p.timeline) {
+          throw InputError("--html: one rank's run only (not every stage of a pipeline: name --pp-stage)");
+        }
+        std::ofstream f(args.html, std::ios::binary);
+        f << html_report(p, *p.timeline, "vramsim predict " + args.request.model);
+        if (!f) {
+          throw InputError(fmt::format("{}: cannot write the page", args.html));
+        }
+      }
       if (!args.perfetto.empty()) {
         if (!p.timeline) {
           throw InputError(

@@ -9,7 +9,7 @@
 namespace vramsim {
 
 PredictedTimeline predicted_timeline(const OpGraph& graph, const Timeline& timeline,
-                                     const AllocationSchedule& timed) {
+                                     const AllocationSchedule& timed, std::size_t peak_event) {
   PredictedTimeline t;
   for (OpId id = 0; id < graph.op_count(); ++id) {
     const Op& op = graph.op(id);
@@ -37,6 +37,9 @@ PredictedTimeline predicted_timeline(const OpGraph& graph, const Timeline& timel
       t.memory.back().live_bytes = live;  // the state after the last event at that instant
     } else {
       t.memory.push_back(PredictedTimeline::MemorySample{e.time_ns, live});
+    }
+    if (i <= peak_event) {
+      t.peak_sample = t.memory.size() - 1;
     }
   }
   return t;

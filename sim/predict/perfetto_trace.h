@@ -37,11 +37,13 @@ struct PredictedTimeline {
   std::vector<OpSlice> ops;             // in op order
   std::vector<std::string> categories;  // category_name() of each TensorCategory
   std::vector<MemorySample> memory;     // one per distinct event time, in time order
+  std::size_t peak_sample = 0;          // the sample holding the allocator model's peak event
 };
 
-// The ops and the live bytes per category over time of a timed schedule (timed_schedule()).
+// The ops and the live bytes per category over time of a timed schedule (timed_schedule()); `peak_event` is
+// the index of the event where the allocator model saw its peak (Prediction::peak_event_index).
 PredictedTimeline predicted_timeline(const OpGraph& graph, const Timeline& timeline,
-                                     const AllocationSchedule& timed);
+                                     const AllocationSchedule& timed, std::size_t peak_event);
 
 // The trace-event JSON (deterministic: same input, same bytes).
 std::string perfetto_json(const PredictedTimeline& t, const std::string& title);

@@ -405,7 +405,7 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
     }
   }
   if (request.keep_timeline) {
-    p.timeline = std::make_shared<const PredictedTimeline>(predicted_timeline(graph, timeline, schedule));
+    p.timeline = std::make_shared<const PredictedTimeline>(predicted_timeline(graph, timeline, schedule, p.peak_event_index));
   }
   if (trace_out != nullptr) {
     *trace_out = std::move(snapshot);
