@@ -567,9 +567,8 @@ class BackwardLowering {
     const std::size_t ui = static_cast<std::size_t>(u);
     merge(m_grad[ui], reads);
     m_grad_set[ui] = true;
-    if (m_grad[ui].size() > kRealizeAccReadsThreshold) {
-      m_grad[ui] = {
-          realize(m_grad[ui], u, m_g.values[ui].var == kNoVar ? "grad" : m_g.name + ".grad_sum", layer)};
+    if (m_grad[ui].size() > kRealizeAccReadsThreshold) {  // a sum re-reading too many buffers is realized
+      m_grad[ui] = {realize(m_grad[ui], u, m_g.name + ".grad_sum", layer)};
     }
   }
   void lower_op(std::size_t i) {
