@@ -8,7 +8,9 @@
 
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
+#include "sim/cli/prediction_report.h"
 #include "sim/compare/dynamic_shapes.h"
+#include "sim/compare/html_pages.h"
 #include "sim/compare/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
@@ -27,6 +29,7 @@ struct CompareArgs {
   std::string policies;
   bool json = false;
   bool list = false;
+  std::string html;
 };
 
 std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? 0 : v)); }
@@ -143,9 +146,15 @@ int run_compare(CompareArgs& args) {
   const Bytes live = peak_live_bytes(sequence);
   const StartStateLine start = start_state(options.recording, args.file.empty());
 
+  options.keep_curve = !args.html.empty();
   std::vector<PolicyRunResult> results;
   for (const PolicyEntry* p : policies) {
     results.push_back(run_policy(*p, sequence, options));
+  }
+  if (!args.html.empty()) {
+    write_output_file(
+        args.html,
+        compare_html(results, source, static_cast<std::int64_t>(live), "vramsim compare " + source), "page");
   }
 
   if (args.json) {
@@ -226,6 +235,9 @@ void add_compare_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--policies", args.policies, "comma-separated policy names (default: all)");
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_flag("--list-policies", args.list, "list the registered policies and exit");
+  cmd->add_option(
+      "--html", args.html,
+      "write a self-contained page: the policies' table and their reserved memory over the requests");
   cmd->callback([&run, cmd] {
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;

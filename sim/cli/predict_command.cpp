@@ -374,9 +374,12 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--trace-out", args.trace_out, "write the generated trace (.json / .pickle / .vtrace)");
   cmd->add_option("--perfetto", args.perfetto,
                   "write the predicted run as Chrome trace-event JSON (Perfetto, chrome://tracing): ops per "
-                  "stream, requested bytes alive per category");
-  cmd->add_option("--html", args.html,
-                  "write a self-contained page: memory over time stacked by category, the peak, the bill");
+                  "stream, the allocator's allocated / reserved / active bytes, requested bytes alive per "
+                  "category, cudaMalloc / cudaFree / OOM instants");
+  cmd->add_option(
+      "--html", args.html,
+      "write a self-contained page: memory over time stacked by category, the peak, the segment map "
+      "at the peak, the bill");
   cmd->callback([&run, cmd] {
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
@@ -386,26 +389,18 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       request.keep_timeline = !args.perfetto.empty() || !args.html.empty();
       Snapshot trace;
       const Prediction p = predict(request, args.trace_out.empty() ? nullptr : &trace);
+      const std::string title = "vramsim predict " + args.request.model;
+      if (!p.timeline && (!args.html.empty() || !args.perfetto.empty())) {
+        throw InputError(
+            fmt::format("{}: one rank's run only (not every stage of a pipeline: name --pp-stage)",
+                        args.html.empty() ? "--perfetto" : "--html"));
+      }
       if (!args.html.empty()) {
-        if (!p.timeline) {
-          throw InputError("--html: one rank's run only (not every stage of a pipeline: name --pp-stage)");
-        }
-        std::ofstream f(args.html, std::ios::binary);
-        f << html_report(p, *p.timeline, "vramsim predict " + args.request.model);
-        if (!f) {
-          throw InputError(fmt::format("{}: cannot write the page", args.html));
-        }
+        write_output_file(args.html, html_report(p, p.timeline->memory, title), "page");
       }
       if (!args.perfetto.empty()) {
-        if (!p.timeline) {
-          throw InputError(
-              "--perfetto: one rank's run only (not every stage of a pipeline: name --pp-stage)");
-        }
-        std::ofstream f(args.perfetto, std::ios::binary);
-        f << perfetto_json(*p.timeline, "vramsim predict " + args.request.model) << "\n";
-        if (!f) {
-          throw InputError(fmt::format("{}: cannot write the trace", args.perfetto));
-        }
+        write_output_file(args.perfetto, perfetto_json(p.timeline->ops, p.timeline->memory, title) + "\n",
+                          "trace");
       }
       if (args.json) {
         fmt::print("{}\n", json_text(prediction_json(p, kPredictText)));

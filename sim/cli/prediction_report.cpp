@@ -1,6 +1,10 @@
 // The report of predict and trace (see prediction_report.h).
 #include "sim/cli/prediction_report.h"
 
+#include <fstream>
+
+#include "sim/core/error.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -394,6 +398,15 @@ void print_prediction(const Prediction& p, const ReportText& text) {
                p.timing->steps.back().step, p.timing->tokens_per_step);
   }
   print_verdict(p);
+}
+
+void write_output_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.flush();
+  if (!f) {
+    throw InputError(fmt::format("{}: cannot write the {}", path, what));
+  }
 }
 
 }  // namespace vramsim::cli

@@ -21,4 +21,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
 // Everything from the device line on; the caller prints what ran (model and options, or the script) first.
 void print_prediction(const Prediction& p, const ReportText& text);
 
+// Writes `text` to `path` (--html, --perfetto); throws InputError "PATH: cannot write the WHAT".
+void write_output_file(const std::string& path, const std::string& text, const char* what);
+
 }  // namespace vramsim::cli

@@ -4,7 +4,11 @@
 
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
+#include "sim/cli/prediction_report.h"
 #include "sim/core/size_format.h"
+#include "sim/predict/html_report.h"
+#include "sim/predict/perfetto_trace.h"
+#include "sim/replay/memory_timeline.h"
 #include "sim/replay/trace_replay.h"
 #include "sim/report/memory_stats.h"
 #include "traces/trace_io.h"
@@ -23,6 +27,8 @@ struct ReplayArgs {
   bool json = false;
   bool summary = false;
   std::string snapshot_out;
+  std::string html;
+  std::string perfetto;
 };
 
 std::string bytes_and_human(std::int64_t b) {
@@ -198,6 +204,13 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--snapshot-out", args.snapshot_out,
                   "write the model's final state as a snapshot (.json / .pickle / .vtrace)");
+  cmd->add_option(
+      "--html", args.html,
+      "write a self-contained page: allocated / reserved over the trace, the peak, the segment map "
+      "at the peak");
+  cmd->add_option("--perfetto", args.perfetto,
+                  "write the replay as Chrome trace-event JSON (Perfetto, chrome://tracing): allocated / "
+                  "reserved / active counters, cudaMalloc / cudaFree / OOM instants");
   std::string footer = "\n--alloc-conf keys (PYTORCH_CUDA_ALLOC_CONF syntax, comma-separated key:value):\n";
   for (const CachingOption& o : caching_options()) {
     footer += fmt::format("  {:<34} default {:<10} {}\n", o.key, o.default_value, o.meaning);
@@ -245,6 +258,18 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
         out.segments = r.final_segments;
         out.device_traces.resize(static_cast<std::size_t>(r.device) + 1);
         save_snapshot(out, args.snapshot_out, format_from_path(args.snapshot_out));
+      }
+      if (!args.html.empty() || !args.perfetto.empty()) {
+        ReplayOptions again = options;
+        again.device = r.device;
+        const MemoryTimeline t = observe_memory_timeline(snapshot, again);
+        const std::string title = "vramsim replay " + args.file;
+        if (!args.html.empty()) {
+          write_output_file(args.html, replay_html(r, t, title), "page");
+        }
+        if (!args.perfetto.empty()) {
+          write_output_file(args.perfetto, perfetto_json({}, t, title) + "\n", "trace");
+        }
       }
       return args.check && !identical ? 1 : 0;
     };

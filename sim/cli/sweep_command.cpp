@@ -9,7 +9,9 @@
 
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
+#include "sim/cli/prediction_report.h"
 #include "sim/compare/dynamic_shapes.h"
+#include "sim/compare/html_pages.h"
 #include "sim/compare/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
@@ -26,6 +28,7 @@ struct SweepArgs {
   std::string policies = "pytorch,pytorch-expandable";
   std::string csv;
   bool json = false;
+  std::string html;
 };
 
 std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? 0 : v)); }
@@ -106,6 +109,13 @@ int run_sweep(SweepArgs& args) {
   if (!args.csv.empty()) {
     write_csv(args.csv, run, results);
   }
+  if (!args.html.empty()) {
+    write_output_file(args.html,
+                      sweep_html(results, run, static_cast<std::int64_t>(live),
+                                 fmt::format("vramsim sweep {}, seq {}, batch {}", request.model.name,
+                                             seq.text(), batch.text())),
+                      "page");
+  }
 
   const std::size_t n = shapes.size();
   if (args.json) {
@@ -179,6 +189,10 @@ void add_sweep_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--policies", args.policies, "comma-separated policy names, or all")->capture_default_str();
   cmd->add_option("--csv", args.csv, "write per-step figures (one row per policy and step) to this file");
   cmd->add_flag("--json", args.json, "machine-readable output");
+  cmd->add_option(
+      "--html", args.html,
+      "write a self-contained page: the shapes drawn, reserved memory and fragmentation per step and "
+      "policy");
   args.request.steps = 20;
   cmd->get_option("--steps")->default_val(20);
   cmd->callback([&run, cmd] {

@@ -12,6 +12,8 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/html_report.h"
+#include "sim/predict/perfetto_trace.h"
 #include "sim/trace/traced_run.h"
 #include "sim/trace/tracer_process.h"
 #include "traces/trace_io.h"
@@ -32,6 +34,8 @@ struct TraceArgs {
   std::string python;
   std::string out;
   std::string load;
+  std::string html;
+  std::string perfetto;
   std::int64_t cublas_workspace_bytes = -1;
   bool json = false;
   std::string script;
@@ -185,6 +189,16 @@ int run_trace(const TraceArgs& a) {
   if (!a.out.empty()) {
     save_outputs(run, a.out, markers_src);
   }
+  if (!a.html.empty() || !a.perfetto.empty()) {
+    const MemoryTimeline t = observe_run(run.trace, p, device.alloc_conf);
+    const std::string title = "vramsim trace " + run.label;
+    if (!a.html.empty()) {
+      write_output_file(a.html, html_report(p, t, title), "page");
+    }
+    if (!a.perfetto.empty()) {
+      write_output_file(a.perfetto, perfetto_json({}, t, title) + "\n", "trace");
+    }
+  }
   if (a.json) {
     nlohmann::ordered_json j = prediction_json(p, kTraceText);
     j["script"] = run.label;
@@ -203,7 +217,8 @@ void set_trace_script_args(std::vector<std::string> args) { passthrough_args() =
 
 void check_trace_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kWithValue = {
-      "--gpu", "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes"};
+      "--gpu",  "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes",
+      "--html", "--perfetto"};
   static const std::vector<std::string_view> kFlags = {"--json", "--help", "-h"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -234,6 +249,14 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
       "the Python with PyTorch to run the script (default: $VRAMSIM_PYTHON, python3, /usr/bin/python3)");
   cmd->add_option("--out", args.out, "write the trace (.vtrace / .pickle / .json) and its phase markers");
   cmd->add_option("--load", args.load, "report on a trace written by --out or vramsim_trace.record()");
+  cmd->add_option(
+      "--html", args.html,
+      "write a self-contained page: memory over the run stacked by category, the peak, the segment "
+      "map at the peak, the bill");
+  cmd->add_option(
+      "--perfetto", args.perfetto,
+      "write the run as Chrome trace-event JSON (Perfetto, chrome://tracing): allocator counters, "
+      "requested bytes per category, cudaMalloc / cudaFree / OOM instants");
   cmd->add_option("--cublas-workspace-bytes", args.cublas_workspace_bytes,
                   "cuBLAS workspace per handle and stream (default: PyTorch's for the GPU, or "
                   "$CUBLAS_WORKSPACE_CONFIG)");

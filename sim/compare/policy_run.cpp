@@ -163,6 +163,10 @@ PolicyRunResult run_policy(const PolicyEntry& entry, const RequestSequence& sequ
       rig.apply(ops[i], i);
       const DeviceStats& s = rig.stats.stats();
       peaks.sample(s, i);
+      if (options.keep_curve) {
+        out.curve.push_back({s.reserved_bytes[kStatAll].current, s.allocated_bytes[kStatAll].current,
+                             s.requested_bytes[kStatAll].current});
+      }
       if (s.allocated_bytes[kStatAll].current > allocated_peak) {
         allocated_peak = s.allocated_bytes[kStatAll].current;
         allocated_peak_index = i;

@@ -43,6 +43,16 @@ struct PolicyRunOptions {
   // A recording's requests and start state (its `sequence` must be the one run); empty_cache() is called
   // where it says. nullptr: a sequence that starts from an empty allocator.
   const TraceRequests* recording = nullptr;
+  // Keep the reserved, allocated and requested bytes after every request (PolicyRunResult::curve), for the
+  // per-policy curves of `compare --html`.
+  bool keep_curve = false;
+};
+
+// The state after one request (PolicyRunOptions::keep_curve).
+struct CurvePoint {
+  std::int64_t reserved_bytes = 0;
+  std::int64_t allocated_bytes = 0;
+  std::int64_t requested_bytes = 0;
 };
 
 // The state after a step's last request.
@@ -71,6 +81,7 @@ struct PolicyRunResult {
   std::int64_t num_ooms = 0;
   std::int64_t final_reserved_bytes = 0;
   std::vector<StepSample> steps;
+  std::vector<CurvePoint> curve;  // one per request, with keep_curve
 };
 
 // "a,b,c" -> those registry entries, in that order; "all" or "" -> every registered policy. Throws InputError

@@ -1,16 +1,27 @@
-// `predict --html FILE`: one self-contained page (no script, nothing fetched, readable in print) with the
-// predicted memory over time stacked by tensor category (the project's own SVG), the peak marked with its
-// op, phase and layer, and the bill at the peak.
+// The `--html FILE` pages of predict, trace and replay: one self-contained page each (no script, nothing
+// fetched, readable in print; drawn with sim/report/html_page.h) with the memory over the run (requested
+// bytes alive stacked by tensor category, the allocator model's allocated and reserved bytes as lines), the
+// peak marked with its op, phase and layer, the segment map at the peak (blocks coloured by category; free
+// and inactive-split space visible), and the bill (predict, trace) or the replay's figures (replay).
 #pragma once
 
 #include <string>
 
-#include "sim/predict/perfetto_trace.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/replay/memory_timeline.h"
+#include "sim/replay/trace_replay.h"
 
 namespace vramsim {
 
-// The page (deterministic: same input, same bytes). `t` is the prediction's timeline (keep_timeline).
-std::string html_report(const Prediction& p, const PredictedTimeline& t, const std::string& title);
+// predict and trace (deterministic: same input, same bytes). `t` is the allocator model over the run
+// (PredictedTimeline::memory, or observe_run()).
+std::string html_report(const Prediction& p, const MemoryTimeline& t, const std::string& title);
+
+// replay: the recording replayed through the model.
+std::string replay_html(const ReplayResult& r, const MemoryTimeline& t, const std::string& title);
+
+// The memory sections alone: the chart over the run with the peak marked by `peak_label`, and the segment map
+// at the peak.
+std::string memory_sections(const MemoryTimeline& t, const std::string& peak_label);
 
 }  // namespace vramsim

@@ -1,56 +1,63 @@
 #include "sim/predict/perfetto_trace.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "sim/graph/op_graph.h"
-#include "sim/graph/tensor_lifetime.h"
 #include "sim/predict/step_timeline.h"
 
 namespace vramsim {
+namespace {
 
-PredictedTimeline predicted_timeline(const OpGraph& graph, const Timeline& timeline,
-                                     const AllocationSchedule& timed, std::size_t peak_event) {
-  PredictedTimeline t;
+constexpr int kPid = 1;
+constexpr int kAllocatorTid = 1000;  // the track of the allocator's instant events, apart from the streams
+
+const char* call_name(TraceAction a) {
+  switch (a) {
+    case TraceAction::kSegmentAlloc:
+      return "cudaMalloc";
+    case TraceAction::kSegmentFree:
+      return "cudaFree";
+    case TraceAction::kSegmentMap:
+      return "map (expandable segment)";
+    case TraceAction::kSegmentUnmap:
+      return "unmap (expandable segment)";
+    case TraceAction::kOom:
+      return "OOM";
+    default:
+      return "allocator";
+  }
+}
+
+}  // namespace
+
+std::vector<OpSlice> op_slices(const OpGraph& graph, const Timeline& timeline) {
+  std::vector<OpSlice> out;
+  out.reserve(graph.op_count());
   for (OpId id = 0; id < graph.op_count(); ++id) {
     const Op& op = graph.op(id);
     const OpTime& time = timeline.ops.at(id);
-    t.ops.push_back(PredictedTimeline::OpSlice{op.name, op.stream, time.start_ns, time.end_ns, op.step,
-                                               std::string(phase_name(op.phase)), op.layer});
+    out.push_back(OpSlice{op.name, op.stream, time.start_ns, time.end_ns, op.step,
+                          std::string(phase_name(op.phase)), op.layer});
   }
-  constexpr int kCategories = static_cast<int>(TensorCategory::kKvCache) + 1;
-  for (int c = 0; c < kCategories; ++c) {
-    t.categories.emplace_back(category_name(static_cast<TensorCategory>(c)));
-  }
-  std::vector<std::int64_t> live(kCategories, 0);
-  for (std::size_t i = 0; i < timed.events.size(); ++i) {
-    const TraceEvent& e = timed.events[i];
-    const Tensor& tensor = graph.tensor(timed.event_tensor[i]);
-    const auto c = static_cast<std::size_t>(tensor.category);
-    if (e.action == TraceAction::kAlloc) {
-      live[c] += static_cast<std::int64_t>(tensor.size_bytes);
-    } else if (e.action == TraceAction::kFreeCompleted) {
-      live[c] -= static_cast<std::int64_t>(tensor.size_bytes);
-    } else {
-      continue;
-    }
-    if (!t.memory.empty() && t.memory.back().time_ns == e.time_ns) {
-      t.memory.back().live_bytes = live;  // the state after the last event at that instant
-    } else {
-      t.memory.push_back(PredictedTimeline::MemorySample{e.time_ns, live});
-    }
-    if (i <= peak_event) {
-      t.peak_sample = t.memory.size() - 1;
-    }
-  }
-  return t;
+  return out;
 }
 
-std::string perfetto_json(const PredictedTimeline& t, const std::string& title) {
+std::string perfetto_json(const std::vector<OpSlice>& ops, const MemoryTimeline& memory,
+                          const std::string& title) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  const auto us = [](TimeNs ns) { return static_cast<double>(ns) / 1000.0; };
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", title}}}});
+  // A trace without times: one event per microsecond, in order.
+  bool timed = false;
+  for (const MemoryTimeline::Sample& s : memory.samples) {
+    timed = timed || s.time_ns != 0;
+  }
+  const auto ts = [&](TimeNs ns, std::size_t event) {
+    return timed ? static_cast<double>(ns) / 1000.0 : static_cast<double>(event);
+  };
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"args", {{"name", title}}}});
   std::vector<StreamId> streams;
-  for (const PredictedTimeline::OpSlice& op : t.ops) {
+  for (const OpSlice& op : ops) {
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
       streams.push_back(op.stream);
     }
@@ -60,11 +67,16 @@ std::string perfetto_json(const PredictedTimeline& t, const std::string& title) 
     events.push_back(
         {{"name", "thread_name"},
          {"ph", "M"},
-         {"pid", 1},
+         {"pid", kPid},
          {"tid", s},
          {"args", {{"name", s == 0 ? std::string("stream 0 (compute)") : "stream " + std::to_string(s)}}}});
   }
-  for (const PredictedTimeline::OpSlice& op : t.ops) {
+  events.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", kPid},
+                    {"tid", kAllocatorTid},
+                    {"args", {{"name", "caching allocator (model)"}}}});
+  for (const OpSlice& op : ops) {
     nlohmann::ordered_json args = {{"step", op.step}, {"phase", op.phase}};
     if (op.layer >= 0) {
       args["layer"] = op.layer;
@@ -72,19 +84,54 @@ std::string perfetto_json(const PredictedTimeline& t, const std::string& title) 
     events.push_back({{"name", op.name},
                       {"cat", op.phase},
                       {"ph", "X"},
-                      {"ts", us(op.start_ns)},
-                      {"dur", us(op.end_ns - op.start_ns)},
-                      {"pid", 1},
+                      {"ts", static_cast<double>(op.start_ns) / 1000.0},
+                      {"dur", static_cast<double>(op.end_ns - op.start_ns) / 1000.0},
+                      {"pid", kPid},
                       {"tid", op.stream},
                       {"args", args}});
   }
-  for (const PredictedTimeline::MemorySample& m : t.memory) {
-    nlohmann::ordered_json args = nlohmann::ordered_json::object();
-    for (std::size_t c = 0; c < t.categories.size(); ++c) {
-      args[t.categories[c]] = m.live_bytes[c];
+  // Counters: every change, so that no peak is lost (events at the same instant share a timestamp; the UIs
+  // show the last value there).
+  for (std::size_t i = 0; i < memory.samples.size(); ++i) {
+    const MemoryTimeline::Sample& s = memory.samples[i];
+    if (i > 0) {
+      const MemoryTimeline::Sample& before = memory.samples[i - 1];
+      if (before.allocated_bytes == s.allocated_bytes && before.reserved_bytes == s.reserved_bytes &&
+          before.active_bytes == s.active_bytes && before.requested_bytes == s.requested_bytes) {
+        continue;
+      }
     }
     events.push_back(
-        {{"name", "requested bytes alive"}, {"ph", "C"}, {"ts", us(m.time_ns)}, {"pid", 1}, {"args", args}});
+        {{"name", "allocator"},
+         {"ph", "C"},
+         {"ts", ts(s.time_ns, i)},
+         {"pid", kPid},
+         {"args",
+          {{"allocated", s.allocated_bytes}, {"reserved", s.reserved_bytes}, {"active", s.active_bytes}}}});
+    nlohmann::ordered_json live = nlohmann::ordered_json::object();
+    for (std::size_t c = 0; c < memory.categories.size() && c < s.requested_bytes.size(); ++c) {
+      live[memory.categories[c]] = s.requested_bytes[c];
+    }
+    events.push_back({{"name", "requested bytes alive"},
+                      {"ph", "C"},
+                      {"ts", ts(s.time_ns, i)},
+                      {"pid", kPid},
+                      {"args", live}});
+  }
+  // The model's device calls, at the time of the trace event that caused them.
+  std::size_t sample = 0;
+  for (const MemoryTimeline::DeviceCall& c : memory.device_calls) {
+    while (sample + 1 < memory.samples.size() && memory.samples[sample].event_index < c.event_index) {
+      ++sample;
+    }
+    events.push_back({{"name", call_name(c.action)},
+                      {"cat", "allocator"},
+                      {"ph", "i"},
+                      {"s", "t"},
+                      {"ts", ts(c.time_ns, sample)},
+                      {"pid", kPid},
+                      {"tid", kAllocatorTid},
+                      {"args", {{"bytes", c.size_bytes}, {"stream", c.stream}, {"event", c.event_index}}}});
   }
   nlohmann::ordered_json j;
   j["traceEvents"] = events;

@@ -270,4 +270,16 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   return p;
 }
 
+MemoryTimeline observe_run(const Snapshot& trace, const Prediction& p,
+                           const std::optional<std::string>& alloc_conf) {
+  if (trace.device_traces.empty()) {
+    return {};
+  }
+  ReplayOptions ro;
+  ro.device = 0;
+  ro.alloc_conf = alloc_conf;
+  ro.capacity_bytes = static_cast<Bytes>(p.allocator_capacity_bytes);
+  return observe_memory_timeline(trace, ro);
+}
+
 }  // namespace vramsim

@@ -12,6 +12,7 @@
 
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/replay/memory_timeline.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
@@ -41,5 +42,10 @@ using TensorNamer = std::function<LiveTensor(std::size_t alloc_event_index)>;
 // model_name, ops and timing; `tensors` is the number of allocations. Throws InputError.
 Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& markers, const RunDevice& device,
                        const TensorNamer& name_of = {});
+
+// The allocator model over `trace` (device 0) on the device explain_run() gave `p`, for the pictures
+// (--html, --perfetto). Throws InputError.
+MemoryTimeline observe_run(const Snapshot& trace, const Prediction& p,
+                           const std::optional<std::string>& alloc_conf);
 
 }  // namespace vramsim

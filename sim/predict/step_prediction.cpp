@@ -405,7 +405,8 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
     }
   }
   if (request.keep_timeline) {
-    p.timeline = std::make_shared<const PredictedTimeline>(predicted_timeline(graph, timeline, schedule, p.peak_event_index));
+    p.timeline = std::make_shared<const PredictedTimeline>(
+        PredictedTimeline{op_slices(graph, timeline), observe_run(snapshot, p, request.alloc_conf)});
   }
   if (trace_out != nullptr) {
     *trace_out = std::move(snapshot);

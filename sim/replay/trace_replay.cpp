@@ -215,7 +215,12 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   MemoryStatsObserver stats(result.config.max_split_size_bytes == kUnlimitedSplitSize
                                 ? -1
                                 : static_cast<std::int64_t>(result.config.max_split_size_bytes));
-  PyTorchCachingPolicy policy(result.config, device, stats);
+  AllocObservers observers;
+  observers.add(&stats);
+  if (options.observer != nullptr) {
+    observers.add(options.observer);
+  }
+  PyTorchCachingPolicy policy(result.config, device, observers);
 
   // Blocks live at trace start, by recorded address.
   AdoptedState adopted = adopt_initial_state(policy, initial, device.total_bytes(), snapshot.source);
@@ -229,6 +234,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   std::unordered_set<Bytes> refused;  // recorded allocs the model could not serve
   const std::vector<Bytes>& pending_at_start = adopted.pending_at_start;
   const std::int64_t recorded_requested = adopted.requested_bytes;
+  result.requested_at_start_bytes = recorded_requested;
   for (Bytes addr : pending_at_start) {  // freed before the trace, still waiting on stream events
     policy.record_stream(live[addr], kDeferredFreeStream);
     policy.free(live[addr], 0);
@@ -239,6 +245,17 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
 
   PeakTracker peaks;
   peaks.sample(stats.stats(), 0);
+  // After the model took event i (and the events it took with it).
+  const auto took = [&](std::size_t i) {
+    peaks.sample(stats.stats(), i);
+    if (options.on_event) {
+      options.on_event(i, stats.stats());
+    }
+    if (options.segments_after_event && i >= *options.segments_after_event &&
+        result.segments_at_event.empty()) {
+      result.segments_at_event = take_model_snapshot(policy.blocks(), result.device);
+    }
+  };
   CheckReport& check = result.check;
   record_recorded_peaks(events, static_cast<std::int64_t>(initial.reserved_bytes), recorded_requested, check);
   bool any_op_yet = false;
@@ -274,10 +291,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       device.open_window(i, burst_end, i, false);
       policy.empty_cache();
       device.close_window();
-      peaks.sample(stats.stats(), i);
-      if (options.on_event) {
-        options.on_event(i, stats.stats());
-      }
+      took(i);
       window_begin = window_end = burst_end;
       if (burst_end < j) {
         window_end = j;  // the rest (segment_alloc / map) belongs to the alloc that follows
@@ -382,10 +396,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       default:
         break;
     }
-    peaks.sample(stats.stats(), i);
-    if (options.on_event) {
-      options.on_event(i, stats.stats());
-    }
+    took(i);
     SIM_ASSERT_EXPENSIVE(policy.blocks().check_invariants().empty());
   }
   if (const std::string broken = policy.blocks().check_invariants(); !broken.empty()) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/alloc/alloc_observer.h"
 #include "sim/alloc/caching_config.h"
 #include "sim/replay/recorded_device.h"
 #include "sim/report/memory_stats.h"
@@ -33,6 +34,12 @@ struct ReplayOptions {
   // alloc's own free_completed and the segment events that feed an alloc are reported with it), with the
   // model's statistics at that point. Reports observe the allocator through this, not a re-count.
   std::function<void(std::size_t event_index, const DeviceStats& stats)> on_event;
+  // Also told every allocator event of the model (its cudaMalloc / cudaFree / map / unmap and OOMs among
+  // them), before the on_event of the trace event that caused it. Not owned; nullptr: none.
+  IAllocObserver* observer = nullptr;
+  // The model's segments and blocks right after this event (the first event the model takes at or after it)
+  // are kept in ReplayResult::segments_at_event: the state at a peak, for the segment map of a report.
+  std::optional<std::size_t> segments_after_event;
 };
 
 struct CheckReport {
@@ -65,6 +72,7 @@ struct ReplayResult {
   std::string config_origin;  // "recorded allocator_settings", "--alloc-conf", "default"
   bool starts_mid_run = false;
   Bytes reserved_at_start_bytes = 0;
+  std::int64_t requested_at_start_bytes = 0;  // requested bytes of the blocks live at trace start
   std::size_t guessed_block_sizes = 0;
   std::size_t placed_block_sizes = 0;          // of those, ended where a later allocation in the trace starts
   std::size_t recorded_failures_followed = 0;  // cudaMalloc / map calls refused because the GPU refused them
@@ -77,6 +85,9 @@ struct ReplayResult {
   PeakSummary peaks;
   CheckReport check;
   std::vector<SnapshotSegment> final_segments;  // the model's state at the end
+  // With ReplayOptions::segments_after_event: the model's state after that event (empty when the trace ends
+  // before it).
+  std::vector<SnapshotSegment> segments_at_event;
 };
 
 // The allocator settings a replay uses: --alloc-conf when given, else the recording's allocator_settings,

@@ -1,8 +1,10 @@
-// `predict --html`: the page in a real headless browser (Debian's chromium). The browser loads the file
-// with nothing fetched (the page has no script and no external resource; the test checks that in the text
-// too), the DOM it builds has the chart with one series per category that holds memory in the run (worked
-// out from the prediction's own timeline: the categories whose live bytes are ever above 0), the peak marker
-// and the bill; a screenshot is not blank (a blank page of that size is 4,838 B as this chromium renders it). Without a browser the test prints SKIPPED (CTest: skipped).
+// The `--html` pages (predict, replay, compare, sweep; trace's in tests/tracer/test_trace_cli.py) in a real
+// headless browser (Debian's chromium). The browser loads the file with nothing fetched (no script, no
+// external resource; the test checks that in the text too) and no console error, the DOM it builds has the
+// expected number of series (worked out in each test: for predict one per category that holds memory in the
+// run, from the allocator model's timeline, plus the reserved and allocated lines) and one bar per segment of
+// the segment map, and a screenshot is not blank (a blank page of that size is 4,838 B as this chromium
+// renders it). Without a browser the tests print SKIPPED (CTest: skipped).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -14,7 +16,9 @@
 
 #include "run_cli.h"
 #include "sim/predict/html_report.h"
+#include "sim/predict/perfetto_trace.h"
 #include "sim/predict/step_prediction.h"
+#include "traces/trace_io.h"
 
 using namespace vramsim;
 
@@ -44,6 +48,57 @@ std::string browser() {
   return "";
 }
 
+// A page as a headless chromium loads it: the DOM it built, whether its console logged an error (a resource
+// that failed to load, an uncaught exception), and a screenshot. The files are removed afterwards.
+struct BrowserPage {
+  bool loaded = false;
+  std::string why;  // when not loaded
+  std::string dom;
+  bool console_clean = false;
+  bool screenshot_png = false;
+  std::size_t screenshot_bytes = 0;
+};
+
+BrowserPage load_in_browser(const std::string& html) {
+  BrowserPage page;
+  const std::string b = browser();
+  if (b.empty()) {
+    page.why = "no chromium on PATH";
+    std::remove(html.c_str());
+    return page;
+  }
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --no-first-run --window-size=1100,900 --enable-logging=stderr "
+      "--v=0 ";
+  const std::string log = html + ".log";
+  const std::string png = html + ".png";
+  FILE* pipe = popen((b + flags + "--dump-dom file://$PWD/" + html + " 2>" + log).c_str(), "r");
+  char buf[4096];
+  while (pipe != nullptr && fgets(buf, sizeof buf, pipe) != nullptr) {
+    page.dom += buf;
+  }
+  if (pipe != nullptr) {
+    pclose(pipe);
+  }
+  const std::string messages = read(log);
+  page.loaded = !page.dom.empty();
+  page.why = b + " could not start";
+  page.console_clean = messages.find("Failed to load resource") == std::string::npos &&
+                       messages.find("Uncaught") == std::string::npos &&
+                       messages.find(":ERROR:CONSOLE") == std::string::npos;
+  if (page.loaded &&
+      std::system(
+          (b + flags + "--screenshot=" + png + " file://$PWD/" + html + " >/dev/null 2>&1").c_str()) == 0) {
+    const std::string image = read(png);
+    page.screenshot_png = image.rfind("\x89PNG", 0) == 0;
+    page.screenshot_bytes = image.size();
+  }
+  for (const std::string& f : {html, log, png}) {
+    std::remove(f.c_str());
+  }
+  return page;
+}
+
 }  // namespace
 
 TEST_CASE("html: predict --html in a headless browser", "[predict]") {
@@ -57,57 +112,101 @@ TEST_CASE("html: predict --html in a headless browser", "[predict]") {
   r.keep_timeline = true;
   const Prediction p = predict(r);
   REQUIRE(p.timeline);
-  const std::string page = html_report(p, *p.timeline, "test page");
+  const MemoryTimeline& t = p.timeline->memory;
+  const std::string page = html_report(p, t, "test page");
+  // One area per category that holds memory at some point, and two lines: reserved and allocated.
   int categories = 0;
-  for (std::size_t c = 0; c < p.timeline->categories.size(); ++c) {
+  for (std::size_t c = 0; c < t.categories.size(); ++c) {
     bool any = false;
-    for (const PredictedTimeline::MemorySample& m : p.timeline->memory) {
-      any = any || m.live_bytes[c] > 0;
+    for (const MemoryTimeline::Sample& m : t.samples) {
+      any = any || m.requested_bytes[c] > 0;
     }
     categories += any ? 1 : 0;
   }
-  CHECK(count(page, "class=\"series\"") == categories);
+  CHECK(categories >= 5);  // parameters, gradients, optimizer states, activations, temporaries at least
+  const int series = categories + 2;
+  CHECK(count(page, "class=\"series\"") == series);
+  // The segment map: one bar per segment of the model at the peak.
+  CHECK(count(page, "class=\"segment\"") == static_cast<int>(t.segments_at_peak.size()));
   CHECK(page.find("<script") == std::string::npos);
   CHECK(page.find("http://") == page.find("http://www.w3.org/2000/svg"));  // only the SVG namespace
   CHECK(page.find("https://") == std::string::npos);
-  CHECK(html_report(p, *p.timeline, "test page") == page);
+  CHECK(html_report(p, t, "test page") == page);
 
-  const std::string b = browser();
-  if (b.empty()) {
-    std::cout << "SKIPPED html: predict --html in a headless browser: no chromium on PATH\n";
-    return;
-  }
-  const std::string html = "vramsim_test_page.html";
-  const std::string png = "vramsim_test_page.png";
   int status = -1;
-  test::run_cli("predict --model gpt2 --gpu h100 --batch 2 --seq 256 --steps 2 --html " + html, &status);
+  test::run_cli("predict --model gpt2 --gpu h100 --batch 2 --seq 256 --steps 2 --html vramsim_test_page.html",
+                &status);
   REQUIRE(status == 0);
-  const std::string flags = " --headless --no-sandbox --disable-gpu --no-first-run --window-size=1100,900 ";
-  const std::string dom_cmd = b + flags + "--dump-dom file://$PWD/" + html + " 2>/dev/null";
-  FILE* pipe = popen(dom_cmd.c_str(), "r");
-  std::string dom;
-  char buf[4096];
-  while (pipe != nullptr && fgets(buf, sizeof buf, pipe) != nullptr) {
-    dom += buf;
-  }
-  if (pipe != nullptr) {
-    pclose(pipe);
-  }
-  if (dom.empty()) {
-    std::remove(html.c_str());
-    std::cout << "SKIPPED html: predict --html in a headless browser: " << b << " could not start\n";
+  const BrowserPage b = load_in_browser("vramsim_test_page.html");
+  if (!b.loaded) {
+    std::cout << "SKIPPED html: predict --html in a headless browser: " << b.why << "\n";
     return;
   }
-  CHECK(count(dom, "class=\"series\"") == categories);
-  CHECK(count(dom, "<polygon") == categories);
-  CHECK(dom.find("class=\"peak\"") != std::string::npos);
-  CHECK(dom.find("class=\"bill\"") != std::string::npos);
-  CHECK(std::system(
-            (b + flags + "--screenshot=" + png + " file://$PWD/" + html + " >/dev/null 2>&1").c_str()) == 0);
-  const std::string image = read(png);
-  // A PNG of the page: much larger than a blank 1100 x 900 one (a few kilobytes), with the PNG signature.
-  CHECK(image.rfind("\x89PNG", 0) == 0);
-  CHECK(image.size() > 20000);
-  std::remove(html.c_str());
-  std::remove(png.c_str());
+  CHECK(b.console_clean);
+  CHECK(count(b.dom, "class=\"series\"") == series);
+  CHECK(count(b.dom, "<polygon") == categories);
+  CHECK(count(b.dom, "<polyline") == 2);
+  CHECK(count(b.dom, "class=\"segment\"") == static_cast<int>(t.segments_at_peak.size()));
+  CHECK(b.dom.find("class=\"peak\"") != std::string::npos);
+  CHECK(b.dom.find("class=\"bill\"") != std::string::npos);
+  CHECK(b.screenshot_png);
+  CHECK(b.screenshot_bytes > 20000);
+}
+
+TEST_CASE("html: replay --html of a recording in a headless browser", "[replay]") {
+  // kkaitlyn111's ctx128 forward starts mid-run and has no tensor categories: the chart has two areas (the
+  // blocks live at trace start, the trace's own allocations) and the reserved and allocated lines. Its
+  // allocated memory peaks at the last event (a forward only allocates until it returns), so the segment map
+  // at the peak is the final state, which the replay reproduces exactly: as many segments as the recording's.
+  const std::string file = "traces/samples/kkaitlyn111_memory_ctx128_forward.pickle";
+  const Snapshot recorded = load_snapshot(file);
+  int status = -1;
+  test::run_cli("replay " + file + " --html vramsim_test_replay.html", &status);
+  REQUIRE(status == 0);
+  const std::string page = read("vramsim_test_replay.html");
+  CHECK(count(page, "class=\"series\"") == 4);
+  CHECK(count(page, "data-series=\"live at trace start\"") == 1);
+  CHECK(count(page, "class=\"segment\"") == static_cast<int>(recorded.segments.size()));
+  const BrowserPage b = load_in_browser("vramsim_test_replay.html");
+  if (!b.loaded) {
+    std::cout << "SKIPPED html: replay --html of a recording in a headless browser: " << b.why << "\n";
+    return;
+  }
+  CHECK(b.console_clean);
+  CHECK(count(b.dom, "class=\"series\"") == 4);
+  CHECK(count(b.dom, "class=\"segment\"") == static_cast<int>(recorded.segments.size()));
+  CHECK(b.screenshot_png);
+  CHECK(b.screenshot_bytes > 20000);
+}
+
+TEST_CASE("html: compare --html and sweep --html in a headless browser", "[compare]") {
+  // compare: one reserved curve per policy asked for, plus the requested bytes alive.
+  int status = -1;
+  test::run_cli(
+      "compare traces/samples/MAGMA27_memory_snapshot.pickle --policies pytorch,buddy,offline-optimal "
+      "--html vramsim_test_compare.html",
+      &status);
+  REQUIRE(status == 0);
+  CHECK(count(read("vramsim_test_compare.html"), "class=\"series\"") == 4);
+  // sweep: the sequence lengths vary (one histogram), the batch does not (a sentence, no histogram), and one
+  // reserved-per-step line per policy.
+  test::run_cli(
+      "sweep --model gpt2 --seq list:128,256,512 --steps 3 --policies pytorch,pytorch-expandable "
+      "--html vramsim_test_sweep.html",
+      &status);
+  REQUIRE(status == 0);
+  const std::string sweep = read("vramsim_test_sweep.html");
+  CHECK(count(sweep, "class=\"series\"") == 3);
+  CHECK(sweep.find("batch size: 1 at every step") != std::string::npos);
+  for (const char* page : {"vramsim_test_compare.html", "vramsim_test_sweep.html"}) {
+    const BrowserPage b = load_in_browser(page);
+    if (!b.loaded) {
+      std::cout << "SKIPPED html: compare --html and sweep --html in a headless browser: " << b.why << "\n";
+      return;
+    }
+    CHECK(b.console_clean);
+    CHECK(count(b.dom, "class=\"series\"") == (std::string(page) == "vramsim_test_compare.html" ? 4 : 3));
+    CHECK(b.screenshot_png);
+    CHECK(b.screenshot_bytes > 20000);
+  }
 }

@@ -80,6 +80,35 @@ class TraceCli(unittest.TestCase):
             self.assertEqual(json.loads(vramsim("replay", pickle, "--json").stdout)["peak_allocated_bytes"],
                              traced["peak_allocated_bytes"])
 
+    def test_html_and_perfetto(self):
+        # The page and the trace-event file of a traced run: the requested-bytes series are the tracer's tensor
+        # categories (parameters, gradients, optimizer states and activations at least, in a training step),
+        # plus the model's reserved and allocated lines; the Perfetto file's allocator counter reaches the
+        # report's peaks, and its cudaMalloc minus cudaFree instants, summed in order, the peak reserved.
+        with tempfile.TemporaryDirectory() as tmp:
+            page, events = os.path.join(tmp, "t.html"), os.path.join(tmp, "t.json")
+            j = json.loads(vramsim("trace", "--gpu", "A100-80GB", "--json", "--html", page, "--perfetto", events,
+                                   os.path.join(EXAMPLES, "gpt2_train.py"), "--", *GPT_ARGS).stdout)
+            with open(page, encoding="utf-8") as f:
+                html = f.read()
+            self.assertNotIn("<script", html)
+            for category in ("parameter", "gradient", "optimizer_state", "activation"):
+                self.assertIn(f'data-series="{category}"', html)
+            self.assertIn('data-series="reserved"', html)
+            self.assertIn('class="segment"', html)
+            self.assertIn('class="bill"', html)
+            with open(events, encoding="utf-8") as f:
+                trace = json.load(f)["traceEvents"]
+            counters = [e["args"] for e in trace if e["ph"] == "C" and e["name"] == "allocator"]
+            self.assertEqual(max(c["allocated"] for c in counters), j["peak_allocated_bytes"])
+            self.assertEqual(max(c["reserved"] for c in counters), j["peak_reserved_bytes"])
+            held = most = 0
+            for e in trace:
+                if e["ph"] == "i":
+                    held += e["args"]["bytes"] if e["name"] == "cudaMalloc" else -e["args"]["bytes"] if e["name"] == "cudaFree" else 0
+                    most = max(most, held)
+            self.assertEqual(most, j["peak_reserved_bytes"])
+
     def test_python_api_record(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "step.vtrace")
