@@ -323,7 +323,10 @@ TraceFormat format_from_path(const std::string& path) {
 void save_snapshot(const Snapshot& snapshot, const std::string& path, TraceFormat format) {
   switch (format) {
     case TraceFormat::kPickle: {
-      const std::vector<std::uint8_t> bytes = write_pickle(snapshot_to_json(snapshot));
+      // PyTorch pickles segment_pool_id as a tuple (memory_snapshot.cpp); Python code compares it with
+      // tuples such as (0, 0), which a list never equals.
+      static constexpr std::string_view kTupleKeys[] = {"segment_pool_id"};
+      const std::vector<std::uint8_t> bytes = write_pickle(snapshot_to_json(snapshot), kTupleKeys);
       write_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
       return;
     }

@@ -128,8 +128,11 @@ class PickleDocument {
 // arrays -> list, strings and keys -> str (bytes that are not valid UTF-8, which a string built in code
 // can hold, written as U+FFFD, as the JSON writer does: the file always reads back), integers -> int with
 // Python's opcode choice (BININT1/BININT2/BININT/LONG1), floats -> BINFLOAT, bool, null -> None.
-// No MEMOIZE or FRAME (both optional for readers). Throws InputError for binary or discarded values and
-// for nesting deeper than kMaxPickleDepth.
-std::vector<std::uint8_t> write_pickle(const nlohmann::json& value);
+// No MEMOIZE or FRAME (both optional for readers). An array stored under a dict key named in `tuple_keys`
+// is written as a tuple, as Python pickles one (EMPTY_TUPLE, TUPLE1/2/3, or MARK ... TUPLE): JSON has no
+// tuples, and PyTorch writes some snapshot values (segment_pool_id) as tuples. Throws InputError for binary
+// or discarded values and for nesting deeper than kMaxPickleDepth.
+std::vector<std::uint8_t> write_pickle(const nlohmann::json& value,
+                                       std::span<const std::string_view> tuple_keys = {});
 
 }  // namespace vramsim

@@ -1,7 +1,9 @@
 // write_pickle: the same opcodes Python's pickler emits at protocol 4 for plain containers, minus MEMOIZE and
 // FRAME (both optional for readers), so pickle.load and read_pickle read it back to the same value.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -34,10 +36,15 @@ constexpr std::uint8_t kAppends = 'e';
 constexpr std::uint8_t kEmptyDict = '}';
 constexpr std::uint8_t kSetItem = 's';
 constexpr std::uint8_t kSetItems = 'u';
+constexpr std::uint8_t kEmptyTuple = ')';
+constexpr std::uint8_t kTuple = 't';
+constexpr std::uint8_t kTuple1 = 0x85;    // TUPLE2 and TUPLE3 follow it
 constexpr std::size_t kBatchSize = 1000;  // pickle.Pickler._BATCHSIZE: bounds the unpickler's stack
 
 class Encoder {
  public:
+  explicit Encoder(std::span<const std::string_view> tuple_keys) : tuple_keys_(tuple_keys) {}
+
   std::vector<std::uint8_t> encode(const nlohmann::json& value) {
     out_ = {kProto, 4};
     write_value(value, 0);
@@ -162,6 +169,10 @@ class Encoder {
       for (std::size_t i = 0; i < batch; ++i, ++it) {
         if (is_object) {
           write_string(it.key());
+          if (it->is_array() && is_tuple_key(it.key())) {
+            write_tuple(*it, depth + 1);
+            continue;
+          }
         }
         write_value(*it, depth);
       }
@@ -170,11 +181,38 @@ class Encoder {
     }
   }
 
+  bool is_tuple_key(std::string_view key) const {
+    return std::find(tuple_keys_.begin(), tuple_keys_.end(), key) != tuple_keys_.end();
+  }
+
+  // Python's save_tuple at protocol 4: EMPTY_TUPLE, TUPLE1/2/3 after the items, or MARK ... TUPLE.
+  void write_tuple(const nlohmann::json& value, int depth) {
+    if (depth > kMaxPickleDepth) {
+      throw InputError(fmt::format("write_pickle: value nests deeper than {} levels", kMaxPickleDepth));
+    }
+    const std::size_t size = value.size();
+    if (size == 0) {
+      out_.push_back(kEmptyTuple);
+      return;
+    }
+    if (size > 3) {
+      out_.push_back(kMark);
+    }
+    for (const nlohmann::json& item : value) {
+      write_value(item, depth);
+    }
+    out_.push_back(size > 3 ? kTuple : static_cast<std::uint8_t>(kTuple1 + size - 1));
+  }
+
+  std::span<const std::string_view> tuple_keys_;
   std::vector<std::uint8_t> out_;
 };
 
 }  // namespace
 
-std::vector<std::uint8_t> write_pickle(const nlohmann::json& value) { return Encoder().encode(value); }
+std::vector<std::uint8_t> write_pickle(const nlohmann::json& value,
+                                       std::span<const std::string_view> tuple_keys) {
+  return Encoder(tuple_keys).encode(value);
+}
 
 }  // namespace vramsim
