@@ -246,14 +246,15 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   PeakTracker peaks;
   peaks.sample(stats.stats(), 0);
   // After the model took event i (and the events it took with it).
+  bool segments_taken = false;
   const auto took = [&](std::size_t i) {
     peaks.sample(stats.stats(), i);
     if (options.on_event) {
       options.on_event(i, stats.stats());
     }
-    if (options.segments_after_event && i >= *options.segments_after_event &&
-        result.segments_at_event.empty()) {
+    if (!segments_taken && options.segments_after_event && i >= *options.segments_after_event) {
       result.segments_at_event = take_model_snapshot(policy.blocks(), result.device);
+      segments_taken = true;
     }
   };
   CheckReport& check = result.check;

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/size_format.h"
+
 namespace vramsim::html {
 namespace {
 
@@ -49,15 +51,9 @@ std::string colour(const std::string& name, std::size_t index) {
   return std::string(kPalette[index % std::size(kPalette)]);
 }
 
+// The reports' "12.34 GiB" style; negative sizes (none are drawn) show as 0.
 std::string short_bytes(std::int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (std::abs(b) >= 1024.0 * 1024 * 1024) {
-    return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
-  }
-  if (std::abs(b) >= 1024.0 * 1024) {
-    return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
-  }
-  return fmt::format("{:.0f} KiB", b / 1024.0);
+  return format_bytes_short(static_cast<Bytes>(std::max<std::int64_t>(0, bytes)));
 }
 
 std::string svg_open(const std::string& aria_label, double height = kHeight) {
