@@ -29,6 +29,7 @@ TracedRun llama_7b_run() {
       run.markers.push_back({i, 1, run.trace.strings[last]});
     }
   }
+  run.workload = workload_from_trace(run.trace, run.markers);
   return run;
 }
 
@@ -41,10 +42,10 @@ void BM_Trace_Analyze_Llama2_7B(benchmark::State& state) {
     p = analyze_traced_run(run, device);
     benchmark::DoNotOptimize(p.peak_reserved_bytes);
   }
-  state.counters["events"] = static_cast<double>(p.events);
+  state.counters["requests"] = static_cast<double>(p.requests);
   state.counters["ooms"] = static_cast<double>(p.num_ooms);
-  state.counters["events_per_s"] =
-      benchmark::Counter(static_cast<double>(p.events), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["requests_per_s"] =
+      benchmark::Counter(static_cast<double>(p.requests), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Trace_Analyze_Llama2_7B)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 

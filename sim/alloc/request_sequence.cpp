@@ -9,18 +9,18 @@
 
 namespace vramsim {
 
-std::size_t RequestSequence::add_alloc(Bytes size_bytes, StreamId stream) {
+std::size_t RequestSequence::add_alloc(Bytes size_bytes, StreamId stream, TimeNs time_ns) {
   if (size_bytes == 0) {
     throw InputError(fmt::format("request sequence: op {}: allocation of 0 bytes", m_ops.size()));
   }
   const std::size_t id = m_alloc_op.size();
   m_alloc_op.push_back(m_ops.size());
   m_free_op.push_back(kNeverFreed);
-  m_ops.push_back(RequestOp{RequestOp::Kind::kAlloc, id, size_bytes, stream});
+  m_ops.push_back(RequestOp{RequestOp::Kind::kAlloc, id, size_bytes, stream, time_ns});
   return id;
 }
 
-void RequestSequence::add_free(std::size_t alloc_id) {
+void RequestSequence::add_free(std::size_t alloc_id, TimeNs time_ns) {
   if (alloc_id >= m_alloc_op.size()) {
     throw InputError(fmt::format("request sequence: op {}: free of allocation {}, which was never allocated",
                                  m_ops.size(), alloc_id));
@@ -30,7 +30,7 @@ void RequestSequence::add_free(std::size_t alloc_id) {
                                  m_ops.size(), alloc_id, m_free_op[alloc_id]));
   }
   m_free_op[alloc_id] = m_ops.size();
-  m_ops.push_back(RequestOp{RequestOp::Kind::kFree, alloc_id, 0, 0});
+  m_ops.push_back(RequestOp{RequestOp::Kind::kFree, alloc_id, 0, 0, time_ns});
 }
 
 std::size_t RequestSequence::free_op_index(std::size_t alloc_id) const {

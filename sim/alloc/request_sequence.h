@@ -19,15 +19,16 @@ struct RequestOp {
   std::size_t alloc_id = 0;  // kAlloc: this allocation's ordinal; kFree: the allocation it frees
   Bytes size_bytes = 0;      // kAlloc only: requested bytes, > 0
   StreamId stream = 0;       // kAlloc only
+  TimeNs time_ns = 0;        // when the program makes the request (0: untimed); told to observers only
 };
 
 class RequestSequence {
  public:
   // Appends an allocation; returns its id (0, 1, 2, ... in order).
-  std::size_t add_alloc(Bytes size_bytes, StreamId stream);
+  std::size_t add_alloc(Bytes size_bytes, StreamId stream, TimeNs time_ns = 0);
   // Appends the free of allocation `alloc_id`. Throws InputError when that id was never allocated or is
   // already freed.
-  void add_free(std::size_t alloc_id);
+  void add_free(std::size_t alloc_id, TimeNs time_ns = 0);
 
   const std::vector<RequestOp>& ops() const { return m_ops; }
   std::size_t alloc_count() const { return m_alloc_op.size(); }

@@ -247,8 +247,8 @@ const ReportText kPredictText{"allocated bytes of the allocator model where the 
                               "peaks of the allocator model within each step"};
 
 void print_run(const Prediction& p, const RequestArgs& a) {
-  fmt::print("model            {} ({} ops, {} tensors, {} allocator events)\n", p.model_name, p.ops,
-             p.tensors, p.events);
+  fmt::print("model            {} ({} ops, {} tensors, {} allocator requests)\n", p.model_name, p.ops,
+             p.tensors, p.requests);
   // What was asked (the code's default when nothing was), and the kernel SDPA resolves to when it differs.
   const std::string& asked = a.attention.empty() ? p.attention_asked : a.attention;
   const std::string attention =

@@ -234,7 +234,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                    {"layer", t.layer},
                    {"size_bytes", t.size_bytes}});
   }
-  j["peak"] = {{"event_index", p.peak_event_index},
+  j["peak"] = {{"request_index", p.peak_request_index},
                {"step", p.peak_step},
                {"phase", p.peak_phase},
                {"op", p.peak_op},
@@ -275,7 +275,8 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
     j["timing"] = nullptr;
   }
   j["ops"] = p.ops;
-  j["events"] = p.events;
+  j["allocations"] = p.tensors;
+  j["requests"] = p.requests;  // allocations and frees, as the allocator model took them
   return j;
 }
 

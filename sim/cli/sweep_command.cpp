@@ -12,7 +12,7 @@
 #include "sim/cli/prediction_report.h"
 #include "sim/compare/dynamic_shapes.h"
 #include "sim/compare/html_pages.h"
-#include "sim/compare/policy_run.h"
+#include "sim/replay/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 

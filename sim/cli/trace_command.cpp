@@ -139,8 +139,8 @@ std::string info_string(const nlohmann::ordered_json& info, const char* key) {
 
 void print_header(const TracedRun& run, const Prediction& p) {
   const nlohmann::ordered_json& info = run.info;
-  fmt::print("script           {} ({} operators on PyTorch {}, {} allocations, {} allocator events)\n",
-             run.label, p.ops, info_string(info, "torch_version"), p.tensors, p.events);
+  fmt::print("script           {} ({} operators on PyTorch {}, {} allocations, {} allocator requests)\n",
+             run.label, p.ops, info_string(info, "torch_version"), p.tensors, p.requests);
   std::string notes = fmt::format("{} step(s)", p.phases_step);
   if (info.contains("sdpa_backends") && info["sdpa_backends"].is_object()) {
     for (auto it = info["sdpa_backends"].begin(); it != info["sdpa_backends"].end(); ++it) {
@@ -190,7 +190,7 @@ int run_trace(const TraceArgs& a) {
     save_outputs(run, a.out, markers_src);
   }
   if (!a.html.empty() || !a.perfetto.empty()) {
-    const MemoryTimeline t = observe_run(run.trace, p, device.alloc_conf);
+    const MemoryTimeline t = observe_run(run.workload, p, device.alloc_conf);
     const std::string title = "vramsim trace " + run.label;
     if (!a.html.empty()) {
       write_output_file(a.html, html_report(p, t, title), "page");

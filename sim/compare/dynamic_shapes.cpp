@@ -199,26 +199,22 @@ DynamicRun fixed_shape_run(const ModelConfig& model, const TrainingOptions& opti
   DynamicRun out;
   out.distinct_shapes = 1;
   out.shapes.assign(static_cast<std::size_t>(options.steps), StepShape{options.batch, options.seq});
-  std::unordered_map<TensorId, std::size_t> ids;
+  std::vector<TensorId> request_tensor;
+  Workload workload = workload_from_schedule(schedule, model.name, &request_tensor);
+  const std::vector<RequestOp>& ops = workload.requests.ops();
   int current = 1;  // setup counts with step 1, as in build_dynamic_run
-  for (std::size_t i = 0; i < schedule.events.size(); ++i) {
-    const TraceEvent& e = schedule.events[i];
-    const TensorId t = schedule.event_tensor[i];
-    const Tensor& tensor = graph.tensor(t);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Tensor& tensor = graph.tensor(request_tensor[i]);
     const int step = std::max(
-        1, graph.op(e.action == TraceAction::kAlloc ? tensor.producer : tensor.last_consumer()).step);
+        1, graph.op(ops[i].kind == RequestOp::Kind::kAlloc ? tensor.producer : tensor.last_consumer()).step);
     for (; current < step; ++current) {
-      out.step_ends.push_back(out.sequence.ops().size());
-    }
-    if (e.action == TraceAction::kAlloc) {
-      ids.emplace(t, out.sequence.add_alloc(e.size_bytes, e.stream));
-    } else if (e.action == TraceAction::kFreeRequested) {
-      out.sequence.add_free(ids.at(t));
+      out.step_ends.push_back(i);
     }
   }
   for (; current <= options.steps; ++current) {
-    out.step_ends.push_back(out.sequence.ops().size());
+    out.step_ends.push_back(ops.size());
   }
+  out.sequence = std::move(workload.requests);
   return out;
 }
 

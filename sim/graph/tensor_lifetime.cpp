@@ -1,5 +1,6 @@
 #include "sim/graph/tensor_lifetime.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -141,6 +142,37 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
     }
   }
   return out;
+}
+
+Workload workload_from_schedule(const AllocationSchedule& schedule, std::string source,
+                                std::vector<TensorId>* request_tensor) {
+  Workload w;
+  w.source = std::move(source);
+  w.strings = schedule.strings;
+  std::unordered_map<TensorId, std::size_t> alloc_id;
+  std::vector<std::size_t> requests_before(schedule.events.size() + 1, 0);  // per event index
+  for (std::size_t i = 0; i < schedule.events.size(); ++i) {
+    requests_before[i] = w.requests.ops().size();
+    const TraceEvent& e = schedule.events[i];
+    const TensorId t = schedule.event_tensor[i];
+    if (e.action == TraceAction::kAlloc) {
+      alloc_id[t] = w.requests.add_alloc(e.size_bytes, e.stream, e.time_ns);
+    } else if (e.action == TraceAction::kFreeRequested) {
+      w.requests.add_free(alloc_id.at(t), e.time_ns);
+    } else {
+      continue;  // kFreeCompleted: the same request as its free_requested
+    }
+    w.labels.push_back(RequestLabel{e.op_tag, e.category_tag, e.phase_tag, e.layer});
+    if (request_tensor != nullptr) {
+      request_tensor->push_back(t);
+    }
+  }
+  requests_before[schedule.events.size()] = w.requests.ops().size();
+  for (const PhaseMarker& m : schedule.phases) {
+    w.markers.push_back(RunMarker{requests_before[std::min(m.event_index, schedule.events.size())], m.step,
+                                  std::string(phase_name(m.phase))});
+  }
+  return w;
 }
 
 Snapshot schedule_to_snapshot(const AllocationSchedule& schedule, std::string source) {

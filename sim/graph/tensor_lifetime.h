@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/alloc/workload.h"
 #include "sim/graph/op_graph.h"
 #include "traces/snapshot.h"
 #include "traces/trace_event.h"
@@ -50,7 +51,14 @@ constexpr Bytes synthetic_address(TensorId id) { return (static_cast<Bytes>(id) 
 
 AllocationSchedule build_allocation_schedule(const OpGraph& graph);
 
-// Wraps a schedule as a generated trace (has_final_state = false, one device) for replay_snapshot().
+// The schedule as the allocator model takes it: one request per allocation and one per free (the schedule
+// never delays a free, so its free_requested and free_completed are one request), labelled with the event's
+// op, category, phase and layer; its phase markers (named by phase_name()) at the request where each phase
+// begins. `request_tensor`, when given, receives the tensor of each request. O(events).
+Workload workload_from_schedule(const AllocationSchedule& schedule, std::string source,
+                                std::vector<TensorId>* request_tensor = nullptr);
+
+// The schedule in the recording format (has_final_state = false, one device): what `--trace-out` writes.
 Snapshot schedule_to_snapshot(const AllocationSchedule& schedule, std::string source);
 
 }  // namespace vramsim

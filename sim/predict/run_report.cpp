@@ -5,10 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "sim/alloc/device_memory.h"
+#include "sim/alloc/registry.h"
 #include "sim/core/error.h"
 #include "sim/graph/op_graph.h"
 #include "sim/predict/gpu_memory.h"
-#include "sim/replay/trace_replay.h"
+#include "sim/replay/policy_run.h"
 
 namespace vramsim {
 namespace {
@@ -25,40 +27,28 @@ TensorCategory category_of(std::string_view name) {
   return TensorCategory::kTemporary;  // untagged, or a category of another tool
 }
 
-// The model's allocated and reserved bytes after every event (events the replay takes together with the
-// next one inherit the value before them).
+// The model's allocated and reserved bytes after every request.
 struct Observed {
   std::vector<std::int64_t> allocated;
   std::vector<std::int64_t> reserved;
-  ReplayResult result;
+  PolicyRunResult result;
 };
 
-Observed observe(const Snapshot& trace, Bytes capacity, const std::optional<std::string>& alloc_conf) {
-  const std::size_t n = trace.device_traces.empty() ? 0 : trace.device_traces.front().events.size();
+Observed observe(const Workload& workload, Bytes capacity, const CachingConfig& config) {
+  const std::size_t n = workload.requests.ops().size();
   Observed o;
-  o.allocated.assign(n, -1);
-  o.reserved.assign(n, -1);
-  ReplayOptions ro;
-  ro.device = 0;
-  ro.alloc_conf = alloc_conf;
-  ro.capacity_bytes = capacity;
-  ro.on_event = [&](std::size_t i, const DeviceStats& s) {
-    if (i < n) {
-      o.allocated[i] = s.allocated_bytes[kStatAll].current;
-      o.reserved[i] = s.reserved_bytes[kStatAll].current;
-    }
+  o.allocated.resize(n);
+  o.reserved.resize(n);
+  PolicyRunOptions options;
+  options.capacity_bytes = capacity;
+  options.config = config;
+  options.free_space_at_allocated_peak = false;
+  options.on_request = [&](std::size_t i, const DeviceStats& s) {
+    o.allocated[i] = s.allocated_bytes[kStatAll].current;
+    o.reserved[i] = s.reserved_bytes[kStatAll].current;
   };
-  o.result = replay_snapshot(trace, ro);
-  std::int64_t a = 0;
-  std::int64_t r = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (o.allocated[i] < 0) {
-      o.allocated[i] = a;
-      o.reserved[i] = r;
-    }
-    a = o.allocated[i];
-    r = o.reserved[i];
-  }
+  // The native policy; the configuration says whether its segments are expandable.
+  o.result = run_policy(find_policy("pytorch"), workload.requests, options);
   return o;
 }
 
@@ -89,7 +79,7 @@ PhaseBytes phases_of(const std::vector<RunMarker>& markers, const std::vector<st
     return out;
   }
   const auto at = [&](std::size_t marker) {
-    return before(series, marker < markers.size() ? markers[marker].event_index : events);
+    return before(series, marker < markers.size() ? markers[marker].request_index : events);
   };
   const auto in_step = [&](std::size_t i) { return i < markers.size() && markers[i].step == last; };
   const std::size_t fwd =
@@ -126,7 +116,7 @@ std::vector<int> steps_of(std::size_t events, const std::vector<RunMarker>& mark
   std::size_t m = 0;
   int step = 0;
   for (std::size_t i = 0; i < events; ++i) {
-    while (m < markers.size() && markers[m].event_index <= i) {
+    while (m < markers.size() && markers[m].request_index <= i) {
       step = markers[m++].step;
     }
     out[i] = step;
@@ -134,45 +124,44 @@ std::vector<int> steps_of(std::size_t events, const std::vector<RunMarker>& mark
   return out;
 }
 
-// One walk over the trace: the requested bytes after each event, the number of allocations, and at the peak
-// event the bill (requested bytes per category, rounding = the model's allocated - requested) and the five
+// One walk over the requests: the requested bytes after each, the number of allocations, and at the peak
+// request the bill (requested bytes per category, rounding = the model's allocated - requested) and the five
 // largest live tensors.
-std::vector<std::int64_t> walk_requests(Prediction& p, const Snapshot& trace,
+std::vector<std::int64_t> walk_requests(Prediction& p, const Workload& w,
                                         const std::vector<std::int64_t>& alloc, const TensorNamer& name_of) {
-  const std::vector<TraceEvent>& events = trace.device_traces.front().events;
-  const auto tag = [&](std::uint32_t t) -> std::string {
-    return t < trace.strings.size() ? trace.strings[t] : std::string();
-  };
-  std::map<Bytes, std::size_t> live;  // address -> alloc event
-  std::vector<std::int64_t> requested(events.size(), 0);
+  const std::vector<RequestOp>& ops = w.requests.ops();
+  std::map<std::size_t, std::size_t> live;  // allocation id -> its request
+  std::vector<std::int64_t> requested(ops.size(), 0);
   std::int64_t req = 0;
   std::vector<LiveTensor> top;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& e = events[i];
-    if (e.action == TraceAction::kAlloc) {
-      live[e.addr] = i;
-      req += static_cast<std::int64_t>(e.size_bytes);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const RequestOp& op = ops[i];
+    if (op.kind == RequestOp::Kind::kAlloc) {
+      live[op.alloc_id] = i;
+      req += static_cast<std::int64_t>(op.size_bytes);
       ++p.tensors;
-    } else if (e.action == TraceAction::kFreeRequested && live.erase(e.addr) != 0) {
-      req -= static_cast<std::int64_t>(e.size_bytes);
+    } else if (live.erase(op.alloc_id) != 0) {
+      req -= static_cast<std::int64_t>(w.requests.alloc_op(op.alloc_id).size_bytes);
     }
     requested[i] = req;
-    if (i != p.peak_event_index) {
+    if (i != p.peak_request_index) {
       continue;
     }
-    for (const auto& [addr, at] : live) {
-      const TraceEvent& a = events[at];
-      const TensorCategory c = category_of(tag(a.category_tag));
-      add_to_bill(p.bill, c, static_cast<std::int64_t>(a.size_bytes));
-      LiveTensor t = name_of ? name_of(at) : LiveTensor{tag(a.op_tag), c, a.layer, a.size_bytes};
+    for (const auto& [id, at] : live) {
+      const RequestLabel& label = w.labels[at];
+      const Bytes size = ops[at].size_bytes;
+      const TensorCategory c = category_of(w.tag(label.category_tag));
+      add_to_bill(p.bill, c, static_cast<std::int64_t>(size));
+      LiveTensor t = name_of ? name_of(at) : LiveTensor{w.tag(label.op_tag), c, label.layer, size};
       t.category = c;
-      t.size_bytes = a.size_bytes;
+      t.size_bytes = size;
       top.push_back(std::move(t));
     }
+    const RequestLabel& label = w.labels[i];
     p.bill.allocator_rounding = alloc[i] - req;
-    p.peak_phase = tag(e.phase_tag).empty() ? "-" : tag(e.phase_tag);
-    p.peak_op = tag(e.op_tag);
-    p.peak_layer = e.layer;
+    p.peak_phase = w.tag(label.phase_tag).empty() ? "-" : w.tag(label.phase_tag);
+    p.peak_op = w.tag(label.op_tag);
+    p.peak_layer = label.layer;
   }
   const std::size_t n_top = std::min<std::size_t>(5, top.size());
   std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n_top), top.end(),
@@ -204,8 +193,7 @@ void fill_steps(Prediction& p, const std::vector<int>& step_of, const Observed& 
 
 }  // namespace
 
-Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& markers, const RunDevice& device,
-                       const TensorNamer& name_of) {
+Prediction explain_run(const Workload& workload, const RunDevice& device, const TensorNamer& name_of) {
   const GpuMemory d = device_memory(device.gpu, device.capacity_bytes, device.context);
   Prediction p;
   p.gpu_name = d.name;
@@ -216,26 +204,23 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   if (p.allocator_capacity_bytes <= 0) {
     throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total_bytes));
   }
-  Snapshot no_events;  // a trace without any device trace explains as an empty one
-  if (trace.device_traces.empty()) {
-    no_events.strings = trace.strings;
-    no_events.device_traces.resize(1);
-  }
-  const Snapshot& one_device = trace.device_traces.empty() ? no_events : trace;  // device 0 is explained
-  p.events = one_device.device_traces.front().events.size();
+  const CachingConfig config =
+      device.alloc_conf ? parse_alloc_conf(*device.alloc_conf, "--alloc-conf") : CachingConfig{};
+  const std::vector<RunMarker>& markers = workload.markers;
+  p.requests = workload.requests.ops().size();
 
-  Observed o = observe(one_device, static_cast<Bytes>(p.allocator_capacity_bytes), device.alloc_conf);
+  Observed o = observe(workload, static_cast<Bytes>(p.allocator_capacity_bytes), config);
   p.peak_allocated_bytes = o.result.peaks.peak_allocated_bytes;
   p.peak_reserved_bytes = o.result.peaks.peak_reserved_bytes;
   p.peak_active_bytes = o.result.peaks.peak_active_bytes;
   p.peak_requested_bytes = o.result.peaks.peak_requested_bytes;
   p.fragmentation = o.result.peaks.fragmentation();
-  p.num_ooms = static_cast<std::int64_t>(o.result.stats.num_ooms);
+  p.num_ooms = o.result.num_ooms;
   std::int64_t needed_reserved = p.peak_reserved_bytes;
   if (p.num_ooms > 0) {
-    // What the program needs: the same trace on a device without a limit.
-    o = observe(one_device, 0, device.alloc_conf);
-    if (o.result.stats.num_ooms > 0) {  // the "unlimited" device is 1 EiB: any figure would be capped there
+    // What the program needs: the same workload on a device without a limit.
+    o = observe(workload, SimulatedDevice::kUnlimited, config);
+    if (o.result.num_ooms > 0) {  // the "unlimited" device is 1 EiB: any figure would be capped there
       throw InputError(
           "the run would need more than 1 EiB (2^60 bytes), the most vramsim models: lower --batch, --seq or "
           "the model's dimensions");
@@ -245,41 +230,37 @@ Prediction explain_run(const Snapshot& trace, const std::vector<RunMarker>& mark
   }
   const std::vector<std::int64_t>& alloc = o.allocated;
   if (!alloc.empty()) {
-    p.peak_event_index =
+    p.peak_request_index =
         static_cast<std::size_t>(std::max_element(alloc.begin(), alloc.end()) - alloc.begin());
   }
-  const std::vector<int> step_of = steps_of(p.events, markers);
-  const std::vector<std::int64_t> requested = walk_requests(p, one_device, alloc, name_of);
-  if (p.events > 0) {
-    p.peak_step = step_of[p.peak_event_index];
+  const std::vector<int> step_of = steps_of(p.requests, markers);
+  const std::vector<std::int64_t> requested = walk_requests(p, workload, alloc, name_of);
+  if (p.requests > 0) {
+    p.peak_step = step_of[p.peak_request_index];
   }
   p.bill.allocator_overhead = p.peak_reserved_bytes - p.peak_allocated_bytes;
   p.bill.cuda_context = p.cuda_context_bytes;
   for (const RunMarker& m : markers) {
     p.phases_step = std::max(p.phases_step, m.step);
   }
-  p.phases = phases_of(markers, alloc, p.events);
-  p.phases_requested = phases_of(markers, requested, p.events);
+  p.phases = phases_of(markers, alloc, p.requests);
+  p.phases_requested = phases_of(markers, requested, p.requests);
   fill_steps(p, step_of, o, requested);
 
   p.peak_allocated_needed_bytes = alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end());
-  // After an OOM the shortfall is what the unlimited replay reserved (it holds at least what was allocated).
+  // After an OOM the shortfall is what the unlimited run reserved (it holds at least what was allocated).
   p.headroom_bytes = p.total_bytes - p.cuda_context_bytes - std::max(p.peak_reserved_bytes, needed_reserved);
   p.headroom_percent = 100.0 * static_cast<double>(p.headroom_bytes) / static_cast<double>(p.total_bytes);
   p.fits = p.num_ooms == 0 && p.headroom_bytes >= 0;
   return p;
 }
 
-MemoryTimeline observe_run(const Snapshot& trace, const Prediction& p,
+MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
                            const std::optional<std::string>& alloc_conf) {
-  if (trace.device_traces.empty()) {
-    return {};
-  }
-  ReplayOptions ro;
-  ro.device = 0;
-  ro.alloc_conf = alloc_conf;
-  ro.capacity_bytes = static_cast<Bytes>(p.allocator_capacity_bytes);
-  return observe_memory_timeline(trace, ro);
+  PolicyRunOptions options;
+  options.capacity_bytes = static_cast<Bytes>(p.allocator_capacity_bytes);
+  options.config = alloc_conf ? parse_alloc_conf(*alloc_conf, "--alloc-conf") : CachingConfig{};
+  return observe_workload_timeline(workload, options);
 }
 
 }  // namespace vramsim

@@ -363,20 +363,16 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   const AllocationSchedule untimed = build_allocation_schedule(graph);
   const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr, request.host);
   const AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
-  Snapshot snapshot = schedule_to_snapshot(schedule, "vramsim predict " + request.model.name);
-  // 3. The allocator model takes them in that order on the device; the report is what it observed.
-  std::vector<RunMarker> markers;
-  markers.reserve(schedule.phases.size());
-  for (const PhaseMarker& m : schedule.phases) {
-    markers.push_back({m.event_index, m.step, std::string(phase_name(m.phase))});
-  }
-  const TensorNamer name_of = [&](std::size_t event) {
-    const Tensor& t = graph.tensor(schedule.event_tensor[event]);
+  std::vector<TensorId> request_tensor;
+  const Workload workload =
+      workload_from_schedule(schedule, "vramsim predict " + request.model.name, &request_tensor);
+  // 3. The workload drives the allocator model on the device; the report is what it observed.
+  const TensorNamer name_of = [&](std::size_t request_index) {
+    const Tensor& t = graph.tensor(request_tensor[request_index]);
     return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
   };
   Prediction p = explain_run(
-      snapshot, markers, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context},
-      name_of);
+      workload, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context}, name_of);
   describe_request(request, p);
   p.paged_optimizer_state_bytes = static_cast<std::int64_t>(graph.unified_memory_bytes);
   p.host_memory = graph.host_memory;
@@ -406,10 +402,10 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   }
   if (request.keep_timeline) {
     p.timeline = std::make_shared<const PredictedTimeline>(
-        PredictedTimeline{op_slices(graph, timeline), observe_run(snapshot, p, request.alloc_conf)});
+        PredictedTimeline{op_slices(graph, timeline), observe_run(workload, p, request.alloc_conf)});
   }
-  if (trace_out != nullptr) {
-    *trace_out = std::move(snapshot);
+  if (trace_out != nullptr) {  // the edge: the run in the recording format (--trace-out)
+    *trace_out = schedule_to_snapshot(schedule, workload.source);
   }
   return p;
 }

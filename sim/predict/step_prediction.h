@@ -140,7 +140,7 @@ struct Prediction {
   std::int64_t allocator_capacity_bytes = 0;  // total - context: what the allocator may cudaMalloc
   std::size_t ops = 0;
   std::size_t tensors = 0;
-  std::size_t events = 0;
+  std::size_t requests = 0;  // the allocator requests of the run: allocations and frees
 
   std::int64_t peak_allocated_bytes = 0;  // on the device (an OOM stops what follows from allocating)
   std::int64_t peak_reserved_bytes = 0;
@@ -155,7 +155,7 @@ struct Prediction {
   std::int64_t num_ooms = 0;
 
   // Where allocated memory first peaks (without the device limit when the run does not fit).
-  std::size_t peak_event_index = 0;
+  std::size_t peak_request_index = 0;
   int peak_step = 0;
   std::string peak_phase = "setup";  // phase_name() of the op's phase (predict) or the traced phase
   std::string peak_op;

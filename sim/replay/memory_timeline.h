@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/alloc/workload.h"
+#include "sim/replay/policy_run.h"
 #include "sim/replay/trace_replay.h"
 #include "traces/snapshot.h"
 
@@ -17,8 +19,8 @@ namespace vramsim {
 
 struct MemoryTimeline {
   struct Sample {
-    std::size_t event_index = 0;  // into the replayed device's trace
-    TimeNs time_ns = 0;           // the event's time (0 when the trace has none)
+    std::size_t event_index = 0;  // into the replayed device's trace, or the workload's requests
+    TimeNs time_ns = 0;           // the event's or request's time (0 when the run has none)
     std::int64_t allocated_bytes = 0;
     std::int64_t reserved_bytes = 0;
     std::int64_t active_bytes = 0;
@@ -53,5 +55,10 @@ struct MemoryTimeline {
 // Replays device `options.device` of `trace` through the allocator model (twice: once to observe, once to
 // stop at the peak) and returns what it did. Throws InputError as replay_snapshot does. Deterministic.
 MemoryTimeline observe_memory_timeline(const Snapshot& trace, ReplayOptions options);
+
+// The same for a workload (predict's and trace's runs) driving the caching allocator model as
+// run_policy() does with `options` (capacity, allocator settings): samples after every request, requested
+// bytes per category from the requests' labels. Runs the model twice. Deterministic.
+MemoryTimeline observe_workload_timeline(const Workload& workload, PolicyRunOptions options);
 
 }  // namespace vramsim

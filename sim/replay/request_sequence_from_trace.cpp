@@ -53,6 +53,65 @@ RequestSequence request_sequence_from_trace(const Snapshot& snapshot, int device
   return sequence;
 }
 
+Workload workload_from_trace(const Snapshot& trace, const std::vector<TraceMarker>& markers, int device) {
+  Workload w;
+  w.source = trace.source;
+  w.strings = trace.strings;
+  if (w.strings.empty()) {
+    w.strings.emplace_back();
+  }
+  const auto dev = static_cast<std::size_t>(device);
+  static const std::vector<TraceEvent> kNoEvents;
+  const std::vector<TraceEvent>& events =
+      dev < trace.device_traces.size() ? trace.device_traces[dev].events : kNoEvents;
+  std::unordered_map<Bytes, std::size_t> live;     // address -> allocation id
+  std::unordered_map<Bytes, std::size_t> pending;  // freed, the free made at its free_completed
+  std::vector<std::size_t> requests_before(events.size() + 1, 0);
+  const auto add = [&](std::size_t id, bool alloc, const TraceEvent& e) {
+    if (!alloc) {
+      w.requests.add_free(id, e.time_ns);
+    }
+    w.labels.push_back(RequestLabel{e.op_tag, e.category_tag, e.phase_tag, e.layer});
+  };
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    requests_before[i] = w.requests.ops().size();
+    const TraceEvent& e = events[i];
+    const auto where = [&] { return fmt::format("{}: device_traces[{}][{}]", trace.source, device, i); };
+    if (e.action == TraceAction::kAlloc && e.size_bytes > 0) {
+      if (live.count(e.addr) != 0 || pending.count(e.addr) != 0) {
+        throw InputError(fmt::format("{}: alloc at 0x{:x}, which is still allocated", where(), e.addr));
+      }
+      live[e.addr] = w.requests.add_alloc(e.size_bytes, e.stream, e.time_ns);
+      add(live[e.addr], true, e);
+    } else if (e.action == TraceAction::kFreeRequested) {
+      const auto it = live.find(e.addr);
+      if (it == live.end()) {
+        throw InputError(
+            fmt::format("{}: free_requested of 0x{:x}, which is not allocated", where(), e.addr));
+      }
+      const bool completes_now = i + 1 < events.size() &&
+                                 events[i + 1].action == TraceAction::kFreeCompleted &&
+                                 events[i + 1].addr == e.addr;
+      if (completes_now) {
+        add(it->second, false, e);
+      } else {
+        pending[e.addr] = it->second;
+      }
+      live.erase(it);
+    } else if (e.action == TraceAction::kFreeCompleted) {
+      if (const auto it = pending.find(e.addr); it != pending.end()) {
+        add(it->second, false, e);
+        pending.erase(it);
+      }
+    }
+  }
+  requests_before[events.size()] = w.requests.ops().size();
+  for (const TraceMarker& m : markers) {
+    w.markers.push_back(RunMarker{requests_before[std::min(m.event_index, events.size())], m.step, m.phase});
+  }
+  return w;
+}
+
 TraceRequests trace_requests(const Snapshot& snapshot, int device, const CachingConfig& config) {
   TraceRequests out;
   out.source = snapshot.source;

@@ -7,6 +7,7 @@
 
 #include "sim/alloc/caching_config.h"
 #include "sim/alloc/request_sequence.h"
+#include "sim/alloc/workload.h"
 #include "sim/replay/initial_state.h"
 #include "traces/snapshot.h"
 
@@ -19,6 +20,23 @@ namespace vramsim {
 // `device` -1 picks the first device whose trace has events. Throws InputError naming the file and the event
 // when the trace allocates an address that is still live, or `device` has no trace.
 RequestSequence request_sequence_from_trace(const Snapshot& snapshot, int device = -1);
+
+// A phase marker of a trace: from trace event `event_index` (into the device's events) on, the run is in
+// `phase` of step `step` (the tracer's markers file).
+struct TraceMarker {
+  std::size_t event_index = 0;
+  int step = 0;
+  std::string phase;
+};
+
+// A traced run (a trace that starts from an empty allocator, as `vramsim trace`'s tracer writes them) as the
+// workload the allocator model takes: `alloc` -> an allocation of its size (0-byte allocs, which PyTorch
+// never records, are left out), `free_requested` -> its free, or, when its `free_completed` does not follow
+// at once (record_stream), a free at that `free_completed`, when the memory becomes reusable; the events'
+// tags as labels; each marker at the first request at or after its event. Segment events and `oom` entries
+// (an allocator's answers, not the program's requests) are left out. Throws InputError naming the file and
+// the event on an alloc at a live address or a free of an address that is not live.
+Workload workload_from_trace(const Snapshot& trace, const std::vector<TraceMarker>& markers, int device = 0);
 
 // A recording's requests including the state it started from, as `vramsim compare` gives them to every
 // policy. The allocations live when the trace began (rebuilt from the final snapshot minus the trace, as

@@ -16,14 +16,14 @@
 namespace vramsim {
 namespace {
 
-std::vector<RunMarker> parse_markers(const nlohmann::json& j, const std::string& path) {
+std::vector<TraceMarker> parse_markers(const nlohmann::json& j, const std::string& path) {
   const auto bad = [&](const std::string& where, const std::string& what) {
     return InputError(fmt::format("{}: {}: {}", path, where, what));
   };
   if (!j.is_object() || !j.contains("markers") || !j["markers"].is_array()) {
     throw bad("markers", "expected an object with a \"markers\" array");
   }
-  std::vector<RunMarker> out;
+  std::vector<TraceMarker> out;
   std::size_t i = 0;
   for (const nlohmann::json& m : j["markers"]) {
     const std::string where = fmt::format("markers[{}]", i++);
@@ -39,7 +39,8 @@ std::vector<RunMarker> parse_markers(const nlohmann::json& j, const std::string&
     if (step < previous || step > previous + 1) {
       throw bad(where + ".step", fmt::format("{} after step {} (steps go up by one from 0)", step, previous));
     }
-    RunMarker tm{m["event_index"].get<std::size_t>(), static_cast<int>(step), m["phase"].get<std::string>()};
+    TraceMarker tm{m["event_index"].get<std::size_t>(), static_cast<int>(step),
+                   m["phase"].get<std::string>()};
     if (!out.empty() && tm.event_index < out.back().event_index) {
       throw bad(where + ".event_index", "markers must be in event order");
     }
@@ -62,6 +63,7 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
   }
   std::ifstream in(markers_path, std::ios::binary);
   if (!in) {
+    run.workload = workload_from_trace(run.trace, run.markers);
     return run;
   }
   std::stringstream text;
@@ -73,6 +75,7 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
     throw InputError(fmt::format("{}: not JSON: {}", markers_path, e.what()));
   }
   run.markers = parse_markers(j, markers_path);
+  run.workload = workload_from_trace(run.trace, run.markers);
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() != "markers") {
       run.info[it.key()] = it.value();
@@ -82,7 +85,7 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
 }
 
 Prediction analyze_traced_run(const TracedRun& run, const RunDevice& device) {
-  Prediction p = explain_run(run.trace, run.markers, device);
+  Prediction p = explain_run(run.workload, device);
   p.model_name = run.label;
   if (run.info.contains("operators") && run.info["operators"].is_number_unsigned()) {
     p.ops = run.info["operators"].get<std::size_t>();

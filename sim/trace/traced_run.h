@@ -1,5 +1,6 @@
 // A traced program (`vramsim trace`, traces/tracer): the tracer's trace (vtrace) and its phase markers, read
-// back and explained by explain_run() (sim/predict/run_report.h) as predict's own runs are.
+// back as a workload (workload_from_trace) and explained by explain_run() (sim/predict/run_report.h) as
+// predict's own runs are.
 #pragma once
 
 #include <cstddef>
@@ -9,16 +10,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/alloc/workload.h"
 #include "sim/predict/run_report.h"
+#include "sim/replay/request_sequence_from_trace.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
 
 struct TracedRun {
-  std::string label;  // what ran: the script, or the trace file
-  Snapshot trace;
-  std::vector<RunMarker> markers;  // in event order; empty when the trace came without them
-  nlohmann::ordered_json info;     // the tracer's own account (versions, operators, made-up values, ...)
+  std::string label;                 // what ran: the script, or the trace file
+  Snapshot trace;                    // as the tracer wrote it (what `--out` saves)
+  std::vector<TraceMarker> markers;  // in event order; empty when the trace came without them
+  Workload workload;                 // the trace's requests and markers, as the allocator model takes them
+  nlohmann::ordered_json info;       // the tracer's own account (versions, operators, made-up values, ...)
 };
 
 // Reads `vtrace_path` (any trace format load_snapshot knows) and, when it exists, `markers_path` (the

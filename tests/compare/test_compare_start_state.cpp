@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "sim/compare/policy_run.h"
+#include "sim/replay/policy_run.h"
 #include "sim/core/size_format.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"

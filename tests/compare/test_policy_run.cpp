@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include "sim/compare/policy_run.h"
+#include "sim/replay/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "run_cli.h"

@@ -68,11 +68,12 @@ TEST_CASE("traced run: peaks, bill, phases and steps observed on the allocator m
   CHECK(p.peak_requested_bytes == 1000 + 7 * kMiB);
   CHECK(p.ops == 12);
   CHECK(p.tensors == 4);
-  CHECK(p.events == 8);
+  CHECK(p.requests == 6);  // 4 allocations and 2 frees (a free_requested and its free_completed are one)
   CHECK(p.num_ooms == 0);
 
-  // The peak is the 4 MiB gradient (event 5): alive then are the parameter, the activation and the gradient.
-  CHECK(p.peak_event_index == 5);
+  // The peak is the 4 MiB gradient (event 5, request 4): alive then are the parameter, the activation and the
+  // gradient.
+  CHECK(p.peak_request_index == 4);
   CHECK(p.peak_step == 1);
   CHECK(p.peak_phase == "backward");
   CHECK(p.peak_op == "w.grad/aten.mm");

@@ -1,4 +1,4 @@
-#include "sim/compare/policy_run.h"
+#include "sim/replay/policy_run.h"
 
 #include <algorithm>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/replay/adopt_initial_state.h"
+#include "sim/replay/model_snapshot.h"
 #include "sim/report/memory_stats.h"
 
 namespace vramsim {
@@ -19,6 +20,7 @@ namespace {
 struct Rig {
   SimulatedDevice device;
   MemoryStatsObserver stats;
+  AllocObservers observers;  // stats, then PolicyRunOptions::observer
   std::unique_ptr<IAllocatorPolicy> policy;
   std::vector<BlockId> blocks;  // per allocation id; kNoBlock when it failed (or is not yet made)
   std::vector<bool> adopted;    // per allocation id: installed by adopt_initial_state, not allocated
@@ -26,12 +28,22 @@ struct Rig {
   const std::vector<std::size_t>* empty_cache_after = nullptr;
   std::size_t next_empty_cache = 0;
 
+  static AllocObservers observers_of(MemoryStatsObserver& stats, IAllocObserver* also) {
+    AllocObservers o;
+    o.add(&stats);
+    if (also != nullptr) {
+      o.add(also);
+    }
+    return o;
+  }
+
   Rig(const PolicyEntry& entry, const RequestSequence& sequence, const PolicyRunOptions& options)
       : device(options.capacity_bytes),
         stats(options.config.max_split_size_bytes == kUnlimitedSplitSize
                   ? -1
                   : static_cast<std::int64_t>(options.config.max_split_size_bytes)),
-        policy(entry.make(options.config, device, stats)),
+        observers(observers_of(stats, options.observer)),
+        policy(entry.make(options.config, device, observers)),
         blocks(sequence.alloc_count(), kNoBlock),
         adopted(sequence.alloc_count(), false),
         deferred(sequence.alloc_count(), false) {
@@ -85,7 +97,7 @@ struct Rig {
   // Applies op `index` and the empty_cache calls that follow it. Returns false when the request was an
   // allocation that failed.
   bool apply(const RequestOp& op, std::size_t index) {
-    const auto time_ns = static_cast<TimeNs>(index);
+    const TimeNs time_ns = op.time_ns;
     bool ok = true;
     if (op.kind == RequestOp::Kind::kAlloc) {
       if (!adopted[op.alloc_id]) {
@@ -163,6 +175,12 @@ PolicyRunResult run_policy(const PolicyEntry& entry, const RequestSequence& sequ
       rig.apply(ops[i], i);
       const DeviceStats& s = rig.stats.stats();
       peaks.sample(s, i);
+      if (options.on_request) {
+        options.on_request(i, s);
+      }
+      if (options.segments_after_request && *options.segments_after_request == i) {
+        out.segments_at_request = take_model_snapshot(rig.policy->blocks(), 0);
+      }
       if (options.keep_curve) {
         out.curve.push_back({s.reserved_bytes[kStatAll].current, s.allocated_bytes[kStatAll].current,
                              s.requested_bytes[kStatAll].current});
@@ -194,8 +212,10 @@ PolicyRunResult run_policy(const PolicyEntry& entry, const RequestSequence& sequ
 
   // The free blocks at the allocated peak: replay up to that request again and look at the blocks (cheaper
   // than scanning the pool at every new peak, which the no-cache policy reaches on almost every request).
-  if (!ops.empty() && allocated_peak > 0) {
-    Rig rig(entry, sequence, options);
+  if (options.free_space_at_allocated_peak && !ops.empty() && allocated_peak > 0) {
+    PolicyRunOptions quiet = options;  // the observer has seen the run once
+    quiet.observer = nullptr;
+    Rig rig(entry, sequence, quiet);
     for (std::size_t i = 0; i <= allocated_peak_index; ++i) {
       rig.apply(ops[i], i);
     }

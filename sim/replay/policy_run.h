@@ -1,5 +1,6 @@
 // One allocator policy over one request sequence, measured the same way for every policy: what `vramsim
-// compare` prints per row and `vramsim sweep` samples per step.
+// compare` prints per row and `vramsim sweep` samples per step, and the road by which `predict` and `trace`
+// drive the caching allocator model with their workloads (sim/alloc/workload.h) and observe it.
 //
 // The run starts from an empty device of `capacity_bytes`, or, on a recording (PolicyRunOptions::recording),
 // from the state the recording began in: the sequence's first allocations are then the blocks live at trace
@@ -24,14 +25,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "sim/alloc/alloc_observer.h"
 #include "sim/alloc/caching_config.h"
 #include "sim/alloc/registry.h"
 #include "sim/alloc/request_sequence.h"
 #include "sim/replay/request_sequence_from_trace.h"
+#include "sim/report/memory_stats.h"
 #include "sim/report/peak_tracker.h"
+#include "traces/snapshot.h"
 
 namespace vramsim {
 
@@ -46,6 +52,17 @@ struct PolicyRunOptions {
   // Keep the reserved, allocated and requested bytes after every request (PolicyRunResult::curve), for the
   // per-policy curves of `compare --html`.
   bool keep_curve = false;
+  // Called after the policy took each request (index into the sequence's ops), with its statistics then:
+  // reports observe the allocator through this, never by re-counting request sizes.
+  std::function<void(std::size_t request_index, const DeviceStats& stats)> on_request;
+  // Also told every event of the policy (its cudaMalloc / cudaFree / map / unmap and OOMs among them), before
+  // the on_request of the request that caused it. Not owned; nullptr: none.
+  IAllocObserver* observer = nullptr;
+  // Keep the policy's segments and blocks right after this request (PolicyRunResult::segments_at_request):
+  // the state at a peak, for the segment map of a report.
+  std::optional<std::size_t> segments_after_request;
+  // Measure the free bytes and the largest free block at the allocated peak (a second pass up to it).
+  bool free_space_at_allocated_peak = true;
 };
 
 // The state after one request (PolicyRunOptions::keep_curve).
@@ -82,6 +99,8 @@ struct PolicyRunResult {
   std::int64_t final_reserved_bytes = 0;
   std::vector<StepSample> steps;
   std::vector<CurvePoint> curve;  // one per request, with keep_curve
+  // With PolicyRunOptions::segments_after_request (empty when the sequence ends before it).
+  std::vector<SnapshotSegment> segments_at_request;
 };
 
 // "a,b,c" -> those registry entries, in that order; "all" or "" -> every registered policy. Throws InputError
