@@ -338,8 +338,10 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
 }
 
-Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
-  std::optional<Prediction::Generation::Paged> paged;
+// Stage 0: a vLLM engine sizes its paged KV cache before it serves (Worker.determine_num_available_blocks);
+// the run then serves from those blocks. Other requests are returned as they are.
+PredictRequest size_serving(const PredictRequest& original,
+                            std::optional<Prediction::Generation::Paged>& paged) {
   PredictRequest sized = original;
   if (original.options.generate_tokens > 0 && original.options.kv_cache == "paged" &&
       !original.vllm.profile_run) {
@@ -348,50 +350,78 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
     sized.options.num_gpu_blocks = paged->num_gpu_blocks;
     serve_from_blocks(sized.options, *paged);
   }
-  const PredictRequest& request = sized;
-  validate(request.options);
-  if (request.alloc_conf) {
-    (void)parse_alloc_conf(*request.alloc_conf, "--alloc-conf");
+  validate(sized.options);
+  if (sized.alloc_conf) {
+    (void)parse_alloc_conf(*sized.alloc_conf, "--alloc-conf");
   }
-  // 1. The op graph of the training steps, as PyTorch eager would run them.
-  const OpGraph graph = build_training_steps(request.model, request.options);
-  // 2. The engine runs the ops on their streams and dispatches the allocations: the allocation schedule.
-  std::optional<Roofline> roofline;
-  if (!request.gpu.empty()) {
-    roofline.emplace(Roofline::for_gpu(request.gpu));
-  }
+  return sized;
+}
+
+// Stage 2: the engine runs the ops on their streams (timed by the roofline when there is a GPU) and
+// dispatches their allocations: the timeline and the allocation schedule in the engine's order.
+struct EngineRun {
+  Timeline timeline;
+  AllocationSchedule schedule;
+};
+
+EngineRun run_engine(const OpGraph& graph, const PredictRequest& request, const Roofline* roofline) {
   const AllocationSchedule untimed = build_allocation_schedule(graph);
-  const Timeline timeline = simulate_timeline(graph, untimed, roofline ? &*roofline : nullptr, request.host);
-  const AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
-  std::vector<TensorId> request_tensor;
-  const Workload workload =
-      workload_from_schedule(schedule, "vramsim predict " + request.model.name, &request_tensor);
-  // 3. The workload drives the allocator model on the device; the report is what it observed.
-  const TensorNamer name_of = [&](std::size_t request_index) {
-    const Tensor& t = graph.tensor(request_tensor[request_index]);
-    return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
-  };
-  Prediction p = explain_run(
-      workload, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context}, name_of);
-  describe_request(request, p);
+  Timeline timeline = simulate_timeline(graph, untimed, roofline, request.host);
+  AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
+  return EngineRun{std::move(timeline), std::move(schedule)};
+}
+
+// Stage 4: the time axis, the engine's roofline estimate per step.
+TimingEstimate estimate_time(const Timeline& timeline, const TrainingOptions& options) {
+  TimingEstimate t;
+  for (const StepTime& st : timeline.steps) {
+    t.steps.push_back(StepTiming{st.step, st.duration_ns(), st.compute_ns, st.memory_ns, st.kernels});
+  }
+  t.tokens_per_step = options.batch * options.seq * options.grad_accumulation;
+  if (!t.steps.empty() && t.steps.back().time_ns > 0) {
+    t.tokens_per_s =
+        static_cast<double>(t.tokens_per_step) * 1e9 / static_cast<double>(t.steps.back().time_ns);
+  }
+  return t;
+}
+
+// What the graph itself says beside the allocator's figures.
+void describe_graph(const OpGraph& graph, const PredictRequest& request, Prediction& p) {
   p.paged_optimizer_state_bytes = static_cast<std::int64_t>(graph.unified_memory_bytes);
   p.host_memory = graph.host_memory;
   p.gpus_per_node =
       std::min(request.options.data_parallel.gpus_per_node, request.options.data_parallel.world_size);
   p.ops = graph.op_count();
   p.tensors = graph.tensors().size();
-  // 4. The time axis: the engine's roofline estimate.
+}
+
+// One rank's run: a short pipeline of named stages, data flowing one way.
+Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
+  std::optional<Prediction::Generation::Paged> paged;
+  const PredictRequest request = size_serving(original, paged);
+  // 1. The op graph of the steps, as PyTorch eager (or the compiled model) would run them.
+  const OpGraph graph = build_training_steps(request.model, request.options);
+  // 2. The engine: ops on simulated streams, the allocation schedule in their order.
+  std::optional<Roofline> roofline;
+  if (!request.gpu.empty()) {
+    roofline.emplace(Roofline::for_gpu(request.gpu));
+  }
+  const EngineRun engine = run_engine(graph, request, roofline ? &*roofline : nullptr);
+  // 3. The workload drives the allocator model on the device; the report is what it observed.
+  std::vector<TensorId> request_tensor;
+  const Workload workload =
+      workload_from_schedule(engine.schedule, "vramsim predict " + request.model.name, &request_tensor);
+  const TensorNamer name_of = [&](std::size_t request_index) {
+    const Tensor& t = graph.tensor(request_tensor[request_index]);
+    return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
+  };
+  Prediction p = explain_run(
+      workload, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context}, name_of);
+  // 4. The report: what was asked, what the graph says, the time axis, generation.
+  describe_request(request, p);
+  describe_graph(graph, request, p);
   if (roofline) {
-    TimingEstimate t;
-    for (const StepTime& st : timeline.steps) {
-      t.steps.push_back(StepTiming{st.step, st.duration_ns(), st.compute_ns, st.memory_ns, st.kernels});
-    }
-    t.tokens_per_step = request.options.batch * request.options.seq * request.options.grad_accumulation;
-    if (!t.steps.empty() && t.steps.back().time_ns > 0) {
-      t.tokens_per_s =
-          static_cast<double>(t.tokens_per_step) * 1e9 / static_cast<double>(t.steps.back().time_ns);
-    }
-    p.timing = std::move(t);
+    p.timing = estimate_time(engine.timeline, request.options);
   }
   if (request.options.generate_tokens > 0) {
     p.generation = summarize_generation(request.options, graph, p);
@@ -402,10 +432,10 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   }
   if (request.keep_timeline) {
     p.timeline = std::make_shared<const PredictedTimeline>(
-        PredictedTimeline{op_slices(graph, timeline), observe_run(workload, p, request.alloc_conf)});
+        PredictedTimeline{op_slices(graph, engine.timeline), observe_run(workload, p, request.alloc_conf)});
   }
   if (trace_out != nullptr) {  // the edge: the run in the recording format (--trace-out)
-    *trace_out = schedule_to_snapshot(schedule, workload.source);
+    *trace_out = schedule_to_snapshot(engine.schedule, workload.source);
   }
   return p;
 }
