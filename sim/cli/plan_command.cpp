@@ -96,7 +96,8 @@ std::string shard_spec_error(const std::string& text) {
   return fmt::format("--shard: '{}' is not K/N (1 <= K <= N)", text);
 }
 
-// "K/N" -> (K - 1, N).
+}  // namespace
+
 std::pair<int, int> parse_shard(const std::string& text) {
   const std::size_t slash = text.find('/');
   if (slash == std::string::npos) {
@@ -115,6 +116,8 @@ std::pair<int, int> parse_shard(const std::string& text) {
     throw InputError(shard_spec_error(text));
   }
 }
+
+namespace {
 
 int run_plan(PlanArgs& args) {
   PlanRequest& r = args.request;
@@ -242,8 +245,8 @@ void add_merge_command(CLI::App& app, std::function<int()>& run) {
   static std::string csv;
   auto* cmd =
       app.add_subcommand("merge",
-                         "Merge the parts of a `vramsim plan --shard K/N` run into its result (the output "
-                         "of the same plan on one machine, byte for byte)");
+                         "Merge the parts of a `vramsim plan --shard K/N` or `vramsim sweep --shard K/N` run "
+                         "into its result (the output of the same command on one machine, byte for byte)");
   cmd->add_option("files", files, "the shards' JSON files, in any order")->required();
   cmd->add_flag("--json", json, "machine-readable output");
   cmd->add_option("--csv", csv, "write every configuration to this CSV file");
@@ -264,6 +267,9 @@ void add_merge_command(CLI::App& app, std::function<int()>& run) {
         std::string text(static_cast<std::size_t>(size), '\0');
         in.read(text.data(), size);
         texts.push_back(std::move(text));
+      }
+      if (is_sweep_shard(texts.front())) {
+        return merge_sweep_shards(texts, files, json, csv);
       }
       PlanRequest request;
       const PlanResult p = merge_plan_shards(texts, files, request);

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/os.h>
@@ -12,9 +14,9 @@
 #include "sim/cli/prediction_report.h"
 #include "sim/compare/dynamic_shapes.h"
 #include "sim/compare/html_pages.h"
-#include "sim/replay/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
+#include "sim/replay/policy_run.h"
 
 namespace vramsim::cli {
 namespace {
@@ -29,9 +31,27 @@ struct SweepArgs {
   std::string csv;
   bool json = false;
   std::string html;
+  std::string shard;
 };
 
 std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? 0 : v)); }
+
+// Everything sweep prints, as data: what one run computes, or what merge puts together from the shards of
+// one (all integers, so a shard's JSON carries it exactly and the merged output is the single run's, byte
+// for byte).
+struct SweepReport {
+  std::string model;
+  std::uint64_t seed = 1;
+  std::string seq;  // the distributions' text
+  std::string batch;
+  std::string device;  // "unlimited", or the device and what its allocator may use
+  std::size_t distinct_shapes = 0;
+  std::size_t requests = 0;
+  std::int64_t capacity_bytes = 0;
+  std::int64_t peak_live_bytes = 0;
+  std::vector<StepShape> shapes;         // per step
+  std::vector<PolicyRunResult> results;  // per policy, in --policies order
+};
 
 // Per policy: the step after which peak reserved never grows again (1-based), and how many steps OOMed.
 struct Summary {
@@ -51,16 +71,16 @@ Summary summarize(const PolicyRunResult& r) {
   return s;
 }
 
-void write_csv(const std::string& path, const DynamicRun& run, const std::vector<PolicyRunResult>& results) {
+void write_csv(const std::string& path, const SweepReport& report) {
   std::ofstream out(path, std::ios::binary);
   if (!out) {
     throw InputError(fmt::format("--csv: cannot write '{}'", path));
   }
   out << "policy,step,batch,seq,reserved_bytes,allocated_bytes,peak_reserved_bytes,peak_active_bytes,"
          "fragmentation,ooms\n";
-  for (const PolicyRunResult& r : results) {
+  for (const PolicyRunResult& r : report.results) {
     for (const StepSample& st : r.steps) {
-      const StepShape& shape = run.shapes[st.step];
+      const StepShape& shape = report.shapes.at(st.step);
       out << fmt::format("{},{},{},{},{},{},{},{},{:.6f},{}\n", r.policy, st.step + 1, shape.batch, shape.seq,
                          st.reserved_bytes, st.allocated_bytes, st.peak_reserved_bytes, st.peak_active_bytes,
                          st.fragmentation(), st.num_ooms);
@@ -71,9 +91,155 @@ void write_csv(const std::string& path, const DynamicRun& run, const std::vector
   }
 }
 
+nlohmann::ordered_json report_json(const SweepReport& r) {
+  const std::size_t n = r.shapes.size();
+  nlohmann::ordered_json j;
+  j["model"] = r.model;
+  j["steps"] = n;
+  j["seed"] = r.seed;
+  j["seq"] = r.seq;
+  j["batch"] = r.batch;
+  j["distinct_shapes"] = r.distinct_shapes;
+  j["requests"] = r.requests;
+  j["capacity_bytes"] = r.capacity_bytes;
+  j["peak_live_bytes"] = r.peak_live_bytes;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const PolicyRunResult& p : r.results) {
+    const Summary s = summarize(p);
+    rows.push_back({{"policy", p.policy},
+                    {"peak_reserved_bytes", p.peaks.peak_reserved_bytes},
+                    {"peak_allocated_bytes", p.peaks.peak_allocated_bytes},
+                    {"fragmentation", p.peaks.fragmentation()},
+                    {"final_reserved_bytes", p.final_reserved_bytes},
+                    {"reserved_settles_at_step", s.reserved_settles_at_step},
+                    {"steps_with_oom", s.steps_with_oom},
+                    {"oom_probability", static_cast<double>(s.steps_with_oom) / static_cast<double>(n)},
+                    {"num_ooms", p.num_ooms},
+                    {"num_device_alloc", p.num_device_alloc},
+                    {"num_device_free", p.num_device_free}});
+  }
+  j["policies"] = rows;
+  return j;
+}
+
+// The report as sweep prints it: text, or --json; --csv writes the per-step figures.
+int print_report(const SweepReport& r, bool json, const std::string& csv) {
+  if (!csv.empty()) {
+    write_csv(csv, r);
+  }
+  if (json) {
+    fmt::print("{}\n", json_text(report_json(r)));
+    return 0;
+  }
+  const std::size_t n = r.shapes.size();
+  fmt::print("model        {}, batch {}, seq {}, {} steps (seed {}; {} distinct shapes, {} requests)\n",
+             r.model, r.batch, r.seq, n, r.seed, r.distinct_shapes, r.requests);
+  fmt::print("device       {}\n", r.device);
+  fmt::print("peak live    {}  (the most bytes live at once over the run)\n\n", b(r.peak_live_bytes));
+  fmt::print("{:<20}{:>13}{:>13}{:>8}{:>16}{:>16}\n", "policy", "peak reserved", "peak alloc", "frag",
+             "settles at step", "steps with OOM");
+  for (const PolicyRunResult& p : r.results) {
+    const Summary s = summarize(p);
+    fmt::print("{:<20}{:>13}{:>13}{:>7.1f}%{:>16}{:>9} ({:.0f}%)\n", p.policy, b(p.peaks.peak_reserved_bytes),
+               b(p.peaks.peak_allocated_bytes), 100.0 * p.peaks.fragmentation(), s.reserved_settles_at_step,
+               s.steps_with_oom, 100.0 * static_cast<double>(s.steps_with_oom) / static_cast<double>(n));
+  }
+  fmt::print(
+      "\nfrag = 1 - peak active / peak reserved over the run; settles at step = the last step that raised "
+      "peak reserved\n");
+  if (!csv.empty()) {
+    fmt::print("per-step figures: {}\n", csv);
+  }
+  return 0;
+}
+
+// --- Shards: `sweep --shard K/N` runs the policies i with i % N == K - 1 (the run itself is drawn and built
+// in every shard: the same seed gives the same shapes); `vramsim merge` puts the parts together.
+
+nlohmann::ordered_json result_json(const PolicyRunResult& p, std::size_t index) {
+  nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+  for (const StepSample& st : p.steps) {
+    steps.push_back({st.step, st.reserved_bytes, st.allocated_bytes, st.peak_reserved_bytes,
+                     st.peak_active_bytes, st.num_ooms});
+  }
+  return {{"index", index},
+          {"policy", p.policy},
+          {"peak_reserved_bytes", p.peaks.peak_reserved_bytes},
+          {"peak_allocated_bytes", p.peaks.peak_allocated_bytes},
+          {"peak_active_bytes", p.peaks.peak_active_bytes},
+          {"final_reserved_bytes", p.final_reserved_bytes},
+          {"num_ooms", p.num_ooms},
+          {"num_device_alloc", p.num_device_alloc},
+          {"num_device_free", p.num_device_free},
+          {"steps", steps}};
+}
+
+PolicyRunResult result_from(const nlohmann::json& j, std::size_t n_steps) {
+  PolicyRunResult p;
+  p.policy = j.at("policy");
+  p.peaks.peak_reserved_bytes = j.at("peak_reserved_bytes");
+  p.peaks.peak_allocated_bytes = j.at("peak_allocated_bytes");
+  p.peaks.peak_active_bytes = j.at("peak_active_bytes");
+  p.final_reserved_bytes = j.at("final_reserved_bytes");
+  p.num_ooms = j.at("num_ooms");
+  p.num_device_alloc = j.at("num_device_alloc");
+  p.num_device_free = j.at("num_device_free");
+  for (const nlohmann::json& st : j.at("steps")) {
+    StepSample s;
+    s.step = st.at(0);
+    if (s.step >= n_steps) {
+      throw InputError(fmt::format("step {} is outside the run's {} steps", s.step + 1, n_steps));
+    }
+    s.reserved_bytes = st.at(1);
+    s.allocated_bytes = st.at(2);
+    s.peak_reserved_bytes = st.at(3);
+    s.peak_active_bytes = st.at(4);
+    s.num_ooms = st.at(5);
+    p.steps.push_back(s);
+  }
+  return p;
+}
+
+std::string shard_json(const SweepReport& r, int shard, int shards, std::size_t policies,
+                       const std::vector<std::size_t>& indices) {
+  nlohmann::ordered_json j;
+  j["vramsim_sweep_shard"] = 1;
+  j["shard"] = shard + 1;
+  j["shards"] = shards;
+  j["policies"] = policies;
+  j["model"] = r.model;
+  j["seed"] = r.seed;
+  j["seq"] = r.seq;
+  j["batch"] = r.batch;
+  j["device"] = r.device;
+  j["distinct_shapes"] = r.distinct_shapes;
+  j["requests"] = r.requests;
+  j["capacity_bytes"] = r.capacity_bytes;
+  j["peak_live_bytes"] = r.peak_live_bytes;
+  nlohmann::ordered_json shapes = nlohmann::ordered_json::array();
+  for (const StepShape& s : r.shapes) {
+    shapes.push_back({s.batch, s.seq});
+  }
+  j["shapes"] = shapes;
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  for (std::size_t k = 0; k < r.results.size(); ++k) {
+    results.push_back(result_json(r.results[k], indices[k]));
+  }
+  j["results"] = results;
+  return j.dump(1) + "\n";
+}
+
 int run_sweep(SweepArgs& args) {
   if (args.request.steps < 1 || args.request.steps > 100000) {
     throw InputError(fmt::format("--steps: must be in [1, 100000], got {}", args.request.steps));
+  }
+  int shard = 0;
+  int shards = 1;
+  if (!args.shard.empty()) {
+    std::tie(shard, shards) = parse_shard(args.shard);
+    if (!args.html.empty()) {
+      throw InputError("--html: draws the whole sweep; give it without --shard");
+    }
   }
   const ShapeDistribution seq = ShapeDistribution::parse(args.seq_dist, "--seq");
   const ShapeDistribution batch = ShapeDistribution::parse(args.batch_dist, "--batch");
@@ -83,95 +249,130 @@ int run_sweep(SweepArgs& args) {
   base.batch = batch.min_value();
   const PredictRequest request = make_request(base, /*require_device=*/false);
 
+  SweepReport report;
+  report.model = request.model.name;
+  report.seed = args.seed;
+  report.seq = seq.text();
+  report.batch = batch.text();
   const AllocatorDevice target = allocator_device(base);
   PolicyRunOptions options;
   options.capacity_bytes = target.capacity_bytes;
-  std::string device = "unlimited";
+  report.capacity_bytes = static_cast<std::int64_t>(target.capacity_bytes);
+  report.device = "unlimited";
   if (!target.gpu_name.empty()) {
-    device = fmt::format("{} ({} for the allocator)", target.gpu_name,
-                         b(static_cast<std::int64_t>(target.capacity_bytes)));
+    report.device = fmt::format("{} ({} for the allocator)", target.gpu_name,
+                                b(static_cast<std::int64_t>(target.capacity_bytes)));
   } else if (!base.capacity.empty()) {
-    device = b(static_cast<std::int64_t>(target.capacity_bytes));
+    report.device = b(static_cast<std::int64_t>(target.capacity_bytes));
   }
   options.config =
       request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
 
-  const std::vector<StepShape> shapes =
-      draw_shapes(batch, seq, static_cast<std::size_t>(args.request.steps), args.seed);
-  DynamicRun run = build_dynamic_run(request.model, request.options, shapes);
+  report.shapes = draw_shapes(batch, seq, static_cast<std::size_t>(args.request.steps), args.seed);
+  DynamicRun run = build_dynamic_run(request.model, request.options, report.shapes);
   options.step_ends = run.step_ends;
-  const Bytes live = peak_live_bytes(run.sequence);
+  report.distinct_shapes = run.distinct_shapes;
+  report.requests = run.sequence.ops().size();
+  report.peak_live_bytes = static_cast<std::int64_t>(peak_live_bytes(run.sequence));
 
-  std::vector<PolicyRunResult> results;
-  for (const PolicyEntry* p : policies) {
-    results.push_back(run_policy(*p, run.sequence, options));
-  }
-  if (!args.csv.empty()) {
-    write_csv(args.csv, run, results);
-  }
-  if (!args.html.empty()) {
-    write_output_file(args.html,
-                      sweep_html(results, run, static_cast<std::int64_t>(live),
-                                 fmt::format("vramsim sweep {}, seq {}, batch {}", request.model.name,
-                                             seq.text(), batch.text())),
-                      "page");
-  }
-
-  const std::size_t n = shapes.size();
-  if (args.json) {
-    nlohmann::ordered_json j;
-    j["model"] = request.model.name;
-    j["steps"] = n;
-    j["seed"] = args.seed;
-    j["seq"] = seq.text();
-    j["batch"] = batch.text();
-    j["distinct_shapes"] = run.distinct_shapes;
-    j["requests"] = run.sequence.ops().size();
-    j["capacity_bytes"] = options.capacity_bytes;
-    j["peak_live_bytes"] = live;
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    for (const PolicyRunResult& r : results) {
-      const Summary s = summarize(r);
-      rows.push_back({{"policy", r.policy},
-                      {"peak_reserved_bytes", r.peaks.peak_reserved_bytes},
-                      {"peak_allocated_bytes", r.peaks.peak_allocated_bytes},
-                      {"fragmentation", r.peaks.fragmentation()},
-                      {"final_reserved_bytes", r.final_reserved_bytes},
-                      {"reserved_settles_at_step", s.reserved_settles_at_step},
-                      {"steps_with_oom", s.steps_with_oom},
-                      {"oom_probability", static_cast<double>(s.steps_with_oom) / static_cast<double>(n)},
-                      {"num_ooms", r.num_ooms},
-                      {"num_device_alloc", r.num_device_alloc},
-                      {"num_device_free", r.num_device_free}});
+  std::vector<std::size_t> indices;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    if (static_cast<int>(i % static_cast<std::size_t>(shards)) == shard) {
+      report.results.push_back(run_policy(*policies[i], run.sequence, options));
+      indices.push_back(i);
     }
-    j["policies"] = rows;
-    fmt::print("{}\n", json_text(j));
+  }
+  if (shards > 1) {
+    fmt::print("{}", shard_json(report, shard, shards, policies.size(), indices));  // for `vramsim merge`
     return 0;
   }
-  fmt::print("model        {}, batch {}, seq {}, {} steps (seed {}; {} distinct shapes, {} requests)\n",
-             request.model.name, batch.text(), seq.text(), n, args.seed, run.distinct_shapes,
-             run.sequence.ops().size());
-  fmt::print("device       {}\n", device);
-  fmt::print("peak live    {}  (the most bytes live at once over the run)\n\n",
-             b(static_cast<std::int64_t>(live)));
-  fmt::print("{:<20}{:>13}{:>13}{:>8}{:>16}{:>16}\n", "policy", "peak reserved", "peak alloc", "frag",
-             "settles at step", "steps with OOM");
-  for (const PolicyRunResult& r : results) {
-    const Summary s = summarize(r);
-    fmt::print("{:<20}{:>13}{:>13}{:>7.1f}%{:>16}{:>9} ({:.0f}%)\n", r.policy, b(r.peaks.peak_reserved_bytes),
-               b(r.peaks.peak_allocated_bytes), 100.0 * r.peaks.fragmentation(), s.reserved_settles_at_step,
-               s.steps_with_oom, 100.0 * static_cast<double>(s.steps_with_oom) / static_cast<double>(n));
+  if (!args.html.empty()) {
+    write_output_file(
+        args.html,
+        sweep_html(report.results, run, report.peak_live_bytes,
+                   fmt::format("vramsim sweep {}, seq {}, batch {}", report.model, report.seq, report.batch)),
+        "page");
   }
-  fmt::print(
-      "\nfrag = 1 - peak active / peak reserved over the run; settles at step = the last step that raised "
-      "peak reserved\n");
-  if (!args.csv.empty()) {
-    fmt::print("per-step figures: {}\n", args.csv);
-  }
-  return 0;
+  return print_report(report, args.json, args.csv);
 }
 
 }  // namespace
+
+bool is_sweep_shard(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("vramsim_sweep_shard");
+}
+
+int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
+                       bool json, const std::string& csv) {
+  SweepReport report;
+  nlohmann::json first;
+  std::vector<bool> seen_shard;
+  std::vector<std::optional<PolicyRunResult>> results;
+  for (std::size_t f = 0; f < texts.size(); ++f) {
+    const std::string& name = names.at(f);
+    try {
+      const nlohmann::json j = nlohmann::json::parse(texts[f]);
+      if (!j.is_object() || !j.contains("vramsim_sweep_shard")) {
+        throw InputError(fmt::format("{}: not a `vramsim sweep --shard` output", name));
+      }
+      const int shards = j.at("shards");
+      const int shard = j.at("shard");
+      const std::size_t policies = j.at("policies");
+      const std::size_t steps = j.at("shapes").size();
+      if (shards < 1 || shards > 100000 || shard < 1 || shard > shards || policies > 1000 || steps > 100000) {
+        throw InputError(fmt::format("{}: shard {} of {} is out of range", name, shard, shards));
+      }
+      // Every field but the shard's own part must be the same in every file.
+      nlohmann::json common = j;
+      common.erase("shard");
+      common.erase("results");
+      if (f == 0) {
+        first = common;
+        report.model = j.at("model");
+        report.seed = j.at("seed");
+        report.seq = j.at("seq");
+        report.batch = j.at("batch");
+        report.device = j.at("device");
+        report.distinct_shapes = j.at("distinct_shapes");
+        report.requests = j.at("requests");
+        report.capacity_bytes = j.at("capacity_bytes");
+        report.peak_live_bytes = j.at("peak_live_bytes");
+        for (const nlohmann::json& s : j.at("shapes")) {
+          report.shapes.push_back(StepShape{s.at(0), s.at(1)});
+        }
+        seen_shard.assign(static_cast<std::size_t>(shards), false);
+        results.assign(policies, std::nullopt);
+      } else if (common != first) {
+        throw InputError(
+            fmt::format("{}: a shard of another sweep (its run differs from {}'s)", name, names[0]));
+      }
+      if (seen_shard[static_cast<std::size_t>(shard - 1)]) {
+        throw InputError(fmt::format("{}: shard {} of {} given twice", name, shard, shards));
+      }
+      seen_shard[static_cast<std::size_t>(shard - 1)] = true;
+      for (const nlohmann::json& e : j.at("results")) {
+        const std::size_t i = e.at("index");
+        if (i >= results.size() || results[i] ||
+            static_cast<int>(i % static_cast<std::size_t>(shards)) != shard - 1) {
+          throw InputError(fmt::format("{}: policy {} out of range or in two shards", name, i));
+        }
+        results[i] = result_from(e, steps);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{}: {}", name, e.what()));
+    }
+  }
+  for (std::size_t k = 0; k < seen_shard.size(); ++k) {
+    if (!seen_shard[k]) {
+      throw InputError(fmt::format("merge: shard {} of {} is missing", k + 1, seen_shard.size()));
+    }
+  }
+  for (std::optional<PolicyRunResult>& r : results) {
+    report.results.push_back(std::move(*r));  // every shard was seen, so every policy is there
+  }
+  return print_report(report, json, csv);
+}
 
 void add_sweep_command(CLI::App& app, std::function<int()>& run) {
   static SweepArgs args;
@@ -193,6 +394,10 @@ void add_sweep_command(CLI::App& app, std::function<int()>& run) {
       "--html", args.html,
       "write a self-contained page: the shapes drawn, reserved memory and fragmentation per step and "
       "policy");
+  cmd->add_option(
+      "--shard", args.shard,
+      "K/N: run only the K-th of N parts of the policies and print it as JSON for `vramsim merge` "
+      "(a Slurm job array: --shard $SLURM_ARRAY_TASK_ID/N)");
   args.request.steps = 20;
   cmd->get_option("--steps")->default_val(20);
   cmd->callback([&run, cmd] {

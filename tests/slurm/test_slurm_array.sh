@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's Slurm job array ("Beyond one machine"), end to end: a one-node Slurm cluster started on
 # localhost in a private temp dir (its own munged, slurmctld and slurmd; SLURM_CONF points the clients at it,
-# nothing under /etc is read or written), `vramsim plan --shard K/N` submitted as `sbatch --wait --array`, and
-# `vramsim merge` of the parts compared byte for byte with the same plan on one machine (text, --json, --csv).
+# nothing under /etc is read or written), `vramsim plan --shard K/N` and `vramsim sweep --shard K/N` submitted
+# as `sbatch --wait --array`, and `vramsim merge` of the parts compared byte for byte with the same command on
+# one machine (text, --json, --csv).
 # Without root, munge or Slurm, or when the cluster does not come up, it exits 77: CTest reports it as skipped.
 #
 #     test_slurm_array.sh PATH/TO/vramsim
@@ -148,4 +149,26 @@ for ((k = 1; k <= shards; k++)); do parts+=("plan_$k.json"); done
 for f in txt json csv; do
   cmp "single.$f" "merged.$f" || fail "the merged job array's $f differs from the single-machine plan"
 done
-echo "PASSED slurm.array: $shards array tasks merged = one machine (text, --json, --csv; $(wc -l <single.csv) CSV lines)"
+plan_lines=$(wc -l <single.csv)
+
+# A sweep cut by policy the same way: five policies over three array tasks.
+sweep=(sweep --model gpt2 --capacity 8GiB --seq uniform:64..192 --batch 2 --steps 4
+  --policies pytorch,pytorch-expandable,no-cache,buddy,offline-optimal)
+sweep_shards=3
+"$vramsim" "${sweep[@]}" >single_sweep.txt
+"$vramsim" "${sweep[@]}" --json --csv single_sweep.csv >single_sweep.json
+timeout 300 sbatch --wait --quiet --array=1-$sweep_shards --cpus-per-task=1 --wrap \
+  "'$vramsim' ${sweep[*]} --shard \${SLURM_ARRAY_TASK_ID}/$sweep_shards > sweep_\${SLURM_ARRAY_TASK_ID}.json" &
+pids+=($!)
+rc=0
+wait $! || rc=$?
+((rc == 0)) || { on_failure; fail "sbatch --wait --array=1-$sweep_shards (sweep) failed (exit $rc)"; }
+parts=()
+for ((k = 1; k <= sweep_shards; k++)); do parts+=("sweep_$k.json"); done
+"$vramsim" merge "${parts[@]}" >merged_sweep.txt
+"$vramsim" merge --json --csv merged_sweep.csv "${parts[@]}" >merged_sweep.json
+for f in txt json csv; do
+  cmp "single_sweep.$f" "merged_sweep.$f" || fail "the merged sweep job array's $f differs from one machine"
+done
+echo "PASSED slurm.array: plan in $shards array tasks, sweep in $sweep_shards, merged = one machine" \
+  "(text, --json, --csv; $plan_lines and $(wc -l <single_sweep.csv) CSV lines)"
