@@ -124,51 +124,39 @@ for _ in {1..60}; do
 done
 [[ $state == idle ]] || { on_failure; skip "the one-node cluster did not come up (node state '${state}')"; }
 
-# GPT-2 large on a 4090 (the README's example at half the batch): 46 predicted and 5 skipped in about 4 s.
-plan=(plan --model gpt2-large --gpu 4090 --global-batch 8 --seq 1024)
-shards=4
+# Runs `vramsim NAME ARGS...` on one machine (text, --json, --csv) and as `sbatch --wait --array=1-SHARDS` with
+# --shard K/SHARDS (EXTRA appended to each task's command), merges the parts and compares the three outputs
+# byte for byte.
+array_equals_one_machine() {
+  local name=$1 shards=$2 extra=$3
+  shift 3
+  "$vramsim" "$@" >"single_$name.txt"
+  "$vramsim" "$@" --json --csv "single_$name.csv" >"single_$name.json"
+  local start=$SECONDS rc=0
+  # The README's command. In the background, so that Ctrl-C or a SIGTERM reaches the trap at once (a foreground
+  # sbatch --wait would hold it until the array ends).
+  timeout 300 sbatch --wait --quiet --array=1-"$shards" --cpus-per-task=1 --wrap \
+    "'$vramsim' $* $extra --shard \${SLURM_ARRAY_TASK_ID}/$shards > ${name}_\${SLURM_ARRAY_TASK_ID}.json" &
+  pids+=($!)
+  wait $! || rc=$?
+  ((rc == 0)) || { on_failure; fail "sbatch --wait --array=1-$shards ($name) failed (exit $rc)"; }
+  echo "$name: job array of $shards shards ran in $((SECONDS - start)) s"
+  local parts=() k f
+  for ((k = 1; k <= shards; k++)); do parts+=("${name}_$k.json"); done
+  "$vramsim" merge "${parts[@]}" >"merged_$name.txt"
+  "$vramsim" merge --json --csv "merged_$name.csv" "${parts[@]}" >"merged_$name.json"
+  for f in txt json csv; do
+    cmp "single_$name.$f" "merged_$name.$f" || fail "the merged $name job array's $f differs from one machine"
+  done
+}
+
 cd "$tmp"
-"$vramsim" "${plan[@]}" >single.txt
-"$vramsim" "${plan[@]}" --json --csv single.csv >single.json
-
-start=$SECONDS
-# The README's command. In the background, so that Ctrl-C or a SIGTERM reaches the trap at once (a foreground
-# sbatch --wait would hold it until the array ends).
-timeout 300 sbatch --wait --quiet --array=1-$shards --cpus-per-task=1 --wrap \
-  "'$vramsim' ${plan[*]} --threads \${SLURM_CPUS_PER_TASK} --shard \${SLURM_ARRAY_TASK_ID}/$shards > plan_\${SLURM_ARRAY_TASK_ID}.json" &
-pids+=($!)
-rc=0
-wait $! || rc=$?
-((rc == 0)) || { on_failure; fail "sbatch --wait --array=1-$shards failed (exit $rc)"; }
-echo "job array of $shards shards ran in $((SECONDS - start)) s"
-
-parts=()
-for ((k = 1; k <= shards; k++)); do parts+=("plan_$k.json"); done
-"$vramsim" merge "${parts[@]}" >merged.txt
-"$vramsim" merge --json --csv merged.csv "${parts[@]}" >merged.json
-for f in txt json csv; do
-  cmp "single.$f" "merged.$f" || fail "the merged job array's $f differs from the single-machine plan"
-done
-plan_lines=$(wc -l <single.csv)
-
+# GPT-2 large on a 4090 (the README's example at half the batch): 46 predicted and 5 skipped in about 4 s.
+array_equals_one_machine plan 4 "--threads \${SLURM_CPUS_PER_TASK}" \
+  plan --model gpt2-large --gpu 4090 --global-batch 8 --seq 1024
 # A sweep cut by policy the same way: five policies over three array tasks.
-sweep=(sweep --model gpt2 --capacity 8GiB --seq uniform:64..192 --batch 2 --steps 4
-  --policies pytorch,pytorch-expandable,no-cache,buddy,offline-optimal)
-sweep_shards=3
-"$vramsim" "${sweep[@]}" >single_sweep.txt
-"$vramsim" "${sweep[@]}" --json --csv single_sweep.csv >single_sweep.json
-timeout 300 sbatch --wait --quiet --array=1-$sweep_shards --cpus-per-task=1 --wrap \
-  "'$vramsim' ${sweep[*]} --shard \${SLURM_ARRAY_TASK_ID}/$sweep_shards > sweep_\${SLURM_ARRAY_TASK_ID}.json" &
-pids+=($!)
-rc=0
-wait $! || rc=$?
-((rc == 0)) || { on_failure; fail "sbatch --wait --array=1-$sweep_shards (sweep) failed (exit $rc)"; }
-parts=()
-for ((k = 1; k <= sweep_shards; k++)); do parts+=("sweep_$k.json"); done
-"$vramsim" merge "${parts[@]}" >merged_sweep.txt
-"$vramsim" merge --json --csv merged_sweep.csv "${parts[@]}" >merged_sweep.json
-for f in txt json csv; do
-  cmp "single_sweep.$f" "merged_sweep.$f" || fail "the merged sweep job array's $f differs from one machine"
-done
-echo "PASSED slurm.array: plan in $shards array tasks, sweep in $sweep_shards, merged = one machine" \
-  "(text, --json, --csv; $plan_lines and $(wc -l <single_sweep.csv) CSV lines)"
+array_equals_one_machine sweep 3 "" \
+  sweep --model gpt2 --capacity 8GiB --seq uniform:64..192 --batch 2 --steps 4 \
+  --policies pytorch,pytorch-expandable,no-cache,buddy,offline-optimal
+echo "PASSED slurm.array: plan in 4 array tasks, sweep in 3, merged = one machine" \
+  "(text, --json, --csv; $(wc -l <single_plan.csv) and $(wc -l <single_sweep.csv) CSV lines)"
