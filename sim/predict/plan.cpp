@@ -495,8 +495,9 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
 namespace {
 
 // A tensor-parallel or pipeline layout is not a Trainer setting: torchtitan's flags (FSDP2 inside the
-// layout, torchtitan/config/job_config.py) or Megatron-LM's (DDP or its distributed optimizer, ZeRO-1's
-// counterpart; megatron/training/arguments.py).
+// layout, torchtitan/config/job_config.py), Megatron-LM's (DDP or its distributed optimizer, ZeRO-1's
+// counterpart; megatron/training/arguments.py) or, for ZeRO-2/3 (no pipeline), Megatron-DeepSpeed's, which
+// takes the same layout flags and the DeepSpeed config (--deepspeed --zero-stage).
 std::string layout_settings(const PlanRequest& r, const PlanConfig& c) {
   const int dp = data_parallel_degree(r, c);
   const std::int64_t local_batch = c.micro_batch * c.grad_accumulation;
@@ -519,11 +520,14 @@ std::string layout_settings(const PlanRequest& r, const PlanConfig& c) {
     return s;
   }
   s += fmt::format(
-      "Megatron-LM --tensor-model-parallel-size {}{} --pipeline-model-parallel-size {} "
+      "{} --tensor-model-parallel-size {}{} --pipeline-model-parallel-size {} "
       "--micro-batch-size {} --global-batch-size {} --seq-length {}",
-      c.tp, c.tp > 1 ? " --sequence-parallel" : "", c.pp, c.micro_batch, r.global_batch, r.seq);
+      c.zero >= 2 ? "Megatron-DeepSpeed" : "Megatron-LM", c.tp, c.tp > 1 ? " --sequence-parallel" : "", c.pp,
+      c.micro_batch, r.global_batch, r.seq);
   if (c.zero == 1) {
     s += " --use-distributed-optimizer";
+  } else if (c.zero >= 2) {
+    s += fmt::format(" --deepspeed --zero-stage {}", c.zero);
   }
   if (c.checkpointing != "none") {
     s += c.checkpointing == "full" ? " --recompute-granularity full --recompute-method uniform"

@@ -493,6 +493,14 @@ TEST_CASE("plan: FSDP2 and parallel layouts in the Trainer, torchtitan and Megat
                              "--seq-length 4096 --use-distributed-optimizer"));
   CHECK_THAT(predict_command(r, c),
              Catch::Contains("--grad-accumulation 256 --gpus 64 --tp 8 --sequence-parallel --pp 4 --zero 1"));
+  c.pp = 1;
+  c.zero = 2;
+  c.grad_accumulation = 64;  // 512 sequences over 8 replicas
+  CHECK_THAT(trainer_settings(r, c),
+             Catch::Contains("Megatron-DeepSpeed --tensor-model-parallel-size 8 --sequence-parallel "
+                             "--pipeline-model-parallel-size 1 --micro-batch-size 1 "
+                             "--global-batch-size 512 --seq-length 4096 --deepspeed "
+                             "--zero-stage 2"));
 }
 
 // The shards of a plan with FSDP2, tensor and pipeline layouts and every reason to skip merge into the single
