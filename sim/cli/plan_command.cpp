@@ -89,9 +89,8 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
     throw InputError(fmt::format("{}: cannot write the CSV file", path));
   }
   f << "precision,micro_batch,grad_accumulation,checkpointing,zero,fsdp,tp,pp,optimizer,adapters,offload,"
-       "compile,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_reserved_bytes,needed_"
-       "bytes,"
-       "headroom_bytes,tokens_per_s,command\n";
+       "compile,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_reserved_bytes,"
+       "needed_bytes,headroom_bytes,tokens_per_s,command\n";
   for (const PlanEvaluation& e : p.grid) {
     const PlanConfig& c = e.config;
     f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},\"{}\"\n",

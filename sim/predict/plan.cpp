@@ -29,7 +29,9 @@ std::string key_of(const PlanConfig& c) {
                      c.compile);
 }
 
-RequestArgs request_args(const PlanRequest& r, const PlanConfig& c) {
+}  // namespace
+
+RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
   RequestArgs a;
   a.model = r.model;
   a.model_code = r.model_code;
@@ -73,13 +75,15 @@ RequestArgs request_args(const PlanRequest& r, const PlanConfig& c) {
   return a;
 }
 
+namespace {
+
 PlanEvaluation evaluate_exact(const PlanRequest& r, const PlanConfig& c, std::int64_t limit_bytes) {
   PlanEvaluation e;
   e.config = c;
   e.evaluated = true;
   e.model_states_bytes = model_states_lower_bound(r, c);
   try {
-    const Prediction p = predict(make_request(request_args(r, c)));
+    const Prediction p = predict(make_request(predict_args(r, c)));
     e.peak_reserved_bytes = p.peak_reserved_bytes;
     // after an OOM the device's reserved memory is capped: what the run needs is at least its allocated
     // bytes without the device limit; a pipeline's prediction is its stage with the most of both
@@ -149,10 +153,11 @@ std::vector<Layout> layouts(const PlanRequest& r) {
   if (!megatron_code || m.moe.n_experts > 0) {
     return out;  // predict models tp (with sequence parallelism) and pp only over transformers' code
   }
+  // Every condition fails for all larger powers of two once it fails for one, so the first failure ends it.
   int tp_max = 1;
   for (int t = 2; t <= std::min(r.gpus_per_node, r.gpus); t *= 2) {
-    const bool splits = r.gpus % t == 0 && m.n_heads % t == 0 &&
-                        (m.n_kv_heads <= t || m.n_kv_heads % t == 0) && m.d_ff % t == 0 && r.seq % t == 0;
+    const bool splits =
+        r.gpus % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.d_ff % t == 0 && r.seq % t == 0;
     if (!splits) {
       break;
     }
@@ -387,6 +392,14 @@ void evaluate_grid(const PlanRequest& r, const std::vector<Group>& groups, std::
 
 int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }
 
+std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
+  std::vector<std::pair<int, int>> out;
+  for (const Layout& l : layouts(r)) {
+    out.emplace_back(l.tp, l.pp);
+  }
+  return out;
+}
+
 std::int64_t model_states_lower_bound(const PlanRequest& r, const PlanConfig& c) {
   if (!c.adapters.empty() || !c.offload.empty()) {
     return 0;
@@ -497,7 +510,10 @@ namespace {
 // A tensor-parallel or pipeline layout is not a Trainer setting: torchtitan's flags (FSDP2 inside the
 // layout, torchtitan/config/job_config.py), Megatron-LM's (DDP or its distributed optimizer, ZeRO-1's
 // counterpart; megatron/training/arguments.py) or, for ZeRO-2/3 (no pipeline), Megatron-DeepSpeed's, which
-// takes the same layout flags and the DeepSpeed config (--deepspeed --zero-stage).
+// takes the same layout flags and a DeepSpeed config whose zero_optimization.stage is the stage: --deepspeed
+// --deepspeed_config FILE --zero-stage N, and --no-pipeline-parallel, without which it builds DeepSpeed's
+// PipelineModule even for one stage (args.ds_pipeline_enabled = not args.no_pipeline_parallel,
+// megatron/training/arguments.py of microsoft/Megatron-DeepSpeed), and the PipelineEngine refuses ZeRO-2/3.
 std::string layout_settings(const PlanRequest& r, const PlanConfig& c) {
   const int dp = data_parallel_degree(r, c);
   const std::int64_t local_batch = c.micro_batch * c.grad_accumulation;
@@ -526,12 +542,16 @@ std::string layout_settings(const PlanRequest& r, const PlanConfig& c) {
       c.micro_batch, r.global_batch, r.seq);
   if (c.zero == 1) {
     s += " --use-distributed-optimizer";
-  } else if (c.zero >= 2) {
-    s += fmt::format(" --deepspeed --zero-stage {}", c.zero);
   }
   if (c.checkpointing != "none") {
     s += c.checkpointing == "full" ? " --recompute-granularity full --recompute-method uniform"
                                    : " --recompute-granularity selective";
+  }
+  if (c.zero >= 2) {
+    s += fmt::format(
+        " --deepspeed --no-pipeline-parallel --zero-stage {0} --deepspeed_config ds_config.json, "
+        "ds_config.json with {{\"zero_optimization\": {{\"stage\": {0}}}}}",
+        c.zero);
   }
   return s;
 }
@@ -675,8 +695,11 @@ void decide(const PlanRequest& r, PlanResult& out) {
     return;
   }
   // Each lever: its settings in order, from the cheapest in speed; a lever that did not make the run fit
-  // stays at its last setting the simulator accepted (the one that saves most), and the next lever is added
-  // on top.
+  // stays at its last setting the simulator accepted, the lever's strongest by design (bf16, which with the
+  // later levers holds 2 bytes a parameter where amp-bf16 holds 4; full sharding, FSDP2 last so that the
+  // layouts after it can add pipeline stages; the most model parallelism), which is not always the one that
+  // needed least at that point (bf16's fp32 master weights can need more than amp-bf16 while the optimizer is
+  // AdamW), and the next lever is added on top.
   const auto lever = [&](const std::string& name,
                          const std::vector<std::pair<std::string, PlanConfig>>& options) {
     for (const auto& [setting, c] : options) {

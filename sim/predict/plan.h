@@ -6,29 +6,35 @@
 // from the engine's roofline), and reports the fastest that fits with the margin, the decision path in the
 // levers' order, and the Pareto front of memory against estimated tokens/s.
 //
-// Pruning, all of it within one group (one setting of every lever but the micro-batch), so shards stay
-// independent: a group whose model states alone (a lower bound: parameters, gradients and optimizer states
-// per rank under its sharding and layout, model_states_lower_bound()) are over the limit is not predicted;
-// memory is monotone in the micro-batch, so the micro-batches are predicted smallest first and the larger
-// ones skipped once one does not fit. Configurations are predicted on `threads` threads; the result does
-// not depend on their number. A configuration the simulator refuses (an InputError: LoRA on code that has
-// no nn.Linear, ...) is reported and the search goes on.
+// Pruning, all of it within one group (one setting of every lever but the layout and the micro-batch), so
+// shards stay independent. Two rules skip only what cannot fit: a layout whose model states alone (a lower
+// bound: parameters, gradients and optimizer states per rank under its sharding and layout,
+// model_states_lower_bound()) are over the limit is not predicted; memory is monotone in the micro-batch, so
+// the micro-batches are predicted smallest first and the larger ones skipped once one does not fit. The
+// third is a choice of the search, not a memory rule: once a layout fits, the larger layouts of the group are
+// not tried, though they may fit (the simulator gives their communication no time, so their speed would be
+// an artefact; Narayanan et al. 2021, Takeaway #2). Configurations are predicted on `threads` threads; the
+// result does not depend on their number. A configuration the simulator refuses (an InputError: LoRA on code
+// that has no nn.Linear, ...) is reported and the search goes on.
 //
 // Note [Parallel layouts]: a layout is (tp, pp), with data-parallel degree gpus / (tp x pp) and the global
 // batch divided over that. Tensor parallelism goes up to the node (--gpus-per-node) before any pipeline
 // stage is added, as Narayanan et al. 2021 (Megatron-LM at scale, Takeaway #1) recommend, so the layouts
-// are tp = 1, 2, 4, ... up to the largest degree that divides the heads, then that tp with pp = each
-// divisor of the layers and of gpus / tp; tp > 1 always runs Megatron's sequence parallelism (torchtitan
-// and Megatron's recipes do). Pipeline layouts use ZeRO-0/1 or FSDP2 only (DeepSpeed's PipelineEngine
-// asserts ZeRO stage < 2); LoRA/QLoRA and torch.compile are not combined with tp/pp (predict refuses them),
-// and a model with mixture-of-experts layers or code that is not transformers' gets no layout (predict's
-// sequence parallelism and pipeline split need transformers' code without experts).
+// are tp = 1, 2, 4, ... up to the largest degree that divides the GPUs, the attention heads, the key/value
+// heads (Megatron's divide(num_query_groups, tp) in megatron/core/transformer/attention.py: predict's
+// replication of fewer key/value heads than ranks is not offered), the MLP and the sequence, then that tp
+// with pp = each divisor of the layers and of gpus / tp; tp > 1 always runs Megatron's sequence parallelism
+// (torchtitan and Megatron's recipes do). Pipeline layouts use ZeRO-0/1 or FSDP2 only (DeepSpeed's
+// PipelineEngine asserts ZeRO stage < 2); LoRA/QLoRA and torch.compile are not combined with tp/pp (predict
+// refuses them), and a model with mixture-of-experts layers or code that is not transformers' gets no layout
+// (predict's sequence parallelism and pipeline split need transformers' code without experts).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/predict/step_prediction.h"
@@ -133,6 +139,15 @@ PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::v
 
 // The data-parallel degree of `config`: gpus / (tp x pp).
 int data_parallel_degree(const PlanRequest& request, const PlanConfig& config);
+
+// The parallel layouts (tp, pp) the grid tries, in the lever's order (Note [Parallel layouts]): (1, 1), then
+// tp = 2, 4, ... up to min(gpus_per_node, gpus) while tp divides the GPUs, the attention heads, the key/value
+// heads, the MLP and the sequence, then the largest such tp with pp = each divisor > 1 of gpus / tp that
+// divides the layers. Only (1, 1) for code that is not transformers' or a mixture-of-experts model.
+std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& request);
+
+// The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).
+RequestArgs predict_args(const PlanRequest& request, const PlanConfig& config);
 
 // What every rank of `config` holds at least, in bytes, once the optimizer states exist: its parameters,
 // gradients and optimizer states (the worst pipeline stage holds at least 1/pp of a tensor-parallel rank's

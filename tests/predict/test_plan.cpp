@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -286,6 +287,21 @@ TEST_CASE("plan: the model states lower bound worked by hand", "[quick][predict]
   CHECK(model_states_lower_bound(r, config("amp-bf16", 0, "fsdp2", 1, "adamw")) == 16 * kBigPsi / 4);
   CHECK(model_states_lower_bound(r, config("bf16", 0, "", 4, "adamw-8bit")) == 6 * kBigPsiTp4);  // DDP, TP 4
   CHECK(kBigPsiTp4 == 1'929'453'568);
+  // 16 GPUs at tp 4 x pp 2 (2 replicas): a stage holds at least half of a rank's 1,929,453,568 parameters,
+  // 964,726,784. ZeRO-1, amp-bf16, AdamW: (4 + 4) x 964,726,784 + 8 x 964,726,784 / 2 = 7,717,814,272 +
+  // 3,858,907,136; FSDP2, bf16, AdamW: (2 + 2 + 12) x 964,726,784 / 2; DDP at tp 4 x pp 4 (1 replica), bf16,
+  // adamw-8bit: (2 + 2 + 2) x 1,929,453,568 / 4 = 6 x 482,363,392.
+  PlanRequest sixteen = r;
+  sixteen.gpus = 16;
+  PlanConfig staged = config("amp-bf16", 1, "", 4, "adamw");
+  staged.pp = 2;
+  CHECK(model_states_lower_bound(sixteen, staged) == 11'576'721'408);
+  staged = config("bf16", 0, "fsdp2", 4, "adamw");
+  staged.pp = 2;
+  CHECK(model_states_lower_bound(sixteen, staged) == 7'717'814'272);
+  staged = config("bf16", 0, "", 4, "adamw-8bit");
+  staged.pp = 4;
+  CHECK(model_states_lower_bound(sixteen, staged) == 2'894'180'352);
   PlanConfig lora = config("bf16", 0, "", 1, "adamw");
   lora.adapters = "lora";
   CHECK(model_states_lower_bound(r, lora) == 0);  // no bound with adapters
@@ -320,6 +336,21 @@ TEST_CASE("plan: only full sharding or tensor parallelism with an 8-bit optimize
   }
   CHECK(fitting > 0);
   check_states_below_peaks(p);
+  // The pruning is sound: every configuration skipped for its model states, predicted all the same, does not
+  // fit (an OOM, or more than the limit with the CUDA context).
+  int skipped = 0;
+  for (const PlanEvaluation& e : p.grid) {
+    if (e.skipped != "model states") {
+      continue;
+    }
+    ++skipped;
+    INFO(describe(e.config));
+    const Prediction q = predict(make_request(predict_args(r, e.config)));
+    const std::int64_t needed =
+        std::max(q.peak_reserved_bytes, q.peak_allocated_needed_bytes) + q.cuda_context_bytes;
+    CHECK((q.num_ooms > 0 || needed > p.limit_bytes));
+  }
+  CHECK(skipped == p.pruned_model_states);
   REQUIRE(p.best.has_value());
   std::vector<std::string> levers;
   for (const PlanStep& s : p.decision_path) {
@@ -427,6 +458,109 @@ TEST_CASE("plan: the parallel layouts and their grid, counted by hand", "[predic
   std::remove(r.model.c_str());
 }
 
+// The layout rules of Note [Parallel layouts] one by one, each model's layouts worked out by hand.
+TEST_CASE("plan: the parallel layouts of odd shapes, by hand", "[quick][predict]") {
+  PlanRequest r;
+  r.gpu = "h100";
+  r.global_batch = 48;
+  r.seq = 256;
+  using Layouts = std::vector<std::pair<int, int>>;
+  // 8 heads, 8 key/value heads, MLP 1024, 4 layers; 16 GPUs, 4 a node: tp 2 and 4 (the node), then tp 4 with
+  // pp 2 and 4 (the divisors of 16 / 4 that divide 4 layers).
+  r.model = write_llama("vramsim_test_plan_layouts_a.json", 256, 1024, 4, 8, 8, 32768, 1024);
+  r.gpus = 16;
+  r.gpus_per_node = 4;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {2, 1}, {4, 1}, {4, 2}, {4, 4}});
+  // 24 GPUs, 8 a node; 24 heads but 6 key/value heads: 6 % 4 != 0 stops tp at 2 (Megatron divides the
+  // key/value groups over the ranks), though 4 divides the heads and the GPUs; pp over 24 / 2 = 12 that
+  // divides 6 layers: 2, 3 and 6 (not 4 or 12).
+  std::remove(r.model.c_str());
+  r.model = write_llama("vramsim_test_plan_layouts_b.json", 384, 1536, 6, 24, 6, 32768, 1024);
+  r.gpus = 24;
+  r.gpus_per_node = 8;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {2, 1}, {2, 2}, {2, 3}, {2, 6}});
+  // The same at 255 tokens: the sequence does not split in two (sequence parallelism), so no tp; pp over 24
+  // GPUs that divides 6 layers: 2, 3, 6.
+  r.seq = 255;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {1, 2}, {1, 3}, {1, 6}});
+  r.seq = 256;
+  // 6 GPUs: 4 does not divide them, so tp 2, then pp 3 (the divisors of 6 / 2 = 3 that divide 6 layers).
+  r.gpus = 6;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {2, 1}, {2, 3}});
+  // An MLP of 1,020 hidden units: 1,020 % 8 != 0 stops tp at 4 on 8 GPUs; pp 2 over the 2 left.
+  std::remove(r.model.c_str());
+  r.model = write_llama("vramsim_test_plan_layouts_c.json", 256, 1020, 4, 8, 8, 32768, 1024);
+  r.gpus = 8;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {2, 1}, {4, 1}, {4, 2}});
+  // 32 heads but 4 key/value heads on 8 GPUs: predict --tp 8 would give each rank one replicated key/value
+  // head; Megatron-LM refuses it (4 % 8 != 0), so tp stops at 4 here; pp 2 over the 2 left.
+  std::remove(r.model.c_str());
+  r.model = write_llama("vramsim_test_plan_layouts_d.json", 512, 2048, 4, 32, 4, 32768, 1024);
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {2, 1}, {4, 1}, {4, 2}});
+  // --gpus-per-node 1: no tensor parallelism; pp 2 and 4 over 8 GPUs and 4 layers (8 does not divide 4).
+  r.gpus_per_node = 1;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}, {1, 2}, {1, 4}});
+  // One GPU: no layout. The CS336 staff code is not transformers': predict has no tp or pp for it.
+  r.gpus = 1;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}});
+  std::remove(r.model.c_str());
+  r.model = "cs336-small";
+  r.gpus = 8;
+  r.gpus_per_node = 8;
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}});
+}
+
+// model_states_lower_bound() is a lower bound of what the simulator holds: at the end of the second step's
+// backward, parameters, gradients and optimizer states are all live, so the allocated bytes there (a
+// pipeline: its highest stage's peak, at least its mean stage's model states) are at least the bound, for
+// every precision, optimizer, sharding and layout the grid has (16 GPUs, 4 a node). A model of 402M
+// parameters (hidden 2048, MLP 8192, 4 layers, 16 heads, 8 key/value heads, vocabulary 32768), so that its
+// model states dominate what is live there: with ZeRO-1 the bound is within 3 % of the simulator's bytes
+// (about 84 MB apart, the cuBLAS workspace and the batch among them), so a bound a few bytes a parameter too
+// high fails here.
+TEST_CASE("plan: the model states bound is below what the simulator holds", "[predict]") {
+  PlanRequest r;
+  r.model = write_llama("vramsim_test_plan_bound.json", 2048, 8192, 4, 16, 8, 32768, 1024);
+  r.gpu = "h100";
+  r.gpus = 16;
+  r.gpus_per_node = 4;
+  r.global_batch = 32;
+  r.seq = 256;
+  int checked = 0;
+  for (const char* precision : {"amp-bf16", "bf16"}) {
+    for (const char* optimizer : {"adamw", "adamw-8bit"}) {
+      for (const auto& [zero, fsdp] :
+           std::vector<std::pair<int, std::string>>{{0, ""}, {1, ""}, {2, ""}, {3, ""}, {0, "fsdp2"}}) {
+        for (const auto& [tp, pp] : parallel_layouts(r)) {
+          PlanConfig c = config(precision, zero, fsdp, tp, optimizer);
+          c.pp = pp;
+          c.grad_accumulation = 2;
+          const bool sharded = zero > 0 || !fsdp.empty();
+          if ((pp > 1 && zero >= 2) || (sharded && data_parallel_degree(r, c) == 1)) {
+            continue;  // not in the grid
+          }
+          INFO(describe(c));
+          const std::int64_t bound = model_states_lower_bound(r, c);
+          CHECK(bound > 0);
+          const Prediction p = predict(make_request(predict_args(r, c)));
+          CHECK(p.num_ooms == 0);
+          if (pp > 1) {
+            CHECK(bound <= p.peak_allocated_bytes);
+          } else {
+            REQUIRE(p.phases.after_backward.has_value());
+            CHECK(p.phases_step == 2);
+            CHECK(bound <= *p.phases.after_backward);
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  CHECK(checked ==
+        4 * (5 + 4 + 3 + 3 + 4));  // DDP every layout; ZeRO-1, FSDP2 not at 1 replica; ZeRO-2/3 no pp
+  std::remove(r.model.c_str());
+}
+
 // Note [Probing with fewer micro-batches] (plan.cpp): a configuration's memory does not fall when it has
 // more micro-batches, so a probe that does not fit rules the configuration out. Checked on a small model for
 // each scheme the probe is used with.
@@ -498,17 +632,19 @@ TEST_CASE("plan: FSDP2 and parallel layouts in the Trainer, torchtitan and Megat
   c.grad_accumulation = 64;  // 512 sequences over 8 replicas
   CHECK_THAT(trainer_settings(r, c),
              Catch::Contains("Megatron-DeepSpeed --tensor-model-parallel-size 8 --sequence-parallel "
-                             "--pipeline-model-parallel-size 1 --micro-batch-size 1 "
-                             "--global-batch-size 512 --seq-length 4096 --deepspeed "
-                             "--zero-stage 2"));
+                             "--pipeline-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 512 "
+                             "--seq-length 4096 --recompute-granularity full --recompute-method uniform "
+                             "--deepspeed --no-pipeline-parallel --zero-stage 2 --deepspeed_config "
+                             "ds_config.json, ds_config.json with {\"zero_optimization\": {\"stage\": 2}}"));
 }
 
-// The shards of a plan with FSDP2, tensor and pipeline layouts and every reason to skip merge into the single
-// run's output, text, JSON and CSV, byte for byte.
+// The shards of a plan with FSDP2, tensor and pipeline layouts, every reason to skip and probes merge into
+// the single run's output, text, JSON and CSV, byte for byte: the 7.7B-parameter model of the bound above on
+// 8 x L4, 4 a node (layouts tp 1, 2, 4 and tp 4 x pp 2).
 TEST_CASE("cli: plan --shard and merge with FSDP2 and parallel layouts", "[predict]") {
-  const std::string model = write_llama("vramsim_test_plan_shards.json", 256, 1024, 4, 8, 8, 32768, 1024);
+  const std::string model = write_llama("vramsim_test_plan_shards.json", 8192, 28672, 4, 64, 8, 262144, 4096);
   const std::string base =
-      "plan --model " + model + " --gpu h100 --gpus 16 --gpus-per-node 4 --global-batch 16 --seq 256";
+      "plan --model " + model + " --gpu l4 --gpus 8 --gpus-per-node 4 --global-batch 8 --seq 256 --threads 2";
   int status = -1;
   const std::string single_csv = "vramsim_test_plan_single.csv";
   const std::string single_text = test::run_cli(base + " --csv " + single_csv, &status);
@@ -530,7 +666,12 @@ TEST_CASE("cli: plan --shard and merge with FSDP2 and parallel layouts", "[predi
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   };
   CHECK(read(merged_csv) == read(single_csv));
-  CHECK_THAT(read(single_csv), Catch::Contains(",fsdp2,4,2,") && Catch::Contains(",layout,"));
+  // FSDP2 rows, tp 4 x pp 2 rows, each reason to skip, and a pipeline probe of pp + 1 = 3 micro-batches that
+  // did not fit (evaluated, not skipped, probe 3, fits 0)
+  CHECK_THAT(read(single_csv), Catch::Contains(",fsdp2,") && Catch::Contains(",4,2,adamw") &&
+                                   Catch::Contains(",model states,") && Catch::Contains(",micro-batch,") &&
+                                   Catch::Contains(",layout,") && Catch::Contains(",1,,3,0,"));
+  CHECK_THAT(single_text, Catch::Contains("over by at least"));
   files.insert(files.end(), {model, single_csv, merged_csv});
   for (const std::string& f : files) {
     std::remove(f.c_str());
