@@ -59,6 +59,9 @@ nlohmann::ordered_json evaluation_json(const PlanRequest& r, const PlanEvaluatio
   if (!e.error.empty()) {
     j["error"] = e.error;
   }
+  if (e.probe_micro_batches > 0) {
+    j["probe_micro_batches"] = e.probe_micro_batches;  // the figures are a lower bound (a probe)
+  }
   return j;
 }
 
@@ -73,6 +76,10 @@ std::string outcome(const PlanEvaluation& e, std::int64_t limit) {
   if (e.fits) {
     return fmt::format("{:>10}  fits, {:.0f} tokens/s", gib(e.needed_bytes), e.tokens_per_s);
   }
+  if (e.probe_micro_batches > 0) {  // a lower bound: the first micro-batches alone did not fit
+    return fmt::format("{:>10}  over by at least {} (a probe of {} micro-batches)", gib(e.needed_bytes),
+                       gib(e.needed_bytes - limit), e.probe_micro_batches);
+  }
   return fmt::format("{:>10}  over by {}", gib(e.needed_bytes), gib(e.needed_bytes - limit));
 }
 
@@ -81,14 +88,17 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
   if (!f) {
     throw InputError(fmt::format("{}: cannot write the CSV file", path));
   }
-  f << "precision,micro_batch,grad_accumulation,checkpointing,zero,optimizer,adapters,offload,compile,"
-       "evaluated,fits,peak_reserved_bytes,needed_bytes,headroom_bytes,tokens_per_s,command\n";
+  f << "precision,micro_batch,grad_accumulation,checkpointing,zero,fsdp,tp,pp,optimizer,adapters,offload,"
+       "compile,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_reserved_bytes,"
+       "needed_bytes,headroom_bytes,tokens_per_s,command\n";
   for (const PlanEvaluation& e : p.grid) {
     const PlanConfig& c = e.config;
-    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},\"{}\"\n", c.precision, c.micro_batch,
-                     c.grad_accumulation, c.checkpointing, c.zero, c.optimizer, c.adapters, c.offload,
-                     c.compile ? 1 : 0, e.evaluated ? 1 : 0, e.fits ? 1 : 0, e.peak_reserved_bytes,
-                     e.needed_bytes, e.headroom_bytes, e.tokens_per_s, predict_command(r, c));
+    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},\"{}\"\n",
+                     c.precision, c.micro_batch, c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp,
+                     c.pp, c.optimizer, c.adapters, c.offload, c.compile ? 1 : 0, e.evaluated ? 1 : 0,
+                     e.skipped, e.probe_micro_batches, e.fits ? 1 : 0, e.model_states_bytes,
+                     e.peak_reserved_bytes, e.needed_bytes, e.headroom_bytes, e.tokens_per_s,
+                     predict_command(r, c));
   }
 }
 
@@ -173,6 +183,9 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
     j["pareto"] = pareto;
     j["configurations_evaluated"] = p.configurations_evaluated;
     j["configurations_pruned"] = p.configurations_pruned;
+    j["pruned_model_states"] = p.pruned_model_states;
+    j["pruned_micro_batch"] = p.pruned_micro_batch;
+    j["pruned_layout"] = p.pruned_layout;
     j["errors"] = p.errors;
     fmt::print("{}\n", json_text(j));
     return 0;
@@ -181,9 +194,10 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
              r.gpus, r.gpu, r.global_batch, r.seq, gib(p.limit_bytes), 100.0 * (1.0 - r.margin),
              gib(p.total_bytes));
   fmt::print(
-      "configurations   {} predicted, {} skipped (a smaller micro-batch of the same settings did not fit), "
-      "{} refused\n\n",
-      p.configurations_evaluated, p.configurations_pruned, p.errors);
+      "configurations   {} predicted, {} refused; {} skipped: {} with model states alone over the limit, "
+      "{} after a smaller micro-batch did not fit, {} after a smaller parallel layout fit\n\n",
+      p.configurations_evaluated, p.errors, p.configurations_pruned, p.pruned_model_states,
+      p.pruned_micro_batch, p.pruned_layout);
   fmt::print("decision path (the levers in order of their cost in speed)\n");
   for (std::size_t k = 0; k < p.decision_path.size(); ++k) {
     const PlanStep& s = p.decision_path[k];
@@ -218,7 +232,10 @@ void add_plan_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--model", r.model, "model preset or a Hugging Face config.json")->required();
   cmd->add_option("--model-code", r.model_code, "whose layer code to follow (as predict's)");
   cmd->add_option("--gpu", r.gpu, "GPU name (memory, CUDA context and the roofline)")->required();
-  cmd->add_option("--gpus", r.gpus, "data-parallel GPUs")->capture_default_str();
+  cmd->add_option("--gpus", r.gpus, "GPUs in all (data-parallel x tensor-parallel x pipeline)")
+      ->capture_default_str();
+  cmd->add_option("--gpus-per-node", r.gpus_per_node, "GPUs per node: the largest tensor-parallel degree")
+      ->capture_default_str();
   cmd->add_option("--global-batch", r.global_batch, "sequences per optimizer step over all GPUs")->required();
   cmd->add_option("--seq", r.seq, "sequence length")->required();
   cmd->add_option("--attention", r.attention, "as predict's (default: the code's)");

@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/graph/layer_code.h"
+#include "sim/graph/model_config.h"
+#include "sim/graph/tensor_parallel.h"
 #include "sim/predict/gpu_memory.h"
 
 namespace vramsim {
@@ -21,11 +24,14 @@ bool allowed(const PlanRequest& r, std::string_view lever) {
 }
 
 std::string key_of(const PlanConfig& c) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch, c.grad_accumulation,
-                     c.checkpointing, c.zero, c.optimizer, c.adapters, c.offload, c.compile);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch, c.grad_accumulation,
+                     c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer, c.adapters, c.offload,
+                     c.compile);
 }
 
-RequestArgs request_args(const PlanRequest& r, const PlanConfig& c) {
+}  // namespace
+
+RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
   RequestArgs a;
   a.model = r.model;
   a.model_code = r.model_code;
@@ -44,6 +50,14 @@ RequestArgs request_args(const PlanRequest& r, const PlanConfig& c) {
       a.zero = c.zero;
     }
   }
+  if (c.fsdp == "fsdp2") {
+    a.fsdp = "full-shard";
+    a.fsdp2 = true;
+  }
+  a.tp = c.tp;
+  a.sequence_parallel = c.tp > 1;
+  a.pp = c.pp;
+  a.gpus_per_node = r.gpus_per_node;
   if (!c.adapters.empty()) {
     a.lora_rank = kLoraRank;
     a.lora_targets = "all-linear";
@@ -54,27 +68,66 @@ RequestArgs request_args(const PlanRequest& r, const PlanConfig& c) {
   a.offload = c.offload;
   if (c.compile) {
     a.compile_mode = "default";
+    if (!c.fsdp.empty()) {
+      a.compile_scope = "layer";  // FSDP's hooks break a whole-model graph: per block, as torchtitan compiles
+    }
   }
   return a;
 }
 
-PlanEvaluation evaluate(const PlanRequest& r, const PlanConfig& c, std::int64_t limit_bytes) {
+namespace {
+
+PlanEvaluation evaluate_exact(const PlanRequest& r, const PlanConfig& c, std::int64_t limit_bytes) {
   PlanEvaluation e;
   e.config = c;
   e.evaluated = true;
+  e.model_states_bytes = model_states_lower_bound(r, c);
   try {
-    const Prediction p = predict(make_request(request_args(r, c)));
+    const Prediction p = predict(make_request(predict_args(r, c)));
     e.peak_reserved_bytes = p.peak_reserved_bytes;
     // after an OOM the device's reserved memory is capped: what the run needs is at least its allocated
-    // bytes without the device limit
+    // bytes without the device limit; a pipeline's prediction is its stage with the most of both
     e.needed_bytes = std::max(p.peak_reserved_bytes, p.peak_allocated_needed_bytes) + p.cuda_context_bytes;
     e.headroom_bytes = limit_bytes - e.needed_bytes;
     e.fits = p.num_ooms == 0 && e.headroom_bytes >= 0;
-    e.tokens_per_s = p.timing ? p.timing->tokens_per_s * r.gpus : 0.0;
+    if (p.pipeline) {
+      for (const Prediction::PipelineStagePeak& s : p.pipeline->simulated) {
+        e.fits = e.fits && s.fits;
+      }
+    }
+    // a replica's tokens/s (every rank of a tensor-parallel group or a pipeline works on the same tokens)
+    // times the data-parallel replicas
+    e.tokens_per_s = p.timing ? p.timing->tokens_per_s * data_parallel_degree(r, c) : 0.0;
   } catch (const InputError& err) {
     e.error = err.what();
   }
   return e;
+}
+
+// Note [Probing with fewer micro-batches]: a step's cost in the simulator grows with its micro-batches, and
+// a layout with few data-parallel replicas has many (a 70B on 64 GPUs at tp 8 x pp 8 runs the whole global
+// batch through one replica). Memory does not grow after the first few: from the second micro-batch on the
+// gradients accumulate in place, and under 1F1B stage r holds min(pp - r, M) micro-batches in flight. So a
+// configuration of many micro-batches is first predicted with probe_micro_batches() of them (2; pp + 1 with a
+// pipeline): that needs no more memory than the configuration, and when it does not fit, neither does the
+// configuration; only a probe that fits is followed by the full prediction. test_plan.cpp checks the
+// monotonicity on small models.
+int probe_micro_batches(const PlanConfig& c) { return c.pp > 1 ? c.pp + 1 : 2; }
+
+PlanEvaluation evaluate(const PlanRequest& r, const PlanConfig& c, std::int64_t limit_bytes) {
+  const int probe = probe_micro_batches(c);
+  if (c.grad_accumulation > probe) {
+    PlanConfig q = c;
+    q.grad_accumulation = probe;
+    PlanEvaluation e = evaluate_exact(r, q, limit_bytes);
+    if (!e.error.empty() || !e.fits) {
+      e.config = c;
+      e.probe_micro_batches = e.error.empty() ? probe : 0;
+      e.tokens_per_s = 0.0;
+      return e;
+    }
+  }
+  return evaluate_exact(r, c, limit_bytes);
 }
 
 std::vector<std::int64_t> divisors(std::int64_t n) {
@@ -87,11 +140,64 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
-// The grid, grouped: every setting of the other levers, then its micro-batches smallest first.
-std::vector<std::vector<PlanConfig>> grid_groups(const PlanRequest& r, std::int64_t local_batch) {
-  std::vector<int> zeros{0};
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+};
+
+// Note [Parallel layouts] (plan.h): tp = 1, 2, 4, ... within a node, then the largest with pp > 1.
+std::vector<Layout> layouts(const PlanRequest& r) {
+  const ModelConfig m = load_model(r.model);
+  const bool megatron_code = layer_code(r.model_code.empty() ? m.code : r.model_code).follows_transformers();
+  std::vector<Layout> out{{1, 1}};
+  if (!megatron_code || m.moe.n_experts > 0) {
+    return out;  // predict models tp (with sequence parallelism) and pp only over transformers' code
+  }
+  // Every condition fails for all larger powers of two once it fails for one, so the first failure ends it.
+  int tp_max = 1;
+  for (int t = 2; t <= std::min(r.gpus_per_node, r.gpus); t *= 2) {
+    const bool splits =
+        r.gpus % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.d_ff % t == 0 && r.seq % t == 0;
+    if (!splits) {
+      break;
+    }
+    out.push_back({t, 1});
+    tp_max = t;
+  }
+  for (int p = 2; p <= r.gpus / tp_max; ++p) {
+    if ((r.gpus / tp_max) % p == 0 && m.n_layers % p == 0) {
+      out.push_back({tp_max, p});
+    }
+  }
+  return out;
+}
+
+// One group: one setting of every lever but the layout and the micro-batch; its layouts in the lever's
+// order, each with its micro-batches smallest first.
+using Group = std::vector<std::vector<PlanConfig>>;
+
+// Whether the simulator (or the libraries) run `c` with this layout at all.
+bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) {
+  const bool model_parallel = l.tp > 1 || l.pp > 1;
+  if (model_parallel && (!c.adapters.empty() || c.compile)) {
+    return false;  // predict models LoRA/QLoRA and torch.compile without tp/pp
+  }
+  if (l.pp > 1 && c.zero >= 2) {
+    return false;  // DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+                   // parallelism"
+  }
+  const bool sharded = c.zero > 0 || !c.fsdp.empty();
+  return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
+}
+
+std::vector<Group> grid_groups(const PlanRequest& r) {
+  struct Sharding {
+    int zero;
+    const char* fsdp;
+  };
+  std::vector<Sharding> shardings{{0, ""}};
   if (r.gpus > 1) {
-    zeros = {0, 1, 2, 3};
+    shardings = {{0, ""}, {1, ""}, {2, ""}, {3, ""}, {0, "fsdp2"}};
   }
   std::vector<std::string> adapters{""};
   for (const char* a : {"lora", "qlora"}) {
@@ -107,34 +213,51 @@ std::vector<std::vector<PlanConfig>> grid_groups(const PlanRequest& r, std::int6
   if (allowed(r, "compile")) {
     compiles.push_back(true);
   }
-  std::vector<std::vector<PlanConfig>> groups;
+  const std::vector<Layout> all_layouts = layouts(r);
+  std::vector<Group> groups;
   for (const char* precision : {"amp-bf16", "bf16"}) {
     for (const char* ckpt : {"none", "selective-op", "full"}) {
-      for (int zero : zeros) {
+      for (const Sharding& sharding : shardings) {
         for (const char* optimizer : {"adamw", "adamw-8bit"}) {
           for (const std::string& adapter : adapters) {
             for (const std::string& offload : offloads) {
-              // ZeRO-Offload moves the optimizer with ZeRO stage 2 or 3 (on one GPU too)
-              const int z = offload == "optimizer" ? std::max(zero, 2) : zero;
-              if (offload == "optimizer" && z != zero && r.gpus > 1) {
+              // ZeRO-Offload moves the optimizer with ZeRO stage 2 or 3 (on one GPU too); FSDP moves it with
+              // the parameters (CPUOffload(offload_params=True))
+              const bool fsdp = sharding.fsdp[0] != '\0';
+              const int z = offload == "optimizer" && !fsdp ? std::max(sharding.zero, 2) : sharding.zero;
+              if (offload == "optimizer" && z != sharding.zero && r.gpus > 1) {
                 continue;  // the same as the stage-2 group
               }
               for (bool compile : compiles) {
-                std::vector<PlanConfig> group;
-                for (std::int64_t micro : divisors(local_batch)) {
-                  PlanConfig c;
-                  c.precision = precision;
-                  c.micro_batch = micro;
-                  c.grad_accumulation = static_cast<int>(local_batch / micro);
-                  c.checkpointing = ckpt;
-                  c.zero = z;
-                  c.optimizer = optimizer;
-                  c.adapters = adapter;
-                  c.offload = offload;
-                  c.compile = compile;
-                  group.push_back(c);
+                PlanConfig base;
+                base.precision = precision;
+                base.checkpointing = ckpt;
+                base.zero = z;
+                base.fsdp = sharding.fsdp;
+                base.optimizer = optimizer;
+                base.adapters = adapter;
+                base.offload = offload == "optimizer" && fsdp ? "params" : offload;
+                base.compile = compile;
+                Group group;
+                for (const Layout& l : all_layouts) {
+                  if (!layout_applies(r, base, l)) {
+                    continue;
+                  }
+                  const std::int64_t local_batch = r.global_batch / (r.gpus / (l.tp * l.pp));
+                  std::vector<PlanConfig> block;
+                  for (std::int64_t micro : divisors(local_batch)) {
+                    PlanConfig c = base;
+                    c.tp = l.tp;
+                    c.pp = l.pp;
+                    c.micro_batch = micro;
+                    c.grad_accumulation = static_cast<int>(local_batch / micro);
+                    block.push_back(c);
+                  }
+                  group.push_back(std::move(block));
                 }
-                groups.push_back(std::move(group));
+                if (!group.empty()) {
+                  groups.push_back(std::move(group));
+                }
               }
             }
           }
@@ -151,6 +274,9 @@ void validate_request(const PlanRequest& r) {
   }
   if (r.gpus < 1 || r.gpus > 65536) {
     throw InputError(fmt::format("--gpus: must be in 1..65536, got {}", r.gpus));
+  }
+  if (r.gpus_per_node < 1 || r.gpus_per_node > 1024) {
+    throw InputError(fmt::format("--gpus-per-node: must be in 1..1024, got {}", r.gpus_per_node));
   }
   if (r.global_batch < 1 || r.global_batch > kMaxBatch) {
     throw InputError(fmt::format("--global-batch: must be in 1..{}, got {}", kMaxBatch, r.global_batch));
@@ -178,39 +304,74 @@ void validate_request(const PlanRequest& r) {
   }
 }
 
-// Runs every group on `threads` threads; each group's micro-batches in order, the larger ones skipped after
-// one does not fit.
-void evaluate_grid(const PlanRequest& r, const std::vector<std::vector<PlanConfig>>& groups, PlanResult& out,
-                   const PlanProgress& progress) {
+// One group on one thread: its layouts in order, skipped when their model states alone are over the limit
+// and no longer tried once one fits (Note [Parallel layouts]); each layout's micro-batches in order, the
+// larger ones skipped after one does not fit.
+void evaluate_group(const PlanRequest& r, const Group& group, std::int64_t limit_bytes,
+                    std::int64_t context_bytes, PlanEvaluation* slots, const std::function<void()>& tick) {
+  bool layout_fits = false;
+  for (const std::vector<PlanConfig>& block : group) {
+    const std::int64_t states = model_states_lower_bound(r, block.front());
+    bool micro_failed = false;
+    bool any_fits = false;
+    for (const PlanConfig& c : block) {
+      PlanEvaluation& slot = *slots++;
+      if (layout_fits) {
+        slot.config = c;
+        slot.skipped = "layout";
+      } else if (states + context_bytes > limit_bytes) {
+        slot.config = c;
+        slot.skipped = "model states";
+      } else if (micro_failed) {
+        slot.config = c;
+        slot.skipped = "micro-batch";
+      } else {
+        slot = evaluate(r, c, limit_bytes);
+        micro_failed = !slot.fits;
+        any_fits = any_fits || slot.fits;
+      }
+      slot.model_states_bytes = states;
+      tick();
+    }
+    layout_fits = layout_fits || any_fits;
+  }
+}
+
+// Runs every group on `threads` threads (a group's configurations in order on one of them).
+void evaluate_grid(const PlanRequest& r, const std::vector<Group>& groups, std::int64_t context_bytes,
+                   PlanResult& out, const PlanProgress& progress) {
   std::vector<std::size_t> first(groups.size());
   std::size_t total = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     first[g] = total;
-    total += groups[g].size();
+    for (const std::vector<PlanConfig>& block : groups[g]) {
+      total += block.size();
+    }
   }
   out.grid.assign(total, PlanEvaluation{});
   std::atomic<std::size_t> next{0};
   std::atomic<int> done{0};
   std::mutex progress_mutex;
+  const std::function<void()> tick = [&]() {
+    const int d = ++done;
+    if (progress) {
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      progress(d, static_cast<int>(total));
+    }
+  };
   const auto worker = [&]() {
     for (std::size_t g = next++; g < groups.size(); g = next++) {
-      bool pruned = false;
-      const bool mine = g % static_cast<std::size_t>(r.shards) == static_cast<std::size_t>(r.shard);
-      for (std::size_t k = 0; k < groups[g].size(); ++k) {
-        PlanEvaluation& slot = out.grid[first[g] + k];
-        if (!mine) {
-          slot.config = groups[g][k];
-          slot.in_shard = false;
-        } else if (pruned) {
-          slot.config = groups[g][k];
-        } else {
-          slot = evaluate(r, groups[g][k], out.limit_bytes);
-          pruned = !slot.fits;
-        }
-        const int d = ++done;
-        if (progress) {
-          const std::lock_guard<std::mutex> lock(progress_mutex);
-          progress(d, static_cast<int>(total));
+      PlanEvaluation* slots = &out.grid[first[g]];
+      if (g % static_cast<std::size_t>(r.shards) == static_cast<std::size_t>(r.shard)) {
+        evaluate_group(r, groups[g], out.limit_bytes, context_bytes, slots, tick);
+        continue;
+      }
+      for (const std::vector<PlanConfig>& block : groups[g]) {
+        for (const PlanConfig& c : block) {
+          slots->config = c;
+          slots->in_shard = false;
+          ++slots;
+          tick();
         }
       }
     }
@@ -229,6 +390,44 @@ void evaluate_grid(const PlanRequest& r, const std::vector<std::vector<PlanConfi
 
 }  // namespace
 
+int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }
+
+std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
+  std::vector<std::pair<int, int>> out;
+  for (const Layout& l : layouts(r)) {
+    out.emplace_back(l.tp, l.pp);
+  }
+  return out;
+}
+
+std::int64_t model_states_lower_bound(const PlanRequest& r, const PlanConfig& c) {
+  if (!c.adapters.empty() || !c.offload.empty()) {
+    return 0;
+  }
+  ModelConfig m = load_model(r.model);
+  if (!r.model_code.empty()) {
+    m.code = std::string(layer_code(r.model_code).name());
+  }
+  const std::int64_t per_rank = tensor_parallel_rank(m, c.tp).parameter_count() / c.pp;
+  const std::int64_t p = c.precision == "bf16" ? 2 : 4;  // parameters; gradients alike
+  std::int64_t o = 2;                                    // adamw-8bit: two uint8 moments
+  if (c.optimizer == "adamw") {
+    o = c.precision == "bf16" ? 12 : 8;  // two fp32 moments (+ fp32 master weights under bf16)
+  }
+  const std::int64_t n = data_parallel_degree(r, c);
+  std::int64_t bytes = 0;
+  if (!c.fsdp.empty() || c.zero == 3) {
+    bytes = (p + p + o) * per_rank / n;
+  } else if (c.zero == 2) {
+    bytes = p * per_rank + (p + o) * per_rank / n;
+  } else if (c.zero == 1) {
+    bytes = (p + p) * per_rank + o * per_rank / n;
+  } else {
+    bytes = (p + p + o) * per_rank;
+  }
+  return bytes;
+}
+
 std::string describe(const PlanConfig& c) {
   std::string s = fmt::format("{}, micro-batch {}", c.precision, c.micro_batch);
   if (c.grad_accumulation > 1) {
@@ -237,6 +436,15 @@ std::string describe(const PlanConfig& c) {
   s += c.checkpointing == "none" ? ", no checkpointing" : ", checkpointing " + c.checkpointing;
   if (c.zero > 0) {
     s += fmt::format(", ZeRO-{}", c.zero);
+  }
+  if (c.fsdp == "fsdp2") {
+    s += ", FSDP2";
+  }
+  if (c.tp > 1) {
+    s += fmt::format(", TP {} + SP", c.tp);
+  }
+  if (c.pp > 1) {
+    s += fmt::format(", PP {}", c.pp);
   }
   s += ", " + c.optimizer;
   if (!c.adapters.empty()) {
@@ -267,8 +475,20 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
   if (r.gpus > 1 || c.zero > 0) {
     s += fmt::format(" --gpus {}", r.gpus);
   }
+  if (c.tp > 1) {
+    s += fmt::format(" --tp {} --sequence-parallel", c.tp);
+  }
+  if (c.pp > 1) {
+    s += fmt::format(" --pp {}", c.pp);
+  }
   if (c.zero > 0) {
     s += fmt::format(" --zero {}", c.zero);
+  }
+  if (c.fsdp == "fsdp2") {
+    s += " --fsdp full-shard --fsdp2";
+  }
+  if (r.gpus_per_node != 8) {
+    s += fmt::format(" --gpus-per-node {}", r.gpus_per_node);
   }
   if (!c.adapters.empty()) {
     s += fmt::format(" --lora-rank {} --lora-targets all-linear", kLoraRank);
@@ -280,10 +500,63 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
     s += " --offload " + c.offload;
   }
   if (c.compile) {
-    s += " --compile";
+    s += c.fsdp.empty() ? " --compile" : " --compile --compile-scope layer";
   }
   return s;
 }
+
+namespace {
+
+// A tensor-parallel or pipeline layout is not a Trainer setting: torchtitan's flags (FSDP2 inside the
+// layout, torchtitan/config/job_config.py), Megatron-LM's (DDP or its distributed optimizer, ZeRO-1's
+// counterpart; megatron/training/arguments.py) or, for ZeRO-2/3 (no pipeline), Megatron-DeepSpeed's, which
+// takes the same layout flags and a DeepSpeed config whose zero_optimization.stage is the stage: --deepspeed
+// --deepspeed_config FILE --zero-stage N, and --no-pipeline-parallel, without which it builds DeepSpeed's
+// PipelineModule even for one stage (args.ds_pipeline_enabled = not args.no_pipeline_parallel,
+// megatron/training/arguments.py of microsoft/Megatron-DeepSpeed), and the PipelineEngine refuses ZeRO-2/3.
+std::string layout_settings(const PlanRequest& r, const PlanConfig& c) {
+  const int dp = data_parallel_degree(r, c);
+  const std::int64_t local_batch = c.micro_batch * c.grad_accumulation;
+  std::string s = "; tensor and pipeline parallelism are not Trainer settings: ";
+  if (!c.fsdp.empty()) {
+    s += fmt::format(
+        "torchtitan --parallelism.tensor_parallel_degree {} --parallelism.pipeline_parallel_degree {} "
+        "--parallelism.data_parallel_shard_degree {} --training.global_batch_size {} --training.seq_len {}",
+        c.tp, c.pp, dp, r.global_batch, r.seq);
+    // torchtitan accumulates global / (local_batch_size x dp) steps; a pipeline splits each local batch
+    // into micro-batches of pipeline_parallel_microbatch_size
+    s += c.pp > 1 ? fmt::format(
+                        " --training.local_batch_size {} --parallelism.pipeline_parallel_microbatch_size {}",
+                        local_batch, c.micro_batch)
+                  : fmt::format(" --training.local_batch_size {}", c.micro_batch);
+    if (c.checkpointing != "none") {
+      s += c.checkpointing == "full" ? " --activation_checkpoint.mode full"
+                                     : " --activation_checkpoint.mode selective";
+    }
+    return s;
+  }
+  s += fmt::format(
+      "{} --tensor-model-parallel-size {}{} --pipeline-model-parallel-size {} "
+      "--micro-batch-size {} --global-batch-size {} --seq-length {}",
+      c.zero >= 2 ? "Megatron-DeepSpeed" : "Megatron-LM", c.tp, c.tp > 1 ? " --sequence-parallel" : "", c.pp,
+      c.micro_batch, r.global_batch, r.seq);
+  if (c.zero == 1) {
+    s += " --use-distributed-optimizer";
+  }
+  if (c.checkpointing != "none") {
+    s += c.checkpointing == "full" ? " --recompute-granularity full --recompute-method uniform"
+                                   : " --recompute-granularity selective";
+  }
+  if (c.zero >= 2) {
+    s += fmt::format(
+        " --deepspeed --no-pipeline-parallel --zero-stage {0} --deepspeed_config ds_config.json, "
+        "ds_config.json with {{\"zero_optimization\": {{\"stage\": {0}}}}}",
+        c.zero);
+  }
+  return s;
+}
+
+}  // namespace
 
 std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   std::string s =
@@ -296,6 +569,11 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   if (c.zero > 0) {
     s += fmt::format(", deepspeed={{\"zero_optimization\": {{\"stage\": {}{}}}}}", c.zero,
                      c.offload == "optimizer" ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+  }
+  if (c.fsdp == "fsdp2") {
+    // transformers' fsdp_config "version" picks accelerate's fsdp_version (FSDP2: fully_shard)
+    s += fmt::format(", fsdp=\"full_shard auto_wrap{}\", fsdp_config={{\"version\": 2}}",
+                     c.offload == "params" ? " offload" : "");
   }
   s += ")";
   if (c.precision == "bf16") {
@@ -314,7 +592,9 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   if (c.offload == "activations") {
     s += "; torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward";
   }
-  if (r.gpus > 1 && c.zero == 0) {
+  if (c.tp > 1 || c.pp > 1) {
+    s += layout_settings(r, c);
+  } else if (r.gpus > 1 && c.zero == 0 && c.fsdp.empty()) {
     s += fmt::format("; DDP over {} GPUs (torchrun --nproc_per_node {})", r.gpus, r.gpus);
   }
   return s;
@@ -323,6 +603,9 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
 void finish_plan(PlanResult& out) {
   out.configurations_evaluated = 0;
   out.configurations_pruned = 0;
+  out.pruned_model_states = 0;
+  out.pruned_micro_batch = 0;
+  out.pruned_layout = 0;
   out.errors = 0;
   out.best.reset();
   out.pareto.clear();
@@ -331,6 +614,9 @@ void finish_plan(PlanResult& out) {
     const PlanEvaluation& e = out.grid[i];
     if (!e.evaluated) {
       ++out.configurations_pruned;
+      out.pruned_model_states += e.skipped == "model states" ? 1 : 0;
+      out.pruned_micro_batch += e.skipped == "micro-batch" ? 1 : 0;
+      out.pruned_layout += e.skipped == "layout" ? 1 : 0;
       continue;
     }
     ++out.configurations_evaluated;
@@ -369,12 +655,10 @@ void decide(const PlanRequest& r, PlanResult& out);
 PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
   validate_request(r);
   PlanResult out;
-  {
-    const GpuMemory d = device_memory(r.gpu, 0, ContextOptions{});
-    out.total_bytes = d.total_bytes;
-    out.limit_bytes = static_cast<std::int64_t>((1.0 - r.margin) * static_cast<double>(d.total_bytes));
-  }
-  evaluate_grid(r, grid_groups(r, r.global_batch / r.gpus), out, progress);
+  const GpuMemory d = device_memory(r.gpu, 0, ContextOptions{});
+  out.total_bytes = d.total_bytes;
+  out.limit_bytes = static_cast<std::int64_t>((1.0 - r.margin) * static_cast<double>(d.total_bytes));
+  evaluate_grid(r, grid_groups(r), d.context_bytes, out, progress);
   if (r.shard == 0) {
     decide(r, out);
   }
@@ -411,8 +695,11 @@ void decide(const PlanRequest& r, PlanResult& out) {
     return;
   }
   // Each lever: its settings in order, from the cheapest in speed; a lever that did not make the run fit
-  // stays at its last setting the simulator accepted (the one that saves most), and the next lever is added
-  // on top.
+  // stays at its last setting the simulator accepted, the lever's strongest by design (bf16, which with the
+  // later levers holds 2 bytes a parameter where amp-bf16 holds 4; full sharding, FSDP2 last so that the
+  // layouts after it can add pipeline stages; the most model parallelism), which is not always the one that
+  // needed least at that point (bf16's fp32 master weights can need more than amp-bf16 while the optimizer is
+  // AdamW), and the next lever is added on top.
   const auto lever = [&](const std::string& name,
                          const std::vector<std::pair<std::string, PlanConfig>>& options) {
     for (const auto& [setting, c] : options) {
@@ -463,7 +750,37 @@ void decide(const PlanRequest& r, PlanResult& out) {
     for (int z : {1, 2, 3}) {
       options.emplace_back(fmt::format("ZeRO-{}", z), with([z](PlanConfig& c) { c.zero = z; }));
     }
-    if (lever("ZeRO stage", options)) {
+    options.emplace_back("FSDP2 full shard", with([](PlanConfig& c) {
+                           c.zero = 0;
+                           c.fsdp = "fsdp2";
+                         }));
+    if (lever("ZeRO stage / FSDP", options)) {
+      return;
+    }
+    // The parallel layouts after (1, 1), the micro-batch kept: the local batch grows as the data-parallel
+    // degree falls, so the accumulation does. A pipeline runs ZeRO-1 where the state has ZeRO-2/3
+    // (DeepSpeed's PipelineEngine), and one replica shards nothing.
+    options.clear();
+    const std::vector<Layout> all = layouts(r);
+    for (auto it = all.begin() + 1; it < all.end(); ++it) {
+      const Layout l = *it;
+      options.emplace_back(
+          l.pp > 1 ? fmt::format("TP {} + SP, PP {}", l.tp, l.pp) : fmt::format("TP {} + SP", l.tp),
+          with([&r, l](PlanConfig& c) {
+            c.tp = l.tp;
+            c.pp = l.pp;
+            const int dp = data_parallel_degree(r, c);
+            c.grad_accumulation = static_cast<int>(r.global_batch / dp / c.micro_batch);
+            if (l.pp > 1 && c.zero >= 2) {
+              c.zero = 1;
+            }
+            if (dp == 1) {
+              c.zero = 0;
+              c.fsdp.clear();
+            }
+          }));
+    }
+    if (!options.empty() && lever("parallel layout", options)) {
       return;
     }
   }
@@ -482,11 +799,16 @@ void decide(const PlanRequest& r, PlanResult& out) {
     return;
   }
   if (allowed(r, "offload")) {
-    options = {{"offload activations", with([](PlanConfig& c) { c.offload = "activations"; })},
-               {"offload optimizer (ZeRO-Offload)", with([](PlanConfig& c) {
-                  c.offload = "optimizer";
-                  c.zero = std::max(c.zero, 2);
-                })}};
+    options = {{"offload activations", with([](PlanConfig& c) { c.offload = "activations"; })}};
+    if (!state.fsdp.empty()) {
+      options.emplace_back("offload parameters (FSDP CPUOffload)",
+                           with([](PlanConfig& c) { c.offload = "params"; }));
+    } else if (state.pp == 1) {
+      options.emplace_back("offload optimizer (ZeRO-Offload)", with([](PlanConfig& c) {
+                             c.offload = "optimizer";
+                             c.zero = std::max(c.zero, 2);
+                           }));
+    }
     lever("offload", options);
   }
 }

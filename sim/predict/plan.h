@@ -1,21 +1,40 @@
 // `vramsim plan`: given a model, GPUs and a global batch, the configuration to run. It tries the memory
 // levers in the order of their cost in speed (mixed precision, micro-batch with gradient accumulation,
-// activation checkpointing, the ZeRO stage, an 8-bit optimizer, LoRA/QLoRA, offload; torch.compile where
-// allowed), predicts every combination the flags allow with the step simulator (memory through the
-// allocator model, step time from the engine's roofline), and reports the fastest that fits with the margin,
-// the decision path in the levers' order, and the Pareto front of memory against estimated tokens/s.
+// activation checkpointing, the ZeRO stage or FSDP2, the parallel layout (tensor parallel within a node,
+// then pipeline stages), an 8-bit optimizer, LoRA/QLoRA, offload; torch.compile where allowed), predicts
+// every combination the flags allow with the step simulator (memory through the allocator model, step time
+// from the engine's roofline), and reports the fastest that fits with the margin, the decision path in the
+// levers' order, and the Pareto front of memory against estimated tokens/s.
 //
-// Pruning: within one setting of every other lever, memory is monotone in the micro-batch, so the
-// micro-batches are predicted smallest first and the larger ones skipped once one does not fit.
-// Configurations are predicted on `threads` threads; the result does not depend on their number. A
-// configuration the simulator refuses (an InputError: LoRA on code that has no nn.Linear, ...) is reported
-// and the search goes on.
+// Pruning, all of it within one group (one setting of every lever but the layout and the micro-batch), so
+// shards stay independent. Two rules skip only what cannot fit: a layout whose model states alone (a lower
+// bound: parameters, gradients and optimizer states per rank under its sharding and layout,
+// model_states_lower_bound()) are over the limit is not predicted; memory is monotone in the micro-batch, so
+// the micro-batches are predicted smallest first and the larger ones skipped once one does not fit. The
+// third is a choice of the search, not a memory rule: once a layout fits, the larger layouts of the group are
+// not tried, though they may fit (the simulator gives their communication no time, so their speed would be
+// an artefact; Narayanan et al. 2021, Takeaway #2). Configurations are predicted on `threads` threads; the
+// result does not depend on their number. A configuration the simulator refuses (an InputError: LoRA on code
+// that has no nn.Linear, ...) is reported and the search goes on.
+//
+// Note [Parallel layouts]: a layout is (tp, pp), with data-parallel degree gpus / (tp x pp) and the global
+// batch divided over that. Tensor parallelism goes up to the node (--gpus-per-node) before any pipeline
+// stage is added, as Narayanan et al. 2021 (Megatron-LM at scale, Takeaway #1) recommend, so the layouts
+// are tp = 1, 2, 4, ... up to the largest degree that divides the GPUs, the attention heads, the key/value
+// heads (Megatron's divide(num_query_groups, tp) in megatron/core/transformer/attention.py: predict's
+// replication of fewer key/value heads than ranks is not offered), the MLP and the sequence, then that tp
+// with pp = each divisor of the layers and of gpus / tp; tp > 1 always runs Megatron's sequence parallelism
+// (torchtitan and Megatron's recipes do). Pipeline layouts use ZeRO-0/1 or FSDP2 only (DeepSpeed's
+// PipelineEngine asserts ZeRO stage < 2); LoRA/QLoRA and torch.compile are not combined with tp/pp (predict
+// refuses them), and a model with mixture-of-experts layers or code that is not transformers' gets no layout
+// (predict's sequence parallelism and pipeline split need transformers' code without experts).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/predict/step_prediction.h"
@@ -33,7 +52,8 @@ struct PlanRequest {
   double margin = 0.10;
   // Levers beyond the default ones: "lora", "qlora", "offload", "compile".
   std::vector<std::string> allow;
-  int threads = 0;  // 0: the machine's cores
+  int gpus_per_node = 8;  // the largest tensor-parallel degree (tensor parallelism stays within a node)
+  int threads = 0;        // 0: the machine's cores
   // --shard K/N: this run predicts the grid's groups g with g % shards == shard (K - 1) and, in shard 0, the
   // decision path; merge_plan_shards() puts the shards' parts together into the result of one run.
   int shard = 0;
@@ -46,23 +66,37 @@ struct PlanConfig {
   std::int64_t micro_batch = 1;
   int grad_accumulation = 1;
   std::string checkpointing = "none";
-  int zero = 0;  // ZeRO stage with gpus > 1 (0: DDP)
+  int zero = 0;      // ZeRO stage with gpus > 1 (0: DDP, or FSDP when `fsdp` is set)
+  std::string fsdp;  // "": none; "fsdp2": FSDP2 full shard (fully_shard per decoder layer and the root)
+  int tp = 1;        // tensor-parallel degree (Megatron, with sequence parallelism when > 1)
+  int pp = 1;        // pipeline stages (Megatron's 1F1B schedule)
   std::string optimizer = "adamw";
   std::string adapters;  // "", "lora", "qlora"
-  std::string offload;   // "", "optimizer", "activations"
+  // "", "optimizer" (ZeRO-Offload), "params" (FSDP's CPUOffload: parameters, gradients and optimizer),
+  // "activations"
+  std::string offload;
   bool compile = false;
 };
 
 struct PlanEvaluation {
   PlanConfig config;
   bool in_shard = true;    // false: another shard predicts it
-  bool evaluated = false;  // false: pruned (a smaller micro-batch of the same settings did not fit)
-  std::string error;       // the simulator refused the configuration
+  bool evaluated = false;  // false: not predicted, for the reason `skipped` gives
+  // Why an entry of this shard was not predicted: "model states" (alone over the limit), "micro-batch" (a
+  // smaller micro-batch of the same settings and layout did not fit), "layout" (a smaller parallel layout of
+  // the same settings fits)
+  std::string skipped;
+  std::string error;  // the simulator refused the configuration
+  // > 0: predicted with this many micro-batches per step instead of grad_accumulation, which did not fit
+  // (Note [Probing with fewer micro-batches], plan.cpp); the figures are a lower bound of the configuration's
+  int probe_micro_batches = 0;
   bool fits = false;
   std::int64_t peak_reserved_bytes = 0;
   std::int64_t needed_bytes = 0;    // peak reserved + CUDA context
   std::int64_t headroom_bytes = 0;  // limit - needed
   double tokens_per_s = 0.0;
+  // model_states_lower_bound() of the configuration; the group was not predicted when it is over the limit
+  std::int64_t model_states_bytes = 0;
 };
 
 struct PlanStep {
@@ -79,7 +113,10 @@ struct PlanResult {
   std::vector<PlanStep> decision_path;
   std::vector<std::size_t> pareto;   // indices into grid, by peak reserved
   int configurations_evaluated = 0;  // predictions run (grid and decision path)
-  int configurations_pruned = 0;
+  int configurations_pruned = 0;     // not predicted, for the reasons below
+  int pruned_model_states = 0;       // of those: their model states alone are over the limit
+  int pruned_micro_batch = 0;        // a smaller micro-batch of the same settings did not fit
+  int pruned_layout = 0;             // a smaller parallel layout of the same settings fits
   int errors = 0;
 };
 
@@ -100,11 +137,33 @@ std::string plan_shard_json(const PlanRequest& request, const PlanResult& result
 PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
                              PlanRequest& request);
 
+// The data-parallel degree of `config`: gpus / (tp x pp).
+int data_parallel_degree(const PlanRequest& request, const PlanConfig& config);
+
+// The parallel layouts (tp, pp) the grid tries, in the lever's order (Note [Parallel layouts]): (1, 1), then
+// tp = 2, 4, ... up to min(gpus_per_node, gpus) while tp divides the GPUs, the attention heads, the key/value
+// heads, the MLP and the sequence, then the largest such tp with pp = each divisor > 1 of gpus / tp that
+// divides the layers. Only (1, 1) for code that is not transformers' or a mixture-of-experts model.
+std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& request);
+
+// The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).
+RequestArgs predict_args(const PlanRequest& request, const PlanConfig& config);
+
+// What every rank of `config` holds at least, in bytes, once the optimizer states exist: its parameters,
+// gradients and optimizer states (the worst pipeline stage holds at least 1/pp of a tensor-parallel rank's
+// parameters), sharded as the scheme shards them over the data-parallel ranks: DDP p + g + o, ZeRO-1
+// p + g + o/N, ZeRO-2 p + (g + o)/N, ZeRO-3 and FSDP (p + g + o)/N; bytes per parameter p = g = 4 (fp32,
+// amp-bf16) or 2 (bf16), o = 8 (AdamW's two fp32 moments; + 4 fp32 master weights with bf16) or 2
+// (adamw-8bit's two uint8 moments, no master weights). All of them are live together at the end of the
+// second step's backward. 0 (no bound) with adapters or offload.
+std::int64_t model_states_lower_bound(const PlanRequest& request, const PlanConfig& config);
+
 // The `vramsim predict` command line of `config`.
 std::string predict_command(const PlanRequest& request, const PlanConfig& config);
-// The same settings for Hugging Face's Trainer (TrainingArguments, PEFT, bitsandbytes, DeepSpeed JSON).
+// The same settings for Hugging Face's Trainer (TrainingArguments, PEFT, bitsandbytes, DeepSpeed JSON, FSDP);
+// a parallel layout is not a Trainer setting: torchtitan's (and Megatron-LM's) flags instead.
 std::string trainer_settings(const PlanRequest& request, const PlanConfig& config);
-// One line: "amp-bf16, micro-batch 2 x 4 accumulation, checkpointing full, adamw-8bit".
+// One line: "amp-bf16, micro-batch 2 x 4 accumulation, checkpointing full, FSDP2, TP 8 + SP, adamw-8bit".
 std::string describe(const PlanConfig& config);
 
 }  // namespace vramsim

@@ -11,11 +11,10 @@ namespace vramsim {
 namespace {
 
 nlohmann::ordered_json request_json(const PlanRequest& r) {
-  return {{"model", r.model}, {"model_code", r.model_code},
-          {"gpu", r.gpu},     {"attention", r.attention},
-          {"gpus", r.gpus},   {"global_batch", r.global_batch},
-          {"seq", r.seq},     {"margin", r.margin},
-          {"allow", r.allow}, {"shards", r.shards}};
+  return {
+      {"model", r.model}, {"model_code", r.model_code},       {"gpu", r.gpu},      {"attention", r.attention},
+      {"gpus", r.gpus},   {"global_batch", r.global_batch},   {"seq", r.seq},      {"margin", r.margin},
+      {"allow", r.allow}, {"gpus_per_node", r.gpus_per_node}, {"shards", r.shards}};
 }
 
 nlohmann::ordered_json config_json(const PlanConfig& c) {
@@ -24,6 +23,9 @@ nlohmann::ordered_json config_json(const PlanConfig& c) {
           {"grad_accumulation", c.grad_accumulation},
           {"checkpointing", c.checkpointing},
           {"zero", c.zero},
+          {"fsdp", c.fsdp},
+          {"tp", c.tp},
+          {"pp", c.pp},
           {"optimizer", c.optimizer},
           {"adapters", c.adapters},
           {"offload", c.offload},
@@ -33,12 +35,15 @@ nlohmann::ordered_json config_json(const PlanConfig& c) {
 nlohmann::ordered_json evaluation_json(const PlanEvaluation& e) {
   return {{"config", config_json(e.config)},
           {"evaluated", e.evaluated},
+          {"skipped", e.skipped},
           {"error", e.error},
+          {"probe_micro_batches", e.probe_micro_batches},
           {"fits", e.fits},
           {"peak_reserved_bytes", e.peak_reserved_bytes},
           {"needed_bytes", e.needed_bytes},
           {"headroom_bytes", e.headroom_bytes},
-          {"tokens_per_s", e.tokens_per_s}};
+          {"tokens_per_s", e.tokens_per_s},
+          {"model_states_bytes", e.model_states_bytes}};
 }
 
 PlanEvaluation evaluation_from(const nlohmann::json& j) {
@@ -49,17 +54,23 @@ PlanEvaluation evaluation_from(const nlohmann::json& j) {
   e.config.grad_accumulation = c.at("grad_accumulation");
   e.config.checkpointing = c.at("checkpointing");
   e.config.zero = c.at("zero");
+  e.config.fsdp = c.at("fsdp");
+  e.config.tp = c.at("tp");
+  e.config.pp = c.at("pp");
   e.config.optimizer = c.at("optimizer");
   e.config.adapters = c.at("adapters");
   e.config.offload = c.at("offload");
   e.config.compile = c.at("compile");
   e.evaluated = j.at("evaluated");
+  e.skipped = j.at("skipped");
   e.error = j.at("error");
+  e.probe_micro_batches = j.at("probe_micro_batches");
   e.fits = j.at("fits");
   e.peak_reserved_bytes = j.at("peak_reserved_bytes");
   e.needed_bytes = j.at("needed_bytes");
   e.headroom_bytes = j.at("headroom_bytes");
   e.tokens_per_s = j.at("tokens_per_s");
+  e.model_states_bytes = j.at("model_states_bytes");
   return e;
 }
 
@@ -127,6 +138,7 @@ PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::v
         request.seq = req.at("seq");
         request.margin = req.at("margin");
         request.allow = req.at("allow").get<std::vector<std::string>>();
+        request.gpus_per_node = req.at("gpus_per_node");
         request.shards = 1;
         request.shard = 0;
         out.total_bytes = j.at("total_bytes");
