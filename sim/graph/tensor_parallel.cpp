@@ -21,6 +21,14 @@ ModelConfig tensor_parallel_rank(const ModelConfig& model, int tp) {
     throw InputError(fmt::format("--tp: {} does not divide the {} key/value heads of {}", tp,
                                  model.n_kv_heads, model.name));
   }
+  // Fewer key/value heads than ranks: each rank holds one, replicated tp / kv times (vLLM's
+  // QKVParallelLinear: num_kv_head_replicas = divide(tp_size, total_num_kv_heads), which requires it).
+  if (model.n_kv_heads < tp && tp % model.n_kv_heads != 0) {
+    throw InputError(
+        fmt::format("--tp: {} is not a multiple of the {} key/value heads of {} (each would be "
+                    "replicated on tp / heads ranks)",
+                    tp, model.n_kv_heads, model.name));
+  }
   if (model.d_ff % tp != 0) {
     throw InputError(
         fmt::format("--tp: {} does not divide the MLP's {} hidden units of {}", tp, model.d_ff, model.name));

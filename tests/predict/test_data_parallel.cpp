@@ -163,6 +163,19 @@ TEST_CASE("Megatron tensor parallelism: one rank's weights, and the layout flags
   CHECK(m.parameter_count() == 32 * (4 * d * d / 4 + 3 * d * f / 4 + 2 * d) + 2 * v * d + d);
   CHECK_THROWS_WITH(tensor_parallel_rank(model_preset("llama-2-7b"), 3),
                     "--tp: 3 does not divide the 32 attention heads of llama-2-7b");
+  // Fewer key/value heads than ranks (vLLM's rule): 4 over 8 ranks, one each, each replicated twice; 6 over
+  // 8 cannot be replicated evenly, 12 over 8 cannot be split.
+  ModelConfig gqa = model_preset("llama-2-7b");
+  gqa.n_kv_heads = 4;
+  CHECK(tensor_parallel_rank(gqa, 8).n_kv_heads == 1);
+  gqa.n_kv_heads = 6;
+  CHECK_THROWS_WITH(
+      tensor_parallel_rank(gqa, 8),
+      "--tp: 8 is not a multiple of the 6 key/value heads of llama-2-7b (each would be replicated "
+      "on tp / heads ranks)");
+  gqa.n_kv_heads = 12;
+  CHECK_THROWS_WITH(tensor_parallel_rank(gqa, 8),
+                    "--tp: 8 does not divide the 12 key/value heads of llama-2-7b");
   RequestArgs r;
   r.model = "llama-2-7b";
   r.capacity = "80GiB";
