@@ -368,8 +368,11 @@ int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<
       throw InputError(fmt::format("merge: shard {} of {} is missing", k + 1, seen_shard.size()));
     }
   }
-  for (std::optional<PolicyRunResult>& r : results) {
-    report.results.push_back(std::move(*r));  // every shard was seen, so every policy is there
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!results[i]) {  // a shard that left out one of its policies
+      throw InputError(fmt::format("merge: policy {} of {} is in no shard", i + 1, results.size()));
+    }
+    report.results.push_back(std::move(*results[i]));
   }
   return print_report(report, json, csv);
 }

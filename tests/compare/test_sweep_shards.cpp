@@ -2,6 +2,8 @@
 // byte (text, JSON and the per-step CSV); shards that do not belong together are one-line errors.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -60,6 +62,17 @@ TEST_CASE("cli: sweep --shard and merge reproduce the single run byte for byte",
   CHECK_THAT(test::run_cli("merge " + files[0] + " " + files[1] + " " + other, &status),
              Catch::Contains("a shard of another sweep"));
   CHECK(status == 2);
+  // A part that leaves out one of its policies (shard 3 runs policy 2 only).
+  const std::string emptied = "vramsim_test_sweep_shard_emptied.json";
+  {
+    nlohmann::json j = nlohmann::json::parse(read(files[2]));
+    j["results"] = nlohmann::json::array();
+    std::ofstream(emptied) << j.dump();
+  }
+  CHECK_THAT(test::run_cli("merge " + files[0] + " " + files[1] + " " + emptied, &status),
+             Catch::Contains("vramsim: error: merge: policy 3 of 5 is in no shard"));
+  CHECK(status == 2);
+  files.push_back(emptied);
   CHECK_THAT(test::run_cli(base + " --shard 4/3", &status), Catch::Contains("--shard: '4/3' is not K/N"));
   CHECK(status == 2);
   files.push_back(other);
