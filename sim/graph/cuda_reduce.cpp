@@ -41,10 +41,18 @@ struct IterDim {
 
 }  // namespace
 
-ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input,
-                                  const std::vector<std::int64_t>& output, DType dtype,
-                                  const CudaDevice& device) {
-  SIM_ASSERT(output.size() <= input.size());
+ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input_shape,
+                                  const std::vector<std::int64_t>& output_shape, DType dtype,
+                                  const CudaDevice& device, MemoryOrder order, Bytes acc_override) {
+  SIM_ASSERT(output_shape.size() <= input_shape.size());
+  // In memory order, outermost first: the same rank for both, the missing leading dimensions reduced.
+  std::vector<std::int64_t> input = input_shape;
+  std::vector<std::int64_t> output(input_shape.size() - output_shape.size(), 1);
+  output.insert(output.end(), output_shape.begin(), output_shape.end());
+  if (order == MemoryOrder::kLastDimOutermost && input.size() > 1) {
+    std::rotate(input.rbegin(), input.rbegin() + 1, input.rend());
+    std::rotate(output.rbegin(), output.rbegin() + 1, output.rend());
+  }
   // Innermost first, as TensorIterator orders them (strides ascending).
   std::vector<IterDim> dims;
   const std::size_t lead = input.size() - output.size();  // leading dimensions output drops: reduced
@@ -131,7 +139,7 @@ ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input,
   if (ctas_per_output <= 1) {
     return {};
   }
-  const Bytes acc_bytes = is_floating(dtype) ? 4 : 8;
+  const Bytes acc_bytes = acc_override > 0 ? acc_override : is_floating(dtype) ? 4 : 8;
   // !should_block_x_reduce(): every lane keeps its own partial result.
   const Bytes per_output = on_fastest ? 1 : static_cast<Bytes>(block_width * output_vec_size);
   Bytes buffer = 0;

@@ -31,11 +31,20 @@ struct ReduceStaging {
   Bytes semaphore_bytes = 0;  // one int per block column
 };
 
-// A reduction of a contiguous tensor of shape `input` to `output` (same rank; 1 where a dimension is
-// reduced, leading dimensions missing from `output` are reduced too), as at::sum_to / sum(dims) make it.
-// `dtype` is the input's; floats accumulate in fp32 (acc_type), integers and bool in int64.
+// How a tensor's dimensions lie in memory. einsum(weight, x, "o i, ... i -> ... o") (weight first) runs one
+// bmm of weight x x^T and returns its result permuted back: the last dimension is the outermost in memory
+// (strides (s, 1, b*s) for a (b, s, o) output). Elementwise ops pass the layout on (TensorIterator keeps
+// the first operand's strides), and a reduction over such a last dimension is not over the fastest-moving
+// one, which is what decides whether Reduce.cuh stages partial results in global memory.
+enum class MemoryOrder : std::uint8_t { kContiguous, kLastDimOutermost };
+
+// A reduction of a tensor of shape `input`, laid out as `order` says, to `output` (1 where a dimension is
+// reduced; leading dimensions missing from `output` are reduced too), as at::sum_to / sum(dims) / max(dim)
+// make it. `dtype` is the input's; floats accumulate in fp32 (acc_type), integers and bool in int64;
+// `acc_bytes` overrides the accumulator's size (max/min with indices: thrust::pair<float, int64_t>, 16).
 ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input,
                                   const std::vector<std::int64_t>& output, DType dtype,
-                                  const CudaDevice& device);
+                                  const CudaDevice& device, MemoryOrder order = MemoryOrder::kContiguous,
+                                  Bytes acc_bytes = 0);
 
 }  // namespace vramsim

@@ -112,17 +112,30 @@ Bytes cub_radix_sort_pairs_temp_bytes(std::int64_t num_items, int key_bytes, int
   });
 }
 
-ScratchScript index_put_with_sort_scratch(std::int64_t num_indices, std::int64_t rows,
-                                          int compute_capability) {
+ScratchScript index_put_with_sort_scratch(std::int64_t num_indices, std::int64_t rows, int compute_capability,
+                                          int host_indices, Bytes values_copy_bytes) {
   ScratchScript s;
   if (num_indices == 0) {
     return s;
   }
   const Bytes index_bytes = tensor_bytes({num_indices}, DType::kInt64);  // positions
-  // computeLinearIndex: wrapIndexOnce's index.remainder(size), then * stride (the remainder dies with it)
+  // computeLinearIndex, index by index: (wrapIndexOnce's index.remainder(size) * stride).to(device); on
+  // the host only the copy is a device tensor. The first becomes linearIndex, the others are added into it.
+  for (int i = 0; i < host_indices; ++i) {
+    const int copy = s.alloc(index_bytes);
+    if (i > 0) {
+      s.free(copy);
+    }
+  }
   const int remainder = s.alloc(index_bytes);
-  s.alloc(index_bytes);  // linearIndex
+  const int product = s.alloc(index_bytes);
   s.free(remainder);
+  if (host_indices > 0) {
+    s.free(product);  // linearIndex += index
+  }
+  if (values_copy_bytes > 0) {
+    s.alloc(values_copy_bytes);  // expandedValue.contiguous()
+  }
   s.alloc(index_bytes);  // sorted_indices
   s.alloc(index_bytes);  // orig_indices
   s.alloc(index_bytes);  // range = arange(num_indices)

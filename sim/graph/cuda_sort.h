@@ -49,9 +49,14 @@ int cub_num_bits(std::int64_t max_key);
 // index_put_(indices, values, accumulate=True) on CUDA, as the backward of x[index] runs it
 // (index_put_with_sort_kernel): the linear index (remainder, then times the row stride), the sorted and
 // original positions, an arange, and the radix sort's temporary storage.
-// `num_indices`: elements of the index tensor; `rows`: x.size(0).
-ScratchScript index_put_with_sort_scratch(std::int64_t num_indices, std::int64_t rows,
-                                          int compute_capability);
+// `num_indices`: elements of the index tensor; `rows`: x.size(0), or, where several leading dimensions are
+// indexed, their product (the largest linear index + 1). `host_indices`: index tensors on the host before
+// the device one (x[torch.arange(n), targets]): computeLinearIndex does their arithmetic on the CPU and
+// copies each to the device, the first copy becoming the linear index the device index is added into.
+// `values_copy_bytes`: the values (the incoming gradient) when they are not contiguous: the kernel makes them
+// contiguous after the linear index, before sorting.
+ScratchScript index_put_with_sort_scratch(std::int64_t num_indices, std::int64_t rows, int compute_capability,
+                                          int host_indices = 0, Bytes values_copy_bytes = 0);
 
 // embedding_dense_backward_cuda for more than 3,072 indices (fewer take a kernel with no scratch): before
 // grad_weight is allocated, the sort (sorted and original positions, an arange, CUB's temporary storage);

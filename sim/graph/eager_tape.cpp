@@ -367,6 +367,15 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
     const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
     const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
     outs.push_back(new_var(s, o.shape, o.dtype, name));
+    m_vars.back().order = o.order;
+  }
+  if (c.reduce_staging.buffer_bytes > 0) {
+    const TensorId buffer = allocate(c.name + ".reduce_buffer", c.reduce_staging.buffer_bytes, DType::kUInt8,
+                                     TensorCategory::kTemporary);
+    const TensorId semaphores = allocate(c.name + ".reduce_semaphores", c.reduce_staging.semaphore_bytes,
+                                         DType::kUInt8, TensorCategory::kTemporary);
+    unref(semaphores);
+    unref(buffer);
   }
   std::vector<TensorId> scratch;
   for (Bytes b : c.scratch_bytes) {
@@ -444,6 +453,16 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
 
 // ---- autograd engine --------------------------------------------------------------------------------------
 
+ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const {
+  const Var& x = m_vars[v];
+  if (x.shape.empty()) {
+    return {};
+  }
+  Shape out = x.shape;
+  out.back() = 1;
+  return cuda_reduce_staging(x.shape, out, x.dtype, m_device, x.order, acc_bytes);
+}
+
 VarId EagerTape::new_grad(VarId like, const std::string& name) {
   const Var& v = m_vars[like];
   const TensorId s = new_storage(name, tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
@@ -457,7 +476,7 @@ VarId EagerTape::sum_to(VarId full, VarId input) {
   const Var x = m_vars[input];
   const VarId reduced = new_grad(input, x.name + ".grad");
   ref(m_vars[reduced].storage);
-  const ReduceStaging staging = cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device);
+  const ReduceStaging staging = cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order);
   if (staging.buffer_bytes > 0) {
     const TensorId buffer = allocate(x.name + ".grad.reduce_buffer", staging.buffer_bytes, DType::kUInt8,
                                      TensorCategory::kTemporary);
@@ -544,6 +563,7 @@ void EagerTape::deliver(VarId input, VarId g) {
       unref(old_s);
     } else {
       const VarId sum = new_grad(input, m_vars[input].name + ".grad_sum");
+      m_vars[sum].order = m_vars[old].order;  // old_var + var: laid out as its first operand
       ref(m_vars[sum].storage);
       it->second = sum;
       unref(old_s);
@@ -654,6 +674,11 @@ void EagerTape::execute_node(std::size_t index) {
     }
     // The backward of a view op is a view of the incoming gradient.
     m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
+    if (rule.kind == GradRule::Kind::kPassThrough || rule.layout == GradRule::Layout::kLikeGrad) {
+      m_vars[g].order = m_vars[g].shape == p.shape ? p.order : MemoryOrder::kContiguous;
+    } else if (rule.layout == GradRule::Layout::kLastDimOutermost) {
+      m_vars[g].order = MemoryOrder::kLastDimOutermost;
+    }
     ref(m_vars[g].storage);
     computed[i] = g;
     if (m_backward_workspace_bytes > 0 && (node.kind == "mm" || node.kind == "addmm" || node.kind == "bmm")) {
@@ -672,7 +697,11 @@ void EagerTape::execute_node(std::size_t index) {
       compute(static_cast<std::size_t>(i));
     }
   }
-  run_scratch(node.rule.scratch_after_grads, node.name + ".backward.scratch", temps);
+  const bool strided_grad = m_vars[primary].order != MemoryOrder::kContiguous;
+  run_scratch(strided_grad && !node.rule.scratch_after_grads_strided.empty()
+                  ? node.rule.scratch_after_grads_strided
+                  : node.rule.scratch_after_grads,
+              node.name + ".backward.scratch", temps);
   for (TensorId s : temps) {
     unref(s);
   }

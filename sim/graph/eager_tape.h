@@ -66,6 +66,11 @@ struct GradRule {
   // input into rows reshapes the gradient back). Autograd's view keeps its base alive, so the storage has
   // two owners and InputBuffer::accumulate never adds into it in place (can_accumulate_inplace).
   bool view = false;
+  // How the new gradient lies in memory (cuda_reduce.h's MemoryOrder): contiguous (a matmul's result), as
+  // the incoming gradient lies (an elementwise formula: TensorIterator keeps its first operand's, `grad`'s,
+  // strides), or with the last dimension outermost (the input gradient of einsum(weight, x)).
+  enum class Layout : std::uint8_t { kContiguous, kLikeGrad, kLastDimOutermost };
+  Layout layout = Layout::kContiguous;
 };
 
 struct BackwardRule {
@@ -80,6 +85,9 @@ struct BackwardRule {
   // and after the gradients are allocated; what a script leaves allocated is freed with temp_bytes.
   std::vector<ScratchStep> scratch_before_grads;
   std::vector<ScratchStep> scratch_after_grads;
+  // Used instead of scratch_after_grads when the incoming gradient is not contiguous (a kernel that copies
+  // it first, e.g. index_put_'s values), if not empty.
+  std::vector<ScratchStep> scratch_after_grads_strided;
 };
 
 struct OutputSpec {
@@ -87,6 +95,7 @@ struct OutputSpec {
   Shape shape;
   DType dtype = DType::kFloat32;
   bool differentiable = true;  // false for indices, masks, statistics
+  MemoryOrder order = MemoryOrder::kContiguous;
 };
 
 // Which tensors an op's backward node keeps: inputs by index, outputs by index.
@@ -132,6 +141,9 @@ struct OpCall {
   SavedSpec saved;
   BackwardRule backward;
   std::vector<Bytes> scratch_bytes;  // forward scratch freed at the op's end
+  // A CUDA reduction (Reduce.cuh) of inputs[0] over its last dimension: its global-reduction staging
+  // buffer and semaphores, allocated after the outputs and freed (semaphores first) when it has launched.
+  ReduceStaging reduce_staging;
   double flops = 0.0;
 };
 
@@ -215,6 +227,9 @@ class EagerTape {
 
   const Shape& shape(VarId v) const { return m_vars[v].shape; }
   DType dtype(VarId v) const { return m_vars[v].dtype; }
+  MemoryOrder memory_order(VarId v) const { return m_vars[v].order; }
+  // What a CUDA reduction of `v` over its last dimension stages in global memory on this tape's device.
+  ReduceStaging last_dim_reduce_staging(VarId v, Bytes acc_bytes = 0) const;
   bool requires_grad(VarId v) const { return m_vars[v].requires_grad; }
   bool is_parameter(VarId v) const { return m_vars[v].is_parameter; }
   TensorId storage(VarId v) const { return m_vars[v].storage; }
@@ -327,7 +342,8 @@ class EagerTape {
     DType dtype = DType::kFloat32;
     bool requires_grad = false;
     bool is_parameter = false;
-    bool view = false;          // a gradient that is a view of another tensor (GradRule::view)
+    bool view = false;  // a gradient that is a view of another tensor (GradRule::view)
+    MemoryOrder order = MemoryOrder::kContiguous;
     int node = -1;              // grad_fn: index into m_nodes, -1 for leaves
     TensorId grad = kNoTensor;  // parameters: .grad storage
     std::string name;

@@ -128,6 +128,14 @@ VarId TorchOps::torch_linear(const std::string& name, VarId x, VarId w, VarId bi
   // _flatten_nd_linear), so its gradient is a view.
   c.backward.order = ba == kNoVar ? std::vector<int>{1, 0} : std::vector<int>{0, 1, 2};
   c.backward.grads = {GradRule{Kind::kAlloc, false, m_tape.shape(x).size() > 2}, GradRule{}};
+  if (weight_first && ba == kNoVar) {
+    // einsum(weight, x, "o i, ... i -> ... o") runs bmm(self = weight, mat2 = x^T) and permutes the result
+    // back: the output's last dimension is outermost in memory, and the backward computes mat2's, x's,
+    // gradient first (the sorted argument names), itself x^T-shaped, so with its last dimension outermost.
+    c.outputs[0].order = MemoryOrder::kLastDimOutermost;
+    c.backward.order = {0, 1};
+    c.backward.grads[0].layout = GradRule::Layout::kLastDimOutermost;
+  }
   c.flops = 2.0 * numel_d(m_tape.shape(x)) * static_cast<double>(out_features);
   return record_linear(c, xa, wa, ba);
 }
@@ -210,6 +218,11 @@ VarId TorchOps::binary(const std::string& name, const std::string& kind, VarId a
     c.backward.grads.push_back(GradRule{pass ? Kind::kPassThrough : Kind::kAlloc, broadcast});
   }
   c.backward.order = {1, 0};  // (self, other): "other" sorts first in derivatives.yaml
+  for (GradRule& g : c.backward.grads) {
+    g.layout = GradRule::Layout::kLikeGrad;  // grad * ...: the incoming gradient is the first operand
+  }
+  // TensorIterator lays the output out as the first operand that is not broadcast in it
+  c.outputs[0].order = m_tape.shape(a) == out ? m_tape.memory_order(a) : m_tape.memory_order(b);
   return m_tape.op1(c);
 }
 
@@ -257,8 +270,11 @@ VarId TorchOps::unary(const std::string& name, const std::string& kind, VarId a,
   c.kind = kind;
   c.inputs = {a};
   c.outputs = {OutputSpec{"", m_tape.shape(a), out}};
+  c.outputs[0].order = m_tape.memory_order(a);
   c.saved = std::move(saved);
   c.backward.temp_bytes = std::move(temps);
+  c.backward.grads = {GradRule{}};
+  c.backward.grads[0].layout = GradRule::Layout::kLikeGrad;
   c.flops = numel_d(m_tape.shape(a));
   return m_tape.op1(c);
 }
@@ -412,6 +428,7 @@ VarId TorchOps::sum_last(const std::string& name, VarId a) {
   const DType dt = m_autocast && m_tape.dtype(a) != DType::kFloat32 ? DType::kFloat32 : m_tape.dtype(a);
   c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), dt}};
   c.backward.grads = {GradRule{Kind::kPassThrough}};  // grad.expand(sizes): a view
+  c.reduce_staging = m_tape.last_dim_reduce_staging(a);
   c.flops = numel_d(m_tape.shape(a));
   return m_tape.op1(c);
 }
@@ -434,6 +451,8 @@ std::pair<VarId, VarId> TorchOps::max_last(const std::string& name, VarId a) {
   const Shape s = with_last(m_tape.shape(a), 1);
   c.outputs = {OutputSpec{"", s, m_tape.dtype(a)}, OutputSpec{"indices", s, DType::kInt64, false}};
   c.saved.outputs = {1};  // value_selecting_reduction_backward: zeros(self) scattered at the indices
+  // MaxOps accumulates thrust::pair<acc_t, int64_t>: 16 bytes per partial result
+  c.reduce_staging = m_tape.last_dim_reduce_staging(a, 16);
   c.flops = numel_d(m_tape.shape(a));
   const std::vector<VarId> out = m_tape.op(c);
   return {out[0], out[1]};
@@ -448,6 +467,7 @@ VarId TorchOps::amax_last(const std::string& name, VarId a) {
   c.saved = SavedSpec{{0}, {0}};
   // backward: (self == result) as a full-size bool mask, divided by the count of maxima
   c.backward.temp_bytes = {tensor_bytes(m_tape.shape(a), DType::kBool)};
+  c.reduce_staging = m_tape.last_dim_reduce_staging(a);
   c.flops = numel_d(m_tape.shape(a));
   return m_tape.op1(c);
 }
@@ -459,7 +479,17 @@ VarId TorchOps::vector_norm_last(const std::string& name, VarId a) {
   c.inputs = {a};
   const DType dt = m_autocast && m_tape.dtype(a) != DType::kFloat32 ? DType::kFloat32 : m_tape.dtype(a);
   c.outputs = {OutputSpec{"", with_last(m_tape.shape(a), 1), dt}};
-  c.saved = SavedSpec{{0}, {0}};  // self * (grad / norm)
+  c.saved = SavedSpec{{0}, {0}};
+  // norm_backward for p = 2 (FunctionsManual.cpp): grad * (self / norm).masked_fill_(norm == 0, 0): the
+  // quotient and the bool mask of the norm's shape (temporaries of the expression, alive until it ends),
+  // then the product.
+  ScratchScript scratch;
+  scratch.alloc(tensor_bytes(m_tape.shape(a), m_tape.dtype(a)));
+  scratch.alloc(tensor_bytes(c.outputs[0].shape, DType::kBool));
+  c.backward.scratch_before_grads = scratch.steps();
+  c.backward.grads = {GradRule{}};
+  c.backward.grads[0].layout = GradRule::Layout::kLikeGrad;
+  c.reduce_staging = m_tape.last_dim_reduce_staging(a);
   c.flops = 2.0 * numel_d(m_tape.shape(a));
   return m_tape.op1(c);
 }

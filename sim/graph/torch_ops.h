@@ -135,6 +135,9 @@ class TorchOps {
   // x[index] with an int64 index tensor of any shape over x's first dimension (weight[token_ids]):
   // index's shape + x.shape[1:]. Backward: zeros of x's shape, then the sorting index_put_.
   VarId index(const std::string& name, VarId x, VarId index);
+  // x[torch.arange(n), cols] for a 2-D x (n, m) and int64 cols (n) on the device: the arange is a host
+  // tensor that indexing copies to the device (forward and backward); -> (n).
+  VarId index_arange_rows(const std::string& name, VarId x, VarId cols);
   // target.index_add_(0, index, source), in place: returns target's new version. Backward passes the
   // gradient through to target and gathers source's rows (index_select, a new tensor).
   VarId index_add_rows(const std::string& name, VarId target, VarId index, VarId source);

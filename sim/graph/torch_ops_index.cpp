@@ -52,11 +52,36 @@ VarId TorchOps::advanced_index(const std::string& name, VarId x, VarId index, co
   c.saved.inputs = {1};
   // IndexBackward: zeros(x), then index_put_(accumulate=True), which sorts the positions on CUDA
   c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
-  c.backward.scratch_after_grads =
-      index_put_with_sort_scratch(positions, m_tape.shape(x).at(0), m_tape.cuda_device().compute_capability)
+  const int cc = m_tape.cuda_device().compute_capability;
+  c.backward.scratch_after_grads = index_put_with_sort_scratch(positions, m_tape.shape(x).at(0), cc).steps();
+  c.backward.scratch_after_grads_strided =
+      index_put_with_sort_scratch(positions, m_tape.shape(x).at(0), cc, 0, tensor_bytes(out, m_tape.dtype(x)))
           .steps();
   c.flops = numel_d(out);
   return m_tape.op1(c);
+}
+
+VarId TorchOps::index_arange_rows(const std::string& name, VarId x, VarId cols) {
+  const Shape& xs = m_tape.shape(x);
+  SIM_ASSERT(xs.size() == 2);
+  const std::int64_t n = xs[0];
+  // index.Tensor moves the host index to the device for the kernel
+  const VarId rows = m_tape.constant(name + ".arange_to_device", "_to_copy", {n}, DType::kInt64);
+  OpCall c;
+  c.name = name;
+  c.kind = "index";
+  c.inputs = {x, cols};
+  c.outputs = {OutputSpec{"", {n}, m_tape.dtype(x)}};
+  c.saved.inputs = {1};
+  // IndexBackward: zeros(x), then index_put_(accumulate=True) over both dimensions (linear index up to
+  // n * m), the host arange copied to the device again
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}};
+  c.backward.scratch_after_grads =
+      index_put_with_sort_scratch(n, numel(xs), m_tape.cuda_device().compute_capability, 1).steps();
+  c.flops = static_cast<double>(n);
+  const VarId out = m_tape.op1(c);
+  m_tape.drop(rows);
+  return out;
 }
 
 VarId TorchOps::index_add_rows(const std::string& name, VarId target, VarId index, VarId source) {

@@ -59,7 +59,8 @@ VarId rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
 }
 
 // Student RoPE.forward(x, token_positions): gathers cos/sin per position, writes the two rotated halves into
-// a zeros_like tensor through slice assignment.
+// a zeros_like tensor through slice assignment; each x_pairs[..., i] in the two expressions is its own
+// select (four select nodes: the recorded backward makes four full-size select gradients per call).
 VarId rope(EmitContext& c, const std::string& n, VarId x) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
@@ -70,31 +71,40 @@ VarId rope(EmitContext& c, const std::string& n, VarId x) {
   const VarId cos = t.constant(n + ".cos_vals", "index", {d.b, 1, d.s, d.hd / 2}, DType::kFloat32);
   const VarId sin = t.constant(n + ".sin_vals", "index", {d.b, 1, d.s, d.hd / 2}, DType::kFloat32);
   const VarId zeros = t.constant(n + ".rotated", "zeros_like", t.shape(pairs), t.dtype(x));
-  // select_backward: each half's gradient becomes a full-size zeros tensor with the half copied in
-  const VarId x0 = t.view(pairs, half, n + ".x_pairs_0", GradRule{Kind::kAlloc});
-  const VarId x1 = t.view(pairs, half, n + ".x_pairs_1", GradRule{Kind::kAlloc});
-  // CopySlices backward: the first write's clones the whole gradient (scratch) and the slice; the second's
-  // hands the clone (with its slice zeroed) to the older version and clones its slice.
+  // select_backward: a full-size zeros tensor with the half copied in
+  const auto select = [&](int i, const std::string& what) {
+    return t.view(pairs, half, fmt::format("{}.x_pairs_{}{}", n, i, what), GradRule{Kind::kAlloc});
+  };
+  // CopySlices backward (torch/csrc/autograd/functions/tensor.cpp): the whole gradient copied into a new
+  // tensor (new_empty_strided), the slice's gradient cloned for copy_'s backward, whose gradient for the
+  // overwritten values is a zeros_like of the slice (only where the base needs one).
   const Bytes full = tensor_bytes(t.shape(pairs), t.dtype(x));
-  BackwardRule first;
+  BackwardRule first;  // into zeros_like: the base needs no gradient, the copy of the whole is scratch
   first.grads = {GradRule{Kind::kNone}, GradRule{Kind::kAlloc}};
   first.temp_bytes = {full};
-  BackwardRule second;
+  BackwardRule second;  // into the first write's result
   second.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}};
+  ScratchScript zeros_like_slice;
+  zeros_like_slice.alloc(tensor_bytes(half, t.dtype(x)));
+  second.scratch_after_grads = zeros_like_slice.steps();
   // rotated[..., 0] = cos_vals * x_pairs[..., 0] - sin_vals * x_pairs[..., 1]
+  VarId x0 = select(0, "a");
   VarId a = ops.mul(n + ".cos_x0", cos, x0);
+  VarId x1 = select(1, "a");
   VarId b = ops.mul(n + ".sin_x1", sin, x1);
   VarId r = ops.sub(n + ".rot0", a, b);
   const VarId v1 = t.inplace(n + ".rotated[...,0]", "copy_", zeros, {r}, first);
-  t.drop({a, b, r, zeros});
+  t.drop({a, b, r, zeros, x0, x1});
   // rotated[..., 1] = sin_vals * x_pairs[..., 0] + cos_vals * x_pairs[..., 1]
+  x0 = select(0, "b");
   a = ops.mul(n + ".sin_x0", sin, x0);
+  x1 = select(1, "b");
   b = ops.mul(n + ".cos_x1", cos, x1);
   r = ops.add(n + ".rot1", a, b);
   const VarId v2 = t.inplace(n + ".rotated[...,1]", "copy_", v1, {r}, second);
-  t.drop({a, b, r, v1});
+  t.drop({a, b, r, v1, x0, x1});
   const VarId out = t.view(v2, t.shape(x), n + ".result");  // rotated.reshape(x.shape)
-  t.drop({v2, x0, x1, pairs, cos, sin});
+  t.drop({v2, pairs, cos, sin});
   return out;
 }
 
@@ -162,9 +172,10 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   const VarId kx = ops.linear(n + ".k_proj", x, p.k_w, kNoVar, true);
   const VarId vx = ops.linear(n + ".v_proj", x, p.v_w, kNoVar, true);
   // rearrange(X, "... seq (heads d) -> ... heads seq d"): views
-  const VarId q = t.view(qx, heads, n + ".q_heads");
-  const VarId k = t.view(kx, heads, n + ".k_heads");
-  const VarId v = t.view(vx, heads, n + ".v_heads");
+  // (backward: the gradient comes back permuted and is reshaped to (b, s, d): a copy)
+  const VarId q = t.view(qx, heads, n + ".q_heads", GradRule{Kind::kAlloc});
+  const VarId k = t.view(kx, heads, n + ".k_heads", GradRule{Kind::kAlloc});
+  const VarId v = t.view(vx, heads, n + ".v_heads", GradRule{Kind::kAlloc});
   VarId mask = kNoVar;
   VarId positions = kNoVar;
   // positions = torch.arange(seq_len).unsqueeze(0).expand(batch_size, -1)
@@ -194,7 +205,9 @@ VarId attention(EmitContext& c, int layer, VarId x) {
     core = sdpa(c, n, qr, kr, v, mask);
   }
   // rearrange(attn_output, "batch heads seq d_v -> batch seq (heads d_v)").contiguous()
-  const VarId transposed = t.view(core, {d.b, d.s, d.h * d.hd}, n + ".transpose");
+  // Its gradient arrives transposed (b, h, s, d_v viewed from b, s, h, d_v), and the einsum's bmm backward
+  // reshapes it to (b*h, s, d_v), which cannot view it: a contiguous copy, made before either bmm gradient.
+  const VarId transposed = t.view(core, {d.b, d.s, d.h * d.hd}, n + ".transpose", GradRule{Kind::kAlloc});
   const VarId merged = ops.contiguous(n + ".merge_heads", transposed);
   t.drop({transposed, core});
   const VarId out = ops.linear(n + ".output_proj", merged, p.o_w, kNoVar, true);
@@ -251,21 +264,33 @@ VarId cs336_final(EmitContext& c, VarId x) {
   return logits;
 }
 
+// cross_entropy_loss(predicted, target) as the recorded full steps ran it (cs336_basics/training.py lines
+// 21-33 in the frames; not the public version of the file, which uses amax and gather): the request sizes
+// and kernels of the recording say which ops ran -- max with indices, x - max, exp, sum, indexing with a
+// host arange (its device copy, a _to_copy), log, subtraction, mean. The logits come from einsum(weight,
+// x), so the reductions over the vocabulary are over the outermost dimension (staging buffers).
 VarId cs336_loss(EmitContext& c, VarId logits, VarId targets) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
-  // cross_entropy_loss(predicted, target)
-  const VarId maxes = ops.amax_last("loss.amax", logits);        // torch.amax(predicted, -1, keepdim)
-  const VarId shifted = ops.sub("loss.sub_max", logits, maxes);  // predicted = predicted - maxes
+  const auto [maxes, indices] = ops.max_last("loss.max", logits);  // torch.max(predicted, -1, keepdim)
+  t.drop(indices);
+  const VarId shifted = ops.sub("loss.sub_max", logits, maxes);  // predicted = predicted - max_vals
   const VarId e = ops.exp("loss.exp", shifted);                  // torch.exp(predicted)
   const VarId sumexps = ops.sum_last("loss.sum", e);             // .sum(dim=-1)
   t.drop(e);
-  const VarId gathered = ops.gather_last("loss.gather", shifted, targets);  // predicted.gather(...)
-  const VarId lg = ops.log("loss.log", sumexps);                            // torch.log(sumexps) - gathered
-  const VarId losses = ops.sub("loss.sub", lg, gathered);
-  t.drop({lg});
+  // predicted.view(-1, vocab)[torch.arange(batch * seq), target.view(-1)]
+  const Shape& ls = t.shape(logits);
+  const std::int64_t rows = ls[0] * ls[1];
+  const VarId flat = t.view(shifted, {rows, ls[2]}, "loss.flat");
+  const VarId cols = t.view(targets, {rows}, "loss.targets_flat");
+  const VarId picked = ops.index_arange_rows("loss.index", flat, cols);
+  t.drop({flat, cols});
+  const VarId lg = ops.log("loss.log", sumexps);  // torch.log(sum_exp) - target_logits
+  const VarId picked_view = t.view(picked, t.shape(lg), "loss.picked");
+  const VarId losses = ops.sub("loss.sub", lg, picked_view);
+  t.drop(lg);
   const VarId loss = ops.mean_all("loss.mean", losses);  // losses.mean()
-  t.drop({losses, gathered, sumexps, shifted, maxes});
+  t.drop({losses, picked_view, picked, sumexps, shifted, maxes});
   return loss;
 }
 
@@ -298,7 +323,7 @@ class Kkaitlyn111 final : public LayerCode {
   }
   // token_embeddings(x): self.weight[token_ids] (index; its backward is zeros + index_put_)
   VarId embeddings(EmitContext& c, VarId ids) const override {
-    return c.ops.embedding("token_embeddings", c.params.embed, ids);
+    return c.ops.index("token_embeddings", c.params.embed, ids);
   }
   VarId layer(EmitContext& c, int l, VarId x) const override { return cs336_layer(c, l, x); }
   VarId final_norm_and_head(EmitContext& c, VarId x) const override { return cs336_final(c, x); }
