@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/assert.h"
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
 
@@ -31,6 +32,12 @@ void RequestSequence::add_free(std::size_t alloc_id, TimeNs time_ns) {
   }
   m_free_op[alloc_id] = m_ops.size();
   m_ops.push_back(RequestOp{RequestOp::Kind::kFree, alloc_id, 0, 0, time_ns});
+}
+
+void RequestSequence::set_streams_done_before(std::size_t alloc_id, std::size_t op_index) {
+  SIM_ASSERT(alloc_id < m_free_op.size() && m_free_op[alloc_id] != kNeverFreed);
+  SIM_ASSERT(op_index > m_free_op[alloc_id] && op_index <= m_ops.size());
+  m_ops[m_free_op[alloc_id]].streams_done_before = op_index;
 }
 
 std::size_t RequestSequence::free_op_index(std::size_t alloc_id) const {

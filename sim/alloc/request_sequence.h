@@ -20,6 +20,10 @@ struct RequestOp {
   Bytes size_bytes = 0;      // kAlloc only: requested bytes, > 0
   StreamId stream = 0;       // kAlloc only
   TimeNs time_ns = 0;        // when the program makes the request (0: untimed); told to observers only
+  // kFree only: 0 when the block can be reused at once; otherwise the op index before which the work that
+  // other streams do with it is done (record_stream): until then the caching allocator keeps the block
+  // (spec ST2-ST3), counted as active but not allocated.
+  std::size_t streams_done_before = 0;
 };
 
 class RequestSequence {
@@ -29,6 +33,9 @@ class RequestSequence {
   // Appends the free of allocation `alloc_id`. Throws InputError when that id was never allocated or is
   // already freed.
   void add_free(std::size_t alloc_id, TimeNs time_ns = 0);
+  // Allocation `alloc_id`'s free (already added) waits for other streams until op `op_index` (> the free's
+  // index, <= ops().size()).
+  void set_streams_done_before(std::size_t alloc_id, std::size_t op_index);
 
   const std::vector<RequestOp>& ops() const { return m_ops; }
   std::size_t alloc_count() const { return m_alloc_op.size(); }

@@ -160,7 +160,13 @@ Workload workload_from_schedule(const AllocationSchedule& schedule, std::string 
     } else if (e.action == TraceAction::kFreeRequested) {
       w.requests.add_free(alloc_id.at(t), e.time_ns);
     } else {
-      continue;  // kFreeCompleted: the same request as its free_requested
+      // kFreeCompleted: right after its free_requested, the same request; later (a tensor other streams
+      // used: record_stream), the block stays the allocator's until the next request
+      const std::size_t free_index = w.requests.free_op_index(alloc_id.at(t));
+      if (w.requests.ops().size() > free_index + 1) {
+        w.requests.set_streams_done_before(alloc_id.at(t), w.requests.ops().size());
+      }
+      continue;
     }
     w.labels.push_back(RequestLabel{e.op_tag, e.category_tag, e.phase_tag, e.layer});
     if (request_tensor != nullptr) {

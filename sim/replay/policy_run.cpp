@@ -25,6 +25,8 @@ struct Rig {
   std::vector<BlockId> blocks;  // per allocation id; kNoBlock when it failed (or is not yet made)
   std::vector<bool> adopted;    // per allocation id: installed by adopt_initial_state, not allocated
   std::vector<bool> deferred;   // per allocation id: freed at the start, its free op completes stream events
+  // Frees waiting for other streams (RequestOp::streams_done_before): (op index, block), in any order.
+  std::vector<std::pair<std::size_t, BlockId>> awaiting_streams;
   const std::vector<std::size_t>* empty_cache_after = nullptr;
   std::size_t next_empty_cache = 0;
 
@@ -86,6 +88,18 @@ struct Rig {
     stats.seed_from(native->blocks(), config.max_split_size_bytes);
   }
 
+  // The frees whose streams are done before op `index` return their blocks to the pool.
+  void complete_streams(std::size_t index) {
+    const auto done = [index](const std::pair<std::size_t, BlockId>& a) { return a.first <= index; };
+    for (const auto& [at, block] : awaiting_streams) {
+      if (at <= index) {
+        policy->complete_stream_events(block);
+      }
+    }
+    awaiting_streams.erase(std::remove_if(awaiting_streams.begin(), awaiting_streams.end(), done),
+                           awaiting_streams.end());
+  }
+
   void run_empty_caches(std::size_t ops_done) {
     while (empty_cache_after != nullptr && next_empty_cache < empty_cache_after->size() &&
            (*empty_cache_after)[next_empty_cache] == ops_done) {
@@ -97,6 +111,7 @@ struct Rig {
   // Applies op `index` and the empty_cache calls that follow it. Returns false when the request was an
   // allocation that failed.
   bool apply(const RequestOp& op, std::size_t index) {
+    complete_streams(index);
     const TimeNs time_ns = op.time_ns;
     bool ok = true;
     if (op.kind == RequestOp::Kind::kAlloc) {
@@ -109,6 +124,10 @@ struct Rig {
       if (deferred[op.alloc_id]) {
         policy->complete_stream_events(blocks[op.alloc_id]);
       } else {
+        if (op.streams_done_before > index) {
+          policy->record_stream(blocks[op.alloc_id], kDeferredFreeStream);
+          awaiting_streams.emplace_back(op.streams_done_before, blocks[op.alloc_id]);
+        }
         policy->free(blocks[op.alloc_id], time_ns);
       }
       blocks[op.alloc_id] = kNoBlock;

@@ -4,10 +4,12 @@
 // format and replayed as a recording (an independent code path: replay_snapshot).
 #include <catch2/catch.hpp>
 
+#include "sim/alloc/registry.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/graph/transformer_builder.h"
 #include "sim/predict/run_report.h"
+#include "sim/replay/policy_run.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
 
@@ -59,6 +61,32 @@ TEST_CASE("workload: a schedule's free_requested and free_completed are one requ
   CHECK(w.markers[1].request_index == 1);
   CHECK(w.markers[1].phase == "forward");
   CHECK(w.markers[2].request_index == 3);
+}
+
+TEST_CASE("workload: a schedule's free that waits for another stream keeps its block until then",
+          "[quick][predict]") {
+  // Tensor 1 (4 MiB) is freed on the compute stream while a communication stream still reads it (FSDP's
+  // record_stream): its free_completed comes after tensor 2 (4 MiB) is allocated. The caching allocator may
+  // not hand tensor 1's block to tensor 2 (spec ST2-ST3): it counts as active, not allocated, until then.
+  AllocationSchedule s;
+  s.strings = {""};
+  s.events = {event(TraceAction::kAlloc, 0x200, 4 << 20), event(TraceAction::kFreeRequested, 0x200, 4 << 20),
+              event(TraceAction::kAlloc, 0x400, 4 << 20), event(TraceAction::kFreeCompleted, 0x200, 4 << 20),
+              event(TraceAction::kFreeRequested, 0x400, 4 << 20),
+              event(TraceAction::kFreeCompleted, 0x400, 4 << 20)};
+  s.event_tensor = {1, 1, 2, 1, 2, 2};
+  const Workload w = workload_from_schedule(s, "hand-made");
+  const std::vector<RequestOp>& ops = w.requests.ops();
+  REQUIRE(ops.size() == 4);  // alloc 1, free 1, alloc 2, free 2
+  CHECK(ops[1].kind == RequestOp::Kind::kFree);
+  CHECK(ops[1].streams_done_before == 3);  // tensor 1's streams are done before request 3 (tensor 2's free)
+  CHECK(ops[3].streams_done_before == 0);  // tensor 2's free completes at once
+  const PolicyRunResult r = run_policy(find_policy("pytorch"), w.requests, PolicyRunOptions{});
+  // Both 4 MiB blocks split one 20 MiB segment (requests from 1 to 10 MiB get a 20 MiB segment, spec §3.1);
+  // allocated never passes 4 MiB, active reaches 8 MiB while tensor 1's block waits.
+  CHECK(r.peaks.peak_allocated_bytes == 4 << 20);
+  CHECK(r.peaks.peak_active_bytes == 8 << 20);
+  CHECK(r.peaks.peak_reserved_bytes == 20 << 20);
 }
 
 TEST_CASE("workload: a traced run, a delayed free made at its free_completed", "[quick][predict]") {
