@@ -55,11 +55,10 @@ ReduceStaging cuda_reduce_staging(const std::vector<std::int64_t>& input_shape,
   }
   // Innermost first, as TensorIterator orders them (strides ascending).
   std::vector<IterDim> dims;
-  const std::size_t lead = input.size() - output.size();  // leading dimensions output drops: reduced
   std::int64_t stride = 1;
   for (std::size_t k = input.size(); k-- > 0;) {
     const std::int64_t size = input[k];
-    const bool reduced = k < lead || output[k - lead] == 1;
+    const bool reduced = output[k] == 1;
     if (size != 1) {
       if (!dims.empty() && dims.back().reduced == reduced &&
           dims.back().stride * dims.back().size == stride) {

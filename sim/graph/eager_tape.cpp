@@ -369,14 +369,7 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
     outs.push_back(new_var(s, o.shape, o.dtype, name));
     m_vars.back().order = o.order;
   }
-  if (c.reduce_staging.buffer_bytes > 0) {
-    const TensorId buffer = allocate(c.name + ".reduce_buffer", c.reduce_staging.buffer_bytes, DType::kUInt8,
-                                     TensorCategory::kTemporary);
-    const TensorId semaphores = allocate(c.name + ".reduce_semaphores", c.reduce_staging.semaphore_bytes,
-                                         DType::kUInt8, TensorCategory::kTemporary);
-    unref(semaphores);
-    unref(buffer);
-  }
+  run_reduce_staging(c.reduce_staging, c.name);
   std::vector<TensorId> scratch;
   for (Bytes b : c.scratch_bytes) {
     scratch.push_back(allocate(c.name + ".scratch", b, DType::kUInt8, TensorCategory::kTemporary));
@@ -453,6 +446,20 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
 
 // ---- autograd engine --------------------------------------------------------------------------------------
 
+// The kernel's staging buffer and semaphores: allocated in that order, freed (semaphores first) once it has
+// launched.
+void EagerTape::run_reduce_staging(const ReduceStaging& staging, const std::string& name) {
+  if (staging.buffer_bytes == 0) {
+    return;
+  }
+  const TensorId buffer =
+      allocate(name + ".reduce_buffer", staging.buffer_bytes, DType::kUInt8, TensorCategory::kTemporary);
+  const TensorId semaphores = allocate(name + ".reduce_semaphores", staging.semaphore_bytes, DType::kUInt8,
+                                       TensorCategory::kTemporary);
+  unref(semaphores);
+  unref(buffer);
+}
+
 ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const {
   const Var& x = m_vars[v];
   if (x.shape.empty()) {
@@ -476,15 +483,7 @@ VarId EagerTape::sum_to(VarId full, VarId input) {
   const Var x = m_vars[input];
   const VarId reduced = new_grad(input, x.name + ".grad");
   ref(m_vars[reduced].storage);
-  const ReduceStaging staging = cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order);
-  if (staging.buffer_bytes > 0) {
-    const TensorId buffer = allocate(x.name + ".grad.reduce_buffer", staging.buffer_bytes, DType::kUInt8,
-                                     TensorCategory::kTemporary);
-    const TensorId semaphores = allocate(x.name + ".grad.reduce_semaphores", staging.semaphore_bytes,
-                                         DType::kUInt8, TensorCategory::kTemporary);
-    unref(semaphores);
-    unref(buffer);
-  }
+  run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order), x.name + ".grad");
   unref(f.storage);
   return reduced;
 }

@@ -415,6 +415,7 @@ class EagerTape {
   void store_grad(VarId param, VarId grad);
   VarId new_grad(VarId like, const std::string& name);
   VarId sum_to(VarId full, VarId input);
+  void run_reduce_staging(const ReduceStaging& staging, const std::string& name);
   void disown(TensorId s);  // drops a reference without freeing (the next owner decides)
 
   OpGraph& m_graph;

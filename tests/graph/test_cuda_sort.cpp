@@ -86,3 +86,16 @@ TEST_CASE("cuda sort: embedding_dense_backward", "[quick][graph]") {
   CHECK(after[2] == 65536);       // unique_by_key's keys_out
   CHECK(after.back() == 25165824);
 }
+
+TEST_CASE("cuda sort: index_put_ with a host index tensor and strided values", "[quick][graph]") {
+  // logits.view(-1, 10000)[torch.arange(512), targets] backward on an H100 (Indexing.cu
+  // computeLinearIndex, index_put_with_sort_kernel): the host arange's device copy (the linear index), the
+  // device index's remainder and product (freed once added), the strided gradient made contiguous, sorted
+  // and original positions, the range, and CUB's storage: 512 items fit one tile, 1 byte.
+  const ScratchScript s = index_put_with_sort_scratch(512, 512 * 10000, 90, 1, 20'480'000);
+  CHECK(allocations(s) == std::vector<Bytes>{4096, 4096, 4096, 20'480'000, 4096, 4096, 4096, 1});
+  REQUIRE(s.steps().size() == 11);      // 8 allocations; frees of the remainder, the product, CUB's storage
+  CHECK(s.steps()[3].free_step == 1);   // the remainder
+  CHECK(s.steps()[4].free_step == 2);   // the product, added into the linear index
+  CHECK(s.steps()[10].free_step == 9);  // CUB's storage, when the sort returns
+}
