@@ -9,9 +9,9 @@
 
 #include "sim/alloc/registry.h"
 #include "sim/engine/roofline.h"
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/predict/step_timeline.h"

@@ -5,7 +5,7 @@
 
 #include "sim/cli/commands.h"
 #include "sim/core/size_format.h"
-#include "sim/graph/pipeline_parallel.h"
+#include "sim/parallel/pipeline_parallel.h"
 #include "sim/predict/step_prediction.h"
 
 namespace vramsim::cli {

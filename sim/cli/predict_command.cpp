@@ -12,8 +12,8 @@
 #include "sim/cli/prediction_report.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
-#include "sim/graph/layer_code.h"
-#include "sim/graph/model_config.h"
+#include "sim/models/layer_code.h"
+#include "sim/models/model_config.h"
 #include "sim/predict/html_report.h"
 #include "sim/predict/perfetto_trace.h"
 #include "sim/predict/step_prediction.h"
@@ -48,6 +48,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
         }
       });
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
+  cmd->add_option("--master-weights", a.master_weights,
+                  "with --precision bf16: fp32 (master weights and fp32 optimizer states: DeepSpeed, FSDP, "
+                  "Megatron) or none (torch.optim on the bf16 parameters); default: the framework's (none on "
+                  "one GPU and with DDP)");
   cmd->add_option("--optimizer", a.optimizer,
                   "sgd|sgd-momentum|adam|adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|adafactor, optionally "
                   "-foreach/-fused/-for-loop/"
@@ -275,6 +279,9 @@ void print_run(const Prediction& p, const RequestArgs& a) {
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
                a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""),
                a.loss == "chunked-ce" ? fmt::format(", loss chunked-ce ({} chunks)", a.loss_chunks) : "");
+  }
+  if (a.precision == "bf16" && !p.generation && !a.inference && !a.forward_only) {
+    fmt::print("precision        {}\n", p.precision_regime);
   }
   if (!a.compile_mode.empty() && a.compile_mode != "none") {
     fmt::print("torch.compile    mode {}, {} (Inductor; AOTAutograd's min-cut partitioner{})\n",

@@ -193,6 +193,9 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                    {"compute_dtype", p.bnb_compute_dtype},
                                    {"saves_input", p.bnb_saves_input},
                                    {"prepare_model_for_kbit_training", p.bnb_prepare_kbit_training}};
+  if (!p.precision_regime.empty()) {
+    j["precision_regime"] = p.precision_regime;
+  }
   if (!p.attention_kernel.empty()) {
     j["attention"] = p.attention_asked;
     j["attention_kernel"] = p.attention_kernel;

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "sim/alloc/request_sequence.h"
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/training_options.h"
+#include "sim/training/training_options.h"
 
 namespace vramsim {
 

@@ -9,7 +9,7 @@
 #include "sim/core/assert.h"
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
-#include "sim/graph/selective_checkpoint.h"
+#include "sim/training/selective_checkpoint.h"
 
 namespace vramsim {
 
@@ -302,7 +302,10 @@ void EagerTape::drop(VarId v) {
 }
 
 void EagerTape::save(Node& node, TensorId s) {
-  if (m_offload != ActivationOffload::kNone && !node.checkpoint_body && offload_pack(node, s)) {
+  // torch.utils.checkpoint saves its inputs with _NoopSaveInputs.apply(...).save_for_backward before it enters
+  // its own _checkpoint_hook (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator), so the
+  // outer saved-tensor hooks pack them like any saved tensor: a checkpointed layer's input is offloaded.
+  if (m_offload != ActivationOffload::kNone && offload_pack(node, s)) {
     return;
   }
   ref(s);
@@ -625,7 +628,7 @@ void EagerTape::execute_node(std::size_t index) {
   begin_op(node.name + ".backward", node.kind + "_backward", backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
-    execute_checkpoint(index, primary);
+    execute_checkpoint(index, primary, std::move(unpacked));
     return;
   }
   for (VarId g : grads_out) {
@@ -742,13 +745,33 @@ void EagerTape::execute_node(std::size_t index) {
 // that requires grad, replays the body with grad on (its intermediates are saved as usual), runs backward
 // over that replayed graph from the incoming gradient, and hands the leaf's gradient on as the input's
 // gradient.
-void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out) {
+//
+// An input packed by saved-tensor hooks (save_on_cpu, torchtune's OffloadActivations) comes back as a GPU copy
+// before the replay: save_on_cpu's unpack allocates it here; torchtune's (`unpacked`, in the node's pack
+// order) was made on its side stream or is the forward stash's own tensor.
+void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked) {
   const std::vector<VarId> inputs = m_nodes[index].inputs;
   const CheckpointBody body = m_nodes[index].checkpoint_body;
   const std::string name = m_nodes[index].name;
+  const bool torchtune_unpack = m_nodes[index].offload == ActivationOffload::kTorchtuneStreams;
+  const std::vector<TensorId> packed = m_nodes[index].packed;
+  if (!torchtune_unpack) {
+    for (TensorId p : packed) {
+      const Tensor& t = m_graph.tensor(p);
+      const std::string unpacked_name = t.name + ".unpacked";  // copies: allocate() grows the graph
+      const Bytes bytes = t.size_bytes;
+      const DType dtype = t.dtype;
+      unpacked.push_back(allocate(unpacked_name, bytes, dtype, TensorCategory::kActivation));
+    }
+  }
+  SIM_ASSERT(unpacked.size() == packed.size());
   std::vector<VarId> leaves;
   for (VarId in : inputs) {
-    const TensorId s = m_vars[in].storage;
+    TensorId s = m_vars[in].storage;
+    const auto was_packed = std::find(packed.begin(), packed.end(), s);
+    if (was_packed != packed.end()) {
+      s = unpacked[static_cast<std::size_t>(was_packed - packed.begin())];
+    }
     use(s);
     const VarId x = new_var(s, m_vars[in].shape, m_vars[in].dtype, name + ".input");
     ref(s);
@@ -778,6 +801,14 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out) {
     unref(s);
   }
   m_nodes[index].saved.clear();
+  if (torchtune_unpack) {
+    after_torchtune_unpack(std::move(unpacked));  // the node's hook
+  } else {
+    for (TensorId s : unpacked) {
+      unref(s);
+    }
+  }
+  release_packed(m_nodes[index]);
   m_nodes[index].done = true;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (leaf_grads[i] == kNoVar) {
@@ -943,7 +974,8 @@ void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const s
 }
 
 VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& inputs,
-                            const CheckpointBody& body, const SelectiveCheckpointPolicy* sac) {
+                            const CheckpointBody& body, const SelectiveCheckpointPolicy* sac,
+                            std::size_t tensor_args) {
   bool any_requires_grad = false;
   for (VarId in : inputs) {
     any_requires_grad = any_requires_grad || m_vars[in].requires_grad;
@@ -982,9 +1014,12 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   node.layer = m_layer;
   node.inputs = inputs;
   node.checkpoint_body = body;
-  for (VarId in : inputs) {
-    save(node, m_vars[in].storage);
+  const ActivationOffload hooks = m_offload;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    m_offload = i < tensor_args ? hooks : ActivationOffload::kNone;  // ctx keeps the rest as they are
+    save(node, m_vars[inputs[i]].storage);
   }
+  m_offload = hooks;
   add_node(std::move(node), {out});
   return out;
 }

@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "sim/graph/cuda_reduce.h"
-#include "sim/graph/cuda_sort.h"
+#include "sim/torch/cuda_reduce.h"
+#include "sim/torch/cuda_sort.h"
 #include "sim/graph/op_graph.h"
 
 namespace vramsim {
@@ -183,7 +183,8 @@ class EagerTape {
   // torch.autograd.graph.save_on_cpu(pin_memory=True) around the ops recorded next: every tensor an op saves
   // for backward is copied to pinned host memory (pack) instead of being kept on the GPU, and copied back
   // into a fresh GPU tensor when its backward node runs (unpack), freed when the node is done. Parameters are
-  // packed too (the hook sees every saved tensor). torch.utils.checkpoint's saved inputs stay on the GPU.
+  // packed too (the hook sees every saved tensor), and so are torch.utils.checkpoint's saved inputs (it saves
+  // them before entering its own hooks), so hooks and checkpointing nest as in PyTorch.
   void set_save_on_cpu(bool on) { m_offload = on ? ActivationOffload::kSaveOnCpu : ActivationOffload::kNone; }
   void set_activation_offload(ActivationOffload kind) { m_offload = kind; }
   static constexpr StreamId kOffloadStream = 3;  // torchtune's OffloadActivations.s1
@@ -245,9 +246,13 @@ class EagerTape {
   using CheckpointBody = std::function<VarId(const std::vector<VarId>&)>;
   // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output. With `sac`,
   // context_fn=create_selective_checkpoint_contexts(sac): the outputs of the ops it saves stay referenced
-  // from the forward until the replay takes them (or the graph is released).
+  // from the forward until the replay takes them (or the graph is released). The first `tensor_args` inputs
+  // are tensor arguments, which checkpoint saves through save_for_backward and so through the saved-tensor
+  // hooks around it (offloaded under save_on_cpu); the rest stand for tensors inside non-tensor arguments
+  // (Hugging Face's position_embeddings tuple), which its ctx keeps on the GPU as they are.
   VarId checkpoint(const std::string& name, const std::vector<VarId>& inputs, const CheckpointBody& body,
-                   const SelectiveCheckpointPolicy* sac = nullptr);
+                   const SelectiveCheckpointPolicy* sac = nullptr,
+                   std::size_t tensor_args = static_cast<std::size_t>(-1));
   // The device whose reduction kernels sum broadcast gradients (their global-reduction staging buffers).
   void set_cuda_device(const CudaDevice& device) { m_device = device; }
   const CudaDevice& cuda_device() const { return m_device; }
@@ -400,7 +405,7 @@ class EagerTape {
   int add_node(Node node, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void execute(std::size_t index);
-  void execute_checkpoint(std::size_t index, VarId grad_out);
+  void execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked);
   // The replay of an op the selective policy saved: its outputs are the cached tensors; nothing runs.
   std::vector<VarId> take_cached_outputs(const OpCall& call);
   // The parameters `inputs` read (empty when no parameter-use hooks are set).

@@ -3,7 +3,7 @@
 #include "sim/graph/eager_tape.h"
 
 #include "sim/core/assert.h"
-#include "sim/graph/selective_checkpoint.h"
+#include "sim/training/selective_checkpoint.h"
 
 namespace vramsim {
 

@@ -9,10 +9,11 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
-#include "sim/graph/layer_code.h"
-#include "sim/graph/model_config.h"
-#include "sim/graph/tensor_parallel.h"
+#include "sim/models/layer_code.h"
+#include "sim/models/model_config.h"
+#include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/training/training_options.h"
 
 namespace vramsim {
 namespace {
@@ -412,7 +413,11 @@ std::int64_t model_states_lower_bound(const PlanRequest& r, const PlanConfig& c)
   const std::int64_t p = c.precision == "bf16" ? 2 : 4;  // parameters; gradients alike
   std::int64_t o = 2;                                    // adamw-8bit: two uint8 moments
   if (c.optimizer == "adamw") {
-    o = c.precision == "bf16" ? 12 : 8;  // two fp32 moments (+ fp32 master weights under bf16)
+    // two fp32 moments (+ fp32 master weights under bf16 where the framework keeps them); two bf16 moments
+    // where torch.optim steps the bf16 parameters (training_options.h: MasterWeights)
+    const std::string scheme = !c.fsdp.empty() ? "fsdp2-full-shard" : (c.zero > 0 ? "zero" : "ddp");
+    const bool master = default_master_weights(scheme, c.tp, c.pp) == MasterWeights::kFp32;
+    o = c.precision != "bf16" ? 8 : (master ? 12 : 4);
   }
   const std::int64_t n = data_parallel_degree(r, c);
   std::int64_t bytes = 0;

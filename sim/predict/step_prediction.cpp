@@ -17,15 +17,15 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/engine/gpu_table.h"
-#include "sim/graph/bnb_quant.h"
-#include "sim/graph/data_parallel.h"
-#include "sim/graph/layer_code.h"
-#include "sim/graph/peft_lora.h"
-#include "sim/graph/pipeline_parallel.h"
+#include "sim/finetune/bnb_quant.h"
+#include "sim/parallel/data_parallel.h"
+#include "sim/models/layer_code.h"
+#include "sim/finetune/peft_lora.h"
+#include "sim/parallel/pipeline_parallel.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/tensor_parallel.h"
-#include "sim/graph/transformer_builder.h"
-#include "sim/graph/vllm_paged_cache.h"
+#include "sim/parallel/tensor_parallel.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/inference/vllm_paged_cache.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
 #include "sim/predict/step_timeline.h"
@@ -336,6 +336,7 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.total_parameters = count.total;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
+  p.precision_regime = precision_regime(request.options);
 }
 
 // Stage 0: a vLLM engine sizes its paged KV cache before it serves (Worker.determine_num_available_blocks);
@@ -799,6 +800,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         "--base-weights");
   }
   o.data_parallel = data_parallel;
+  if (!a.master_weights.empty() && o.precision != Precision::kBf16) {
+    throw InputError("--master-weights: the optimizer's copy of bf16 parameters (use it with --precision bf16)");
+  }
+  o.master_weights = a.master_weights.empty() ? default_master_weights(data_parallel.scheme, a.tp, a.pp)
+                                              : parse_master_weights(a.master_weights);
   o.offload_activations = data_parallel.offload_activations;
   if (a.activation_offload != "save-on-cpu" && a.activation_offload != "torchtune") {
     throw InputError(fmt::format("--activation-offload: unknown value '{}' (known: save-on-cpu, torchtune)",

@@ -16,17 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 #include "sim/graph/op_graph.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/training_options.h"
+#include "sim/training/training_options.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_timeline.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
 
-// vLLM engine arguments that size its paged KV cache (--kv-cache paged; sim/graph/vllm_paged_cache.h).
+// vLLM engine arguments that size its paged KV cache (--kv-cache paged; sim/inference/vllm_paged_cache.h).
 struct VllmServing {
   double gpu_memory_utilization = 0.9;      // CacheConfig's default
   std::int64_t max_model_len = 0;           // 0: the model's trained context (max_position_embeddings)
@@ -133,6 +133,7 @@ struct Prediction {
   std::int64_t total_parameters = 0;
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
+  std::string precision_regime;  // precision_regime(): what is kept in which dtype, master weights or not
   std::string gpu_name;          // "" with --capacity
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
@@ -239,6 +240,7 @@ struct RequestArgs {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
   std::string precision = "fp32";
+  std::string master_weights;  // --master-weights fp32|none ("": default_master_weights of the layout)
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
   std::string loss = "ce";  // --loss ce|chunked-ce

@@ -417,8 +417,6 @@ TEST_CASE(
                       "--activation-offload: unknown value 'deepspeed' (known: save-on-cpu, torchtune)");
   require_input_error(run_vramsim(run + "--activation-offload torchtune"),
                       "--activation-offload torchtune: needs --offload activations");
-  require_input_error(run_vramsim(run + "--offload activations --checkpointing full"),
-                      "--offload activations: not modelled together with --checkpointing");
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
                       "--pp: the cs336-basics code is not split into pipeline stages");
 }

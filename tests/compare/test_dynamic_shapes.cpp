@@ -7,7 +7,7 @@
 
 #include "sim/compare/dynamic_shapes.h"
 #include "sim/core/error.h"
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 
 using namespace vramsim;
 

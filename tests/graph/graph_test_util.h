@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 #include "sim/graph/op_graph.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/training_options.h"
+#include "sim/training/training_options.h"
 
 namespace vramsim::test {
 

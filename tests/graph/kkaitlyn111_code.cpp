@@ -3,7 +3,7 @@
 // benchmark.py imports (`from cs336_basics.transformer import TransformerLM`; its transformer_annotated.py is
 // a copy that never runs: it is assigned after the import and misspells nvtx). It mirrors one person's
 // script, so it lives with the tests that compare against those recordings, registered as the layer code
-// "cs336-kkaitlyn111" (sim/graph/layer_code.h) of the test programs.
+// "cs336-kkaitlyn111" (sim/models/layer_code.h) of the test programs.
 //
 // What a layer allocates in fp32 (b = batch, s = seq, d = d_model, h = heads, f = d_ff; the order matches the
 // recorded traces event by event, see test_cs336_recordings.cpp): RMSNorm vector_norm (bs), **2, /d, +eps,
@@ -16,7 +16,7 @@
 // copy (bmm freed), output_proj; q,k,v projections, both rotated tensors, arange and mask freed at return.
 #include <fmt/format.h>
 
-#include "sim/graph/layer_code.h"
+#include "sim/models/layer_code.h"
 
 namespace vramsim {
 namespace {

@@ -1,10 +1,10 @@
-// The min-cut partitioner (sim/graph/aot_partitioner.h) on small hand-built forward graphs. Every expected
+// The min-cut partitioner (sim/compile/aot_partitioner.h) on small hand-built forward graphs. Every expected
 // saved set is worked out by hand below from the rules of torch/_functorch/partitioners.py (solve_min_cut,
 // get_default_op_list): which nodes are banned from recomputation and what each candidate cut costs,
 // size * 1.1^dist_from_bw, doubled for a node all of whose users fuse with it.
 #include <catch2/catch.hpp>
 
-#include "sim/graph/aot_partitioner.h"
+#include "sim/compile/aot_partitioner.h"
 
 using namespace vramsim;
 using aot::JointNode;

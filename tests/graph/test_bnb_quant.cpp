@@ -1,12 +1,12 @@
-// bitsandbytes quantized base weights (sim/graph/bnb_quant.h): storage worked by hand from bitsandbytes'
+// bitsandbytes quantized base weights (sim/finetune/bnb_quant.h): storage worked by hand from bitsandbytes'
 // layout, the temporaries of Linear4bit / Linear8bitLt, and the QLoRA recording in traces/samples.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/bnb_quant.h"
-#include "sim/graph/torch_ops.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/finetune/bnb_quant.h"
+#include "sim/torch/torch_ops.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

@@ -8,7 +8,7 @@
 
 #include "graph_test_util.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

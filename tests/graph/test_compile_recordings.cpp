@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "graph_test_util.h"
-#include "sim/graph/torch_compile.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/compile/torch_compile.h"
+#include "sim/models/transformer_builder.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 

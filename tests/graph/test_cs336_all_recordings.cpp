@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 
@@ -43,7 +43,7 @@ enum class Region : std::uint8_t {
 
 struct Recording {
   const char* file;
-  const char* code;    // a LayerCode name (sim/graph/layer_code.h)
+  const char* code;    // a LayerCode name (sim/models/layer_code.h)
   const char* preset;  // dimensions; `code` may differ from the preset's own
   int batch;
   int seq;

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/replay/trace_replay.h"
 #include "test_paths.h"

@@ -4,7 +4,7 @@
 // 50,331,648-byte and a 24-byte allocation.
 #include <catch2/catch.hpp>
 
-#include "sim/graph/cuda_reduce.h"
+#include "sim/torch/cuda_reduce.h"
 
 using namespace vramsim;
 

@@ -3,7 +3,7 @@
 // and aten/src/ATen/native/cuda/{Indexing.cu, Embedding.cu, EmbeddingBackwardKernel.cu}.
 #include <catch2/catch.hpp>
 
-#include "sim/graph/cuda_sort.h"
+#include "sim/torch/cuda_sort.h"
 
 using namespace vramsim;
 

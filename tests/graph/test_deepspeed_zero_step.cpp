@@ -7,7 +7,7 @@
 #include <string>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

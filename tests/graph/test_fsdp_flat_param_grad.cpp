@@ -1,10 +1,10 @@
-// FSDP1's FlatParameter gradient (sim/graph/fsdp_flat_param_grad.h; torch/distributed/fsdp/_runtime_utils.py
+// FSDP1's FlatParameter gradient (sim/parallel/fsdp_flat_param_grad.h; torch/distributed/fsdp/_runtime_utils.py
 // _post_backward_hook and _reduce_grad, autograd's split_with_sizes_backward) and FSDP2's reduce_output
-// (sim/graph/data_parallel.h GradientShards): sizes worked by hand.
+// (sim/parallel/data_parallel.h GradientShards): sizes worked by hand.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -8,9 +8,9 @@
 
 #include "graph/graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "test_paths.h"
 
 using namespace vramsim;

@@ -1,10 +1,10 @@
-// model.generate() with a KV cache (sim/graph/hf_generate.h, hf_kv_cache.h): cache sizes, the dynamic
+// model.generate() with a KV cache (sim/inference/hf_generate.h, hf_kv_cache.h): cache sizes, the dynamic
 // cache's growing requests and the last-position logits, worked by hand on a small Llama.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

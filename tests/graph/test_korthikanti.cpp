@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
-#include "sim/graph/tensor_parallel.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/parallel/tensor_parallel.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 
@@ -78,7 +78,7 @@ TEST_CASE("Korthikanti et al.: PyTorch eager saves the paper's tensors plus Laye
 
 TEST_CASE("Korthikanti et al. Table 2, tensor parallel: s*b*h*(10 + 24/t + 5as/(ht)) per layer and rank",
           "[quick][graph]") {
-  // One rank of Megatron tensor parallelism (sim/graph/tensor_parallel.h). GPT-3-like layer of the paper's
+  // One rank of Megatron tensor parallelism (sim/parallel/tensor_parallel.h). GPT-3-like layer of the paper's
   // Table 3 (h 12288, a 96) at s 2048, b 1, t 8: 5as/(ht) = 5 * 96 * 2048 / (12288 * 8) = 10, so
   // 10 + 3 + 10 = 23 s*b*h.
   const std::int64_t h = 12288, a = 96, s = 2048, b = 1, t = 8;

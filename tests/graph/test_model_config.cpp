@@ -4,7 +4,7 @@
 #include <string>
 
 #include "sim/core/error.h"
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 
 using namespace vramsim;
 

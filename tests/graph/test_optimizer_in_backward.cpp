@@ -8,7 +8,7 @@
 
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -1,9 +1,9 @@
-// bitsandbytes' paged optimizers (sim/graph/optimizer.h): which state buffers go to CUDA unified memory
+// bitsandbytes' paged optimizers (sim/training/optimizer.h): which state buffers go to CUDA unified memory
 // (Optimizer8bit.get_state_buffer: parameters of at least 1e5 elements) and which stay device tensors.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -1,13 +1,13 @@
-// PEFT LoRA (sim/graph/peft_lora.h): lora.Linear.forward's tensors, what autograd saves once the base weight
+// PEFT LoRA (sim/finetune/peft_lora.h): lora.Linear.forward's tensors, what autograd saves once the base weight
 // is frozen, and the adapters' parameters, gradients and optimizer states, worked by hand.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/peft_lora.h"
+#include "sim/finetune/peft_lora.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/torch_ops.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/torch/torch_ops.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
 #include "test_paths.h"
 

@@ -1,4 +1,4 @@
-// Pipeline parallelism (sim/graph/pipeline_parallel.h) against Megatron-LM's schedules and the activation
+// Pipeline parallelism (sim/parallel/pipeline_parallel.h) against Megatron-LM's schedules and the activation
 // memory Korthikanti et al. 2022 (Section 4.2.3) and Narayanan et al. 2021 derive from them.
 #include <catch2/catch.hpp>
 
@@ -7,9 +7,9 @@
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/pipeline_parallel.h"
+#include "sim/parallel/pipeline_parallel.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "sim/graph/model_config.h"
+#include "sim/models/model_config.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
 #include "test_paths.h"
 

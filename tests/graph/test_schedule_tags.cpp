@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "traces/pickle/pickle_reader.h"
 #include "traces/trace_io.h"
 

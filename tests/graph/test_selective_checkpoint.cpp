@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
-#include "sim/graph/selective_checkpoint.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/training/selective_checkpoint.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/replay/trace_replay.h"
 
 using namespace vramsim;

@@ -11,11 +11,11 @@
 
 #include "run_cli.h"
 #include "sim/core/error.h"
-#include "sim/graph/inductor_memory.h"
+#include "sim/compile/inductor_memory.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/torch_compile.h"
-#include "sim/graph/torch_ops.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/compile/torch_compile.h"
+#include "sim/torch/torch_ops.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -1,12 +1,12 @@
-// torchao NF4 base weights (sim/graph/torchao_nf4.h), as torchtune's QLoRA runs them: storage and the
+// torchao NF4 base weights (sim/finetune/torchao_nf4.h), as torchtune's QLoRA runs them: storage and the
 // dequantization of get_original_weight, worked by hand from torchao/dtypes/nf4tensor.py.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/bnb_quant.h"
-#include "sim/graph/torch_ops.h"
-#include "sim/graph/torchao_nf4.h"
+#include "sim/finetune/bnb_quant.h"
+#include "sim/torch/torch_ops.h"
+#include "sim/finetune/torchao_nf4.h"
 
 using namespace vramsim;
 

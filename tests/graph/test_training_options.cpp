@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim/core/error.h"
-#include "sim/graph/training_options.h"
+#include "sim/training/training_options.h"
 
 using namespace vramsim;
 using Catch::Matchers::Contains;

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "graph_test_util.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -1,12 +1,12 @@
-// vLLM's paged KV cache (sim/graph/vllm_paged_cache.h): the sizing arithmetic and the cache on the tape,
+// vLLM's paged KV cache (sim/inference/vllm_paged_cache.h): the sizing arithmetic and the cache on the tape,
 // every expected value worked by hand from vLLM's formulas; and transformers' left-padded batches of
 // prompts of different lengths.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/graph/transformer_builder.h"
-#include "sim/graph/vllm_paged_cache.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/inference/vllm_paged_cache.h"
 
 using namespace vramsim;
 

@@ -1,4 +1,4 @@
-// DeepSpeed ZeRO-3's PartitionedParameterCoordinator (sim/graph/zero3_param_coordinator.h): which gathered
+// DeepSpeed ZeRO-3's PartitionedParameterCoordinator (sim/parallel/zero3_param_coordinator.h): which gathered
 // parameters stay from their forward to their backward (stage3_max_reuse_distance), and what is prefetched
 // (stage3_prefetch_bucket_size, stage3_max_live_parameters), worked by hand with the rules of
 // deepspeed/runtime/zero/partitioned_param_coordinator.py.
@@ -9,7 +9,7 @@
 
 #include "graph_test_util.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 
 using namespace vramsim;
 

@@ -21,9 +21,9 @@
 #include <fmt/format.h>
 
 #include "graph_test_util.h"
-#include "sim/graph/data_parallel.h"
-#include "sim/graph/optimizer.h"
-#include "sim/graph/torch_ops.h"
+#include "sim/parallel/data_parallel.h"
+#include "sim/training/optimizer.h"
+#include "sim/torch/torch_ops.h"
 #include "sim/replay/trace_replay.h"
 
 using namespace vramsim;

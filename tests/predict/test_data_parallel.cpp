@@ -1,4 +1,4 @@
-// Data parallelism (sim/graph/data_parallel.h): one rank's model states under DDP, DeepSpeed ZeRO 1-3 and
+// Data parallelism (sim/parallel/data_parallel.h): one rank's model states under DDP, DeepSpeed ZeRO 1-3 and
 // FSDP, against the sources' own accounting.
 #include <catch2/catch.hpp>
 
@@ -6,10 +6,10 @@
 #include <string>
 
 #include "sim/core/error.h"
-#include "sim/graph/data_parallel.h"
+#include "sim/parallel/data_parallel.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/tensor_parallel.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/parallel/tensor_parallel.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

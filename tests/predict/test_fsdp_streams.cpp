@@ -1,4 +1,4 @@
-// FSDP1 and FSDP2 on their streams (sim/graph/fsdp.cpp, fsdp2.cpp): which all-gather buffers the caching
+// FSDP1 and FSDP2 on their streams (sim/parallel/fsdp.cpp, fsdp2.cpp): which all-gather buffers the caching
 // allocator must hold at once, derived by hand from the libraries' algorithms, checked on the segments the
 // predicted trace cudaMallocs on each stream.
 #include <catch2/catch.hpp>

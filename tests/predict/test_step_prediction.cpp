@@ -10,7 +10,7 @@
 #include "run_cli.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

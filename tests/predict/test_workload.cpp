@@ -7,7 +7,7 @@
 #include "sim/alloc/registry.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/graph/transformer_builder.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/run_report.h"
 #include "sim/replay/policy_run.h"
 #include "sim/replay/request_sequence_from_trace.h"

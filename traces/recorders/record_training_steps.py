@@ -41,7 +41,7 @@ import recorder_common as rc  # noqa: E402
 
 # ---- models: vramsim presets, and Llama shapes given to vramsim as a Hugging Face config.json -----------------
 
-GPT2_PRESETS = {  # name -> (d_model, n_layers, n_heads), as sim/graph/model_config.cpp
+GPT2_PRESETS = {  # name -> (d_model, n_layers, n_heads), as sim/models/model_config.cpp
     "gpt2": (768, 12, 12),
     "gpt2-medium": (1024, 24, 16),
     "gpt2-large": (1280, 36, 20),
@@ -66,7 +66,7 @@ def model_config(name: str) -> dict:
 
 
 def hf_config_json(cfg: dict) -> dict:
-    """The config.json `vramsim predict --model` reads for a Llama shape (sim/graph/model_config.cpp)."""
+    """The config.json `vramsim predict --model` reads for a Llama shape (sim/models/model_config.cpp)."""
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": cfg["vocab_size"],
             "hidden_size": cfg["d_model"], "num_hidden_layers": cfg["n_layers"],
             "num_attention_heads": cfg["n_heads"], "num_key_value_heads": cfg["n_kv_heads"],

@@ -1,0 +1,420 @@
+// Hugging Face config.json -> ModelConfig: one reader per model_type, named after transformers'
+// configuration_<model_type>.py, whose class defaults fill the optional keys. The keys that fix tensor shapes
+// (hidden size, layers, heads, vocabulary, ...) are required: a config.json without them is not one a
+// checkpoint ships, and guessing a shape would make every figure wrong.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sim/core/checked.h"
+#include "sim/core/error.h"
+#include "sim/models/model_config.h"
+
+namespace vramsim {
+namespace {
+
+constexpr std::int64_t kMaxDimension = std::int64_t{1} << 24;
+// Far above real models (Llama 3 405B: 126 layers; DeepSeek-V3: 256 experts), low enough that building the
+// parameter table and the step graph stays within seconds and memory of a laptop.
+constexpr std::int64_t kMaxLayers = 4096;
+constexpr std::int64_t kMaxExperts = 4096;
+constexpr std::int64_t kMaxExpertLayers = 65536;  // layers x experts: the MoE parameter tensors / 3
+// 2^46 (70 trillion) parameters: no sum of parameter sizes can wrap, and no model is near it.
+constexpr std::int64_t kMaxParameters = std::int64_t{1} << 46;
+
+class JsonReader {
+ public:
+  JsonReader(const nlohmann::json& root, std::string_view source) : m_root(root), m_source(source) {}
+
+  // Positive and at most `max`. Dimensions stay <= 2^24, so that a product of two of them (a weight) is an
+  // exact int64 and larger products are checked where tensors are sized (eager_tape.h); counts that
+  // multiply the work (layers, experts) have lower limits.
+  std::int64_t integer(const char* key, std::int64_t max = kMaxDimension) const {
+    const nlohmann::json& v = required(key);
+    if (!v.is_number_integer()) {
+      throw InputError(fmt::format("{}: key '{}' must be an integer, got {}", m_source, key, v.type_name()));
+    }
+    // A value above 2^63 - 1 is number_unsigned: compare it unconverted, not wrapped to a negative int64.
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
+      throw InputError(
+          fmt::format("{}: key '{}' must be in 1..{}, got {}", m_source, key, max, v.get<std::uint64_t>()));
+    }
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x <= 0 || x > max) {
+      throw InputError(fmt::format("{}: key '{}' must be in 1..{}, got {}", m_source, key, max, x));
+    }
+    return x;
+  }
+  std::int64_t integer_or(const char* key, std::int64_t fallback, std::int64_t max = kMaxDimension) const {
+    return has(key) ? integer(key, max) : fallback;
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_boolean()) {
+      throw InputError(
+          fmt::format("{}: key '{}' must be true or false, got {}", m_source, key, v.type_name()));
+    }
+    return v.get<bool>();
+  }
+  bool has(const char* key) const { return m_root.contains(key) && !m_root.at(key).is_null(); }
+  double number_or(const char* key, double fallback) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_number()) {
+      throw InputError(fmt::format("{}: key '{}' must be a number, got {}", m_source, key, v.type_name()));
+    }
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < 0.0) {
+      throw InputError(fmt::format("{}: key '{}' must be a finite non-negative number", m_source, key));
+    }
+    return x;
+  }
+  // A probability in [0, 1), as the dropout keys hold.
+  double probability_or(const char* key, double fallback) const {
+    const double p = number_or(key, fallback);
+    if (p >= 1.0) {
+      throw InputError(fmt::format("{}: key '{}' must be in [0, 1), got {}", m_source, key, p));
+    }
+    return p;
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_string()) {
+      throw InputError(fmt::format("{}: key '{}' must be a string, got {}", m_source, key, v.type_name()));
+    }
+    return v.get<std::string>();
+  }
+  std::vector<std::int64_t> integers_or_empty(const char* key) const {
+    std::vector<std::int64_t> out;
+    if (!has(key)) {
+      return out;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_array() || v.size() > 4096) {
+      throw InputError(fmt::format("{}: key '{}' must be a list of layer indices", m_source, key));
+    }
+    for (const nlohmann::json& x : v) {
+      if (!x.is_number_integer() || x.get<std::int64_t>() < 0) {
+        throw InputError(fmt::format("{}: key '{}' must hold non-negative integers", m_source, key));
+      }
+      out.push_back(x.get<std::int64_t>());
+    }
+    return out;
+  }
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    throw InputError(fmt::format("{}: key '{}': {}", m_source, key, what));
+  }
+
+ private:
+  const nlohmann::json& required(const char* key) const {
+    if (!has(key)) {
+      throw InputError(fmt::format("{}: missing key '{}'", m_source, key));
+    }
+    return m_root.at(key);
+  }
+  const nlohmann::json& m_root;
+  std::string_view m_source;
+};
+
+GeluKind gpt2_activation(const JsonReader& r, const std::string& fallback) {
+  const std::string act = r.string_or("activation_function", fallback);
+  if (act == "gelu_new") {
+    return GeluKind::kNew;
+  }
+  if (act == "gelu_pytorch_tanh") {
+    return GeluKind::kPytorchTanh;
+  }
+  if (act == "gelu") {
+    return GeluKind::kExact;
+  }
+  r.fail("activation_function",
+         fmt::format("unsupported '{}' (supported: gelu_new, gelu_pytorch_tanh, gelu)", act));
+}
+
+// A gated MLP's act_fn = ACT2FN[name]: SiLU, or F.gelu (exact or tanh: the same tensors).
+GatedActivation gated_activation(const JsonReader& r, const char* key, const std::string& fallback) {
+  const std::string act = r.string_or(key, fallback);
+  if (act == "silu" || act == "swish") {
+    return GatedActivation::kSilu;
+  }
+  if (act == "gelu_pytorch_tanh" || act == "gelu") {
+    return GatedActivation::kGeluTanh;
+  }
+  r.fail(key, fmt::format("unsupported '{}' (supported: silu, gelu_pytorch_tanh, gelu)", act));
+}
+
+// ---- the gpt2 family --------------------------------------------------------------------------------------
+
+// GPT2Config
+ModelConfig gpt2(const JsonReader& r) {
+  ModelConfig m;
+  m.family = ModelFamily::kGpt2;
+  m.vocab_size = r.integer("vocab_size");
+  m.d_model = r.integer("n_embd");
+  m.n_layers = r.integer("n_layer", kMaxLayers);
+  m.n_heads = r.integer("n_head");
+  m.n_kv_heads = m.n_heads;
+  m.head_dim = m.d_model / m.n_heads;
+  m.d_ff = r.integer_or("n_inner", 4 * m.d_model);
+  m.max_positions = r.integer("n_positions");
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  m.dropout = {r.probability_or("embd_pdrop", 0.1), r.probability_or("attn_pdrop", 0.1),
+               r.probability_or("resid_pdrop", 0.1)};
+  m.gelu = gpt2_activation(r, "gelu_new");
+  m.bias = true;
+  m.norm = NormKind::kLayerNorm;
+  m.mlp = MlpKind::kGelu;
+  // GPT2Attention._attn: nn.functional.softmax(attn_weights, dim=-1) in the scores' dtype, then
+  // .type(value.dtype); scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are off by default.
+  m.softmax_in_fp32 = false;
+  if (r.boolean_or("reorder_and_upcast_attn", false)) {
+    r.fail("reorder_and_upcast_attn", "true is not supported");
+  }
+  return m;
+}
+
+// GPTBigCodeConfig: GPT-2 with nn.Linear layers, one key/value head under multi_query (the default), and a
+// fp32 softmax (attention_softmax_in_fp32, default true).
+ModelConfig gpt_bigcode(const JsonReader& r) {
+  ModelConfig m = gpt2(r);
+  m.gelu = gpt2_activation(r, "gelu_pytorch_tanh");
+  m.linear_weights = true;
+  if (r.boolean_or("multi_query", true)) {
+    m.n_kv_heads = 1;
+  }
+  m.softmax_in_fp32 = r.boolean_or("attention_softmax_in_fp32", true);
+  return m;
+}
+
+// ---- the llama family -------------------------------------------------------------------------------------
+
+// LlamaConfig and the configs written after it; `defaults` says what differs per model_type.
+struct LlamaDefaults {
+  bool tied_embeddings = false;
+  const char* activation_key = "hidden_act";
+  const char* activation = "silu";
+  bool attention_bias_key = true;  // reads attention_bias (Llama); Qwen2 always has q/k/v biases
+};
+
+ModelConfig llama_like(const JsonReader& r, const LlamaDefaults& d) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = r.integer("vocab_size");
+  m.d_model = r.integer("hidden_size");
+  m.n_layers = r.integer("num_hidden_layers", kMaxLayers);
+  m.n_heads = r.integer("num_attention_heads");
+  m.n_kv_heads = r.integer_or("num_key_value_heads", m.n_heads);
+  m.head_dim = r.integer_or("head_dim", m.d_model / m.n_heads);
+  m.d_ff = r.integer("intermediate_size");
+  m.max_positions = r.integer_or("max_position_embeddings", 4096);
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", d.tied_embeddings);
+  m.dropout.attention = r.probability_or("attention_dropout", 0.0);
+  m.bias = d.attention_bias_key && r.boolean_or("attention_bias", false);
+  m.gated_activation = gated_activation(r, d.activation_key, d.activation);
+  if (r.boolean_or("mlp_bias", false)) {
+    r.fail("mlp_bias", "MLP biases are not supported");
+  }
+  return m;
+}
+
+ModelConfig llama(const JsonReader& r) { return llama_like(r, {}); }
+ModelConfig mistral(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {});
+  m.mistral_mask = true;
+  return m;
+}
+
+ModelConfig qwen2(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {.attention_bias_key = false});
+  m.qkv_bias = true;
+  return m;
+}
+
+// GemmaConfig: GemmaRMSNorm, GeGLU (hidden_activation, gelu_pytorch_tanh when absent), the embeddings scaled
+// by sqrt(hidden_size), tied lm_head.
+ModelConfig gemma(const JsonReader& r) {
+  ModelConfig m = llama_like(
+      r, {.tied_embeddings = true, .activation_key = "hidden_activation", .activation = "gelu_pytorch_tanh"});
+  m.norm = NormKind::kGemmaRmsNorm;
+  m.scale_embeddings = true;
+  return m;
+}
+
+// Gemma2Config: Gemma plus four norms per layer and soft-capped scores and logits.
+ModelConfig gemma2(const JsonReader& r) {
+  ModelConfig m = gemma(r);
+  m.sandwich_norms = true;
+  m.always_builds_mask = true;
+  m.attn_logit_softcapping = r.number_or("attn_logit_softcapping", 50.0);
+  m.final_logit_softcapping = r.number_or("final_logit_softcapping", 30.0);
+  return m;
+}
+
+// Phi3Config: fused qkv_proj and gate_up_proj; dropout after attention and MLP (resid_pdrop) and after the
+// embeddings (embd_pdrop).
+ModelConfig phi3(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {});
+  m.fused_qkv = true;
+  m.fused_gate_up = true;
+  m.mistral_mask = true;
+  m.dropout.embeddings = r.probability_or("embd_pdrop", 0.0);
+  m.dropout.residual = r.probability_or("resid_pdrop", 0.0);
+  if (r.number_or("partial_rotary_factor", 1.0) != 1.0) {
+    r.fail("partial_rotary_factor", "only 1.0 (rotary embedding on the whole head) is supported");
+  }
+  return m;
+}
+
+// MixtralConfig: Mistral with a MixtralSparseMoeBlock of num_local_experts in every layer.
+ModelConfig mixtral(const JsonReader& r) {
+  ModelConfig m = mistral(r);
+  m.moe.n_experts = r.integer_or("num_local_experts", 8, kMaxExperts);
+  m.moe.top_k = r.integer_or("num_experts_per_tok", 2);
+  m.moe.expert_d_ff = m.d_ff;
+  m.moe.normalize_top_k = true;
+  return m;
+}
+
+// Qwen2MoeConfig: Qwen2 attention (q/k/v biases); Qwen2MoeSparseMoeBlock with a shared expert in the layers
+// that decoder_sparse_step and mlp_only_layers make sparse, a dense MLP of intermediate_size elsewhere.
+ModelConfig qwen2_moe(const JsonReader& r) {
+  ModelConfig m = qwen2(r);
+  m.mistral_mask = true;
+  m.moe.n_experts = r.integer_or("num_experts", 60, kMaxExperts);
+  m.moe.top_k = r.integer_or("num_experts_per_tok", 4);
+  m.moe.expert_d_ff = r.integer_or("moe_intermediate_size", 1408);
+  m.moe.shared_expert_d_ff = r.integer_or("shared_expert_intermediate_size", 5632);
+  m.moe.normalize_top_k = r.boolean_or("norm_topk_prob", false);
+  m.moe.sparse_step = r.integer_or("decoder_sparse_step", 1);
+  m.moe.dense_layers = r.integers_or_empty("mlp_only_layers");
+  return m;
+}
+
+struct HfModelType {
+  const char* model_type;
+  const char* architecture;  // the *ForCausalLM class config.json's "architectures" names
+  ModelConfig (*read)(const JsonReader&);
+};
+
+constexpr HfModelType kModelTypes[] = {
+    {"gpt2", "GPT2LMHeadModel", gpt2},          {"gpt_bigcode", "GPTBigCodeForCausalLM", gpt_bigcode},
+    {"llama", "LlamaForCausalLM", llama},       {"mistral", "MistralForCausalLM", mistral},
+    {"qwen2", "Qwen2ForCausalLM", qwen2},       {"gemma", "GemmaForCausalLM", gemma},
+    {"gemma2", "Gemma2ForCausalLM", gemma2},    {"phi3", "Phi3ForCausalLM", phi3},
+    {"mixtral", "MixtralForCausalLM", mixtral}, {"qwen2_moe", "Qwen2MoeForCausalLM", qwen2_moe},
+};
+
+// model_type decides (it is what transformers' AutoConfig dispatches on); a config.json with only
+// "architectures" is matched by its first class name.
+const HfModelType& model_type_of(const nlohmann::json& root, std::string_view source) {
+  if (root.contains("model_type")) {
+    const nlohmann::json& t = root.at("model_type");
+    if (!t.is_string()) {
+      throw InputError(fmt::format("{}: key 'model_type' must be a string", source));
+    }
+    for (const HfModelType& h : kModelTypes) {
+      if (t.get<std::string>() == h.model_type) {
+        return h;
+      }
+    }
+    throw InputError(fmt::format("{}: key 'model_type': unsupported model type '{}' (supported: {})", source,
+                                 t.get<std::string>(), fmt::join(supported_model_types(), ", ")));
+  }
+  if (root.contains("architectures")) {
+    const nlohmann::json& a = root.at("architectures");
+    if (!a.is_array() || a.empty() || !a.at(0).is_string()) {
+      throw InputError(fmt::format("{}: key 'architectures' must be a non-empty list of names", source));
+    }
+    for (const HfModelType& h : kModelTypes) {
+      if (a.at(0).get<std::string>() == h.architecture) {
+        return h;
+      }
+    }
+    throw InputError(
+        fmt::format("{}: key 'architectures': unsupported architecture '{}' (supported model "
+                    "types: {})",
+                    source, a.at(0).get<std::string>(), fmt::join(supported_model_types(), ", ")));
+  }
+  throw InputError(fmt::format("{}: missing key 'model_type'", source));
+}
+
+void check_shapes(const ModelConfig& m, std::string_view source) {
+  if (m.n_heads % m.n_kv_heads != 0) {
+    throw InputError(fmt::format("{}: key 'num_key_value_heads': {} does not divide num_attention_heads {}",
+                                 source, m.n_kv_heads, m.n_heads));
+  }
+  if (m.family == ModelFamily::kGpt2 && m.d_model % m.n_heads != 0) {
+    throw InputError(
+        fmt::format("{}: key 'n_head': {} does not divide n_embd {}", source, m.n_heads, m.d_model));
+  }
+  if (m.head_dim % 2 != 0) {
+    throw InputError(
+        fmt::format("{}: key 'head_dim': {} is odd (rotary embeddings rotate halves)", source, m.head_dim));
+  }
+  if (m.moe.n_experts > 0 && (m.moe.top_k > m.moe.n_experts)) {
+    throw InputError(fmt::format("{}: key 'num_experts_per_tok': {} is more than the {} experts", source,
+                                 m.moe.top_k, m.moe.n_experts));
+  }
+  if (m.moe.n_experts > 0 && m.n_layers * m.moe.n_experts > kMaxExpertLayers) {
+    throw InputError(fmt::format("{}: {} layers x {} experts is more than the {} expert MLPs vramsim models",
+                                 source, m.n_layers, m.moe.n_experts, kMaxExpertLayers));
+  }
+  for (const std::int64_t l : m.moe.dense_layers) {
+    if (l >= m.n_layers) {
+      throw InputError(fmt::format("{}: key 'mlp_only_layers': layer {} does not exist ({} layers)", source,
+                                   l, m.n_layers));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> supported_model_types() {
+  std::vector<std::string> out;
+  for (const HfModelType& h : kModelTypes) {
+    out.emplace_back(h.model_type);
+  }
+  return out;
+}
+
+ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_view source) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  if (!root.is_object()) {
+    throw InputError(fmt::format("{}: expected a JSON object (a Hugging Face config.json)", source));
+  }
+  const HfModelType& type = model_type_of(root, source);
+  ModelConfig m = type.read(JsonReader(root, source));
+  m.name = std::string(source);
+  m.model_type = type.model_type;
+  check_shapes(m, source);
+  std::vector<ParameterShape> shapes;
+  transformers_parameter_shapes(m, shapes);
+  std::int64_t parameters = 0;
+  for (const ParameterShape& p : shapes) {
+    const std::optional<std::int64_t> sum = checked_add(parameters, p.numel());
+    if (!sum || *sum > kMaxParameters) {
+      throw InputError(fmt::format("{}: the model has more than {} parameters, the most vramsim models",
+                                   source, kMaxParameters));
+    }
+    parameters = *sum;
+  }
+  return m;
+}
+
+}  // namespace vramsim

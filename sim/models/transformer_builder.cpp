@@ -1,0 +1,610 @@
+#include "sim/models/transformer_builder.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/parallel/data_parallel.h"
+#include "sim/inference/hf_generate.h"
+#include "sim/models/layer_code.h"
+#include "sim/training/optimizer.h"
+#include "sim/parallel/pipeline_parallel.h"
+#include "sim/training/selective_checkpoint.h"
+#include "sim/compile/torch_compile.h"
+#include "sim/models/transformer_parts.h"
+
+namespace vramsim {
+namespace {
+
+void check_model(const ModelConfig& m, const TrainingOptions& o) {
+  if (m.n_heads <= 0 || m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0 || m.head_dim <= 0 ||
+      m.head_dim % 2 != 0) {
+    throw InputError(
+        fmt::format("--model {}: heads {} / kv heads {} / head_dim {} do not form a valid attention", m.name,
+                    m.n_heads, m.n_kv_heads, m.head_dim));
+  }
+  if (!layer_code(m.code).follows_transformers() && o.attention == AttentionKind::kFlashAttention2) {
+    throw InputError(
+        fmt::format("--attention flash_attention_2: the {} code calls F.scaled_dot_product_attention "
+                    "(use sdpa)",
+                    m.code));
+  }
+  if (o.lora.rank > 0 && !layer_code(m.code).follows_transformers()) {
+    throw InputError(
+        fmt::format("--lora-rank: the {} code's layers are not torch.nn.Linear, which PEFT's LoRA "
+                    "wraps (use --model-code torch-modules)",
+                    m.code));
+  }
+  if (o.pipeline.stages > 1 && !layer_code(m.code).follows_transformers()) {
+    throw InputError(
+        fmt::format("--pp: the {} code is not split into pipeline stages (use --model-code "
+                    "torch-modules)",
+                    m.code));
+  }
+  if (o.sequence_parallel) {
+    if (!layer_code(m.code).follows_transformers()) {
+      throw InputError(
+          fmt::format("--sequence-parallel: the {} code is not modelled with sequence "
+                      "parallelism (use --model-code torch-modules)",
+                      m.code));
+    }
+    if (o.seq % o.tensor_parallel != 0) {
+      throw InputError(fmt::format("--sequence-parallel: --seq {} is not a multiple of --tp {}", o.seq,
+                                   o.tensor_parallel));
+    }
+    if (m.moe.n_experts > 0) {
+      throw InputError("--sequence-parallel: mixture-of-experts layers are not modelled with it");
+    }
+  }
+  if (o.bnb.format != BnbFormat::kNone && !layer_code(m.code).follows_transformers()) {
+    throw InputError(fmt::format(
+        "--base-weights: bitsandbytes quantizes the nn.Linear layers of transformers' model code; "
+        "the {} code has none (use --model-code torch-modules)",
+        m.code));
+  }
+  if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
+      o.seq > m.max_positions) {
+    throw InputError(
+        fmt::format("--seq: {} exceeds the {} learned positions of {}", o.seq, m.max_positions, m.name));
+  }
+}
+
+// The data-parallel units: each decoder layer's parameters, and the rest (the root), in model.parameters()
+// order.
+std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const ModelParams& params,
+                                           const KeepParameter& keep) {
+  std::vector<ParameterUnit> units(static_cast<std::size_t>(model.n_layers) + 1);
+  for (std::size_t l = 0; l + 1 < units.size(); ++l) {
+    units[l].layer = static_cast<int>(l);
+  }
+  units.back().layer = -1;
+  std::vector<ParameterShape> shapes = model.parameter_shapes();
+  if (keep) {  // the parameters create_parameters() made, in the same order
+    std::erase_if(shapes, [&](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
+  }
+  std::map<VarId, std::size_t> unit_of;
+  for (std::size_t i = 0; i < shapes.size() && i < params.all.size(); ++i) {
+    const int l = shapes[i].layer;
+    unit_of[params.all[i]] = l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1;
+    units[unit_of[params.all[i]]].params.push_back(params.all[i]);
+  }
+  // PEFT's adapters are submodules of the layer they adapt: wrapped, gathered and reduced with it.
+  for (const VarId base : params.all) {
+    if (const auto it = params.lora.find(base); it != params.lora.end()) {
+      units[unit_of.at(base)].params.push_back(it->second.lora_a);
+      units[unit_of.at(base)].params.push_back(it->second.lora_b);
+    }
+  }
+  return units;
+}
+
+// One model forward: ids -> logits. Layers run inside checkpoint() for full recomputation; the per-forward
+// tensors a checkpointed layer reads (rotary tables, the mask) are passed as its inputs so the replay in
+// backward finds them alive, as HF passes position_embeddings to the checkpointed layer.
+// The embeddings' output: with sequence parallelism each rank keeps its slice of the sequence
+// (scatter_to_sequence_parallel_region in Megatron's LanguageModelEmbedding).
+VarId embeddings(EmitContext& ctx, VarId ids) {
+  const VarId x = emit_embeddings(ctx, ids);
+  if (!ctx.options.sequence_parallel) {
+    return x;
+  }
+  const VarId shard = ctx.ops.scatter_sequence("embeddings.scatter_to_sequence_parallel_region", x,
+                                               ctx.options.tensor_parallel);
+  ctx.ops.tape().drop(x);
+  return shard;
+}
+
+VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x);
+
+// Decoder layers [first, first + count) on x; takes over the caller's reference to x and returns the last
+// layer's output.
+VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int count, DataParallelScheme& dp,
+                 const std::vector<ParameterUnit>& units) {
+  for (int l = first; l < first + count; ++l) {
+    tape.set_layer(l);
+    dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
+    VarId y;
+    const auto run_layer = [&]() { return layer_forward(ctx, tape, l, x); };
+    if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kLayer && !tape.capturing()) {
+      y = compiled_call(tape, layer_name(l, "compiled"), run_layer, *ctx.inductor);
+    } else {
+      y = run_layer();
+    }
+    tape.drop(x);
+    x = y;
+    dp.post_forward(tape, units[static_cast<std::size_t>(l)]);
+  }
+  tape.set_layer(-1);
+  return x;
+}
+
+// One decoder layer on x, checkpointed as --checkpointing says.
+VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x) {
+  {
+    VarId y;
+    if (ctx.options.checkpointing == Checkpointing::kFull ||
+        ctx.options.checkpointing == Checkpointing::kSelectiveOp) {
+      // Tensor arguments first (the hidden states, the mask: HF passes both positionally), then the rotary
+      // tables, which HF passes inside the position_embeddings tuple (checkpoint's ctx keeps them as they
+      // are, outside saved-tensor hooks).
+      std::vector<VarId> inputs{x};
+      const bool mask = ctx.additive_mask != kNoVar;
+      const bool rope = ctx.rope_cos != kNoVar;
+      if (mask) {
+        inputs.push_back(ctx.additive_mask);
+      }
+      const std::size_t tensor_args = inputs.size();
+      if (rope) {
+        inputs.push_back(ctx.rope_cos);
+        inputs.push_back(ctx.rope_sin);
+      }
+      // torch.utils.checkpoint replays the layer under the autocast state of the forward (it re-enters
+      // torch.autocast with the saved settings), although backward itself runs outside autocast; leaving
+      // that fresh autocast context clears its weight-cast cache.
+      const std::optional<DType> forward_autocast = ctx.ops.autocast();
+      y = tape.checkpoint(
+          layer_name(l, "checkpoint"), inputs,
+          [&ctx, l, rope, mask, forward_autocast](const std::vector<VarId>& in) {
+            const std::optional<DType> outer = ctx.ops.autocast();
+            ctx.ops.set_autocast(forward_autocast);
+            std::size_t k = 1;
+            if (mask) {
+              ctx.additive_mask = in[k++];
+            }
+            if (rope) {
+              ctx.rope_cos = in[k++];
+              ctx.rope_sin = in[k++];
+            }
+            const VarId out = emit_layer(ctx, l, in[0]);
+            if (forward_autocast && !outer) {
+              ctx.ops.clear_autocast_cache();
+            }
+            ctx.ops.set_autocast(outer);
+            return out;
+          },
+          selective_checkpoint_policy(ctx.options.checkpointing), tensor_args);
+    } else {
+      y = emit_layer(ctx, l, x);
+    }
+    return y;
+  }
+}
+
+// One model forward: ids -> logits.
+// The saved-tensor hooks around the forward (--offload activations).
+ActivationOffload activation_offload(const TrainingOptions& o) {
+  if (!o.offload_activations) {
+    return ActivationOffload::kNone;
+  }
+  return o.activation_offload_torchtune ? ActivationOffload::kTorchtuneStreams
+                                        : ActivationOffload::kSaveOnCpu;
+}
+
+VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& dp,
+              const std::vector<ParameterUnit>& units) {
+  dp.pre_forward(tape, units.back());
+  const bool model_graph =
+      ctx.options.compile_scope == CompileScope::kModel ||
+      (ctx.options.compile_scope == CompileScope::kModelAndLoss && ctx.options.forward_only);
+  if (ctx.inductor != nullptr && model_graph && !tape.capturing()) {
+    // torch.compile(model): the whole forward is one graph
+    const VarId logits = compiled_call(
+        tape, "compiled_model",
+        [&]() {
+          const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
+          return emit_final(ctx, x);
+        },
+        *ctx.inductor);
+    dp.post_forward(tape, units.back());
+    end_forward(ctx);
+    return logits;
+  }
+  const VarId x = run_layers(ctx, tape, embeddings(ctx, ids), 0, ctx.model.n_layers, dp, units);
+  // torchtune's recipes wrap model.output in NoOpManager: its saved tensors stay on the GPU (here the final
+  // norm's too, which torchtune offloads: one hidden-size tensor, on the high side).
+  const bool torchtune = ctx.options.offload_activations && ctx.options.activation_offload_torchtune;
+  if (torchtune) {
+    tape.set_activation_offload(ActivationOffload::kNone);
+  }
+  const VarId logits = emit_final(ctx, x);  // drops x
+  if (torchtune) {
+    tape.set_activation_offload(ActivationOffload::kTorchtuneStreams);
+  }
+  dp.post_forward(tape, units.back());  // the root module's forward returns the logits
+  end_forward(ctx);
+  return logits;
+}
+
+// What one step of a pipeline stage works with (build_training_steps' locals).
+struct PipelineStage {
+  EagerTape& tape;
+  TorchOps& ops;
+  const ModelConfig& model;
+  const TrainingOptions& options;
+  const ModelParams& params;
+  const ModelBuffers& buffers;
+  DataParallelScheme& dp;
+  const std::vector<ParameterUnit>& units;
+  VarId ids = kNoVar;
+  VarId targets = kNoVar;
+  std::optional<DType> autocast;
+  AttentionKind attention = AttentionKind::kEager;
+  const LayerCode* code = nullptr;
+  std::vector<PipelineChunk> chunks;
+};
+
+// One chunk's forward on one micro-batch: what its backward needs.
+struct InFlight {
+  VarId received = kNoVar;  // the hidden states received from the previous stage (held until backward)
+  VarId output = kNoVar;    // the loss (last virtual stage) or the hidden states sent on (storage freed)
+  std::size_t nodes_begin = 0;
+  std::size_t nodes_end = 0;
+  // The forward's context: checkpointed layers replay with it in the backward, long after the forward.
+  std::unique_ptr<EmitContext> ctx;
+};
+
+InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
+  EagerTape& tape = st.tape;
+  InFlight f;
+  f.nodes_begin = tape.node_count();
+  tape.set_activation_offload(activation_offload(st.options));
+  tape.set_phase(Phase::kForward);
+  st.ops.set_autocast(st.autocast);
+  f.ctx = std::make_unique<EmitContext>(EmitContext{st.ops,
+                                                    st.model,
+                                                    st.options,
+                                                    st.params,
+                                                    st.buffers,
+                                                    {},
+                                                    kNoVar,
+                                                    kNoVar,
+                                                    kNoVar,
+                                                    st.attention,
+                                                    st.code,
+                                                    nullptr});
+  EmitContext& ctx = *f.ctx;
+  VarId x = kNoVar;
+  if (chunk.embeddings) {
+    st.dp.pre_forward(tape, st.units.back());
+    x = embeddings(ctx, st.ids);
+  } else {
+    // p2p_communication.recv_forward: torch.empty((b, s, h)) in the pipeline dtype, then requires_grad_().
+    const DType hidden = parameter_dtype(st.options.precision);
+    const std::int64_t tokens =
+        st.options.seq / (st.options.sequence_parallel ? st.options.tensor_parallel : 1);
+    f.received =
+        tape.received("pipeline.recv_forward", "recv", {st.options.batch, tokens, st.model.d_model}, hidden);
+    tape.hold(f.received);  // schedules.py keeps input_tensors until the backward
+    st.code->forward_locals(ctx, hidden);
+    x = f.received;
+  }
+  x = run_layers(ctx, tape, x, chunk.first_layer, chunk.layers, st.dp, st.units);
+  if (chunk.head) {
+    const VarId logits = emit_final(ctx, x);
+    st.dp.post_forward(tape, st.units.back());
+    end_forward(ctx);
+    tape.set_phase(Phase::kLoss);
+    f.output = emit_loss(ctx, logits, st.targets);
+    tape.drop(logits);  // forward_step's locals go away; the loss's graph keeps what it needs
+  } else {
+    st.dp.post_forward(tape, st.units.back());
+    end_forward(ctx);
+    // send_forward, then deallocate_output_tensor: the data goes, the autograd node stays.
+    tape.begin_op("pipeline.send_forward", "send");
+    tape.use(tape.storage(x));
+    tape.drop(x);
+    f.output = x;
+  }
+  if (!st.options.autocast_whole_step) {
+    st.ops.set_autocast(std::nullopt);
+    st.ops.clear_autocast_cache();
+  }
+  tape.set_save_on_cpu(false);
+  f.nodes_end = tape.node_count();
+  return f;
+}
+
+void pipeline_backward(PipelineStage& st, const PipelineChunk& chunk, const InFlight& f) {
+  EagerTape& tape = st.tape;
+  tape.set_phase(Phase::kBackward);
+  st.dp.begin_backward(tape);
+  if (chunk.head) {
+    tape.backward(f.output, f.nodes_begin, f.nodes_end, "loss.backward.grad_seed", "ones_like");
+    tape.drop(f.output);
+  } else {
+    // recv_backward: the next stage's gradient of the hidden states seeds this chunk's backward.
+    tape.backward(f.output, f.nodes_begin, f.nodes_end, "pipeline.recv_backward", "recv");
+  }
+  st.dp.end_backward(tape, st.units.back());
+  if (f.received != kNoVar) {  // its gradient was sent back (and freed with the backward's leftovers)
+    tape.drop(f.received);
+  }
+}
+
+// One optimizer step's forwards and backwards of this stage in the schedule's order.
+void pipeline_step(PipelineStage& st, int step) {
+  const int micro_batches = st.options.grad_accumulation;
+  std::vector<InFlight> in_flight(st.chunks.size() * static_cast<std::size_t>(micro_batches));
+  for (const PipelineAction& a : pipeline_schedule(st.options.pipeline, micro_batches)) {
+    st.tape.set_step(step, a.micro_batch);
+    const PipelineChunk& chunk = st.chunks[static_cast<std::size_t>(a.chunk)];
+    InFlight& f = in_flight[static_cast<std::size_t>(a.chunk * micro_batches + a.micro_batch)];
+    if (a.forward) {
+      f = pipeline_forward(st, chunk);
+    } else {
+      pipeline_backward(st, chunk, f);
+    }
+  }
+}
+
+}  // namespace
+
+AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options) {
+  return resolve_attention(
+      options.attention, model.head_dim, options.precision, options.compute_capability, !options.inference,
+      layer_code(model.code).follows_transformers() && (model.always_builds_mask || left_padded(options)));
+}
+
+OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
+  validate(options);
+  check_model(model, options);
+  if (options.generate_tokens > 0) {
+    return build_generation(model, options);
+  }
+  OpGraph graph;
+  EagerTape tape(graph);
+  TorchOps ops(tape);
+  const DType param_dtype = parameter_dtype(options.precision);
+
+  tape.set_step(0);
+  tape.set_phase(Phase::kSetup);
+  tape.begin_op("model.to(device)", "_to_copy");
+  const std::unique_ptr<DataParallelScheme> dp = make_data_parallel(options.data_parallel);
+  // A pipeline stage holds its own layers, the first also the embeddings, the last the head (with tied
+  // embeddings Megatron keeps a copy of the word embeddings there as the output layer's weight).
+  const std::vector<PipelineChunk> chunks = pipeline_chunks(model.n_layers, options.pipeline);
+  KeepParameter keep;
+  if (options.pipeline.stages > 1) {
+    keep = [&chunks, &model](const ParameterShape& p, ParameterRole role) {
+      return std::any_of(chunks.begin(), chunks.end(), [&](const PipelineChunk& c) {
+        switch (role) {
+          case ParameterRole::kLayer:
+            return p.layer >= c.first_layer && p.layer < c.first_layer + c.layers;
+          case ParameterRole::kEmbedding:
+            return c.embeddings || (c.head && model.tied_embeddings);
+          case ParameterRole::kPositions:
+            return c.embeddings;
+          case ParameterRole::kHead:
+            return c.head;
+        }
+        return false;
+      });
+    };
+  }
+  LoraOptions lora = options.lora;
+  lora.base_gradients_computed = lora.rank > 0 && options.data_parallel.scheme.starts_with("fsdp-");  // FSDP1
+  const ModelParams params = create_parameters(
+      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); }, lora,
+      options.bnb, keep);
+  const std::vector<ParameterUnit> units = parameter_units(model, params, keep);
+  const ModelBuffers buffers = create_buffers(tape, model, options);
+  dp->construct(tape, units);
+  tape.set_backward_layer_hooks(
+      [&](int l) { dp->pre_backward(tape, units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1]); },
+      [&](int l) {
+        dp->post_backward(tape, units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1]);
+      });
+  tape.begin_op("batch.to(device)", "_to_copy");
+  const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
+  const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
+  OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
+                           dp->optimizer_on_host(), dp->host_optimizer_fp32());
+  if (options.data_parallel.zero_redundancy_optimizer) {  // rank 0 (the greedy gives it the largest first)
+    optimizer.set_zero_redundancy_partition(
+        zero_redundancy_partition(tape, params.trainable, options.data_parallel.world_size, 0,
+                                  options.data_parallel.zero_partition_key));
+  }
+  const bool forward_only = options.forward_only || options.inference;
+  if (!forward_only) {
+    optimizer.construct();
+  }
+  if (options.optimizer_in_backward) {
+    tape.set_post_accumulate_grad_hook([&optimizer](VarId p) { optimizer.step_in_backward(p); });
+  }
+  // The cuBLAS workspaces: made by the first matmul of each thread, or already there in a warm process.
+  const bool main_exists = options.warm != WarmProcess::kNone;
+  const bool autograd_exists = options.warm == WarmProcess::kStep;
+  if (main_exists || autograd_exists) {
+    tape.begin_op("cublas workspaces of the warm process", "getNewWorkspace");
+  }
+  if (main_exists && options.cublas_workspace_bytes > 0) {
+    tape.allocate("cublas_workspace.main_thread", options.cublas_workspace_bytes, DType::kUInt8,
+                  TensorCategory::kWorkspace);
+  }
+  if (autograd_exists && options.cublas_workspace_bytes > 0) {
+    tape.allocate("cublas_workspace.autograd_thread", options.cublas_workspace_bytes, DType::kUInt8,
+                  TensorCategory::kWorkspace);
+  }
+  ops.set_forward_workspace_bytes(main_exists ? 0 : options.cublas_workspace_bytes);
+  tape.set_backward_workspace_bytes(autograd_exists ? 0 : options.cublas_workspace_bytes);
+  tape.set_cuda_device(options.device);
+  ops.set_lora(&params.lora, &options.lora, !options.inference);
+  ops.set_bnb(&params.bnb, &options.bnb);
+  const std::optional<DType> low = autocast_dtype(options.precision);
+  const AttentionKind attention = attention_kernel(model, options);
+  const LayerCode& code = layer_code(model.code);
+
+  VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
+  VarId held_loss = kNoVar;
+  std::size_t held_graph_begin = 0;
+  PipelineStage stage{tape,  ops, model,   options, params,    buffers, *dp,
+                      units, ids, targets, low,     attention, &code,   chunks};
+  InductorProcess inductor;  // --compile: what the process has tuned (a warm process: everything)
+  inductor.mode = options.compile;
+  inductor.autotuned_before = options.warm != WarmProcess::kNone;
+  for (int step = 1; step <= options.steps; ++step) {
+    if (options.pipeline.stages > 1) {
+      pipeline_step(stage, step);
+    }
+    for (int micro = 0; options.pipeline.stages == 1 && micro < options.grad_accumulation; ++micro) {
+      tape.set_step(step, micro);
+      tape.set_phase(Phase::kForward);
+      ops.set_autocast(low);
+      const std::size_t graph_begin = tape.node_count();
+      EmitContext ctx{ops,    model,  options, params,    buffers, {},
+                      kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
+      ctx.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
+      tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
+      tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
+      // --compile-scope model-and-loss: the model returns its loss (labels passed); the loop keeps no logits
+      const bool loss_in_graph =
+          ctx.inductor != nullptr && !forward_only && options.compile_scope == CompileScope::kModelAndLoss;
+      VarId logits = kNoVar;
+      VarId graph_loss = kNoVar;
+      if (loss_in_graph) {
+        graph_loss = compiled_call(
+            tape, "compiled_model",
+            [&]() {
+              const VarId lg = forward(ctx, tape, ids, *dp, units);
+              tape.set_phase(Phase::kLoss);
+              const VarId l = emit_loss(ctx, lg, targets);
+              tape.drop(lg);
+              tape.set_phase(Phase::kForward);
+              return l;
+            },
+            inductor);
+      } else {
+        logits = forward(ctx, tape, ids, *dp, units);
+      }
+      tape.set_grad_enabled(true);
+      if (held_logits != kNoVar) {  // `logits = model(x)` rebinds the variable
+        tape.drop(held_logits);
+        if (forward_only) {
+          tape.release_nodes(held_graph_begin, graph_begin);  // nothing else keeps the old graph alive
+        }
+      }
+      held_logits = logits;
+      held_graph_begin = graph_begin;
+      if (forward_only) {
+        if (!options.autocast_whole_step) {
+          ops.set_autocast(std::nullopt);
+          ops.clear_autocast_cache();
+        }
+        continue;
+      }
+      tape.set_phase(Phase::kLoss);
+      if (options.activation_offload_torchtune) {  // the recipe's context covers the model's forward only
+        tape.set_activation_offload(ActivationOffload::kNone);
+      }
+      VarId loss = graph_loss;
+      if (loss_in_graph) {
+        tape.begin_op("loss (inside the compiled graph)", "noop");
+      } else {
+        loss = emit_loss(ctx, logits, targets);
+      }
+      if (held_loss != kNoVar) {
+        tape.drop(held_loss);
+      }
+      held_loss = loss;
+      if (options.loss == LossKind::kChunkedCrossEntropy &&
+          held_logits != kNoVar) {  // torchtune: `del logits`
+        tape.drop(held_logits);
+        held_logits = kNoVar;
+      }
+      if (!options.autocast_whole_step) {
+        ops.set_autocast(std::nullopt);
+        ops.clear_autocast_cache();
+      }
+      tape.set_save_on_cpu(false);
+      tape.set_phase(Phase::kBackward);
+      dp->begin_backward(tape);
+      tape.backward(loss);
+      dp->end_backward(tape, units.back());
+    }
+    if (forward_only) {
+      continue;
+    }
+    tape.set_phase(Phase::kOptimizer);
+    if (!options.optimizer_in_backward) {  // else stepped in backward already
+      const TensorId flat_grad = dp->flat_fp32_gradient(tape, params.trainable);
+      if (flat_grad == kNoTensor) {
+        optimizer.step();
+      } else {
+        optimizer.step_flat(flat_grad);
+      }
+      dp->after_optimizer_step(tape);
+    }
+    if (options.autocast_whole_step) {
+      ops.set_autocast(std::nullopt);
+      ops.clear_autocast_cache();
+    }
+    tape.set_phase(Phase::kZeroGrad);
+    optimizer.zero_grad();
+    if (lora.base_gradients_computed && options.zero_grad_set_to_none) {
+      // FSDP1's _clear_grads_if_needed: with every original parameter's .grad None, the flat gradient goes,
+      // the frozen parameters' part with it.
+      for (VarId p : params.all) {
+        if (tape.grad(p) != kNoTensor) {
+          tape.set_grad_to_none(p);
+        }
+      }
+    }
+  }
+  // The script ends: its variables go away.
+  tape.begin_op("end_of_loop", "release");
+  if (held_logits != kNoVar) {
+    tape.drop(held_logits);
+  }
+  if (held_loss != kNoVar) {
+    tape.drop(held_loss);
+  }
+  tape.release_nodes(0, tape.node_count());
+  if (options.autocast_whole_step) {
+    ops.clear_autocast_cache();
+  }
+  tape.finish();
+  graph.unified_memory_bytes = optimizer.paged_state_bytes();
+  dp->add_host_model_states(tape, params.all, graph.host_memory);
+  graph.host_memory.optimizer_states = optimizer.host_state_bytes();
+  graph.host_memory.saved_activations = tape.pinned_host().peak_bytes;
+  graph.host_memory.saved_activations_pinned = tape.pinned_host().reserved_bytes;
+  return graph;
+}
+
+Bytes saved_activation_bytes(const OpGraph& graph, int step, int layer) {
+  Bytes total = 0;
+  for (const Tensor& t : graph.tensors()) {
+    const Op& producer = graph.op(t.producer);
+    if (t.category == TensorCategory::kActivation && t.layer == layer && producer.step == step &&
+        producer.micro_batch == 0 && (producer.phase == Phase::kForward || producer.phase == Phase::kLoss)) {
+      total += t.size_bytes;
+    }
+  }
+  return total;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,167 @@
+// Data parallelism: what each rank of a data-parallel group keeps on its GPU, as the libraries users run
+// arrange it. Ranks of one group run the same step on their own micro-batch, so one rank's simulation is
+// every rank's: a layout of N GPUs costs one simulation, not N.
+//
+// Each scheme is one file behind DataParallelScheme; the registry (data_parallel.cpp) names them:
+//   ddp               torch.nn.parallel.DistributedDataParallel (ddp.cpp)
+//   zero1/zero2/zero3 DeepSpeed ZeRO stages 1-3 (deepspeed_zero.cpp)
+//   fsdp-full-shard, fsdp-shard-grad-op, fsdp-no-shard, fsdp-hybrid-shard: PyTorch FSDP (FSDP1, flat
+//                     parameters per wrapped decoder layer) (fsdp.cpp)
+//   fsdp2-full-shard, fsdp2-shard-grad-op, fsdp2-hybrid-shard: PyTorch FSDP2 (fully_shard per decoder layer
+//                     and root; per-parameter sharding, no record_stream) (fsdp2.cpp)
+// The step builder calls the hooks at the points the libraries act: after the model is built (DDP's
+// buckets), around each decoder layer's forward and backward (all-gather, reduce-scatter), around the whole
+// backward (DeepSpeed's gradient buckets), and asks how much of each parameter, gradient and optimizer state
+// stays on the rank.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/graph/eager_tape.h"
+#include "sim/training/training_options.h"
+
+namespace vramsim {
+
+// The parameters of one unit the schemes gather and reduce together: a decoder layer (layer >= 0) or the
+// rest of the model (layer -1: embeddings, final norm, head; FSDP's root unit).
+struct ParameterUnit {
+  int layer = -1;
+  std::vector<VarId> params;
+};
+
+class DataParallelScheme {
+ public:
+  virtual ~DataParallelScheme() = default;
+  virtual std::string_view name() const = 0;
+  // The elements of a parameter resident on the rank between uses (its shard under ZeRO-3 / FSDP).
+  virtual std::int64_t resident_parameter_numel(std::int64_t numel) const { return numel; }
+  // Each rank keeps 1/n of the optimizer states (and of bf16's fp32 master weights): n ranks share them.
+  virtual int optimizer_state_shards() const { return 1; }
+  // The optimizer runs on the host (offload): see OptimizerModel's `on_host`.
+  virtual bool optimizer_on_host() const { return false; }
+  // The host optimizer steps fp32 copies (DeepSpeed's fp32 partitions), not the offloaded parameters in
+  // their own dtype (FSDP: torch.optim on the flat parameter's shard).
+  virtual bool host_optimizer_fp32() const { return true; }
+  // Adds the model states the scheme keeps on the host (offload) for `params` (every parameter, in
+  // model.parameters() order) to `host`; the host optimizer's states are the optimizer's.
+  virtual void add_host_model_states(const EagerTape&, const std::vector<VarId>& /*params*/,
+                                     HostMemory& /*host*/) const {}
+
+  // After the model is on the device (DDP's constructor).
+  virtual void construct(EagerTape&, const std::vector<ParameterUnit>&) {}
+  // Around one unit's forward; the root unit (layer -1) is entered before the embeddings and left after the
+  // loss.
+  virtual void pre_forward(EagerTape&, const ParameterUnit&) {}
+  virtual void post_forward(EagerTape&, const ParameterUnit&) {}
+  // Around the backward pass and each unit's backward nodes (the root's may be entered twice: head, then
+  // embeddings).
+  virtual void begin_backward(EagerTape&) {}
+  virtual void pre_backward(EagerTape&, const ParameterUnit&) {}
+  virtual void post_backward(EagerTape&, const ParameterUnit&) {}
+  virtual void end_backward(EagerTape&, const ParameterUnit& /*root*/) {}
+  // Before optimizer.step(): a scheme whose optimizer steps one flat fp32 gradient partition (DeepSpeed
+  // ZeRO) makes it from the trainable parameters' gradients, sets their .grad to None and returns it;
+  // kNoTensor: the optimizer steps each parameter's .grad. after_optimizer_step releases it.
+  virtual TensorId flat_fp32_gradient(EagerTape&, const std::vector<VarId>& /*trainable*/) {
+    return kNoTensor;
+  }
+  virtual void after_optimizer_step(EagerTape&) {}
+};
+
+// Throws InputError("<option>: unknown data-parallel scheme 'x' (known: ...)"). `options` outlives it.
+std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions& options,
+                                                       std::string_view option = "--data-parallel");
+std::vector<std::string> data_parallel_names();
+
+// "layers.<l>" or "root": the unit's prefix in op and tensor names.
+std::string unit_name(const ParameterUnit& unit);
+
+// ceil(numel / world): the elements of one rank's shard (FSDP pads the flat parameter, ZeRO the partitions,
+// to a multiple of the world size).
+std::int64_t shard_numel(std::int64_t numel, int world_size);
+
+// Elements of a unit's FSDP1 FlatParameter: its parameters' elements, padded to a multiple of `world_size`.
+// Each numel is at most 2^50 elements (kMaxTensorBytes), so the sum over a unit cannot overflow.
+std::int64_t padded_flat_numel(const EagerTape& tape, const ParameterUnit& unit, int world_size);
+
+// How a scheme runs its reduce-scatters (streams are CUDA streams; 0 is the compute stream).
+enum class ReduceScatterPath : std::uint8_t {
+  // On the compute stream, reading the gradients in place (DeepSpeed ZeRO here).
+  kComputeStream,
+  // FSDP2 (foreach_reduce): the gradients are copied into one reduce-scatter input on the compute stream and
+  // freed at once; the reduce-scatter runs on its own stream with its output allocated there; the input is
+  // kept until the next unit's reduce-scatter (or the end of backward), whose wait on this one's event orders
+  // its free.
+  kFsdp2ReduceScatterStream,
+  // FSDP2 as first released (2024; the torchtitan PR 165 comparison ran it): the copy-in runs on the
+  // reduce-scatter stream, whose pool holds the input (the compute stream waits for the copy-in before the
+  // gradients go); the input is dropped when foreach_reduce returns, in that stream's order, so the next
+  // reduce-scatter reuses its block.
+  kFsdp2CopyInOnReduceScatterStream,
+};
+
+// Shared by DeepSpeed ZeRO 2/3 and FSDP2 (FSDP1's flat gradients are fsdp_flat_param_grad.h): gradients
+// reduce-scattered to the rank's shard after a unit's backward. pre: the unit's parameters got their full
+// gradients in this backward (AccumulateGrad). Keeps one shard gradient per parameter (ZeRO: a tensor each;
+// FSDP2: views of the unit's reduce_output), accumulating into it on later micro-batches, and frees the full
+// one.
+class GradientShards {
+ public:
+  // `to_host`: the reduced shard is copied to a pinned host buffer (offload) and nothing stays on the GPU.
+  // `reduce_dtype`: FSDP2's MixedPrecisionPolicy reduce_dtype (unset: the gradients' dtype). The shard is
+  // cast back to the gradient's dtype after the reduction (orig_dtype).
+  explicit GradientShards(int world_size, bool to_host = false,
+                          ReduceScatterPath path = ReduceScatterPath::kComputeStream,
+                          std::optional<DType> reduce_dtype = std::nullopt)
+      : m_world(world_size), m_to_host(to_host), m_path(path), m_reduce_dtype(reduce_dtype) {}
+  // A later micro-batch: AccumulateGrad must make a fresh full gradient (the shard is not a tensor of the
+  // parameter's shape), so the unit's shards are set aside until reduce_scatter adds to them.
+  void before_unit_backward(EagerTape& tape, const ParameterUnit& unit);
+  void reduce_scatter(EagerTape& tape, const ParameterUnit& unit, std::string_view op_name);
+  // The end of backward (FSDP2's final callback): the last reduce-scatter input is freed.
+  void finish_backward(EagerTape& tape);
+
+  static constexpr StreamId kReduceScatterStream = 2;  // FSDP2's reduce-scatter / FSDP1's post-backward
+
+ private:
+  // FSDP2's reduce_output: one tensor of the unit's shards in the reduce dtype (then cast back to the
+  // gradients' dtype), whose views become the parameters' sharded .grad (or are added to existing ones).
+  void reduce_output(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,
+                     std::string_view op_name);
+  // FSDP2: the unit's gradients copied into one input on the compute stream; returns it.
+  TensorId copy_in(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& fresh,
+                   std::string_view op_name);
+  void free_held_input(EagerTape& tape);
+
+  int m_world;
+  bool m_to_host = false;
+  ReduceScatterPath m_path;
+  std::optional<DType> m_reduce_dtype;
+  std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
+  std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
+  TensorId m_held_input = kNoTensor;  // FSDP2's reduce_scatter_state: the last input
+  OpId m_held_after = kNoOp;          // and the reduce-scatter that read it
+};
+
+// torch.distributed.optim.ZeroRedundancyOptimizer's partition (its sorted-greedy algorithm): `params` (in
+// model.parameters() order) sorted by `key`, largest first, with a stable sort (equal keys keep their order);
+// each in turn goes to the rank with the fewest elements so far (ties: the lowest rank). Returns rank
+// `rank`'s parameters in that order, which is the order its local optimizer steps them. pre: 0 <= rank <
+// world_size.
+std::vector<VarId> zero_redundancy_partition(const EagerTape& tape, const std::vector<VarId>& params,
+                                             int world_size, int rank,
+                                             ZeroPartitionKey key = ZeroPartitionKey::kNumel);
+
+// The individual schemes (one file each).
+std::unique_ptr<DataParallelScheme> make_ddp(const DataParallelOptions& options);
+std::unique_ptr<DataParallelScheme> make_deepspeed_zero(const DataParallelOptions& options, int stage);
+std::unique_ptr<DataParallelScheme> make_fsdp(const DataParallelOptions& options, std::string_view strategy);
+std::unique_ptr<DataParallelScheme> make_fsdp2(const DataParallelOptions& options, std::string_view strategy);
+
+}  // namespace vramsim

@@ -1,0 +1,176 @@
+// PyTorch FSDP (torch.distributed.fsdp, FSDP1) with each decoder layer wrapped (transformer_auto_wrap_policy)
+// and the rest of the model in the root unit. Each unit's parameters are one FlatParameter, padded to a
+// multiple of the world size and sharded: a rank keeps 1/world of it.
+//   full-shard    (FULL_SHARD)    all-gather the unit's flat parameter into an unsharded buffer before its
+//                                 forward, free it after (reshard); gather again before its backward, free
+//                                 after; gradients reduce-scattered after the unit's backward, the shard
+//                                 kept.
+//   shard-grad-op (SHARD_GRAD_OP) the same, but the unsharded buffer lives from the forward to the end of
+//                                 the unit's backward (no reshard after forward).
+//   no-shard      (NO_SHARD)      parameters and gradients whole; gradients all-reduced in place.
+//   hybrid-shard  (HYBRID_SHARD)  full-shard within a node (gpus_per_node ranks), replicated across nodes:
+//                                 a rank keeps 1/min(world, gpus_per_node) of each unit.
+// The root unit is not resharded after forward (its parameters are needed first in backward): its buffer
+// lives from the start of forward to the end of backward. Optimizer states follow the sharded parameters.
+//
+// Streams, as _runtime_utils.py runs them: the all-gather is issued on FSDP's unshard stream, so the
+// unsharded buffer is a block of that stream's pool (spec ST1); the compute stream waits for it. Resharding
+// calls _no_dispatch_record_stream(unsharded_flat_param, compute stream) before freeing its storage, so the
+// block returns to the allocator only once the compute stream has run the unit's kernels (a deferred free,
+// spec ST3). With the host ahead of the device, the next all-gathers cannot reuse it and get blocks of their
+// own: that is FSDP1's extra reserved memory. limit_all_gathers=True (the default) bounds it: a free event is
+// recorded after each reshard of a full-shard strategy, and before an all-gather the host synchronizes on the
+// oldest of two in flight (_FreeEventQueue, _max_num_inflight_all_gathers = 2).
+// Backward prefetch BACKWARD_PRE (the default): entering a unit's backward also issues the all-gather of the
+// unit whose backward comes next.
+//
+// CPUOffload(offload_params=True): the flat parameter's shard and the reduced gradient shard live on the
+// host, where the optimizer steps; the GPU holds a unit's unsharded parameters while it runs.
+// Gradients: the FlatParameter's flat gradient, reduce-scattered on the post-backward stream
+// (fsdp_flat_param_grad.h).
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "sim/parallel/data_parallel.h"
+#include "sim/parallel/fsdp_flat_param_grad.h"
+
+namespace vramsim {
+namespace {
+
+constexpr StreamId kComputeStream = 0;
+constexpr StreamId kUnshardStream = 1;     // FSDP1's _streams["unshard"]
+constexpr int kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
+
+class Fsdp final : public DataParallelScheme {
+ public:
+  Fsdp(const DataParallelOptions& o, std::string_view strategy)
+      : m_name(fmt::format("fsdp-{}", strategy)),
+        m_shard(strategy != "no-shard"),
+        m_reshard_after_forward(strategy == "full-shard" || strategy == "hybrid-shard"),
+        m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
+        m_offload(o.offload_params),
+        m_limit_all_gathers(o.fsdp_limit_all_gathers),
+        m_grads(strategy != "no-shard" ? m_shard_ranks : 1, o.offload_params, o.fsdp_reduce_dtype) {}
+  std::string_view name() const override { return m_name; }
+  // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
+  std::int64_t resident_parameter_numel(std::int64_t numel) const override {
+    if (m_offload) {
+      return 0;
+    }
+    return m_shard ? shard_numel(numel, m_shard_ranks) : numel;
+  }
+  int optimizer_state_shards() const override { return m_shard ? m_shard_ranks : 1; }
+  bool optimizer_on_host() const override { return m_offload; }
+  bool host_optimizer_fp32() const override { return false; }
+  // CPUOffload(offload_params=True): the flat parameter's local shard (_local_shard) and its pinned
+  // _cpu_grad, in the parameters' dtype.
+  void add_host_model_states(const EagerTape& tape, const std::vector<VarId>& params,
+                             HostMemory& host) const override {
+    if (!m_offload) {
+      return;
+    }
+    for (VarId p : params) {
+      const Bytes shard = storage_bytes(shard_numel(numel(tape.shape(p)), m_shard ? m_shard_ranks : 1),
+                                        tape.dtype(p), tape.shape(p));
+      host.parameters += shard;
+      host.gradients += tape.requires_grad(p) ? shard : 0;
+    }
+  }
+
+  void construct(EagerTape&, const std::vector<ParameterUnit>& units) override { m_units = units; }
+  void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {
+    unshard(tape, unit, "forward");
+    wait_for_unshard(tape, unit);
+  }
+  void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (m_reshard_after_forward && unit.layer >= 0) {
+      reshard(tape, unit);
+    }
+  }
+  void pre_backward(EagerTape& tape, const ParameterUnit& unit) override {
+    unshard(tape, unit, "backward");  // nothing to do if it was prefetched
+    wait_for_unshard(tape, unit);
+    const auto next = static_cast<std::size_t>(unit.layer - 1);
+    if (unit.layer > 0 && next < m_units.size()) {  // BACKWARD_PRE: the unit whose backward comes next
+      unshard(tape, m_units[next], "backward_prefetch");
+    }
+    m_grads.before_unit_backward(tape, unit);
+  }
+  void post_backward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (unit.layer < 0) {
+      return;  // the root finishes at the end of backward
+    }
+    reshard(tape, unit);  // _post_backward_reshard comes before the reduce-scatter
+    m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.fsdp.reduce_scatter", unit.layer));
+  }
+  void end_backward(EagerTape& tape, const ParameterUnit& root) override {
+    reshard(tape, root);
+    m_grads.reduce_scatter(tape, root, "root.fsdp.reduce_scatter");
+  }
+
+ private:
+  void unshard(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
+    if (!m_shard || unit.params.empty() || m_unsharded.count(unit.layer) != 0) {
+      return;
+    }
+    const std::int64_t flat = padded_flat_numel(tape, unit, m_shard_ranks);
+    const DType dtype = tape.dtype(unit.params.front());
+    const Bytes bytes = static_cast<Bytes>(flat) * dtype_size_bytes(dtype);
+    tape.set_stream(kUnshardStream);
+    tape.begin_op(fmt::format("{}.fsdp.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
+    if (m_limit_all_gathers && static_cast<int>(m_free_events.size()) >= kMaxInflightAllGathers) {
+      tape.host_wait_for(m_free_events.front());  // _FreeEventQueue.dequeue_if_needed().synchronize()
+      m_free_events.pop_front();
+    }
+    const TensorId buffer = tape.allocate(unit_name(unit) + ".flat_param.unsharded", bytes, dtype,
+                                          TensorCategory::kCommunication);
+    tape.set_comm_bytes(bytes - bytes / static_cast<Bytes>(m_shard_ranks));  // the other ranks' shards
+    tape.set_stream(kComputeStream);
+    m_unsharded[unit.layer] = buffer;
+  }
+  // The compute stream waits for the unshard stream before the unit's kernels (_wait_for_unshard's
+  // wait_stream).
+  void wait_for_unshard(EagerTape& tape, const ParameterUnit& unit) {
+    const auto it = m_unsharded.find(unit.layer);
+    if (it == m_unsharded.end()) {
+      return;
+    }
+    tape.begin_op(unit_name(unit) + ".fsdp.wait_unshard", "wait_stream");
+    tape.wait_for(it->second);
+  }
+  void reshard(EagerTape& tape, const ParameterUnit& unit) {
+    auto it = m_unsharded.find(unit.layer);
+    if (it == m_unsharded.end()) {
+      return;
+    }
+    const OpId op = tape.begin_op(unit_name(unit) + ".fsdp.reshard", "free_storage");
+    tape.record_stream(it->second, kComputeStream);  // _no_dispatch_record_stream, then _free_storage
+    tape.release(it->second);
+    m_unsharded.erase(it);
+    if (m_limit_all_gathers && m_shard) {
+      m_free_events.push_back(op);  // the free event recorded after it
+    }
+  }
+
+  std::string m_name;
+  bool m_shard;
+  bool m_reshard_after_forward;
+  int m_shard_ranks;  // the ranks one unit is sharded over
+  bool m_offload;
+  bool m_limit_all_gathers;
+  FlatParamGradients m_grads;
+  std::vector<ParameterUnit> m_units;
+  std::map<int, TensorId> m_unsharded;
+  std::deque<OpId> m_free_events;  // reshard ops whose free events are in flight
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallelScheme> make_fsdp(const DataParallelOptions& options, std::string_view strategy) {
+  return std::make_unique<Fsdp>(options, strategy);
+}
+
+}  // namespace vramsim

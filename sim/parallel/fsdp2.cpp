@@ -1,0 +1,210 @@
+// PyTorch FSDP2 (torch.distributed.fsdp.fully_shard; _fully_shard/_fsdp_param_group.py and
+// _fsdp_collectives.py) applied to each decoder layer and to the root module, as torchtitan does. Each
+// parameter is sharded on its own along dim 0 (a DTensor with Shard(0)), dim 0 padded to a multiple of the
+// shard group; a unit's parameters are still gathered by one all-gather.
+//   full-shard    fully_shard(reshard_after_forward=True)   (FSDP1 FULL_SHARD, ZeRO-3)
+//   shard-grad-op fully_shard(reshard_after_forward=False)  (FSDP1 SHARD_GRAD_OP, ZeRO-2)
+//   hybrid-shard  a 2-D mesh: full-shard within a node (gpus_per_node ranks), replicated across nodes
+// The root is not resharded after forward (lazy init sets its reshard_after_forward to False).
+//
+// Memory, as FSDP2's design has it ("lower and deterministic GPU memory by avoiding recordStream"):
+//   * unshard(): the all-gather output, one flat buffer for the unit, is allocated on the all-gather copy-in
+//     stream (the local shards are copied into its own slice), and the all-gather runs on the all-gather
+//     stream;
+//   * wait_for_unshard(): the compute stream waits for the all-gather, then copies the output out into each
+//     parameter's unsharded tensor, allocated on the compute stream (foreach_all_gather_copy_out);
+//   * in forward the output is kept (comm_ctx.all_gather_state) until the next unit's wait_for_unshard, which
+//     makes the all-gather streams wait for this copy-out's event and only then drops it (the root's
+//     post-forward drops the last one); in backward the streams wait and it is dropped at once. Either way
+//     the free is ordered on its own stream, so the next all-gather reuses the block at once: no
+//     record_stream, no deferred free, no rate limiter;
+//   * reshard frees the unsharded parameters on the compute stream, in stream order.
+// Backward always prefetches the next unit's all-gather (FSDP2 has no other mode). Gradients are
+// reduce-scattered to the shard after each unit's backward through one copied-in input, kept until the next
+// reduce-scatter (ReduceScatterPath::kFsdp2ReduceScatterStream). Not modelled: CPU offload (OffloadPolicy)
+// and reshard_after_forward as an int.
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "sim/parallel/data_parallel.h"
+
+namespace vramsim {
+namespace {
+
+constexpr StreamId kComputeStream = 0;
+constexpr StreamId kAllGatherCopyInStream = 3;  // comm_ctx.all_gather_copy_in_stream
+constexpr StreamId kAllGatherStream = 4;        // comm_ctx.all_gather_stream
+
+class Fsdp2 final : public DataParallelScheme {
+ public:
+  Fsdp2(const DataParallelOptions& o, std::string_view strategy)
+      : m_name(fmt::format("fsdp2-{}", strategy)),
+        m_reshard_after_forward(strategy != "shard-grad-op"),
+        m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
+        m_grads(m_shard_ranks, false,
+                o.fsdp2_copy_in_on_reduce_scatter_stream
+                    ? ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream
+                    : ReduceScatterPath::kFsdp2ReduceScatterStream,
+                o.fsdp_reduce_dtype) {}
+  std::string_view name() const override { return m_name; }
+  std::int64_t resident_parameter_numel(std::int64_t numel) const override {
+    return shard_numel(numel, m_shard_ranks);
+  }
+  int optimizer_state_shards() const override { return m_shard_ranks; }
+
+  void construct(EagerTape&, const std::vector<ParameterUnit>& units) override { m_units = units; }
+  void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {
+    unshard(tape, unit);
+    wait_for_unshard(tape, unit, /*forward=*/true);
+  }
+  void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (m_reshard_after_forward && unit.layer >= 0) {
+      reshard(tape, unit);
+    }
+    if (unit.layer < 0 && m_state) {  // the root's _post_forward frees the last unit's kept output
+      free_output(tape, *m_state);
+      m_state.reset();
+    }
+  }
+  void pre_backward(EagerTape& tape, const ParameterUnit& unit) override {
+    unshard(tape, unit);  // nothing to do if it was prefetched or never resharded
+    wait_for_unshard(tape, unit, /*forward=*/false);
+    const auto next = static_cast<std::size_t>(unit.layer - 1);
+    if (unit.layer > 0 && next < m_units.size()) {  // _backward_prefetch
+      unshard(tape, m_units[next]);
+    }
+    m_grads.before_unit_backward(tape, unit);
+  }
+  void post_backward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (unit.layer < 0) {
+      return;  // the root finishes at the end of backward
+    }
+    m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.fsdp.reduce_scatter", unit.layer));
+    reshard(tape, unit);
+  }
+  void end_backward(EagerTape& tape, const ParameterUnit& root) override {
+    m_grads.reduce_scatter(tape, root, "root.fsdp.reduce_scatter");
+    m_grads.finish_backward(tape);
+    reshard(tape, root);
+  }
+
+ private:
+  struct AllGatherResult {
+    TensorId output = kNoTensor;
+    OpId all_gather = kNoOp;
+  };
+  struct AllGatherState {  // comm_ctx.all_gather_state: an output kept until the next unit's copy-out
+    TensorId output = kNoTensor;
+    OpId copy_out = kNoOp;
+    std::string unit;
+  };
+
+  // foreach_all_gather: the copy-in allocates the output and fills this rank's slice; the all-gather fills
+  // the rest.
+  void unshard(EagerTape& tape, const ParameterUnit& unit) {
+    if (unit.params.empty() || m_unsharded.count(unit.layer) != 0 || m_results.count(unit.layer) != 0) {
+      return;
+    }
+    std::int64_t flat = 0;
+    for (VarId p : unit.params) {
+      flat += padded_numel(tape, p);
+    }
+    const DType dtype = tape.dtype(unit.params.front());
+    const Bytes bytes = static_cast<Bytes>(flat) * dtype_size_bytes(dtype);
+    AllGatherResult r;
+    tape.set_stream(kAllGatherCopyInStream);
+    tape.begin_op(unit_name(unit) + ".fsdp.all_gather_copy_in", "all_gather_copy_in");
+    r.output =
+        tape.allocate(unit_name(unit) + ".all_gather_output", bytes, dtype, TensorCategory::kCommunication);
+    tape.set_stream(kAllGatherStream);
+    r.all_gather = tape.begin_op(unit_name(unit) + ".fsdp.all_gather", "all_gather_into_tensor");
+    tape.wait_for(r.output);
+    tape.set_comm_bytes(bytes - bytes / static_cast<Bytes>(m_shard_ranks));
+    tape.set_stream(kComputeStream);
+    m_results[unit.layer] = r;
+  }
+
+  void wait_for_unshard(EagerTape& tape, const ParameterUnit& unit, bool forward) {
+    const auto it = m_results.find(unit.layer);
+    if (it == m_results.end()) {
+      return;
+    }
+    const AllGatherResult r = it->second;
+    m_results.erase(it);
+    if (forward && m_state) {  // the previous unit's output, kept for this copy-out to overlap with
+      free_output(tape, *m_state);
+      m_state.reset();
+    }
+    const OpId copy_out =
+        tape.begin_op(unit_name(unit) + ".fsdp.all_gather_copy_out", "split_with_sizes_copy");
+    tape.stream_wait_for(r.all_gather);
+    tape.use(r.output);
+    std::vector<TensorId>& params = m_unsharded[unit.layer];
+    for (VarId p : unit.params) {
+      params.push_back(tape.allocate(tape.name(p) + ".unsharded", tensor_bytes_padded(tape, p), tape.dtype(p),
+                                     TensorCategory::kCommunication));
+    }
+    const AllGatherState state{r.output, copy_out, unit_name(unit)};
+    if (forward) {
+      m_state = state;
+    } else {
+      free_output(tape, state);
+    }
+  }
+
+  // _wait_all_gather_streams_on_event(copy-out event), then the reference goes: the free is ordered on the
+  // output's own stream.
+  static void free_output(EagerTape& tape, const AllGatherState& state) {
+    tape.set_stream(kAllGatherCopyInStream);
+    tape.begin_op(state.unit + ".fsdp.free_all_gather_output", "wait_event");
+    tape.stream_wait_for(state.copy_out);
+    tape.release(state.output);
+    tape.set_stream(kComputeStream);
+  }
+
+  void reshard(EagerTape& tape, const ParameterUnit& unit) {
+    const auto it = m_unsharded.find(unit.layer);
+    if (it == m_unsharded.end()) {
+      return;
+    }
+    tape.begin_op(unit_name(unit) + ".fsdp.reshard", "free_storage");
+    for (TensorId t : it->second) {
+      tape.release(t);
+    }
+    m_unsharded.erase(it);
+  }
+
+  // Dim 0 padded to a multiple of the shard group (FSDPParam's padded sharded size x the group).
+  std::int64_t padded_numel(const EagerTape& tape, VarId p) const {
+    const Shape& shape = tape.shape(p);
+    const std::int64_t n = numel(shape);
+    if (shape.empty() || shape.front() == 0) {
+      return n;
+    }
+    const std::int64_t rows = shape.front();
+    return shard_numel(rows, m_shard_ranks) * m_shard_ranks * (n / rows);
+  }
+  Bytes tensor_bytes_padded(const EagerTape& tape, VarId p) const {
+    return static_cast<Bytes>(padded_numel(tape, p)) * dtype_size_bytes(tape.dtype(p));
+  }
+
+  std::string m_name;
+  bool m_reshard_after_forward;
+  int m_shard_ranks;
+  GradientShards m_grads;
+  std::vector<ParameterUnit> m_units;
+  std::map<int, AllGatherResult> m_results;          // issued, not yet copied out
+  std::map<int, std::vector<TensorId>> m_unsharded;  // per unit: each parameter's unsharded tensor
+  std::optional<AllGatherState> m_state;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallelScheme> make_fsdp2(const DataParallelOptions& options,
+                                               std::string_view strategy) {
+  return std::make_unique<Fsdp2>(options, strategy);
+}
+
+}  // namespace vramsim

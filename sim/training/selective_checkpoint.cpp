@@ -1,0 +1,44 @@
+#include "sim/training/selective_checkpoint.h"
+
+#include <array>
+
+namespace vramsim {
+namespace {
+
+class TorchtitanOpSac final : public SelectiveCheckpointPolicy {
+ public:
+  bool must_save(std::string_view aten_op, int occurrence) const override {
+    // no_recompute_list: aten.mm, aten._scaled_dot_product_efficient_attention,
+    // aten._scaled_dot_product_flash_attention, _c10d_functional.reduce_scatter_tensor.
+    static constexpr std::array<std::string_view, 4> kSaveList{
+        "mm", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+        "reduce_scatter_tensor"};
+    bool listed = false;
+    for (std::string_view op : kSaveList) {
+      listed = listed || op == aten_op;
+    }
+    // `meta[mm_count_key] % 2 == 0`: the second, fourth, ... mm of the pass is recomputed.
+    return listed && !(aten_op == "mm" && occurrence % 2 == 0);
+  }
+};
+
+}  // namespace
+
+const SelectiveCheckpointPolicy& torchtitan_op_sac_policy() {
+  static const TorchtitanOpSac policy;
+  return policy;
+}
+
+const SelectiveCheckpointPolicy* selective_checkpoint_policy(Checkpointing c) {
+  switch (c) {
+    case Checkpointing::kSelectiveOp:
+      return &torchtitan_op_sac_policy();
+    case Checkpointing::kNone:
+    case Checkpointing::kFull:
+    case Checkpointing::kSelective:
+      return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,397 @@
+#include "sim/training/training_options.h"
+
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/inference/hf_kv_cache.h"
+#include "sim/finetune/peft_lora.h"
+#include "sim/parallel/pipeline_parallel.h"
+
+namespace vramsim {
+namespace {
+
+template <typename E, std::size_t N>
+E parse_enum(const std::array<std::pair<std::string_view, E>, N>& table, std::string_view text,
+             std::string_view option) {
+  std::vector<std::string_view> known;
+  for (const auto& [name, value] : table) {
+    if (name == text) {
+      return value;
+    }
+    known.push_back(name);
+  }
+  throw InputError(fmt::format("{}: unknown value '{}' (known: {})", option, text, fmt::join(known, ", ")));
+}
+
+template <typename E, std::size_t N>
+std::string_view name_of(const std::array<std::pair<std::string_view, E>, N>& table, E value) {
+  for (const auto& [name, v] : table) {
+    if (v == value) {
+      return name;
+    }
+  }
+  return "?";
+}
+
+constexpr std::array<std::pair<std::string_view, Precision>, 4> kPrecisions{{
+    {"fp32", Precision::kFp32},
+    {"amp-fp16", Precision::kAmpFp16},
+    {"amp-bf16", Precision::kAmpBf16},
+    {"bf16", Precision::kBf16},
+}};
+
+constexpr std::array<std::pair<std::string_view, OptimizerKind>, 8> kOptimizers{{
+    {"sgd", OptimizerKind::kSgd},
+    {"sgd-momentum", OptimizerKind::kSgdMomentum},
+    {"adam", OptimizerKind::kAdam},
+    {"adamw", OptimizerKind::kAdamW},
+    {"adamw-8bit", OptimizerKind::kAdamW8bit},
+    {"adafactor", OptimizerKind::kAdafactor},
+    {"paged-adamw", OptimizerKind::kPagedAdamW},
+    {"paged-adamw-8bit", OptimizerKind::kPagedAdamW8bit},
+}};
+
+constexpr std::array<std::pair<std::string_view, OptimizerImpl>, 4> kImpls{{
+    {"foreach", OptimizerImpl::kForeach},
+    {"fused", OptimizerImpl::kFused},
+    {"for-loop", OptimizerImpl::kForLoop},
+    {"single-tensor", OptimizerImpl::kSingleTensor},
+}};
+
+constexpr std::array<std::pair<std::string_view, Checkpointing>, 4> kCheckpointing{{
+    {"none", Checkpointing::kNone},
+    {"full", Checkpointing::kFull},
+    {"selective", Checkpointing::kSelective},
+    {"selective-op", Checkpointing::kSelectiveOp},
+}};
+
+constexpr std::array<std::pair<std::string_view, LossKind>, 2> kLosses{{
+    {"ce", LossKind::kCrossEntropy},
+    {"chunked-ce", LossKind::kChunkedCrossEntropy},
+}};
+
+// Canonical names first: attention_name() returns the first match.
+constexpr std::array<std::pair<std::string_view, AttentionKind>, 8> kAttention{{
+    {"eager", AttentionKind::kEager},
+    {"sdpa", AttentionKind::kSdpa},
+    {"sdpa-flash", AttentionKind::kSdpaFlash},
+    {"sdpa-efficient", AttentionKind::kSdpaEfficient},
+    {"sdpa-math", AttentionKind::kSdpaMath},
+    {"flash_attention_2", AttentionKind::kFlashAttention2},
+    {"math", AttentionKind::kEager},
+    {"flash", AttentionKind::kSdpaFlash},
+}};
+
+constexpr std::array<std::pair<std::string_view, WarmProcess>, 3> kWarm{{
+    {"none", WarmProcess::kNone},
+    {"forward", WarmProcess::kForward},
+    {"step", WarmProcess::kStep},
+}};
+
+constexpr std::array<std::pair<std::string_view, CompileMode>, 5> kCompileModes{{
+    {"none", CompileMode::kNone},
+    {"default", CompileMode::kDefault},
+    {"reduce-overhead", CompileMode::kReduceOverhead},
+    {"max-autotune", CompileMode::kMaxAutotune},
+    {"max-autotune-no-cudagraphs", CompileMode::kMaxAutotuneNoCudagraphs},
+}};
+constexpr std::array<std::pair<std::string_view, CompileScope>, 3> kCompileScopes{{
+    {"model", CompileScope::kModel},
+    {"model-and-loss", CompileScope::kModelAndLoss},
+    {"layer", CompileScope::kLayer},
+}};
+
+// "adamw-fused" -> ("adamw", "fused"); a kind alone -> (kind, "").
+std::pair<std::string_view, std::string_view> split_impl(std::string_view text) {
+  for (const auto& [impl, value] : kImpls) {
+    (void)value;
+    if (text.size() > impl.size() + 1 && text.ends_with(impl) && text[text.size() - impl.size() - 1] == '-') {
+      return {text.substr(0, text.size() - impl.size() - 1), impl};
+    }
+  }
+  return {text, {}};
+}
+
+}  // namespace
+
+void validate(const TrainingOptions& o) {
+  validate(o.lora);
+  if (o.compile != CompileMode::kNone) {
+    // What the compiled path does not model yet: each of these changes what is captured or where the graph
+    // breaks (module hooks that gather parameters, saved-tensor hooks, a pipeline's stage split).
+    const auto refuse = [](std::string_view what) {
+      throw InputError(fmt::format("--compile: not modelled together with {}", what));
+    };
+    // FSDP's module hooks (unshard before, reshard after each wrapped unit) break a whole-model graph; DDP's
+    // and ZeRO-1/2's hooks act on gradients only
+    if (o.data_parallel.scheme.find("fsdp") != std::string::npos && o.compile_scope != CompileScope::kLayer) {
+      refuse("--data-parallel " + o.data_parallel.scheme +
+             " (use --compile-scope layer, as torchtitan does)");
+    }
+    if (o.data_parallel.scheme == "zero3") {
+      refuse("ZeRO-3");
+    }
+    if (o.offload_activations) {
+      refuse("--offload activations");
+    }
+    if (o.pipeline.stages > 1) {
+      refuse("pipeline parallelism");
+    }
+    if (o.tensor_parallel > 1) {
+      refuse("tensor parallelism");
+    }
+    if (o.generate_tokens > 0) {
+      refuse("--generate");
+    }
+    if (o.loss == LossKind::kChunkedCrossEntropy && o.compile_scope != CompileScope::kLayer) {
+      refuse("--loss chunked-ce unless --compile-scope layer (the model's output is a list of chunks)");
+    }
+  }
+  if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
+    throw InputError(
+        fmt::format("--generate: {} new tokens is out of range (1..{})", o.generate_tokens, kMaxPasses));
+  }
+  if (o.generate_tokens > 0) {
+    const std::vector<std::string_view> caches = kv_cache_names();
+    if (std::find(caches.begin(), caches.end(), o.kv_cache) == caches.end()) {
+      throw InputError(
+          fmt::format("--kv-cache: unknown cache '{}' (known: {})", o.kv_cache, fmt::join(caches, ", ")));
+    }
+  }
+  if (o.block_size < 1 || o.block_size > kMaxVllmBlockSize) {
+    throw InputError(
+        fmt::format("--block-size: must be in 1..{} tokens, got {}", kMaxVllmBlockSize, o.block_size));
+  }
+  if (o.num_gpu_blocks < 0 || o.num_gpu_blocks > kMaxSeq) {
+    throw InputError(
+        fmt::format("--kv-cache paged: {} blocks is out of range (0..{})", o.num_gpu_blocks, kMaxSeq));
+  }
+  if (o.generate_tokens == 0 && o.kv_cache != "dynamic") {
+    throw InputError(fmt::format("--kv-cache {}: needs --generate", o.kv_cache));
+  }
+  if (!o.prompt_lens.empty()) {
+    if (static_cast<std::int64_t>(o.prompt_lens.size()) != o.batch) {
+      throw InputError(
+          fmt::format("--prompt-len: {} lengths for a batch of {}", o.prompt_lens.size(), o.batch));
+    }
+    if (o.generate_tokens == 0) {
+      throw InputError("--prompt-len: prompts of different lengths need --generate");
+    }
+  }
+  if (o.bnb.format != BnbFormat::kNone) {
+    // QLoRA with DDP: each rank loads the quantized model (device_map={"": local_rank}); sharding quantized
+    // weights (FSDP's bnb_4bit_quant_storage, ZeRO-3) is not modelled.
+    const bool ddp = o.data_parallel.scheme == "none" || o.data_parallel.scheme == "ddp";
+    if (!ddp || o.tensor_parallel > 1 || o.pipeline.stages > 1) {
+      throw InputError(
+          "--base-weights: quantized base weights are modelled on one GPU or with DDP (not --zero, --fsdp, "
+          "--tp or --pp)");
+    }
+    if (o.lora.rank == 0 && !o.inference && !o.forward_only && o.generate_tokens == 0) {
+      throw InputError(
+          "--base-weights: transformers refuses to fine-tune a purely quantized model; add --lora-rank "
+          "(QLoRA) or run --inference");
+    }
+  }
+  validate(o.pipeline, o.grad_accumulation);
+  if (o.data_parallel.zero_redundancy_optimizer &&
+      (o.data_parallel.scheme != "ddp" || o.data_parallel.world_size < 2)) {
+    throw InputError(
+        "--zero-redundancy-optimizer: shards the optimizer over a DDP group: needs --world-size 2 or more "
+        "and plain DDP (not --zero 1-3 or --fsdp)");
+  }
+  if (o.optimizer_in_backward &&
+      (o.grad_accumulation > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
+    // torchtune: "Gradient accumulation is not supported with optimizer in bwd"; its single-device recipes
+    throw InputError(
+        "--optimizer-in-backward: modelled on one GPU without gradient accumulation (as torchtune's "
+        "single-device recipes run it)");
+  }
+  if (o.activation_offload_torchtune && (!o.offload_activations || o.pipeline.stages > 1)) {
+    throw InputError(
+        "--activation-offload torchtune: needs --offload activations, and is not modelled with --pp");
+  }
+  if (o.sequence_parallel && o.tensor_parallel < 2) {
+    throw InputError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
+  }
+  if (o.sequence_parallel && o.generate_tokens > 0) {
+    throw InputError("--sequence-parallel: not modelled with --generate");
+  }
+  if (o.pipeline.stages > 1 && (o.forward_only || o.inference || o.generate_tokens > 0)) {
+    throw InputError(
+        "--pp: pipeline parallelism is modelled for training steps (not --forward-only, "
+        "--inference or --generate)");
+  }
+  if (o.lora.rank > 0 && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
+    throw InputError(
+        "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or "
+        "--pp");
+  }
+  if (o.batch <= 0 || o.batch > kMaxBatch) {
+    throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));
+  }
+  if (o.seq <= 0 || o.seq > kMaxSeq) {
+    throw InputError(fmt::format("--seq: must be in 1..{}, got {}", kMaxSeq, o.seq));
+  }
+  if (o.batch > kMaxTokens / o.seq) {
+    throw InputError(
+        fmt::format("--batch x --seq: {} x {} tokens per micro-batch is more than the {} vramsim "
+                    "models",
+                    o.batch, o.seq, kMaxTokens));
+  }
+  if (!(o.dropout >= 0.0 && o.dropout < 1.0)) {
+    throw InputError(fmt::format("--dropout: must be in [0, 1), got {}", o.dropout));
+  }
+  if (o.grad_accumulation <= 0 || o.grad_accumulation > kMaxPasses) {
+    throw InputError(
+        fmt::format("--grad-accumulation: must be in 1..{}, got {}", kMaxPasses, o.grad_accumulation));
+  }
+  if (o.steps <= 0 || o.steps > kMaxPasses) {
+    throw InputError(fmt::format("--steps: must be in 1..{}, got {}", kMaxPasses, o.steps));
+  }
+  if (o.grad_accumulation > kMaxPasses / o.steps) {
+    throw InputError(
+        fmt::format("--steps x --grad-accumulation: {} x {} micro-batches is more than the {} "
+                    "vramsim simulates",
+                    o.steps, o.grad_accumulation, kMaxPasses));
+  }
+}
+
+Precision parse_precision(std::string_view text, std::string_view option) {
+  return parse_enum(kPrecisions, text, option);
+}
+
+OptimizerKind parse_optimizer(std::string_view text, std::string_view option) {
+  return parse_enum(kOptimizers, split_impl(text).first, option);
+}
+
+OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback, std::string_view option) {
+  const auto [kind, impl] = split_impl(text);
+  (void)parse_enum(kOptimizers, kind, option);
+  return impl.empty() ? fallback : parse_enum(kImpls, impl, option);
+}
+
+Checkpointing parse_checkpointing(std::string_view text, std::string_view option) {
+  return parse_enum(kCheckpointing, text, option);
+}
+
+LossKind parse_loss(std::string_view text, std::string_view option) {
+  return parse_enum(kLosses, text, option);
+}
+
+AttentionKind parse_attention(std::string_view text, std::string_view option) {
+  return parse_enum(kAttention, text, option);
+}
+
+AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, Precision precision,
+                                int compute_capability, bool requires_grad, bool attn_mask) {
+  if (attention != AttentionKind::kSdpa) {
+    return attention;
+  }
+  // sdp_utils.cpp: use_flash_attention needs fp16/bf16 q/k/v, head_dim <= 256 and a multiple of 8, sm80+;
+  // check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89 keeps backward on 8.6 / 8.9 to 192;
+  // use_mem_efficient_attention takes fp32 too (alignment 4) and any head size.
+  const bool half = precision != Precision::kFp32;
+  const bool ampere_or_newer = compute_capability == 0 || compute_capability >= 80;
+  const bool sm86_89 = compute_capability == 86 || compute_capability == 89;
+  const int flash_max = sm86_89 && requires_grad ? 192 : 256;
+  if (half && !attn_mask && head_dim <= flash_max && head_dim % 8 == 0 && ampere_or_newer) {
+    return AttentionKind::kSdpaFlash;
+  }
+  if (head_dim % (half ? 8 : 4) == 0) {
+    return AttentionKind::kSdpaEfficient;
+  }
+  return AttentionKind::kSdpaMath;
+}
+
+bool materialises_scores(AttentionKind kind) {
+  return kind == AttentionKind::kEager || kind == AttentionKind::kSdpaMath;
+}
+
+WarmProcess parse_warm(std::string_view text, std::string_view option) {
+  return parse_enum(kWarm, text, option);
+}
+std::string_view warm_name(WarmProcess w) { return name_of(kWarm, w); }
+CompileMode parse_compile_mode(std::string_view text, std::string_view option) {
+  return parse_enum(kCompileModes, text, option);
+}
+CompileScope parse_compile_scope(std::string_view text, std::string_view option) {
+  return parse_enum(kCompileScopes, text, option);
+}
+std::string_view compile_mode_name(CompileMode m) { return name_of(kCompileModes, m); }
+
+std::string_view precision_name(Precision p) { return name_of(kPrecisions, p); }
+std::string_view optimizer_name(OptimizerKind o) { return name_of(kOptimizers, o); }
+std::string_view optimizer_impl_name(OptimizerImpl i) { return name_of(kImpls, i); }
+std::string_view checkpointing_name(Checkpointing c) { return name_of(kCheckpointing, c); }
+std::string_view attention_name(AttentionKind a) { return name_of(kAttention, a); }
+
+std::optional<DType> autocast_dtype(Precision p) {
+  switch (p) {
+    case Precision::kAmpFp16:
+      return DType::kFloat16;
+    case Precision::kAmpBf16:
+      return DType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+DType parameter_dtype(Precision p) { return p == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32; }
+
+MasterWeights parse_master_weights(std::string_view text, std::string_view option) {
+  if (text == "fp32") {
+    return MasterWeights::kFp32;
+  }
+  if (text == "none") {
+    return MasterWeights::kNone;
+  }
+  throw InputError(fmt::format("{}: unknown value '{}' (known: fp32, none)", option, text));
+}
+
+std::string_view master_weights_name(MasterWeights m) { return m == MasterWeights::kFp32 ? "fp32" : "none"; }
+
+MasterWeights default_master_weights(std::string_view data_parallel_scheme, int tensor_parallel, int stages) {
+  const bool deepspeed = data_parallel_scheme.starts_with("zero");
+  const bool fsdp = data_parallel_scheme.starts_with("fsdp");
+  const bool megatron = tensor_parallel > 1 || stages > 1;
+  return deepspeed || fsdp || megatron ? MasterWeights::kFp32 : MasterWeights::kNone;
+}
+
+namespace {
+bool bitsandbytes_optimizer(OptimizerKind k) {
+  return k == OptimizerKind::kAdamW8bit || k == OptimizerKind::kPagedAdamW || k == OptimizerKind::kPagedAdamW8bit;
+}
+}  // namespace
+
+bool steps_fp32_master(const TrainingOptions& o) {
+  return o.precision == Precision::kBf16 && o.master_weights == MasterWeights::kFp32 &&
+         !bitsandbytes_optimizer(o.optimizer);
+}
+
+std::string precision_regime(const TrainingOptions& o) {
+  switch (o.precision) {
+    case Precision::kFp32:
+      return "fp32 parameters, gradients and optimizer states";
+    case Precision::kAmpFp16:
+    case Precision::kAmpBf16:
+      return fmt::format("torch.autocast({}): fp32 parameters, gradients and optimizer states; {} matmuls",
+                         o.precision == Precision::kAmpFp16 ? "float16" : "bfloat16",
+                         o.precision == Precision::kAmpFp16 ? "fp16" : "bf16");
+    case Precision::kBf16:
+      break;
+  }
+  if (bitsandbytes_optimizer(o.optimizer)) {
+    return "bf16 parameters and gradients; bitsandbytes updates them in place (no master copy)";
+  }
+  return o.master_weights == MasterWeights::kFp32
+             ? "bf16 parameters and gradients; fp32 master weights and optimizer states (--master-weights fp32)"
+             : "bf16 parameters, gradients and optimizer states; no master copy (--master-weights none)";
+}
+
+}  // namespace vramsim

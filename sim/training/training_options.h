@@ -1,0 +1,361 @@
+// How a step is run: the settings that change what PyTorch allocates (batch and sequence, precision,
+// optimizer and its implementation, activation checkpointing, attention kernel, dropout, accumulation).
+// The CLI strings are parsed here and nowhere else; every parse_* throws
+// InputError("<option>: unknown value 'x' (known: ...)").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sim/core/types.h"
+#include "sim/torch/cuda_reduce.h"
+
+#include <vector>
+
+namespace vramsim {
+
+// fp32     : everything fp32.
+// amp-*    : torch.autocast: fp32 parameters, low-precision copies of the weights cached for the autocast
+//            region, matmul outputs in low precision, fp32 gradients (GradScaler for fp16 adds no tensors of
+//            note: a scale and a found-inf flag).
+// bf16     : bf16 parameters and gradients; the optimizer keeps fp32 master weights and fp32 states
+//            (Megatron / DeepSpeed mixed precision).
+enum class Precision : std::uint8_t { kFp32, kAmpFp16, kAmpBf16, kBf16 };
+
+// Under --precision bf16, where the optimizer's copy of the weights lives (TrainingOptions::master_weights):
+//   fp32 : fp32 master weights, stepped with fp32 states and copied back into the bf16 parameters (Megatron's
+//          Float16OptimizerWithFloat16Params and distributed optimizer, DeepSpeed's bf16 ZeRO optimizers;
+//          FSDP's MixedPrecision keeps fp32 sharded parameters and bf16 compute copies: the same bytes);
+//   none : torch.optim steps the bf16 parameters themselves: its states, made by torch.zeros_like(p), are
+//          bf16 and there is no master copy (a model loaded with torch_dtype=torch.bfloat16 and trained with
+//          torch.optim, one GPU or DDP).
+// bitsandbytes' optimizers never keep a master copy: they update the parameters in place from their states.
+enum class MasterWeights : std::uint8_t { kFp32, kNone };
+
+// paged-adamw / paged-adamw-8bit: bitsandbytes' PagedAdamW (32-bit states) and PagedAdamW8bit (optimizer.h).
+enum class OptimizerKind : std::uint8_t {
+  kSgd,
+  kSgdMomentum,
+  kAdam,
+  kAdamW,
+  kAdamW8bit,
+  kAdafactor,
+  kPagedAdamW,
+  kPagedAdamW8bit
+};
+
+// The optimizers' code paths, which differ in temporaries and in when the states are made: foreach (the
+// CUDA default) works on whole tensor lists, so its temporaries are as large as all parameters of a dtype
+// together; fused has none; the two loops have one parameter's worth. single-tensor is torch.optim's
+// foreach=False path (_single_tensor_adam, and every torch.optim step before foreach existed): every state
+// is made first (_init_group), then the loop updates one parameter at a time. for-loop is a hand-written
+// optimizer like CS336's AdamW: each parameter's states are made inside the loop, right before its update.
+enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop, kSingleTensor };
+
+// How torch.distributed.optim.ZeroRedundancyOptimizer orders the parameters before its sorted-greedy
+// partition (see zero_redundancy_partition in data_parallel.h): numel() (current releases), or size()[0], the
+// first dimension (its first releases, whose run printed the ZeRO recipe's figures).
+enum class ZeroPartitionKey : std::uint8_t { kNumel, kSizeDim0 };
+
+// none: every saved activation kept. full: torch.utils.checkpoint around each decoder layer (only its input
+// is kept; the layer is recomputed in backward). selective: only the attention core (scores, softmax,
+// dropout, weighted sum) is recomputed (Korthikanti et al. 2022). selective-op: torch.utils.checkpoint around
+// each decoder layer with torchtitan's op-level selective policy (selective_checkpoint.h): the outputs of
+// every other matmul and of the fused attention kernels are kept, the rest of the layer is recomputed.
+enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective, kSelectiveOp };
+
+// The training loss over the logits:
+//   ce         : Hugging Face's ForCausalLMLoss: logits.float(), then F.cross_entropy over all positions;
+//                the logits are kept by the training loop (outputs.logits) through backward.
+//   chunked-ce : torchtune's CEWithChunkedOutputLoss (num_output_chunks, default 8): the model applies the
+//                output projection to each chunk of the sequence (model.set_num_output_chunks), the loss
+//                upcasts and cross-entropies one chunk at a time (reduction "sum", divided by the tokens),
+//                and the recipe deletes the chunk list before backward (`del logits`). The full logits are
+//                never materialized in fp32: only one chunk's fp32 copy is alive at a time, but every
+//                chunk's fp32 log-probabilities are saved for backward.
+enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy };
+
+// The attention implementation, as Hugging Face's attn_implementation names them:
+//   eager             : the model code's own attention: batch x heads x S x S scores and probabilities.
+//   sdpa              : F.scaled_dot_product_attention, whose backend PyTorch picks (resolve_attention):
+//   sdpa-flash        :   FlashAttention-2: no S x S tensor; saves the output and an fp32 logsumexp (b, h, s)
+//   sdpa-efficient    :   memory-efficient (xFormers/CUTLASS): the same, logsumexp padded to 32 rows
+//   sdpa-math         :   the composite fallback: scores and probabilities like eager
+//   flash_attention_2 : the flash-attn package (HF's flash_attention_2): the flash kernel, reading grouped
+//                       key/value heads as they are (no repeat_kv copies)
+// "math" and "flash" are accepted as the older names of eager and sdpa-flash.
+enum class AttentionKind : std::uint8_t {
+  kEager,
+  kSdpa,
+  kSdpaFlash,
+  kSdpaEfficient,
+  kSdpaMath,
+  kFlashAttention2
+};
+
+// The fused attention kernels allocate their output as (batch, seq, heads, head_dim) and return it transposed
+// to (batch, heads, seq, head_dim) (_scaled_dot_product_flash_attention / _efficient_attention_forward in
+// aten/src/ATen/native/transformers/cuda; flash_attn_func returns (batch, seq, heads, head_dim) itself), so
+// the model's transpose(1, 2).contiguous() afterwards copies nothing.
+inline bool attention_kernel_writes_bshd(AttentionKind k) {
+  return k == AttentionKind::kSdpaFlash || k == AttentionKind::kSdpaEfficient ||
+         k == AttentionKind::kFlashAttention2;
+}
+
+// What the process ran before the simulated steps, which it keeps: none (a fresh process: the first matmul
+// allocates the main thread's cuBLAS workspace, the first backward matmul the autograd thread's), forward (a
+// forward ran: the main thread's workspace exists), step (a training step ran: both exist). Existing
+// workspaces are allocated at setup, before the first simulated step.
+enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
+
+// torch.compile (torch_compile.h): mode, and what is compiled.
+enum class CompileMode : std::uint8_t {
+  kNone,
+  kDefault,
+  kReduceOverhead,
+  kMaxAutotune,
+  kMaxAutotuneNoCudagraphs
+};
+// torch.compile's modes (torch/_inductor/__init__.py list_mode_options): reduce-overhead and max-autotune run
+// the graphs as CUDA graphs (triton.cudagraphs); the max-autotune ones benchmark matmul kernels
+// (max_autotune).
+inline bool uses_cudagraphs(CompileMode m) {
+  return m == CompileMode::kReduceOverhead || m == CompileMode::kMaxAutotune;
+}
+inline bool autotunes_matmuls(CompileMode m) {
+  return m == CompileMode::kMaxAutotune || m == CompileMode::kMaxAutotuneNoCudagraphs;
+}
+// kModel: torch.compile(model), one graph for the whole forward, the loss computed by the training loop;
+// kModelAndLoss: the same model computing its own loss from labels, inside the graph (a Hugging Face model
+// given `labels`: the Trainer's torch_compile); kLayer: each decoder layer compiled on its own (torchtitan's
+// per-TransformerBlock compile), the embeddings, final norm and head eager.
+enum class CompileScope : std::uint8_t { kModel, kModelAndLoss, kLayer };
+
+// Data parallelism (data_parallel.h): the user's settings, with the libraries' defaults.
+struct DataParallelOptions {
+  std::string scheme = "none";  // a registry name; "none": one GPU
+  int world_size = 1;           // ranks in the data-parallel group
+  // DDP: bucket_cap_mb = 25; the first bucket is 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
+  Bytes ddp_bucket_cap_bytes = 25 * kMiB;
+  Bytes ddp_first_bucket_bytes = 1 * kMiB;
+  // DDP's gradient_as_bucket_view (default false): each .grad is a view of its bucket (ddp.cpp).
+  bool ddp_gradient_as_bucket_view = false;
+  // DeepSpeed ZeRO 1/2: reduce_bucket_size (elements; default 5e8), contiguous_gradients (default true),
+  // overlap_comm (default false; double gradient buffers when true).
+  std::int64_t reduce_bucket_elements = 500'000'000;
+  bool contiguous_gradients = true;
+  bool overlap_comm = false;
+  // ZeRO-3's stage3_max_reuse_distance, stage3_prefetch_bucket_size and stage3_max_live_parameters
+  // (elements; defaults 1e9, 5e7, 1e9): see zero3_param_coordinator.h.
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;
+  // FSDP1's limit_all_gathers (default True): the host waits for the free event of the unit two all-gathers
+  // back before issuing the next.
+  bool fsdp_limit_all_gathers = true;
+  // FSDP's MixedPrecision.reduce_dtype / FSDP2's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
+  // reduce-scattered in (torchtitan's default: float32 under bf16 parameters). Unset: the gradients' own.
+  std::optional<DType> fsdp_reduce_dtype;
+  // FSDP2's reduce-scatter copy-in: on the compute stream, its input kept until the next reduce-scatter
+  // (current PyTorch), or on the reduce-scatter stream, dropped when the reduce-scatter is issued
+  // (the 2024 FSDP2).
+  bool fsdp2_copy_in_on_reduce_scatter_stream = false;
+  // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
+  int gpus_per_node = 8;
+  // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}
+  // (ZeRO-Offload, ZeRO-Infinity), FSDP's CPUOffload(offload_params=True), which also runs the optimizer on
+  // the host. The optimizer's states and master weights, and the reduced gradient shards, leave the GPU; with
+  // offload_params the parameter shards too (each layer is still gathered onto the GPU for its use).
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  bool offload_activations = false;  // parsed with the others; TrainingOptions::offload_activations acts
+  // DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer steps (and keeps states
+  // for) only its partition of the parameters; gradients and parameters stay whole (scheme "ddp" only).
+  bool zero_redundancy_optimizer = false;
+  ZeroPartitionKey zero_partition_key = ZeroPartitionKey::kNumel;
+};
+
+// Pipeline parallelism (pipeline_parallel.h), Megatron-LM's settings. The micro-batches of a step are
+// TrainingOptions::grad_accumulation (Megatron's num_microbatches).
+enum class PipelineSchedule : std::uint8_t { k1F1B, kInterleaved };
+struct PipelineOptions {
+  int stages = 1;          // --pipeline-model-parallel-size
+  int stage = 0;           // the GPU simulated: its pipeline rank
+  int virtual_stages = 1;  // model chunks per GPU (--num-layers-per-virtual-pipeline-stage's result)
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+};
+
+// LoraConfig's fields, PEFT's defaults. rank 0: no LoRA.
+struct LoraOptions {
+  int rank = 0;                      // r
+  double alpha = 8.0;                // lora_alpha: scaling = alpha / r (does not change memory)
+  double dropout = 0.0;              // lora_dropout
+  std::vector<std::string> targets;  // target_modules; empty: PEFT's default for the model_type
+  bool all_linear = false;           // target_modules="all-linear": every linear layer but the output layer
+  // FSDP1 with use_orig_params=True: the frozen base parameters are views of a FlatParameter that requires
+  // grad, so autograd computes and reduces their gradients anyway ("the gradient memory usage will be higher
+  // than expected (namely, equivalent to not freezing those parameters)", FSDP's docstring); only the
+  // optimizer skips them. Set by the step builder under FSDP1.
+  bool base_gradients_computed = false;
+};
+
+// Quantized base weights: bitsandbytes' (nf4, fp4, int8: bnb_quant.h), as transformers' BitsAndBytesConfig
+// sets them up, or torchao's NF4Tensor as torchtune uses it (kTorchaoNf4: torchao_nf4.h). kNone: the weights
+// stay in the --precision dtype.
+enum class BnbFormat : std::uint8_t { kNone, kNf4, kFp4, kInt8, kTorchaoNf4 };
+
+// BitsAndBytesConfig's fields, with its defaults, and whether PEFT's prepare_model_for_kbit_training ran.
+struct BnbOptions {
+  BnbFormat format = BnbFormat::kNone;    // load_in_4bit + bnb_4bit_quant_type, or load_in_8bit
+  bool double_quant = false;              // bnb_4bit_use_double_quant (default False)
+  DType compute_dtype = DType::kFloat32;  // bnb_4bit_compute_dtype (transformers: float32 when unset)
+  // prepare_model_for_kbit_training(model): every fp16/bf16 parameter that is not quantized (embeddings,
+  // norms, lm_head) is cast to fp32 after loading. Its gradient checkpointing is --checkpointing's job.
+  bool prepare_kbit_training = true;
+  // MatMul4Bit saves its input A for backward (ctx.tensors = (A, B)), as bitsandbytes releases of 2023-24
+  // did (the cranberrii recording's); current releases keep (None, B), which the backward never needed.
+  bool matmul4bit_saves_input = false;
+};
+
+struct TrainingOptions {
+  std::int64_t batch = 1;
+  std::int64_t seq = 128;
+  Precision precision = Precision::kFp32;
+  // With precision bf16: see MasterWeights. The CLI sets the framework's default (default_master_weights).
+  MasterWeights master_weights = MasterWeights::kFp32;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  Checkpointing checkpointing = Checkpointing::kNone;
+  LossKind loss = LossKind::kCrossEntropy;
+  int loss_chunks = 8;  // chunked-ce: torchtune's num_output_chunks
+  AttentionKind attention = AttentionKind::kEager;
+  // The GPU's compute capability (major * 10 + minor; 0: unknown, taken as Ampere or newer): SDPA's choice of
+  // backend depends on it.
+  int compute_capability = 0;
+  // > 0: this probability at every dropout site the architecture has (GPT-2: embeddings, attention,
+  // residual; Llama: attention), instead of the model's own rates (ModelConfig::dropout).
+  double dropout = 0.0;
+  int grad_accumulation = 1;  // micro-batches per optimizer step
+  int steps = 1;
+  // forward with autograd on, no loss/backward/optimizer. Like `for ...: logits = model(x)`: the previous
+  // forward's graph (its saved activations) lives until `logits` is rebound after the next forward.
+  bool forward_only = false;
+  // forward under torch.no_grad() / torch.inference_mode(): nothing saved for backward, every intermediate
+  // freed when the code drops it; implies forward_only. The previous step's logits live until rebound.
+  bool inference = false;
+  bool zero_grad_set_to_none = true;  // optimizer.zero_grad() default since PyTorch 2.0
+  bool autocast_whole_step = false;   // autocast context around backward and step too (weight cache lives on)
+  // Count saved activations exactly as Korthikanti et al. 2022 do (gpt2 family only): fused LayerNorm and
+  // scale-mask-softmax kernels that save nothing beyond the paper's tensors. See Note [Megatron accounting].
+  bool megatron_accounting = false;
+  // cuBLAS workspace the first matmul of the process allocates through the caching allocator (and the first
+  // of the autograd thread). 32 MiB is what PyTorch 2.6 took on the H100 of the kkaitlyn111 recordings.
+  Bytes cublas_workspace_bytes = 32 * kMiB;
+  CudaDevice device;  // SMs and threads per SM, which size the reduction kernels' staging buffers
+  WarmProcess warm = WarmProcess::kNone;
+  DataParallelOptions data_parallel;
+  PipelineOptions pipeline;
+  // --offload activations: the forward and the loss run under
+  // torch.autograd.graph.save_on_cpu(pin_memory=True) (EagerTape::set_save_on_cpu).
+  bool offload_activations = false;
+  // --activation-offload torchtune: torchtune's OffloadActivations (side stream, forward stash) around the
+  // model's forward only, model.output excluded (EagerTape's ActivationOffload::kTorchtuneStreams).
+  bool activation_offload_torchtune = false;
+  // torchtune's optimizer_in_bwd: each parameter's optimizer steps from its post-accumulate-grad hook during
+  // backward, and its gradient is freed right after (OptimizerModel::step_in_backward).
+  bool optimizer_in_backward = false;
+  // Megatron tensor parallelism: the model is already one rank's (tensor_parallel.h); the degree matters only
+  // with sequence parallelism, which splits the hidden states outside attention and MLP along the sequence.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
+  BnbOptions bnb;    // bitsandbytes 4-bit / 8-bit base weights (format kNone: not quantized)
+  // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache
+  // ("dynamic", "static" or vLLM's "paged"); implies inference.
+  int generate_tokens = 0;
+  std::string kv_cache = "dynamic";
+  // Prompts of different lengths in one batch (--prompt-len uniform:LO..HI), one per sequence; `seq` is the
+  // longest (the batch is left-padded to it). Empty: every prompt has `seq` tokens.
+  std::vector<std::int64_t> prompt_lens;
+  // vLLM's paged cache (vllm_paged_cache.h): tokens per block and the blocks allocated (0: none, as in the
+  // profile run); predict sizes num_gpu_blocks from its profile run.
+  std::int64_t block_size = 16;
+  std::int64_t num_gpu_blocks = 0;
+  CompileMode compile = CompileMode::kNone;
+  CompileScope compile_scope = CompileScope::kModel;
+};
+
+// Limits on what a user can type, checked by validate() before any size is computed from them: far beyond
+// any real run (16M-token contexts, 4G tokens per micro-batch), small enough that every tensor size is an
+// exact 64-bit number (eager_tape.h checks each against kMaxTensorBytes) and that the work is bounded.
+inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxTokens = std::int64_t{1} << 32;  // batch x seq
+inline constexpr int kMaxPasses = 100'000;                         // steps x grad_accumulation
+inline constexpr std::int64_t kMaxVllmBlockSize = 1024;            // --block-size (vLLM offers 8..128)
+
+// Whether transformers left-pads the batch: prompts of different lengths under a Hugging Face cache (its 2D
+// attention_mask then has zeros, so the 4D mask is always built). vLLM packs sequences without padding.
+inline bool left_padded(const TrainingOptions& o) {
+  if (o.prompt_lens.empty() || o.kv_cache == "paged") {
+    return false;
+  }
+  for (std::int64_t len : o.prompt_lens) {
+    if (len != o.seq) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Throws InputError("<option>: ...") for values out of range (batch <= 0, dropout >= 1, ...).
+void validate(const TrainingOptions& options);
+
+// The dtype autocast computes in (none for fp32 and pure bf16), and the parameters' dtype.
+std::optional<DType> autocast_dtype(Precision p);
+DType parameter_dtype(Precision p);
+
+Precision parse_precision(std::string_view text, std::string_view option = "--precision");
+MasterWeights parse_master_weights(std::string_view text, std::string_view option = "--master-weights");
+std::string_view master_weights_name(MasterWeights m);
+// What the framework a layout names does under --precision bf16: DeepSpeed ZeRO (scheme zero1..3), FSDP
+// (fsdp-*, fsdp2-*: fp32 sharded parameters under MixedPrecision) and Megatron (tp or pp > 1) keep fp32
+// masters; one GPU and DDP run torch.optim on the bf16 parameters.
+MasterWeights default_master_weights(std::string_view data_parallel_scheme, int tensor_parallel, int stages);
+// Whether the optimizer keeps fp32 master weights and fp32 states for bf16 parameters.
+bool steps_fp32_master(const TrainingOptions& o);
+// The precision regime in words, for reports ("bf16 parameters and gradients; fp32 master weights ...").
+std::string precision_regime(const TrainingOptions& o);
+// Accepts a kind ("adamw") or a kind with an implementation ("adamw-fused", "adam-foreach", "sgd-for-loop").
+OptimizerKind parse_optimizer(std::string_view text, std::string_view option = "--optimizer");
+OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback,
+                                   std::string_view option = "--optimizer");
+Checkpointing parse_checkpointing(std::string_view text, std::string_view option = "--checkpointing");
+LossKind parse_loss(std::string_view text, std::string_view option = "--loss");
+AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
+WarmProcess parse_warm(std::string_view text, std::string_view option = "--warm");
+CompileMode parse_compile_mode(std::string_view text, std::string_view option = "--compile-mode");
+CompileScope parse_compile_scope(std::string_view text, std::string_view option = "--compile-scope");
+std::string_view compile_mode_name(CompileMode m);
+std::string_view warm_name(WarmProcess w);
+
+// The kernel an `attention` choice runs for a model of this head size in this precision: kSdpa becomes the
+// backend PyTorch 2.x's sdp_utils picks for a causal call (is_causal, no mask: what Hugging Face passes for
+// unpadded batches; `attn_mask`: a mask tensor, which rules flash out):
+// flash for fp16/bf16 inputs with head_dim <= 256 (multiple of 8) on compute capability
+// 8.0+ (on 8.6 / 8.9 only up to 192 when gradients are needed); memory-efficient for other inputs with
+// head_dim a multiple of 8 (4 in fp32); math otherwise. Other kinds are returned as they are.
+AttentionKind resolve_attention(AttentionKind attention, std::int64_t head_dim, Precision precision,
+                                int compute_capability, bool requires_grad, bool attn_mask = false);
+// Eager-like kinds materialise the S x S scores.
+bool materialises_scores(AttentionKind kind);
+
+std::string_view precision_name(Precision p);
+std::string_view optimizer_name(OptimizerKind o);
+std::string_view optimizer_impl_name(OptimizerImpl i);
+std::string_view checkpointing_name(Checkpointing c);
+std::string_view attention_name(AttentionKind a);
+
+}  // namespace vramsim
