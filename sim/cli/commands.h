@@ -33,6 +33,8 @@ bool is_sweep_shard(const std::string& text);
 int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
                        bool json, const std::string& csv);
 void add_trace_command(CLI::App& app, std::function<int()>& run);
+// `vramsim techniques`: the registry of techniques.h.
+void add_techniques_command(CLI::App& app, std::function<int()>& run);
 // The arguments after `vramsim trace SCRIPT.py --`, which main() keeps away from the option parser.
 void set_trace_script_args(std::vector<std::string> args);
 // `vramsim trace`'s own options are the ones before the script; throws InputError naming an unknown one

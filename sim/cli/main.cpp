@@ -30,6 +30,7 @@ int dispatch(int argc, char** argv) {
   vramsim::cli::add_compare_command(app, run);
   vramsim::cli::add_sweep_command(app, run);
   vramsim::cli::add_trace_command(app, run);
+  vramsim::cli::add_techniques_command(app, run);
   // `vramsim trace SCRIPT.py -- ARGS...`: what follows "--" is the script's, handed over untouched.
   int parsed_argc = argc;
   if (argc > 1 && std::string_view(argv[1]) == "trace") {

@@ -164,6 +164,17 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag("--bnb-saves-input", a.bnb_saves_input,
                 "4-bit layers save their input for backward, as bitsandbytes releases of 2023-24 did "
                 "(MatMul4Bit ctx.tensors = (A, B)); current ones do not");
+  cmd->add_option("--bnb-quant-storage", a.bnb_quant_storage,
+                  "bnb_4bit_quant_storage: uint8|bf16|fp16|fp32, the dtype the packed 4-bit codes are stored "
+                  "as (FSDP and ZeRO-3 shard them like the model's own parameters when it matches)")
+      ->capture_default_str();
+  cmd->add_option("--fsdp-auto-wrap", a.fsdp_auto_wrap,
+                  "FSDP1 with LoRA: peft (PEFT's fsdp_auto_wrap_policy, the Trainer's: adapters are units of "
+                  "their own) or transformer (each decoder layer with its adapters)")
+      ->capture_default_str();
+  cmd->add_option("--fsdp-use-orig-params", a.fsdp_use_orig_params,
+                  "FSDP1's use_orig_params: true (accelerate's default) or false")
+      ->capture_default_str();
   cmd->add_flag(
       "--no-prepare-kbit", a.no_prepare_kbit,
       "skip PEFT's prepare_model_for_kbit_training, which training runs call by default (it casts the "
@@ -300,10 +311,11 @@ void print_run(const Prediction& p, const RequestArgs& a) {
           "linear layer but the output; nothing cast to fp32\n");
     } else {
       fmt::print(
-          "base weights     {} (bitsandbytes {}{}{}, compute {}){}: every linear layer but lm_head\n",
+          "base weights     {} (bitsandbytes {}{}{}, compute {}{}){}: every linear layer but lm_head\n",
           p.base_weights, four_bit ? "Linear4bit, absmax per 64" : "Linear8bitLt, threshold 6.0",
           four_bit ? (p.bnb_double_quant ? ", double quant" : ", no double quant") : "",
           four_bit && p.bnb_saves_input ? ", input saved" : "", p.bnb_compute_dtype,
+          four_bit && a.bnb_quant_storage != "uint8" ? ", stored as " + a.bnb_quant_storage : "",
           p.bnb_prepare_kbit_training ? ", other parameters fp32 (prepare_model_for_kbit_training)" : "");
     }
   }

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/finetune/torchao_nf4.h"
 #include "sim/models/model_config.h"
 #include "sim/torch/torch_ops.h"
-#include "sim/finetune/torchao_nf4.h"
 
 namespace vramsim {
 namespace {
@@ -284,7 +284,8 @@ bool is_bnb_target(const ParameterShape& parameter) {
 }
 
 VarId load_bnb_weight(EagerTape& t, const std::string& name, std::int64_t out_features,
-                      std::int64_t in_features, DType load_dtype, const BnbOptions& o, BnbWeights& weights) {
+                      std::int64_t in_features, DType load_dtype, const BnbOptions& o, BnbWeights& weights,
+                      const std::function<std::int64_t(std::int64_t)>& resident_numel) {
   if (o.format == BnbFormat::kTorchaoNf4) {
     return load_torchao_nf4_weight(t, name, out_features, in_features, load_dtype, weights);
   }
@@ -310,7 +311,10 @@ VarId load_bnb_weight(EagerTape& t, const std::string& name, std::int64_t out_fe
     const Bytes absmax_fp32 = absmax_fp32_bytes(n);
     const TensorId absmax = raw(t, name + ".absmax", absmax_fp32,
                                 o.double_quant ? TensorCategory::kTemporary : TensorCategory::kParameter);
-    v = t.parameter(name, shape, DType::kUInt8, static_cast<std::int64_t>(b.packed));
+    // out = torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1), dtype=quant_storage)
+    const std::int64_t itemsize = static_cast<std::int64_t>(dtype_size_bytes(o.quant_storage));
+    const std::int64_t packed = (n + 1) / (itemsize * 2);
+    v = t.parameter(name, Shape{packed, 1}, o.quant_storage, resident_numel ? resident_numel(packed) : -1);
     raw(t, name + ".quant_state.code", b.code, TensorCategory::kParameter);
     if (o.double_quant) {
       raw(t, name + ".quant_state.offset", b.offset, TensorCategory::kParameter);

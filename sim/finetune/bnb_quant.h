@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -78,10 +79,15 @@ struct BnbWeight {
 using BnbWeights = std::unordered_map<VarId, BnbWeight>;
 
 // Params4bit._quantize / Int8Params.cuda at from_pretrained: the weight arrives in `load_dtype`, is
-// quantized on the device, and only the quantized tensors stay. Returns the (frozen) parameter.
+// quantized on the device, and only the quantized tensors stay. Returns the (frozen) parameter: for 4-bit,
+// the packed codes as bitsandbytes shapes them, ((n + 1) / (2 * itemsize), 1) of options.quant_storage.
+// `resident_numel` (optional): the elements of the packed parameter a data-parallel rank keeps (its FSDP or
+// ZeRO-3 shard); the quantization state (absmax, code table) is not a parameter and stays whole on every
+// rank (bitsandbytes' fix_4bit_weight_quant_state_from_module restores it after FSDP flattens the weight).
 VarId load_bnb_weight(EagerTape& tape, const std::string& name, std::int64_t out_features,
                       std::int64_t in_features, DType load_dtype, const BnbOptions& options,
-                      BnbWeights& weights);
+                      BnbWeights& weights,
+                      const std::function<std::int64_t(std::int64_t)>& resident_numel = nullptr);
 
 // Linear4bit.forward / Linear8bitLt.forward on x [..., in] with an optional bias (kNoVar). Returns the
 // output [..., out] in x's dtype (one reference); x is not dropped.

@@ -302,9 +302,9 @@ void EagerTape::drop(VarId v) {
 }
 
 void EagerTape::save(Node& node, TensorId s) {
-  // torch.utils.checkpoint saves its inputs with _NoopSaveInputs.apply(...).save_for_backward before it enters
-  // its own _checkpoint_hook (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator), so the
-  // outer saved-tensor hooks pack them like any saved tensor: a checkpointed layer's input is offloaded.
+  // torch.utils.checkpoint saves its inputs with _NoopSaveInputs.apply(...).save_for_backward before it
+  // enters its own _checkpoint_hook (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator), so
+  // the outer saved-tensor hooks pack them like any saved tensor: a checkpointed layer's input is offloaded.
   if (m_offload != ActivationOffload::kNone && offload_pack(node, s)) {
     return;
   }
@@ -746,8 +746,8 @@ void EagerTape::execute_node(std::size_t index) {
 // over that replayed graph from the incoming gradient, and hands the leaf's gradient on as the input's
 // gradient.
 //
-// An input packed by saved-tensor hooks (save_on_cpu, torchtune's OffloadActivations) comes back as a GPU copy
-// before the replay: save_on_cpu's unpack allocates it here; torchtune's (`unpacked`, in the node's pack
+// An input packed by saved-tensor hooks (save_on_cpu, torchtune's OffloadActivations) comes back as a GPU
+// copy before the replay: save_on_cpu's unpack allocates it here; torchtune's (`unpacked`, in the node's pack
 // order) was made on its side stream or is the forward stash's own tensor.
 void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked) {
   const std::vector<VarId> inputs = m_nodes[index].inputs;

@@ -7,15 +7,15 @@
 
 #include <fmt/format.h>
 
+#include "sim/compile/torch_compile.h"
 #include "sim/core/error.h"
-#include "sim/parallel/data_parallel.h"
 #include "sim/inference/hf_generate.h"
 #include "sim/models/layer_code.h"
-#include "sim/training/optimizer.h"
-#include "sim/parallel/pipeline_parallel.h"
-#include "sim/training/selective_checkpoint.h"
-#include "sim/compile/torch_compile.h"
 #include "sim/models/transformer_parts.h"
+#include "sim/parallel/data_parallel.h"
+#include "sim/parallel/pipeline_parallel.h"
+#include "sim/training/optimizer.h"
+#include "sim/training/selective_checkpoint.h"
 
 namespace vramsim {
 namespace {
@@ -406,7 +406,11 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
     };
   }
   LoraOptions lora = options.lora;
-  lora.base_gradients_computed = lora.rank > 0 && options.data_parallel.scheme.starts_with("fsdp-");  // FSDP1
+  // FSDP1 with the adapters inside their layer's unit and use_orig_params=True: the FlatParameter requires
+  // grad, so the frozen parameters' gradients are computed too (fsdp.cpp checks the other cases).
+  lora.base_gradients_computed = lora.rank > 0 && options.data_parallel.scheme.starts_with("fsdp-") &&
+                                 !options.data_parallel.fsdp_peft_wrap &&
+                                 options.data_parallel.fsdp_use_orig_params;
   const ModelParams params = create_parameters(
       tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); }, lora,
       options.bnb, keep);

@@ -221,7 +221,7 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
       // nn.Linear stores (out, in); GPT-2's Conv1D (in, out), transposed when transformers quantizes it
       const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
       p.all.push_back(load_bnb_weight(tape, s.name, s.shape[conv1d ? 1 : 0], s.shape[conv1d ? 0 : 1],
-                                      load_dtype, bnb, p.bnb));
+                                      load_dtype, bnb, p.bnb, resident_numel));
       continue;
     }
     p.all.push_back(

@@ -34,6 +34,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/error.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/fsdp_flat_param_grad.h"
 
@@ -53,6 +54,8 @@ class Fsdp final : public DataParallelScheme {
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
         m_offload(o.offload_params),
         m_limit_all_gathers(o.fsdp_limit_all_gathers),
+        m_peft_wrap(o.fsdp_peft_wrap),
+        m_use_orig_params(o.fsdp_use_orig_params),
         m_grads(strategy != "no-shard" ? m_shard_ranks : 1, o.offload_params, o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
@@ -80,7 +83,12 @@ class Fsdp final : public DataParallelScheme {
     }
   }
 
-  void construct(EagerTape&, const std::vector<ParameterUnit>& units) override { m_units = units; }
+  void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {
+    m_units = units;
+    for (const ParameterUnit& unit : units) {
+      validate_flat_param(tape, unit);
+    }
+  }
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {
     unshard(tape, unit, "forward");
     wait_for_unshard(tape, unit);
@@ -112,6 +120,35 @@ class Fsdp final : public DataParallelScheme {
   }
 
  private:
+  // FlatParamHandle._validate_tensors_to_flatten (torch/distributed/fsdp/_flat_param.py): the parameters of
+  // one FlatParameter share a dtype, and, with use_orig_params=False, requires_grad. Under PEFT's
+  // fsdp_auto_wrap_policy each trainable leaf module is a FlatParameter of its own.
+  void validate_flat_param(const EagerTape& tape, const ParameterUnit& unit) const {
+    const VarId* first = nullptr;
+    for (const VarId& p : unit.params) {
+      if (m_peft_wrap && tape.requires_grad(p)) {
+        continue;
+      }
+      if (first == nullptr) {
+        first = &p;
+        continue;
+      }
+      if (tape.dtype(p) != tape.dtype(*first)) {
+        throw InputError(fmt::format(
+            "--fsdp: FSDP refuses to flatten {} ({}) and {} ({}) into one FlatParameter (\"Must flatten "
+            "tensors with uniform dtype\", torch/distributed/fsdp/_flat_param.py); quantized weights need "
+            "--bnb-quant-storage in the model's dtype and no fp32 cast (--no-prepare-kbit)",
+            tape.name(*first), dtype_name(tape.dtype(*first)), tape.name(p), dtype_name(tape.dtype(p))));
+      }
+      if (!m_use_orig_params && tape.requires_grad(p) != tape.requires_grad(*first)) {
+        throw InputError(fmt::format(
+            "--fsdp-use-orig-params false: FSDP refuses to flatten frozen and trainable parameters ({} and "
+            "{}) into one FlatParameter (\"Must flatten tensors with uniform requires_grad when "
+            "use_orig_params=False\", torch/distributed/fsdp/_flat_param.py); use --fsdp-auto-wrap peft",
+            tape.name(*first), tape.name(p)));
+      }
+    }
+  }
   void unshard(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
     if (!m_shard || unit.params.empty() || m_unsharded.count(unit.layer) != 0) {
       return;
@@ -161,6 +198,8 @@ class Fsdp final : public DataParallelScheme {
   int m_shard_ranks;  // the ranks one unit is sharded over
   bool m_offload;
   bool m_limit_all_gathers;
+  bool m_peft_wrap;
+  bool m_use_orig_params;
   FlatParamGradients m_grads;
   std::vector<ParameterUnit> m_units;
   std::map<int, TensorId> m_unsharded;

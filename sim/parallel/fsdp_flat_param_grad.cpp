@@ -37,7 +37,15 @@ void FlatParamGradients::reduce_scatter(EagerTape& tape, const ParameterUnit& un
   const auto saved = m_saved.find(unit.layer);
   TensorId shard = kNoTensor;
   if (!fresh.empty()) {
-    const std::int64_t padded = padded_flat_numel(tape, unit, m_world);
+    // The unit's FlatParameter, padded to a multiple of the world; where frozen parameters share the unit
+    // (PEFT's fsdp_auto_wrap_policy), the trainable ones are FlatParameters of their own, each padded.
+    bool all_trainable = true;
+    std::int64_t trainable_padded = 0;
+    for (VarId p : unit.params) {
+      all_trainable = all_trainable && tape.requires_grad(p);
+      trainable_padded += tape.requires_grad(p) ? shard_numel(numel(tape.shape(p)), m_world) * m_world : 0;
+    }
+    const std::int64_t padded = all_trainable ? padded_flat_numel(tape, unit, m_world) : trainable_padded;
     const DType grad_dtype = tape.dtype(fresh.front());
     const DType reduce_dtype = m_reduce_dtype.value_or(grad_dtype);
     // SplitWithSizesBackward: torch.cat of the views' gradients, on the compute stream.

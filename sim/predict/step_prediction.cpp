@@ -18,14 +18,14 @@
 #include "sim/core/size_format.h"
 #include "sim/engine/gpu_table.h"
 #include "sim/finetune/bnb_quant.h"
-#include "sim/parallel/data_parallel.h"
-#include "sim/models/layer_code.h"
 #include "sim/finetune/peft_lora.h"
-#include "sim/parallel/pipeline_parallel.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/parallel/tensor_parallel.h"
-#include "sim/models/transformer_builder.h"
 #include "sim/inference/vllm_paged_cache.h"
+#include "sim/models/layer_code.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/parallel/data_parallel.h"
+#include "sim/parallel/pipeline_parallel.h"
+#include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
 #include "sim/predict/step_timeline.h"
@@ -736,7 +736,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     }
     if (a.inference || a.forward_only || a.generate > 0) {
       throw InputError(
-          "--loss chunked-ce: a training loss (not with --inference, --forward-only or --generate)");
+          "--loss chunked-ce: a training loss does not apply to --inference, --forward-only or --generate");
     }
   }
   validate(o);
@@ -790,18 +790,52 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.bnb.compute_dtype = parse_bnb_compute_dtype(a.bnb_compute_dtype);
   // a training recipe's call: inference loads the model and runs it as it is
   // torchtune's QLoRA casts nothing to fp32.
-  o.bnb.prepare_kbit_training =
-      !a.no_prepare_kbit && !o.inference && !o.forward_only && o.bnb.format != BnbFormat::kTorchaoNf4;
+  // TRL's SFTTrainer skips prepare_model_for_kbit_training for QLoRA under FSDP or ZeRO-3 ("one should never
+  // call peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing QLoRA + FSDP /
+  // DS-Zero3", trl/trainer/sft_trainer.py): the parameters must keep one dtype to be flattened.
+  const bool shards_parameters = data_parallel.scheme.starts_with("fsdp") || data_parallel.scheme == "zero3";
+  o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only &&
+                                o.bnb.format != BnbFormat::kTorchaoNf4 && !shards_parameters;
+  {
+    static const std::pair<std::string_view, DType> kStorages[] = {{"uint8", DType::kUInt8},
+                                                                   {"bf16", DType::kBFloat16},
+                                                                   {"fp16", DType::kFloat16},
+                                                                   {"fp32", DType::kFloat32}};
+    const auto* it = std::find_if(std::begin(kStorages), std::end(kStorages),
+                                  [&](const auto& e) { return e.first == a.bnb_quant_storage; });
+    if (it == std::end(kStorages)) {
+      throw InputError(fmt::format("--bnb-quant-storage: unknown value '{}' (known: uint8, bf16, fp16, fp32)",
+                                   a.bnb_quant_storage));
+    }
+    o.bnb.quant_storage = it->second;
+  }
   o.bnb.matmul4bit_saves_input = a.bnb_saves_input;
-  if (o.bnb.format == BnbFormat::kNone &&
-      (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input || a.bnb_compute_dtype != "fp32")) {
+  if (o.bnb.format == BnbFormat::kNone && (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input ||
+                                           a.bnb_compute_dtype != "fp32" || a.bnb_quant_storage != "uint8")) {
     throw InputError(
-        "--bnb-double-quant / --bnb-compute-dtype / --bnb-saves-input / --no-prepare-kbit: need "
-        "--base-weights");
+        "--bnb-double-quant / --bnb-compute-dtype / --bnb-saves-input / --bnb-quant-storage / "
+        "--no-prepare-kbit: need --base-weights");
   }
   o.data_parallel = data_parallel;
+  if (a.fsdp_auto_wrap != "peft" && a.fsdp_auto_wrap != "transformer") {
+    throw InputError(
+        fmt::format("--fsdp-auto-wrap: unknown value '{}' (known: peft, transformer)", a.fsdp_auto_wrap));
+  }
+  if (a.fsdp_use_orig_params != "true" && a.fsdp_use_orig_params != "false") {
+    throw InputError(
+        fmt::format("--fsdp-use-orig-params: expected true or false, got '{}'", a.fsdp_use_orig_params));
+  }
+  const RequestArgs fsdp_defaults;
+  if (!data_parallel.scheme.starts_with("fsdp-") &&
+      (a.fsdp_auto_wrap != fsdp_defaults.fsdp_auto_wrap ||
+       a.fsdp_use_orig_params != fsdp_defaults.fsdp_use_orig_params)) {
+    throw InputError("--fsdp-auto-wrap / --fsdp-use-orig-params: FSDP1's options (use them with --fsdp)");
+  }
+  o.data_parallel.fsdp_peft_wrap = a.lora_rank > 0 && a.fsdp_auto_wrap == "peft";
+  o.data_parallel.fsdp_use_orig_params = a.fsdp_use_orig_params == "true";
   if (!a.master_weights.empty() && o.precision != Precision::kBf16) {
-    throw InputError("--master-weights: the optimizer's copy of bf16 parameters (use it with --precision bf16)");
+    throw InputError(
+        "--master-weights: the optimizer's copy of bf16 parameters (use it with --precision bf16)");
   }
   o.master_weights = a.master_weights.empty() ? default_master_weights(data_parallel.scheme, a.tp, a.pp)
                                               : parse_master_weights(a.master_weights);
@@ -813,6 +847,14 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.activation_offload_torchtune = a.activation_offload == "torchtune";
   if (o.activation_offload_torchtune && !o.offload_activations) {
     throw InputError("--activation-offload torchtune: needs --offload activations");
+  }
+  if (o.activation_offload_torchtune && o.checkpointing == Checkpointing::kNone) {
+    // recipes/lora_finetune_single_device.py and the other recipes, since torchtune 0.4 (commit e99b89007)
+    throw InputError(
+        "--activation-offload torchtune: torchtune's recipes refuse it without activation checkpointing "
+        "(\"enable_activation_offloading should only be True when enable_activation_checkpointing is "
+        "True\"); "
+        "add --checkpointing full");
   }
   o.optimizer_in_backward = a.optimizer_in_backward;
   o.tensor_parallel = a.tp;

@@ -284,6 +284,10 @@ struct RequestArgs {
   std::string bnb_compute_dtype = "fp32";
   bool no_prepare_kbit = false;
   bool bnb_saves_input = false;  // --bnb-saves-input: MatMul4Bit keeps A (older bitsandbytes)
+  std::string bnb_quant_storage = "uint8";  // --bnb-quant-storage uint8|bf16|fp16|fp32
+  // FSDP1 with LoRA: --fsdp-auto-wrap peft|transformer, --fsdp-use-orig-params true|false
+  std::string fsdp_auto_wrap = "peft";
+  std::string fsdp_use_orig_params = "true";
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;

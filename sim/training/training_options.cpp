@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
-#include "sim/inference/hf_kv_cache.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/inference/hf_kv_cache.h"
 #include "sim/parallel/pipeline_parallel.h"
 
 namespace vramsim {
@@ -184,13 +184,34 @@ void validate(const TrainingOptions& o) {
     }
   }
   if (o.bnb.format != BnbFormat::kNone) {
-    // QLoRA with DDP: each rank loads the quantized model (device_map={"": local_rank}); sharding quantized
-    // weights (FSDP's bnb_4bit_quant_storage, ZeRO-3) is not modelled.
-    const bool ddp = o.data_parallel.scheme == "none" || o.data_parallel.scheme == "ddp";
-    if (!ddp || o.tensor_parallel > 1 || o.pipeline.stages > 1) {
+    // Data parallelism composes by what each scheme does to parameters: DDP and ZeRO-1/2 leave the frozen
+    // quantized weights whole on every rank; FSDP1 and ZeRO-3 flatten and shard the packed weight like any
+    // tensor of its quant_storage dtype. Megatron's layers and torchao's NF4 under sharding are not modelled.
+    const std::string& scheme = o.data_parallel.scheme;
+    const bool shards_parameters = scheme.starts_with("fsdp") || scheme == "zero3";
+    if (o.tensor_parallel > 1 || o.pipeline.stages > 1) {
       throw InputError(
-          "--base-weights: quantized base weights are modelled on one GPU or with DDP (not --zero, --fsdp, "
-          "--tp or --pp)");
+          "--base-weights: quantized base weights are not modelled with Megatron's --tp or --pp (vramsim)");
+    }
+    if (shards_parameters && o.bnb.format == BnbFormat::kInt8) {
+      throw InputError(
+          "--base-weights int8: sharding bitsandbytes' Int8Params (FSDP, ZeRO-3) is not modelled (vramsim); "
+          "4-bit weights with --bnb-quant-storage bf16 are");
+    }
+    if (shards_parameters && o.bnb.format == BnbFormat::kTorchaoNf4 && scheme.starts_with("fsdp-")) {
+      throw InputError(
+          "--base-weights torchao-nf4: torchtune shards NF4Tensor with FSDP2 only; FSDP1 and ZeRO-3 with it "
+          "are not modelled (vramsim)");
+    }
+    if (shards_parameters && o.bnb.format == BnbFormat::kTorchaoNf4) {
+      throw InputError(
+          "--base-weights torchao-nf4: sharding NF4Tensor (torchao's nf4_split of data and scalers) is not "
+          "modelled (vramsim)");
+    }
+    if (shards_parameters && scheme.starts_with("fsdp2-") && o.bnb.format != BnbFormat::kTorchaoNf4) {
+      throw InputError(
+          "--base-weights: bitsandbytes' Params4bit under FSDP2 (fully_shard) is not modelled (vramsim); "
+          "FSDP1 (--fsdp) and ZeRO-3 are");
     }
     if (o.lora.rank == 0 && !o.inference && !o.forward_only && o.generate_tokens == 0) {
       throw InputError(
@@ -205,12 +226,16 @@ void validate(const TrainingOptions& o) {
         "--zero-redundancy-optimizer: shards the optimizer over a DDP group: needs --world-size 2 or more "
         "and plain DDP (not --zero 1-3 or --fsdp)");
   }
-  if (o.optimizer_in_backward &&
-      (o.grad_accumulation > 1 || o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
-    // torchtune: "Gradient accumulation is not supported with optimizer in bwd"; its single-device recipes
+  if (o.optimizer_in_backward && o.grad_accumulation > 1) {
+    // recipes/full_finetune_single_device.py and full_finetune_distributed.py raise it
     throw InputError(
-        "--optimizer-in-backward: modelled on one GPU without gradient accumulation (as torchtune's "
-        "single-device recipes run it)");
+        "--optimizer-in-backward: torchtune refuses gradient accumulation with it (\"Gradient accumulation "
+        "is not supported with optimizer in bwd\")");
+  }
+  if (o.optimizer_in_backward && (o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
+    throw InputError(
+        "--optimizer-in-backward: not modelled with data or pipeline parallelism (vramsim models torchtune's "
+        "single-device recipes)");
   }
   if (o.activation_offload_torchtune && (!o.offload_activations || o.pipeline.stages > 1)) {
     throw InputError(
@@ -224,13 +249,13 @@ void validate(const TrainingOptions& o) {
   }
   if (o.pipeline.stages > 1 && (o.forward_only || o.inference || o.generate_tokens > 0)) {
     throw InputError(
-        "--pp: pipeline parallelism is modelled for training steps (not --forward-only, "
-        "--inference or --generate)");
+        "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled (vramsim "
+        "models training steps)");
   }
   if (o.lora.rank > 0 && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
     throw InputError(
-        "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or "
-        "--pp");
+        "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled (vramsim; it composes with DDP, "
+        "--zero, --fsdp and --fsdp2)");
   }
   if (o.batch <= 0 || o.batch > kMaxBatch) {
     throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));
@@ -365,7 +390,8 @@ MasterWeights default_master_weights(std::string_view data_parallel_scheme, int 
 
 namespace {
 bool bitsandbytes_optimizer(OptimizerKind k) {
-  return k == OptimizerKind::kAdamW8bit || k == OptimizerKind::kPagedAdamW || k == OptimizerKind::kPagedAdamW8bit;
+  return k == OptimizerKind::kAdamW8bit || k == OptimizerKind::kPagedAdamW ||
+         k == OptimizerKind::kPagedAdamW8bit;
 }
 }  // namespace
 
@@ -390,7 +416,8 @@ std::string precision_regime(const TrainingOptions& o) {
     return "bf16 parameters and gradients; bitsandbytes updates them in place (no master copy)";
   }
   return o.master_weights == MasterWeights::kFp32
-             ? "bf16 parameters and gradients; fp32 master weights and optimizer states (--master-weights fp32)"
+             ? "bf16 parameters and gradients; fp32 master weights and optimizer states (--master-weights "
+               "fp32)"
              : "bf16 parameters, gradients and optimizer states; no master copy (--master-weights none)";
 }
 

@@ -164,6 +164,16 @@ struct DataParallelOptions {
   bool fsdp2_copy_in_on_reduce_scatter_stream = false;
   // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
   int gpus_per_node = 8;
+  // FSDP1's auto_wrap_policy for a PEFT model: false, transformer_auto_wrap_policy (each decoder layer one
+  // unit, its adapters inside it); true, PEFT's fsdp_auto_wrap_policy (peft/utils/other.py), which the
+  // Trainer installs for a PeftModel (transformers' update_fsdp_plugin_peft): also every leaf module whose
+  // weight requires grad (each lora_A / lora_B) is a unit of its own, so the layers' FlatParameters are
+  // all frozen and get no gradient. The CLI sets it for LoRA runs (--fsdp-auto-wrap, default peft).
+  bool fsdp_peft_wrap = false;
+  // FSDP1's use_orig_params (accelerate's default: True). With adapters inside a frozen layer's unit it
+  // decides the gradients: True, the FlatParameter requires grad and its whole flat gradient is made;
+  // False, FSDP refuses to flatten parameters of mixed requires_grad.
+  bool fsdp_use_orig_params = true;
   // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}
   // (ZeRO-Offload, ZeRO-Infinity), FSDP's CPUOffload(offload_params=True), which also runs the optimizer on
   // the host. The optimizer's states and master weights, and the reduced gradient shards, leave the GPU; with
@@ -217,6 +227,10 @@ struct BnbOptions {
   // MatMul4Bit saves its input A for backward (ctx.tensors = (A, B)), as bitsandbytes releases of 2023-24
   // did (the cranberrii recording's); current releases keep (None, B), which the backward never needed.
   bool matmul4bit_saves_input = false;
+  // bnb_4bit_quant_storage: the dtype the packed 4-bit codes are stored as (quantize_4bit's
+  // out = torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1), dtype=quant_storage)): the same bytes,
+  // but FSDP and ZeRO-3 flatten and shard a bf16 tensor like the model's other bf16 parameters.
+  DType quant_storage = DType::kUInt8;
 };
 
 struct TrainingOptions {

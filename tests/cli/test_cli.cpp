@@ -349,7 +349,7 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
                       "--lora-dropout: 1.5 is not a probability");
   require_input_error(
       run_vramsim(run + "--lora-rank 8 --gpus 8 --tp 2"),
-      "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or --pp");
+      "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled");
   require_input_error(run_vramsim(run + "--generate 4 --kv-cache pagd"),
                       "--kv-cache: unknown cache 'pagd' (known: dynamic, static, paged)");
   require_input_error(run_vramsim(run + "--generate 4000000"),
@@ -395,9 +395,9 @@ TEST_CASE(
                       "--tp x --pp: 2 x 2 does not divide --world-size 6");
   require_input_error(
       run_vramsim(run + "--pp 2 --lora-rank 8"),
-      "--lora-rank: LoRA is modelled with data parallelism (DDP, --zero, --fsdp, --fsdp2), not --tp or --pp");
+      "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled");
   require_input_error(run_vramsim(run + "--pp 2 --inference"),
-                      "--pp: pipeline parallelism is modelled for training");
+                      "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled");
   require_input_error(run_vramsim(run + "--sequence-parallel"),
                       "--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
   require_input_error(run_vramsim("predict --model llama-2-7b --gpu h200 --batch 1 --seq 100 --tp 8 "
@@ -417,6 +417,11 @@ TEST_CASE(
                       "--activation-offload: unknown value 'deepspeed' (known: save-on-cpu, torchtune)");
   require_input_error(run_vramsim(run + "--activation-offload torchtune"),
                       "--activation-offload torchtune: needs --offload activations");
+  // torchtune's recipes raise RuntimeError("enable_activation_offloading should only be True when
+  // enable_activation_checkpointing is True") (recipes/lora_finetune_single_device.py, torchtune >= 0.4).
+  require_input_error(run_vramsim(run + "--offload activations --activation-offload torchtune"),
+                      "--activation-offload torchtune: torchtune's recipes refuse it without activation "
+                      "checkpointing");
   require_input_error(run_vramsim("predict --model cs336-small --gpu h200 --batch 1 --seq 128 --pp 2"),
                       "--pp: the cs336-basics code is not split into pipeline stages");
 }
@@ -430,8 +435,10 @@ TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]
   require_input_error(run_vramsim(run + "--bnb-double-quant"), "--bnb-double-quant / --bnb-compute-dtype");
   require_input_error(run_vramsim(run + "--base-weights nf4"),
                       "--base-weights: transformers refuses to fine-tune a purely quantized model");
-  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --gpus 2 --zero 3"),
-                      "--base-weights: quantized base weights are modelled on one GPU or with DDP");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights int8 --gpus 2 --zero 3"),
+                      "--base-weights int8: sharding bitsandbytes' Int8Params (FSDP, ZeRO-3) is not modelled");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --tp 2"),
+                      "--base-weights: quantized base weights are not modelled with Megatron's --tp or --pp");
   require_input_error(run_vramsim(run + "--inference --base-weights nf4 --model-code cs336-basics"),
                       "--base-weights: bitsandbytes quantizes the nn.Linear layers");
 }

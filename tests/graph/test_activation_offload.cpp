@@ -55,10 +55,42 @@ TEST_CASE("save_on_cpu: no saved tensor stays on the GPU, a node's come back whi
   CHECK(unpacked_by(g, "layers.1.mlp.gelu.backward") == static_cast<Bytes>(2 * kB * kS * 4 * kH));
 }
 
-TEST_CASE("activation offload is refused with checkpointing", "[quick][graph]") {
+TEST_CASE("save_on_cpu around checkpointed layers: each layer's input goes to the host and comes back once",
+          "[quick][graph]") {
+  // torch.utils.checkpoint saves a layer's tensor inputs with _NoopSaveInputs.save_for_backward before it
+  // enters its own _checkpoint_hook (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator), so
+  // the outer save_on_cpu hook packs them; inside the layer nothing is saved. Full recomputation keeps
+  // 2*s*b*h bytes per layer (Korthikanti et al.: the layer's bf16 input), which now go to the host.
+  TrainingOptions ac = options(false);
+  ac.checkpointing = Checkpointing::kFull;
+  REQUIRE(saved_activation_bytes(build_training_steps(gpt(), ac), 1, 1) == 2 * kS * kB * kH);
+  TrainingOptions both = options(true);
+  both.checkpointing = Checkpointing::kFull;
+  REQUIRE_NOTHROW(validate(both));
+  const OpGraph g = build_training_steps(gpt(), both);
+  CHECK(saved_activation_bytes(g, 1, 0) == 0);
+  CHECK(saved_activation_bytes(g, 1, 1) == 0);
+  // The checkpoint's backward copies the input back before it replays the layer: one (s, b, h) bf16 tensor.
+  CHECK(unpacked_by(g, "layers.1.checkpoint.backward") == static_cast<Bytes>(2 * kB * kS * kH));
+  CHECK(unpacked_by(g, "layers.0.checkpoint.backward") == static_cast<Bytes>(2 * kB * kS * kH));
+  // The replayed layer saves on the GPU as usual (the hooks cover the forward only): its MLP's c_fc brings
+  // nothing back from the host.
+  CHECK(unpacked_by(g, "layers.1.mlp.c_fc.backward") == 0);
+  // The host holds both layers' inputs at the end of the forward, with the embeddings' and head's saves.
+  CHECK(g.host_memory.saved_activations >= static_cast<Bytes>(2 * 2 * kB * kS * kH));
+}
+
+TEST_CASE("torchtune OffloadActivations around checkpointed layers: a far layer's input comes back on the side "
+          "stream",
+          "[quick][graph]") {
   TrainingOptions o = options(true);
+  o.activation_offload_torchtune = true;
   o.checkpointing = Checkpointing::kFull;
-  CHECK_THROWS_AS(validate(o), InputError);
+  const OpGraph g = build_training_steps(test::megatron_gpt(kH, kA, kS, /*layers=*/8), o);
+  CHECK(saved_activation_bytes(g, 1, 0) == 0);
+  // Layer 0's input, packed before the seven other layers' inputs, left the forward stash (5 saves deep)
+  // long before backward: it is copied back into a new (s, b, h) bf16 tensor on the offload stream.
+  CHECK(unpacked_by(g, "layers.0.checkpoint.unpack_from_cpu") == static_cast<Bytes>(2 * kB * kS * kH));
 }
 
 TEST_CASE("save_on_cpu: pinned host blocks as CachingHostAllocator rounds and reuses them",

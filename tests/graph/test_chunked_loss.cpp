@@ -151,7 +151,7 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   a.inference = true;
   CHECK_THROWS_WITH(
       make_request(a),
-      "--loss chunked-ce: a training loss (not with --inference, --forward-only or --generate)");
+      "--loss chunked-ce: a training loss does not apply to --inference, --forward-only or --generate");
   a.inference = false;
   a.model = "cs336-small";
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--loss chunked-ce: torchtune's loss"));

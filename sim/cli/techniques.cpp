@@ -1,0 +1,72 @@
+#include "sim/cli/techniques.h"
+
+#include <fmt/format.h>
+
+#include "sim/cli/commands.h"
+
+namespace vramsim::cli {
+
+const std::vector<Technique>& techniques() {
+  // Data-parallel schemes run on 2 GPUs; the model-parallel ones make the model replica 2 GPUs.
+  static const std::vector<Technique> kTechniques{
+      {"ddp", "data-parallel", "torch.nn.parallel.DistributedDataParallel", "--gpus 2"},
+      {"zero1", "data-parallel", "DeepSpeed ZeRO-1", "--gpus 2 --zero 1"},
+      {"zero2", "data-parallel", "DeepSpeed ZeRO-2", "--gpus 2 --zero 2"},
+      {"zero3", "data-parallel", "DeepSpeed ZeRO-3", "--gpus 2 --zero 3"},
+      {"zero3-offload", "data-parallel", "DeepSpeed ZeRO-Infinity (offload_optimizer, offload_param)",
+       "--gpus 2 --zero 3 --offload optimizer,params"},
+      {"fsdp", "data-parallel", "PyTorch FSDP1 (FULL_SHARD)", "--gpus 2 --fsdp full-shard"},
+      {"fsdp-offload", "data-parallel", "PyTorch FSDP1 CPUOffload(offload_params=True)",
+       "--gpus 2 --fsdp full-shard --offload params"},
+      {"fsdp2", "data-parallel", "PyTorch FSDP2 (fully_shard)", "--gpus 2 --fsdp2"},
+      {"tp", "model-parallel", "Megatron-LM tensor + sequence parallelism", "--tp 2 --sequence-parallel"},
+      {"pp", "model-parallel", "Megatron-LM pipeline parallelism (1F1B)", "--pp 2 --grad-accumulation 2"},
+      {"lora", "peft", "PEFT LoRA", "--lora-rank 8"},
+      {"qlora", "peft", "PEFT LoRA on bitsandbytes NF4 (bnb_4bit_quant_storage bf16)",
+       "--lora-rank 8 --base-weights nf4 --bnb-quant-storage bf16 --bnb-compute-dtype bf16"},
+      {"qlora-int8", "peft", "PEFT LoRA on bitsandbytes LLM.int8", "--lora-rank 8 --base-weights int8"},
+      {"qlora-torchao", "peft", "torchtune's QLoRA (torchao NF4Tensor)",
+       "--lora-rank 8 --base-weights torchao-nf4"},
+      {"checkpoint-full", "checkpointing", "torch.utils.checkpoint per decoder layer",
+       "--checkpointing full"},
+      {"checkpoint-selective", "checkpointing", "Korthikanti et al.'s selective recomputation",
+       "--checkpointing selective"},
+      {"checkpoint-op", "checkpointing", "torchtitan's op-level selective checkpointing",
+       "--checkpointing selective-op"},
+      {"offload-activations", "activation-offload", "torch.autograd.graph.save_on_cpu",
+       "--offload activations"},
+      {"offload-torchtune", "activation-offload", "torchtune's OffloadActivations",
+       "--offload activations --activation-offload torchtune"},
+      {"compile", "compile", "torch.compile (Inductor)", "--compile-mode default"},
+      {"compile-layer", "compile", "torch.compile per decoder layer (torchtitan, torchtune)",
+       "--compile-mode default --compile-scope layer"},
+      {"amp-bf16", "precision", "torch.autocast(bfloat16) over fp32 parameters", "--precision amp-bf16"},
+      {"bf16", "precision", "bf16 parameters, torch.optim states in bf16",
+       "--precision bf16 --master-weights none"},
+      {"bf16-master", "precision", "bf16 parameters, fp32 master weights (DeepSpeed, Megatron)",
+       "--precision bf16 --master-weights fp32"},
+      {"chunked-ce", "loss", "torchtune's CEWithChunkedOutputLoss", "--loss chunked-ce"},
+      {"adamw-8bit", "optimizer", "bitsandbytes AdamW8bit", "--optimizer adamw-8bit"},
+      {"optimizer-in-backward", "optimizer", "torchtune's optimizer_in_bwd", "--optimizer-in-backward"},
+      {"generate", "inference", "transformers model.generate() (DynamicCache)", "--generate 4"},
+  };
+  return kTechniques;
+}
+
+void add_techniques_command(CLI::App& app, std::function<int()>& run) {
+  auto* cmd = app.add_subcommand(
+      "techniques",
+      "List the techniques predict composes (data parallelism, PEFT, quantization, checkpointing, offload, "
+      "compile, precision, ...), each with the flags that select it");
+  cmd->callback([&run] {
+    run = [] {
+      fmt::print("{:<22} {:<19} {:<45} {}\n", "technique", "family", "flags", "follows");
+      for (const Technique& t : techniques()) {
+        fmt::print("{:<22} {:<19} {:<45} {}\n", t.name, t.family, t.flags, t.library);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace vramsim::cli

@@ -1,0 +1,115 @@
+// Precision regimes as people run them (training_options.h: MasterWeights): a model loaded in bf16 and
+// trained with torch.optim keeps bf16 optimizer states and no master copy; DeepSpeed, FSDP and Megatron keep
+// fp32 master weights and fp32 states. Expected bytes are worked by hand from the libraries' code:
+//   torch/optim/adamw.py _init_group: exp_avg = torch.zeros_like(p), exp_avg_sq = torch.zeros_like(p)
+//     (the parameter's dtype: 2 + 2 bytes per bf16 parameter);
+//   the fp32 path: a fp32 master copy (4 bytes) and two fp32 moments (4 + 4 bytes) per parameter.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "run_cli.h"
+#include "sim/core/error.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
+
+using namespace vramsim;
+
+namespace {
+
+constexpr std::int64_t kGpt2Params = 124'439'808;  // tied embeddings (test_step_prediction.cpp)
+
+RequestArgs gpt2_bf16() {
+  RequestArgs a;
+  a.model = "gpt2";
+  a.gpu = "h100";
+  a.batch = 1;
+  a.seq = 128;
+  a.precision = "bf16";
+  a.optimizer = "adamw";
+  a.steps = 2;
+  return a;
+}
+
+// The bill at the start of step 2's optimizer phase: parameters, gradients and every state made in step 1.
+MemoryBill before_step2_optimizer(const PredictRequest& r) {
+  const OpGraph g = build_training_steps(r.model, r.options);
+  const AllocationSchedule s = build_allocation_schedule(g);
+  const auto begin = s.phase_begin(2, Phase::kOptimizer);
+  REQUIRE(begin);
+  return live_bill(g, s, begin->event_index);
+}
+
+}  // namespace
+
+TEST_CASE("precision bf16 on one GPU: torch.optim keeps bf16 moments and no master copy",
+          "[quick][predict]") {
+  const PredictRequest r = make_request(gpt2_bf16());
+  CHECK(r.options.master_weights == MasterWeights::kNone);
+  const MemoryBill b = before_step2_optimizer(r);
+  CHECK(b.parameters == 2 * kGpt2Params);
+  CHECK(b.gradients == 2 * kGpt2Params);
+  CHECK(b.optimizer_states == 2 * 2 * kGpt2Params);  // exp_avg + exp_avg_sq, bf16
+  CHECK(predict(r).precision_regime ==
+        "bf16 parameters, gradients and optimizer states; no master copy (--master-weights none)");
+}
+
+TEST_CASE("precision bf16 with --master-weights fp32: an fp32 master copy and fp32 moments",
+          "[quick][predict]") {
+  RequestArgs a = gpt2_bf16();
+  a.master_weights = "fp32";
+  const PredictRequest r = make_request(a);
+  const MemoryBill b = before_step2_optimizer(r);
+  CHECK(b.parameters == 2 * kGpt2Params);
+  CHECK(b.gradients == 2 * kGpt2Params);
+  CHECK(b.optimizer_states == (4 + 2 * 4) * kGpt2Params);  // master + exp_avg + exp_avg_sq, fp32
+}
+
+TEST_CASE("predict: --master-weights defaults to what each framework does", "[quick][predict]") {
+  // DeepSpeed's bf16 ZeRO optimizers keep fp32 partitions (stage_1_and_2.py single_partition_of_fp32_groups,
+  // stage3.py fp32_partitioned_groups_flat); FSDP's MixedPrecision keeps fp32 sharded parameters; Megatron's
+  // --bf16 steps fp32 main parameters (Float16OptimizerWithFloat16Params); DDP runs torch.optim as it is.
+  const auto regime = [](const std::string& extra) {
+    RequestArgs a = gpt2_bf16();
+    a.world_size = 8;
+    if (extra == "zero2") {
+      a.zero = 2;
+    } else if (extra == "fsdp") {
+      a.fsdp = "full-shard";
+    } else if (extra == "fsdp2") {
+      a.fsdp2 = true;
+    } else if (extra == "tp") {
+      a.tp = 2;
+    }
+    return make_request(a, false).options.master_weights;
+  };
+  CHECK(regime("ddp") == MasterWeights::kNone);
+  CHECK(regime("zero2") == MasterWeights::kFp32);
+  CHECK(regime("fsdp") == MasterWeights::kFp32);
+  CHECK(regime("fsdp2") == MasterWeights::kFp32);
+  CHECK(regime("tp") == MasterWeights::kFp32);
+}
+
+TEST_CASE("predict: --master-weights only with --precision bf16, known values only", "[quick][predict]") {
+  RequestArgs a = gpt2_bf16();
+  a.precision = "amp-bf16";
+  a.master_weights = "none";
+  CHECK_THROWS_WITH(make_request(a),
+                    Catch::Contains("--master-weights: the optimizer's copy of bf16 parameters"));
+  a = gpt2_bf16();
+  a.master_weights = "fp16";
+  CHECK_THROWS_WITH(make_request(a), "--master-weights: unknown value 'fp16' (known: fp32, none)");
+}
+
+TEST_CASE("bitsandbytes optimizers keep no master copy under either setting", "[quick][predict]") {
+  // bitsandbytes' Optimizer8bit steps the bf16 parameter in place from uint8 states (+ an fp32 absmax per
+  // 256 values): no fp32 copy of the weights, whatever --master-weights says.
+  RequestArgs a = gpt2_bf16();
+  a.optimizer = "adamw-8bit";
+  a.master_weights = "fp32";
+  const PredictRequest r = make_request(a);
+  CHECK(!steps_fp32_master(r.options));
+  const MemoryBill b = before_step2_optimizer(r);
+  CHECK(b.optimizer_states < 3 * kGpt2Params);  // two uint8 moments and their absmax: about 2.03 B each
+}
