@@ -399,9 +399,8 @@ void print_gpu_list() {
   fmt::print("{:<14} {:>12} {:>12} {:>4}  {}\n", "gpu", "total MiB", "nominal GiB", "cc", "variant");
   for (const GpuSpec& g : gpu_table()) {
     fmt::print("{:<14} {:>12} {:>12} {:>4}  {}\n", g.name, g.total_memory_bytes / kMiB,
-               g.nominal_memory_bytes / kGiB, fmt::format("{}.{}", g.compute_capability / 10,
-                                                          g.compute_capability % 10),
-               g.variant);
+               g.nominal_memory_bytes / kGiB,
+               fmt::format("{}.{}", g.compute_capability / 10, g.compute_capability % 10), g.variant);
   }
 }
 
@@ -415,7 +414,9 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       "phases, fragmentation and whether it fits");
   add_request_options(cmd, args.request, args.alloc_conf);
   cmd->add_option("--batch", args.request.batch, "batch size");
-  cmd->get_option("--model")->required(false);  // checked in the callback: --list-* need neither
+  // checked in the callback: --list-* need none of them
+  cmd->get_option("--model")->required(false);
+  cmd->get_option("--seq")->required(false);
   static bool list_models = false, list_gpus = false;
   cmd->add_flag("--list-models", list_models, "print the model presets with their parameter counts and exit");
   cmd->add_flag("--list-gpus", list_gpus, "print the GPU table (memory, compute capability) and exit");
@@ -442,7 +443,7 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       };
       return;
     }
-    for (const char* required : {"--model", "--batch"}) {
+    for (const char* required : {"--model", "--seq", "--batch"}) {
       if (cmd->count(required) == 0) {
         throw CLI::RequiredError(required);
       }

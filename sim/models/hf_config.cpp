@@ -315,7 +315,6 @@ ModelConfig qwen2_moe(const JsonReader& r) {
   return m;
 }
 
-
 // Qwen3Config: Llama with q_norm / k_norm (RMSNorm of head_dim) on each head's queries and keys;
 // attention_bias (default false) on q/k/v/o; tie_word_embeddings default false (Qwen3-0.6B to 4B set true).
 // use_sliding_window defaults to false (and no released checkpoint sets it).
@@ -446,7 +445,8 @@ ModelConfig falcon(const JsonReader& r) {
   m.family = ModelFamily::kLlama;
   m.vocab_size = r.integer("vocab_size");
   m.d_model = r.integer("hidden_size");
-  m.n_layers = r.has("num_hidden_layers") ? r.integer("num_hidden_layers", kMaxLayers) : r.integer("n_layer", kMaxLayers);
+  m.n_layers = r.has("num_hidden_layers") ? r.integer("num_hidden_layers", kMaxLayers)
+                                          : r.integer("n_layer", kMaxLayers);
   m.n_heads = r.has("num_attention_heads") ? r.integer("num_attention_heads") : r.integer("n_head");
   m.head_dim = m.d_model / m.n_heads;
   const bool new_arch = r.boolean_or("new_decoder_architecture", false);
@@ -573,11 +573,16 @@ struct HfModelType {
 };
 
 constexpr HfModelType kModelTypes[] = {
-    {"gpt2", "GPT2LMHeadModel", gpt2},          {"gpt_bigcode", "GPTBigCodeForCausalLM", gpt_bigcode},
-    {"llama", "LlamaForCausalLM", llama},       {"mistral", "MistralForCausalLM", mistral},
-    {"qwen2", "Qwen2ForCausalLM", qwen2},       {"gemma", "GemmaForCausalLM", gemma},
-    {"gemma2", "Gemma2ForCausalLM", gemma2},    {"phi3", "Phi3ForCausalLM", phi3},
-    {"mixtral", "MixtralForCausalLM", mixtral}, {"qwen2_moe", "Qwen2MoeForCausalLM", qwen2_moe},
+    {"gpt2", "GPT2LMHeadModel", gpt2},
+    {"gpt_bigcode", "GPTBigCodeForCausalLM", gpt_bigcode},
+    {"llama", "LlamaForCausalLM", llama},
+    {"mistral", "MistralForCausalLM", mistral},
+    {"qwen2", "Qwen2ForCausalLM", qwen2},
+    {"gemma", "GemmaForCausalLM", gemma},
+    {"gemma2", "Gemma2ForCausalLM", gemma2},
+    {"phi3", "Phi3ForCausalLM", phi3},
+    {"mixtral", "MixtralForCausalLM", mixtral},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", qwen2_moe},
     {"qwen3", "Qwen3ForCausalLM", qwen3},
     {"qwen3_moe", "Qwen3MoeForCausalLM", qwen3_moe},
     {"gemma3_text", "Gemma3ForCausalLM", gemma3_text},

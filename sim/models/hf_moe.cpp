@@ -50,7 +50,8 @@ VarId fused_expert(EmitContext& c, const std::string& en, VarId x, const LayerPa
   const VarId w_gate_up = slice("gate_up_proj", p.experts_gate_up_w);
   const VarId b_gate_up = slice("gate_up_proj_bias", p.experts_gate_up_b);
   const VarId gate_up_w2 = t.view(w_gate_up, {d, 2 * ff}, en + ".gate_up_proj_2d");
-  const VarId gate_up_b1 = b_gate_up == kNoVar ? kNoVar : t.view(b_gate_up, {2 * ff}, en + ".gate_up_bias_1d");
+  const VarId gate_up_b1 =
+      b_gate_up == kNoVar ? kNoVar : t.view(b_gate_up, {2 * ff}, en + ".gate_up_bias_1d");
   const VarId gate_up = ops.linear(en + ".gate_up", x, gate_up_w2, gate_up_b1);
   t.drop({gate_up_w2, w_gate_up});
   if (b_gate_up != kNoVar) {
@@ -127,9 +128,9 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
     }
   };
   // Fused experts (GptOssExperts' training path): expert_hit = (...).nonzero(), one int64 row per expert hit.
-  const VarId expert_hit = moe.fused_experts ? t.constant(n + ".expert_hit", "nonzero", {moe.n_experts, 1},
-                                                          DType::kInt64)
-                                             : kNoVar;
+  const VarId expert_hit = moe.fused_experts
+                               ? t.constant(n + ".expert_hit", "nonzero", {moe.n_experts, 1}, DType::kInt64)
+                               : kNoVar;
   for (std::int64_t e = 0; e < moe.n_experts; ++e) {
     const std::int64_t rows = expert_rows(tokens * moe.top_k, moe.n_experts, e);
     if (rows == 0) {
@@ -139,9 +140,9 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
     // idx, top_x = torch.where(expert_mask[expert_idx]): one (rows, 2) int64 nonzero result, unbound
     rebind(where, t.constant(en + ".where", "nonzero", {rows, 2}, DType::kInt64));
     rebind(current_state, ops.index_rows(en + ".current_state", flat, where, rows));
-    const VarId expert_out = moe.fused_experts ? fused_expert(c, en, current_state, p, expert_hit)
-                                               : hf_gated_mlp(c, en, current_state,
-                                                              p.experts[static_cast<std::size_t>(e)]);
+    const VarId expert_out = moe.fused_experts
+                                 ? fused_expert(c, en, current_state, p, expert_hit)
+                                 : hf_gated_mlp(c, en, current_state, p.experts[static_cast<std::size_t>(e)]);
     const VarId weight = ops.index_rows(en + ".routing_weight", routing, where, rows);  // [top_x, idx, None]
     const VarId weight_col = t.view(weight, {rows, 1}, en + ".routing_weight_col");
     t.drop(weight);

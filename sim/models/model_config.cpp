@@ -160,7 +160,6 @@ std::vector<ModelConfig> presets() {
   };
 }
 
-
 void add(std::vector<ParameterShape>& out, std::string name, Shape shape, int layer = -1) {
   out.push_back(ParameterShape{std::move(name), std::move(shape), layer});
 }
@@ -287,10 +286,16 @@ void attention_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, co
 // (dense_h_to_4h, dense_4h_to_h).
 void gelu_mlp_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p, int l) {
   const bool phi = m.model_type == "phi", falcon = m.model_type == "falcon";
-  linear_shapes(out, p + (phi ? "mlp.fc1" : falcon ? "mlp.dense_h_to_4h" : "mlp.c_fc"), m.d_model, m.d_ff, l,
-                m.bias);
-  linear_shapes(out, p + (phi ? "mlp.fc2" : falcon ? "mlp.dense_4h_to_h" : "mlp.c_proj"), m.d_ff, m.d_model,
-                l, m.bias);
+  linear_shapes(out,
+                p + (phi      ? "mlp.fc1"
+                     : falcon ? "mlp.dense_h_to_4h"
+                              : "mlp.c_fc"),
+                m.d_model, m.d_ff, l, m.bias);
+  linear_shapes(out,
+                p + (phi      ? "mlp.fc2"
+                     : falcon ? "mlp.dense_4h_to_h"
+                              : "mlp.c_proj"),
+                m.d_ff, m.d_model, l, m.bias);
 }
 
 // The feed-forward part of layer l: a gated MLP, or a sparse MoE block (Mixtral's block_sparse_moe: gate,
@@ -400,7 +405,10 @@ void llama_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
       norm_shapes(m, out, p + "post_feedforward_layernorm", l);
     }
   }
-  norm_shapes(m, out, falcon ? "transformer.ln_f" : m.model_type == "phi" ? "model.final_layernorm" : "model.norm",
+  norm_shapes(m, out,
+              falcon                  ? "transformer.ln_f"
+              : m.model_type == "phi" ? "model.final_layernorm"
+                                      : "model.norm",
               -1);
   if (!m.tied_embeddings) {
     add(out, "lm_head.weight", {m.vocab_size, d});

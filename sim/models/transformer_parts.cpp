@@ -9,8 +9,8 @@
 
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
-#include "sim/models/layer_code.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/models/layer_code.h"
 
 namespace vramsim {
 namespace {
@@ -150,8 +150,7 @@ VarId* layer_role(LayerParams& p, std::string_view suffix) {
 
 VarId* model_role(ModelParams& p, std::string_view name) {
   if (name.ends_with("wte.weight") || name.ends_with("embed_tokens.weight") ||
-      name == "transformer.word_embeddings.weight" ||
-      name == "token_embeddings.weight") {
+      name == "transformer.word_embeddings.weight" || name == "token_embeddings.weight") {
     return &p.embed;
   }
   if (name.ends_with("wpe.weight")) {
