@@ -139,7 +139,7 @@ struct ModelConfig {
   double embedding_multiplier = 1.0;
   double residual_multiplier = 1.0;
   double logits_scaling = 1.0;
-  bool attention_sinks = false;    // gpt_oss: a learned sink logit per head (self_attn.sinks)
+  bool attention_sinks = false;     // gpt_oss: a learned sink logit per head (self_attn.sinks)
   std::int64_t sliding_window = 0;  // the local layers' window as config.json gives it (0: none); see README
   // deepseek_v3 multi-head latent attention: queries through a q_lora_rank bottleneck (0: a plain q_proj),
   // keys and values from a kv_lora_rank latent plus one shared rotary key of qk_rope_head_dim.
@@ -165,8 +165,10 @@ std::vector<std::string> model_preset_names();
 ModelConfig model_preset(std::string_view name);
 
 // `name_or_path` is a preset name or a path to a Hugging Face config.json (model_type gpt2, gpt_bigcode,
-// llama, mistral, qwen2, gemma, gemma2, phi3, mixtral, qwen2_moe). Throws InputError naming the file and key
-// for an unreadable file, an unknown model_type, a missing key or a value of the wrong type.
+// llama, mistral, qwen2, gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, gemma3,
+// olmo2, granite, phi, starcoder2, falcon, gpt_oss, llama4_text, llama4, deepseek_v3). Throws InputError
+// naming the file and key for an unreadable file, an unknown model_type, a missing key or a value of the
+// wrong type.
 ModelConfig load_model(const std::string& name_or_path);
 
 // Same, from JSON text; `source` names the file in messages (hf_config.cpp).

@@ -227,9 +227,8 @@ TEST_CASE("issue 36 model types: the step builds a valid schedule, training and 
 }
 
 TEST_CASE("issue 36 model types: what each adds to the step, counted by hand", "[quick][graph]") {
-  // Qwen3's q_norm on a (2, 4, 32, 16) fp32 query: its fp32 copy, the product with rsqrt... the norm's output
-  // is a query-sized fp32 tensor per layer; gpt-oss's sinks and Phi's lm_head bias are parameters of
-  // 4 heads and vocab_size elements.
+  // Phi's lm_head bias has vocab_size elements (512 here); gpt-oss-20b's sinks one per query head (64);
+  // unsupported variants are refused naming the key.
   ModelConfig phi = model_from_hf_config_json(kPhi2, "phi.json");
   phi.vocab_size = 512;
   phi.n_layers = 1;
