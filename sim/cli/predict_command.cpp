@@ -12,6 +12,7 @@
 #include "sim/cli/prediction_report.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
+#include "sim/engine/gpu_table.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/html_report.h"
@@ -381,6 +382,42 @@ struct PredictArgs {
 
 }  // namespace
 
+namespace {
+
+std::string with_commas(std::int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) {
+      out.push_back(',');
+    }
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+// `predict --list-models`: every preset, its model_type and its parameter count (model.parameters()).
+void print_model_list() {
+  fmt::print("{:<16} {:<12} {:>17}\n", "preset", "model_type", "parameters");
+  for (const std::string& name : model_preset_names()) {
+    const ModelConfig m = model_preset(name);
+    const std::int64_t n = m.parameter_count();
+    fmt::print("{:<16} {:<12} {:>17}  ({:.2f}B)\n", name, m.model_type, with_commas(n),
+               static_cast<double>(n) / 1e9);
+  }
+}
+
+// `predict --list-gpus`: the GPU table's memory (the runtime's total) and compute capability.
+void print_gpu_list() {
+  fmt::print("{:<14} {:>12} {:>12} {:>4}  {}\n", "gpu", "total MiB", "nominal GiB", "cc", "variant");
+  for (const GpuSpec& g : gpu_table()) {
+    fmt::print("{:<14} {:>12} {:>12} {:>4}  {}\n", g.name, g.total_memory_bytes / kMiB,
+               g.nominal_memory_bytes / kGiB,
+               fmt::format("{}.{}", g.compute_capability / 10, g.compute_capability % 10), g.variant);
+  }
+}
+
+}  // namespace
+
 void add_predict_command(CLI::App& app, std::function<int()>& run) {
   static PredictArgs args;
   auto* cmd = app.add_subcommand(
@@ -388,7 +425,13 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       "Simulate training steps of a Transformer and predict their GPU memory: the bill, the peak, "
       "phases, fragmentation and whether it fits");
   add_request_options(cmd, args.request, args.alloc_conf);
-  cmd->add_option("--batch", args.request.batch, "batch size")->required();
+  cmd->add_option("--batch", args.request.batch, "batch size");
+  // checked in the callback: --list-* need none of them
+  cmd->get_option("--model")->required(false);
+  cmd->get_option("--seq")->required(false);
+  static bool list_models = false, list_gpus = false;
+  cmd->add_flag("--list-models", list_models, "print the model presets with their parameter counts and exit");
+  cmd->add_flag("--list-gpus", list_gpus, "print the GPU table (memory, compute capability) and exit");
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--trace-out", args.trace_out, "write the generated trace (.json / .pickle / .vtrace)");
   cmd->add_option("--perfetto", args.perfetto,
@@ -400,6 +443,23 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       "write a self-contained page: memory over time stacked by category, the peak, the segment map "
       "at the peak, the bill");
   cmd->callback([&run, cmd] {
+    if (list_models || list_gpus) {
+      run = [] {
+        if (list_models) {
+          print_model_list();
+        }
+        if (list_gpus) {
+          print_gpu_list();
+        }
+        return 0;
+      };
+      return;
+    }
+    for (const char* required : {"--model", "--seq", "--batch"}) {
+      if (cmd->count(required) == 0) {
+        throw CLI::RequiredError(required);
+      }
+    }
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
     }

@@ -44,6 +44,47 @@
 //     NVLink 3 600 GB/s -> 300; H100 SXM5 and H200 SXM NVLink 4 900 GB/s -> 450; V100 SXM2 NVLink 2 300 GB/s
 //     -> 150; L4 and RTX 4090 have no NVLink: PCIe 4.0 x16, 32 GB/s; T4 PCIe 3.0 x16, 16 GB/s. Collectives
 //     reach less than this (NCCL's bus bandwidth); the timeline's communication times are lower bounds.
+//
+// Note [The GPUs added for issue 36] (each figure from the vendor data sheet named; dense tensor rates are
+// half the data sheets' "with sparsity" figures; memory is the nominal size read as GiB unless a runtime
+// total is cited: rows whose total equals the nominal size carry the MARKETING size, not what the driver
+// reports, which is a few hundred MiB to ~2% less):
+//   L40S: NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, FP32 91.6 TF, TF32 366 TF*, FP16/BF16 733 TF*,
+//     FP8 1,466 TF*; AD102, 142 SMs, compute 8.9; PCIe 4.0 x16. Memory: marketing.
+//   A10G (AWS g5): NVIDIA A10 datasheet figures (24 GB GDDR6, 600 GB/s, FP32 31.2 TF, TF32 125 TF*,
+//     FP16/BF16 250 TF*); 80 SMs and compute 8.6 as deviceQuery prints them on g5 (the A10 has 72; est.).
+//     Runtime total 22.19 GiB: PyTorch's OOM message on ml.g5.12xlarge (a vLLM issue about
+//     mosaicml/mpt-30b, quoted in public notes): 22,723 MiB (+-5 MiB rounding).
+//   RTX 3090: GA102 whitepaper: 24 GB GDDR6X, 936 GB/s, FP32 35.6 TF, FP16/BF16 tensor with FP32
+//     accumulate 71 TF (GeForce half rate), no FP8; 82 SMs, compute 8.6. Memory: marketing.
+//   RTX 5090: NVIDIA RTX Blackwell GPU architecture whitepaper: 32 GB GDDR7, 1,792 GB/s, FP32 104.8 TF,
+//     FP16/BF16 tensor FP32-accumulate 209.5 TF, FP8 419 TF (est.: the whitepaper's FP32-accumulate rates);
+//     GB202, 170 SMs, compute 12.0; PCIe 5.0 x16 (64 GB/s). Memory: marketing.
+//   RTX A6000: NVIDIA RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s, FP32 38.7 TF, tensor 309.7 TF* (FP16);
+//     84 SMs, compute 8.6. Memory: marketing.
+//   RTX 6000 Ada: NVIDIA RTX 6000 Ada datasheet: 48 GB GDDR6, 960 GB/s, FP32 91.1 TF, FP8 1,457 TF*;
+//     142 SMs, compute 8.9. Memory: marketing.
+//   H200 NVL: NVIDIA H200 datasheet (NVL column): 141 GB HBM3e, 4.8 TB/s, FP32 60 TF, TF32 835 TF*,
+//     BF16 1,671 TF*, FP8 3,341 TF*; NVLink bridge 900 GB/s; 132 SMs (est., GH100 as in H100 NVL).
+//     Memory: the SXM part's runtime total (same HBM stacks; est.).
+//   H20: NVIDIA H20 product brief (as reported): 96 GB HBM3, 4.0 TB/s, FP32 44 TF, TF32 74 TF, BF16 148 TF,
+//     FP8 296 TF (dense), NVLink 900 GB/s; 78 SMs (est.), compute 9.0. Memory: marketing.
+//   B200: NVIDIA HGX B200 datasheet, per GPU (the 8-GPU figures / 8): 180 GB HBM3e, 7.7 TB/s, FP32 75 TF,
+//     TF32 2.2 PF*, BF16 4.5 PF*, FP8 9 PF*; NVLink 5 1.8 TB/s; 148 SMs, compute 10.0. Memory: marketing.
+//   GB200 (one Blackwell GPU of a GB200 NVL72): NVIDIA GB200 NVL72 datasheet / 72: 186 GB HBM3e
+//     (13.4 TB / 72), 8 TB/s, FP32 80 TF, TF32 2.5 PF*, BF16 5 PF*, FP8 10 PF*; NVLink 5 1.8 TB/s.
+//     Memory: marketing.
+//   AMD Instinct (PyTorch's ROCm build runs the same caching allocator through HIP; the compute capability
+//   is what torch.cuda.get_device_capability() returns on ROCm, the gfx target's major/minor):
+//     MI250X: AMD Instinct MI250X data sheet: 128 GB HBM2e and 3.2 TB/s over two GCDs, each a device of its
+//       own to PyTorch: 64 GB, 1.6 TB/s, FP32 23.95 TF (vector), FP16/BF16 191.5 TF, no TF32/FP8; 110 CUs
+//       per GCD; gfx90a (9.0); Infinity Fabric 50 GB/s per direction per link (est.). Memory: marketing.
+//     MI300X: AMD Instinct MI300X data sheet: 192 GB HBM3, 5.3 TB/s, FP32 81.7 TF (vector), TF32 653.7 TF,
+//       FP16/BF16 1,307.4 TF, FP8 2,614.9 TF (dense); 304 CUs; gfx942 (9.4); Infinity Fabric 128 GB/s per
+//       link, 64 per direction. Memory: marketing.
+//     MI325X: AMD Instinct MI325X data sheet: 256 GB HBM3E, 6 TB/s, compute as MI300X. Memory: marketing.
+//   (* with sparsity; the rows hold half.) Max threads per SM: 1536 for compute 8.6 / 8.9 / 12.0, 2048 for
+//   9.0 and 10.0; AMD: 2048 per CU (32 wavefronts of 64; est.).
 #include "sim/engine/gpu_table.h"
 
 #include <algorithm>
@@ -86,6 +127,32 @@ const std::vector<GpuSpec> kGpus = {
      15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70, 80, 2048, 150 * kG},
     {"T4", "PCIe, GDDR6", 16 * kGiB, 15'843'721'216ULL,
      8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, 75, 40, 1024, 16 * kG},
+    {"L40S", "PCIe, GDDR6 (memory: marketing size)", 48 * kGiB, 48 * kGiB,
+     91.6 * kT, 183 * kT, 366.5 * kT, 366.5 * kT, 733 * kT, 864 * kG, kLaunchNs, 89, 142, 1536, 32 * kG},
+    {"A10G", "PCIe, GDDR6 (AWS g5)", 24 * kGiB, 22'723ULL * kMiB,
+     31.2 * kT, 62.5 * kT, 125 * kT, 125 * kT, 0, 600 * kG, kLaunchNs, 86, 80, 1536, 32 * kG},
+    {"RTX-3090", "GeForce, GDDR6X (memory: marketing size)", 24 * kGiB, 24 * kGiB,
+     35.6 * kT, 35.6 * kT, 71 * kT, 71 * kT, 0, 936 * kG, kLaunchNs, 86, 82, 1536, 32 * kG},
+    {"RTX-5090", "GeForce, GDDR7 (memory: marketing size)", 32 * kGiB, 32 * kGiB,
+     104.8 * kT, 104.8 * kT, 209.5 * kT, 209.5 * kT, 419 * kT, 1792 * kG, kLaunchNs, 120, 170, 1536, 64 * kG},
+    {"RTX-A6000", "PCIe, GDDR6 (memory: marketing size)", 48 * kGiB, 48 * kGiB,
+     38.7 * kT, 77.4 * kT, 154.8 * kT, 154.8 * kT, 0, 768 * kG, kLaunchNs, 86, 84, 1536, 32 * kG},
+    {"RTX-6000-Ada", "PCIe, GDDR6 (memory: marketing size)", 48 * kGiB, 48 * kGiB,
+     91.1 * kT, 182.1 * kT, 364.2 * kT, 364.2 * kT, 728.5 * kT, 960 * kG, kLaunchNs, 89, 142, 1536, 32 * kG},
+    {"H200-NVL", "PCIe + NVLink bridge, HBM3e", 141 * kGiB, 143'155ULL * kMiB,
+     60 * kT, 417.5 * kT, 835.5 * kT, 835.5 * kT, 1670.5 * kT, 4800 * kG, kLaunchNs, 90, 132, 2048, 450 * kG},
+    {"H20", "SXM, HBM3 (memory: marketing size)", 96 * kGiB, 96 * kGiB,
+     44 * kT, 74 * kT, 148 * kT, 148 * kT, 296 * kT, 4000 * kG, kLaunchNs, 90, 78, 2048, 450 * kG},
+    {"B200", "SXM (HGX B200), HBM3e (memory: marketing size)", 180 * kGiB, 180 * kGiB,
+     75 * kT, 1100 * kT, 2250 * kT, 2250 * kT, 4500 * kT, 7700 * kG, kLaunchNs, 100, 148, 2048, 900 * kG},
+    {"GB200", "Grace Blackwell (NVL72), HBM3e (memory: marketing size)", 186 * kGiB, 186 * kGiB,
+     80 * kT, 1250 * kT, 2500 * kT, 2500 * kT, 5000 * kT, 8000 * kG, kLaunchNs, 100, 148, 2048, 900 * kG},
+    {"MI250X-GCD", "AMD Instinct, one of two GCDs, HBM2e (memory: marketing size)", 64 * kGiB, 64 * kGiB,
+     23.95 * kT, 0, 191.5 * kT, 191.5 * kT, 0, 1600 * kG, kLaunchNs, 90, 110, 2048, 50 * kG},
+    {"MI300X", "AMD Instinct OAM, HBM3 (memory: marketing size)", 192 * kGiB, 192 * kGiB,
+     81.7 * kT, 653.7 * kT, 1307.4 * kT, 1307.4 * kT, 2614.9 * kT, 5300 * kG, kLaunchNs, 94, 304, 2048, 64 * kG},
+    {"MI325X", "AMD Instinct OAM, HBM3E (memory: marketing size)", 256 * kGiB, 256 * kGiB,
+     81.7 * kT, 653.7 * kT, 1307.4 * kT, 1307.4 * kT, 2614.9 * kT, 6000 * kG, kLaunchNs, 94, 304, 2048, 64 * kG},
 };
 
 // Alias -> canonical name. Keys are normalized (see normalize()). "a100" means the 80GB part (it replaced
@@ -97,6 +164,13 @@ const std::vector<std::pair<std::string_view, std::string_view>> kAliases = {
     {"h200", "H200-141GB"},         {"h200sxm", "H200-141GB"},     {"4090", "RTX-4090"},
     {"v100", "V100-16GB"},          {"v100sxm216gb", "V100-16GB"}, {"v100sxm232gb", "V100-32GB"},
     {"v10016g", "V100-16GB"},       {"v10032g", "V100-32GB"},
+    {"l40s", "L40S"},               {"a10g", "A10G"},             {"3090", "RTX-3090"},
+    {"5090", "RTX-5090"},           {"a6000", "RTX-A6000"},       {"rtxa6000", "RTX-A6000"},
+    {"rtx6000ada", "RTX-6000-Ada"}, {"rtx6000adageneration", "RTX-6000-Ada"},
+    {"h200nvl", "H200-NVL"},        {"b200", "B200"},             {"gb200", "GB200"},
+    {"mi250x", "MI250X-GCD"},       {"amdinstinctmi250x", "MI250X-GCD"},
+    {"mi300x", "MI300X"},           {"amdinstinctmi300x", "MI300X"},
+    {"mi325x", "MI325X"},           {"amdinstinctmi325x", "MI325X"},
 };
 // clang-format on
 

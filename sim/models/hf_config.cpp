@@ -112,6 +112,14 @@ class JsonReader {
     }
     return out;
   }
+  // The JSON object under `key` (text_config of a multimodal checkpoint), read with the same source name.
+  JsonReader child(const char* key) const {
+    const nlohmann::json& v = required(key);
+    if (!v.is_object()) {
+      throw InputError(fmt::format("{}: key '{}' must be an object, got {}", m_source, key, v.type_name()));
+    }
+    return JsonReader(v, m_source);
+  }
   [[noreturn]] void fail(const char* key, const std::string& what) const {
     throw InputError(fmt::format("{}: key '{}': {}", m_source, key, what));
   }
@@ -127,8 +135,8 @@ class JsonReader {
   std::string_view m_source;
 };
 
-GeluKind gpt2_activation(const JsonReader& r, const std::string& fallback) {
-  const std::string act = r.string_or("activation_function", fallback);
+GeluKind gpt2_activation_key(const JsonReader& r, const char* key, const std::string& fallback) {
+  const std::string act = r.string_or(key, fallback);
   if (act == "gelu_new") {
     return GeluKind::kNew;
   }
@@ -138,8 +146,11 @@ GeluKind gpt2_activation(const JsonReader& r, const std::string& fallback) {
   if (act == "gelu") {
     return GeluKind::kExact;
   }
-  r.fail("activation_function",
-         fmt::format("unsupported '{}' (supported: gelu_new, gelu_pytorch_tanh, gelu)", act));
+  r.fail(key, fmt::format("unsupported '{}' (supported: gelu_new, gelu_pytorch_tanh, gelu)", act));
+}
+
+GeluKind gpt2_activation(const JsonReader& r, const std::string& fallback) {
+  return gpt2_activation_key(r, "activation_function", fallback);
 }
 
 // A gated MLP's act_fn = ACT2FN[name]: SiLU, or F.gelu (exact or tanh: the same tensors).
@@ -205,6 +216,7 @@ struct LlamaDefaults {
   const char* activation_key = "hidden_act";
   const char* activation = "silu";
   bool attention_bias_key = true;  // reads attention_bias (Llama); Qwen2 always has q/k/v biases
+  bool gated = true;               // the MLP is gated (its activation read from activation_key)
 };
 
 ModelConfig llama_like(const JsonReader& r, const LlamaDefaults& d) {
@@ -221,7 +233,9 @@ ModelConfig llama_like(const JsonReader& r, const LlamaDefaults& d) {
   m.tied_embeddings = r.boolean_or("tie_word_embeddings", d.tied_embeddings);
   m.dropout.attention = r.probability_or("attention_dropout", 0.0);
   m.bias = d.attention_bias_key && r.boolean_or("attention_bias", false);
-  m.gated_activation = gated_activation(r, d.activation_key, d.activation);
+  if (d.gated) {
+    m.gated_activation = gated_activation(r, d.activation_key, d.activation);
+  }
   if (r.boolean_or("mlp_bias", false)) {
     r.fail("mlp_bias", "MLP biases are not supported");
   }
@@ -301,6 +315,257 @@ ModelConfig qwen2_moe(const JsonReader& r) {
   return m;
 }
 
+// Qwen3Config: Llama with q_norm / k_norm (RMSNorm of head_dim) on each head's queries and keys;
+// attention_bias (default false) on q/k/v/o; tie_word_embeddings default false (Qwen3-0.6B to 4B set true).
+// use_sliding_window defaults to false (and no released checkpoint sets it).
+ModelConfig qwen3(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {});
+  m.qk_norm = ModelConfig::QkNorm::kPerHead;
+  if (r.boolean_or("use_sliding_window", false)) {
+    m.sliding_window = r.integer_or("sliding_window", 4096);
+  }
+  return m;
+}
+
+// Qwen3MoeConfig: Qwen3 attention; Qwen3MoeSparseMoeBlock (gate, experts; no shared expert) where
+// decoder_sparse_step and mlp_only_layers make a layer sparse, Qwen3MoeMLP of intermediate_size elsewhere.
+ModelConfig qwen3_moe(const JsonReader& r) {
+  ModelConfig m = qwen3(r);
+  m.mistral_mask = true;
+  m.moe.n_experts = r.integer_or("num_experts", 128, kMaxExperts);
+  m.moe.top_k = r.integer_or("num_experts_per_tok", 8);
+  m.moe.expert_d_ff = r.integer_or("moe_intermediate_size", 768);
+  m.moe.normalize_top_k = r.boolean_or("norm_topk_prob", false);
+  m.moe.sparse_step = r.integer_or("decoder_sparse_step", 1);
+  m.moe.dense_layers = r.integers_or_empty("mlp_only_layers");
+  return m;
+}
+
+// Gemma3TextConfig: Gemma-2's layer (four norms, scaled embeddings, tied head) with q_norm / k_norm of
+// head_dim; soft-capping off by default (both keys null in the released configs); five local layers of
+// sliding_window per global one. Gemma3TextConfig has defaults for every shape key (the gemma3 wrapper's
+// text_config leaves several out), so none is required here.
+ModelConfig gemma3_text(const JsonReader& r) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = r.integer_or("vocab_size", 262208);
+  m.d_model = r.integer_or("hidden_size", 2304);
+  m.n_layers = r.integer_or("num_hidden_layers", 26, kMaxLayers);
+  m.n_heads = r.integer_or("num_attention_heads", 8);
+  m.n_kv_heads = r.integer_or("num_key_value_heads", 4);
+  m.head_dim = r.integer_or("head_dim", 256);
+  m.d_ff = r.integer_or("intermediate_size", 9216);
+  m.max_positions = r.integer_or("max_position_embeddings", 131072);
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  m.dropout.attention = r.probability_or("attention_dropout", 0.0);
+  m.bias = r.boolean_or("attention_bias", false);
+  m.gated_activation = gated_activation(r, "hidden_activation", "gelu_pytorch_tanh");
+  m.norm = NormKind::kGemmaRmsNorm;
+  m.scale_embeddings = true;
+  m.sandwich_norms = true;
+  m.qk_norm = ModelConfig::QkNorm::kPerHead;
+  m.attn_logit_softcapping = r.number_or("attn_logit_softcapping", 0.0);
+  m.final_logit_softcapping = r.number_or("final_logit_softcapping", 0.0);
+  m.sliding_window = r.integer_or("sliding_window", 4096);
+  return m;
+}
+
+// Gemma3Config (Gemma3ForConditionalGeneration): the language model is text_config's; the SigLIP vision
+// tower and the multi-modal projector are not modelled (README).
+ModelConfig gemma3(const JsonReader& r) {
+  ModelConfig m = gemma3_text(r.child("text_config"));
+  m.model_type = "gemma3_text";
+  return m;
+}
+
+// Olmo2Config: Llama's shapes; q_norm / k_norm over the whole q / k projections; the two norms after
+// attention and MLP instead of before.
+ModelConfig olmo2(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {});
+  m.qk_norm = ModelConfig::QkNorm::kWholeProjection;
+  m.post_norms_only = true;
+  return m;
+}
+
+// GraniteConfig: Llama with embedding_multiplier, residual_multiplier, attention_multiplier (the softmax
+// scale: no tensor of its own) and logits_scaling.
+ModelConfig granite(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {});
+  m.embedding_multiplier = r.number_or("embedding_multiplier", 1.0);
+  m.residual_multiplier = r.number_or("residual_multiplier", 1.0);
+  m.logits_scaling = r.number_or("logits_scaling", 1.0);
+  if (m.logits_scaling == 0.0) {
+    r.fail("logits_scaling", "must not be 0 (the logits are divided by it)");
+  }
+  return m;
+}
+
+// PhiConfig (phi-1, phi-1.5, phi-2): LayerNorm with bias, one input_layernorm feeding attention and MLP in
+// parallel, biases everywhere (q/k/v/dense, fc1/fc2, lm_head), GELU MLP (gelu_new), partial rotary
+// embedding.
+ModelConfig phi(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {.attention_bias_key = false, .gated = false});
+  m.bias = true;
+  m.norm = NormKind::kLayerNorm;
+  m.mlp = MlpKind::kGelu;
+  m.gelu = gpt2_activation_key(r, "hidden_act", "gelu_new");
+  m.parallel_block = true;
+  m.lm_head_bias = true;
+  m.dropout.embeddings = r.probability_or("embd_pdrop", 0.0);
+  m.dropout.residual = r.probability_or("resid_pdrop", 0.0);
+  if (r.boolean_or("qk_layernorm", false)) {
+    r.fail("qk_layernorm", "true is not supported");
+  }
+  return m;
+}
+
+// Starcoder2Config: LayerNorm with bias (norm_epsilon), biases on every Linear (use_bias, default true), a
+// GELU MLP (c_fc, c_proj; gelu_pytorch_tanh), tied embeddings by PretrainedConfig's default,
+// residual_dropout after attention and MLP, embedding_dropout after the embeddings.
+ModelConfig starcoder2(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {.tied_embeddings = true, .attention_bias_key = false, .gated = false});
+  m.bias = r.boolean_or("use_bias", true);
+  m.norm = NormKind::kLayerNorm;
+  m.mlp = MlpKind::kGelu;
+  m.gelu = gpt2_activation_key(r, "hidden_act", "gelu_pytorch_tanh");
+  m.mistral_mask = true;
+  m.dropout.embeddings = r.probability_or("embedding_dropout", 0.0);
+  m.dropout.residual = r.probability_or("residual_dropout", 0.0);
+  if (r.has("sliding_window")) {
+    m.sliding_window = r.integer("sliding_window");
+  }
+  return m;
+}
+
+// FalconConfig (attribute_map: n_layer, n_head): LayerNorm with bias, a fused query_key_value (one key/value
+// head with multi_query, num_kv_heads with new_decoder_architecture), GELU MLP of ffn_hidden_size (4 x
+// hidden), parallel attention and MLP (parallel_attn), tied lm_head. ALiBi is not supported.
+ModelConfig falcon(const JsonReader& r) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = r.integer("vocab_size");
+  m.d_model = r.integer("hidden_size");
+  m.n_layers = r.has("num_hidden_layers") ? r.integer("num_hidden_layers", kMaxLayers)
+                                          : r.integer("n_layer", kMaxLayers);
+  m.n_heads = r.has("num_attention_heads") ? r.integer("num_attention_heads") : r.integer("n_head");
+  m.head_dim = m.d_model / m.n_heads;
+  const bool new_arch = r.boolean_or("new_decoder_architecture", false);
+  const bool multi_query = r.boolean_or("multi_query", true);
+  m.n_kv_heads = new_arch ? r.integer_or("num_kv_heads", m.n_heads) : multi_query ? 1 : m.n_heads;
+  m.d_ff = r.integer_or("ffn_hidden_size", 4 * m.d_model);
+  m.max_positions = r.integer_or("max_position_embeddings", 2048);
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
+  m.bias = r.boolean_or("bias", false);
+  m.norm = NormKind::kLayerNorm;
+  m.mlp = MlpKind::kGelu;
+  m.gelu = gpt2_activation_key(r, "activation", "gelu");
+  m.parallel_block = r.boolean_or("parallel_attn", true);
+  m.parallel_two_norms = m.parallel_block && r.integer_or("num_ln_in_parallel_attn", new_arch ? 2 : 1) == 2;
+  m.dropout.attention = r.probability_or("attention_dropout", 0.0);
+  if (r.boolean_or("alibi", false)) {
+    r.fail("alibi", "ALiBi position biases are not supported (rotary only)");
+  }
+  return m;
+}
+
+// GptOssConfig: attention with biases (attention_bias, default true) and a learned sink per head,
+// alternating sliding (sliding_window, 128) and full layers; a router with bias and fused experts with biases
+// (num_local_experts, experts_per_token / num_experts_per_tok, intermediate_size).
+ModelConfig gpt_oss(const JsonReader& r) {
+  ModelConfig m = llama_like(r, {.attention_bias_key = false});
+  m.bias = r.boolean_or("attention_bias", true);
+  m.attention_sinks = true;
+  m.sliding_window = r.integer_or("sliding_window", 128);
+  m.moe.n_experts = r.integer_or("num_local_experts", 128, kMaxExperts);
+  m.moe.top_k = r.integer_or("num_experts_per_tok", r.integer_or("experts_per_token", 4));
+  m.moe.expert_d_ff = m.d_ff;
+  m.moe.fused_experts = true;
+  m.moe.expert_bias = true;
+  m.moe.router_bias = true;
+  return m;
+}
+
+// Llama4TextConfig: Llama attention (use_qk_norm: an L2 norm without parameters); MoE layers every
+// interleave_moe_layer_step (experts fused, num_local_experts of intermediate_size, a router, one shared
+// expert of intermediate_size), dense layers an MLP of intermediate_size_mlp; chunked attention on the RoPE
+// layers (attention_chunk_size).
+ModelConfig llama4_text(const JsonReader& r) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = r.integer_or("vocab_size", 202048);
+  m.d_model = r.integer_or("hidden_size", 5120);
+  m.n_layers = r.integer_or("num_hidden_layers", 48, kMaxLayers);
+  m.n_heads = r.integer_or("num_attention_heads", 40);
+  m.n_kv_heads = r.integer_or("num_key_value_heads", 8);
+  m.head_dim = r.integer_or("head_dim", 128);
+  m.d_ff = r.integer_or("intermediate_size_mlp", 16384);
+  m.max_positions = r.integer_or("max_position_embeddings", 4096 * 32);
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  m.bias = r.boolean_or("attention_bias", false);
+  m.dropout.attention = r.probability_or("attention_dropout", 0.0);
+  m.gated_activation = gated_activation(r, "hidden_act", "silu");
+  m.moe.n_experts = r.integer_or("num_local_experts", 16, kMaxExperts);
+  m.moe.top_k = r.integer_or("num_experts_per_tok", 1);
+  m.moe.expert_d_ff = r.integer_or("intermediate_size", 8192);
+  m.moe.shared_expert_d_ff = m.moe.expert_d_ff;
+  m.moe.shared_expert_gated = false;
+  m.moe.fused_experts = true;
+  m.moe.normalize_top_k = false;
+  // moe_layers = list(range(step - 1, num_hidden_layers, step)): (l + 1) % step == 0
+  m.moe.sparse_step = r.integer_or("interleave_moe_layer_step", 1);
+  m.sliding_window = r.integer_or("attention_chunk_size", 8192);
+  if (r.has("moe_layers")) {
+    r.fail("moe_layers", "an explicit list is not supported (interleave_moe_layer_step is)");
+  }
+  return m;
+}
+
+// Llama4Config (Llama4ForConditionalGeneration): the language model is text_config's (model.model_type
+// llama4_text); the vision encoder and projector are not modelled (README).
+ModelConfig llama4(const JsonReader& r) {
+  ModelConfig m = llama4_text(r.child("text_config"));
+  m.model_type = "llama4_text";
+  return m;
+}
+
+// DeepseekV3Config: multi-head latent attention (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+// qk_rope_head_dim, v_head_dim), first_k_dense_replace dense layers of intermediate_size, then
+// DeepseekV3MoE (n_routed_experts of moe_intermediate_size, num_experts_per_tok, n_shared_experts added
+// ungated). The checkpoint's multi-token-prediction layers (num_nextn_predict_layers) are not built by
+// transformers and are left out.
+ModelConfig deepseek_v3(const JsonReader& r) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = r.integer_or("vocab_size", 129280);
+  m.d_model = r.integer_or("hidden_size", 7168);
+  m.n_layers = r.integer_or("num_hidden_layers", 61, kMaxLayers);
+  m.n_heads = r.integer_or("num_attention_heads", 128);
+  m.n_kv_heads = m.n_heads;  // MLA: every head has its own key and value
+  m.d_ff = r.integer_or("intermediate_size", 18432);
+  m.max_positions = r.integer_or("max_position_embeddings", 4096);
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  m.bias = r.boolean_or("attention_bias", false);
+  m.dropout.attention = r.probability_or("attention_dropout", 0.0);
+  m.gated_activation = gated_activation(r, "hidden_act", "silu");
+  m.mla.q_lora_rank = r.has("q_lora_rank") ? r.integer("q_lora_rank") : 0;
+  m.mla.kv_lora_rank = r.integer_or("kv_lora_rank", 512);
+  m.mla.qk_nope_head_dim = r.integer_or("qk_nope_head_dim", 128);
+  m.mla.qk_rope_head_dim = r.integer_or("qk_rope_head_dim", 64);
+  m.mla.v_head_dim = r.integer_or("v_head_dim", 128);
+  m.head_dim = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
+  m.moe.n_experts = r.integer_or("n_routed_experts", 256, kMaxExperts);
+  m.moe.top_k = r.integer_or("num_experts_per_tok", 8);
+  m.moe.expert_d_ff = r.integer_or("moe_intermediate_size", 2048);
+  m.moe.shared_expert_d_ff = m.moe.expert_d_ff * r.integer_or("n_shared_experts", 1);
+  m.moe.shared_expert_gated = false;
+  m.moe.normalize_top_k = r.boolean_or("norm_topk_prob", true);
+  const std::int64_t dense = r.integer_or("first_k_dense_replace", 3, kMaxLayers);
+  for (std::int64_t l = 0; l < std::min(dense, m.n_layers); ++l) {
+    m.moe.dense_layers.push_back(l);
+  }
+  return m;
+}
+
 struct HfModelType {
   const char* model_type;
   const char* architecture;  // the *ForCausalLM class config.json's "architectures" names
@@ -308,11 +573,29 @@ struct HfModelType {
 };
 
 constexpr HfModelType kModelTypes[] = {
-    {"gpt2", "GPT2LMHeadModel", gpt2},          {"gpt_bigcode", "GPTBigCodeForCausalLM", gpt_bigcode},
-    {"llama", "LlamaForCausalLM", llama},       {"mistral", "MistralForCausalLM", mistral},
-    {"qwen2", "Qwen2ForCausalLM", qwen2},       {"gemma", "GemmaForCausalLM", gemma},
-    {"gemma2", "Gemma2ForCausalLM", gemma2},    {"phi3", "Phi3ForCausalLM", phi3},
-    {"mixtral", "MixtralForCausalLM", mixtral}, {"qwen2_moe", "Qwen2MoeForCausalLM", qwen2_moe},
+    {"gpt2", "GPT2LMHeadModel", gpt2},
+    {"gpt_bigcode", "GPTBigCodeForCausalLM", gpt_bigcode},
+    {"llama", "LlamaForCausalLM", llama},
+    {"mistral", "MistralForCausalLM", mistral},
+    {"qwen2", "Qwen2ForCausalLM", qwen2},
+    {"gemma", "GemmaForCausalLM", gemma},
+    {"gemma2", "Gemma2ForCausalLM", gemma2},
+    {"phi3", "Phi3ForCausalLM", phi3},
+    {"mixtral", "MixtralForCausalLM", mixtral},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", qwen2_moe},
+    {"qwen3", "Qwen3ForCausalLM", qwen3},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", qwen3_moe},
+    {"gemma3_text", "Gemma3ForCausalLM", gemma3_text},
+    {"gemma3", "Gemma3ForConditionalGeneration", gemma3},
+    {"olmo2", "Olmo2ForCausalLM", olmo2},
+    {"granite", "GraniteForCausalLM", granite},
+    {"phi", "PhiForCausalLM", phi},
+    {"starcoder2", "Starcoder2ForCausalLM", starcoder2},
+    {"falcon", "FalconForCausalLM", falcon},
+    {"gpt_oss", "GptOssForCausalLM", gpt_oss},
+    {"llama4_text", "Llama4ForCausalLM", llama4_text},
+    {"llama4", "Llama4ForConditionalGeneration", llama4},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", deepseek_v3},
 };
 
 // model_type decides (it is what transformers' AutoConfig dispatches on); a config.json with only
@@ -401,7 +684,9 @@ ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_vi
   const HfModelType& type = model_type_of(root, source);
   ModelConfig m = type.read(JsonReader(root, source));
   m.name = std::string(source);
-  m.model_type = type.model_type;
+  if (m.model_type.empty()) {  // a multimodal wrapper names its language model's type itself
+    m.model_type = type.model_type;
+  }
   check_shapes(m, source);
   std::vector<ParameterShape> shapes;
   transformers_parameter_shapes(m, shapes);

@@ -32,6 +32,63 @@ std::int64_t expert_rows(std::int64_t assignments, std::int64_t n, std::int64_t 
   return assignments / n + (e < assignments % n ? 1 : 0);
 }
 
+// One expert of a fused (three-dimensional) expert parameter, as GptOssExperts.forward writes its training
+// path: W[expert_idx] is advanced indexing (a copy of the expert's slice; IndexBackward writes the gradient
+// into zeros of the whole parameter), gate_up = x @ W + b, gate / up the even and odd columns,
+// glu = gate * sigmoid(gate * alpha), (up + 1) * glu, then @ down_proj[expert_idx] + its bias. The clamps
+// are left out (element-wise, no saved tensor of their own in the simulation); Llama 4 (no biases) runs the
+// same loop here although its Llama4TextExperts multiplies every expert with every token (README).
+VarId fused_expert(EmitContext& c, const std::string& en, VarId x, const LayerParams& p, VarId expert_hit) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const std::int64_t d = c.model.d_model, ff = c.model.moe.expert_d_ff;
+  const std::int64_t rows = t.shape(x)[0];
+  const VarId idx = t.view(expert_hit, {1}, en + ".expert_idx");
+  const auto slice = [&](const char* what, VarId w) {
+    return w == kNoVar ? kNoVar : ops.index_rows(en + "." + what + "[expert_idx]", w, idx, 1);
+  };
+  const VarId w_gate_up = slice("gate_up_proj", p.experts_gate_up_w);
+  const VarId b_gate_up = slice("gate_up_proj_bias", p.experts_gate_up_b);
+  const VarId gate_up_w2 = t.view(w_gate_up, {d, 2 * ff}, en + ".gate_up_proj_2d");
+  const VarId gate_up_b1 =
+      b_gate_up == kNoVar ? kNoVar : t.view(b_gate_up, {2 * ff}, en + ".gate_up_bias_1d");
+  const VarId gate_up = ops.linear(en + ".gate_up", x, gate_up_w2, gate_up_b1);
+  t.drop({gate_up_w2, w_gate_up});
+  if (b_gate_up != kNoVar) {
+    t.drop({gate_up_b1, b_gate_up});
+  }
+  const VarId gate = t.view(gate_up, {rows, ff}, en + ".gate", GradRule{GradRule::Kind::kAlloc});
+  const VarId up = t.view(gate_up, {rows, ff}, en + ".up", GradRule{GradRule::Kind::kAlloc});
+  t.drop(gate_up);
+  VarId glu;
+  VarId up1;
+  if (c.model.moe.expert_bias) {  // gpt-oss: gate * sigmoid(gate * alpha), (up + 1)
+    const VarId scaled = ops.scale(en + ".gate_alpha", gate);
+    const VarId sig = ops.sigmoid(en + ".sigmoid", scaled);
+    t.drop(scaled);
+    glu = ops.mul(en + ".glu", gate, sig);
+    t.drop(sig);
+    up1 = ops.add_scalar(en + ".up_plus_one", up);
+  } else {  // Llama 4: act_fn(gate) * up
+    glu = ops.silu(en + ".silu", gate);
+    up1 = up;
+    t.hold(up1);
+  }
+  t.drop({gate, up});
+  const VarId gated = ops.mul(en + ".gated_output", up1, glu);
+  t.drop({up1, glu});
+  const VarId w_down = slice("down_proj", p.experts_down_w);
+  const VarId b_down = slice("down_proj_bias", p.experts_down_b);
+  const VarId down_w2 = t.view(w_down, {ff, d}, en + ".down_proj_2d");
+  const VarId down_b1 = b_down == kNoVar ? kNoVar : t.view(b_down, {d}, en + ".down_bias_1d");
+  const VarId out = ops.linear(en + ".down", gated, down_w2, down_b1);
+  t.drop({gated, down_w2, w_down, idx});
+  if (b_down != kNoVar) {
+    t.drop({down_b1, b_down});
+  }
+  return out;
+}
+
 }  // namespace
 
 VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
@@ -45,7 +102,7 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
   const DType dtype = t.dtype(x);
 
   const VarId flat = t.view(x, {tokens, d}, n + ".view");
-  const VarId router_logits = ops.linear(n + ".gate", flat, p.router_w);
+  const VarId router_logits = ops.linear(n + ".gate", flat, p.router_w, p.router_b);
   const VarId probs = ops.softmax_last(n + ".routing_softmax", router_logits, DType::kFloat32);
   auto [weights, selected] = ops.topk_last(n + ".topk", probs, moe.top_k);
   t.drop(probs);
@@ -70,6 +127,10 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
       t.drop(old);
     }
   };
+  // Fused experts (GptOssExperts' training path): expert_hit = (...).nonzero(), one int64 row per expert hit.
+  const VarId expert_hit = moe.fused_experts
+                               ? t.constant(n + ".expert_hit", "nonzero", {moe.n_experts, 1}, DType::kInt64)
+                               : kNoVar;
   for (std::int64_t e = 0; e < moe.n_experts; ++e) {
     const std::int64_t rows = expert_rows(tokens * moe.top_k, moe.n_experts, e);
     if (rows == 0) {
@@ -79,7 +140,9 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
     // idx, top_x = torch.where(expert_mask[expert_idx]): one (rows, 2) int64 nonzero result, unbound
     rebind(where, t.constant(en + ".where", "nonzero", {rows, 2}, DType::kInt64));
     rebind(current_state, ops.index_rows(en + ".current_state", flat, where, rows));
-    const VarId expert_out = hf_gated_mlp(c, en, current_state, p.experts[static_cast<std::size_t>(e)]);
+    const VarId expert_out = moe.fused_experts
+                                 ? fused_expert(c, en, current_state, p, expert_hit)
+                                 : hf_gated_mlp(c, en, current_state, p.experts[static_cast<std::size_t>(e)]);
     const VarId weight = ops.index_rows(en + ".routing_weight", routing, where, rows);  // [top_x, idx, None]
     const VarId weight_col = t.view(weight, {rows, 1}, en + ".routing_weight_col");
     t.drop(weight);
@@ -95,6 +158,14 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
     // shared_expert_output = F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
     // final_hidden_states = final_hidden_states + shared_expert_output
     const VarId shared = hf_gated_mlp(c, n + ".shared_expert", flat, p.shared_expert);
+    if (!moe.shared_expert_gated) {  // DeepSeek-V3, Llama 4: added as it is
+      const VarId sum = ops.add(n + ".add_shared_expert", final_states, shared);
+      t.drop({shared, final_states});
+      final_states = sum;
+    }
+  }
+  if (moe.shared_expert_d_ff > 0 && moe.shared_expert_gated) {
+    const VarId shared = hf_gated_mlp(c, n + ".shared_expert", flat, p.shared_expert);
     const VarId gate_logit = ops.linear(n + ".shared_expert_gate", flat, p.shared_expert_gate_w);
     const VarId gate = ops.sigmoid(n + ".shared_expert_sigmoid", gate_logit);
     t.drop(gate_logit);
@@ -108,6 +179,9 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
   // The block returns (final_hidden_states, router_logits): its locals go; the decoder layer drops
   // router_logits (only collected with output_router_logits=True).
   t.drop({final_states, flat, router_logits, selected, routing, expert_mask});
+  if (expert_hit != kNoVar) {
+    t.drop(expert_hit);
+  }
   for (VarId v : {where, current_state, current_out}) {
     if (v != kNoVar) {
       t.drop(v);

@@ -69,6 +69,76 @@ ModelConfig cs336_preset(std::string name, std::int64_t d_model, std::int64_t d_
   return m;
 }
 
+// Current families, as the shape keys of each checkpoint's config.json (the Hugging Face repo in the second
+// column), read by the same model_type readers as a config.json file.
+struct HfPreset {
+  const char* name;
+  const char* source;  // Hugging Face repo id
+  const char* json;
+};
+// clang-format off
+constexpr HfPreset kHfPresets[] = {
+    {"llama-3.1-8b", "meta-llama/Llama-3.1-8B", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "max_position_embeddings": 131072, "tie_word_embeddings": false})"},
+    {"llama-3.1-70b", "meta-llama/Llama-3.1-70B", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 8192,
+      "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "max_position_embeddings": 131072, "tie_word_embeddings": false})"},
+    {"llama-3.1-405b", "meta-llama/Llama-3.1-405B", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 16384,
+      "intermediate_size": 53248, "num_hidden_layers": 126, "num_attention_heads": 128, "num_key_value_heads": 8,
+      "max_position_embeddings": 131072, "tie_word_embeddings": false})"},
+    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+      "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "head_dim": 64, "max_position_embeddings": 131072, "tie_word_embeddings": true})"},
+    {"llama-3.2-3b", "meta-llama/Llama-3.2-3B", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 3072,
+      "intermediate_size": 8192, "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8,
+      "head_dim": 128, "max_position_embeddings": 131072, "tie_word_embeddings": true})"},
+    {"llama-3.3-70b", "meta-llama/Llama-3.3-70B-Instruct", R"({"model_type": "llama", "vocab_size": 128256,
+      "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+      "num_key_value_heads": 8, "max_position_embeddings": 131072, "tie_word_embeddings": false})"},
+    {"qwen2.5-7b", "Qwen/Qwen2.5-7B", R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+      "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+      "max_position_embeddings": 131072, "tie_word_embeddings": false})"},
+    {"qwen2.5-72b", "Qwen/Qwen2.5-72B", R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 8192,
+      "intermediate_size": 29568, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "max_position_embeddings": 131072, "tie_word_embeddings": false})"},
+    {"qwen3-8b", "Qwen/Qwen3-8B", R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+      "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": false})"},
+    {"qwen3-32b", "Qwen/Qwen3-32B", R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 5120,
+      "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": false})"},
+    {"gemma-2-9b", "google/gemma-2-9b", R"({"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 3584,
+      "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+      "head_dim": 256, "max_position_embeddings": 8192})"},
+    {"gemma-3-27b", "google/gemma-3-27b-it (text_config)", R"({"model_type": "gemma3_text", "vocab_size": 262208,
+      "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62, "num_attention_heads": 32,
+      "num_key_value_heads": 16, "head_dim": 128, "sliding_window": 1024})"},
+    {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", R"({"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 32768})"},
+    {"phi-3-mini", "microsoft/Phi-3-mini-4k-instruct", R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+      "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+      "max_position_embeddings": 4096})"},
+    {"phi-4", "microsoft/phi-4", R"({"model_type": "phi3", "vocab_size": 100352, "hidden_size": 5120,
+      "intermediate_size": 17920, "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 10,
+      "max_position_embeddings": 16384, "tie_word_embeddings": false})"},
+    {"deepseek-v3", "deepseek-ai/DeepSeek-V3", R"({"model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 7168,
+      "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+      "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+      "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+      "max_position_embeddings": 163840})"},
+    {"gpt-oss-20b", "openai/gpt-oss-20b", R"({"model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880,
+      "intermediate_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 64, "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+      "max_position_embeddings": 131072})"},
+    {"gpt-oss-120b", "openai/gpt-oss-120b", R"({"model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880,
+      "intermediate_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 64, "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128,
+      "max_position_embeddings": 131072})"},
+};
+// clang-format on
+
 // The preset table: one row per model. Shapes are those of the published checkpoints' config.json.
 std::vector<ModelConfig> presets() {
   return {
@@ -149,72 +219,202 @@ void gated_mlp_shapes(std::vector<ParameterShape>& out, const std::string& p, st
   }
 }
 
+void linear_shapes(std::vector<ParameterShape>& out, const std::string& name, std::int64_t in,
+                   std::int64_t out_features, int layer, bool bias) {
+  add(out, name + ".weight", {out_features, in}, layer);
+  if (bias) {
+    add(out, name + ".bias", {out_features}, layer);
+  }
+}
+
+// DeepseekV3Attention: q_proj or q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa, kv_a_layernorm,
+// kv_b_proj; o_proj (attention_bias on q_a, kv_a and o).
+void mla_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p, int l) {
+  const ModelConfig::Mla& a = m.mla;
+  const std::int64_t h = m.n_heads, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  if (a.q_lora_rank == 0) {
+    linear_shapes(out, p + "self_attn.q_proj", m.d_model, h * qk, l, false);
+  } else {
+    linear_shapes(out, p + "self_attn.q_a_proj", m.d_model, a.q_lora_rank, l, m.bias);
+    add(out, p + "self_attn.q_a_layernorm.weight", {a.q_lora_rank}, l);
+    linear_shapes(out, p + "self_attn.q_b_proj", a.q_lora_rank, h * qk, l, false);
+  }
+  linear_shapes(out, p + "self_attn.kv_a_proj_with_mqa", m.d_model, a.kv_lora_rank + a.qk_rope_head_dim, l,
+                m.bias);
+  add(out, p + "self_attn.kv_a_layernorm.weight", {a.kv_lora_rank}, l);
+  linear_shapes(out, p + "self_attn.kv_b_proj", a.kv_lora_rank, h * (a.qk_nope_head_dim + a.v_head_dim), l,
+                false);
+  linear_shapes(out, p + "self_attn.o_proj", h * a.v_head_dim, m.d_model, l, m.bias);
+}
+
 void attention_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p, int l) {
   const std::int64_t d = m.d_model;
+  if (m.mla.kv_lora_rank > 0) {
+    mla_shapes(m, out, p, l);
+    return;
+  }
+  if (m.model_type == "falcon") {  // FalconAttention: query_key_value, dense (bias: config.bias)
+    linear_shapes(out, p + "self_attention.query_key_value", d, m.q_dim() + 2 * m.kv_dim(), l, m.bias);
+    linear_shapes(out, p + "self_attention.dense", m.q_dim(), d, l, m.bias);
+    return;
+  }
   if (m.fused_qkv) {  // Phi3Attention registers o_proj before qkv_proj
     add(out, p + "self_attn.o_proj.weight", {d, m.q_dim()}, l);
     add(out, p + "self_attn.qkv_proj.weight", {m.q_dim() + 2 * m.kv_dim(), d}, l);
     return;
   }
+  if (m.attention_sinks) {  // GptOssAttention's own parameter comes before its submodules'
+    add(out, p + "self_attn.sinks", {m.n_heads}, l);
+  }
   const bool qkv_bias = m.qkv_bias || m.bias;
-  add(out, p + "self_attn.q_proj.weight", {m.q_dim(), d}, l);
-  if (qkv_bias) {
-    add(out, p + "self_attn.q_proj.bias", {m.q_dim()}, l);
+  linear_shapes(out, p + "self_attn.q_proj", d, m.q_dim(), l, qkv_bias);
+  linear_shapes(out, p + "self_attn.k_proj", d, m.kv_dim(), l, qkv_bias);
+  linear_shapes(out, p + "self_attn.v_proj", d, m.kv_dim(), l, qkv_bias);
+  // PhiAttention calls its output projection `dense`
+  linear_shapes(out, p + (m.model_type == "phi" ? "self_attn.dense" : "self_attn.o_proj"), m.q_dim(), d, l,
+                m.bias);
+  if (m.qk_norm == ModelConfig::QkNorm::kPerHead) {
+    add(out, p + "self_attn.q_norm.weight", {m.head_dim}, l);
+    add(out, p + "self_attn.k_norm.weight", {m.head_dim}, l);
+  } else if (m.qk_norm == ModelConfig::QkNorm::kWholeProjection) {
+    add(out, p + "self_attn.q_norm.weight", {m.q_dim()}, l);
+    add(out, p + "self_attn.k_norm.weight", {m.kv_dim()}, l);
   }
-  add(out, p + "self_attn.k_proj.weight", {m.kv_dim(), d}, l);
-  if (qkv_bias) {
-    add(out, p + "self_attn.k_proj.bias", {m.kv_dim()}, l);
-  }
-  add(out, p + "self_attn.v_proj.weight", {m.kv_dim(), d}, l);
-  if (qkv_bias) {
-    add(out, p + "self_attn.v_proj.bias", {m.kv_dim()}, l);
-  }
-  add(out, p + "self_attn.o_proj.weight", {d, m.q_dim()}, l);
-  if (m.bias) {
-    add(out, p + "self_attn.o_proj.bias", {d}, l);
-  }
+}
+
+// A GELU MLP in the llama family: Starcoder2MLP (c_fc, c_proj), PhiMLP (fc1, fc2), FalconMLP
+// (dense_h_to_4h, dense_4h_to_h).
+void gelu_mlp_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p, int l) {
+  const bool phi = m.model_type == "phi", falcon = m.model_type == "falcon";
+  linear_shapes(out,
+                p + (phi      ? "mlp.fc1"
+                     : falcon ? "mlp.dense_h_to_4h"
+                              : "mlp.c_fc"),
+                m.d_model, m.d_ff, l, m.bias);
+  linear_shapes(out,
+                p + (phi      ? "mlp.fc2"
+                     : falcon ? "mlp.dense_4h_to_h"
+                              : "mlp.c_proj"),
+                m.d_ff, m.d_model, l, m.bias);
 }
 
 // The feed-forward part of layer l: a gated MLP, or a sparse MoE block (Mixtral's block_sparse_moe: gate,
-// experts; Qwen2-MoE's mlp: gate, experts, shared_expert, shared_expert_gate).
+// experts; Qwen2-MoE's mlp: gate, experts, shared_expert, shared_expert_gate; Qwen3-MoE's mlp: gate,
+// experts; DeepSeek-V3's mlp: experts, gate, shared_experts; gpt-oss's mlp: router, experts (fused);
+// Llama 4's feed_forward: experts (fused), router, shared_expert).
 void feed_forward_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& p,
                          int l) {
   const std::int64_t d = m.d_model;
+  const bool llama4 = m.model_type == "llama4_text";
+  if (m.mlp == MlpKind::kGelu) {
+    gelu_mlp_shapes(m, out, p, l);
+    return;
+  }
   if (!m.moe.sparse(l)) {
-    gated_mlp_shapes(out, p + "mlp.", d, m.d_ff, l, m.bias, m.fused_gate_up, false);
+    gated_mlp_shapes(out, p + (llama4 ? "feed_forward." : "mlp."), d, m.d_ff, l, m.bias, m.fused_gate_up,
+                     false);
+    return;
+  }
+  const MoeConfig& moe = m.moe;
+  if (moe.fused_experts) {
+    const std::string block = p + (llama4 ? "feed_forward." : "mlp.");
+    const auto router = [&] {
+      add(out, block + "router.weight", {moe.n_experts, d}, l);
+      if (moe.router_bias) {
+        add(out, block + "router.bias", {moe.n_experts}, l);
+      }
+    };
+    if (!llama4) {
+      router();
+    }
+    add(out, block + "experts.gate_up_proj", {moe.n_experts, d, 2 * moe.expert_d_ff}, l);
+    if (moe.expert_bias) {
+      add(out, block + "experts.gate_up_proj_bias", {moe.n_experts, 2 * moe.expert_d_ff}, l);
+    }
+    add(out, block + "experts.down_proj", {moe.n_experts, moe.expert_d_ff, d}, l);
+    if (moe.expert_bias) {
+      add(out, block + "experts.down_proj_bias", {moe.n_experts, d}, l);
+    }
+    if (llama4) {
+      router();
+      gated_mlp_shapes(out, block + "shared_expert.", d, moe.shared_expert_d_ff, l, false, false, false);
+    }
     return;
   }
   const bool mixtral = m.model_type == "mixtral";
+  const bool deepseek = m.model_type == "deepseek_v3";
   const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
-  add(out, block + "gate.weight", {m.moe.n_experts, d}, l);
-  for (std::int64_t e = 0; e < m.moe.n_experts; ++e) {
-    gated_mlp_shapes(out, fmt::format("{}experts.{}.", block, e), d, m.moe.expert_d_ff, l, false, false,
+  if (!deepseek) {
+    add(out, block + "gate.weight", {moe.n_experts, d}, l);
+  }
+  for (std::int64_t e = 0; e < moe.n_experts; ++e) {
+    gated_mlp_shapes(out, fmt::format("{}experts.{}.", block, e), d, moe.expert_d_ff, l, false, false,
                      mixtral);
   }
-  if (m.moe.shared_expert_d_ff > 0) {
-    gated_mlp_shapes(out, block + "shared_expert.", d, m.moe.shared_expert_d_ff, l, false, false, false);
-    add(out, block + "shared_expert_gate.weight", {1, d}, l);
+  if (deepseek) {  // DeepseekV3TopkRouter: weight (e_score_correction_bias is a buffer)
+    add(out, block + "gate.weight", {moe.n_experts, d}, l);
+    gated_mlp_shapes(out, block + "shared_experts.", d, moe.shared_expert_d_ff, l, false, false, false);
+    return;
+  }
+  if (moe.shared_expert_d_ff > 0) {
+    gated_mlp_shapes(out, block + "shared_expert.", d, moe.shared_expert_d_ff, l, false, false, false);
+    if (moe.shared_expert_gated) {
+      add(out, block + "shared_expert_gate.weight", {1, d}, l);
+    }
   }
 }
 
-// LlamaDecoderLayer and its descendants register self_attn, mlp, then the norms.
+// A norm's parameters: LayerNorm has a weight and a bias, RMSNorm a weight.
+void norm_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const std::string& name, int l) {
+  add(out, name + ".weight", {m.d_model}, l);
+  if (m.norm == NormKind::kLayerNorm) {
+    add(out, name + ".bias", {m.d_model}, l);
+  }
+}
+
+// LlamaDecoderLayer and its descendants register self_attn, mlp, then the norms (Falcon: self_attention, mlp,
+// then its layer norms; OLMo-2: only the two post-norms; Phi: one input_layernorm).
 void llama_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
   const std::int64_t d = m.d_model;
-  add(out, "model.embed_tokens.weight", {m.vocab_size, d});
+  const bool falcon = m.model_type == "falcon";
+  add(out, falcon ? "transformer.word_embeddings.weight" : "model.embed_tokens.weight", {m.vocab_size, d});
   for (int l = 0; l < m.n_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string p = (falcon ? "transformer.h." : "model.layers.") + std::to_string(l) + ".";
     attention_shapes(m, out, p, l);
     feed_forward_shapes(m, out, p, l);
-    add(out, p + "input_layernorm.weight", {d}, l);
-    add(out, p + "post_attention_layernorm.weight", {d}, l);
+    if (m.post_norms_only) {
+      norm_shapes(m, out, p + "post_attention_layernorm", l);
+      norm_shapes(m, out, p + "post_feedforward_layernorm", l);
+      continue;
+    }
+    if (m.parallel_two_norms) {
+      norm_shapes(m, out, p + "ln_attn", l);
+      norm_shapes(m, out, p + "ln_mlp", l);
+      continue;
+    }
+    if (falcon && !m.parallel_block) {  // FalconDecoderLayer registers post_attention_layernorm first
+      norm_shapes(m, out, p + "post_attention_layernorm", l);
+    }
+    norm_shapes(m, out, p + "input_layernorm", l);
+    if (m.parallel_block || falcon) {
+      continue;
+    }
+    norm_shapes(m, out, p + "post_attention_layernorm", l);
     if (m.sandwich_norms) {
-      add(out, p + "pre_feedforward_layernorm.weight", {d}, l);
-      add(out, p + "post_feedforward_layernorm.weight", {d}, l);
+      norm_shapes(m, out, p + "pre_feedforward_layernorm", l);
+      norm_shapes(m, out, p + "post_feedforward_layernorm", l);
     }
   }
-  add(out, "model.norm.weight", {d});
+  norm_shapes(m, out,
+              falcon                  ? "transformer.ln_f"
+              : m.model_type == "phi" ? "model.final_layernorm"
+                                      : "model.norm",
+              -1);
   if (!m.tied_embeddings) {
     add(out, "lm_head.weight", {m.vocab_size, d});
+  }
+  if (m.lm_head_bias) {  // PhiForCausalLM: nn.Linear(hidden_size, vocab_size, bias=True)
+    add(out, "lm_head.bias", {m.vocab_size});
   }
 }
 
@@ -267,12 +467,22 @@ std::vector<std::string> model_preset_names() {
   for (const ModelConfig& m : presets()) {
     names.push_back(m.name);
   }
+  for (const HfPreset& p : kHfPresets) {
+    names.emplace_back(p.name);
+  }
   return names;
 }
 
 ModelConfig model_preset(std::string_view name) {
   for (ModelConfig& m : presets()) {
     if (m.name == name) {
+      return m;
+    }
+  }
+  for (const HfPreset& p : kHfPresets) {
+    if (p.name == name) {
+      ModelConfig m = model_from_hf_config_json(p.json, p.name);
+      m.name = p.name;
       return m;
     }
   }

@@ -55,6 +55,15 @@ struct MoeConfig {
   std::int64_t shared_expert_d_ff = 0;  // qwen2_moe: a dense expert on every token, sigmoid-gated; 0: none
   std::int64_t sparse_step = 1;  // qwen2_moe decoder_sparse_step: layer l is sparse when (l+1) % step == 0
   std::vector<std::int64_t> dense_layers;  // qwen2_moe mlp_only_layers: dense MLP (d_ff) in these layers
+  // The shared expert's output is scaled by sigmoid(shared_expert_gate(x)) (qwen2_moe); false: added as it is
+  // (deepseek_v3's shared_experts, llama4's shared_expert).
+  bool shared_expert_gated = true;
+  // The experts are three-dimensional parameters (gpt_oss: gate_up_proj [E, d, 2 ff] with biases, down_proj
+  // [E, ff, d]; llama4: the same without biases), not one module per expert; each expert's slice is taken
+  // with advanced indexing (a copy; IndexBackward writes into zeros of the whole parameter).
+  bool fused_experts = false;
+  bool expert_bias = false;  // gpt_oss: gate_up_proj_bias, down_proj_bias
+  bool router_bias = false;  // gpt_oss: the router's bias
 
   bool sparse(std::int64_t layer) const;
 };
@@ -112,6 +121,37 @@ struct ModelConfig {
   bool mistral_mask = false;
   MoeConfig moe;
 
+  // Layer variants of the model_types after Llama (all off for the older ones):
+  // q_norm / k_norm: an RMSNorm on each head's queries and keys (qwen3, qwen3_moe, gemma3: weight of
+  // head_dim) or on the whole projection before the heads are split (olmo2: weight of n_heads * head_dim).
+  enum class QkNorm : std::uint8_t { kNone, kPerHead, kWholeProjection };
+  QkNorm qk_norm = QkNorm::kNone;
+  // olmo2: no norm before attention / MLP; post_attention_layernorm and post_feedforward_layernorm on their
+  // outputs before the residual sums.
+  bool post_norms_only = false;
+  // phi, falcon (parallel_attn): attention and MLP read the same normed input, x + attn + mlp. Falcon's new
+  // decoder architecture normalises each branch's input separately (ln_attn, ln_mlp).
+  bool parallel_block = false;
+  bool parallel_two_norms = false;
+  bool lm_head_bias = false;  // phi: lm_head has a bias
+  // granite: embeddings * embedding_multiplier, each branch * residual_multiplier before its residual sum,
+  // logits / logits_scaling (1.0: no op).
+  double embedding_multiplier = 1.0;
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
+  bool attention_sinks = false;     // gpt_oss: a learned sink logit per head (self_attn.sinks)
+  std::int64_t sliding_window = 0;  // the local layers' window as config.json gives it (0: none); see README
+  // deepseek_v3 multi-head latent attention: queries through a q_lora_rank bottleneck (0: a plain q_proj),
+  // keys and values from a kv_lora_rank latent plus one shared rotary key of qk_rope_head_dim.
+  struct Mla {
+    std::int64_t q_lora_rank = 0;
+    std::int64_t kv_lora_rank = 0;  // 0: not MLA
+    std::int64_t qk_nope_head_dim = 0;
+    std::int64_t qk_rope_head_dim = 0;
+    std::int64_t v_head_dim = 0;
+  };
+  Mla mla;
+
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
   std::int64_t q_dim() const { return n_heads * head_dim; }
   std::vector<ParameterShape> parameter_shapes() const;
@@ -125,8 +165,10 @@ std::vector<std::string> model_preset_names();
 ModelConfig model_preset(std::string_view name);
 
 // `name_or_path` is a preset name or a path to a Hugging Face config.json (model_type gpt2, gpt_bigcode,
-// llama, mistral, qwen2, gemma, gemma2, phi3, mixtral, qwen2_moe). Throws InputError naming the file and key
-// for an unreadable file, an unknown model_type, a missing key or a value of the wrong type.
+// llama, mistral, qwen2, gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, gemma3,
+// olmo2, granite, phi, starcoder2, falcon, gpt_oss, llama4_text, llama4, deepseek_v3). Throws InputError
+// naming the file and key for an unreadable file, an unknown model_type, a missing key or a value of the
+// wrong type.
 ModelConfig load_model(const std::string& name_or_path);
 
 // Same, from JSON text; `source` names the file in messages (hf_config.cpp).

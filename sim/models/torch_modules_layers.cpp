@@ -20,6 +20,7 @@
 // fp32 softmax outputs. megatron_accounting=true builds the layer with Megatron's fused kernels as the paper
 // counts them: LayerNorm keeps only its input, one scale-mask-softmax kernel keeps only its output.
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -42,8 +43,10 @@ enum class DropoutSite : std::uint8_t { kEmbeddings, kAttention, kResidual };
 // attention and residual ones (resid_attn_dropout, resid_mlp_dropout), Llama and the others only the
 // attention probabilities.
 bool has_dropout_site(const ModelConfig& m, DropoutSite site) {
+  // Phi and Starcoder2: resid_dropout / residual_dropout on both branches, embd_pdrop / embedding_dropout
   return site == DropoutSite::kAttention || m.family == ModelFamily::kGpt2 ||
-         (site == DropoutSite::kResidual && m.model_type == "phi3");
+         (site == DropoutSite::kResidual && m.model_type == "phi3") || m.model_type == "phi" ||
+         m.model_type == "starcoder2";
 }
 
 // nn.Dropout in training (model.train()): the output and a bool mask, saved for backward.
@@ -296,6 +299,59 @@ VarId core_attention(EmitContext& c, const std::string& n, VarId q, VarId k, Var
   return out;
 }
 
+// DeepseekV3Attention.forward up to the attention call: q from q_b_proj(q_a_layernorm(q_a_proj(x))) (or
+// q_proj), split into the no-RoPE and RoPE parts; compressed_kv = kv_a_proj_with_mqa(x), split into the
+// latent (through kv_a_layernorm and kv_b_proj, then split into k_pass and value) and one shared rotary key;
+// RoPE on q_rot and k_rot, k_rot expanded over the heads, then query = cat(q_pass, q_rot), key = cat(k_pass,
+// k_rot). Returns (query, key, value) as [b, h, s, qk_head_dim] and [b, h, s, v_head_dim].
+std::tuple<VarId, VarId, VarId> mla_qkv(EmitContext& c, const std::string& n, const LayerParams& p, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const ModelConfig::Mla& a = c.model.mla;
+  const std::int64_t b = c.options.batch, s = c.options.seq, h = c.model.n_heads;
+  const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  const auto split = [&t](VarId v, Shape shape, const std::string& name) {
+    return t.view(v, std::move(shape), name, GradRule{GradRule::Kind::kAlloc});
+  };
+  VarId qx;
+  if (p.q_a_w != kNoVar) {
+    const VarId qa = ops.linear(n + ".q_a_proj", x, p.q_a_w);
+    const VarId qn = norm(c, n + ".q_a_layernorm", qa, p.q_a_norm_w, kNoVar);
+    t.drop(qa);
+    qx = ops.linear(n + ".q_b_proj", qn, p.q_b_w);
+    t.drop(qn);
+  } else {
+    qx = ops.linear(n + ".q_proj", x, p.q_w);
+  }
+  const VarId q_states = t.view(qx, {b, h, s, qk}, n + ".q_heads");
+  t.drop(qx);
+  const VarId q_pass = split(q_states, {b, h, s, a.qk_nope_head_dim}, n + ".q_pass");
+  const VarId q_rot = split(q_states, {b, h, s, a.qk_rope_head_dim}, n + ".q_rot");
+  t.drop(q_states);
+  const VarId compressed = ops.linear(n + ".kv_a_proj_with_mqa", x, p.kv_a_w);
+  const VarId k_latent = split(compressed, {b, s, a.kv_lora_rank}, n + ".k_pass_latent");
+  const VarId k_rot = split(compressed, {b, 1, s, a.qk_rope_head_dim}, n + ".k_rot");
+  t.drop(compressed);
+  const VarId kn = norm(c, n + ".kv_a_layernorm", k_latent, p.kv_a_norm_w, kNoVar);
+  t.drop(k_latent);
+  const VarId kv = ops.linear(n + ".kv_b_proj", kn, p.kv_b_w);
+  t.drop(kn);
+  const VarId kv_heads = t.view(kv, {b, h, s, a.qk_nope_head_dim + a.v_head_dim}, n + ".kv_heads");
+  t.drop(kv);
+  const VarId k_pass = split(kv_heads, {b, h, s, a.qk_nope_head_dim}, n + ".k_pass");
+  const VarId value = split(kv_heads, {b, h, s, a.v_head_dim}, n + ".value");
+  t.drop(kv_heads);
+  const VarId q_roped = hf_rope(c, n + ".rope_q", q_rot);
+  const VarId k_roped = hf_rope(c, n + ".rope_k", k_rot);
+  t.drop({q_rot, k_rot});
+  const VarId k_expanded = t.view(k_roped, {b, h, s, a.qk_rope_head_dim}, n + ".k_rot_expand");
+  t.drop(k_roped);
+  const VarId query = ops.cat_last(n + ".query_cat", q_pass, q_roped);
+  const VarId key = ops.cat_last(n + ".key_cat", k_pass, k_expanded);
+  t.drop({q_pass, q_roped, k_pass, k_expanded});
+  return {query, key, value};
+}
+
 VarId attention(EmitContext& c, int layer, VarId x) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
@@ -314,16 +370,32 @@ VarId attention(EmitContext& c, int layer, VarId x) {
     k = t.view(qkv, kv_heads, n + ".k_heads");
     v = t.view(qkv, kv_heads, n + ".v_heads");
     t.drop(qkv);
+  } else if (c.model.mla.kv_lora_rank > 0) {
+    std::tie(q, k, v) = mla_qkv(c, n, p, x);
   } else {  // q_proj(hidden).view(hidden_shape).transpose(1, 2)
-    const VarId qx = column_parallel_linear(c, n + ".q_proj", x, p.q_w, p.q_b);
-    const VarId kx = column_parallel_linear(c, n + ".k_proj", x, p.k_w, p.k_b);
+    VarId qx = column_parallel_linear(c, n + ".q_proj", x, p.q_w, p.q_b);
+    VarId kx = column_parallel_linear(c, n + ".k_proj", x, p.k_w, p.k_b);
     const VarId vx = column_parallel_linear(c, n + ".v_proj", x, p.v_w, p.v_b);
+    if (c.model.qk_norm == ModelConfig::QkNorm::kWholeProjection) {  // OLMo-2: q_norm(q_proj(x))
+      const VarId qn = norm(c, n + ".q_norm", qx, p.q_norm_w, kNoVar);
+      const VarId kn = norm(c, n + ".k_norm", kx, p.k_norm_w, kNoVar);
+      t.drop({qx, kx});
+      qx = qn;
+      kx = kn;
+    }
     q = t.view(qx, q_heads, n + ".q_heads");
     k = t.view(kx, kv_heads, n + ".k_heads");
     v = t.view(vx, kv_heads, n + ".v_heads");
     t.drop({qx, kx, vx});
+    if (c.model.qk_norm == ModelConfig::QkNorm::kPerHead) {  // Qwen3 / Gemma3: q_norm(q.view(...)) per head
+      const VarId qn = norm(c, n + ".q_norm", q, p.q_norm_w, kNoVar);
+      const VarId kn = norm(c, n + ".k_norm", k, p.k_norm_w, kNoVar);
+      t.drop({q, k});
+      q = qn;
+      k = kn;
+    }
   }
-  if (c.rope_cos != kNoVar) {
+  if (c.rope_cos != kNoVar && c.model.mla.kv_lora_rank == 0) {
     const VarId qr = hf_rope(c, n + ".rope_q", q);
     const VarId kr = hf_rope(c, n + ".rope_k", k);
     t.drop({q, k});
@@ -332,6 +404,16 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   }
   if (c.kv_cache != nullptr) {  // key_states, value_states = past_key_values.update(...)
     std::tie(k, v) = c.kv_cache->update(c, layer, k, v);
+  }
+  if (c.model.mla.kv_lora_rank > 0 && c.model.mla.v_head_dim < hd) {
+    // value_states = F.pad(value_states, [0, qk_head_dim - v_head_dim]) (DeepSeek-V3's flash path; taken for
+    // every attention kernel here, see README)
+    Shape pad = t.shape(v);
+    pad.back() = hd - c.model.mla.v_head_dim;
+    const VarId zeros = t.constant(n + ".v_pad_zeros", "zeros", pad, t.dtype(v));
+    const VarId padded = ops.cat_last(n + ".v_pad", v, zeros);
+    t.drop({zeros, v});
+    v = padded;
   }
   const VarId mask = c.model.family == ModelFamily::kGpt2 ? c.buffers.causal_mask : c.additive_mask;
   VarId core;
@@ -351,9 +433,16 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   // transpose(1, 2).contiguous(), then a view to (b, s, heads * head_dim): a copy unless the kernel wrote
   // its output as (b, s, heads, head_dim) already (attention_kernel_writes_bshd)
   const VarId transposed = t.view(core, {b, s, c.model.q_dim()}, n + ".transpose");
-  const VarId merged =
-      ops.contiguous(n + ".merge_heads", transposed, attention_kernel_writes_bshd(c.attention));
+  VarId merged = ops.contiguous(n + ".merge_heads", transposed, attention_kernel_writes_bshd(c.attention));
   t.drop({transposed, core});
+  if (c.model.mla.kv_lora_rank > 0 && c.model.mla.v_head_dim < hd) {
+    // attn_output[:, :, :, :v_head_dim].reshape(batch, seq, -1): a copy of the strided slice
+    const VarId sliced = t.view(merged, {b, s, c.model.n_heads * c.model.mla.v_head_dim}, n + ".v_slice",
+                                GradRule{GradRule::Kind::kAlloc});
+    const VarId copied = ops.contiguous(n + ".v_slice_reshape", sliced);
+    t.drop({sliced, merged});
+    merged = copied;
+  }
   for (VarId v_local : {locals.key, locals.value}) {  // eager_attention_forward returns
     if (v_local != kNoVar) {
       t.drop(v_local);
@@ -549,7 +638,7 @@ VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
   EagerTape& t = c.ops.tape();
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const VarId model_mask = c.additive_mask;
-  if (layer % 2 == 0 && model_mask != kNoVar) {  // the layer's `attention_mask` is rebound to its own
+  if (layer % 2 == 0 && model_mask != kNoVar && c.model.model_type == "gemma2") {  // its own mask
     c.additive_mask = gemma2_sliding_mask(c, layer, model_mask);
   }
   const VarId h = norm(c, layer_name(layer, "input_layernorm"), x, p.norm1_w, kNoVar);
@@ -571,6 +660,61 @@ VarId gemma2_layer(EmitContext& c, int layer, VarId x) {
   const VarId x2 = c.ops.add(layer_name(layer, "residual_mlp"), x1, mn);
   t.drop({mn, x1});
   return x2;
+}
+
+// GraniteDecoderLayer: hidden_states = residual + hidden_states * self.residual_multiplier (a product of
+// its own unless the multiplier is 1). Takes over the caller's reference to `x`.
+VarId granite_residual_scale(EmitContext& c, const std::string& n, VarId x) {
+  if (c.model.residual_multiplier == 1.0) {
+    return x;
+  }
+  const VarId y = c.ops.scale(n, x);
+  c.ops.tape().drop(x);
+  return y;
+}
+
+// Olmo2DecoderLayer.forward: residual = hidden_states; self_attn; post_attention_layernorm; residual +
+// hidden_states; residual = hidden_states; mlp; post_feedforward_layernorm; residual + hidden_states.
+VarId olmo2_layer(EmitContext& c, int layer, VarId x) {
+  EagerTape& t = c.ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const VarId a = attention(c, layer, x);
+  const VarId an = norm(c, layer_name(layer, "post_attention_layernorm"), a, p.norm2_w, kNoVar);
+  t.drop(a);
+  const VarId x1 = c.ops.add(layer_name(layer, "residual_attn"), x, an);
+  t.drop(an);
+  const VarId m = mlp(c, layer, x1);
+  const VarId mn = norm(c, layer_name(layer, "post_feedforward_layernorm"), m, p.norm4_w, kNoVar);
+  t.drop(m);
+  const VarId x2 = c.ops.add(layer_name(layer, "residual_mlp"), x1, mn);
+  t.drop({mn, x1});
+  return x2;
+}
+
+// PhiDecoderLayer.forward: residual = hidden_states; hidden_states = input_layernorm(hidden_states);
+// attn_outputs = resid_dropout(self_attn(hidden_states)); feed_forward_hidden_states =
+// resid_dropout(mlp(hidden_states)); hidden_states = attn_outputs + feed_forward_hidden_states + residual.
+// FalconDecoderLayer (parallel_attn): ln_attn / ln_mlp (or one input_layernorm for both), attention, MLP,
+// mlp_output += attention_output (taken out of place here), residual + mlp_output.
+VarId parallel_layer(EmitContext& c, int layer, VarId x) {
+  EagerTape& t = c.ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const bool two = c.model.parallel_two_norms;
+  const VarId h = norm(c, layer_name(layer, two ? "ln_attn" : "input_layernorm"), x, p.norm1_w, p.norm1_b);
+  VarId h_mlp = h;
+  if (two) {
+    h_mlp = norm(c, layer_name(layer, "ln_mlp"), x, p.norm2_w, p.norm2_b);
+  } else {
+    t.hold(h_mlp);
+  }
+  const VarId a = attention(c, layer, h);
+  const VarId m = mlp(c, layer, h_mlp);
+  t.drop({h, h_mlp});
+  const VarId sum = c.ops.add(layer_name(layer, "attn_plus_mlp"), a, m);
+  t.drop({a, m});
+  const VarId out = c.ops.add(layer_name(layer, "residual"), sum, x);
+  t.drop(sum);
+  return out;
 }
 
 }  // namespace
@@ -595,8 +739,10 @@ void torch_modules_forward_locals(EmitContext& c, DType dtype) {
     c.additive_mask = causal_mask(c, dtype);
     c.forward_locals.push_back(c.additive_mask);
   }
-  c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, c.model.head_dim}, dtype);
-  c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, c.model.head_dim}, dtype);
+  // DeepSeek-V3 rotates qk_rope_head_dim of each head; Phi's partial rotary factor is not modelled (README)
+  const std::int64_t rotary = c.model.mla.kv_lora_rank > 0 ? c.model.mla.qk_rope_head_dim : c.model.head_dim;
+  c.rope_cos = t.constant("rotary_emb.cos", "cos", {1, 1, s, rotary}, dtype);
+  c.rope_sin = t.constant("rotary_emb.sin", "sin", {1, 1, s, rotary}, dtype);
   c.forward_locals.push_back(c.rope_cos);
   c.forward_locals.push_back(c.rope_sin);
 }
@@ -623,11 +769,11 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   }
   torch_modules_forward_locals(c, t.dtype(tok));
   VarId x = tok;
-  if (c.model.scale_embeddings) {
+  if (c.model.scale_embeddings || c.model.embedding_multiplier != 1.0) {  // Gemma; Granite
     x = ops.scale("model.embed_scale", tok);
     t.drop(tok);
   }
-  return x;
+  return maybe_dropout(c, "model.embed_dropout", x, DropoutSite::kEmbeddings);
 }
 
 VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
@@ -641,11 +787,18 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   if (c.model.sandwich_norms) {
     return gemma2_layer(c, layer, x);
   }
+  if (c.model.post_norms_only) {
+    return olmo2_layer(c, layer, x);
+  }
+  if (c.model.parallel_block) {
+    return parallel_layer(c, layer, x);
+  }
   const VarId h = norm(c, layer_name(layer, gpt2 ? "ln_1" : "input_layernorm"), x, p.norm1_w, p.norm1_b);
-  const VarId a = attention(c, layer, h);
+  VarId a = attention(c, layer, h);
   if (!gpt2) {
     t.drop(h);
   }
+  a = granite_residual_scale(c, layer_name(layer, "attn_residual_multiplier"), a);
   const VarId x1 = c.ops.add(layer_name(layer, "residual_attn"), a, x);
   if (gpt2) {
     t.drop(h);
@@ -654,10 +807,11 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
   }
   const VarId h2 =
       norm(c, layer_name(layer, gpt2 ? "ln_2" : "post_attention_layernorm"), x1, p.norm2_w, p.norm2_b);
-  const VarId m = mlp(c, layer, h2);
+  VarId m = mlp(c, layer, h2);
   if (!gpt2) {
     t.drop(h2);
   }
+  m = granite_residual_scale(c, layer_name(layer, "mlp_residual_multiplier"), m);
   const VarId x2 = c.ops.add(layer_name(layer, "residual_mlp"), x1, m);
   if (gpt2) {
     t.drop({h2, a});
@@ -685,7 +839,7 @@ VarId torchtune_chunked_output(EmitContext& c, VarId h) {
     cs[1] = std::min(per, s - start);
     const std::string n = fmt::format("output.chunk{}", c.logit_chunks.size());
     const VarId hc = t.view(h, cs, n + ".hidden");
-    VarId logits = column_parallel_linear(c, n, hc, c.params.head);
+    VarId logits = column_parallel_linear(c, n, hc, c.params.head, c.params.head_b);
     t.drop(hc);
     if (c.model.final_logit_softcapping > 0.0) {
       const VarId capped = softcap(c, n + ".final_logit_softcapping", logits);
@@ -743,8 +897,13 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
     head_in = c.ops.tape().view(h, {c.options.batch, 1, c.model.d_model}, "hidden_states[:, -1:, :]");
     c.ops.tape().drop(h);
   }
-  const VarId logits = column_parallel_linear(c, "lm_head", head_in, c.params.head);
+  VarId logits = column_parallel_linear(c, "lm_head", head_in, c.params.head, c.params.head_b);
   c.ops.tape().drop(head_in);
+  if (c.model.logits_scaling != 1.0) {  // GraniteForCausalLM: logits = logits / self.config.logits_scaling
+    const VarId scaled = c.ops.scale("logits_scaling", logits);
+    c.ops.tape().drop(logits);
+    logits = scaled;
+  }
   if (c.model.final_logit_softcapping > 0.0) {  // Gemma2ForCausalLM: logits / cap; tanh; * cap
     const VarId capped = softcap(c, "final_logit_softcapping", logits);
     c.ops.tape().drop(logits);

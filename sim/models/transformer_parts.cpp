@@ -9,8 +9,8 @@
 
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
-#include "sim/models/layer_code.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/models/layer_code.h"
 
 namespace vramsim {
 namespace {
@@ -20,8 +20,11 @@ namespace {
 VarId* expert_role(LayerParams& p, std::string_view suffix) {
   LayerParams::Expert* expert = nullptr;
   std::string_view rest;
-  if (const std::size_t at = suffix.find("experts.");
-      at != std::string_view::npos && suffix.find("shared_expert.") == std::string_view::npos) {
+  if (const std::size_t shared = suffix.find("shared_experts."); shared != std::string_view::npos) {
+    expert = &p.shared_expert;  // DeepSeek-V3's mlp.shared_experts
+    rest = suffix.substr(shared + 15);
+  } else if (const std::size_t at = suffix.find("experts.");
+             at != std::string_view::npos && suffix.find("shared_expert.") == std::string_view::npos) {
     rest = suffix.substr(at + 8);
     const std::size_t dot = rest.find('.');
     std::size_t e = 0;
@@ -86,6 +89,47 @@ VarId* layer_role(LayerParams& p, std::string_view suffix) {
       {"block_sparse_moe.gate.weight", &LayerParams::router_w},
       {"mlp.gate.weight", &LayerParams::router_w},
       {"mlp.shared_expert_gate.weight", &LayerParams::shared_expert_gate_w},
+      {"input_layernorm.bias", &LayerParams::norm1_b},
+      {"post_attention_layernorm.bias", &LayerParams::norm2_b},
+      {"ln_attn.weight", &LayerParams::norm1_w},
+      {"ln_attn.bias", &LayerParams::norm1_b},
+      {"ln_mlp.weight", &LayerParams::norm2_w},
+      {"ln_mlp.bias", &LayerParams::norm2_b},
+      {"self_attention.query_key_value.weight", &LayerParams::qkv_w},
+      {"self_attention.query_key_value.bias", &LayerParams::qkv_b},
+      {"self_attention.dense.weight", &LayerParams::o_w},
+      {"self_attention.dense.bias", &LayerParams::o_b},
+      {"self_attn.dense.weight", &LayerParams::o_w},
+      {"self_attn.dense.bias", &LayerParams::o_b},
+      {"mlp.fc1.weight", &LayerParams::fc1_w},
+      {"mlp.fc1.bias", &LayerParams::fc1_b},
+      {"mlp.fc2.weight", &LayerParams::fc2_w},
+      {"mlp.fc2.bias", &LayerParams::fc2_b},
+      {"mlp.dense_h_to_4h.weight", &LayerParams::fc1_w},
+      {"mlp.dense_h_to_4h.bias", &LayerParams::fc1_b},
+      {"mlp.dense_4h_to_h.weight", &LayerParams::fc2_w},
+      {"mlp.dense_4h_to_h.bias", &LayerParams::fc2_b},
+      {"self_attn.q_norm.weight", &LayerParams::q_norm_w},
+      {"self_attn.k_norm.weight", &LayerParams::k_norm_w},
+      {"self_attn.sinks", &LayerParams::sinks},
+      {"self_attn.q_a_proj.weight", &LayerParams::q_a_w},
+      {"self_attn.q_a_layernorm.weight", &LayerParams::q_a_norm_w},
+      {"self_attn.q_b_proj.weight", &LayerParams::q_b_w},
+      {"self_attn.kv_a_proj_with_mqa.weight", &LayerParams::kv_a_w},
+      {"self_attn.kv_a_layernorm.weight", &LayerParams::kv_a_norm_w},
+      {"self_attn.kv_b_proj.weight", &LayerParams::kv_b_w},
+      {"mlp.router.weight", &LayerParams::router_w},
+      {"mlp.router.bias", &LayerParams::router_b},
+      {"feed_forward.router.weight", &LayerParams::router_w},
+      {"mlp.experts.gate_up_proj", &LayerParams::experts_gate_up_w},
+      {"mlp.experts.gate_up_proj_bias", &LayerParams::experts_gate_up_b},
+      {"mlp.experts.down_proj", &LayerParams::experts_down_w},
+      {"mlp.experts.down_proj_bias", &LayerParams::experts_down_b},
+      {"feed_forward.experts.gate_up_proj", &LayerParams::experts_gate_up_w},
+      {"feed_forward.experts.down_proj", &LayerParams::experts_down_w},
+      {"feed_forward.gate_proj.weight", &LayerParams::gate_w},
+      {"feed_forward.up_proj.weight", &LayerParams::up_w},
+      {"feed_forward.down_proj.weight", &LayerParams::down_w},
       {"ln1.weight", &LayerParams::norm1_w},
       {"ln2.weight", &LayerParams::norm2_w},
       {"attn.q_proj.weight", &LayerParams::q_w},
@@ -106,17 +150,21 @@ VarId* layer_role(LayerParams& p, std::string_view suffix) {
 
 VarId* model_role(ModelParams& p, std::string_view name) {
   if (name.ends_with("wte.weight") || name.ends_with("embed_tokens.weight") ||
-      name == "token_embeddings.weight") {
+      name == "transformer.word_embeddings.weight" || name == "token_embeddings.weight") {
     return &p.embed;
   }
   if (name.ends_with("wpe.weight")) {
     return &p.pos;
   }
-  if (name.ends_with("ln_f.weight") || name == "model.norm.weight" || name == "ln_final.weight") {
+  if (name.ends_with("ln_f.weight") || name == "model.norm.weight" || name == "ln_final.weight" ||
+      name == "model.final_layernorm.weight") {
     return &p.final_w;
   }
-  if (name.ends_with("ln_f.bias")) {
+  if (name.ends_with("ln_f.bias") || name == "model.norm.bias" || name == "model.final_layernorm.bias") {
     return &p.final_b;
+  }
+  if (name == "lm_head.bias") {
+    return &p.head_b;
   }
   if (name == "lm_head.weight") {
     return &p.head;

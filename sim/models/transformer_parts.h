@@ -37,16 +37,24 @@ struct LayerParams {
   struct Expert {
     VarId gate_w = kNoVar, up_w = kNoVar, down_w = kNoVar;
   };
-  VarId router_w = kNoVar;
+  VarId router_w = kNoVar, router_b = kNoVar;
   std::vector<Expert> experts;
   Expert shared_expert;
   VarId shared_expert_gate_w = kNoVar;
+  // Experts as three-dimensional parameters (MoeConfig::fused_experts).
+  VarId experts_gate_up_w = kNoVar, experts_gate_up_b = kNoVar, experts_down_w = kNoVar,
+        experts_down_b = kNoVar;
+  VarId q_norm_w = kNoVar, k_norm_w = kNoVar;  // qwen3 / gemma3 / olmo2
+  VarId sinks = kNoVar;                        // gpt_oss
+  // deepseek_v3's multi-head latent attention
+  VarId q_a_w = kNoVar, q_a_norm_w = kNoVar, q_b_w = kNoVar, kv_a_w = kNoVar, kv_a_norm_w = kNoVar,
+        kv_b_w = kNoVar;
 };
 
 struct ModelParams {
   VarId embed = kNoVar, pos = kNoVar;
   std::vector<LayerParams> layers;
-  VarId final_w = kNoVar, final_b = kNoVar, head = kNoVar;
+  VarId final_w = kNoVar, final_b = kNoVar, head = kNoVar, head_b = kNoVar;
   std::vector<VarId> all;  // model.parameters() order
   // PEFT LoRA: the adapters by the base weight they wrap; `trainable` is what the optimizer gets
   // (every parameter without LoRA; the adapters, in module order, with it).

@@ -38,12 +38,15 @@ constexpr std::string_view kEagerEstimate =
 // Lazy estimate for `sms` SMs of `threads` threads: 2 KiB per thread slot + 50 MiB of first kernels.
 constexpr Bytes lazy_estimate(Bytes sms, Bytes threads) { return sms * threads * 2 * kKiB + 50 * kMiB; }
 
+constexpr std::string_view kRocmEager =
+    "estimate: ROCm has no CUDA_MODULE_LOADING switch; taken as the lazy figure (no measurement)";
+
 constexpr std::string_view kA100Lazy =
     "measured: 0.47 GiB after torch.ones(1).cuda(), A100 80GB, PyTorch 2.1.1+cu121 (ml-engineering)";
 constexpr std::string_view kA100Eager =
     "measured: 0.92 GiB with CUDA_MODULE_LOADING=EAGER, A100 80GB, PyTorch 2.1.1+cu121 (ml-engineering)";
 
-const std::array<Row, 9> kRows{{
+const std::array<Row, 22> kRows{{
     {"A100-40GB", {479 * kMiB, true, kA100Lazy}, {942 * kMiB, true, kA100Eager}},
     {"A100-80GB", {479 * kMiB, true, kA100Lazy}, {942 * kMiB, true, kA100Eager}},
     {"H100-80GB",
@@ -69,6 +72,48 @@ const std::array<Row, 9> kRows{{
     {"T4",
      {lazy_estimate(40, 1024), false, "estimate: 2 KiB x 40 SMs x 1024 threads + 50 MiB of kernels"},
      {kGiB, false, kEagerEstimate}},
+    {"L40S",
+     {lazy_estimate(142, 1536), false, "estimate: 2 KiB x 142 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"A10G",
+     {lazy_estimate(80, 1536), false, "estimate: 2 KiB x 80 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"RTX-3090",
+     {lazy_estimate(82, 1536), false, "estimate: 2 KiB x 82 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"RTX-5090",
+     {lazy_estimate(170, 1536), false, "estimate: 2 KiB x 170 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"RTX-A6000",
+     {lazy_estimate(84, 1536), false, "estimate: 2 KiB x 84 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"RTX-6000-Ada",
+     {426 * kMiB, true, "measured: 426 MiB, RTX 6000 Ada (unslothai/unsloth-zoo PR #1053)"},
+     {kGiB, false, kEagerEstimate}},
+    {"H200-NVL",
+     {520 * kMiB, false, "estimate: the H200 SXM's measured ~520 MiB (same GH100, CUDA 12.9)"},
+     {kGiB, false, kEagerEstimate}},
+    {"H20",
+     {lazy_estimate(78, 2048), false, "estimate: 2 KiB x 78 SMs x 2048 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"B200",
+     {lazy_estimate(148, 2048), false, "estimate: 2 KiB x 148 SMs x 2048 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"GB200",
+     {lazy_estimate(148, 2048), false, "estimate: 2 KiB x 148 SMs x 2048 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"MI250X-GCD",
+     {lazy_estimate(110, 2048), false,
+      "estimate, no ROCm measurement: the CUDA formula with 110 CUs x 2048 threads + 50 MiB"},
+     {lazy_estimate(110, 2048), false, kRocmEager}},
+    {"MI300X",
+     {lazy_estimate(304, 2048), false,
+      "estimate, no ROCm measurement: the CUDA formula with 304 CUs x 2048 threads + 50 MiB"},
+     {lazy_estimate(304, 2048), false, kRocmEager}},
+    {"MI325X",
+     {lazy_estimate(304, 2048), false,
+      "estimate, no ROCm measurement: the CUDA formula with 304 CUs x 2048 threads + 50 MiB"},
+     {lazy_estimate(304, 2048), false, kRocmEager}},
 }};
 
 }  // namespace

@@ -59,5 +59,5 @@ TEST_CASE("roofline: bad configuration and unknown GPUs are input errors", "[qui
   RooflineConfig bad_memory;
   bad_memory.memory_efficiency = -0.1;
   CHECK_THROWS_WITH(Roofline::for_gpu("a100", bad_memory), Catch::Contains("memory_efficiency"));
-  CHECK_THROWS_AS(Roofline::for_gpu("mi300x"), InputError);
+  CHECK_THROWS_AS(Roofline::for_gpu("mi355x"), InputError);
 }

@@ -24,9 +24,15 @@ TEST_CASE("CUDA context: measured figures as published, estimates by the stated 
   const CudaContextFigure l4 = cuda_context("L4", ModuleLoading::kLazy);
   CHECK(l4.size_bytes == 224 * kMiB);
   CHECK_FALSE(l4.measured);
-  // every GPU of the table has both figures; eager costs more than lazy
+  // every GPU of the table has both figures; eager costs more than lazy (AMD: ROCm has no such switch, the
+  // two figures are the same estimate)
   for (const GpuSpec& g : gpu_table()) {
     INFO(g.name);
+    if (std::string_view(g.name).starts_with("MI")) {
+      CHECK(cuda_context(g.name, ModuleLoading::kEager).size_bytes ==
+            cuda_context(g.name, ModuleLoading::kLazy).size_bytes);
+      continue;
+    }
     CHECK(cuda_context(g.name, ModuleLoading::kEager).size_bytes >
           cuda_context(g.name, ModuleLoading::kLazy).size_bytes);
     CHECK_FALSE(cuda_context(g.name, ModuleLoading::kLazy).source.empty());
