@@ -1,0 +1,256 @@
+// Issue 39 ("Bad input II"): the reproducers of the commands added since the readers were hardened (plan,
+// sweep, merge, generation, the paged cache, alloc-conf keys, output writes). Each must end with a sane
+// result or one line on stderr and exit status 2, in bounded time and memory.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include "test_paths.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("vramsim_bad_input_2." + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+// `args` run by the shell after the binary's path (so they may redirect stdout), stderr kept apart.
+Run vramsim(const std::string& args) {
+  const fs::path err_file = scratch("stderr.txt");
+  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>" + err_file.string();
+  Run r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) {
+    r.out.append(buf.data(), n);
+  }
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream e(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  return r;
+}
+
+// Exit status 2 (no signal, no abort) and exactly one line on stderr containing `needle`.
+void require_input_error(const Run& r, const std::string& needle) {
+  INFO("stderr: " << r.err << "\nstdout: " << r.out.substr(0, 2000));
+  CHECK(r.exit_code == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(needle) != std::string::npos);
+}
+
+std::string sample(const std::string& name) {
+  return (vramsim::test::source_dir() / "traces" / "samples" / name).string();
+}
+
+fs::path write_file(const std::string& name, const std::string& bytes) {
+  const fs::path p = scratch(name);
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+
+nlohmann::json parse_out(const Run& r) {
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("issue 39 #1: plan --threads is bounded, never an abort", "[quick][cli][bad-input]") {
+  require_input_error(
+      vramsim("plan --model gpt2 --gpu h100-80gb --global-batch 2 --seq 128 --threads 100000"),
+      "--threads: must be in 0..1024, got 100000");
+  require_input_error(vramsim("plan --model gpt2 --gpu h100-80gb --global-batch 2 --seq 128 --threads -1"),
+                      "--threads: must be in 0..1024, got -1");
+  // The most allowed: more threads than groups are not started.
+  const Run r = vramsim("plan --model gpt2 --gpu h100-80gb --global-batch 2 --seq 128 --threads 1024 --json");
+  CHECK(parse_out(r).contains("best"));
+}
+
+TEST_CASE("issue 39 #3: endless and oversized inputs stop at the documented limits, naming the file",
+          "[quick][cli][bad-input]") {
+  require_input_error(
+      vramsim("predict --model /dev/zero --gpu h100-80gb --batch 1 --seq 128"),
+      "/dev/zero: more than 268435456 bytes, the most vramsim reads from one input: not read");
+  require_input_error(vramsim("sweep --model gpt2 --gpu h100-80gb --seq hist:/dev/zero --steps 2"),
+                      "/dev/zero: more than 268435456 bytes");
+  require_input_error(vramsim("predict --model ./no/such/config.json --gpu h100-80gb --batch 1 --seq 128"),
+                      "./no/such/config.json: cannot open the model config file: No such file or directory");
+  // A regular trace over 4 GiB is refused before it is read (a sparse file: no disk used).
+  const fs::path big = scratch("big.pickle");
+  { std::ofstream(big, std::ios::binary) << '\x80'; }
+  fs::resize_file(big, (std::uintmax_t{4} << 30) + 1);
+  require_input_error(vramsim("replay " + big.string()),
+                      big.string() + ": 4294967297 bytes, more than the 4294967296 bytes vramsim reads");
+  fs::remove(big);
+  // A pipe into merge: read within the bound like any other input.
+  require_input_error(vramsim("merge /dev/zero"), "/dev/zero: more than 268435456 bytes");
+}
+
+TEST_CASE("issue 39 #2: a JSON document is bounded before it is built", "[quick][cli][bad-input]") {
+  // 10 M small numbers: 20 MB of text, ~320 MB once parsed (more than the 256 MiB allowed a config.json).
+  std::string text = "[";
+  text.reserve(20'000'002);
+  for (int i = 0; i < 10'000'000; ++i) {
+    text += i == 0 ? "0" : ",0";
+  }
+  text += "]";
+  const fs::path numbers = write_file("numbers.json", text);
+  require_input_error(vramsim("predict --model " + numbers.string() + " --gpu h100-80gb --batch 1 --seq 128"),
+                      numbers.string() + ": a JSON document of 20000001 bytes that would take more than");
+  require_input_error(vramsim("merge " + numbers.string()), numbers.string() + ": a JSON document of");
+  fs::remove(numbers);
+  const fs::path bad = write_file("bad_config.json", "{\"model_type\": ");
+  require_input_error(vramsim("predict --model " + bad.string() + " --gpu h100-80gb --batch 1 --seq 128"),
+                      bad.string() + ": byte 16: invalid JSON");
+}
+
+TEST_CASE("issue 39 #11: a failed write to standard output is an error", "[quick][cli][bad-input]") {
+  if (!fs::exists("/dev/full")) {
+    SUCCEED("no /dev/full here");
+    return;
+  }
+  require_input_error(vramsim("predict --model gpt2 --gpu h100-80gb --batch 1 --seq 128 --json >/dev/full"),
+                      "standard output: write error: No space left on device");
+  require_input_error(vramsim("predict --model gpt2 --gpu h100-80gb --batch 1 --seq 128 >/dev/full"),
+                      "standard output: write error");
+  require_input_error(vramsim("fit --model gpt2 --gpu h100-80gb --seq 128 >/dev/full"),
+                      "standard output: write error");
+  require_input_error(vramsim("plan --model gpt2 --gpu h100-80gb --global-batch 2 --seq 128 >/dev/full"),
+                      "standard output: write error");
+}
+
+TEST_CASE("issue 39 #7: per_process_memory_fraction shrinks the verdict's capacity and fit's limit",
+          "[quick][cli][bad-input]") {
+  const std::string run = "predict --model gpt2 --gpu h100-80gb --batch 8 --seq 512 --json";
+  const nlohmann::json full = parse_out(vramsim(run));
+  const nlohmann::json half = parse_out(vramsim(run + " --alloc-conf per_process_memory_fraction:0.5"));
+  const std::int64_t total = half.at("total_bytes");
+  const std::int64_t allowed = total / 2;  // floor(0.5 x total), exact for an even total
+  CHECK(half.at("allocator_capacity_bytes").get<std::int64_t>() == allowed);
+  CHECK(half.at("headroom_bytes").get<std::int64_t>() ==
+        allowed - half.at("peak_reserved_bytes").get<std::int64_t>());
+  CHECK(half.at("headroom_bytes").get<std::int64_t>() <
+        full.at("headroom_bytes").get<std::int64_t>() - total / 3);
+  CHECK(half.at("fits") == true);
+  // 1 % of 80 GiB is less than gpt2 at batch 8 needs: the shortfall is measured against that 1 %, not 80 GiB.
+  const nlohmann::json tiny = parse_out(vramsim(run + " --alloc-conf per_process_memory_fraction:0.01"));
+  CHECK(tiny.at("fits") == false);
+  CHECK(tiny.at("allocator_capacity_bytes").get<std::int64_t>() == static_cast<std::int64_t>(0.01 * total));
+  CHECK(-tiny.at("headroom_bytes").get<std::int64_t>() < total / 10);
+  const Run text = vramsim(
+      "predict --model gpt2 --gpu h100-80gb --batch 8 --seq 512 --alloc-conf "
+      "per_process_memory_fraction:0.5");
+  CHECK(text.out.find("per_process_memory_fraction 0.5 lets the allocator reserve 39.60 GiB") !=
+        std::string::npos);
+  // fit's limit: the context plus what the fraction allows, not 80 GiB.
+  const nlohmann::json fit = parse_out(vramsim(
+      "fit --model gpt2 --gpu h100-80gb --seq 512 --json --alloc-conf per_process_memory_fraction:0.25"));
+  CHECK(fit.at("limit_bytes").get<std::int64_t>() ==
+        fit.at("cuda_context_bytes").get<std::int64_t>() + fit.at("total_bytes").get<std::int64_t>() / 4);
+}
+
+TEST_CASE("issue 39 #8: a --capacity below what the trace starts with is refused",
+          "[quick][cli][bad-input]") {
+  require_input_error(
+      vramsim("replay " + sample("MAGMA27_memory_snapshot.pickle") + " --capacity 1MiB --check"),
+      "--capacity: 1.00 MiB is below the");
+}
+
+TEST_CASE("issue 39 #9: vLLM's refusal to start is not a fit; --max-model-len 0 is refused",
+          "[quick][cli][bad-input]") {
+  const std::string run =
+      "predict --model llama-2-7b --gpu h100-80gb --batch 1 --seq 128 --generate 2 "
+      "--kv-cache paged ";
+  const Run text = vramsim(run + "--max-model-len 16777216 --max-num-batched-tokens 16777216");
+  INFO(text.out << text.err);
+  CHECK(text.out.find("vLLM refuses to start") != std::string::npos);
+  CHECK(text.out.find("FITS") == std::string::npos);
+  CHECK(text.out.find("verdict          DOES NOT START") != std::string::npos);
+  const nlohmann::json j =
+      parse_out(vramsim(run + "--max-model-len 16777216 --max-num-batched-tokens 16777216 --json"));
+  CHECK(j.at("fits") == false);
+  require_input_error(vramsim(run + "--max-model-len 0"), "--max-model-len");
+  require_input_error(vramsim(run + "--max-num-batched-tokens 0"), "--max-num-batched-tokens");
+}
+
+TEST_CASE("issue 39 #10: GPT-2 cannot generate past its learned positions", "[quick][cli][bad-input]") {
+  require_input_error(vramsim("predict --model gpt2 --gpu h100-80gb --batch 1 --seq 1000 --generate 100"),
+                      "--seq + --generate: 1000 + 100 tokens use 1099 positions, more than the 1024");
+  require_input_error(vramsim("predict --model gpt2 --gpu h100-80gb --batch 1 --seq 128 --generate 5000"),
+                      "more than the 1024 learned positions");
+  // Up to the last position is fine: 1000 + 25 - 1 = 1024.
+  CHECK(vramsim("predict --model gpt2 --gpu h100-80gb --batch 1 --seq 1000 --generate 25").exit_code == 0);
+}
+
+TEST_CASE("issue 39 #14: integer options are read exactly; fit says when it hit its cap",
+          "[quick][cli][bad-input]") {
+  const std::string run = "predict --model gpt2 --gpu h100-80gb --seq 128 ";
+  require_input_error(vramsim(run + "--batch 1 --generate 0"), "--generate");
+  require_input_error(vramsim(run + "--batch 18446744073709551616"), "18446744073709551616 is out of range");
+  require_input_error(vramsim(run + "--batch 0x10"), "'0x10' is not a whole number");
+  require_input_error(vramsim("sweep --model gpt2 --gpu h100-80gb --seq 128 --steps 2 --seed -1"),
+                      "-1 is negative");
+  require_input_error(
+      vramsim("sweep --model gpt2 --gpu h100-80gb --seq 128 --steps 2 --seed 18446744073709551616"),
+      "18446744073709551616 is out of range");
+  // Leading zeros are decimal, not octal: --batch 010 is batch 10.
+  const nlohmann::json ten = parse_out(vramsim(run + "--batch 010 --json"));
+  const nlohmann::json ten_plain = parse_out(vramsim(run + "--batch 10 --json"));
+  CHECK(ten.at("peak_allocated_bytes") == ten_plain.at("peak_allocated_bytes"));
+  const nlohmann::json fit = parse_out(vramsim("fit --model gpt2 --capacity 1000TB --seq 16 --json"));
+  CHECK(fit.at("best") == 1048576);
+  CHECK(fit.at("best_is_search_cap") == true);
+}
+
+TEST_CASE("issue 39 #12: merge checks every figure and string of its parts", "[quick][cli][bad-input]") {
+  const fs::path part = scratch("part.json");
+  const Run shard = vramsim(
+      "sweep --model gpt2 --gpu h100-80gb --seq list:64,128 --steps 2 --policies pytorch "
+      "--shard 1/1 >" +
+      part.string());
+  REQUIRE(shard.exit_code == 0);
+  const nlohmann::json good = nlohmann::json::parse(std::ifstream(part));
+  CHECK(vramsim("merge " + part.string()).exit_code == 0);
+  const auto edited = [&](const std::string& name, const auto& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    return write_file(name, j.dump()).string();
+  };
+  const std::string negative =
+      edited("negative.json", [](nlohmann::json& j) { j["results"][0]["peak_reserved_bytes"] = -5; });
+  require_input_error(vramsim("merge " + negative),
+                      negative + ": peak_reserved_bytes: expected an integer in 0..");
+  const std::string huge = edited("huge.json", [](nlohmann::json& j) {
+    j["results"][0]["peak_reserved_bytes"] = std::numeric_limits<std::uint64_t>::max();
+  });
+  require_input_error(vramsim("merge " + huge),
+                      "results[0].peak_reserved_bytes: number 18446744073709551615 is larger");
+  const std::string fraction =
+      edited("fraction.json", [](nlohmann::json& j) { j["results"][0]["peak_reserved_bytes"] = 1.5; });
+  require_input_error(vramsim("merge " + fraction), "peak_reserved_bytes: expected an integer in 0..");
+  const std::string escape =
+      edited("escape.json", [](nlohmann::json& j) { j["results"][0]["policy"] = "py\x1b[31mtorch"; });
+  require_input_error(vramsim("merge " + escape),
+                      escape + ": results[0].policy: string has control character 0x1B");
+}
