@@ -825,6 +825,26 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   r.host.host_op_ns = static_cast<TimeNs>(a.host_op_us * 1e3);
   validate(o);
+  // The work the run simulates, bounded before any of it is done (kMaxLayerPasses).
+  {
+    const std::int64_t layers = std::max<std::int64_t>(1, r.model.n_layers);
+    const std::int64_t passes =
+        o.generate_tokens > 0 ? std::int64_t{o.generate_tokens}
+                              : 2 * std::int64_t{o.steps} * std::max<std::int64_t>(1, o.grad_accumulation);
+    if (passes > kMaxLayerPasses / layers) {
+      throw InputError(
+          o.generate_tokens > 0
+              ? fmt::format(
+                    "--generate: {} tokens through {} layers is more than vramsim simulates ({} layer "
+                    "passes, about 6 GB of host memory): at most {} tokens for this model",
+                    o.generate_tokens, layers, kMaxLayerPasses, kMaxLayerPasses / layers)
+              : fmt::format(
+                    "--steps x --grad-accumulation: {} x {} training passes through {} layers is more "
+                    "than vramsim simulates ({} layer passes, 2 per training pass, about 6 GB of host "
+                    "memory): at most {} for this model",
+                    o.steps, o.grad_accumulation, layers, kMaxLayerPasses, kMaxLayerPasses / layers / 2));
+    }
+  }
   if (a.pp > 1) {
     (void)pipeline_chunks(r.model.n_layers, o.pipeline);  // layers that do not split fail here
   }

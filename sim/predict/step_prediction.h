@@ -352,6 +352,13 @@ struct FitTrial {
   bool fits = false;
 };
 
+// The most work one prediction simulates, in layer passes: the model's layers x (2 per training step and
+// micro-batch, 1 per generated token). The simulation keeps every request of the run, ~45 KB per layer pass
+// measured (gpt2, TinyLlama), so this holds a run to ~6 GB of host memory: gpt2 trains up to 5,461 steps,
+// llama-2-7b generates up to 4,096 tokens. make_request() throws InputError naming --steps / --generate above
+// it.
+inline constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 17;
+
 struct FitResult {
   FitVary vary = FitVary::kBatch;
   double margin = 0.0;
