@@ -28,7 +28,8 @@ void check_integer_options(CLI::App& app) {
       continue;
     }
     const bool is_unsigned = type == "UINT";
-    option->check(CLI::Validator(
+    // A transform, not a check: CLI11 hands checks a copy of the text, and the canonical form must be parsed.
+    option->transform(CLI::Validator(
         [is_unsigned](std::string& text) -> std::string {
           std::string_view digits = text;
           const bool negative = digits.starts_with('-');
