@@ -21,6 +21,11 @@ std::string parse_error_reason(const char* what) {
   if (const auto colon = text.find(": "); colon != std::string_view::npos) {
     text.remove_prefix(colon + 2);
   }
+  if (text.starts_with("[json.exception.")) {  // "[json.exception.out_of_range.406] number overflow ..."
+    if (const auto bracket = text.find("] "); bracket != std::string_view::npos) {
+      text.remove_prefix(bracket + 2);
+    }
+  }
   std::string out(text);
   for (char& c : out) {
     if (static_cast<unsigned char>(c) < 0x20) {

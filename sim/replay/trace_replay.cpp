@@ -206,7 +206,24 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       dev < snapshot.device_traces.size() ? snapshot.device_traces[dev].events : kNoEvents;
   result.events = events.size();
 
-  const InitialState initial = rebuild_initial_state(snapshot, result.device, result.config);
+  // The state at trace start is rebuilt with the settings the run uses: with --alloc-conf that are not the
+  // recording's, a block the recording sized one way may not fit another way. That is the option's doing,
+  // not the file's.
+  const InitialState initial = [&] {
+    try {
+      return rebuild_initial_state(snapshot, result.device, result.config);
+    } catch (const InputError& e) {
+      if (!options.alloc_conf) {
+        throw;
+      }
+      throw InputError(fmt::format(
+          "--alloc-conf: '{}' cannot rebuild the allocator state at the trace's start ({}): the recording "
+          "was "
+          "made with other settings; replay it without them, or compare its requests under them with vramsim "
+          "compare",
+          *options.alloc_conf, e.what()));
+    }
+  }();
   result.starts_mid_run = !initial.starts_empty();
   result.reserved_at_start_bytes = initial.reserved_bytes;
   result.guessed_block_sizes = initial.guessed_blocks;

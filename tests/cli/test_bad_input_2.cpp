@@ -186,7 +186,7 @@ TEST_CASE("issue 39 #8: a --capacity below what the trace starts with is refused
       "--capacity: 1.00 MiB is below the");
 }
 
-TEST_CASE("issue 39 #9: vLLM's refusal to start is not a fit; --max-model-len 0 is refused",
+TEST_CASE("issue 39 #9: vLLM's refusal to start is not a fit, --max-model-len 0 is refused",
           "[quick][cli][bad-input]") {
   const std::string run =
       "predict --model llama-2-7b --gpu h100-80gb --batch 1 --seq 128 --generate 2 "
@@ -213,7 +213,7 @@ TEST_CASE("issue 39 #10: GPT-2 cannot generate past its learned positions", "[qu
         0);
 }
 
-TEST_CASE("issue 39 #14: integer options are read exactly; fit says when it hit its cap",
+TEST_CASE("issue 39 #14: integer options are read exactly, fit says when it hit its cap",
           "[quick][cli][bad-input]") {
   const std::string run = "predict --model gpt2 --gpu h100-80gb --seq 128 ";
   require_input_error(run_vramsim(run + "--batch 1 --generate 0"), "--generate");
@@ -358,4 +358,17 @@ TEST_CASE("issue 39 #6 and #13: trace waits for its child, not for what the chil
   for (const auto& entry : fs::directory_iterator(tmp)) {
     FAIL_CHECK("left behind: " << entry.path());
   }
+}
+
+TEST_CASE("issue 39 #14: errors blame what is wrong, and name the file", "[quick][cli][bad-input]") {
+  // Settings that are not the recording's cannot rebuild its start state: the option is named, not the file.
+  require_input_error(
+      run_vramsim("replay " + sample("MAGMA27_memory_snapshot.pickle") +
+                  " --alloc-conf roundup_power2_divisions:4"),
+      "--alloc-conf: 'roundup_power2_divisions:4' cannot rebuild the allocator state at the trace's start");
+  const fs::path config = write_file(
+      "overflow.json", "{\"model_type\": \"llama\", \"vocab_size\": 32000, \"hidden_size\": 1e400}");
+  require_input_error(
+      run_vramsim("predict --model " + config.string() + " --gpu h100-80gb --batch 1 --seq 128"),
+      config.string() + ": byte 65: invalid JSON: number overflow parsing '1e400'");
 }
