@@ -69,6 +69,8 @@ void check_integer_options(CLI::App& app) {
   }
 }
 
+void print_error(std::string_view message);
+
 // Parses the command line and runs the chosen subcommand; main() turns whatever it throws into one line.
 int dispatch(int argc, char** argv) {
   CLI::App app{
@@ -106,7 +108,8 @@ int dispatch(int argc, char** argv) {
       return app.exit(e);  // --help, --version
     }
     // An unknown option, a missing or malformed value: one line and exit status 2, as for any bad input.
-    fmt::print(stderr, "vramsim: error: {} (see vramsim --help)\n", e.what());
+    // Through print_error: a value the parser quotes may hold control characters (an ANSI escape).
+    print_error(fmt::format("{} (see vramsim --help)", e.what()));
     return 2;
   }
   return run();

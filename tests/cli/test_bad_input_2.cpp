@@ -11,12 +11,14 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
+#include "test_rng.h"
 
 namespace fs = std::filesystem;
 
@@ -371,4 +373,77 @@ TEST_CASE("issue 39 #14: errors blame what is wrong, and name the file", "[quick
   require_input_error(
       run_vramsim("predict --model " + config.string() + " --gpu h100-80gb --batch 1 --seq 128"),
       config.string() + ": byte 65: invalid JSON: number overflow parsing '1e400'");
+}
+
+TEST_CASE("issue 39: random options and hostile values end in exit 0 or 2, never a signal or a hang",
+          "[cli][bad-input]") {
+  // Commands with a small model, so that an accepted combination runs quickly, each with the options it
+  // takes (so that many combinations are parsed and run); values half plausible, half what a hostile user
+  // would try. `timeout` turns a hang into exit 124 (a failure), not a wait.
+  const std::string model = "--model gpt2 --gpu h100-80gb ";
+  // clang-format off
+  const std::vector<std::string> request = {
+      "--steps", "--grad-accumulation", "--alloc-conf", "--tp", "--world-size", "--generate", "--kv-cache",
+      "--max-model-len", "--block-size", "--gpu-memory-utilization", "--prompt-len"};
+  // clang-format on
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), request.begin(), request.end());
+    return extra;
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"predict " + model + "--batch 1 --seq 64", with({"--json", "--capacity"})},
+      {"fit " + model + "--seq 64", with({"--margin", "--vary", "--json"})},
+      {"plan " + model + "--global-batch 2 --seq 64",
+       {"--threads", "--gpus", "--margin", "--shard", "--json"}},
+      {"sweep " + model + "--seq list:32,64 --policies pytorch", with({"--seed", "--shard", "--json"})},
+      {"compare --model gpt2 --batch 1 --seq 64 --policies pytorch,buddy", with({"--capacity", "--json"})},
+      {"replay " + sample("MAGMA27_memory_snapshot.pickle"), {"--capacity", "--alloc-conf", "--json"}},
+      {"merge /dev/null", {"--json", "--csv"}}};
+  const std::vector<std::string> plausible = {
+      "1",      "2",    "4", "8", "64", "1/2", "2/2", "0.5", "10%", "80GiB", "expandable_segments:True",
+      "static", "batch"};
+  const std::vector<std::string> hostile = {"-1",
+                                            "0",
+                                            "010",
+                                            "0x10",
+                                            "+5",
+                                            "-0",
+                                            "1e400",
+                                            "nan",
+                                            "''",
+                                            "x",
+                                            "18446744073709551616",
+                                            "9223372036854775807",
+                                            "4294967297",
+                                            "1/0",
+                                            "1TB",
+                                            "1000TB",
+                                            "-1GiB",
+                                            "per_process_memory_fraction:0",
+                                            "roundup_power2_divisions:0",
+                                            "max_split_size_mb:1e400",
+                                            "$'\\x1b[31mred'",
+                                            "paged",
+                                            "/dev/zero"};
+  vramsim::test::Rng rng{39};
+  int accepted = 0;
+  for (int i = 0; i < 60; ++i) {
+    const auto& [command, options] = commands[rng.below(commands.size())];
+    std::string line = "timeout 120 {V} " + command;
+    const std::size_t n = 1 + rng.below(2);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::vector<std::string>& values = rng.below(3) != 0 ? plausible : hostile;
+      const std::string& option = options[rng.below(options.size())];
+      line += " " + option + (option == "--json" ? "" : " " + values[rng.below(values.size())]);
+    }
+    const Run r = run_line("bash -c \"" + line + "\" >/dev/null");
+    INFO(line << "\nstderr: " << r.err);
+    CHECK((r.exit_code == 0 || r.exit_code == 2));
+    accepted += r.exit_code == 0 ? 1 : 0;
+    CHECK(r.err.find('\x1b') == std::string::npos);  // control characters are escaped, never sent raw
+    if (r.exit_code == 2) {
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    }
+  }
+  CHECK(accepted >= 5);  // the property is tested on runs that go through, not only on parse errors
 }
