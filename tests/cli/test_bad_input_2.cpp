@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -446,4 +447,32 @@ TEST_CASE("issue 39: random options and hostile values end in exit 0 or 2, never
     }
   }
   CHECK(accepted >= 5);  // the property is tested on runs that go through, not only on parse errors
+}
+
+TEST_CASE("issue 39 #4: offline-optimal is bounded by the pairs of overlapping lifetimes, and says so",
+          "[quick][cli][bad-input]") {
+  // 12,000 allocations all live at once: 71,994,000 pairs, over the 2^26 the planner takes.
+  std::string text = "vramsim-trace 1\ndevices 1\nfinal_state no\n";
+  const int n = 12000;
+  const std::uint64_t base = 0x7f0000000000ULL;
+  const std::uint64_t stride = 4ULL << 20;
+  for (int i = 0; i < n; ++i) {
+    text += fmt::format("0 alloc 0x{:x} {} 0 0\n", base + i * stride, 512 * (1 + i % 4096));
+  }
+  for (int i = n - 1; i >= 0; --i) {
+    text += fmt::format("0 free_requested 0x{:x} {} 0 0\n", base + i * stride, 512 * (1 + i % 4096));
+    text += fmt::format("0 free_completed 0x{:x} {} 0 0\n", base + i * stride, 512 * (1 + i % 4096));
+  }
+  const std::string trace = write_file("all_live.vtrace", text).string();
+  require_input_error(run_vramsim("compare " + trace + " --policies offline-optimal"),
+                      "offline-optimal: 12000 allocations, up to 12000 live at once, make 71994000 pairs of "
+                      "overlapping lifetimes: more than the 67108864 the planner takes");
+  // By default compare runs every policy: this one is skipped, with the reason, and the others are reported.
+  const Run all = run_vramsim("compare " + trace + " --json");
+  const nlohmann::json j = parse_out(all);
+  CHECK(j.at("skipped_policies").at(0).at("policy") == "offline-optimal");
+  CHECK(j.at("policies").size() >= 3);
+  const Run text_run = run_vramsim("compare " + trace);
+  CHECK(text_run.out.find("offline-optimal     skipped: offline-optimal: 12000 allocations") !=
+        std::string::npos);
 }
