@@ -33,6 +33,8 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/input_file.h"
+#include "traces/json_input.h"
 #include "traces/pickle/pickle_reader.h"
 #include "traces/trace_io.h"
 
@@ -55,22 +57,20 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 // cache in place, without copying it into fresh memory); anything else (a pipe, /dev/stdin) is read.
 class FileBytes {
  public:
-  // What is read from a non-regular file at most: the pickle reader's own limit (4 GiB).
-  static constexpr std::size_t kMaxReadBytes = std::size_t{4} << 30;
-
   explicit FileBytes(const std::string& path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
       throw InputError(fmt::format("{}: is a directory, not a trace file", path));
     }
+#if defined(__linux__)
     const FilePtr file(std::fopen(path.c_str(), "rb"));
     if (!file) {
       throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
     }
-#if defined(__linux__)
     struct stat info {};
     if (fstat(fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
       const auto size = static_cast<std::size_t>(info.st_size);
+      check_input_size(path, size, kMaxTraceBytes);
       void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(file.get()), 0);
       if (p != MAP_FAILED) {
         mapped_ = p;
@@ -79,17 +79,8 @@ class FileBytes {
       }
     }
 #endif
-    char buffer[1 << 16];
-    std::size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
-      data_.append(buffer, n);
-      if (data_.size() > kMaxReadBytes) {  // a pipe that never ends (/dev/zero) must not take all memory
-        throw InputError(fmt::format("{}: more than {} bytes: not read", path, kMaxReadBytes));
-      }
-    }
-    if (std::ferror(file.get())) {
-      throw InputError(fmt::format("{}: read error: {}", path, std::strerror(errno)));
-    }
+    // A pipe, a device (/dev/stdin, /dev/zero) or an unmappable file: read, at most the trace limit.
+    data_ = read_input_file(path, "trace file", kMaxTraceBytes);
     view_ = data_;
   }
   ~FileBytes() {
@@ -120,22 +111,6 @@ void write_file(const std::string& path, std::string_view data) {
   if (!wrote || !closed) {
     throw InputError(fmt::format("{}: write error: {}", path, std::strerror(errno)));
   }
-}
-
-// nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>"; keep
-// the reason, on one line.
-std::string parse_error_reason(const char* what) {
-  std::string_view text = what;
-  if (const auto colon = text.find(": "); colon != std::string_view::npos) {
-    text.remove_prefix(colon + 2);
-  }
-  std::string out(text);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      c = ' ';
-    }
-  }
-  return out;
 }
 
 bool is_alloc_data(const json& root) {
@@ -293,13 +268,7 @@ Snapshot load_snapshot(const std::string& path) {
     ++first;
   }
   if (first < data.size() && (data[first] == '{' || data[first] == '[')) {
-    json root;
-    try {
-      root = json::parse(data.data(), data.data() + data.size());
-    } catch (const json::parse_error& e) {
-      throw InputError(
-          fmt::format("{}: byte {}: invalid JSON: {}", path, e.byte, parse_error_reason(e.what())));
-    }
+    const json root = parse_json_input(data, path, kMaxTraceJsonMemory);
     return snapshot_from_any_json(root, path);
   }
   throw InputError(fmt::format("{}: not a PyTorch snapshot (pickle or JSON) or vramsim trace", path));

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,11 +27,11 @@ void add_compare_command(CLI::App& app, std::function<int()>& run);
 void add_sweep_command(CLI::App& app, std::function<int()>& run);
 // --shard "K/N" -> (K - 1, N); throws InputError unless 1 <= K <= N.
 std::pair<int, int> parse_shard(const std::string& text);
-// True when `text` is a `vramsim sweep --shard` output (merge's files).
-bool is_sweep_shard(const std::string& text);
-// The shards of one sweep (`texts`, read from the files `names`, in any order) merged and printed as the
+// True when `part` is a `vramsim sweep --shard` output (merge's files).
+bool is_sweep_shard(const nlohmann::json& part);
+// The shards of one sweep (`parts`, parsed from the files `names`, in any order) merged and printed as the
 // sweep on one machine prints them, byte for byte. Throws InputError naming the file when they do not fit.
-int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
+int merge_sweep_shards(const std::vector<nlohmann::json>& parts, const std::vector<std::string>& names,
                        bool json, const std::string& csv);
 void add_trace_command(CLI::App& app, std::function<int()>& run);
 // `vramsim techniques`: the registry of techniques.h.

@@ -11,10 +11,10 @@
 #include "sim/cli/prediction_report.h"
 #include "sim/compare/dynamic_shapes.h"
 #include "sim/compare/html_pages.h"
-#include "sim/replay/policy_run.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/replay/policy_run.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
 #include "traces/trace_io.h"
@@ -148,8 +148,16 @@ int run_compare(CompareArgs& args) {
 
   options.keep_curve = !args.html.empty();
   std::vector<PolicyRunResult> results;
+  std::vector<std::pair<std::string, std::string>> skipped;  // (policy, why): over a work bound
   for (const PolicyEntry* p : policies) {
-    results.push_back(run_policy(*p, sequence, options));
+    try {
+      results.push_back(run_policy(*p, sequence, options));
+    } catch (const WorkBoundError& e) {
+      if (!args.policies.empty()) {
+        throw;  // asked for by name: the bound is the answer
+      }
+      skipped.emplace_back(p->name, e.what());
+    }
   }
   if (!args.html.empty()) {
     write_output_file(
@@ -170,6 +178,13 @@ int run_compare(CompareArgs& args) {
       rows.push_back(row_json(r));
     }
     j["policies"] = rows;
+    if (!skipped.empty()) {
+      nlohmann::ordered_json s = nlohmann::ordered_json::array();
+      for (const auto& [policy, why] : skipped) {
+        s.push_back({{"policy", policy}, {"reason", why}});
+      }
+      j["skipped_policies"] = s;
+    }
     fmt::print("{}\n", json_text(j));
     return 0;
   }
@@ -197,6 +212,9 @@ int run_compare(CompareArgs& args) {
         over,
         fmt::format("{} / {}", b(r.largest_free_block_at_allocated_peak), b(r.free_bytes_at_allocated_peak)),
         r.num_device_alloc, r.num_device_free, r.num_ooms);
+  }
+  for (const auto& [policy, why] : skipped) {
+    fmt::print("{:<20}skipped: {}\n", policy, why);
   }
   fmt::print("\nfrag = 1 - peak active / peak reserved; over live = peak reserved / peak live - 1\n");
   return 0;

@@ -56,7 +56,13 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
         j["total_bytes"] = r.total_bytes;
         j["cuda_context_bytes"] = r.cuda_context_bytes;
         j["limit_bytes"] = r.limit_bytes;
+        if (r.memory_fraction > 0.0) {
+          j["per_process_memory_fraction"] = r.memory_fraction;
+        }
         j["best"] = r.best;
+        if (r.best_is_cap) {
+          j["best_is_search_cap"] = true;
+        }
         nlohmann::ordered_json trials = nlohmann::ordered_json::array();
         for (const FitTrial& t : r.trials) {
           trials.push_back({{what, t.value},
@@ -79,10 +85,14 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
                                      pipeline_schedule_name(pp.schedule), request.options.grad_accumulation)
                        : fmt::format(", pipeline stage {} of {}", pp.stage, pp.stages));
       }
-      fmt::print("limit            peak reserved + {} context <= {} ({:.0f} % of {})\n",
+      fmt::print("limit            peak reserved + {} context <= {} ({:.0f} % of {}{})\n",
                  format_bytes_short(static_cast<Bytes>(r.cuda_context_bytes)),
-                 format_bytes_short(static_cast<Bytes>(r.limit_bytes)), 100.0 * (1.0 - r.margin),
-                 format_bytes_short(static_cast<Bytes>(r.total_bytes)));
+                 format_bytes_short(static_cast<Bytes>(r.limit_bytes)),
+                 100.0 * static_cast<double>(r.limit_bytes) / static_cast<double>(r.total_bytes),
+                 format_bytes_short(static_cast<Bytes>(r.total_bytes)),
+                 r.memory_fraction > 0.0
+                     ? fmt::format(", with per_process_memory_fraction {}", r.memory_fraction)
+                     : "");
       for (const FitTrial& t : r.trials) {
         fmt::print("  {} {:>7}   peak reserved {:>12}   {}\n", what, t.value,
                    format_bytes_short(static_cast<Bytes>(t.peak_reserved_bytes)),
@@ -90,6 +100,9 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       }
       if (r.best == 0) {
         fmt::print("answer           nothing fits: {} 1 is over the limit\n", what);
+      } else if (r.best_is_cap) {
+        fmt::print("answer           {} {} fits, the largest fit tries: the largest that fits may be more\n",
+                   what, r.best);
       } else {
         fmt::print("answer           largest {} that fits: {}\n", what, r.best);
       }

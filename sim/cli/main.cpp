@@ -1,6 +1,10 @@
 // vramsim: will this training job fit in GPU memory, and why not?
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -12,6 +16,60 @@
 #include "sim/core/error.h"
 
 namespace {
+
+// CLI11 reads integers with strtoll/strtoull: "-1" becomes 2^64 - 1 for an unsigned option, a number past the
+// type's range saturates (18446744073709551616 -> 2^63 - 1), and "010" is octal. Every integer option of
+// every command gets this check first: plain decimal digits (a sign for a signed one) that fit in 64 bits;
+// leading zeros are dropped so that the number means what it says.
+void check_integer_options(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT") {
+      continue;
+    }
+    const bool is_unsigned = type == "UINT";
+    // A transform, not a check: CLI11 hands checks a copy of the text, and the canonical form must be parsed.
+    option->transform(CLI::Validator(
+        [is_unsigned](std::string& text) -> std::string {
+          std::string_view digits = text;
+          const bool negative = digits.starts_with('-');
+          if (negative || digits.starts_with('+')) {
+            digits.remove_prefix(1);
+          }
+          if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+            return fmt::format("'{}' is not a whole number", text);
+          }
+          if (negative && is_unsigned) {
+            return fmt::format("{} is negative", text);
+          }
+          while (digits.size() > 1 && digits.front() == '0') {
+            digits.remove_prefix(1);
+          }
+          const std::string canonical = (negative ? "-" : "") + std::string(digits);
+          bool fits = false;
+          if (is_unsigned) {
+            std::uint64_t value = 0;
+            fits = std::from_chars(digits.data(), digits.data() + digits.size(), value).ec == std::errc{};
+          } else {
+            std::int64_t value = 0;
+            fits = std::from_chars(canonical.data(), canonical.data() + canonical.size(), value).ec ==
+                   std::errc{};
+          }
+          if (!fits) {
+            return fmt::format("{} is out of range (at most {} in magnitude)", text,
+                               is_unsigned ? "18446744073709551615" : "9223372036854775807");
+          }
+          text = canonical;
+          return {};
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) {
+    check_integer_options(*sub);
+  }
+}
+
+void print_error(std::string_view message);
 
 // Parses the command line and runs the chosen subcommand; main() turns whatever it throws into one line.
 int dispatch(int argc, char** argv) {
@@ -31,6 +89,7 @@ int dispatch(int argc, char** argv) {
   vramsim::cli::add_sweep_command(app, run);
   vramsim::cli::add_trace_command(app, run);
   vramsim::cli::add_techniques_command(app, run);
+  check_integer_options(app);
   // `vramsim trace SCRIPT.py -- ARGS...`: what follows "--" is the script's, handed over untouched.
   int parsed_argc = argc;
   if (argc > 1 && std::string_view(argv[1]) == "trace") {
@@ -50,7 +109,8 @@ int dispatch(int argc, char** argv) {
       return app.exit(e);  // --help, --version
     }
     // An unknown option, a missing or malformed value: one line and exit status 2, as for any bad input.
-    fmt::print(stderr, "vramsim: error: {} (see vramsim --help)\n", e.what());
+    // Through print_error: a value the parser quotes may hold control characters (an ANSI escape).
+    print_error(fmt::format("{} (see vramsim --help)", e.what()));
     return 2;
   }
   return run();
@@ -74,13 +134,28 @@ void print_error(std::string_view message) {
   fmt::print(stderr, "vramsim: error: {}\n", line);
 }
 
+// Standard output, flushed: what a command printed is only printed once the write succeeded. A full disk or
+// a closed pipe (`> /dev/full`) is an error like any other, not a silent exit 0 with the output lost.
+bool stdout_written() {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  if (flushed && std::ferror(stdout) == 0) {
+    return true;
+  }
+  const int error = errno;
+  print_error(fmt::format("standard output: write error: {}",
+                          error != 0 ? std::strerror(error) : "the output could not be written"));
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // Every failure ends here as one line and exit status 2: bad input (InputError), host memory, and anything
   // else a library throws (nlohmann, CLI11, the standard library) -- never an uncaught exception's abort.
   try {
-    return dispatch(argc, argv);
+    const int status = dispatch(argc, argv);
+    return stdout_written() ? status : 2;
   } catch (const vramsim::InputError& e) {
     print_error(e.what());
   } catch (const std::bad_alloc&) {

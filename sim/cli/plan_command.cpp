@@ -13,8 +13,10 @@
 
 #include "sim/cli/commands.h"
 #include "sim/core/error.h"
+#include "sim/core/input_file.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/plan.h"
+#include "traces/json_input.h"
 
 namespace vramsim::cli {
 
@@ -269,27 +271,19 @@ void add_merge_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--csv", csv, "write every configuration to this CSV file");
   cmd->callback([&run] {
     run = [] {
-      std::vector<std::string> texts;
+      // Every part read and parsed within bounds, and every value checked (no control characters, no
+      // number past 2^60) before any is interpreted.
+      std::vector<nlohmann::json> parts;
       for (const std::string& f : files) {
-        std::ifstream in(f, std::ios::binary);
-        if (!in) {
-          throw InputError(fmt::format("{}: cannot open", f));
-        }
-        in.seekg(0, std::ios::end);
-        const std::streamoff size = in.tellg();
-        if (size < 0 || size > (std::streamoff{1} << 30)) {
-          throw InputError(fmt::format("{}: not a shard file (size {})", f, static_cast<long long>(size)));
-        }
-        in.seekg(0);
-        std::string text(static_cast<std::size_t>(size), '\0');
-        in.read(text.data(), size);
-        texts.push_back(std::move(text));
+        parts.push_back(
+            parse_json_input(read_input_file(f, "merge part", kMaxSmallInputBytes), f, kMaxSmallJsonMemory));
+        check_json_values(parts.back(), f);
       }
-      if (is_sweep_shard(texts.front())) {
-        return merge_sweep_shards(texts, files, json, csv);
+      if (is_sweep_shard(parts.front())) {
+        return merge_sweep_shards(parts, files, json, csv);
       }
       PlanRequest request;
-      const PlanResult p = merge_plan_shards(texts, files, request);
+      const PlanResult p = merge_plan_shards(parts, files, request);
       return print_plan(request, p, json, csv);
     };
   });

@@ -116,10 +116,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
                   "zero_grad(set_to_none=False) / a loop that never zeroes them keeps them allocated")
       ->capture_default_str();
-  cmd->add_option(
-      "--generate", a.generate,
-      "model.generate() of N new tokens after the prompt (--seq / --prompt-len): a prefill, then "
-      "one forward per token through the KV cache, under no_grad; step t + 1 decodes token t + 1");
+  cmd->add_option("--generate", a.generate,
+                  "model.generate() of N new tokens after the prompt (--seq / --prompt-len): a prefill, then "
+                  "one forward per token through the KV cache, under no_grad; step t + 1 decodes token t + 1")
+      ->check(CLI::PositiveNumber);  // 0 would be the unset default: training steps
   cmd->add_option("--kv-cache", a.kv_cache,
                   "dynamic|static|paged: transformers' DynamicCache (grows by torch.cat) or StaticCache "
                   "(preallocated for prompt + new tokens), or vLLM's paged cache (blocks sized by a profile "
@@ -131,10 +131,12 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--block-size", a.block_size, "vLLM: tokens per KV-cache block (paged cache)")
       ->capture_default_str();
   cmd->add_option("--max-model-len", a.max_model_len,
-                  "vLLM: the longest sequence served (paged cache; default: the model's trained context)");
+                  "vLLM: the longest sequence served (paged cache; default: the model's trained context)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
                   "vLLM: tokens of the profile run and of one scheduled batch (paged cache; default "
-                  "max(max_model_len, 2048), vLLM's without chunked prefill)");
+                  "max(max_model_len, 2048), vLLM's without chunked prefill)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-seqs", a.max_num_seqs,
                   "vLLM: sequences per batch, the profile run's dummy prompts (paged cache)")
       ->capture_default_str();

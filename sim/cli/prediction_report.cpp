@@ -41,12 +41,8 @@ void print_paged(const Prediction::Generation& g) {
   const std::int64_t tokens = v.num_gpu_blocks * v.block_size;
   fmt::print("  per token        {} B of cache per position of one sequence; the blocks hold {} tokens\n",
              g.kv_bytes_per_token, tokens);
-  if (v.num_gpu_blocks == 0) {
-    fmt::print("  serving          vLLM refuses to start: no available memory for the cache blocks\n");
-  } else if (v.max_model_len > tokens) {
-    fmt::print(
-        "  serving          vLLM refuses to start: max_model_len {} is above the {} tokens the cache holds\n",
-        v.max_model_len, tokens);
+  if (!v.refusal.empty()) {
+    fmt::print("  serving          vLLM refuses to start: {}\n", v.refusal);
   }
   fmt::print(
       "  sequences        {} of {} cached tokens ({} + {} - 1, {} blocks each) fit at once; "
@@ -89,12 +85,21 @@ void print_generation(const Prediction::Generation& g, std::int64_t headroom_byt
 void print_verdict(const Prediction& p) {
   fmt::print("\nfragmentation    {:.2f} %  (1 - peak active / peak reserved)\n", 100.0 * p.fragmentation);
   fmt::print("OOMs             {}\n", p.num_ooms);
-  if (p.fits) {
-    fmt::print("verdict          FITS: headroom {} ({:.1f} % of {})\n", b(p.headroom_bytes),
-               p.headroom_percent, b(p.total_bytes));
+  // With per_process_memory_fraction the headroom is measured against what the fraction allows.
+  const std::string limit =
+      p.memory_fraction > 0.0 ? fmt::format("; per_process_memory_fraction {} lets the allocator reserve {}",
+                                            p.memory_fraction, b(p.allocator_capacity_bytes))
+                              : "";
+  const std::string refusal =
+      p.generation && p.generation->paged ? p.generation->paged->refusal : std::string();
+  if (!refusal.empty()) {
+    fmt::print("verdict          DOES NOT START: vLLM refuses to start: {}\n", refusal);
+  } else if (p.fits) {
+    fmt::print("verdict          FITS: headroom {} ({:.1f} % of {}{})\n", b(p.headroom_bytes),
+               p.headroom_percent, b(p.total_bytes), limit);
   } else {
-    fmt::print("verdict          OOM: at least {} short ({:.1f} % of {}){}\n", b(-p.headroom_bytes),
-               -p.headroom_percent, b(p.total_bytes),
+    fmt::print("verdict          OOM: at least {} short ({:.1f} % of {}{}){}\n", b(-p.headroom_bytes),
+               -p.headroom_percent, b(p.total_bytes), limit,
                p.num_ooms > 0 ? fmt::format("; {} allocations failed (figures after the first one are what "
                                             "the step would need)",
                                             p.num_ooms)
@@ -179,7 +184,8 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                   {"blocks_per_sequence", v.blocks_per_sequence},
                                   {"batch_blocks", v.batch_blocks},
                                   {"concurrent_sequences", v.concurrent_sequences},
-                                  {"batch_fits", v.batch_blocks <= v.num_gpu_blocks}};
+                                  {"batch_fits", v.batch_blocks <= v.num_gpu_blocks},
+                                  {"refusal", v.refusal}};
     }
   }
   if (p.lora_rank > 0) {
@@ -206,6 +212,9 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
   j["gpu"] = p.gpu_name.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.gpu_name);
   j["total_bytes"] = p.total_bytes;
   j["allocator_capacity_bytes"] = p.allocator_capacity_bytes;
+  if (p.memory_fraction > 0.0) {
+    j["per_process_memory_fraction"] = p.memory_fraction;
+  }
   j["peak_allocated_bytes"] = p.peak_allocated_bytes;
   j["peak_reserved_bytes"] = p.peak_reserved_bytes;
   j["peak_active_bytes"] = p.peak_active_bytes;

@@ -17,6 +17,7 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/replay/policy_run.h"
+#include "traces/json_input.h"
 
 namespace vramsim::cli {
 namespace {
@@ -177,24 +178,26 @@ nlohmann::ordered_json result_json(const PolicyRunResult& p, std::size_t index) 
 PolicyRunResult result_from(const nlohmann::json& j, std::size_t n_steps) {
   PolicyRunResult p;
   p.policy = j.at("policy");
-  p.peaks.peak_reserved_bytes = j.at("peak_reserved_bytes");
-  p.peaks.peak_allocated_bytes = j.at("peak_allocated_bytes");
-  p.peaks.peak_active_bytes = j.at("peak_active_bytes");
-  p.final_reserved_bytes = j.at("final_reserved_bytes");
-  p.num_ooms = j.at("num_ooms");
-  p.num_device_alloc = j.at("num_device_alloc");
-  p.num_device_free = j.at("num_device_free");
+  // Every size and count a non-negative integer of at most 2^60 (a part is vramsim's own output; anything
+  // else was edited or damaged).
+  p.peaks.peak_reserved_bytes = json_int(j, "peak_reserved_bytes", 0, kMaxJsonNumber);
+  p.peaks.peak_allocated_bytes = json_int(j, "peak_allocated_bytes", 0, kMaxJsonNumber);
+  p.peaks.peak_active_bytes = json_int(j, "peak_active_bytes", 0, kMaxJsonNumber);
+  p.final_reserved_bytes = json_int(j, "final_reserved_bytes", 0, kMaxJsonNumber);
+  p.num_ooms = json_int(j, "num_ooms", 0, kMaxJsonNumber);
+  p.num_device_alloc = json_int(j, "num_device_alloc", 0, kMaxJsonNumber);
+  p.num_device_free = json_int(j, "num_device_free", 0, kMaxJsonNumber);
   for (const nlohmann::json& st : j.at("steps")) {
     StepSample s;
-    s.step = st.at(0);
+    s.step = static_cast<std::size_t>(json_int_at(st, 0, 0, kMaxJsonNumber));
     if (s.step >= n_steps) {
       throw InputError(fmt::format("step {} is outside the run's {} steps", s.step + 1, n_steps));
     }
-    s.reserved_bytes = st.at(1);
-    s.allocated_bytes = st.at(2);
-    s.peak_reserved_bytes = st.at(3);
-    s.peak_active_bytes = st.at(4);
-    s.num_ooms = st.at(5);
+    s.reserved_bytes = json_int_at(st, 1, 0, kMaxJsonNumber);
+    s.allocated_bytes = json_int_at(st, 2, 0, kMaxJsonNumber);
+    s.peak_reserved_bytes = json_int_at(st, 3, 0, kMaxJsonNumber);
+    s.peak_active_bytes = json_int_at(st, 4, 0, kMaxJsonNumber);
+    s.num_ooms = json_int_at(st, 5, 0, kMaxJsonNumber);
     p.steps.push_back(s);
   }
   return p;
@@ -298,27 +301,26 @@ int run_sweep(SweepArgs& args) {
 
 }  // namespace
 
-bool is_sweep_shard(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("vramsim_sweep_shard");
+bool is_sweep_shard(const nlohmann::json& part) {
+  return part.is_object() && part.contains("vramsim_sweep_shard");
 }
 
-int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
+int merge_sweep_shards(const std::vector<nlohmann::json>& parts, const std::vector<std::string>& names,
                        bool json, const std::string& csv) {
   SweepReport report;
   nlohmann::json first;
   std::vector<bool> seen_shard;
   std::vector<std::optional<PolicyRunResult>> results;
-  for (std::size_t f = 0; f < texts.size(); ++f) {
+  for (std::size_t f = 0; f < parts.size(); ++f) {
     const std::string& name = names.at(f);
     try {
-      const nlohmann::json j = nlohmann::json::parse(texts[f]);
+      const nlohmann::json& j = parts[f];
       if (!j.is_object() || !j.contains("vramsim_sweep_shard")) {
         throw InputError(fmt::format("{}: not a `vramsim sweep --shard` output", name));
       }
-      const int shards = j.at("shards");
-      const int shard = j.at("shard");
-      const std::size_t policies = j.at("policies");
+      const int shards = static_cast<int>(json_int(j, "shards", 1, 100000));
+      const int shard = static_cast<int>(json_int(j, "shard", 1, 100000));
+      const auto policies = static_cast<std::size_t>(json_int(j, "policies", 0, 1000));
       const std::size_t steps = j.at("shapes").size();
       if (shards < 1 || shards > 100000 || shard < 1 || shard > shards || policies > 1000 || steps > 100000) {
         throw InputError(fmt::format("{}: shard {} of {} is out of range", name, shard, shards));
@@ -336,8 +338,8 @@ int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<
         report.device = j.at("device");
         report.distinct_shapes = j.at("distinct_shapes");
         report.requests = j.at("requests");
-        report.capacity_bytes = j.at("capacity_bytes");
-        report.peak_live_bytes = j.at("peak_live_bytes");
+        report.capacity_bytes = json_int(j, "capacity_bytes", 0, kMaxJsonNumber);
+        report.peak_live_bytes = json_int(j, "peak_live_bytes", 0, kMaxJsonNumber);
         for (const nlohmann::json& s : j.at("shapes")) {
           report.shapes.push_back(StepShape{s.at(0), s.at(1)});
         }
@@ -360,6 +362,8 @@ int merge_sweep_shards(const std::vector<std::string>& texts, const std::vector<
         results[i] = result_from(e, steps);
       }
     } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{}: {}", name, e.what()));
+    } catch (const JsonValueError& e) {
       throw InputError(fmt::format("{}: {}", name, e.what()));
     }
   }

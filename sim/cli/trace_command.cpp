@@ -37,6 +37,7 @@ struct TraceArgs {
   std::string html;
   std::string perfetto;
   std::int64_t cublas_workspace_bytes = -1;
+  int timeout_s = 0;
   bool json = false;
   std::string script;
   std::vector<std::string> script_and_args;
@@ -113,8 +114,23 @@ TracedRun trace_script(const TraceArgs& a, const RunDevice& device, const Scratc
   if (!std::filesystem::is_regular_file(t.script)) {
     throw InputError(fmt::format("{}: no such file", t.script));
   }
+  if (a.timeout_s < 0 || a.timeout_s > 7 * 24 * 3600) {
+    throw InputError(fmt::format("--timeout: must be in 0..604800 seconds (0: none), got {}", a.timeout_s));
+  }
+  t.timeout_s = a.timeout_s;
   (void)run_tracer(t);
-  TracedRun run = load_traced_run(t.out_vtrace, markers_of(t.out_vtrace));
+  TracedRun run;
+  try {
+    run = load_traced_run(t.out_vtrace, markers_of(t.out_vtrace));
+  } catch (const InputError& e) {
+    // The scratch folder is gone when the message is read: name what it held instead.
+    std::string message = e.what();
+    const std::string folder = scratch.path() + "/";
+    for (std::size_t at = 0; (at = message.find(folder, at)) != std::string::npos;) {
+      message.replace(at, folder.size(), "the tracer's output ");
+    }
+    throw InputError(fmt::format("{}: {}", t.script, message));
+  }
   run.label = t.script;
   return run;
 }
@@ -218,7 +234,7 @@ void set_trace_script_args(std::vector<std::string> args) { passthrough_args() =
 void check_trace_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kWithValue = {
       "--gpu",  "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes",
-      "--html", "--perfetto"};
+      "--html", "--perfetto", "--timeout"};
   static const std::vector<std::string_view> kFlags = {"--json", "--help", "-h"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -260,6 +276,9 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--cublas-workspace-bytes", args.cublas_workspace_bytes,
                   "cuBLAS workspace per handle and stream (default: PyTorch's for the GPU, or "
                   "$CUBLAS_WORKSPACE_CONFIG)");
+  cmd->add_option("--timeout", args.timeout_s,
+                  "stop the script (and every process it started) after this many seconds (default 0: "
+                  "never)");
   cmd->add_flag("--json", args.json,
                 "machine-readable output (predict --json's keys, plus script and tracer)");
   cmd->add_option("script", args.script, "SCRIPT.py [-- ARGS...]");

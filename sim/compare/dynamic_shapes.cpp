@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <map>
+#include <sstream>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/input_file.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 
@@ -83,10 +84,13 @@ ShapeDistribution ShapeDistribution::parse(std::string_view text, std::string_vi
   } else if (text.starts_with("hist:")) {
     d.m_kind = Kind::kHistogram;
     const std::string path(text.substr(5));
-    std::ifstream in(path);
-    if (!in) {
-      throw InputError(fmt::format("{}: cannot open histogram file '{}'", where, path));
+    std::string text_of_file;
+    try {
+      text_of_file = read_input_file(path, "histogram file", kMaxSmallInputBytes);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: cannot open histogram file '{}': {}", where, path, e.what()));
     }
+    std::istringstream in(text_of_file);
     std::map<std::int64_t, std::uint64_t> counts;
     std::string line;
     for (int line_no = 1; std::getline(in, line); ++line_no) {

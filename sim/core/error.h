@@ -18,4 +18,12 @@ class InputError : public std::runtime_error {
   explicit InputError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// Input that is valid but beyond a documented bound on the work one step of vramsim does (e.g. the
+// offline-optimal planner's pairs of overlapping lifetimes). A command that runs several such steps by
+// default may skip the one that throws it and say so; one the user asked for by name fails with the message.
+class WorkBoundError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 }  // namespace vramsim

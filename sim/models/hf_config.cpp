@@ -12,6 +12,7 @@
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
+#include "traces/json_input.h"
 
 namespace vramsim {
 namespace {
@@ -672,12 +673,7 @@ std::vector<std::string> supported_model_types() {
 }
 
 ModelConfig model_from_hf_config_json(std::string_view json_text, std::string_view source) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
-  }
+  const nlohmann::json root = parse_json_input(json_text, source, kMaxSmallJsonMemory);
   if (!root.is_object()) {
     throw InputError(fmt::format("{}: expected a JSON object (a Hugging Face config.json)", source));
   }

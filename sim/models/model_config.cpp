@@ -1,14 +1,13 @@
 #include "sim/models/model_config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
+#include "sim/core/input_file.h"
 #include "sim/models/layer_code.h"
 
 namespace vramsim {
@@ -500,13 +499,8 @@ ModelConfig load_model(const std::string& name_or_path) {
   if (!looks_like_path) {
     return model_preset(name_or_path);  // throws the "unknown model" message
   }
-  std::ifstream in(name_or_path);
-  if (!in) {
-    throw InputError(fmt::format("{}: cannot open the model config file", name_or_path));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return model_from_hf_config_json(text.str(), name_or_path);
+  return model_from_hf_config_json(read_input_file(name_or_path, "model config file", kMaxSmallInputBytes),
+                                   name_or_path);
 }
 
 }  // namespace vramsim

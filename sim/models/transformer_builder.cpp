@@ -66,10 +66,17 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
         "the {} code has none (use --model-code torch-modules)",
         m.code));
   }
+  // Generation runs a forward at every position but the last new token's: seq + generate - 1 of them.
+  const std::int64_t positions = o.seq + std::max<std::int64_t>(0, o.generate_tokens - 1);
   if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
-      o.seq > m.max_positions) {
+      positions > m.max_positions) {
     throw InputError(
-        fmt::format("--seq: {} exceeds the {} learned positions of {}", o.seq, m.max_positions, m.name));
+        o.generate_tokens > 1
+            ? fmt::format("--seq + --generate: {} + {} tokens use {} positions, more than the {} learned "
+                          "positions of {}",
+                          o.seq, o.generate_tokens, positions, m.max_positions, m.name)
+            : fmt::format("--seq: {} exceeds the {} learned positions of {}", o.seq, m.max_positions,
+                          m.name));
   }
 }
 

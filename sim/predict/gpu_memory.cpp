@@ -1,6 +1,7 @@
 #include "sim/predict/gpu_memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
@@ -82,6 +83,15 @@ GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes, cons
     throw InputError("--capacity: must be positive (or name a GPU with --gpu)");
   }
   return {"", static_cast<std::int64_t>(capacity_bytes), 0, 0, ""};
+}
+
+std::int64_t allocator_limit_bytes(const GpuMemory& d, double fraction) {
+  const std::int64_t capacity = d.total_bytes - d.context_bytes;
+  if (!(fraction > 0.0)) {
+    return capacity;
+  }
+  const auto allowed = static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(d.total_bytes)));
+  return std::min(capacity, allowed);
 }
 
 }  // namespace vramsim

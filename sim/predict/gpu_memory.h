@@ -42,4 +42,10 @@ std::int64_t cublas_workspace_bytes(int compute_capability, std::string_view con
 GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes,
                         const ContextOptions& context = {});
 
+// What the caching allocator may reserve on `d`: its memory less the CUDA context, and no more than
+// floor(per_process_memory_fraction x total) when the fraction (`fraction` > 0) is set:
+// torch.cuda.set_per_process_memory_fraction takes that share of cudaMemGetInfo's total, context included,
+// and the allocator fails a cudaMalloc that would reserve more (CUDACachingAllocator.cpp, alloc_block).
+std::int64_t allocator_limit_bytes(const GpuMemory& d, double fraction);
+
 }  // namespace vramsim

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/thread_pool.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/parallel/tensor_parallel.h"
@@ -293,6 +294,9 @@ void validate_request(const PlanRequest& r) {
   if (!(r.margin >= 0.0 && r.margin < 1.0)) {
     throw InputError(fmt::format("--margin: must be in [0, 100%), got {}", r.margin));
   }
+  if (r.threads < 0 || r.threads > kMaxThreads) {
+    throw InputError(fmt::format("--threads: must be in 0..{}, got {}", kMaxThreads, r.threads));
+  }
   if (r.shards < 1 || r.shards > 100000 || r.shard < 0 || r.shard >= r.shards) {
     throw InputError(
         fmt::format("--shard: {}/{} is not a shard K/N with 1 <= K <= N", r.shard + 1, r.shards));
@@ -378,15 +382,8 @@ void evaluate_grid(const PlanRequest& r, const std::vector<Group>& groups, std::
     }
   };
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned n = r.threads > 0 ? static_cast<unsigned>(r.threads) : hw;
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < n; ++t) {
-    pool.emplace_back(worker);
-  }
-  worker();
-  for (std::thread& t : pool) {
-    t.join();
-  }
+  const std::size_t n = r.threads > 0 ? static_cast<std::size_t>(r.threads) : hw;
+  run_on_threads(std::min(n, std::max<std::size_t>(1, groups.size())), worker);
 }
 
 }  // namespace

@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/predict/step_prediction.h"
 
 namespace vramsim {
@@ -131,10 +133,10 @@ void finish_plan(PlanResult& result);
 
 // One shard's part (its grid entries, and the decision path in shard 0) as JSON, for merge_plan_shards().
 std::string plan_shard_json(const PlanRequest& request, const PlanResult& result);
-// Every shard's part of one plan (`texts`, read from the files `names`, in any order) merged into the result
-// a single run gives, byte for byte. Throws InputError naming the file when the shards do not belong
-// together.
-PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
+// Every shard's part of one plan (`parts`, parsed from the files `names`, in any order) merged into the
+// result a single run gives, byte for byte. Throws InputError naming the file when the shards do not belong
+// together or a figure is not one a plan writes (a negative, fractional or oversized size or count).
+PlanResult merge_plan_shards(const std::vector<nlohmann::json>& parts, const std::vector<std::string>& names,
                              PlanRequest& request);
 
 // The data-parallel degree of `config`: gpus / (tp x pp).

@@ -6,6 +6,7 @@
 
 #include "sim/core/error.h"
 #include "sim/predict/plan.h"
+#include "traces/json_input.h"
 
 namespace vramsim {
 namespace {
@@ -50,13 +51,13 @@ PlanEvaluation evaluation_from(const nlohmann::json& j) {
   PlanEvaluation e;
   const nlohmann::json& c = j.at("config");
   e.config.precision = c.at("precision");
-  e.config.micro_batch = c.at("micro_batch");
-  e.config.grad_accumulation = c.at("grad_accumulation");
+  e.config.micro_batch = static_cast<int>(json_int(c, "micro_batch", 1, 1 << 24));
+  e.config.grad_accumulation = static_cast<int>(json_int(c, "grad_accumulation", 1, 1 << 24));
   e.config.checkpointing = c.at("checkpointing");
   e.config.zero = c.at("zero");
   e.config.fsdp = c.at("fsdp");
-  e.config.tp = c.at("tp");
-  e.config.pp = c.at("pp");
+  e.config.tp = static_cast<int>(json_int(c, "tp", 1, 65536));
+  e.config.pp = static_cast<int>(json_int(c, "pp", 1, 65536));
   e.config.optimizer = c.at("optimizer");
   e.config.adapters = c.at("adapters");
   e.config.offload = c.at("offload");
@@ -66,11 +67,11 @@ PlanEvaluation evaluation_from(const nlohmann::json& j) {
   e.error = j.at("error");
   e.probe_micro_batches = j.at("probe_micro_batches");
   e.fits = j.at("fits");
-  e.peak_reserved_bytes = j.at("peak_reserved_bytes");
-  e.needed_bytes = j.at("needed_bytes");
-  e.headroom_bytes = j.at("headroom_bytes");
+  e.peak_reserved_bytes = json_int(j, "peak_reserved_bytes", 0, kMaxJsonNumber);
+  e.needed_bytes = json_int(j, "needed_bytes", 0, kMaxJsonNumber);
+  e.headroom_bytes = json_int(j, "headroom_bytes", -kMaxJsonNumber, kMaxJsonNumber);
   e.tokens_per_s = j.at("tokens_per_s");
-  e.model_states_bytes = j.at("model_states_bytes");
+  e.model_states_bytes = json_int(j, "model_states_bytes", 0, kMaxJsonNumber);
   return e;
 }
 
@@ -104,26 +105,26 @@ std::string plan_shard_json(const PlanRequest& r, const PlanResult& p) {
   return j.dump(1) + "\n";
 }
 
-PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::vector<std::string>& names,
+PlanResult merge_plan_shards(const std::vector<nlohmann::json>& parts, const std::vector<std::string>& names,
                              PlanRequest& request) {
-  if (texts.empty()) {
+  if (parts.empty()) {
     throw InputError("merge: no shard files");
   }
   PlanResult out;
   nlohmann::json first_request;
   std::vector<bool> seen_shard;
   std::vector<bool> covered;
-  for (std::size_t f = 0; f < texts.size(); ++f) {
+  for (std::size_t f = 0; f < parts.size(); ++f) {
     const std::string& name = names.at(f);
     try {
-      const nlohmann::json j = nlohmann::json::parse(texts[f]);
+      const nlohmann::json& j = parts[f];
       if (!j.is_object() || !j.contains("vramsim_plan_shard")) {
         throw InputError(fmt::format("{}: not a `vramsim plan --shard` output", name));
       }
       const nlohmann::json& req = j.at("request");
-      const int shards = req.at("shards");
-      const int shard = j.at("shard");
-      const std::size_t size = j.at("grid_size");
+      const int shards = static_cast<int>(json_int(req, "shards", 1, 100000));
+      const int shard = static_cast<int>(json_int(j, "shard", 1, 100000));
+      const auto size = static_cast<std::size_t>(json_int(j, "grid_size", 0, 10'000'000));
       if (shards < 1 || shards > 100000 || shard < 1 || shard > shards || size > 10'000'000) {
         throw InputError(fmt::format("{}: shard {} of {} is out of range", name, shard, shards));
       }
@@ -141,8 +142,8 @@ PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::v
         request.gpus_per_node = req.at("gpus_per_node");
         request.shards = 1;
         request.shard = 0;
-        out.total_bytes = j.at("total_bytes");
-        out.limit_bytes = j.at("limit_bytes");
+        out.total_bytes = json_int(j, "total_bytes", 0, kMaxJsonNumber);
+        out.limit_bytes = json_int(j, "limit_bytes", 0, kMaxJsonNumber);
         out.grid.assign(size, PlanEvaluation{});
         seen_shard.assign(static_cast<std::size_t>(shards), false);
         covered.assign(size, false);
@@ -168,6 +169,8 @@ PlanResult merge_plan_shards(const std::vector<std::string>& texts, const std::v
         }
       }
     } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{}: {}", name, e.what()));
+    } catch (const JsonValueError& e) {
       throw InputError(fmt::format("{}: {}", name, e.what()));
     }
   }

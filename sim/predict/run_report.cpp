@@ -200,12 +200,21 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
   p.cuda_context_source = d.context_source;
   p.total_bytes = d.total_bytes;
   p.cuda_context_bytes = d.context_bytes;
-  p.allocator_capacity_bytes = d.total_bytes - d.context_bytes;
-  if (p.allocator_capacity_bytes <= 0) {
+  if (d.total_bytes - d.context_bytes <= 0) {
     throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total_bytes));
   }
-  const CachingConfig config =
+  CachingConfig config =
       device.alloc_conf ? parse_alloc_conf(*device.alloc_conf, "--alloc-conf") : CachingConfig{};
+  // per_process_memory_fraction limits what the allocator reserves to a share of the device's total: the run
+  // is simulated on a device of that size (the allocator fails the same cudaMallocs), and the verdict's
+  // headroom is measured against it.
+  p.memory_fraction = config.per_process_memory_fraction;
+  p.allocator_capacity_bytes = allocator_limit_bytes(d, config.per_process_memory_fraction);
+  config.per_process_memory_fraction = 0.0;
+  if (p.allocator_capacity_bytes <= 0) {
+    throw InputError(fmt::format("--alloc-conf: per_process_memory_fraction {} leaves nothing of {} bytes",
+                                 p.memory_fraction, d.total_bytes));
+  }
   const std::vector<RunMarker>& markers = workload.markers;
   p.requests = workload.requests.ops().size();
 
@@ -249,7 +258,7 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
 
   p.peak_allocated_needed_bytes = alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end());
   // After an OOM the shortfall is what the unlimited run reserved (it holds at least what was allocated).
-  p.headroom_bytes = p.total_bytes - p.cuda_context_bytes - std::max(p.peak_reserved_bytes, needed_reserved);
+  p.headroom_bytes = p.allocator_capacity_bytes - std::max(p.peak_reserved_bytes, needed_reserved);
   p.headroom_percent = 100.0 * static_cast<double>(p.headroom_bytes) / static_cast<double>(p.total_bytes);
   p.fits = p.num_ooms == 0 && p.headroom_bytes >= 0;
   return p;
@@ -260,6 +269,7 @@ MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
   PolicyRunOptions options;
   options.capacity_bytes = static_cast<Bytes>(p.allocator_capacity_bytes);
   options.config = alloc_conf ? parse_alloc_conf(*alloc_conf, "--alloc-conf") : CachingConfig{};
+  options.config.per_process_memory_fraction = 0.0;  // already in allocator_capacity_bytes (explain_run)
   return observe_workload_timeline(workload, options);
 }
 

@@ -16,6 +16,7 @@
 #include "sim/alloc/size_classes.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
+#include "sim/core/thread_pool.h"
 #include "sim/engine/gpu_table.h"
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
@@ -154,14 +155,7 @@ std::vector<StageRun> simulate_stages(const PredictRequest& request, int first, 
     }
   };
   const std::size_t threads = std::min<std::size_t>(count, std::max(1U, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < threads; ++t) {
-    pool.emplace_back(work);
-  }
-  work();
-  for (std::thread& t : pool) {
-    t.join();
-  }
+  run_on_threads(threads, work);
   for (const std::exception_ptr& e : errors) {
     if (e) {
       std::rethrow_exception(e);
@@ -297,6 +291,13 @@ void serve_from_blocks(const TrainingOptions& o, Prediction::Generation::Paged& 
     g.batch_blocks += blocks(o.prompt_lens.empty() ? o.seq : o.prompt_lens[static_cast<std::size_t>(i)]);
   }
   g.concurrent_sequences = g.blocks_per_sequence > 0 ? g.num_gpu_blocks / g.blocks_per_sequence : 0;
+  // vLLM's worker raises before serving anything (raise_if_cache_size_invalid).
+  if (g.num_gpu_blocks <= 0) {
+    g.refusal = "no available memory for the cache blocks";
+  } else if (g.max_model_len > g.num_gpu_blocks * g.block_size) {
+    g.refusal = fmt::format("max_model_len {} is above the {} tokens the cache holds", g.max_model_len,
+                            g.num_gpu_blocks * g.block_size);
+  }
 }
 
 // What the request asked for, as the report names it (the layout, adapters, quantization, attention).
@@ -429,6 +430,7 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
     if (paged) {
       p.generation->kv_bytes_per_token = paged->block_bytes / paged->block_size;
       p.generation->paged = paged;
+      p.fits = p.fits && paged->refusal.empty();
     }
   }
   if (request.keep_timeline) {
@@ -871,6 +873,26 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   r.host.host_op_ns = static_cast<TimeNs>(a.host_op_us * 1e3);
   validate(o);
+  // The work the run simulates, bounded before any of it is done (kMaxLayerPasses).
+  {
+    const std::int64_t layers = std::max<std::int64_t>(1, r.model.n_layers);
+    const std::int64_t passes =
+        o.generate_tokens > 0 ? std::int64_t{o.generate_tokens}
+                              : 2 * std::int64_t{o.steps} * std::max<std::int64_t>(1, o.grad_accumulation);
+    if (passes > kMaxLayerPasses / layers) {
+      throw InputError(
+          o.generate_tokens > 0
+              ? fmt::format(
+                    "--generate: {} tokens through {} layers is more than vramsim simulates ({} layer "
+                    "passes, about 6 GB of host memory): at most {} tokens for this model",
+                    o.generate_tokens, layers, kMaxLayerPasses, kMaxLayerPasses / layers)
+              : fmt::format(
+                    "--steps x --grad-accumulation: {} x {} training passes through {} layers is more "
+                    "than vramsim simulates ({} layer passes, 2 per training pass, about 6 GB of host "
+                    "memory): at most {} for this model",
+                    o.steps, o.grad_accumulation, layers, kMaxLayerPasses, kMaxLayerPasses / layers / 2));
+    }
+  }
   if (a.pp > 1) {
     (void)pipeline_chunks(r.model.n_layers, o.pipeline);  // layers that do not split fail here
   }
@@ -927,6 +949,11 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     out.cuda_context_bytes = d.context_bytes;
     out.limit_bytes =
         static_cast<std::int64_t>(std::floor((1.0 - margin) * static_cast<double>(d.total_bytes)));
+    if (request.alloc_conf) {
+      out.memory_fraction = parse_alloc_conf(*request.alloc_conf, "--alloc-conf").per_process_memory_fraction;
+      out.limit_bytes =
+          std::min(out.limit_bytes, d.context_bytes + allocator_limit_bytes(d, out.memory_fraction));
+    }
   }
   auto trial = [&](std::int64_t value) {
     PredictRequest r = request;
@@ -956,6 +983,7 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     }
     if (hi == 0) {
       out.best = lo;  // fits up to the cap
+      out.best_is_cap = true;
       return out;
     }
   } else {

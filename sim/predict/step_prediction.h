@@ -137,8 +137,10 @@ struct Prediction {
   std::string gpu_name;          // "" with --capacity
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
-  std::string cuda_context_source;            // GpuMemory::context_source
-  std::int64_t allocator_capacity_bytes = 0;  // total - context: what the allocator may cudaMalloc
+  std::string cuda_context_source;  // GpuMemory::context_source
+  // total - context: what the allocator may cudaMalloc; less when per_process_memory_fraction is set
+  std::int64_t allocator_capacity_bytes = 0;
+  double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
   std::size_t ops = 0;
   std::size_t tensors = 0;
   std::size_t requests = 0;  // the allocator requests of the run: allocations and frees
@@ -198,6 +200,9 @@ struct Prediction {
       std::int64_t blocks_per_sequence = 0;  // of the longest sequence: ceil((prompt + new - 1) / block_size)
       std::int64_t batch_blocks = 0;         // every sequence of the batch, each its own length
       std::int64_t concurrent_sequences = 0;  // floor(num_gpu_blocks / blocks_per_sequence)
+      // Why vLLM's engine would raise at start-up (no blocks; max_model_len above what the blocks hold), or
+      // "" when it starts. A refusal makes the prediction not fit.
+      std::string refusal;
     };
     std::optional<Paged> paged;
   };
@@ -353,13 +358,24 @@ struct FitTrial {
   bool fits = false;
 };
 
+// The most work one prediction simulates, in layer passes: the model's layers x (2 per training step and
+// micro-batch, 1 per generated token). The simulation keeps every request of the run, ~45 KB per layer pass
+// measured (gpt2, TinyLlama), so this holds a run to ~6 GB of host memory: gpt2 trains up to 5,461 steps,
+// llama-2-7b generates up to 4,096 tokens. make_request() throws InputError naming --steps / --generate above
+// it.
+inline constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 17;
+
 struct FitResult {
   FitVary vary = FitVary::kBatch;
   double margin = 0.0;
   std::int64_t total_bytes = 0;
   std::int64_t cuda_context_bytes = 0;
-  std::int64_t limit_bytes = 0;  // (1 - margin) * total: peak reserved + context must stay at or below it
+  // (1 - margin) * total, and no more than context + what per_process_memory_fraction allows: peak reserved +
+  // context must stay at or below it
+  std::int64_t limit_bytes = 0;
+  double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
   std::int64_t best = 0;         // 0 = even 1 does not fit
+  bool best_is_cap = false;      // `best` is the search's cap, which fits: the real answer may be larger
   std::vector<FitTrial> trials;  // in the order tried
 };
 

@@ -13,6 +13,7 @@
 #include "sim/alloc/size_classes.h"
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
+#include "sim/core/size_format.h"
 #include "sim/replay/adopt_initial_state.h"
 #include "sim/replay/initial_state.h"
 #include "sim/replay/model_snapshot.h"
@@ -205,12 +206,38 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       dev < snapshot.device_traces.size() ? snapshot.device_traces[dev].events : kNoEvents;
   result.events = events.size();
 
-  const InitialState initial = rebuild_initial_state(snapshot, result.device, result.config);
+  // The state at trace start is rebuilt with the settings the run uses: with --alloc-conf that are not the
+  // recording's, a block the recording sized one way may not fit another way. That is the option's doing,
+  // not the file's.
+  const InitialState initial = [&] {
+    try {
+      return rebuild_initial_state(snapshot, result.device, result.config);
+    } catch (const InputError& e) {
+      if (!options.alloc_conf) {
+        throw;
+      }
+      throw InputError(fmt::format(
+          "--alloc-conf: '{}' cannot rebuild the allocator state at the trace's start ({}): the recording "
+          "was "
+          "made with other settings; replay it without them, or compare its requests under them with vramsim "
+          "compare",
+          *options.alloc_conf, e.what()));
+    }
+  }();
   result.starts_mid_run = !initial.starts_empty();
   result.reserved_at_start_bytes = initial.reserved_bytes;
   result.guessed_block_sizes = initial.guessed_blocks;
   result.placed_block_sizes = initial.placed_blocks;
 
+  // A device smaller than what the allocator already holds when the trace starts could never have run the
+  // recording: its cudaMallocs would have failed before the trace began. No replay answers that.
+  if (options.capacity_bytes != 0 && initial.reserved_bytes > options.capacity_bytes) {
+    throw InputError(fmt::format(
+        "--capacity: {} is below the {} {} held reserved at trace start: a device that small could not have "
+        "run the recording",
+        format_bytes_short(options.capacity_bytes), format_bytes_short(initial.reserved_bytes),
+        snapshot.source));
+  }
   RecordedDevice device(events, options.capacity_bytes, initial.reserved_bytes);
   MemoryStatsObserver stats(result.config.max_split_size_bytes == kUnlimitedSplitSize
                                 ? -1

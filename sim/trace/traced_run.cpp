@@ -1,16 +1,17 @@
 #include "sim/trace/traced_run.h"
 
 #include <algorithm>
-#include <fstream>
+#include <filesystem>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/core/input_file.h"
 #include "sim/graph/op_graph.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/replay/trace_replay.h"
+#include "traces/json_input.h"
 #include "traces/trace_io.h"
 
 namespace vramsim {
@@ -61,19 +62,13 @@ TracedRun load_traced_run(const std::string& vtrace_path, const std::string& mar
                     "use vramsim replay)",
                     vtrace_path));
   }
-  std::ifstream in(markers_path, std::ios::binary);
-  if (!in) {
+  std::error_code ec;
+  if (!std::filesystem::exists(markers_path, ec)) {
     run.workload = workload_from_trace(run.trace, run.markers);
     return run;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not JSON: {}", markers_path, e.what()));
-  }
+  const nlohmann::json j = parse_json_input(
+      read_input_file(markers_path, "markers file", kMaxSmallInputBytes), markers_path, kMaxSmallJsonMemory);
   run.markers = parse_markers(j, markers_path);
   run.workload = workload_from_trace(run.trace, run.markers);
   for (auto it = j.begin(); it != j.end(); ++it) {

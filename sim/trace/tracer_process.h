@@ -18,11 +18,13 @@ struct TracerInvocation {
   int compute_capability = 90;  // major * 10 + minor
   std::int64_t total_memory_bytes = 0;
   std::optional<std::int64_t> cublas_workspace_bytes;  // default: PyTorch's choice for the GPU
+  int timeout_s = 0;  // --timeout: stop the script (and what it started) after this many seconds; 0 = never
 };
 
 // Runs the tracer. The script's own output (stdout and stderr) goes to our stderr, so that stdout keeps
 // only vramsim's report. Returns the interpreter that ran it. Throws InputError with the tracer's one-line
-// error when the script fails, and when no candidate interpreter has PyTorch.
+// error when the script fails, when it runs past `timeout_s`, when vramsim is interrupted (SIGINT, SIGTERM,
+// SIGHUP: the script's process group is stopped first), and when no candidate interpreter has PyTorch.
 std::string run_tracer(const TracerInvocation& invocation);
 
 // The interpreters `vramsim trace` tries without --python: $VRAMSIM_PYTHON, else python3 on PATH and then

@@ -142,7 +142,8 @@ TEST_CASE("traced run: without markers there are no phases, bad markers are name
       load_traced_run(f.trace, f.markers),
       Catch::Contains("markers[0].step: 1000000000000 after step 0 (steps go up by one from 0)"));
   write(f.markers, "{\"markers\": ");
-  CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers), Catch::Contains(".markers.json: not JSON"));
+  CHECK_THROWS_WITH(load_traced_run(f.trace, f.markers),
+                    Catch::Contains(".markers.json: byte 13: invalid JSON"));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 """python -m vramsim_trace [options] SCRIPT.py [-- ARGS...]: runs SCRIPT.py unmodified on a simulated GPU
 and writes its allocator trace. Exit status: 0 traced, 2 bad options, 3 the script failed or needs
 something the simulation cannot give (one line on stderr says what and where), 4 this interpreter has no
-PyTorch."""
+PyTorch. The outcome is also written to OUT.status ("traced", "failed" or "no-torch"): a script can end the
+interpreter with any status itself (os._exit(4)), so vramsim trusts the exit status only with that file."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import argparse
 import os
 import runpy
 import sys
+import threading
 import traceback
+
+
+def _write_status(out: str, outcome: str) -> None:
+    try:
+        with open(out + ".status", "w", encoding="utf-8") as f:
+            f.write(outcome)
+    except OSError:
+        pass
 
 
 def _script_error(script: str, exc: BaseException) -> str:
@@ -46,11 +56,13 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not os.path.isfile(a.script):
         print(f"{a.script}: no such file", file=sys.stderr)
+        _write_status(a.out, "failed")
         return 2
 
     try:
         import torch  # noqa: F401  (after argument errors, so that they come fast)
     except ImportError:
+        _write_status(a.out, "no-torch")
         return 4  # silent: vramsim tries the next interpreter, and names them all if none has PyTorch
 
     from . import write_outputs
@@ -60,6 +72,17 @@ def main(argv=None) -> int:
     sys.argv = [a.script] + script_args
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     status = 0
+    # An exception in one of the script's threads ends that thread only (Python prints it and goes on): the
+    # trace holds what ran, and the run says that a thread raised.
+    thread_errors = []
+    previous_hook = threading.excepthook
+
+    def _thread_hook(args):
+        if args.exc_value is not None and not thread_errors:
+            thread_errors.append(_script_error(a.script, args.exc_value))
+        previous_hook(args)
+
+    threading.excepthook = _thread_hook
     session.start()
     try:
         runpy.run_path(a.script, run_name="__main__")
@@ -74,8 +97,15 @@ def main(argv=None) -> int:
         status = 3
     finally:
         session.stop()
+        threading.excepthook = previous_hook
     if status == 0:
         write_outputs(session, a.out, {"script": a.script, "script_args": script_args})
+        _write_status(a.out, "traced")
+        if thread_errors:
+            print(f"note: a thread of the script raised ({thread_errors[0]}); the trace holds what ran",
+                  file=sys.stderr)
+    else:
+        _write_status(a.out, "failed")
     return status
 
 
