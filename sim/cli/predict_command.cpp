@@ -49,6 +49,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
         }
       });
   cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
+  cmd->add_flag("--free-logits-before-backward", a.free_logits,
+                "the training loop deletes the logits before loss.backward() (torchtitan's `del pred`); by "
+                "default they live through backward, as Hugging Face's outputs.logits do");
   cmd->add_option("--master-weights", a.master_weights,
                   "with --precision bf16: fp32 (master weights and fp32 optimizer states: DeepSpeed, FSDP, "
                   "Megatron) or none (torch.optim on the bf16 parameters); default: the framework's (none on "

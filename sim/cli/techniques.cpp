@@ -1,5 +1,7 @@
 #include "sim/cli/techniques.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sim/cli/commands.h"
@@ -60,9 +62,13 @@ void add_techniques_command(CLI::App& app, std::function<int()>& run) {
       "compile, precision, ...), each with the flags that select it");
   cmd->callback([&run] {
     run = [] {
-      fmt::print("{:<22} {:<19} {:<45} {}\n", "technique", "family", "flags", "follows");
+      std::size_t width = 0;
       for (const Technique& t : techniques()) {
-        fmt::print("{:<22} {:<19} {:<45} {}\n", t.name, t.family, t.flags, t.library);
+        width = std::max(width, t.flags.size());
+      }
+      fmt::print("{:<22} {:<19} {:<{}} {}\n", "technique", "family", "flags", width, "follows");
+      for (const Technique& t : techniques()) {
+        fmt::print("{:<22} {:<19} {:<{}} {}\n", t.name, t.family, t.flags, width, t.library);
       }
       return 0;
     };

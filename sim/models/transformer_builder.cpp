@@ -541,8 +541,8 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
         tape.drop(held_loss);
       }
       held_loss = loss;
-      if (options.loss == LossKind::kChunkedCrossEntropy &&
-          held_logits != kNoVar) {  // torchtune: `del logits`
+      if ((options.loss == LossKind::kChunkedCrossEntropy || options.free_logits_before_backward) &&
+          held_logits != kNoVar) {  // torchtune: `del logits`; torchtitan: `del pred`
         tape.drop(held_logits);
         held_logits = kNoVar;
       }

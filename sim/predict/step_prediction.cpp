@@ -714,6 +714,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     throw InputError("--loss-chunks: chunked-ce's option (use it with --loss chunked-ce)");
   }
   o.loss_chunks = a.loss_chunks;
+  o.free_logits_before_backward = a.free_logits;
   o.attention =
       a.attention.empty()
           ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "sim/models/model_config.h"
 #include "sim/graph/op_graph.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/training/training_options.h"
+#include "sim/models/model_config.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_timeline.h"
+#include "sim/training/training_options.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
@@ -248,8 +248,9 @@ struct RequestArgs {
   std::string master_weights;  // --master-weights fp32|none ("": default_master_weights of the layout)
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
-  std::string loss = "ce";  // --loss ce|chunked-ce
-  int loss_chunks = 8;      // --loss-chunks: chunked-ce's num_output_chunks
+  std::string loss = "ce";   // --loss ce|chunked-ce
+  int loss_chunks = 8;       // --loss-chunks: chunked-ce's num_output_chunks
+  bool free_logits = false;  // --free-logits-before-backward (torchtitan's `del pred`)
   // "" : the code's own default -- sdpa for torch-modules (transformers' default attn_implementation with
   // PyTorch >= 2.1.1), eager (the code's own attention) for the CS336 codes
   std::string attention;
@@ -288,7 +289,7 @@ struct RequestArgs {
   bool bnb_double_quant = false;
   std::string bnb_compute_dtype = "fp32";
   bool no_prepare_kbit = false;
-  bool bnb_saves_input = false;  // --bnb-saves-input: MatMul4Bit keeps A (older bitsandbytes)
+  bool bnb_saves_input = false;             // --bnb-saves-input: MatMul4Bit keeps A (older bitsandbytes)
   std::string bnb_quant_storage = "uint8";  // --bnb-quant-storage uint8|bf16|fp16|fp32
   // FSDP1 with LoRA: --fsdp-auto-wrap peft|transformer, --fsdp-use-orig-params true|false
   std::string fsdp_auto_wrap = "peft";

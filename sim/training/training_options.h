@@ -243,6 +243,10 @@ struct TrainingOptions {
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
   Checkpointing checkpointing = Checkpointing::kNone;
   LossKind loss = LossKind::kCrossEntropy;
+  // The training loop deletes the model's output before backward (torchtitan's train step: `del pred` "to
+  // avoid peaking memory"); false: it keeps it through backward (Hugging Face's `outputs.logits`).
+  // torchtune's chunked loss always deletes it (`del logits`).
+  bool free_logits_before_backward = false;
   int loss_chunks = 8;  // chunked-ce: torchtune's num_output_chunks
   AttentionKind attention = AttentionKind::kEager;
   // The GPU's compute capability (major * 10 + minor; 0: unknown, taken as Ampere or newer): SDPA's choice of

@@ -4,7 +4,8 @@
 A command is a line starting with "$ " inside a fenced code block; its output is the lines after it up to the
 next command or the end of the block. A line "..." in the shown output stands for any number of lines the
 README leaves out. Commands run in the repository root, in README order (a later command may read a file an
-earlier one wrote), with ./build/ replaced by --build-dir. Commands whose program is not built there
+earlier one wrote), with ./build/ replaced by --build-dir, in a scratch folder that links to the repository's
+top-level entries (so nothing a command writes lands in the worktree). Commands whose program is not built there
 (vramsim-replay without CUDA), and the slow ones listed in SLOW (each with its reason), are reported as
 skipped, never as passed.
 
@@ -17,8 +18,10 @@ import argparse
 import difflib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -41,6 +44,8 @@ SLOW = {
     "replay unknown_free.vtrace": "an example file, not in the repository (tests/traces covers the case)",
     "replay bad_utf8.vtrace": "an example file, not in the repository (tests/traces covers the case)",
     "--model huge_layers.json": "an example file, not in the repository (tests/cli covers the case)",
+    "merge numbers.json": "an example file, not in the repository (tests/cli covers the case)",
+    "live12000.vtrace": "an example file, not in the repository (tests/cli covers the case)",
 }
 
 
@@ -143,6 +148,12 @@ def main():
     ap.add_argument("--only", default="", help="check only commands containing this text")
     args = ap.parse_args()
     build = os.path.abspath(args.build_dir)
+    # Commands run in a scratch folder that links to the repository's top-level entries, so relative paths
+    # resolve as in the repository root while the files a command writes (sweep_1.json, ...) land outside it.
+    scratch = tempfile.mkdtemp(prefix="vramsim-readme-")
+    for entry in os.listdir(ROOT):
+        if not entry.startswith("."):
+            os.symlink(os.path.join(ROOT, entry), os.path.join(scratch, entry))
     with open(args.readme, encoding="utf-8") as f:
         lines = f.read().split("\n")
     checked = failed = skipped = 0
@@ -159,7 +170,7 @@ def main():
             print(f"SKIPPED README.md:{index + 1}: {command[:100]} ({reason})")
             continue
         run = command.replace("./build/", build + "/")
-        proc = subprocess.run(["bash", "-c", run], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(["bash", "-c", run], cwd=scratch, capture_output=True, text=True, timeout=600)
         actual = (proc.stdout + proc.stderr).rstrip("\n").split("\n") if (proc.stdout + proc.stderr) else []
         checked += 1
         if matches(expected, actual):
@@ -179,6 +190,7 @@ def main():
     if replacements:
         with open(args.readme, "w", encoding="utf-8") as f:
             f.write("\n".join(lines))
+    shutil.rmtree(scratch, ignore_errors=True)
     print(f"{checked} commands checked, {failed} differ, {skipped} skipped")
     if checked == 0:
         return 77

@@ -201,6 +201,8 @@ TEST_CASE("html: compare --html and sweep --html in a headless browser", "[compa
   for (const char* page : {"vramsim_test_compare.html", "vramsim_test_sweep.html"}) {
     const BrowserPage b = load_in_browser(page);
     if (!b.loaded) {
+      std::remove("vramsim_test_compare.html");  // load_in_browser removed only the page it was given
+      std::remove("vramsim_test_sweep.html");
       std::cout << "SKIPPED html: compare --html and sweep --html in a headless browser: " << b.why << "\n";
       return;
     }

@@ -13,6 +13,7 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
+#include "test_paths.h"
 
 using namespace vramsim;
 
@@ -112,4 +113,30 @@ TEST_CASE("bitsandbytes optimizers keep no master copy under either setting", "[
   CHECK(!steps_fp32_master(r.options));
   const MemoryBill b = before_step2_optimizer(r);
   CHECK(b.optimizer_states < 3 * kGpt2Params);  // two uint8 moments and their absmax: about 2.03 B each
+}
+
+TEST_CASE("predict: --free-logits-before-backward drops the model's output before loss.backward()",
+          "[quick][predict]") {
+  // torchtitan's train step: `pred = model(inputs); loss = loss_fn(pred, labels); del pred; loss.backward()`.
+  // Hugging Face's loop keeps outputs.logits. At the start of backward the difference is the logits tensor,
+  // (batch, seq, vocab) in bf16: 2 x 64 x 1024 x 2 bytes for the test Llama.
+  RequestArgs a;
+  a.model = test::test_data("tiny-llama.config.json").string();
+  a.gpu = "h100";
+  a.batch = 2;
+  a.seq = 64;
+  a.precision = "bf16";
+  a.steps = 1;
+  const auto live_at_backward = [](const PredictRequest& r) {
+    const OpGraph g = build_training_steps(r.model, r.options);
+    const AllocationSchedule s = build_allocation_schedule(g);
+    const auto begin = s.phase_begin(1, Phase::kBackward);
+    REQUIRE(begin);
+    const MemoryBill b = live_bill(g, s, begin->event_index);
+    return b.parameters + b.gradients + b.optimizer_states + b.activations + b.temporaries + b.inputs;
+  };
+  const std::int64_t kept = live_at_backward(make_request(a));
+  a.free_logits = true;
+  const std::int64_t freed = live_at_backward(make_request(a));
+  CHECK(kept - freed == 2 * 64 * 1024 * 2);
 }
