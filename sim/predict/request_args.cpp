@@ -1,0 +1,518 @@
+// make_request: the options as a user types them (RequestArgs, CLI strings) -> a PredictRequest, each parsed
+// by the parse_* helpers of the rooms that own them, with the framework's defaults and the layout checks; and
+// the option parsers of fit (--vary, --margin) and --prompt-len. Every bad value is an InputError naming its
+// option.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <iterator>
+#include <random>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "sim/alloc/caching_config.h"
+#include "sim/core/error.h"
+#include "sim/core/size_format.h"
+#include "sim/engine/gpu_table.h"
+#include "sim/finetune/bnb_quant.h"
+#include "sim/finetune/peft_lora.h"
+#include "sim/models/layer_code.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/parallel/data_parallel.h"
+#include "sim/parallel/pipeline_parallel.h"
+#include "sim/parallel/tensor_parallel.h"
+#include "sim/predict/cuda_context.h"
+#include "sim/predict/gpu_memory.h"
+#include "sim/predict/step_prediction.h"
+
+namespace vramsim {
+namespace {
+
+// --offload optimizer|params (comma-separated), in DeepSpeed's and FSDP's terms (training_options.h).
+void parse_offload(const std::string& text, DataParallelOptions& d) {
+  if (text.empty()) {
+    return;
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item == "optimizer") {
+      d.offload_optimizer = true;
+    } else if (item == "params") {
+      d.offload_params = true;
+    } else if (item == "activations") {
+      d.offload_activations = true;
+    } else {
+      throw InputError(
+          fmt::format("--offload: unknown item '{}' (known: optimizer, params, activations)", item));
+    }
+    start = comma + 1;
+  }
+  if (!d.offload_optimizer && !d.offload_params) {
+    return;  // activations alone: any layout
+  }
+  const bool zero = d.scheme.starts_with("zero");
+  const bool fsdp = d.scheme.starts_with("fsdp-");
+  if (zero) {
+    if (d.offload_optimizer && (d.scheme == "zero1")) {
+      throw InputError("--offload optimizer: modelled with --zero 2 or 3 (ZeRO-Offload)");
+    }
+    if (d.offload_params && d.scheme != "zero3") {
+      throw InputError("--offload params: DeepSpeed offloads parameters only with --zero 3 (offload_param)");
+    }
+  } else if (fsdp) {
+    if (!d.offload_params) {
+      throw InputError(
+          "--offload optimizer: FSDP moves the optimizer to the host only with its parameters "
+          "(CPUOffload(offload_params=True)): use --offload params");
+    }
+    d.offload_optimizer = true;  // the optimizer steps on the host-resident shards
+  } else {
+    throw InputError("--offload: needs a sharding scheme that offloads (--zero 2|3 or --fsdp)");
+  }
+}
+
+DataParallelOptions parse_data_parallel(const RequestArgs& a) {
+  DataParallelOptions d;
+  if (a.world_size < 1 || a.world_size > (1 << 20)) {
+    throw InputError(fmt::format("--world-size: {} is not in 1..1048576", a.world_size));
+  }
+  if (a.tp < 1 || a.tp > 1024) {
+    throw InputError(fmt::format("--tp: {} is not in 1..1024", a.tp));
+  }
+  if (a.pp < 1 || a.pp > 1024) {
+    throw InputError(fmt::format("--pp: {} is not in 1..1024", a.pp));
+  }
+  const int replica = a.tp * a.pp;                               // GPUs per model replica
+  const int world = a.world_size == 1 ? replica : a.world_size;  // --tp / --pp alone: one replica
+  if (world % replica != 0) {
+    throw InputError(
+        a.pp == 1 ? fmt::format("--tp: {} does not divide --world-size {}", a.tp, world)
+                  : fmt::format("--tp x --pp: {} x {} does not divide --world-size {}", a.tp, a.pp, world));
+  }
+  d.world_size = world / replica;  // the data-parallel group: ranks holding the same part of the model
+  if (a.zero && !a.fsdp.empty()) {
+    throw InputError("--zero / --fsdp: give only one of them");
+  }
+  if (a.zero) {
+    if (*a.zero < 0 || *a.zero > 3) {
+      throw InputError(fmt::format("--zero: {} is not a ZeRO stage (0..3)", *a.zero));
+    }
+    d.scheme = *a.zero == 0 ? "ddp" : fmt::format("zero{}", *a.zero);
+  } else if (!a.fsdp.empty() || a.fsdp2) {
+    if (a.fsdp2 && a.fsdp == "no-shard") {
+      throw InputError("--fsdp2: fully_shard has no no-shard strategy (use DDP: leave out --fsdp2)");
+    }
+    d.scheme = (a.fsdp2 ? "fsdp2-" : "fsdp-") + (a.fsdp.empty() ? std::string("full-shard") : a.fsdp);
+    (void)make_data_parallel(d, "--fsdp");  // an unknown strategy fails here, naming the option
+  } else if (d.world_size > 1) {
+    d.scheme = "ddp";
+  }
+  if (a.gradient_as_bucket_view && d.scheme != "ddp") {
+    throw InputError("--gradient-as-bucket-view: DDP's option (--gpus N without --zero or --fsdp)");
+  }
+  d.ddp_gradient_as_bucket_view = a.gradient_as_bucket_view;
+  if (a.bucket_cap_mb) {
+    if (!(*a.bucket_cap_mb > 0 && *a.bucket_cap_mb <= 1e6)) {
+      throw InputError("--bucket-cap-mb: must be in (0, 1e6]");
+    }
+    d.ddp_bucket_cap_bytes = static_cast<Bytes>(*a.bucket_cap_mb * static_cast<double>(kMiB));
+  }
+  if (a.reduce_bucket_size) {
+    if (!(*a.reduce_bucket_size >= 1 && *a.reduce_bucket_size <= 1e12)) {
+      throw InputError("--reduce-bucket-size: must be in [1, 1e12] elements");
+    }
+    d.reduce_bucket_elements = static_cast<std::int64_t>(*a.reduce_bucket_size);
+  }
+  const auto stage3_option = [&d](const std::optional<double>& value, const char* option, std::int64_t& out) {
+    if (!value) {
+      return;
+    }
+    if (d.scheme != "zero3") {
+      throw InputError(fmt::format("{}: DeepSpeed ZeRO-3's option (use it with --zero 3)", option));
+    }
+    if (!(*value >= 0 && *value <= 1e12)) {
+      throw InputError(fmt::format("{}: must be in [0, 1e12] elements", option));
+    }
+    out = static_cast<std::int64_t>(*value);
+  };
+  stage3_option(a.stage3_max_reuse_distance, "--stage3-max-reuse-distance", d.stage3_max_reuse_distance);
+  stage3_option(a.stage3_prefetch_bucket_size, "--stage3-prefetch-bucket-size",
+                d.stage3_prefetch_bucket_size);
+  stage3_option(a.stage3_max_live_parameters, "--stage3-max-live-parameters", d.stage3_max_live_parameters);
+  d.overlap_comm = a.overlap_comm;
+  if (a.no_limit_all_gathers && !d.scheme.starts_with("fsdp-")) {
+    throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");
+  }
+  d.fsdp_limit_all_gathers = !a.no_limit_all_gathers;
+  if (a.fsdp2_copy_in != "compute" && a.fsdp2_copy_in != "reduce-scatter") {
+    throw InputError(
+        fmt::format("--fsdp2-copy-in: unknown value '{}' (known: compute, reduce-scatter)", a.fsdp2_copy_in));
+  }
+  if (a.fsdp2_copy_in != "compute" && !d.scheme.starts_with("fsdp2-")) {
+    throw InputError("--fsdp2-copy-in: FSDP2's option (use it with --fsdp2)");
+  }
+  d.fsdp2_copy_in_on_reduce_scatter_stream = a.fsdp2_copy_in == "reduce-scatter";
+  if (!a.reduce_dtype.empty()) {
+    if (!d.scheme.starts_with("fsdp")) {
+      throw InputError("--reduce-dtype: FSDP's MixedPrecision reduce_dtype (use it with --fsdp)");
+    }
+    static const std::pair<std::string_view, DType> kReduceDtypes[] = {
+        {"fp32", DType::kFloat32}, {"bf16", DType::kBFloat16}, {"fp16", DType::kFloat16}};
+    for (const auto& [name, dtype] : kReduceDtypes) {
+      if (a.reduce_dtype == name) {
+        d.fsdp_reduce_dtype = dtype;
+      }
+    }
+    if (!d.fsdp_reduce_dtype) {
+      throw InputError(
+          fmt::format("--reduce-dtype: unknown value '{}' (known: fp32, bf16, fp16)", a.reduce_dtype));
+    }
+  }
+  d.zero_redundancy_optimizer = a.zero_redundancy_optimizer;  // validate() checks it is over DDP
+  if (a.gpus_per_node < 1 || a.gpus_per_node > 1024) {
+    throw InputError(fmt::format("--gpus-per-node: {} is not in 1..1024", a.gpus_per_node));
+  }
+  d.gpus_per_node = a.gpus_per_node;
+  parse_offload(a.offload, d);
+  return d;
+}
+
+// vLLM's engine arguments: only with --kv-cache paged (a changed one without it is an error).
+void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v) {
+  const RequestArgs defaults;
+  const bool changed = a.gpu_memory_utilization != defaults.gpu_memory_utilization ||
+                       a.block_size != defaults.block_size || a.max_model_len != defaults.max_model_len ||
+                       a.max_num_batched_tokens != defaults.max_num_batched_tokens ||
+                       a.max_num_seqs != defaults.max_num_seqs;
+  if (changed && a.kv_cache != "paged") {
+    throw InputError(
+        "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
+        "--max-num-seqs: vLLM's settings, for --kv-cache paged");
+  }
+  if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
+    throw InputError(
+        fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", a.gpu_memory_utilization));
+  }
+  if (a.max_model_len < 0 || a.max_model_len > kMaxSeq) {
+    throw InputError(
+        fmt::format("--max-model-len: must be in 1..{} tokens, got {}", kMaxSeq, a.max_model_len));
+  }
+  if (a.max_num_batched_tokens < 0 || a.max_num_batched_tokens > kMaxSeq) {
+    throw InputError(fmt::format("--max-num-batched-tokens: must be in 1..{} tokens, got {}", kMaxSeq,
+                                 a.max_num_batched_tokens));
+  }
+  if (a.max_num_seqs < 1 || a.max_num_seqs > kMaxBatch) {
+    throw InputError(fmt::format("--max-num-seqs: must be in 1..{}, got {}", kMaxBatch, a.max_num_seqs));
+  }
+  o.block_size = a.block_size;  // validate() checks the range
+  v.gpu_memory_utilization = a.gpu_memory_utilization;
+  v.max_model_len = a.max_model_len;
+  v.max_num_batched_tokens = a.max_num_batched_tokens;
+  v.max_num_seqs = a.max_num_seqs;
+}
+
+}  // namespace
+
+PromptLengths parse_prompt_len(std::string_view text, std::int64_t batch, std::string_view option) {
+  const auto parse = [](std::string_view digits, std::int64_t& value) {
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return !digits.empty() && ec == std::errc{} && ptr == digits.data() + digits.size();
+  };
+  PromptLengths out;
+  constexpr std::string_view kUniform = "uniform:";
+  if (!text.starts_with(kUniform)) {  // a plain length: validate() checks its range, naming --seq
+    if (!parse(text, out.longest)) {
+      throw InputError(
+          fmt::format("--seq / {}: expected a length or uniform:LO..HI, got '{}'", option, text));
+    }
+    return out;
+  }
+  const std::string_view range = text.substr(kUniform.size());
+  const std::size_t dots = range.find("..");
+  std::int64_t lo = 0, hi = 0;
+  if (dots == std::string_view::npos || !parse(range.substr(0, dots), lo) ||
+      !parse(range.substr(dots + 2), hi)) {
+    throw InputError(fmt::format("{}: expected uniform:LO..HI, got '{}'", option, text));
+  }
+  if (lo < 1 || hi > kMaxSeq) {
+    throw InputError(fmt::format("{}: lengths must be in 1..{}, got '{}'", option, kMaxSeq, text));
+  }
+  if (lo > hi) {
+    throw InputError(fmt::format("{}: LO {} is above HI {} in '{}'", option, lo, hi, text));
+  }
+  if (batch < 1 || batch > kMaxBatch) {
+    throw InputError(fmt::format("--batch: {} is not in 1..{}", batch, kMaxBatch));
+  }
+  std::mt19937_64 rng(0);  // the fixed seed: the same lengths on every run and platform
+  const auto span = static_cast<std::uint64_t>(hi - lo + 1);
+  for (std::int64_t i = 0; i < batch; ++i) {
+    out.per_sequence.push_back(lo + static_cast<std::int64_t>(rng() % span));
+  }
+  out.longest = *std::max_element(out.per_sequence.begin(), out.per_sequence.end());
+  return out;
+}
+
+PredictRequest make_request(const RequestArgs& a, bool require_device) {
+  if (!a.gpu.empty() && !a.capacity.empty()) {
+    throw InputError("--gpu / --capacity: give only one of them");
+  }
+  if (require_device && a.gpu.empty() && a.capacity.empty()) {
+    throw InputError("--gpu / --capacity: give exactly one of them");
+  }
+  PredictRequest r;
+  r.model = load_model(a.model);
+  if (!a.model_code.empty()) {
+    r.model.code = std::string(layer_code(a.model_code, "--model-code").name());
+  }
+  // The layout before any work: --tp must divide --world-size.
+  const DataParallelOptions data_parallel = parse_data_parallel(a);
+  r.tensor_parallel = a.tp;
+  r.model = tensor_parallel_rank(r.model, a.tp);
+  r.gpu = a.gpu;
+  // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
+  // MiB).
+  // Unknown names fail here, before any work.
+  const GpuSpec* spec = a.gpu.empty() ? nullptr : &find_gpu(a.gpu);
+  const int compute_capability = spec == nullptr ? 90 : spec->compute_capability;
+  r.options.cublas_workspace_bytes =
+      static_cast<Bytes>(cublas_workspace_bytes(compute_capability, a.cublas_workspace_config));
+  if (spec == nullptr && !a.capacity.empty()) {
+    r.capacity_bytes = parse_size(a.capacity, "--capacity");
+    if (r.capacity_bytes == 0) {
+      throw InputError("--capacity: must be positive");
+    }
+  }
+  TrainingOptions& o = r.options;
+  o.batch = a.batch;
+  o.seq = a.seq;
+  o.precision = parse_precision(a.precision);
+  o.optimizer = parse_optimizer(a.optimizer);
+  o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
+  o.checkpointing = parse_checkpointing(a.checkpointing);
+  o.loss = parse_loss(a.loss);
+  if (a.loss_chunks < 1 || a.loss_chunks > 4096) {
+    throw InputError(fmt::format("--loss-chunks: {} is not in 1..4096", a.loss_chunks));
+  }
+  if (a.loss_chunks != 8 && o.loss != LossKind::kChunkedCrossEntropy) {
+    throw InputError("--loss-chunks: chunked-ce's option (use it with --loss chunked-ce)");
+  }
+  o.loss_chunks = a.loss_chunks;
+  o.free_logits_before_backward = a.free_logits;
+  o.attention =
+      a.attention.empty()
+          ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
+          : parse_attention(a.attention);
+  o.compute_capability = a.gpu.empty() ? 0 : compute_capability;
+  if (spec != nullptr) {  // with --capacity: Hopper's, like the cuBLAS workspace
+    o.device = CudaDevice{spec->sm_count, spec->max_threads_per_sm, spec->compute_capability};
+  }
+  if (a.dropout) {  // --dropout P replaces the config's rates, also with 0 (no dropout at all)
+    o.dropout = *a.dropout;
+    r.model.dropout = {*a.dropout, *a.dropout, *a.dropout};
+  }
+  o.grad_accumulation = a.grad_accumulation;
+  o.steps = a.steps;
+  o.forward_only = a.forward_only;
+  o.inference = a.inference;
+  if (o.loss == LossKind::kChunkedCrossEntropy) {
+    if (!layer_code(r.model.code).follows_transformers()) {
+      throw InputError(
+          "--loss chunked-ce: torchtune's loss over transformers-style models (not with --model-code "
+          "cs336-basics)");
+    }
+    if (a.inference || a.forward_only || a.generate > 0) {
+      throw InputError(
+          "--loss chunked-ce: a training loss does not apply to --inference, --forward-only or --generate");
+    }
+  }
+  validate(o);
+  if (a.alloc_conf) {
+    (void)parse_alloc_conf(*a.alloc_conf, "--alloc-conf");
+    r.alloc_conf = a.alloc_conf;
+  }
+  r.context.module_loading = parse_module_loading(a.module_loading);
+  if (!a.cuda_context.empty()) {
+    if (a.gpu.empty()) {
+      throw InputError("--cuda-context: needs --gpu (--capacity counts no context)");
+    }
+    r.context.context_bytes = static_cast<std::int64_t>(parse_size(a.cuda_context, "--cuda-context"));
+  }
+  if (!a.gpu.empty()) {
+    (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
+  }
+  o.warm = parse_warm(a.warm);
+  o.compile = a.compile_mode.empty() ? CompileMode::kNone : parse_compile_mode(a.compile_mode);
+  o.compile_scope = parse_compile_scope(a.compile_scope);
+  if (o.compile == CompileMode::kNone && a.compile_scope != "model") {
+    throw InputError("--compile-scope: needs --compile");
+  }
+  if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {
+    throw InputError(
+        fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));
+  }
+  o.zero_grad_set_to_none = a.zero_grad == "set-to-none";
+  o.generate_tokens = a.generate;
+  o.kv_cache = a.kv_cache;
+  if (!a.prompt_len.empty()) {
+    PromptLengths lengths = parse_prompt_len(a.prompt_len, a.batch);
+    o.seq = lengths.longest;
+    o.prompt_lens = std::move(lengths.per_sequence);
+  }
+  parse_vllm_serving(a, o, r.vllm);
+  if (a.generate > 0) {
+    o.inference = true;
+    o.steps = a.generate;
+  }
+  o.lora.rank = a.lora_rank;
+  o.lora.alpha = a.lora_alpha;
+  o.lora.dropout = a.lora_dropout;
+  if (!a.lora_targets.empty()) {
+    parse_lora_targets(a.lora_targets, o.lora);
+  }
+  if (!a.base_weights.empty()) {
+    o.bnb.format = parse_base_weights(a.base_weights);
+  }
+  o.bnb.double_quant = a.bnb_double_quant;
+  o.bnb.compute_dtype = parse_bnb_compute_dtype(a.bnb_compute_dtype);
+  // a training recipe's call: inference loads the model and runs it as it is
+  // torchtune's QLoRA casts nothing to fp32.
+  // TRL's SFTTrainer skips prepare_model_for_kbit_training for QLoRA under FSDP or ZeRO-3 ("one should never
+  // call peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing QLoRA + FSDP /
+  // DS-Zero3", trl/trainer/sft_trainer.py): the parameters must keep one dtype to be flattened.
+  const bool shards_parameters = data_parallel.scheme.starts_with("fsdp") || data_parallel.scheme == "zero3";
+  o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only &&
+                                o.bnb.format != BnbFormat::kTorchaoNf4 && !shards_parameters;
+  {
+    static const std::pair<std::string_view, DType> kStorages[] = {{"uint8", DType::kUInt8},
+                                                                   {"bf16", DType::kBFloat16},
+                                                                   {"fp16", DType::kFloat16},
+                                                                   {"fp32", DType::kFloat32}};
+    const auto* it = std::find_if(std::begin(kStorages), std::end(kStorages),
+                                  [&](const auto& e) { return e.first == a.bnb_quant_storage; });
+    if (it == std::end(kStorages)) {
+      throw InputError(fmt::format("--bnb-quant-storage: unknown value '{}' (known: uint8, bf16, fp16, fp32)",
+                                   a.bnb_quant_storage));
+    }
+    o.bnb.quant_storage = it->second;
+  }
+  o.bnb.matmul4bit_saves_input = a.bnb_saves_input;
+  if (o.bnb.format == BnbFormat::kNone && (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input ||
+                                           a.bnb_compute_dtype != "fp32" || a.bnb_quant_storage != "uint8")) {
+    throw InputError(
+        "--bnb-double-quant / --bnb-compute-dtype / --bnb-saves-input / --bnb-quant-storage / "
+        "--no-prepare-kbit: need --base-weights");
+  }
+  o.data_parallel = data_parallel;
+  if (a.fsdp_auto_wrap != "peft" && a.fsdp_auto_wrap != "transformer") {
+    throw InputError(
+        fmt::format("--fsdp-auto-wrap: unknown value '{}' (known: peft, transformer)", a.fsdp_auto_wrap));
+  }
+  if (a.fsdp_use_orig_params != "true" && a.fsdp_use_orig_params != "false") {
+    throw InputError(
+        fmt::format("--fsdp-use-orig-params: expected true or false, got '{}'", a.fsdp_use_orig_params));
+  }
+  const RequestArgs fsdp_defaults;
+  if (!data_parallel.scheme.starts_with("fsdp-") &&
+      (a.fsdp_auto_wrap != fsdp_defaults.fsdp_auto_wrap ||
+       a.fsdp_use_orig_params != fsdp_defaults.fsdp_use_orig_params)) {
+    throw InputError("--fsdp-auto-wrap / --fsdp-use-orig-params: FSDP1's options (use them with --fsdp)");
+  }
+  o.data_parallel.fsdp_peft_wrap = a.lora_rank > 0 && a.fsdp_auto_wrap == "peft";
+  o.data_parallel.fsdp_use_orig_params = a.fsdp_use_orig_params == "true";
+  if (!a.master_weights.empty() && o.precision != Precision::kBf16) {
+    throw InputError(
+        "--master-weights: the optimizer's copy of bf16 parameters (use it with --precision bf16)");
+  }
+  o.master_weights = a.master_weights.empty() ? default_master_weights(data_parallel.scheme, a.tp, a.pp)
+                                              : parse_master_weights(a.master_weights);
+  o.offload_activations = data_parallel.offload_activations;
+  if (a.activation_offload != "save-on-cpu" && a.activation_offload != "torchtune") {
+    throw InputError(fmt::format("--activation-offload: unknown value '{}' (known: save-on-cpu, torchtune)",
+                                 a.activation_offload));
+  }
+  o.activation_offload_torchtune = a.activation_offload == "torchtune";
+  if (o.activation_offload_torchtune && !o.offload_activations) {
+    throw InputError("--activation-offload torchtune: needs --offload activations");
+  }
+  if (o.activation_offload_torchtune && o.checkpointing == Checkpointing::kNone) {
+    // recipes/lora_finetune_single_device.py and the other recipes, since torchtune 0.4 (commit e99b89007)
+    throw InputError(
+        "--activation-offload torchtune: torchtune's recipes refuse it without activation checkpointing "
+        "(\"enable_activation_offloading should only be True when enable_activation_checkpointing is "
+        "True\"); "
+        "add --checkpointing full");
+  }
+  o.optimizer_in_backward = a.optimizer_in_backward;
+  o.tensor_parallel = a.tp;
+  o.sequence_parallel = a.sequence_parallel;
+  o.pipeline.stages = a.pp;
+  o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
+  o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;
+  if (a.pp_stage) {
+    o.pipeline.stage = *a.pp_stage;
+  }
+  r.every_pipeline_stage = !a.pp_stage.has_value();
+  if (!(a.host_op_us >= 0 && a.host_op_us <= 1e6)) {
+    throw InputError(fmt::format("--host-op-us: {} is not in 0..1000000", a.host_op_us));
+  }
+  r.host.host_op_ns = static_cast<TimeNs>(a.host_op_us * 1e3);
+  validate(o);
+  // The work the run simulates, bounded before any of it is done (kMaxLayerPasses).
+  {
+    const std::int64_t layers = std::max<std::int64_t>(1, r.model.n_layers);
+    const std::int64_t passes =
+        o.generate_tokens > 0 ? std::int64_t{o.generate_tokens}
+                              : 2 * std::int64_t{o.steps} * std::max<std::int64_t>(1, o.grad_accumulation);
+    if (passes > kMaxLayerPasses / layers) {
+      throw InputError(
+          o.generate_tokens > 0
+              ? fmt::format(
+                    "--generate: {} tokens through {} layers is more than vramsim simulates ({} layer "
+                    "passes, about 6 GB of host memory): at most {} tokens for this model",
+                    o.generate_tokens, layers, kMaxLayerPasses, kMaxLayerPasses / layers)
+              : fmt::format(
+                    "--steps x --grad-accumulation: {} x {} training passes through {} layers is more "
+                    "than vramsim simulates ({} layer passes, 2 per training pass, about 6 GB of host "
+                    "memory): at most {} for this model",
+                    o.steps, o.grad_accumulation, layers, kMaxLayerPasses, kMaxLayerPasses / layers / 2));
+    }
+  }
+  if (a.pp > 1) {
+    (void)pipeline_chunks(r.model.n_layers, o.pipeline);  // layers that do not split fail here
+  }
+  return r;
+}
+
+FitVary parse_fit_vary(std::string_view text, std::string_view option) {
+  if (text == "batch") {
+    return FitVary::kBatch;
+  }
+  if (text == "seq") {
+    return FitVary::kSeq;
+  }
+  throw InputError(fmt::format("{}: unknown value '{}' (expected batch or seq)", option, text));
+}
+
+double parse_margin(std::string_view text, std::string_view option) {
+  std::string_view number = text;
+  double scale = 1.0;
+  if (!number.empty() && number.back() == '%') {
+    number.remove_suffix(1);
+    scale = 0.01;
+  }
+  double value = 0.0;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || ec != std::errc{} || ptr != number.data() + number.size() || !std::isfinite(value)) {
+    throw InputError(fmt::format("{}: not a number or percentage: '{}'", option, text));
+  }
+  value *= scale;
+  if (!(value >= 0.0 && value < 1.0)) {
+    throw InputError(fmt::format("{}: must be in [0, 100%), got '{}'", option, text));
+  }
+  return value;
+}
+
+}  // namespace vramsim
