@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.h"
 #include "test_paths.h"
 #include "test_rng.h"
 
@@ -25,36 +26,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("vramsim_bad_input_2." + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
-
-// `args` run by the shell after the binary's path (so they may redirect stdout), stderr kept apart.
-Run run_vramsim(const std::string& args) {
-  const fs::path err_file = scratch("stderr.txt");
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>" + err_file.string();
-  Run r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) {
-    r.out.append(buf.data(), n);
-  }
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  return r;
-}
+using Run = vramsim::test::CliRun;
+using vramsim::test::run_vramsim;
+using vramsim::test::sample;
+using vramsim::test::scratch;
+using vramsim::test::write_file;
 
 // Exit status 2 (no signal, no abort) and exactly one line on stderr containing `needle`.
 void require_input_error(const Run& r, const std::string& needle) {
@@ -62,16 +38,6 @@ void require_input_error(const Run& r, const std::string& needle) {
   CHECK(r.exit_code == 2);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK(r.err.find(needle) != std::string::npos);
-}
-
-std::string sample(const std::string& name) {
-  return (vramsim::test::source_dir() / "traces" / "samples" / name).string();
-}
-
-fs::path write_file(const std::string& name, const std::string& bytes) {
-  const fs::path p = scratch(name);
-  std::ofstream(p, std::ios::binary) << bytes;
-  return p;
 }
 
 nlohmann::json parse_out(const Run& r) {

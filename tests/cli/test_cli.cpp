@@ -13,52 +13,18 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-// Per-process scratch space: CTest runs test cases in parallel processes.
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("vramsim_cli_tests." + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
-
-RunResult run_vramsim(const std::string& args) {
-  const fs::path err_file = scratch("stderr.txt");
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>" + err_file.string();
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buf{};
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) {
-    r.out.append(buf.data(), n);
-  }
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  return r;
-}
-
-fs::path write_file(const std::string& name, const std::string& bytes) {
-  const fs::path p = scratch(name);
-  std::ofstream(p, std::ios::binary) << bytes;
-  return p;
-}
-
-std::string sample(const std::string& name) {
-  return (vramsim::test::source_dir() / "traces" / "samples" / name).string();
-}
+using RunResult = vramsim::test::CliRun;
+using vramsim::test::run_vramsim;
+using vramsim::test::sample;
+using vramsim::test::scratch;
+using vramsim::test::write_file;
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -347,9 +313,8 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--lora-rank -3"), "--lora-rank: -3 is out of range");
   require_input_error(run_vramsim(run + "--lora-rank 8 --lora-dropout 1.5"),
                       "--lora-dropout: 1.5 is not a probability");
-  require_input_error(
-      run_vramsim(run + "--lora-rank 8 --gpus 8 --tp 2"),
-      "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8 --tp 2"),
+                      "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled");
   require_input_error(run_vramsim(run + "--generate 4 --kv-cache pagd"),
                       "--kv-cache: unknown cache 'pagd' (known: dynamic, static, paged)");
   require_input_error(run_vramsim(run + "--generate 4000000"),
@@ -393,11 +358,11 @@ TEST_CASE(
       "--micro-batches x --virtual-stages: 1000 x 1000 chunk passes per step is more than the 100000");
   require_input_error(run_vramsim(run + "--pp 2 --tp 2 --gpus 6"),
                       "--tp x --pp: 2 x 2 does not divide --world-size 6");
+  require_input_error(run_vramsim(run + "--pp 2 --lora-rank 8"),
+                      "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled");
   require_input_error(
-      run_vramsim(run + "--pp 2 --lora-rank 8"),
-      "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled");
-  require_input_error(run_vramsim(run + "--pp 2 --inference"),
-                      "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled");
+      run_vramsim(run + "--pp 2 --inference"),
+      "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled");
   require_input_error(run_vramsim(run + "--sequence-parallel"),
                       "--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
   require_input_error(run_vramsim("predict --model llama-2-7b --gpu h200 --batch 1 --seq 100 --tp 8 "
@@ -435,8 +400,9 @@ TEST_CASE("bad --base-weights and --bnb-* values end in one line", "[quick][cli]
   require_input_error(run_vramsim(run + "--bnb-double-quant"), "--bnb-double-quant / --bnb-compute-dtype");
   require_input_error(run_vramsim(run + "--base-weights nf4"),
                       "--base-weights: transformers refuses to fine-tune a purely quantized model");
-  require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights int8 --gpus 2 --zero 3"),
-                      "--base-weights int8: sharding bitsandbytes' Int8Params (FSDP, ZeRO-3) is not modelled");
+  require_input_error(
+      run_vramsim(run + "--lora-rank 8 --base-weights int8 --gpus 2 --zero 3"),
+      "--base-weights int8: sharding bitsandbytes' Int8Params (FSDP, ZeRO-3) is not modelled");
   require_input_error(run_vramsim(run + "--lora-rank 8 --base-weights nf4 --tp 2"),
                       "--base-weights: quantized base weights are not modelled with Megatron's --tp or --pp");
   require_input_error(run_vramsim(run + "--inference --base-weights nf4 --model-code cs336-basics"),
