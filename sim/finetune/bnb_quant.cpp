@@ -241,6 +241,19 @@ DType parse_bnb_compute_dtype(std::string_view text, std::string_view option) {
   throw InputError(fmt::format("{}: unknown value '{}' (known: fp32, fp16, bf16)", option, text));
 }
 
+DType parse_bnb_quant_storage(std::string_view text, std::string_view option) {
+  if (text == "uint8") {
+    return DType::kUInt8;
+  }
+  for (const auto& [name, value] :
+       kComputeDtypes) {  // the floating dtypes bitsandbytes accepts as storage too
+    if (name == text) {
+      return value;
+    }
+  }
+  throw InputError(fmt::format("{}: unknown value '{}' (known: uint8, fp32, fp16, bf16)", option, text));
+}
+
 std::string_view base_weights_name(BnbFormat f) {
   for (const auto& [name, value] : kFormats) {
     if (value == f) {

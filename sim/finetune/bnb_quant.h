@@ -42,6 +42,8 @@ struct ParameterShape;
 BnbFormat parse_base_weights(std::string_view text, std::string_view option = "--base-weights");
 // "--bnb-compute-dtype fp32|fp16|bf16"; throws InputError naming `option`.
 DType parse_bnb_compute_dtype(std::string_view text, std::string_view option = "--bnb-compute-dtype");
+// "--bnb-quant-storage uint8|fp32|fp16|bf16" (bnb_4bit_quant_storage); throws InputError naming `option`.
+DType parse_bnb_quant_storage(std::string_view text, std::string_view option = "--bnb-quant-storage");
 std::string_view base_weights_name(BnbFormat f);  // "nf4", "fp4", "int8"; "" for kNone
 
 // Bytes (as requested from the allocator) of one quantized weight's tensors.

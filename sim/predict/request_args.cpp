@@ -385,19 +385,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   const bool shards_parameters = data_parallel.scheme.starts_with("fsdp") || data_parallel.scheme == "zero3";
   o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only &&
                                 o.bnb.format != BnbFormat::kTorchaoNf4 && !shards_parameters;
-  {
-    static const std::pair<std::string_view, DType> kStorages[] = {{"uint8", DType::kUInt8},
-                                                                   {"bf16", DType::kBFloat16},
-                                                                   {"fp16", DType::kFloat16},
-                                                                   {"fp32", DType::kFloat32}};
-    const auto* it = std::find_if(std::begin(kStorages), std::end(kStorages),
-                                  [&](const auto& e) { return e.first == a.bnb_quant_storage; });
-    if (it == std::end(kStorages)) {
-      throw InputError(fmt::format("--bnb-quant-storage: unknown value '{}' (known: uint8, bf16, fp16, fp32)",
-                                   a.bnb_quant_storage));
-    }
-    o.bnb.quant_storage = it->second;
-  }
+  o.bnb.quant_storage = parse_bnb_quant_storage(a.bnb_quant_storage);
   o.bnb.matmul4bit_saves_input = a.bnb_saves_input;
   if (o.bnb.format == BnbFormat::kNone && (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input ||
                                            a.bnb_compute_dtype != "fp32" || a.bnb_quant_storage != "uint8")) {
