@@ -1,14 +1,14 @@
-// PEFT LoRA (sim/finetune/peft_lora.h): lora.Linear.forward's tensors, what autograd saves once the base weight
-// is frozen, and the adapters' parameters, gradients and optimizer states, worked by hand.
+// PEFT LoRA (sim/finetune/peft_lora.h): lora.Linear.forward's tensors, what autograd saves once the base
+// weight is frozen, and the adapters' parameters, gradients and optimizer states, worked by hand.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/finetune/peft_lora.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/torch/torch_ops.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/torch/torch_ops.h"
 #include "test_paths.h"
 
 using namespace vramsim;
@@ -219,4 +219,49 @@ TEST_CASE("lora with FSDP1: the frozen parameters' gradients are computed and sh
   // AdamW's states (the first step makes them before the update): the adapters' shards only, 2 x 2,048 B.
   const OpGraph g = build_training_steps(m, o);
   CHECK(persistent_bytes(g, TensorCategory::kOptimizerState) == 2 * 2048);
+}
+
+TEST_CASE("lora with FSDP1 under PEFT's fsdp_auto_wrap_policy: only the adapters get gradient shards",
+          "[quick][graph]") {
+  // PEFT's policy (peft/utils/other.py fsdp_auto_wrap_policy, which the Trainer installs for a PeftModel)
+  // makes each lora_A / lora_B its own FlatParameter: the layers' FlatParameters hold frozen parameters only
+  // and get no gradient. Each adapter (256 fp32 elements, padded to a multiple of 4 ranks: 256) leaves a
+  // shard of 64 elements, 8 x 64 x 4 B = 2,048 B in all, where the optimizer step begins.
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  TrainingOptions o = test::small_options();
+  o.data_parallel.world_size = 4;
+  o.data_parallel.scheme = "fsdp-full-shard";
+  o.data_parallel.fsdp_peft_wrap = true;
+  o.lora.rank = 4;
+  const OpGraph g = build_training_steps(m, o);
+  const AllocationSchedule s = build_allocation_schedule(g);
+  CHECK(live_bill(g, s, s.phase_begin(1, Phase::kOptimizer)->event_index).gradients == 2048);
+  // Adapters inside their layer's unit with use_orig_params=False: FSDP refuses to flatten mixed
+  // requires_grad
+  // (_flat_param.py _validate_tensors_to_flatten).
+  o.data_parallel.fsdp_peft_wrap = false;
+  o.data_parallel.fsdp_use_orig_params = false;
+  CHECK_THROWS_WITH(build_training_steps(m, o), Catch::Contains("uniform requires_grad"));
+}
+
+TEST_CASE("qlora with FSDP1: the packed weight, stored as bf16, is sharded like any bf16 tensor",
+          "[quick][graph]") {
+  // bitsandbytes' quantize_4bit: out = torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1)). q_proj of
+  // the small Llama is 64 x 64 = 4,096 elements -> (4,096 + 1) // 4 = 1,024 bf16 elements; over 4 ranks a
+  // shard of 256 elements, 512 B.
+  const ModelConfig m = test::tiny_model("llama-2-7b");
+  TrainingOptions o = test::small_options();
+  o.precision = Precision::kBf16;
+  o.lora.rank = 4;
+  o.bnb.format = BnbFormat::kNf4;
+  o.bnb.quant_storage = DType::kBFloat16;
+  o.bnb.prepare_kbit_training = false;
+  o.data_parallel.world_size = 4;
+  o.data_parallel.scheme = "fsdp-full-shard";
+  o.data_parallel.fsdp_peft_wrap = true;
+  const OpGraph g = build_training_steps(m, o);
+  CHECK(test::sizes_named(g, "model.layers.0.self_attn.q_proj.weight") == std::vector<Bytes>{512});
+  // Stored as uint8 beside bf16 norms, one FlatParameter would mix dtypes: FSDP refuses.
+  o.bnb.quant_storage = DType::kUInt8;
+  CHECK_THROWS_WITH(build_training_steps(m, o), Catch::Contains("uniform dtype"));
 }
