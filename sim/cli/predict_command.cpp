@@ -197,7 +197,21 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
       ->capture_default_str();
-  cmd->add_option("--pp-schedule", a.pp_schedule, "1f1b|interleaved (Megatron's pipeline schedules)")
+  cmd->add_option("--pp-schedule", a.pp_schedule,
+                  "1f1b|interleaved (Megatron's; torch.distributed.pipelining's Schedule1F1B and "
+                  "ScheduleInterleaved1F1B alike)|gpipe (ScheduleGPipe)")
+      ->capture_default_str();
+  cmd->add_option("--pp-split", a.pp_split,
+                  "megatron (layers split evenly, or refused) | torchtitan (generate_llm_fqn_per_model_part: "
+                  "uneven splits, the embeddings and the output counted as layers)")
+      ->capture_default_str();
+  cmd->add_option("--pp-first-stage-less-layers", a.pp_first_stage_less_layers,
+                  "with --pp-split torchtitan: the layers the embeddings weigh "
+                  "(pipeline_parallel_first_stage_less_layers)")
+      ->capture_default_str();
+  cmd->add_option("--pp-last-stage-less-layers", a.pp_last_stage_less_layers,
+                  "with --pp-split torchtitan: the layers the norm and output weigh "
+                  "(pipeline_parallel_last_stage_less_layers)")
       ->capture_default_str();
   cmd->add_option("--virtual-stages", a.virtual_stages, "model chunks per GPU with --pp-schedule interleaved")
       ->capture_default_str();
@@ -343,10 +357,12 @@ void print_run(const Prediction& p, const RequestArgs& a) {
                             format_size(static_cast<Bytes>(s.peak_reserved_bytes)), s.fits ? "" : " (OOM)");
     }
     fmt::print(
-        "pipeline         {} stages, {} schedule{}, {} micro-batches (Megatron): the report is stage {}'s\n",
+        "pipeline         {} stages, {} schedule{}, {} micro-batches, {} split: the report is stage {}'s\n",
         pp.stages, pp.schedule,
         pp.virtual_stages > 1 ? fmt::format(" with {} chunks per GPU", pp.virtual_stages) : std::string(),
-        pp.micro_batches, pp.stage);
+        pp.micro_batches, pp.split, pp.stage);
+    fmt::print("                 decoder layers per {}stage: {}\n", pp.virtual_stages > 1 ? "virtual " : "",
+               fmt::join(pp.layers_per_virtual_stage, ","));
     fmt::print("                 peak reserved per stage: {}\n", stages);
     fmt::print(
         "                 step time: this stage's kernels plus the bubble, (p - 1) / (v * M) of them\n");

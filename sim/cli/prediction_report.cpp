@@ -129,6 +129,8 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
     }
     j["pipeline_parallel"] = {{"stages", pp.stages},
                               {"schedule", pp.schedule},
+                              {"split", pp.split},
+                              {"layers_per_virtual_stage", pp.layers_per_virtual_stage},
                               {"virtual_stages", pp.virtual_stages},
                               {"micro_batches", pp.micro_batches},
                               {"reported_stage", pp.stage},

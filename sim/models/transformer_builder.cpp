@@ -356,6 +356,7 @@ void pipeline_backward(PipelineStage& st, const PipelineChunk& chunk, const InFl
 void pipeline_step(PipelineStage& st, int step) {
   const int micro_batches = st.options.grad_accumulation;
   std::vector<InFlight> in_flight(st.chunks.size() * static_cast<std::size_t>(micro_batches));
+  std::vector<int> backwards_seen(st.chunks.size(), 0);
   for (const PipelineAction& a : pipeline_schedule(st.options.pipeline, micro_batches)) {
     st.tape.set_step(step, a.micro_batch);
     const PipelineChunk& chunk = st.chunks[static_cast<std::size_t>(a.chunk)];
@@ -363,9 +364,13 @@ void pipeline_step(PipelineStage& st, int step) {
     if (a.forward) {
       f = pipeline_forward(st, chunk);
     } else {
+      // backward_maybe_with_nosync: the gradients are synchronised on the stage's last backward only.
+      const int seen = ++backwards_seen[static_cast<std::size_t>(a.chunk)];
+      st.dp.set_requires_gradient_sync(seen == micro_batches);
       pipeline_backward(st, chunk, f);
     }
   }
+  st.dp.set_requires_gradient_sync(true);
 }
 
 }  // namespace

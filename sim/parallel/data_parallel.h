@@ -65,6 +65,10 @@ class DataParallelScheme {
   virtual void pre_backward(EagerTape&, const ParameterUnit&) {}
   virtual void post_backward(EagerTape&, const ParameterUnit&) {}
   virtual void end_backward(EagerTape&, const ParameterUnit& /*root*/) {}
+  // torch.distributed.pipelining (stage.py backward_maybe_with_nosync) turns gradient synchronisation off for
+  // every backward of a stage but its last in the step, and on again for the last. Schemes whose framework
+  // defers the reduction then (FSDP2's set_requires_gradient_sync) override it; the others reduce each time.
+  virtual void set_requires_gradient_sync(bool /*sync*/) {}
   // Before optimizer.step(): a scheme whose optimizer steps one flat fp32 gradient partition (DeepSpeed
   // ZeRO) makes it from the trainable parameters' gradients, sets their .grad to None and returns it;
   // kNoTensor: the optimizer steps each parameter's .grad. after_optimizer_step releases it.

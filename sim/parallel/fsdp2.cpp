@@ -21,8 +21,14 @@
 //   * reshard frees the unsharded parameters on the compute stream, in stream order.
 // Backward always prefetches the next unit's all-gather (FSDP2 has no other mode). Gradients are
 // reduce-scattered to the shard after each unit's backward through one copied-in input, kept until the next
-// reduce-scatter (ReduceScatterPath::kFsdp2ReduceScatterStream). Not modelled: CPU offload (OffloadPolicy)
-// and reshard_after_forward as an int.
+// reduce-scatter (ReduceScatterPath::kFsdp2ReduceScatterStream).
+// Under torch.distributed.pipelining every backward of a stage but its last in the step runs with
+// set_requires_gradient_sync(False) and set_reshard_after_backward(False) (stage.py
+// backward_maybe_with_nosync): post_backward keeps the parameters unsharded and the unsharded gradients
+// accumulating; with a reduce_dtype other than the gradients' they are upcast into unsharded_accumulated_grad
+// (FSDPParam.to_accumulated_grad_if_needed) and later micro-batches' gradients added to it
+// (accumulate_unsharded_grad_if_needed); the last backward reduce-scatters the accumulated gradients.
+// Not modelled: CPU offload (OffloadPolicy) and reshard_after_forward as an int.
 #include <map>
 #include <optional>
 
@@ -47,7 +53,8 @@ class Fsdp2 final : public DataParallelScheme {
                 o.fsdp2_copy_in_on_reduce_scatter_stream
                     ? ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream
                     : ReduceScatterPath::kFsdp2ReduceScatterStream,
-                o.fsdp_reduce_dtype) {}
+                o.fsdp_reduce_dtype),
+        m_grads_reduce_dtype(o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
     return shard_numel(numel, m_shard_ranks);
@@ -81,14 +88,23 @@ class Fsdp2 final : public DataParallelScheme {
     if (unit.layer < 0) {
       return;  // the root finishes at the end of backward
     }
+    accumulate_unsharded_grads(tape, unit);
+    if (!m_sync) {
+      return;
+    }
     m_grads.reduce_scatter(tape, unit, fmt::format("layers.{}.fsdp.reduce_scatter", unit.layer));
     reshard(tape, unit);
   }
   void end_backward(EagerTape& tape, const ParameterUnit& root) override {
+    accumulate_unsharded_grads(tape, root);
+    if (!m_sync) {
+      return;
+    }
     m_grads.reduce_scatter(tape, root, "root.fsdp.reduce_scatter");
     m_grads.finish_backward(tape);
     reshard(tape, root);
   }
+  void set_requires_gradient_sync(bool sync) override { m_sync = sync; }
 
  private:
   struct AllGatherResult {
@@ -164,6 +180,45 @@ class Fsdp2 final : public DataParallelScheme {
     tape.set_stream(kComputeStream);
   }
 
+  // accumulate_unsharded_grad_if_needed, then (without sync) to_accumulated_grad_if_needed: the unsharded
+  // gradients of this backward are added to the unit's accumulated ones in the reduce dtype, or become them.
+  // With sync the accumulated gradient becomes .grad again for the reduce-scatter. Gradients already in the
+  // reduce dtype (or without one) accumulate in .grad itself (AccumulateGrad adds in place).
+  void accumulate_unsharded_grads(EagerTape& tape, const ParameterUnit& unit) {
+    for (VarId p : unit.params) {
+      const TensorId g = tape.grad(p);
+      const auto acc = m_accumulated.find(p);
+      if (g == kNoTensor || !m_grads_reduce_dtype || *m_grads_reduce_dtype == tape.dtype(p)) {
+        if (g == kNoTensor && acc != m_accumulated.end() && m_sync) {
+          tape.attach_grad(p, acc->second);
+          m_accumulated.erase(acc);
+        }
+        continue;
+      }
+      if (m_sync && acc == m_accumulated.end()) {
+        continue;  // one backward only: foreach_reduce casts while copying in
+      }
+      tape.begin_op(tape.name(p) + ".fsdp.accumulate_unsharded_grad",
+                    acc == m_accumulated.end() ? "to" : "add_");
+      tape.use(g);
+      TensorId target = kNoTensor;
+      if (acc == m_accumulated.end()) {
+        target = tape.allocate(tape.name(p) + ".unsharded_accumulated_grad",
+                               tensor_bytes(tape.shape(p), *m_grads_reduce_dtype), *m_grads_reduce_dtype,
+                               TensorCategory::kGradient);
+        m_accumulated[p] = target;
+      } else {
+        target = acc->second;
+        tape.use(target);
+      }
+      tape.release(tape.detach_grad(p));
+      if (m_sync) {
+        tape.attach_grad(p, target);
+        m_accumulated.erase(p);
+      }
+    }
+  }
+
   void reshard(EagerTape& tape, const ParameterUnit& unit) {
     const auto it = m_unsharded.find(unit.layer);
     if (it == m_unsharded.end()) {
@@ -198,6 +253,9 @@ class Fsdp2 final : public DataParallelScheme {
   std::map<int, AllGatherResult> m_results;          // issued, not yet copied out
   std::map<int, std::vector<TensorId>> m_unsharded;  // per unit: each parameter's unsharded tensor
   std::optional<AllGatherState> m_state;
+  std::optional<DType> m_grads_reduce_dtype;
+  bool m_sync = true;                       // set_requires_gradient_sync
+  std::map<VarId, TensorId> m_accumulated;  // unsharded_accumulated_grad, between backwards without sync
 };
 
 }  // namespace

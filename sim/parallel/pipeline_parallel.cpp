@@ -13,9 +13,15 @@
 namespace vramsim {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 2> kSchedules{{
+constexpr std::array<std::pair<std::string_view, PipelineSchedule>, 3> kSchedules{{
     {"1f1b", PipelineSchedule::k1F1B},
     {"interleaved", PipelineSchedule::kInterleaved},
+    {"gpipe", PipelineSchedule::kGPipe},
+}};
+
+constexpr std::array<std::pair<std::string_view, PipelineSplit>, 2> kSplits{{
+    {"megatron", PipelineSplit::kMegatron},
+    {"torchtitan", PipelineSplit::kTorchtitan},
 }};
 
 int chunks_per_rank(const PipelineOptions& o) {
@@ -59,20 +65,78 @@ void validate(const PipelineOptions& o, int micro_batches) {
   }
 }
 
+std::vector<int> layers_per_virtual_stage(int n_layers, const PipelineOptions& o) {
+  const int v = chunks_per_rank(o);
+  const int virtual_stages = o.stages * v;
+  if (o.split == PipelineSplit::kMegatron) {
+    if (n_layers % virtual_stages != 0) {
+      throw InputError(
+          fmt::format("--pp: {} layers do not split evenly over {} stages{} (Megatron; "
+                      "--pp-split torchtitan splits them unevenly)",
+                      n_layers, o.stages, v > 1 ? fmt::format(" x {} model chunks", v) : std::string()));
+    }
+    return std::vector<int>(static_cast<std::size_t>(virtual_stages), n_layers / virtual_stages);
+  }
+  // torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part(num_stages, num_layers,
+  // input_weight, output_weight): the embeddings weigh input_weight layers and the norm + output
+  // output_weight; the effective layers are dealt evenly, the first `extra` stages one more; its ValueErrors.
+  const int in_w = o.first_stage_less_layers;
+  const int out_w = o.last_stage_less_layers;
+  if (in_w < 0 || out_w < 0 || in_w > n_layers || out_w > n_layers) {
+    throw InputError(
+        fmt::format("--pp-first-stage-less-layers / --pp-last-stage-less-layers: {} / {} is not "
+                    "in 0..{} (the model's layers)",
+                    in_w, out_w, n_layers));
+  }
+  if (virtual_stages == 1) {
+    return {n_layers};
+  }
+  const int effective = n_layers + in_w + out_w;
+  if (virtual_stages > effective) {
+    throw InputError(
+        fmt::format("--pp: torchtitan refuses it: \"Number of stages ({}) cannot be greater "
+                    "than effective layers ({})\"",
+                    virtual_stages, effective));
+  }
+  const int per_stage = effective / virtual_stages;
+  const int extra = effective % virtual_stages;
+  if (in_w > per_stage || out_w > per_stage) {
+    throw InputError(fmt::format(
+        "--pp: torchtitan refuses it: \"{} ({}) exceeds minimum layers per stage "
+        "({}).\"",
+        in_w > per_stage ? "input_weight" : "output_weight", in_w > per_stage ? in_w : out_w, per_stage));
+  }
+  std::vector<int> layers(static_cast<std::size_t>(virtual_stages));
+  int left = n_layers;
+  for (int s = 0; s < virtual_stages; ++s) {
+    int take = per_stage + (s < extra ? 1 : 0);
+    if (s == 0) {
+      take -= in_w;
+    } else if (s == virtual_stages - 1) {
+      take -= out_w;
+    }
+    take = std::min(take, left);  // "if current_layer < num_layers"
+    layers[static_cast<std::size_t>(s)] = take;
+    left -= take;
+  }
+  return layers;
+}
+
 std::vector<PipelineChunk> pipeline_chunks(int n_layers, const PipelineOptions& o) {
   const int v = chunks_per_rank(o);
   const int virtual_stages = o.stages * v;
-  if (n_layers % virtual_stages != 0) {
-    throw InputError(fmt::format("--pp: {} layers do not split evenly over {} stages{}", n_layers, o.stages,
-                                 v > 1 ? fmt::format(" x {} model chunks", v) : std::string()));
+  const std::vector<int> layers = layers_per_virtual_stage(n_layers, o);
+  std::vector<int> first(layers.size(), 0);
+  for (std::size_t s = 1; s < layers.size(); ++s) {
+    first[s] = first[s - 1] + layers[s - 1];
   }
-  const int per_chunk = n_layers / virtual_stages;
   std::vector<PipelineChunk> chunks(static_cast<std::size_t>(v));
   for (int c = 0; c < v; ++c) {
+    // Megatron's and torchtitan's "loop" placement: chunk c of rank r is virtual stage c * stages + r.
     const int virtual_stage = c * o.stages + o.stage;
     PipelineChunk& k = chunks[static_cast<std::size_t>(c)];
-    k.first_layer = virtual_stage * per_chunk;
-    k.layers = per_chunk;
+    k.first_layer = first[static_cast<std::size_t>(virtual_stage)];
+    k.layers = layers[static_cast<std::size_t>(virtual_stage)];
     k.embeddings = virtual_stage == 0;
     k.head = virtual_stage == virtual_stages - 1;
   }
@@ -86,6 +150,8 @@ std::vector<PipelineAction> pipeline_schedule(const PipelineOptions& o, int micr
   int warmup = 0;
   if (o.schedule == PipelineSchedule::kInterleaved) {
     warmup = (p - o.stage - 1) * 2 + (v - 1) * p;
+  } else if (o.schedule == PipelineSchedule::kGPipe) {
+    warmup = total;  // ScheduleGPipe: every micro-batch's forward, then every backward in the same order
   } else {
     warmup = p - o.stage - 1;
   }
@@ -121,7 +187,25 @@ PipelineSchedule parse_pipeline_schedule(std::string_view text, std::string_view
       return s;
     }
   }
-  throw InputError(fmt::format("{}: unknown schedule '{}' (known: 1f1b, interleaved)", option, text));
+  throw InputError(fmt::format("{}: unknown schedule '{}' (known: 1f1b, interleaved, gpipe)", option, text));
+}
+
+PipelineSplit parse_pipeline_split(std::string_view text, std::string_view option) {
+  for (const auto& [name, s] : kSplits) {
+    if (name == text) {
+      return s;
+    }
+  }
+  throw InputError(fmt::format("{}: unknown split '{}' (known: megatron, torchtitan)", option, text));
+}
+
+std::string_view pipeline_split_name(PipelineSplit s) {
+  for (const auto& [name, value] : kSplits) {
+    if (value == s) {
+      return name;
+    }
+  }
+  return "?";
 }
 
 std::string_view pipeline_schedule_name(PipelineSchedule s) {

@@ -1,7 +1,10 @@
-// Pipeline parallelism as Megatron-LM runs it (megatron/core/pipeline_parallel/schedules.py): the decoder
-// layers are split evenly over `stages` GPUs, the first stage also runs the embeddings and the last the final
-// norm, the output layer and the loss. A step's micro-batches flow through the stages; what one stage's GPU
-// holds depends on how many micro-batches have run their forward there but not yet their backward.
+// Pipeline parallelism as Megatron-LM runs it (megatron/core/pipeline_parallel/schedules.py), and as
+// torchtitan runs it on torch.distributed.pipelining: the decoder layers are split over `stages` GPUs
+// (Megatron: evenly; torchtitan: generate_llm_fqn_per_model_part, which counts the embeddings and the output
+// as layers and gives the first stages of the remainder one layer more), the first stage also runs the
+// embeddings and the last the final norm, the output layer and the loss. A step's micro-batches flow through
+// the stages; what one stage's GPU holds depends on how many micro-batches have run their forward there but
+// not yet their backward.
 //
 //   1F1B (forward_backward_pipelining_without_interleaving; Narayanan et al. 2021, PipeDream-Flush): stage
 //     r runs min(stages - r - 1, M) warm-up forwards, then alternates one forward and one backward, then the
@@ -12,6 +15,10 @@
 //     holds `virtual_stages` model chunks of layers / (stages * virtual_stages) layers (chunk c of rank r is
 //     virtual stage c * stages + r), runs (stages - r - 1) * 2 + (virtual_stages - 1) * stages warm-up
 //     forwards, and the first stage holds L * (1 + (p - 1) / (p * v)) layers' activations.
+//     torch.distributed.pipelining's Schedule1F1B and ScheduleInterleaved1F1B (torchtitan) keep the same
+//     number of micro-batches in flight per stage.
+//   gpipe (torch.distributed.pipelining ScheduleGPipe; Huang et al. 2019): every micro-batch's forward, then
+//     every backward: each stage holds the activations of all M micro-batches.
 //
 // Between stages, a forward sends the hidden states (b, s, h) to the next stage, which receives them into a
 // fresh tensor that requires grad; the backward sends that tensor's gradient back. Megatron frees the sent
@@ -33,8 +40,12 @@ struct PipelineChunk {
   bool head = false;        // the last virtual stage: final norm, output layer and loss after them
 };
 
-// The chunks of `options.stage`'s GPU, in chunk order. Throws InputError naming the option when the layers
-// do not divide evenly (Megatron requires num_layers % (pipeline size * virtual size) == 0).
+// The decoder layers of each virtual stage (stage order), as options.split deals them. Throws InputError
+// naming the option where the framework refuses the split (Megatron: num_layers % (pipeline size * virtual
+// size) != 0; torchtitan: its ValueErrors, quoted).
+std::vector<int> layers_per_virtual_stage(int n_layers, const PipelineOptions& options);
+
+// The chunks of `options.stage`'s GPU, in chunk order (throws as layers_per_virtual_stage).
 std::vector<PipelineChunk> pipeline_chunks(int n_layers, const PipelineOptions& options);
 
 struct PipelineAction {
@@ -51,5 +62,7 @@ void validate(const PipelineOptions& options, int micro_batches);
 
 PipelineSchedule parse_pipeline_schedule(std::string_view text, std::string_view option = "--pp-schedule");
 std::string_view pipeline_schedule_name(PipelineSchedule s);
+PipelineSplit parse_pipeline_split(std::string_view text, std::string_view option = "--pp-split");
+std::string_view pipeline_split_name(PipelineSplit s);
 
 }  // namespace vramsim

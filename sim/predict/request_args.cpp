@@ -439,6 +439,9 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.pipeline.stages = a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;
+  o.pipeline.split = parse_pipeline_split(a.pp_split);
+  o.pipeline.first_stage_less_layers = a.pp_first_stage_less_layers;
+  o.pipeline.last_stage_less_layers = a.pp_last_stage_less_layers;
   if (a.pp_stage) {
     o.pipeline.stage = *a.pp_stage;
   }

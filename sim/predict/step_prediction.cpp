@@ -175,6 +175,8 @@ Prediction predict(const PredictRequest& request, Snapshot* trace_out) {
   summary.stages = pp.stages;
   summary.schedule = std::string(pipeline_schedule_name(pp.schedule));
   summary.virtual_stages = pp.schedule == PipelineSchedule::kInterleaved ? pp.virtual_stages : 1;
+  summary.split = std::string(pipeline_split_name(pp.split));
+  summary.layers_per_virtual_stage = layers_per_virtual_stage(request.model.n_layers, pp);
   summary.micro_batches = request.options.grad_accumulation;
   std::optional<Prediction> reported;
   std::optional<Snapshot> reported_trace;

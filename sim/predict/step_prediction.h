@@ -217,7 +217,9 @@ struct Prediction {
   };
   struct Pipeline {
     int stages = 1;
-    std::string schedule;  // pipeline_schedule_name()
+    std::string schedule;                       // pipeline_schedule_name()
+    std::string split;                          // pipeline_split_name()
+    std::vector<int> layers_per_virtual_stage;  // decoder layers of each virtual stage, in stage order
     int virtual_stages = 1;
     int micro_batches = 1;
     int stage = 0;  // the one this prediction describes
@@ -298,12 +300,16 @@ struct RequestArgs {
   // neither is given and world_size > 1.
   int world_size = 1;
   int tp = 1;  // --tp: Megatron tensor parallelism; the data-parallel group is world_size / (tp * pp)
-  // --pp: Megatron pipeline stages; --pp-schedule 1f1b|interleaved with --virtual-stages chunks per GPU;
+  // --pp: pipeline stages; --pp-schedule 1f1b|interleaved|gpipe with --virtual-stages chunks per GPU;
+  // --pp-split megatron|torchtitan with torchtitan's --pp-first/last-stage-less-layers;
   // --pp-stage: the stage to report (unset: every stage is simulated and the highest peak reported).
   bool sequence_parallel = false;  // --sequence-parallel: Megatron's, with --tp
   int pp = 1;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 2;
+  std::string pp_split = "megatron";
+  int pp_first_stage_less_layers = 1;
+  int pp_last_stage_less_layers = 1;
   std::optional<int> pp_stage;
   std::optional<int> zero;
   std::string fsdp;

@@ -139,11 +139,14 @@ void validate(const TrainingOptions& o) {
     if (o.offload_activations) {
       refuse("--offload activations");
     }
-    if (o.pipeline.stages > 1) {
-      refuse("pipeline parallelism");
-    }
-    if (o.tensor_parallel > 1) {
-      refuse("tensor parallelism");
+    // torchtitan compiles each TransformerBlock after applying TP and splitting the pipeline stages
+    // (apply_compile in torchtitan/models/llama3/infra/parallelize.py): a layer's graph then holds its
+    // sharded ops and the tensor-parallel collectives, which Inductor runs as extern kernels.
+    if ((o.pipeline.stages > 1 || o.tensor_parallel > 1) && o.compile_scope != CompileScope::kLayer) {
+      refuse(
+          std::string(o.pipeline.stages > 1 ? "pipeline" : "tensor") +
+          " parallelism unless --compile-scope layer (each decoder layer compiled on its own, as torchtitan "
+          "does)");
     }
     if (o.generate_tokens > 0) {
       refuse("--generate");

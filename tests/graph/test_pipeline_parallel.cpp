@@ -7,9 +7,10 @@
 
 #include "graph_test_util.h"
 #include "sim/core/error.h"
-#include "sim/parallel/pipeline_parallel.h"
+#include "sim/core/types.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/parallel/pipeline_parallel.h"
 
 using namespace vramsim;
 
@@ -117,7 +118,64 @@ TEST_CASE("Pipeline layouts Megatron refuses are one-line errors", "[quick][grap
   CHECK_THROWS_AS(validate(pp(4, 4), 8), InputError);          // no stage 4 of 4
   CHECK_THROWS_AS(validate(pp(4, 0, PipelineSchedule::kInterleaved, 2), 6), InputError);  // 6 % 4
   CHECK_THROWS_AS(validate(pp(4, 0, PipelineSchedule::kInterleaved, 1), 8), InputError);  // one chunk
-  CHECK_THROWS_AS(parse_pipeline_schedule("gpipe"), InputError);
+  CHECK_THROWS_AS(parse_pipeline_schedule("zero-bubble"), InputError);
+  // Megatron's even split names torchtitan's as the way out.
+  CHECK_THROWS_WITH(pipeline_chunks(126, pp(8, 0)),
+                    Catch::Contains("126 layers do not split evenly over 8 stages") &&
+                        Catch::Contains("--pp-split torchtitan"));
+}
+
+namespace {
+
+PipelineOptions torchtitan(int stages, int stage, PipelineSchedule schedule = PipelineSchedule::k1F1B,
+                           int v = 1) {
+  PipelineOptions o = pp(stages, stage, schedule, v);
+  o.split = PipelineSplit::kTorchtitan;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan's split: the embeddings and the output weigh one layer each, the remainder goes first",
+          "[quick][graph]") {
+  // torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part(num_stages, num_layers,
+  // input_weight=1, output_weight=1), by hand. Llama-3.1-405B (126 layers) on 8 stages, as torchtitan's
+  // 405B benchmark runs it: (126 + 2) / 8 = 16 effective layers each, no remainder; stage 0 gives one to the
+  // embeddings and stage 7 one to the norm + output.
+  CHECK(layers_per_virtual_stage(126, torchtitan(8, 0)) == std::vector<int>{15, 16, 16, 16, 16, 16, 16, 15});
+  // Interleaved, 2 stages per rank: 16 virtual stages of 128 / 16 = 8.
+  CHECK(layers_per_virtual_stage(126, torchtitan(8, 0, PipelineSchedule::kInterleaved, 2)) ==
+        std::vector<int>{7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7});
+  // 9 layers on 4 stages: 11 effective, 2 each and the first 3 stages one more: 3 - 1, 3, 3, 2 - 1.
+  CHECK(layers_per_virtual_stage(9, torchtitan(4, 0)) == std::vector<int>{2, 3, 3, 1});
+  // "loop" placement: rank 1's chunks are virtual stages 1 and 9, layers 7..14 and 71..78.
+  const std::vector<PipelineChunk> chunks =
+      pipeline_chunks(126, torchtitan(8, 1, PipelineSchedule::kInterleaved, 2));
+  REQUIRE(chunks.size() == 2);
+  CHECK((chunks[0].first_layer == 7 && chunks[0].layers == 8 && !chunks[0].embeddings && !chunks[0].head));
+  CHECK((chunks[1].first_layer == 71 && chunks[1].layers == 8 && !chunks[1].embeddings && !chunks[1].head));
+  // Its ValueErrors, quoted.
+  CHECK_THROWS_WITH(layers_per_virtual_stage(4, torchtitan(8, 0)),
+                    Catch::Contains("Number of stages (8) cannot be greater than effective layers (6)"));
+  PipelineOptions heavy = torchtitan(4, 0);
+  heavy.first_stage_less_layers = 4;  // 10 + 4 + 1 = 15 effective, 3 per stage
+  CHECK_THROWS_WITH(layers_per_virtual_stage(10, heavy),
+                    Catch::Contains("input_weight (4) exceeds minimum layers per stage (3)."));
+}
+
+TEST_CASE("GPipe: every forward, then every backward; each stage holds all micro-batches", "[graph]") {
+  // torch.distributed.pipelining ScheduleGPipe (Huang et al. 2019): the forwards of micro-batches 0..M-1,
+  // then their backwards in the same order, on every stage.
+  CHECK(order(pp(4, 0, PipelineSchedule::kGPipe), 3) == "F0 F1 F2 B0 B1 B2");
+  CHECK(order(pp(4, 3, PipelineSchedule::kGPipe), 3) == "F0 F1 F2 B0 B1 B2");
+  const int p = 4;
+  const int layers_per_stage = static_cast<int>(kLayers) / p;
+  for (int r : {0, p - 1}) {
+    INFO("stage " << r);
+    CHECK(peak_layer_activations(
+              build_training_steps(gpt(), paper_options(pp(p, r, PipelineSchedule::kGPipe), 6))) ==
+          6 * layers_per_stage * kPerLayer);
+  }
 }
 
 TEST_CASE("1F1B: stage r holds the activations of p - r micro-batches of its layers", "[graph]") {
@@ -180,4 +238,40 @@ TEST_CASE("Pipeline stages hold their own layers, the first the embeddings, the 
   CHECK(parameter_bytes(build_training_steps(gpt(), paper_options(pp(p, 1), 4))) == 2 * per_stage);
   CHECK(parameter_bytes(build_training_steps(gpt(), paper_options(pp(p, 3), 4))) ==
         2 * (per_stage + 2 * kH + wte));
+}
+
+TEST_CASE("FSDP2 under torch.distributed.pipelining reduces the gradients once per step, accumulated in fp32",
+          "[quick][graph]") {
+  // torch/distributed/pipelining/stage.py backward_maybe_with_nosync: every backward of a stage but its last
+  // runs with set_requires_gradient_sync(False) and set_reshard_after_backward(False); FSDP2's post_backward
+  // then upcasts each unsharded gradient to reduce_dtype (FSDPParam.to_accumulated_grad_if_needed) and adds
+  // later micro-batches' into it. Stage 0 of 2 of the tiny Llama (2 layers of 49,536 parameters, h 64,
+  // vocabulary 1,000) holds layer 0 and embed_tokens (64,000): one fp32 accumulated gradient per parameter
+  // per step, 4 B x (49,536 + 64,000), and one reduce-scatter per unit per step, not one per micro-batch.
+  constexpr std::int64_t kLayerParams = 49'536;
+  constexpr std::int64_t kEmbedding = 1000 * 64;
+  TrainingOptions o = test::small_options();
+  o.precision = Precision::kBf16;
+  o.grad_accumulation = 4;
+  o.pipeline = pp(2, 0);
+  o.data_parallel.scheme = "fsdp2-shard-grad-op";
+  o.data_parallel.world_size = 2;
+  o.data_parallel.fsdp_reduce_dtype = DType::kFloat32;
+  const OpGraph g = build_training_steps(test::tiny_model("llama-2-7b"), o);
+  Bytes accumulated = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name.ends_with(".unsharded_accumulated_grad")) {
+      accumulated += t.size_bytes;
+    }
+  }
+  CHECK(accumulated == static_cast<Bytes>(o.steps * 4 * (kLayerParams + kEmbedding)));
+  CHECK(test::sizes_named(g, "layers.0.reduce_output").size() == static_cast<std::size_t>(o.steps));
+  // Without a reduce dtype the bf16 gradients accumulate in .grad itself: nothing is upcast, and the
+  // reduction still runs once per step.
+  o.data_parallel.fsdp_reduce_dtype.reset();
+  const OpGraph same = build_training_steps(test::tiny_model("llama-2-7b"), o);
+  for (const Tensor& t : same.tensors()) {
+    CHECK_FALSE(t.name.ends_with(".unsharded_accumulated_grad"));
+  }
+  CHECK(test::sizes_named(same, "layers.0.reduce_output").size() == static_cast<std::size_t>(o.steps));
 }
