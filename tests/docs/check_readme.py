@@ -15,7 +15,11 @@ skipped, never as passed.
   check_readme.py --build-dir build-check --update   # rewrite the outputs in place, keeping each "..."
   check_readme.py --build-dir build-check docs/serving.md   # one page (or several)
 
-Exit status: 0 all checked commands match, 1 a difference, 77 nothing could be checked (CTest: skipped).
+Every relative link of a page must name a file that exists and, for a .md page, a heading or <a name> it has
+(a broken link counts as a difference).
+
+Exit status: 0 all checked commands match and no link is broken, 1 a difference, 77 nothing could be checked
+(CTest: skipped).
 """
 import argparse
 import difflib
@@ -144,6 +148,46 @@ def updated(expected, actual):
     return out
 
 
+def slug(heading):
+    """GitHub's anchor of a heading: lower case, punctuation but "-" and "_" dropped, spaces as "-"."""
+    text = heading.strip().lstrip("#").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path):
+    """The anchors a page defines: its headings outside code blocks and its <a name> tags."""
+    found, fence = set(), False
+    with open(path, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            if line.startswith("```"):
+                fence = not fence
+            if not fence and re.match(r"^#+ ", line):
+                found.add(slug(line))
+            found.update(re.findall(r'<a name="([^"]+)"></a>', line))
+    return found
+
+
+def broken_links(path):
+    """Relative links of a page whose file or anchor does not exist, as "page:line: link" strings."""
+    name = os.path.relpath(path, ROOT)
+    out, fence = [], False
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for number, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            fence = not fence
+        if fence:
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", line):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            where = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(where) or (anchor and where.endswith(".md") and anchor not in anchors(where)):
+                out.append(f"{name}:{number}: {target}")
+    return out
+
+
 def pages():
     """README.md, then every docs/*.md page in name order."""
     return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -207,6 +251,9 @@ def main():
             os.symlink(os.path.join(ROOT, entry), os.path.join(scratch, entry))
     checked = failed = skipped = 0
     for path in [os.path.abspath(p) for p in args.pages] or pages():
+        for link in broken_links(path):
+            failed += 1
+            print(f"BROKEN LINK {link}")
         c, f, s = check_page(path, args, build, scratch)
         checked, failed, skipped = checked + c, failed + f, skipped + s
     shutil.rmtree(scratch, ignore_errors=True)
