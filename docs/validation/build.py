@@ -78,7 +78,7 @@ def cells(row, result):
         return [published(row), "refused: " + refusal.replace("|", "/"), "—", "refused", "; ".join(notes)]
     pub = row["published"] * UNITS[row["unit"]]
     error = 100.0 * (value - pub) / pub
-    shown = f"{error:+.2f} %"
+    shown = "0.00 %" if value == pub else f"{error:+.2f} %"
     sign = "exact" if value == pub else ("over" if value > pub else "under")
     if shown in ("+0.00 %", "-0.00 %") and value != pub:
         shown = f"{error:+.4f} %"
@@ -101,7 +101,9 @@ def summary(lines):
             continue
         errors.append((abs(float(cols[6].split()[0])), cols[0], cols[6]))
     text = f"{len(lines)} rows"
-    if errors:
+    if errors and all(e[2] == "0.00 %" for e in errors):
+        text += ": every figure exact"
+    elif errors:
         within = lambda t: sum(1 for e in errors if e[0] <= t)
         worst = max(errors)
         text += (f": {within(1.0)} within 1 %, {within(5.0)} within 5 %, {within(10.0)} within 10 %;"
@@ -167,7 +169,7 @@ def main():
     if os.path.exists(args.out):
         with open(args.out, encoding="utf-8") as f:
             for l in f.read().split("\n"):
-                m = re.match(r"^\| ([a-z0-9][a-z0-9.-]*) \|", l)
+                m = re.match(r"^\| ([A-Za-z0-9][A-Za-z0-9._-]*) \|", l)
                 if m:
                     committed[m.group(1)] = l
     rows = [r for g in groups for r in g["rows"]]
