@@ -1,21 +1,29 @@
 #!/usr/bin/env python3
-"""Runs the commands the README shows and compares what they print with what the README says they print.
+"""Runs the commands README.md and every docs/*.md page show and compares what they print with what the page
+says they print.
 
 A command is a line starting with "$ " inside a fenced code block; its output is the lines after it up to the
 next command or the end of the block. A line "..." in the shown output stands for any number of lines the
-README leaves out. Commands run in the repository root, in README order (a later command may read a file an
-earlier one wrote), with ./build/ replaced by --build-dir, in a scratch folder that links to the repository's
-top-level entries (so nothing a command writes lands in the worktree). Commands whose program is not built there
+page leaves out. Commands run in the repository root, README.md first and then the docs/ pages in name order,
+each page's in page order (a later command may read a file an earlier one of the same page wrote), with
+./build/ replaced by --build-dir, in a scratch folder that links to the repository's top-level entries (so
+nothing a command writes lands in the worktree). Commands whose program is not built there
 (vramsim-replay without CUDA), and the slow ones listed in SLOW (each with its reason), are reported as
 skipped, never as passed.
 
   check_readme.py --build-dir build-check            # exit 1 on any difference, listing each
   check_readme.py --build-dir build-check --update   # rewrite the outputs in place, keeping each "..."
+  check_readme.py --build-dir build-check docs/serving.md   # one page (or several)
 
-Exit status: 0 all checked commands match, 1 a difference, 77 nothing could be checked (CTest: skipped).
+Every relative link of a page must name a file that exists and, for a .md page, a heading or <a name> it has
+(a broken link counts as a difference).
+
+Exit status: 0 all checked commands match and no link is broken, 1 a difference, 77 nothing could be checked
+(CTest: skipped).
 """
 import argparse
 import difflib
+import glob
 import os
 import re
 import shutil
@@ -140,21 +148,55 @@ def updated(expected, actual):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build-dir", required=True)
-    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
-    ap.add_argument("--update", action="store_true")
-    ap.add_argument("--only", default="", help="check only commands containing this text")
-    args = ap.parse_args()
-    build = os.path.abspath(args.build_dir)
-    # Commands run in a scratch folder that links to the repository's top-level entries, so relative paths
-    # resolve as in the repository root while the files a command writes (sweep_1.json, ...) land outside it.
-    scratch = tempfile.mkdtemp(prefix="vramsim-readme-")
-    for entry in os.listdir(ROOT):
-        if not entry.startswith("."):
-            os.symlink(os.path.join(ROOT, entry), os.path.join(scratch, entry))
-    with open(args.readme, encoding="utf-8") as f:
+def slug(heading):
+    """GitHub's anchor of a heading: lower case, punctuation but "-" and "_" dropped, spaces as "-"."""
+    text = heading.strip().lstrip("#").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path):
+    """The anchors a page defines: its headings outside code blocks and its <a name> tags."""
+    found, fence = set(), False
+    with open(path, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            if line.startswith("```"):
+                fence = not fence
+            if not fence and re.match(r"^#+ ", line):
+                found.add(slug(line))
+            found.update(re.findall(r'<a name="([^"]+)"></a>', line))
+    return found
+
+
+def broken_links(path):
+    """Relative links of a page whose file or anchor does not exist, as "page:line: link" strings."""
+    name = os.path.relpath(path, ROOT)
+    out, fence = [], False
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for number, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            fence = not fence
+        if fence:
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", line):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            where = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(where) or (anchor and where.endswith(".md") and anchor not in anchors(where)):
+                out.append(f"{name}:{number}: {target}")
+    return out
+
+
+def pages():
+    """README.md, then every docs/*.md page in name order."""
+    return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+def check_page(path, args, build, scratch):
+    """Checks (and with --update rewrites) one page; returns (checked, failed, skipped)."""
+    name = os.path.relpath(path, ROOT)
+    with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     checked = failed = skipped = 0
     replacements = []
@@ -167,7 +209,7 @@ def main():
             reason = f"{program.group(1)} is not built in {build}"
         if reason is not None:
             skipped += 1
-            print(f"SKIPPED README.md:{index + 1}: {command[:100]} ({reason})")
+            print(f"SKIPPED {name}:{index + 1}: {command[:100]} ({reason})")
             continue
         run = command.replace("./build/", build + "/")
         proc = subprocess.run(["bash", "-c", run], cwd=scratch, capture_output=True, text=True, timeout=600)
@@ -178,18 +220,42 @@ def main():
         fresh = updated(expected, actual) if args.update else None
         if fresh is not None:
             replacements.append((index + 1, end, fresh))
-            print(f"UPDATED README.md:{index + 1}: {command[:100]}")
+            print(f"UPDATED {name}:{index + 1}: {command[:100]}")
             continue
         failed += 1
-        print(f"DIFFERS README.md:{index + 1}: {command}")
+        print(f"DIFFERS {name}:{index + 1}: {command}")
         sys.stdout.writelines(
-            l + "\n" for l in difflib.unified_diff(expected, actual, "README", "actual", lineterm="", n=1)
+            l + "\n" for l in difflib.unified_diff(expected, actual, name, "actual", lineterm="", n=1)
         )
     for start, end, actual in reversed(replacements):
         lines[start:end] = actual
     if replacements:
-        with open(args.readme, "w", encoding="utf-8") as f:
+        with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines))
+    return checked, failed, skipped
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("pages", nargs="*", help="the pages to check (default: README.md and docs/*.md)")
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("--only", default="", help="check only commands containing this text")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build_dir)
+    # Commands run in a scratch folder that links to the repository's top-level entries, so relative paths
+    # resolve as in the repository root while the files a command writes (sweep_1.json, ...) land outside it.
+    scratch = tempfile.mkdtemp(prefix="vramsim-readme-")
+    for entry in os.listdir(ROOT):
+        if not entry.startswith("."):
+            os.symlink(os.path.join(ROOT, entry), os.path.join(scratch, entry))
+    checked = failed = skipped = 0
+    for path in [os.path.abspath(p) for p in args.pages] or pages():
+        for link in broken_links(path):
+            failed += 1
+            print(f"BROKEN LINK {link}")
+        c, f, s = check_page(path, args, build, scratch)
+        checked, failed, skipped = checked + c, failed + f, skipped + s
     shutil.rmtree(scratch, ignore_errors=True)
     print(f"{checked} commands checked, {failed} differ, {skipped} skipped")
     if checked == 0:
