@@ -2,12 +2,17 @@
 // layout, the temporaries of Linear4bit / Linear8bitLt, and the QLoRA recording in traces/samples.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "graph_test_util.h"
+#include "recorded_peaks.h"
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
-#include "sim/torch/torch_ops.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/torch/torch_ops.h"
+#include "test_paths.h"
+#include "traces/trace_io.h"
 
 using namespace vramsim;
 
@@ -195,8 +200,15 @@ TEST_CASE("bnb: QLoRA TinyLlama step peaks against the cranberrii recording", "[
   // layer is recomputed (the trace dequantizes each MLP weight twice: 132 x 23,068,672 B, not three times);
   // PEFT's dropout modules are new, hence in training mode (44 x 2,048,000 B masks). Its bitsandbytes keeps
   // MatMul4Bit's input A for backward (the down_proj inputs, 88 x 22,528,000 B at the peak).
-  // Recorded: peak allocated 5,884,080,128 B (the exact replay, README "replay"), peak reserved
-  // 6,471,811,072 B (shared/traces/real/INDEX.json).
+  // Default flags (current bitsandbytes, which does not keep A) are further off; that figure is reported
+  // in docs/known-misses.md, not asserted.
+  // Recorded: read off the file (tests/recorded_peaks.h, segment and block sizes, not the allocator model):
+  // peak reserved 6,471,811,072 B (also INDEX.json's peak_reserved_during_trace_bytes), peak allocated
+  // 5,888,012,288 B (a lower bound: `vramsim replay` places blocks and finds 5,914,094,592 B).
+  const Snapshot rec =
+      load_snapshot((test::source_dir() / "traces/samples/cranberrii_memory_snapshot.pickle").string());
+  const test::RecordedPeaks recorded = test::recorded_peaks(rec);
+  REQUIRE(recorded.peak_reserved == 6471811072);
   RequestArgs a;
   a.model = "tinyllama-1.1b";
   a.batch = 1;
@@ -208,25 +220,21 @@ TEST_CASE("bnb: QLoRA TinyLlama step peaks against the cranberrii recording", "[
   a.lora_alpha = 32;
   a.lora_dropout = 0.05;
   a.base_weights = "fp4";
-  a.bnb_saves_input = true;
+  a.bnb_saves_input = true;  // what the recording's bitsandbytes did (its trace keeps A)
   const Prediction p = predict(make_request(a));
-  // The recording ran older releases than the model follows; read off its frames and free stacks, at its
-  // peak it holds, beyond the model's tensors:
-  //   45 x 8,192,000 B: the output of RMSNorm's pow(2) (twice per layer and the final norm), kept by
-  //     MeanBackward1: its PyTorch saved mean's input (the free comes from
-  //     MeanBackward1::release_variables); current derivatives.yaml saves only self's sizes and numel;
-  //   44 x 256,000 B: per-layer rotary cos and sin (that transformers computed them in every attention
-  //     layer, modeling_llama.py:111-120; current code computes them once per forward), not counted here;
-  // and it makes no copy of q before SDPA where the model, following transformers 4.48-4.50, does (the same
-  // count of hidden-size tensors: the RoPE output is kept instead of its copy).
-  constexpr std::int64_t kMeanBackwardSavesInput = 45 * 8192000;
-  const std::int64_t explained = p.peak_allocated_bytes + kMeanBackwardSavesInput;
-  CHECK(static_cast<double>(explained) == Approx(5884080128.0).epsilon(0.01));
-  CHECK(p.peak_allocated_bytes < 5884080128);  // without it, lower: the side a user must know
-  // Peak reserved is not checked: the model reserves 5,922,357,248 B, 8.5 % under the recording's
-  // 6,471,811,072 B (after the load both hold about 1.30 GiB; the gap opens in the step, where the
-  // recording's extra tensors above make segments of their own).
-  // Without A saved (current bitsandbytes) the prediction falls well below the recording.
-  a.bnb_saves_input = false;
-  CHECK(static_cast<double>(predict(make_request(a)).peak_allocated_bytes) < 0.85 * 5884080128.0);
+  // The recording ran older PyTorch and transformers releases than the model follows, and what they did
+  // differently is not a flag (docs/known-misses.md: the figures and the tensors that explain them, e.g.
+  // 45 x 8,192,000 B that MeanBackward1 kept alive then). The check is the accuracy a fit verdict needs
+  // across those releases, 10 % on both peaks, on the raw prediction; the measured error is reported, not
+  // asserted.
+  const auto error = [](std::int64_t predicted, std::int64_t rec_bytes) {
+    return static_cast<double>(predicted - rec_bytes) / static_cast<double>(rec_bytes);
+  };
+  const double allocated_error = error(p.peak_allocated_bytes, recorded.peak_allocated);
+  const double reserved_error = error(p.peak_reserved_bytes, recorded.peak_reserved);
+  INFO("peak allocated " << p.peak_allocated_bytes << " recorded " << recorded.peak_allocated << " ("
+                         << allocated_error << "); peak reserved " << p.peak_reserved_bytes << " recorded "
+                         << recorded.peak_reserved << " (" << reserved_error << ")");
+  CHECK(std::abs(allocated_error) < 0.10);
+  CHECK(std::abs(reserved_error) < 0.10);
 }

@@ -13,11 +13,14 @@
 // kernel the first time it runs. When that happens depends on what the process (and Inductor's on-disk
 // cache) had tuned before; memory_2.7b_forward, run after other forwards, tuned one kernel of the final
 // layers, so its peak (4,193,816,576) is a benchmark buffer on top of the forward's activations. The checks
-// therefore compare the peak rise without those buffers on both sides, and the peak as recorded where the
-// benchmarks ran before the peak.
+// compare the peak rise without those buffers on both sides, and the peak as recorded, each within 3 %. The
+// one recording whose recorded peak misses that (memory_2.7b_forward) is a known miss: its figure is printed
+// (WARN) and listed in docs/known-misses.md, not passed over silently.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <set>
 #include <utility>
 #include <vector>
@@ -36,9 +39,9 @@ struct CompiledRecording {
   const char* file;
   const char* preset;
   int seq;
-  WarmProcess warm;        // the process's cuBLAS workspaces, as test_cs336_all_recordings.cpp reads them
-  Bytes saved_per_layer;   // read off the recording (above)
-  bool benchmark_at_peak;  // the recorded peak is a Triton benchmark buffer
+  WarmProcess warm;       // the process's cuBLAS workspaces, as test_cs336_all_recordings.cpp reads them
+  Bytes saved_per_layer;  // read off the recording (above)
+  bool known_miss;        // the recorded peak is a Triton benchmark buffer: docs/known-misses.md
 };
 
 const CompiledRecording kCompiled[] = {
@@ -111,7 +114,11 @@ TEST_CASE("compile: the compiled CS336 forwards, peak rise and saved bytes per l
                                  << recorded_nb << " / " << predicted_nb << "; saved per layer recorded "
                                  << r.saved_per_layer << " predicted " << saved);
       CHECK(std::abs(relative(predicted_nb, recorded_nb)) < 0.03);
-      if (!r.benchmark_at_peak) {
+      if (r.known_miss) {
+        WARN("known miss (docs/known-misses.md): " << r.file << " peak rise predicted " << predicted
+                                                   << " recorded " << recorded << " ("
+                                                   << relative(predicted, recorded) << ")");
+      } else {
         CHECK(std::abs(relative(predicted, recorded)) < 0.03);
       }
       CHECK(std::abs(relative(static_cast<std::int64_t>(saved),
@@ -128,8 +135,9 @@ TEST_CASE("compile: the compiled CS336 forwards, peak rise and saved bytes per l
 // generated code's allocations between the first RMSNorm allocations of layers 5 and 6 (frames: the
 // torchinductor output file, called from transformer.py:57/:243), 17 of them, all alive at the end of the
 // forward (saved for the backward); the projections' outputs and every other temporary take freed buffers
-// (Inductor's reuse) and allocate nothing. The model makes the same requests plus one: it saves both of the
-// softmax's row statistics (max values and sum, b·h·s fp32 = 24,576 B each) where the recording saves one.
+// (Inductor's reuse) and allocate nothing. Checked: the model makes every one of them. It also saves both of
+// the softmax's row statistics (max values and sum, b·h·s fp32 = 24,576 B each) where the recording saves
+// one: that extra request is printed and listed in docs/known-misses.md.
 TEST_CASE("compile: one layer's allocations in the compiled forward, as memory_small_forward makes them",
           "[graph]") {
   const ModelConfig m = test::kkaitlyn111(model_preset("cs336-small"));
@@ -153,6 +161,13 @@ TEST_CASE("compile: one layer's allocations in the compiled forward, as memory_s
       recorded.insert(size);
     }
   }
-  recorded.insert(24'576);  // the second row statistic
-  CHECK(mine == recorded);
+  REQUIRE(recorded.size() == 17);
+  std::vector<Bytes> missing, extra;
+  std::set_difference(recorded.begin(), recorded.end(), mine.begin(), mine.end(),
+                      std::back_inserter(missing));
+  std::set_difference(mine.begin(), mine.end(), recorded.begin(), recorded.end(), std::back_inserter(extra));
+  CHECK(missing.empty());
+  for (const Bytes b : extra) {
+    WARN("known miss (docs/known-misses.md): the model's layer 5 also saves " << b << " B");
+  }
 }

@@ -23,11 +23,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "graph_test_util.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 
@@ -219,31 +221,42 @@ TEST_CASE("cs336: memory_snapshot.pickle (no trace), live tensors after a 2.7B c
     return;
   }
   // Segments only, so there is no rise to compare: compare the requested bytes of its live blocks with what
-  // the simulator holds after optimizer.step(). The blocks say what ran: 4 x 32 x 3 blocks of d*f*4 and
-  // 4 x 32 x 4 of d*d*4 (parameters, gradients, exp_avg, exp_avg_sq of cs336-2.7b), logits of
+  // the simulator holds after optimizer.step(). The blocks say what ran (counted by hand below from
+  // cs336-2.7b: d 2,560, d_ff 10,240, 32 layers, vocab 10,000): 4 x 32 x 3 blocks of d*f*4 = 104,857,600
+  // and 4 x 32 x 4 of d*d*4 = 26,214,400 (parameters, gradients, exp_avg, exp_avg_sq), logits of
   // b*s*V*4 = 40,960,000 (batch 4, ctx 256), two 32 MiB workspaces, the 8,192-byte token batch, a 4-byte
   // loss.
   const Snapshot rec =
       load_snapshot((test::shared_real_traces() / "kkaitlyn111_memory_snapshot.pickle").string());
   std::int64_t recorded = 0;
+  std::map<Bytes, int> blocks_of_size;
   for (const SnapshotSegment& seg : rec.segments) {
     for (const SnapshotBlock& b : seg.blocks) {
       if (b.state == BlockState::kActiveAllocated) {
         recorded += static_cast<std::int64_t>(b.requested_bytes);
+        ++blocks_of_size[b.requested_bytes];
       }
     }
   }
+  CHECK(blocks_of_size[104857600] == 4 * 32 * 3);
+  CHECK(blocks_of_size[26214400] == 4 * 32 * 4);
   TrainingOptions o;
   o.batch = 4;
   o.seq = 256;
   o.optimizer_impl = OptimizerImpl::kForLoop;
-  const AllocationSchedule s =
-      build_allocation_schedule(build_training_steps(test::kkaitlyn111(model_preset("cs336-2.7b")), o));
+  const OpGraph g = build_training_steps(test::kkaitlyn111(model_preset("cs336-2.7b")), o);
+  const AllocationSchedule s = build_allocation_schedule(g);
   const std::int64_t predicted = *s.live_bytes_at(1, Phase::kZeroGrad);
-  // The differences, each a block size of the snapshot: the simulator keeps a separate labels tensor
-  // (+8,192; benchmark.py passes `targets = batch`), does not model the student RoPE's per-layer
-  // cos_sin_matrix buffer (32 x 256 x 40 x 2 x 4 = 2,621,440), and the snapshot holds a second
-  // 40,960,000-byte (b x s x V fp32) tensor that no frame explains (the file has no history).
-  CHECK(predicted - recorded == 8192 - 32 * 81920 - 40960000);
-  CHECK(std::abs(static_cast<double>(predicted - recorded) / static_cast<double>(recorded)) < 0.001);
+  // Model states by hand: Ψ = 32 x (4 d^2 + 3 d f + 2 d) + 2 V d + d = 3,406,809,600 parameters, fp32, each
+  // with a gradient and AdamW's two states (the hand-written AdamW keeps its step count in Python).
+  const MemoryBill bill = live_bill(g, s, s.phase_begin(1, Phase::kZeroGrad)->event_index);
+  CHECK(bill.parameters == 4 * 3406809600LL);
+  CHECK(bill.gradients == 4 * 3406809600LL);
+  CHECK(bill.optimizer_states == 8 * 3406809600LL);
+  // Everything live, to 0.1 % (the tolerance the README's eager CS336 rows use). What differs is reported in
+  // docs/known-misses.md (a second 40,960,000-byte tensor in the snapshot that no frame explains, the student
+  // RoPE buffer the model leaves out, the labels tensor it adds), not asserted.
+  const double error = static_cast<double>(predicted - recorded) / static_cast<double>(recorded);
+  INFO("live bytes predicted " << predicted << " recorded " << recorded << " (" << error << ")");
+  CHECK(std::abs(error) < 0.001);
 }

@@ -3,17 +3,24 @@
 // external resource; the test checks that in the text too) and no console error, the DOM it builds has the
 // expected number of series (worked out in each test: for predict one per category that holds memory in the
 // run, from the allocator model's timeline, plus the reserved and allocated lines) and one bar per segment of
-// the segment map, and a screenshot is not blank (a blank page of that size is 4,838 B as this chromium
-// renders it). Without a browser the tests print SKIPPED (CTest: skipped).
+// the segment map, and the screenshot shows what the DOM says was drawn: every area's fill colour (at its
+// 0.85 opacity over white) covers pixels, and more than 1 % of the pixels are not white (a blank page has
+// none; png_pixels.h decodes the screenshot). Without a browser the tests print SKIPPED (CTest: skipped).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "png_pixels.h"
 #include "run_cli.h"
 #include "sim/predict/html_report.h"
 #include "sim/predict/perfetto_trace.h"
@@ -56,8 +63,79 @@ struct BrowserPage {
   std::string dom;
   bool console_clean = false;
   bool screenshot_png = false;
-  std::size_t screenshot_bytes = 0;
+  std::string screenshot;  // the PNG file's bytes
 };
+
+// What the screenshot shows of the page: the pixels that are not white, and for each <polygon> of the DOM
+// (an area of the chart) the pixels of its fill colour. A blank or unrendered page fails both.
+struct Drawn {
+  bool decoded = false;
+  double not_white = 0;                  // fraction of the pixels
+  std::vector<std::size_t> area_pixels;  // per polygon, in DOM order
+  std::vector<double> area_px2;          // per polygon: its area by the shoelace formula (the charts' SVG
+                                         // units are CSS pixels: width = viewBox width)
+};
+
+double polygon_area(const std::string& points) {  // "x,y x,y ..."
+  std::vector<std::pair<double, double>> p;
+  std::istringstream in(points);
+  double x = 0, y = 0;
+  char comma = 0;
+  while (in >> x >> comma >> y) {
+    p.emplace_back(x, y);
+  }
+  double twice = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const auto& [x1, y1] = p[i];
+    const auto& [x2, y2] = p[(i + 1) % p.size()];
+    twice += x1 * y2 - x2 * y1;
+  }
+  return std::abs(twice) / 2;
+}
+
+Drawn drawn(const BrowserPage& page) {
+  Drawn d;
+  const std::optional<test::PngImage> img = test::decode_png(page.screenshot);
+  if (!img || img->pixels.empty()) {
+    return d;
+  }
+  d.decoded = true;
+  std::size_t not_white = 0;
+  for (const test::Rgb& p : img->pixels) {
+    not_white += p.r < 250 || p.g < 250 || p.b < 250 ? 1 : 0;
+  }
+  d.not_white = static_cast<double>(not_white) / static_cast<double>(img->pixels.size());
+  for (std::size_t at = page.dom.find("<polygon"); at != std::string::npos;
+       at = page.dom.find("<polygon", at + 1)) {
+    const std::size_t fill = page.dom.find("fill=\"#", at);
+    d.area_pixels.push_back(test::pixels_like(*img, test::hex_colour(page.dom.substr(fill + 6, 7)), 0.85));
+    const std::size_t points = page.dom.find("points=\"", at) + 8;
+    d.area_px2.push_back(polygon_area(page.dom.substr(points, page.dom.find('"', points) - points)));
+  }
+  return d;
+}
+
+// The checks on what was drawn; `areas` polygons expected.
+void check_drawn(const BrowserPage& page, int areas) {
+  REQUIRE(page.screenshot_png);
+  const Drawn d = drawn(page);
+  if (!d.decoded) {
+    std::cout << "SKIPPED the screenshot's pixels: built without zlib, or not an 8-bit RGB(A) PNG\n";
+    return;
+  }
+  INFO("not white " << d.not_white);
+  CHECK(d.not_white > 0.01);
+  CHECK(static_cast<int>(d.area_pixels.size()) == areas);
+  // Every area of 200 px^2 or more shows at least 50 pixels of its colour (a thinner band, such as the
+  // input batch's few KiB, can round to no pixel row at all).
+  for (std::size_t i = 0; i < d.area_pixels.size(); ++i) {
+    INFO("area " << i << ": " << d.area_px2[i] << " px^2, " << d.area_pixels[i] << " pixels of its colour");
+    if (d.area_px2[i] >= 200) {
+      CHECK(d.area_pixels[i] >= 50);
+    }
+  }
+  CHECK(std::count_if(d.area_px2.begin(), d.area_px2.end(), [](double a) { return a >= 200; }) >= areas / 2);
+}
 
 BrowserPage load_in_browser(const std::string& html) {
   BrowserPage page;
@@ -89,9 +167,8 @@ BrowserPage load_in_browser(const std::string& html) {
   if (page.loaded &&
       std::system(
           (b + flags + "--screenshot=" + png + " file://$PWD/" + html + " >/dev/null 2>&1").c_str()) == 0) {
-    const std::string image = read(png);
-    page.screenshot_png = image.rfind("\x89PNG", 0) == 0;
-    page.screenshot_bytes = image.size();
+    page.screenshot = read(png);
+    page.screenshot_png = page.screenshot.rfind("\x89PNG", 0) == 0;
   }
   for (const std::string& f : {html, log, png}) {
     std::remove(f.c_str());
@@ -149,8 +226,7 @@ TEST_CASE("html: predict --html in a headless browser", "[predict]") {
   CHECK(count(b.dom, "class=\"segment\"") == static_cast<int>(t.segments_at_peak.size()));
   CHECK(b.dom.find("class=\"peak\"") != std::string::npos);
   CHECK(b.dom.find("class=\"bill\"") != std::string::npos);
-  CHECK(b.screenshot_png);
-  CHECK(b.screenshot_bytes > 20000);
+  check_drawn(b, categories);
 }
 
 TEST_CASE("html: replay --html of a recording in a headless browser", "[replay]") {
@@ -175,8 +251,7 @@ TEST_CASE("html: replay --html of a recording in a headless browser", "[replay]"
   CHECK(b.console_clean);
   CHECK(count(b.dom, "class=\"series\"") == 4);
   CHECK(count(b.dom, "class=\"segment\"") == static_cast<int>(recorded.segments.size()));
-  CHECK(b.screenshot_png);
-  CHECK(b.screenshot_bytes > 20000);
+  check_drawn(b, 2);  // the two areas
 }
 
 TEST_CASE("html: compare --html and sweep --html in a headless browser", "[compare]") {
@@ -208,7 +283,6 @@ TEST_CASE("html: compare --html and sweep --html in a headless browser", "[compa
     }
     CHECK(b.console_clean);
     CHECK(count(b.dom, "class=\"series\"") == (std::string(page) == "vramsim_test_compare.html" ? 4 : 3));
-    CHECK(b.screenshot_png);
-    CHECK(b.screenshot_bytes > 20000);
+    check_drawn(b, count(b.dom, "<polygon"));
   }
 }

@@ -13,13 +13,22 @@ What must hold, per configuration:
     the 2.x recordings showed), and requests below 512 B compare as one size (the caching allocator rounds
     them all to one 512 B block; PyTorch versions give the 0-dim tensor that where(cond, x, scalar) wraps
     its scalar in different dtypes: x's in 1.13, double in 2.x);
-  * backward and optimizer: the same persistent tensors (every gradient and optimizer state, by size).
+  * backward and optimizer: the same persistent tensors (every gradient and optimizer state, by size);
+  * the training peak (rows that train without checkpointing): the peak of live requested bytes over the two
+    steps, summed from each allocation stream (an alloc adds its size, its free_requested takes it off; no
+    allocator model), without the cuBLAS workspaces (2 x 32 MiB on both sides, which would dilute the
+    comparison), within 7 % of what real PyTorch allocated. The 7 % covers the one difference worked out by
+    hand between Debian's PyTorch 1.13 and the 2.x the simulator follows that reaches the peak: 1.13's
+    MeanBackward1 keeps RMSNorm's fp32 input (b x s x d x 4 = 131,072 B per norm: 5 norms in the 2-layer
+    Llama shapes, 655,360 B, 3.4-3.9 % of their peak; 9 in Gemma-2's, 1,179,648 B, 6.1 %; GPT-2's LayerNorm
+    saves no such tensor, and its rows agree to a few bytes). Rows with activation checkpointing are further
+    off; their figures are printed and listed in docs/known-misses.md, not asserted.
 What is reported, not asserted: the transient allocations of backward and of the optimizer step, which
 differ for reasons stated in README.md ("Cross-validation of the generic path"): Debian's PyTorch 1.13
 differs from 2.x there (AdamW's foreach path, InputBuffer accumulating out of place), and the simulator's
 backward formulas are coarser than PyTorch's (issue 9).
 
-    test_crossval.py PATH/TO/vramsim [--report]     (--report prints every difference and exits 0)"""
+    test_crossval.py PATH/TO/vramsim [--report]     (--report also prints every differing run)"""
 
 import difflib
 import json
@@ -86,6 +95,7 @@ GRID += [("gemma", "amp-bf16", "none", "math", "train"), ("gemma", "fp32", "full
          ("gemma2", "fp32", "none", "math", "inference"),
          ("phi3", "amp-bf16", "none", "math", "train"), ("phi3", "amp-bf16", "none", "sdpa", "train"),
          ("phi3", "fp32", "full", "math", "train")]
+PEAK_TOLERANCE = 0.07  # see the module docstring
 PHASE_GROUP = {"setup": "setup", "forward": "forward", "loss": "forward", "after_forward": "forward",
                "backward": "backward", "post_backward": "backward", "optimizer": "optimizer",
                "after_optimizer": "optimizer", "zero_grad": "optimizer"}
@@ -200,6 +210,22 @@ def persistent(allocs, group):
     return sorted((x[0], x[3]) for x in allocs if x[1] == group and x[3] in ("gradient", "optimizer_state"))
 
 
+def peak_live_requested(path):
+    """The peak of live requested bytes of a vtrace, cuBLAS workspaces left out (see the module docstring)."""
+    live = peak = 0
+    sizes = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[1] == "alloc" and "cat=workspace" not in fields[6:]:
+                sizes[fields[2]] = int(fields[3])
+                live += int(fields[3])
+                peak = max(peak, live)
+            elif len(fields) >= 6 and fields[1] == "free_requested":
+                live -= sizes.pop(fields[2], 0)
+    return peak
+
+
 def same_lifetimes(t, p, freed_t, freed_p, horizon):
     """The first allocation (of equal sequences t and p) that is freed at a different point, or None. A point is
     the number of allocations made before the free; frees at or after `horizon` count as one point."""
@@ -215,9 +241,19 @@ def check_row(row):
         traced, predicted = compare(row, d)
         freed_t = frees(os.path.join(d, "traced.vtrace"))
         freed_p = frees(os.path.join(d, "predicted.vtrace"))
+        peak_t = peak_live_requested(os.path.join(d, "traced.vtrace"))
+        peak_p = peak_live_requested(os.path.join(d, "predicted.vtrace"))
     traced, predicted = casts_unordered(traced), casts_unordered(predicted)
     horizon = sum(1 for x in traced if x[1] in ("setup", "forward"))  # allocations before the first backward
     problems, notes = [], []
+    error = (peak_p - peak_t) / peak_t
+    peak_line = f"training peak (live requested, no workspaces) traced {peak_t} B, predicted {peak_p} B ({error:+.2%})"
+    if row[4] == "train" and row[2] == "none" and abs(error) > PEAK_TOLERANCE:
+        problems.append(f"{peak_line}: beyond {PEAK_TOLERANCE:.0%}")
+    elif row[4] == "train" and row[2] != "none":
+        notes.append(f"{peak_line}: known miss, reported (docs/known-misses.md)")
+    else:
+        notes.append(peak_line)
     for group in ("setup", "forward", "backward", "optimizer"):
         t = [x for x in traced if x[1] == group]
         p = [x for x in predicted if x[1] == group]
@@ -260,7 +296,7 @@ def main():
         for text in problems + notes:
             print(f"     {text}")
     print(f"{len(GRID) - failed} passed, {failed} failed")
-    return 0 if REPORT or failed == 0 else 1
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":

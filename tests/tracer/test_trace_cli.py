@@ -38,28 +38,61 @@ class TraceCli(unittest.TestCase):
         for key in ("peak_allocated_bytes", "peak_reserved_bytes", "fits", "bill", "phases", "steps", "script", "tracer"):
             self.assertIn(key, j)
         self.assertEqual(j["gpu"], "A100-80GB")
-        self.assertEqual(j["bill"]["parameters"], GPT_PARAMS * 4)
-        # Parameters, gradients and AdamW's two states all exist in step 2: at least 4x the parameters.
-        self.assertGreaterEqual(j["peak_allocated_bytes"], 4 * GPT_PARAMS * 4)
+        # The bill at the peak, by hand from the script's tensors. The peak is step 2's first backward op: the
+        # largest tensors of the run are logits-sized (b x s x vocab x 4 = 2 x 32 x 1000 x 4 = 256,000 B; a
+        # hidden state is 16,384 B), and log_softmax's backward adds a third one (logits, log_softmax's output,
+        # its gradient) before any parameter gradient exists (zero_grad(set_to_none=True) after step 1).
+        bill = j["bill"]
+        self.assertEqual(bill["parameters"], GPT_PARAMS * 4)
+        self.assertEqual(bill["gradients"], 0)
+        self.assertEqual(bill["optimizer_states"], 2 * GPT_PARAMS * 4)  # AdamW exp_avg, exp_avg_sq; 1.13's step is a CPU tensor
+        self.assertEqual(bill["inputs"], 2 * 2 * 32 * 8)  # x and y, int64
+        self.assertEqual(j["peak"]["step"], 2)
+        self.assertEqual(j["peak"]["phase"], "backward")
+        self.assertEqual(j["peak"]["op"], "aten._log_softmax_backward_data")
+        top = [t["size_bytes"] for t in j["peak"]["top_tensors"]]
+        self.assertGreaterEqual(top.count(2 * 32 * 1000 * 4), 2)
         self.assertTrue(j["fits"])
         self.assertEqual(j["phases"]["step"], 2)
         self.assertEqual(len(j["steps"]), 2)
         # Compute capability 8.0: cuBLAS workspaces of 8 MiB + 128 KiB (CublasHandlePool.cpp), two threads.
         self.assertEqual(j["tracer"]["cublas_workspace_bytes"], 2 * 4096 * 1024 + 8 * 16 * 1024)
+        self.assertEqual(bill["workspace"], 2 * j["tracer"]["cublas_workspace_bytes"])
         # The script's own prints go to stderr; stdout is the report alone.
         self.assertIn("step 1: loss", p.stderr)
 
-    def test_text_report_and_examples(self):
-        for script, args in (("llama_train.py", ["--layers", "2", "--d-model", "128", "--heads", "4", "--kv-heads", "2",
-                                                 "--d-ff", "344", "--vocab", "500", "--seq", "64", "--batch", "2"]),
-                             ("lora_finetune.py", ["--layers", "2", "--d-model", "128", "--heads", "4", "--kv-heads", "4",
-                                                   "--d-ff", "344", "--vocab", "500", "--seq", "64", "--batch", "2", "--rank", "8"]),
-                             ("accumulate_checkpoint.py", ["--layers", "2", "--d-model", "64", "--heads", "4", "--vocab", "500",
-                                                           "--micro-batch", "2", "--accumulate", "3", "--seq", "32"])):
+    def test_examples_bill_by_hand(self):
+        # Parameter counts by hand. Llama-style (llama_train.py, lora_finetune.py) d 128, 2 layers, d_ff 344,
+        # vocab 500, untied head: per layer 2 norms 256, q and o 128 x 128, k and v 128 x (kv_heads x 32),
+        # gate, up, down 128 x 344; embeddings and head 2 x 500 x 128, the final norm 128; plus the inv_freq
+        # buffer of head_dim / 2 = 16 values. GPT (accumulate_checkpoint.py) vocab 500, d 64, 32 positions.
+        def llama(kv_heads):
+            per_layer = 256 + 2 * 128 * 128 + 2 * 128 * kv_heads * 32 + 3 * 128 * 344
+            return 2 * per_layer + 2 * 500 * 128 + 128
+        gpt = 500 * 64 + 32 * 64 + 2 * (128 + 64 * 192 + 192 + 64 * 64 + 64 + 128 + 64 * 256 + 256 + 256 * 64 + 64) + 128
+        adapters = 2 * 2 * (8 * 128 + 128 * 8)  # r 8 on q_proj and v_proj (the script's default targets), 2 layers
+        llama_args = ["--layers", "2", "--d-model", "128", "--heads", "4", "--d-ff", "344", "--vocab", "500", "--seq", "64",
+                      "--batch", "2"]
+        cases = (
+            # fp32 weights under bf16 autocast, AdamW: exp_avg and exp_avg_sq of every parameter
+            ("llama_train.py", llama_args + ["--kv-heads", "2"],
+             {"parameters": llama(2) * 4 + 16 * 4, "optimizer_states": 2 * llama(2) * 4}),
+            # bf16 frozen base (inv_freq cast with it), fp32 adapters, AdamW over the adapters only
+            ("lora_finetune.py", llama_args + ["--kv-heads", "4", "--rank", "8"],
+             {"parameters": llama(4) * 2 + 16 * 2 + adapters * 4, "optimizer_states": 2 * adapters * 4}),
+            # SGD with momentum, gradients accumulated over 3 micro-batches: at step 2's peak the gradients exist
+            ("accumulate_checkpoint.py", ["--layers", "2", "--d-model", "64", "--heads", "4", "--vocab", "500",
+                                          "--micro-batch", "2", "--accumulate", "3", "--seq", "32"],
+             {"parameters": gpt * 4, "gradients": gpt * 4, "optimizer_states": gpt * 4, "inputs": 2 * 2 * 32 * 8}),
+        )
+        for script, args, bill in cases:
             with self.subTest(script=script):
-                out = vramsim("trace", os.path.join(EXAMPLES, script), "--", *args).stdout
-                self.assertIn("bill at the peak of allocated memory", out)
-                self.assertRegex(out, r"verdict\s+FITS")
+                j = json.loads(vramsim("trace", "--json", os.path.join(EXAMPLES, script), "--", *args).stdout)
+                self.assertEqual({k: j["bill"][k] for k in bill}, bill)
+                self.assertTrue(j["fits"])
+        out = vramsim("trace", os.path.join(EXAMPLES, "llama_train.py"), "--", *llama_args, "--kv-heads", "2").stdout
+        self.assertIn("bill at the peak of allocated memory", out)
+        self.assertRegex(out, r"verdict\s+FITS")
 
     def test_out_load_replay_and_determinism(self):
         with tempfile.TemporaryDirectory() as d:
@@ -155,4 +188,6 @@ class TraceCli(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    from ctest_unittest import run
+
+    run()

@@ -304,4 +304,6 @@ class Errors(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    from ctest_unittest import run
+
+    run()
