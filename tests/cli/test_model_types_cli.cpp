@@ -181,3 +181,23 @@ TEST_CASE("a quantized checkpoint is refused naming the format it read, in predi
   CHECK_THAT(conflict.err,
              Catch::Matchers::Contains("--base-weights int8: contradicts the quantization_config of " + bnb));
 }
+
+TEST_CASE("LoRA takes PEFT's default target_modules for qwen3, gemma3_text, phi and falcon", "[cli]") {
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: qwen3 q_proj, v_proj; phi q_proj, v_proj, fc1,
+  // fc2. A rank-r adapter on an in x out Linear has r x (in + out) parameters.
+  // Qwen3-8B, r 16: q 16 x (4096 + 4096), v 16 x (4096 + 1024), 36 layers
+  const nlohmann::json qwen3 =
+      predict_json("--model " + stored("Qwen__Qwen3-8B.config.json") +
+                   " --capacity 200GiB --batch 1 --seq 64 --precision bf16 --lora-rank 16");
+  CHECK(qwen3.at("trainable_parameters").get<std::int64_t>() == 36 * (16 * 8192 + 16 * 5120));
+  // phi-2, r 8: q and v 8 x (2560 + 2560), fc1 8 x (2560 + 10240), fc2 8 x (10240 + 2560), 32 layers
+  const nlohmann::json phi =
+      predict_json("--model " + stored("microsoft__phi-2.config.json") +
+                   " --capacity 200GiB --batch 1 --seq 64 --precision bf16 --lora-rank 8");
+  CHECK(phi.at("trainable_parameters").get<std::int64_t>() == 32 * (2 * 8 * 5120 + 2 * 8 * 12800));
+  // gpt-oss has no entry: PEFT asks for target_modules
+  const auto oss = run_vramsim("predict --model " + stored("openai__gpt-oss-20b.config.json") +
+                               " --capacity 200GiB --batch 1 --seq 64 --lora-rank 8");
+  CHECK(oss.exit_code == 2);
+  CHECK_THAT(oss.err, Catch::Matchers::Contains("no default target_modules for model_type 'gpt_oss'"));
+}
