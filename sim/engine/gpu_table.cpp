@@ -50,20 +50,24 @@
 // total is cited: rows whose total equals the nominal size carry the MARKETING size, not what the driver
 // reports, which is a few hundred MiB to ~2% less):
 //   L40S: NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, FP32 91.6 TF, TF32 366 TF*, FP16/BF16 733 TF*,
-//     FP8 1,466 TF*; AD102, 142 SMs, compute 8.9; PCIe 4.0 x16. Memory: marketing.
+//     FP8 1,466 TF*; AD102, 142 SMs, compute 8.9; PCIe 4.0 x16. Runtime total 44.42 GiB: PyTorch's OOM
+//     message on 8x L40S (stepfun-ai/Step-Video-T2V issue #8): 45,486 MiB (+-5 MiB rounding).
 //   A10G (AWS g5): NVIDIA A10 datasheet figures (24 GB GDDR6, 600 GB/s, FP32 31.2 TF, TF32 125 TF*,
 //     FP16/BF16 250 TF*); 80 SMs and compute 8.6 as deviceQuery prints them on g5 (the A10 has 72; est.).
 //     Runtime total 22.19 GiB: PyTorch's OOM message on ml.g5.12xlarge (a vLLM issue about
 //     mosaicml/mpt-30b, quoted in public notes): 22,723 MiB (+-5 MiB rounding).
 //   RTX 3090: GA102 whitepaper: 24 GB GDDR6X, 936 GB/s, FP32 35.6 TF, FP16/BF16 tensor with FP32
-//     accumulate 71 TF (GeForce half rate), no FP8; 82 SMs, compute 8.6. Memory: marketing.
+//     accumulate 71 TF (GeForce half rate), no FP8; 82 SMs, compute 8.6. Runtime total 23.70 GiB: PyTorch's
+//     OOM messages on an RTX 3090 (Lightning-AI/lit-llama issue #137; GaoLii/DSP issue #10): 24,269 MiB.
 //   RTX 5090: NVIDIA RTX Blackwell GPU architecture whitepaper: 32 GB GDDR7, 1,792 GB/s, FP32 104.8 TF,
 //     FP16/BF16 tensor FP32-accumulate 209.5 TF, FP8 419 TF (est.: the whitepaper's FP32-accumulate rates);
-//     GB202, 170 SMs, compute 12.0; PCIe 5.0 x16 (64 GB/s). Memory: marketing.
+//     GB202, 170 SMs, compute 12.0; PCIe 5.0 x16 (64 GB/s). Runtime total 31.37 GiB: PyTorch's OOM message on
+//     an RTX 5090 (Wan-Video/Wan2.1 issue #465): 32,123 MiB.
 //   RTX A6000: NVIDIA RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s, FP32 38.7 TF, tensor 309.7 TF* (FP16);
 //     84 SMs, compute 8.6. Memory: marketing.
 //   RTX 6000 Ada: NVIDIA RTX 6000 Ada datasheet: 48 GB GDDR6, 960 GB/s, FP32 91.1 TF, FP8 1,457 TF*;
-//     142 SMs, compute 8.9. Memory: marketing.
+//     142 SMs, compute 8.9. Runtime total 44.43 GiB: PyTorch's OOM message beside nvidia-smi's 46068MiB
+//     (DINGYANB/MTVCrafter issue #21): 45,496 MiB.
 //   H200 NVL: NVIDIA H200 datasheet (NVL column): 141 GB HBM3e, 4.8 TB/s, FP32 60 TF, TF32 835 TF*,
 //     BF16 1,671 TF*, FP8 3,341 TF*; NVLink bridge 900 GB/s; 132 SMs (est., GH100 as in H100 NVL).
 //     Memory: the SXM part's runtime total (same HBM stacks; est.).
@@ -127,17 +131,17 @@ const std::vector<GpuSpec> kGpus = {
      15.7 * kT, 0, 125 * kT, 0, 0, 900 * kG, kLaunchNs, 70, 80, 2048, 150 * kG},
     {"T4", "PCIe, GDDR6", 16 * kGiB, 15'843'721'216ULL,
      8.1 * kT, 0, 65 * kT, 0, 0, 320 * kG, kLaunchNs, 75, 40, 1024, 16 * kG},
-    {"L40S", "PCIe, GDDR6 (memory: marketing size)", 48 * kGiB, 48 * kGiB,
+    {"L40S", "PCIe, GDDR6", 48 * kGiB, 45'486ULL * kMiB,
      91.6 * kT, 183 * kT, 366.5 * kT, 366.5 * kT, 733 * kT, 864 * kG, kLaunchNs, 89, 142, 1536, 32 * kG},
     {"A10G", "PCIe, GDDR6 (AWS g5)", 24 * kGiB, 22'723ULL * kMiB,
      31.2 * kT, 62.5 * kT, 125 * kT, 125 * kT, 0, 600 * kG, kLaunchNs, 86, 80, 1536, 32 * kG},
-    {"RTX-3090", "GeForce, GDDR6X (memory: marketing size)", 24 * kGiB, 24 * kGiB,
+    {"RTX-3090", "GeForce, GDDR6X", 24 * kGiB, 24'269ULL * kMiB,
      35.6 * kT, 35.6 * kT, 71 * kT, 71 * kT, 0, 936 * kG, kLaunchNs, 86, 82, 1536, 32 * kG},
-    {"RTX-5090", "GeForce, GDDR7 (memory: marketing size)", 32 * kGiB, 32 * kGiB,
+    {"RTX-5090", "GeForce, GDDR7", 32 * kGiB, 32'123ULL * kMiB,
      104.8 * kT, 104.8 * kT, 209.5 * kT, 209.5 * kT, 419 * kT, 1792 * kG, kLaunchNs, 120, 170, 1536, 64 * kG},
     {"RTX-A6000", "PCIe, GDDR6 (memory: marketing size)", 48 * kGiB, 48 * kGiB,
      38.7 * kT, 77.4 * kT, 154.8 * kT, 154.8 * kT, 0, 768 * kG, kLaunchNs, 86, 84, 1536, 32 * kG},
-    {"RTX-6000-Ada", "PCIe, GDDR6 (memory: marketing size)", 48 * kGiB, 48 * kGiB,
+    {"RTX-6000-Ada", "PCIe, GDDR6", 48 * kGiB, 45'496ULL * kMiB,
      91.1 * kT, 182.1 * kT, 364.2 * kT, 364.2 * kT, 728.5 * kT, 960 * kG, kLaunchNs, 89, 142, 1536, 32 * kG},
     {"H200-NVL", "PCIe + NVLink bridge, HBM3e", 141 * kGiB, 143'155ULL * kMiB,
      60 * kT, 417.5 * kT, 835.5 * kT, 835.5 * kT, 1670.5 * kT, 4800 * kG, kLaunchNs, 90, 132, 2048, 450 * kG},

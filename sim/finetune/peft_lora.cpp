@@ -11,14 +11,24 @@
 namespace vramsim {
 namespace {
 
-// TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, for the model_types vramsim reads.
+// TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (PEFT main of 2026-08, 5d602fdb), for the model_types
+// vramsim reads. phi3, qwen2_moe, qwen3_moe, olmo2, granite, starcoder2, gpt_oss and deepseek_v3 have no
+// entry: PEFT asks for target_modules. (llama4's entry is keyed by the multimodal wrapper's model_type, which
+// vramsim reads as llama4_text: no default here either.)
 std::vector<std::string> default_targets(std::string_view model_type) {
   if (model_type == "gpt2" || model_type == "gpt_bigcode") {
     return {"c_attn"};
   }
   if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "qwen2" ||
-      model_type == "gemma" || model_type == "gemma2") {
+      model_type == "gemma" || model_type == "gemma2" || model_type == "gemma3_text" ||
+      model_type == "qwen3") {
     return {"q_proj", "v_proj"};
+  }
+  if (model_type == "phi") {
+    return {"q_proj", "v_proj", "fc1", "fc2"};
+  }
+  if (model_type == "falcon") {
+    return {"query_key_value"};
   }
   return {};
 }

@@ -10,6 +10,7 @@
 
 #include "sim/core/error.h"
 #include "sim/core/thread_pool.h"
+#include "sim/models/checkpoint_quantization.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/parallel/tensor_parallel.h"
@@ -656,6 +657,10 @@ void decide(const PlanRequest& r, PlanResult& out);
 
 PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
   validate_request(r);
+  // every configuration would be refused alike: say why once (checkpoint_quantization.h)
+  if (const std::optional<CheckpointQuantization> q = checkpoint_quantization_of(r.model)) {
+    refuse_unmodelled_quantization(*q, r.model);
+  }
   PlanResult out;
   const GpuMemory d = device_memory(r.gpu, 0, ContextOptions{});
   out.total_bytes = d.total_bytes;

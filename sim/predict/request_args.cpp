@@ -17,6 +17,7 @@
 #include "sim/engine/gpu_table.h"
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/models/checkpoint_quantization.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/data_parallel.h"
@@ -214,6 +215,41 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   v.max_num_seqs = a.max_num_seqs;
 }
 
+// A pre-quantized checkpoint (config.json's quantization_config, checkpoint_quantization.h): bitsandbytes'
+// is the --base-weights path, its values taken from the config (from_pretrained uses the checkpoint's own
+// quantization_config); the other formats are read and refused, naming what was read, rather than predicted
+// in torch_dtype as if the block were not there.
+void apply_checkpoint_quantization(const RequestArgs& a, BnbOptions& bnb) {
+  const std::optional<CheckpointQuantization> q = checkpoint_quantization_of(a.model);
+  if (!q) {
+    return;
+  }
+  refuse_unmodelled_quantization(*q, a.model);
+  if (!q->modules_to_not_convert.empty()) {
+    throw InputError(fmt::format(
+        "{}: quantization_config: llm_int8_skip_modules is not modelled (--base-weights converts every linear "
+        "layer but lm_head)",
+        a.model));
+  }
+  const auto conflict = [&](bool differs, std::string_view option, std::string_view value) {
+    if (differs) {
+      throw InputError(fmt::format("{} {}: contradicts the quantization_config of {} ({})", option, value,
+                                   a.model, describe(*q)));
+    }
+  };
+  conflict(!a.base_weights.empty() && parse_base_weights(a.base_weights) != q->bnb_format, "--base-weights",
+           a.base_weights);
+  conflict(a.bnb_double_quant && !q->bnb_double_quant, "--bnb-double-quant", "");
+  conflict(a.bnb_compute_dtype != "fp32" && bnb.compute_dtype != q->bnb_compute_dtype, "--bnb-compute-dtype",
+           a.bnb_compute_dtype);
+  conflict(a.bnb_quant_storage != "uint8" && bnb.quant_storage != q->bnb_quant_storage, "--bnb-quant-storage",
+           a.bnb_quant_storage);
+  bnb.format = q->bnb_format;
+  bnb.double_quant = q->bnb_double_quant;
+  bnb.compute_dtype = q->bnb_compute_dtype;
+  bnb.quant_storage = q->bnb_quant_storage;
+}
+
 }  // namespace
 
 PromptLengths parse_prompt_len(std::string_view text, std::int64_t batch, std::string_view option) {
@@ -383,10 +419,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   // call peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing QLoRA + FSDP /
   // DS-Zero3", trl/trainer/sft_trainer.py): the parameters must keep one dtype to be flattened.
   const bool shards_parameters = data_parallel.scheme.starts_with("fsdp") || data_parallel.scheme == "zero3";
-  o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only &&
-                                o.bnb.format != BnbFormat::kTorchaoNf4 && !shards_parameters;
   o.bnb.quant_storage = parse_bnb_quant_storage(a.bnb_quant_storage);
   o.bnb.matmul4bit_saves_input = a.bnb_saves_input;
+  apply_checkpoint_quantization(a, o.bnb);
+  o.bnb.prepare_kbit_training = !a.no_prepare_kbit && !o.inference && !o.forward_only &&
+                                o.bnb.format != BnbFormat::kTorchaoNf4 && !shards_parameters;
   if (o.bnb.format == BnbFormat::kNone && (a.bnb_double_quant || a.no_prepare_kbit || a.bnb_saves_input ||
                                            a.bnb_compute_dtype != "fp32" || a.bnb_quant_storage != "uint8")) {
     throw InputError(

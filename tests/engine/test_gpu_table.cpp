@@ -1,6 +1,7 @@
 // The GPU table: sane rows, lookups by name / alias / PyTorch device name, dtype fallbacks, errors.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 
 #include "sim/core/error.h"
@@ -112,6 +113,16 @@ TEST_CASE("gpu table: the GPUs people rent now (issue 36), data-sheet figures", 
   CHECK(find_gpu("NVIDIA GeForce RTX 3090").nominal_memory_bytes == 24 * kGiB);
   CHECK(find_gpu("NVIDIA GeForce RTX 5090").nominal_memory_bytes == 32 * kGiB);
   CHECK(find_gpu("NVIDIA GeForce RTX 5090").compute_capability == 120);
+  // Runtime totals as PyTorch's OOM messages print them ("GPU 0 has a total capacity of X GiB", two
+  // decimals): L40S 44.42 GiB (stepfun-ai/Step-Video-T2V #8), RTX 3090 23.70 GiB (Lightning-AI/lit-llama
+  // #137), RTX 5090 31.37 GiB (Wan-Video/Wan2.1 #465), RTX 6000 Ada 44.43 GiB (DINGYANB/MTVCrafter #21)
+  const auto gib2 = [](const char* gpu) {
+    return std::llround(static_cast<double>(find_gpu(gpu).total_memory_bytes) / kGiB * 100);
+  };
+  CHECK(gib2("L40S") == 4442);
+  CHECK(gib2("RTX-3090") == 2370);
+  CHECK(gib2("RTX-5090") == 3137);
+  CHECK(gib2("RTX-6000-Ada") == 4443);
   CHECK(find_gpu("NVIDIA RTX A6000").nominal_memory_bytes == 48 * kGiB);
   CHECK(find_gpu("NVIDIA RTX 6000 Ada Generation").nominal_memory_bytes == 48 * kGiB);
   CHECK(find_gpu("NVIDIA H200 NVL").total_memory_bytes == find_gpu("h200").total_memory_bytes);

@@ -22,7 +22,10 @@ ModelConfig stored_config(const std::string& file) {
   return load_model((test::source_dir() / "tests" / "data" / "hf_configs" / file).string());
 }
 
-// Shape keys of published checkpoints (no stored copy found: tests/data/hf_configs/SOURCES.md).
+// Shape keys of published checkpoints. olmo2, granite, starcoder2, falcon and llama4 have no stored
+// config.json (tests/data/hf_configs/SOURCES.md); Qwen3-30B-A3B, phi-2, gpt-oss-20b and DeepSeek-V3 now do,
+// and test_hf_real_configs.cpp counts them from the stored files (these inline keys are kept for the step
+// tests below, which shrink them).
 // Qwen/Qwen3-30B-A3B
 const char* kQwen3MoeA3B = R"({"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
   "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,

@@ -33,10 +33,11 @@ TEST_CASE("every preset name loads and round-trips through load_model", "[quick]
     const ModelConfig m = load_model(name);
     CHECK(m.name == name);
     // head_dim is d_model / n_heads unless the checkpoint's config.json sets it otherwise (Qwen3-32B,
-    // Gemma, gpt-oss; DeepSeek-V3's MLA: qk_nope + qk_rope)
-    const bool own_head_dim = m.model_type == "qwen3" || m.model_type == "qwen2" ||
-                              m.model_type == "gemma2" || m.model_type == "gemma3_text" ||
-                              m.model_type == "gpt_oss" || m.model_type == "deepseek_v3";
+    // Qwen3-30B-A3B's 128 x 32 heads on 2048, Gemma, gpt-oss; DeepSeek-V3's MLA: qk_nope + qk_rope)
+    const bool own_head_dim = m.model_type == "qwen3" || m.model_type == "qwen3_moe" ||
+                              m.model_type == "qwen2" || m.model_type == "gemma2" ||
+                              m.model_type == "gemma3_text" || m.model_type == "gpt_oss" ||
+                              m.model_type == "deepseek_v3";
     if (!own_head_dim) {
       CHECK(m.head_dim * m.n_heads == m.d_model);
     }

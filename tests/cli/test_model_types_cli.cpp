@@ -1,0 +1,203 @@
+// Each supported model_type end to end through the CLI, from a real config.json where one is stored
+// (tests/data/hf_configs) and otherwise from the shape keys of a published checkpoint: `predict` for a
+// training step and for generation, `fit` and `plan`. What can fail: the parameter count the report prints
+// is the count worked by hand (tests/graph/test_hf_real_configs.cpp, test_hf_model_types_2025.cpp: the
+// constants below are those hand counts) and the parameters' bytes are that count x 2 (bf16); a quantized
+// checkpoint is refused with the format it read.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_test_util.h"
+
+using vramsim::test::run_vramsim;
+using vramsim::test::write_file;
+
+namespace {
+
+std::string stored(const std::string& file) {
+  return (vramsim::test::source_dir() / "tests" / "data" / "hf_configs" / file).string();
+}
+
+struct Case {
+  std::string model_type;
+  std::string config;  // a path
+  std::int64_t parameters;
+};
+
+// A copy of a stored config with fewer layers, for the MoE models whose full step takes minutes to simulate
+// (DeepSeek-V3: 61 layers of 256 experts); every other key as stored.
+std::string with_layers(const std::string& file, int layers) {
+  std::ifstream in(stored(file));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["num_hidden_layers"] = layers;
+  return write_file(std::to_string(layers) + "_layers_" + file, j.dump()).string();
+}
+
+// Shapes of published checkpoints for the model_types with no stored config.json (SOURCES.md), as
+// test_hf_model_types_2025.cpp writes them, with its hand counts.
+std::vector<Case> cases() {
+  return {
+      {"gpt2", stored("openai-community__gpt2.config.json"), 124'439'808},
+      // wte 49280 x 2048, wpe 2048 x 2048, ln_f; per layer two LayerNorms, c_attn 2048 x (2048 + 2 x 128) +
+      // bias (one key/value head), c_proj 2048 x 2048 + bias, c_fc 2048 x 8192 + bias, c_proj 8192 x 2048 +
+      // bias: 49280*2048 + 2048*2048 + 24*(4*2048 + 2048*2304 + 2304 + 2048*2048 + 2048 + 2*2048*8192 + 8192
+      // + 2048) + 2*2048
+      {"gpt_bigcode", stored("bigcode__gpt_bigcode-santacoder.config.json"), 1'124'886'528},
+      {"llama", stored("meta-llama__Llama-3.2-3B.config.json"), 3'212'749'824},
+      {"qwen2", stored("Qwen__Qwen2.5-7B.config.json"), 7'615'616'512},
+      {"qwen3", stored("Qwen__Qwen3-8B.config.json"), 8'190'735'360},
+      // Qwen3-30B-A3B with 1 of its 48 layers: attention 2048 x 4096 + 2 x 2048 x 512 + 4096 x 2048, q/k
+      // norms 2 x 128, router 128 x 2048, 128 experts of 3 x 2048 x 768, two norms; untied embeddings; final
+      // norm
+      {"qwen3_moe", with_layers("Qwen__Qwen3-30B-A3B.config.json", 1),
+       2 * 151936LL * 2048 +
+           (2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 128 * 2048 + 128LL * 3 * 2048 * 768 +
+            2 * 2048) +
+           2048},
+      // Gemma 2 report's 2,024,517,888 non-embedding + 256000 x 2304 tied embeddings
+      {"gemma2", stored("google__gemma-2-2b-it.config.json"), 2'614'341'888},
+      {"gemma3_text", stored("google__gemma-3-1b-it.config.json"), 999'885'952},
+      {"phi", stored("microsoft__phi-2.config.json"), 2'779'683'840},
+      // 2 x 32064 x 3072 + 3072 + 32 x (3072 x 9216 + 3072 x 3072 + 3072 x 16384 + 8192 x 3072 + 2 x 3072)
+      {"phi3", stored("microsoft__Phi-3-mini-4k-instruct.config.json"), 3'821'079'552},
+      {"mixtral", stored("mistralai__Mixtral-8x7B-v0.1.config.json"), 46'702'792'704},
+      {"gpt_oss", stored("openai__gpt-oss-20b.config.json"), 20'914'757'184},
+      // DeepSeek-V3 with 4 of its 61 layers: the 3 dense ones (first_k_dense_replace) and one MoE layer; MLA
+      // attention as in test_hf_real_configs.cpp, dense MLP 3 x 7168 x 18432, 256 experts + 1 shared of
+      // 3 x 7168 x 2048 and the 256 x 7168 router
+      {"deepseek_v3", with_layers("deepseek-ai__DeepSeek-V3.config.json", 4),
+       4 * (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168 +
+            2 * 7168) +
+           3 * 3LL * 7168 * 18432 + (257LL * 3 * 7168 * 2048 + 256 * 7168) + 2 * 129280LL * 7168 + 7168},
+      {"falcon",
+       write_file("falcon.json", R"({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 4544,
+        "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": true, "parallel_attn": true,
+        "new_decoder_architecture": false, "bias": false, "alibi": false})")
+           .string(),
+       6'921'720'704},
+  };
+}
+
+nlohmann::json predict_json(const std::string& args) {
+  const auto r = run_vramsim("predict " + args + " --json");
+  INFO(args << "\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("every model_type runs predict (training and generation), fit and plan from its config.json",
+          "[cli][slow]") {
+  for (const Case& c : cases()) {
+    INFO(c.model_type << " " << c.config);
+    const std::string model = "--model " + c.config + " --capacity 2000GiB --precision bf16 ";
+    const nlohmann::json train = predict_json(model + "--batch 1 --seq 64 --checkpointing full");
+    CHECK(train.at("total_parameters").get<std::int64_t>() == c.parameters);
+    CHECK(train.at("bill").at("parameters").get<std::int64_t>() == 2 * c.parameters);
+    const nlohmann::json gen = predict_json(model + "--batch 1 --seq 16 --generate 2");
+    CHECK(gen.at("total_parameters").get<std::int64_t>() == c.parameters);
+    CHECK(gen.at("bill").at("parameters").get<std::int64_t>() == 2 * c.parameters);
+    CHECK(gen.at("bill").at("gradients").get<std::int64_t>() == 0);
+  }
+}
+
+TEST_CASE("fit and plan take a real config.json of the current model_types", "[cli][slow]") {
+  for (const char* file :
+       {"Qwen__Qwen3-8B.config.json", "openai__gpt-oss-20b.config.json", "microsoft__phi-2.config.json"}) {
+    INFO(file);
+    const auto fit = run_vramsim("fit --model " + stored(file) +
+                                 " --gpu H100 --precision bf16 --seq 512 --checkpointing full --json");
+    INFO(fit.err);
+    REQUIRE(fit.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(fit.out);
+    CHECK_FALSE(j.at("trials").empty());
+    if (std::string(file) == "microsoft__phi-2.config.json") {
+      // 2,779,683,840 bf16 parameters, their gradients and AdamW's two bf16 states (no master copy on one
+      // GPU): 8 bytes each, 22.2 GB, well under the H100's 0.9 x 79.2 GiB: batch 1 fits
+      CHECK(j.at("best").get<int>() >= 1);
+    }
+  }
+  const auto plan = run_vramsim("plan --model " + stored("microsoft__phi-2.config.json") +
+                                " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
+  INFO(plan.err);
+  REQUIRE(plan.exit_code == 0);
+  CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);
+}
+
+TEST_CASE("a quantized checkpoint is refused naming the format it read, in predict, fit and plan", "[cli]") {
+  // DeepSeek-V3's fp8 block on the stored copy (SOURCES.md); the bytes are the hand count of
+  // tests/graph/test_hf_real_configs.cpp ("fp8: DeepSeek-V3's block").
+  nlohmann::json j =
+      nlohmann::json::parse(R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  const std::string path = write_file("llama_fp8.json", j.dump()).string();
+  // 224 linear layers, one byte per weight; a float32 per 128 x 128 tile: per layer q and o 32 x 32, k and
+  // v 8 x 32, gate and up 112 x 32, down 32 x 112
+  const std::int64_t weights = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096;
+  const std::int64_t tiles = 2 * 32 * 32 + 2 * 8 * 32 + 3 * 112 * 32;
+  const std::string expected = path +
+                               ": quantization_config: fp8 (float8_e4m3fn weights, a float32 scale per 128 x "
+                               "128 block): 224 weights in " +
+                               std::to_string(32 * (weights + 4 * tiles)) + " B";
+  for (const std::string& cmd :
+       {"predict --model " + path + " --gpu H100 --batch 1 --seq 128",
+        "fit --model " + path + " --gpu H100 --seq 128",
+        "plan --model " + path + " --gpu H100 --gpus 8 --global-batch 8 --seq 512"}) {
+    INFO(cmd);
+    const auto r = run_vramsim(cmd);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Matchers::Contains(expected));
+    CHECK_THAT(r.err, Catch::Matchers::Contains("not modelled"));
+  }
+  // bitsandbytes' block is the --base-weights path: the same prediction as the flags
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"},
+                              {"load_in_4bit", true},
+                              {"bnb_4bit_quant_type", "nf4"},
+                              {"bnb_4bit_compute_dtype", "bfloat16"}};
+  j["num_hidden_layers"] = 2;
+  const std::string bnb = write_file("llama_bnb.json", j.dump()).string();
+  j.erase("quantization_config");
+  const std::string plain = write_file("llama_plain.json", j.dump()).string();
+  const auto from_config =
+      run_vramsim("predict --model " + bnb + " --gpu H100 --batch 1 --seq 128 --lora-rank 8 --json");
+  const auto from_flags = run_vramsim(
+      "predict --model " + plain +
+      " --gpu H100 --batch 1 --seq 128 --lora-rank 8 --base-weights nf4 --bnb-compute-dtype bf16 --json");
+  REQUIRE(from_config.exit_code == 0);
+  REQUIRE(from_flags.exit_code == 0);
+  CHECK(nlohmann::json::parse(from_config.out).at("peak_reserved_bytes") ==
+        nlohmann::json::parse(from_flags.out).at("peak_reserved_bytes"));
+  CHECK(nlohmann::json::parse(from_config.out).at("base_weights").at("format") == "nf4");
+  const auto conflict = run_vramsim("predict --model " + bnb +
+                                    " --gpu H100 --batch 1 --seq 128 --lora-rank 8 --base-weights int8");
+  CHECK(conflict.exit_code == 2);
+  CHECK_THAT(conflict.err,
+             Catch::Matchers::Contains("--base-weights int8: contradicts the quantization_config of " + bnb));
+}
+
+TEST_CASE("LoRA takes PEFT's default target_modules for qwen3, gemma3_text, phi and falcon", "[cli]") {
+  // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: qwen3 q_proj, v_proj; phi q_proj, v_proj, fc1,
+  // fc2. A rank-r adapter on an in x out Linear has r x (in + out) parameters.
+  // Qwen3-8B, r 16: q 16 x (4096 + 4096), v 16 x (4096 + 1024), 36 layers
+  const nlohmann::json qwen3 =
+      predict_json("--model " + stored("Qwen__Qwen3-8B.config.json") +
+                   " --capacity 200GiB --batch 1 --seq 64 --precision bf16 --lora-rank 16");
+  CHECK(qwen3.at("trainable_parameters").get<std::int64_t>() == 36 * (16 * 8192 + 16 * 5120));
+  // phi-2, r 8: q and v 8 x (2560 + 2560), fc1 8 x (2560 + 10240), fc2 8 x (10240 + 2560), 32 layers
+  const nlohmann::json phi =
+      predict_json("--model " + stored("microsoft__phi-2.config.json") +
+                   " --capacity 200GiB --batch 1 --seq 64 --precision bf16 --lora-rank 8");
+  CHECK(phi.at("trainable_parameters").get<std::int64_t>() == 32 * (2 * 8 * 5120 + 2 * 8 * 12800));
+  // gpt-oss has no entry: PEFT asks for target_modules
+  const auto oss = run_vramsim("predict --model " + stored("openai__gpt-oss-20b.config.json") +
+                               " --capacity 200GiB --batch 1 --seq 64 --lora-rank 8");
+  CHECK(oss.exit_code == 2);
+  CHECK_THAT(oss.err, Catch::Matchers::Contains("no default target_modules for model_type 'gpt_oss'"));
+}

@@ -1,0 +1,357 @@
+// The real config.json files of tests/data/hf_configs (provenance in its SOURCES.md), one or more per
+// supported model_type where a public copy was found: every model_type is either covered or named as
+// missing; each preset with a stored config has exactly that config's shapes; each stored config's
+// parameters are counted by hand below (per layer: attention, norms, MLP or MoE; then embeddings, final norm,
+// lm_head; tied embeddings once) and compared exactly, with the model card's published total where there is
+// one; and the quantization blocks these checkpoints ship are read into their storage format, counted by
+// hand from the quantized modules' buffer shapes (sim/models/checkpoint_quantization.h names the sources).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/core/error.h"
+#include "sim/models/checkpoint_quantization.h"
+#include "sim/models/model_config.h"
+#include "test_paths.h"
+
+using namespace vramsim;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::filesystem::path config_dir() { return test::source_dir() / "tests" / "data" / "hf_configs"; }
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+ModelConfig stored(const std::string& file) { return load_model((config_dir() / file).string()); }
+
+// The stored file with the official checkpoint's quantization_config block added (the copies stored are of
+// dequantized or re-saved checkpoints that dropped it; each test names where the block is quoted from).
+std::string with_block(const std::string& file, const char* block) {
+  nlohmann::json j = nlohmann::json::parse(read_text(config_dir() / file));
+  j["quantization_config"] = nlohmann::json::parse(block);
+  return j.dump();
+}
+
+// The model_types with no stored real config.json: no public copy was found (SOURCES.md says so). A new
+// model_type must be added to one list or the other.
+const std::set<std::string> kNoRealConfig = {"mistral", "gemma",      "qwen2_moe", "gemma3",      "olmo2",
+                                             "granite", "starcoder2", "falcon",    "llama4_text", "llama4"};
+
+// Every field that fixes a tensor or an op of the step (the dropout rates excepted: presets run without
+// dropout, model_config.h).
+void check_same_shapes(const ModelConfig& a, const ModelConfig& b) {
+  CHECK(a.family == b.family);
+  CHECK(a.model_type == b.model_type);
+  CHECK(a.vocab_size == b.vocab_size);
+  CHECK(a.d_model == b.d_model);
+  CHECK(a.n_layers == b.n_layers);
+  CHECK(a.n_heads == b.n_heads);
+  CHECK(a.n_kv_heads == b.n_kv_heads);
+  CHECK(a.head_dim == b.head_dim);
+  CHECK(a.d_ff == b.d_ff);
+  CHECK(a.max_positions == b.max_positions);
+  CHECK(a.tied_embeddings == b.tied_embeddings);
+  CHECK(a.bias == b.bias);
+  CHECK(a.qkv_bias == b.qkv_bias);
+  CHECK(a.norm == b.norm);
+  CHECK(a.mlp == b.mlp);
+  CHECK(a.gelu == b.gelu);
+  CHECK(a.gated_activation == b.gated_activation);
+  CHECK(a.linear_weights == b.linear_weights);
+  CHECK(a.fused_qkv == b.fused_qkv);
+  CHECK(a.fused_gate_up == b.fused_gate_up);
+  CHECK(a.scale_embeddings == b.scale_embeddings);
+  CHECK(a.sandwich_norms == b.sandwich_norms);
+  CHECK(a.attn_logit_softcapping == b.attn_logit_softcapping);
+  CHECK(a.final_logit_softcapping == b.final_logit_softcapping);
+  CHECK(a.softmax_in_fp32 == b.softmax_in_fp32);
+  CHECK(a.always_builds_mask == b.always_builds_mask);
+  CHECK(a.mistral_mask == b.mistral_mask);
+  CHECK(a.moe.n_experts == b.moe.n_experts);
+  CHECK(a.moe.top_k == b.moe.top_k);
+  CHECK(a.moe.expert_d_ff == b.moe.expert_d_ff);
+  CHECK(a.moe.normalize_top_k == b.moe.normalize_top_k);
+  CHECK(a.moe.shared_expert_d_ff == b.moe.shared_expert_d_ff);
+  CHECK(a.moe.sparse_step == b.moe.sparse_step);
+  CHECK(a.moe.dense_layers == b.moe.dense_layers);
+  CHECK(a.moe.shared_expert_gated == b.moe.shared_expert_gated);
+  CHECK(a.moe.fused_experts == b.moe.fused_experts);
+  CHECK(a.moe.expert_bias == b.moe.expert_bias);
+  CHECK(a.moe.router_bias == b.moe.router_bias);
+  CHECK(a.qk_norm == b.qk_norm);
+  CHECK(a.post_norms_only == b.post_norms_only);
+  CHECK(a.parallel_block == b.parallel_block);
+  CHECK(a.parallel_two_norms == b.parallel_two_norms);
+  CHECK(a.lm_head_bias == b.lm_head_bias);
+  CHECK(a.embedding_multiplier == b.embedding_multiplier);
+  CHECK(a.residual_multiplier == b.residual_multiplier);
+  CHECK(a.logits_scaling == b.logits_scaling);
+  CHECK(a.attention_sinks == b.attention_sinks);
+  CHECK(a.sliding_window == b.sliding_window);
+  CHECK(a.mla.q_lora_rank == b.mla.q_lora_rank);
+  CHECK(a.mla.kv_lora_rank == b.mla.kv_lora_rank);
+  CHECK(a.mla.qk_nope_head_dim == b.mla.qk_nope_head_dim);
+  CHECK(a.mla.qk_rope_head_dim == b.mla.qk_rope_head_dim);
+  CHECK(a.mla.v_head_dim == b.mla.v_head_dim);
+  CHECK(a.parameter_count() == b.parameter_count());
+}
+
+}  // namespace
+
+TEST_CASE("real configs: every supported model_type has a stored config.json or is named as missing",
+          "[quick][graph]") {
+  std::set<std::string> covered;
+  const std::string sources = read_text(config_dir() / "SOURCES.md");
+  for (const auto& entry : std::filesystem::directory_iterator(config_dir())) {
+    const std::string file = entry.path().filename().string();
+    if (!file.ends_with(".config.json")) {
+      continue;
+    }
+    INFO(file);
+    CHECK_THAT(sources, Contains("`" + file + "`"));  // its provenance is written down
+    const nlohmann::json j = nlohmann::json::parse(read_text(entry.path()));
+    covered.insert(j.at("model_type").get<std::string>());
+    CHECK(stored(file).parameter_count() > 0);  // and vramsim reads it
+  }
+  for (const std::string& type : supported_model_types()) {
+    INFO(type);
+    CHECK(covered.contains(type) != kNoRealConfig.contains(type));
+    if (kNoRealConfig.contains(type)) {
+      CHECK_THAT(sources, Contains(type));  // named as missing there
+    }
+  }
+}
+
+TEST_CASE("real configs: each preset with a stored config.json has that config's shapes", "[quick][graph]") {
+  const std::map<std::string, std::string> pairs = {
+      {"gpt2", "openai-community__gpt2.config.json"},
+      {"llama-3.1-8b", "meta-llama__Llama-3.1-8B.config.json"},
+      {"llama-3.2-3b", "meta-llama__Llama-3.2-3B.config.json"},
+      {"qwen2.5-3b", "Qwen__Qwen2.5-3B.config.json"},
+      {"qwen2.5-7b", "Qwen__Qwen2.5-7B.config.json"},
+      {"qwen2.5-14b", "Qwen__Qwen2.5-14B.config.json"},
+      {"qwen2.5-32b", "Qwen__Qwen2.5-32B.config.json"},
+      {"qwen3-8b", "Qwen__Qwen3-8B.config.json"},
+      {"qwen3-14b", "Qwen__Qwen3-14B.config.json"},
+      {"qwen3-32b", "Qwen__Qwen3-32B.config.json"},
+      {"qwen3-30b-a3b", "Qwen__Qwen3-30B-A3B.config.json"},
+      {"mixtral-8x7b", "mistralai__Mixtral-8x7B-v0.1.config.json"},
+      {"phi-2", "microsoft__phi-2.config.json"},
+      {"phi-3-mini", "microsoft__Phi-3-mini-4k-instruct.config.json"},
+      {"gpt-oss-20b", "openai__gpt-oss-20b.config.json"},
+      {"deepseek-v3", "deepseek-ai__DeepSeek-V3.config.json"},
+  };
+  for (const auto& [preset, file] : pairs) {
+    INFO(preset << " vs " << file);
+    check_same_shapes(model_preset(preset), stored(file));
+  }
+}
+
+TEST_CASE("real configs: parameter counts worked by hand", "[quick][graph]") {
+  SECTION("llama: Llama-3.1-8B, 8,030,261,248 (the figure Meta's model card rounds to 8.03B)") {
+    // q and o 4096 x 32*128, k and v 4096 x 8*128, MLP 3 x 4096 x 14336, two RMSNorms; embeddings and
+    // lm_head 128256 x 4096 each (untied); final norm
+    const std::int64_t layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096;
+    const ModelConfig m = stored("meta-llama__Llama-3.1-8B.config.json");
+    CHECK(m.parameter_count() == 2 * 128256LL * 4096 + 32 * layer + 4096);
+    CHECK(m.parameter_count() == 8'030'261'248);
+  }
+  SECTION("llama: Llama-3.2-3B (3.21B), head_dim 128 given, tied embeddings") {
+    const std::int64_t layer = 2 * 3072 * 3072 + 2 * 3072 * 1024 + 3 * 3072 * 8192 + 2 * 3072;
+    const ModelConfig m = stored("meta-llama__Llama-3.2-3B.config.json");
+    CHECK(m.tied_embeddings);
+    CHECK(m.parameter_count() == 128256LL * 3072 + 28 * layer + 3072);
+    CHECK(m.parameter_count() == 3'212'749'824);
+  }
+  SECTION("qwen2: Qwen2.5-7B (7.61B, 6.53B non-embedding on its model card), q/k/v biases") {
+    // head_dim 3584 / 28 = 128: q 3584 x 3584 + 3584, k and v 3584 x 512 + 512, o 3584 x 3584
+    const std::int64_t layer =
+        (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584;
+    const ModelConfig m = stored("Qwen__Qwen2.5-7B.config.json");
+    CHECK(m.qkv_bias);
+    CHECK(m.parameter_count() == 2 * 152064LL * 3584 + 28 * layer + 3584);
+    CHECK(m.parameter_count() == 7'615'616'512);
+    CHECK(std::llround((m.parameter_count() - 2 * 152064LL * 3584) / 1e7) == 653);
+  }
+  SECTION("qwen3: Qwen3-8B (8.2B, 6.95B non-embedding on its model card), q_norm / k_norm") {
+    const std::int64_t layer =
+        4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 2 * 128 + 3 * 4096 * 12288 + 2 * 4096;
+    const ModelConfig m = stored("Qwen__Qwen3-8B.config.json");
+    CHECK(m.parameter_count() == 2 * 151936LL * 4096 + 36 * layer + 4096);
+    CHECK(m.parameter_count() == 8'190'735'360);
+    CHECK(std::llround((m.parameter_count() - 2 * 151936LL * 4096) / 1e7) == 695);
+  }
+  SECTION("qwen3_moe: Qwen3-30B-A3B (30.5B, 29.9B non-embedding on its model card)") {
+    // attention 2048 x 4096 + 2 x 2048 x 512 + 4096 x 2048, q/k norms 2 x 128; router 128 x 2048; 128
+    // experts of 3 x 2048 x 768; two norms
+    const std::int64_t layer =
+        2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 128 * 2048 + 128LL * 3 * 2048 * 768 + 2 * 2048;
+    const ModelConfig m = stored("Qwen__Qwen3-30B-A3B.config.json");
+    CHECK(m.moe.n_experts == 128);
+    CHECK(m.moe.top_k == 8);
+    CHECK(m.parameter_count() == 2 * 151936LL * 2048 + 48 * layer + 2048);
+    CHECK(m.parameter_count() == 30'532'122'624);
+    CHECK(std::llround((m.parameter_count() - 2 * 151936LL * 2048) / 1e8) == 299);
+  }
+  SECTION("gpt2: openai-community/gpt2, 124,439,808 (tied lm_head, 1024 learned positions)") {
+    // per layer: ln_1, c_attn 768 x 2304 + 2304, c_proj 768 x 768 + 768, ln_2, c_fc 768 x 3072 + 3072,
+    // c_proj 3072 x 768 + 768; wte 50257 x 768, wpe 1024 x 768, ln_f
+    const std::int64_t layer = 2 * 768 + (768 * 2304 + 2304) + (768 * 768 + 768) + 2 * 768 +
+                               (768 * 3072 + 3072) + (3072 * 768 + 768);
+    const ModelConfig m = stored("openai-community__gpt2.config.json");
+    CHECK(m.parameter_count() == 50257LL * 768 + 1024 * 768 + 12 * layer + 2 * 768);
+    CHECK(m.parameter_count() == 124'439'808);
+  }
+  SECTION("phi: microsoft/phi-2 (2.78B), resid_pdrop 0.1 read") {
+    const std::int64_t layer =
+        4 * (2560 * 2560 + 2560) + (2560 * 10240 + 10240) + (10240 * 2560 + 2560) + 2 * 2560;
+    const ModelConfig m = stored("microsoft__phi-2.config.json");
+    CHECK(m.dropout.residual == 0.1);
+    CHECK(m.parameter_count() == 51200LL * 2560 + 32 * layer + 2 * 2560 + (51200LL * 2560 + 51200));
+    CHECK(m.parameter_count() == 2'779'683'840);
+  }
+  SECTION("gpt_oss: gpt-oss-20b (20.91B on its model card), sinks, biased router, fused experts") {
+    // sinks 64; q 2880 x 4096 + 4096, k and v 2880 x 512 + 512, o 4096 x 2880 + 2880; router 32 x 2880 + 32;
+    // gate_up_proj 32 x 2880 x 5760 + bias 32 x 5760; down_proj 32 x 2880 x 2880 + bias 32 x 2880; two norms
+    const std::int64_t layer = 64 + (2880 * 4096 + 4096) + 2 * (2880 * 512 + 512) + (4096 * 2880 + 2880) +
+                               (32 * 2880 + 32) + (32LL * 2880 * 5760 + 32 * 5760) +
+                               (32LL * 2880 * 2880 + 32 * 2880) + 2 * 2880;
+    const ModelConfig m = stored("openai__gpt-oss-20b.config.json");
+    CHECK(m.sliding_window == 128);
+    CHECK(m.parameter_count() == 2 * 201088LL * 2880 + 24 * layer + 2880);
+    CHECK(m.parameter_count() == 20'914'757'184);
+  }
+  SECTION("deepseek_v3: DeepSeek-V3, 671B without the multi-token-prediction layer (the 685B checkpoint)") {
+    // num_nextn_predict_layers 1: the checkpoint's model.layers.61 is the MTP module, which
+    // DeepseekV3ForCausalLM does not build (its weights are dropped at load); 671B is the figure the model
+    // card gives for the main model, 685B with MTP.
+    const std::int64_t attention =
+        7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168;
+    const std::int64_t dense = 3LL * 7168 * 18432;
+    const std::int64_t moe = 256LL * 3 * 7168 * 2048 + 256 * 7168 + 3 * 7168 * 2048;
+    const ModelConfig m = stored("deepseek-ai__DeepSeek-V3.config.json");
+    CHECK(m.parameter_count() == 3 * (attention + dense + 2 * 7168) + 58 * (attention + moe + 2 * 7168) +
+                                     2 * 129280LL * 7168 + 7168);
+    CHECK(m.parameter_count() == 671'026'404'352);
+  }
+}
+
+TEST_CASE("quantization_config: the formats checkpoints ship, read into bytes by hand", "[quick][graph]") {
+  SECTION("fp8: DeepSeek-V3's block (quant_method fp8, e4m3, weight_block_size [128, 128])") {
+    // The block as DeepSeek-V3 and R1 ship it (SOURCES.md). A published weight listing of a checkpoint with
+    // this block (moonshotai/Kimi-K2-Instruct, same MLA shapes, search id 62698259723) shows the tensors
+    // counted here: kv_a_proj_with_mqa [576, 7168] float8_e4m3fn with weight_scale_inv [5, 56] float32,
+    // q_a_proj [1536, 7168] with [12, 56], an expert's down_proj [7168, 2048] with [56, 16], the router bf16.
+    const char* block = R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]})";
+    const std::string text = with_block("deepseek-ai__DeepSeek-V3.config.json", block);
+    const auto q = read_checkpoint_quantization(text, "ds.json");
+    REQUIRE(q);
+    CHECK(q->method == QuantMethod::kFp8);
+    const ModelConfig m = model_from_hf_config_json(text, "ds.json");
+    const QuantizedWeightBytes b = quantized_weight_bytes(m, *q, "ds.json");
+    // per layer, one byte per weight of q_a 1536 x 7168, q_b 24576 x 1536, kv_a 576 x 7168, kv_b 32768 x 512,
+    // o 7168 x 16384, and a float32 per 128 x 128 tile: 12 x 56, 192 x 12, 5 x 56, 256 x 4, 56 x 128;
+    // 3 dense MLPs of 3 x 7168 x 18432 (tiles 144 x 56 each); 58 MoE layers of 256 routed + 1 shared expert,
+    // 3 x 7168 x 2048 each (tiles 16 x 56). The router (DeepseekV3TopkRouter, not an nn.Linear), embeddings,
+    // norms and lm_head stay bf16.
+    const std::int64_t attention = 1536 * 7168 + 24576 * 1536 + 576 * 7168 + 32768 * 512 + 7168 * 16384;
+    const std::int64_t attention_tiles = 12 * 56 + 192 * 12 + 5 * 56 + 256 * 4 + 56 * 128;
+    CHECK(b.weights == 61 * 5 + 3 * 3 + 58 * 257 * 3);
+    CHECK(b.packed == 61 * attention + 3 * 3LL * 7168 * 18432 + 58 * 257 * 3LL * 7168 * 2048);
+    CHECK(b.scales == 4 * (61 * attention_tiles + 3 * 3 * 144 * 56 + 58 * 257 * 3 * 16 * 56));
+    CHECK(b.zeros == 0);
+    CHECK(b.total() == 669'228'962'144);
+  }
+  SECTION("mxfp4: gpt-oss-20b's block (modules_to_not_convert as the checkpoint ships it)") {
+    // openai/gpt-oss-20b config.json's block (SOURCES.md). Mxfp4GptOssExperts: gate_up_proj_blocks [32, 5760,
+    // 90, 16] uint8 and scales [32, 5760, 90], down_proj_blocks [32, 2880, 90, 16] and scales [32, 2880, 90];
+    // both biases float32.
+    const char* block =
+        R"({"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                            "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"})";
+    const std::string text = with_block("openai__gpt-oss-20b.config.json", block);
+    const auto q = read_checkpoint_quantization(text, "oss.json");
+    REQUIRE(q);
+    const QuantizedWeightBytes b =
+        quantized_weight_bytes(model_from_hf_config_json(text, "oss.json"), *q, "oss.json");
+    CHECK(b.weights == 2 * 24);
+    CHECK(b.packed == 24 * (32LL * 5760 * 90 * 16 + 32LL * 2880 * 90 * 16));
+    CHECK(b.scales == 24 * (32LL * 5760 * 90 + 32LL * 2880 * 90));
+    CHECK(b.other == 24 * 4 * (32LL * 5760 + 32 * 2880));
+    // 17 bytes per 32 expert weights: 4.25 bits a weight, against 16 in bf16
+    CHECK(b.packed + b.scales == 24 * 3LL * 32 * 2880 * 2880 / 32 * 17);
+  }
+  SECTION("gptq and awq on Llama-3.1-8B: 4-bit, group 128") {
+    // q_proj 4096 x 4096: GPTQ qweight 4096/32*4 x 4096 int32, qzeros 32 x 4096/32*4 int32, scales 32 x 4096
+    // float16, g_idx 4096 int32; AWQ qweight 4096 x 4096/8 int32, qzeros 32 x 512 int32, scales 32 x 4096
+    // float16 (no g_idx).
+    const std::string base = read_text(config_dir() / "meta-llama__Llama-3.1-8B.config.json");
+    nlohmann::json j = nlohmann::json::parse(base);
+    j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
+    const ModelConfig m = model_from_hf_config_json(j.dump(), "g.json");
+    const auto gptq = read_checkpoint_quantization(j.dump(), "g.json");
+    REQUIRE(gptq);
+    const auto linear = [](std::int64_t out, std::int64_t in, bool awq) {
+      const std::int64_t packed = awq ? in * (out / 8) * 4 : (in / 32 * 4) * out * 4;
+      return packed + (in / 128) * (out / 8) * 4 + (in / 128) * out * 2 + (awq ? 0 : in * 4);
+    };
+    const auto layer = [&](bool awq) {
+      return 2 * linear(4096, 4096, awq) + 2 * linear(1024, 4096, awq) + 2 * linear(14336, 4096, awq) +
+             linear(4096, 14336, awq);
+    };
+    CHECK(quantized_weight_bytes(m, *gptq, "g.json").total() == static_cast<Bytes>(32 * layer(false)));
+    j["quantization_config"] = {
+        {"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"version", "gemm"}};
+    const auto awq = read_checkpoint_quantization(j.dump(), "a.json");
+    REQUIRE(awq);
+    CHECK(quantized_weight_bytes(m, *awq, "a.json").total() == static_cast<Bytes>(32 * layer(true)));
+  }
+  SECTION("bitsandbytes: BitsAndBytesConfig's keys map onto --base-weights") {
+    const auto q = read_checkpoint_quantization(
+        R"({"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true,
+            "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true, "bnb_4bit_compute_dtype": "bfloat16",
+            "bnb_4bit_quant_storage": "uint8"}})",
+        "b.json");
+    REQUIRE(q);
+    CHECK(q->bnb_format == BnbFormat::kNf4);
+    CHECK(q->bnb_double_quant);
+    CHECK(q->bnb_compute_dtype == DType::kBFloat16);
+    // BitsAndBytesConfig's defaults: bnb_4bit_quant_type fp4, compute dtype float32
+    const auto d =
+        read_checkpoint_quantization(R"({"quantization_config": {"load_in_4bit": true}})", "d.json");
+    REQUIRE(d);
+    CHECK(d->bnb_format == BnbFormat::kFp4);
+    CHECK(d->bnb_compute_dtype == DType::kFloat32);
+  }
+  SECTION("bad blocks name the key; unknown methods are refused, not ignored") {
+    CHECK_FALSE(read_checkpoint_quantization(R"({"model_type": "llama"})", "n.json"));
+    CHECK_THROWS_WITH(
+        read_checkpoint_quantization(R"({"quantization_config": {"quant_method": "hqq"}})", "h.json"),
+        Contains("h.json: key 'quantization_config.quant_method' 'hqq' is not modelled"));
+    CHECK_THROWS_WITH(
+        read_checkpoint_quantization(
+            R"({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}})", "f.json"),
+        Contains("f.json: key 'quantization_config.weight_block_size' must be a list of two integers"));
+    CHECK_THROWS_WITH(
+        read_checkpoint_quantization(
+            R"({"quantization_config": {"load_in_4bit": true, "load_in_8bit": true}})", "b.json"),
+        Contains("exactly one must be true"));
+    CHECK_THROWS_WITH(
+        read_checkpoint_quantization(R"({"quantization_config": {"quant_method": "gptq"}})", "g.json"),
+        Contains("g.json: key 'quantization_config.bits' is missing"));
+    CHECK_THROWS_WITH(read_checkpoint_quantization(R"({"quantization_config": 4})", "x.json"),
+                      Contains("x.json: key 'quantization_config' must be an object"));
+  }
+}
