@@ -143,8 +143,13 @@ FOOTER = """## Not on this page
   whole-process peaks within 0.1 %. The fixture is not reachable from the CLI, so those comparisons are
   test results, not predictions a user can make: [recordings.md](recordings.md) has their tables.
 * **Cross-validation against PyTorch itself** (`tests/tracer/test_crossval.py`): the generic layer code's
-  allocations against real PyTorch 1.13 on the CPU, request for request; counts, not peaks
+  allocations against real PyTorch 1.13 on the CPU, request for request, and the training peaks of both
+  allocation streams (the test fails beyond 7 % without checkpointing; with full checkpointing the generic path
+  is 7.9-16.1 % under, an unexplained miss reported in [known-misses.md](known-misses.md))
   ([recordings.md](recordings.md#cross-validation-of-the-generic-path-predicts-layer-code-against-pytorch-itself)).
+* **Known misses of the tests** ([known-misses.md](known-misses.md)): every comparison a test reports without
+  asserting it (the QLoRA notebook step with current bitsandbytes, the compiled 2.7B forward at -6.25 %, ...),
+  with its figure, sign and what explains it.
 * **The Korthikanti et al. 2022 activation formula and ZeRO's 16 bytes per parameter**: exact, checked by
   `tests/graph/test_korthikanti.cpp`; a formula from a paper, not a measurement of a run.
 * **Generation, KV caches and vLLM**: no public measurement has been compared yet (vLLM's `# GPU blocks:` log
