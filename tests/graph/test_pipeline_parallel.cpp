@@ -163,7 +163,7 @@ TEST_CASE("torchtitan's split: the embeddings and the output weigh one layer eac
                     Catch::Contains("input_weight (4) exceeds minimum layers per stage (3)."));
 }
 
-TEST_CASE("GPipe: every forward, then every backward; each stage holds all micro-batches", "[graph]") {
+TEST_CASE("GPipe: every forward, then every backward, each stage holding all micro-batches", "[graph]") {
   // torch.distributed.pipelining ScheduleGPipe (Huang et al. 2019): the forwards of micro-batches 0..M-1,
   // then their backwards in the same order, on every stage.
   CHECK(order(pp(4, 0, PipelineSchedule::kGPipe), 3) == "F0 F1 F2 B0 B1 B2");
