@@ -114,16 +114,19 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
 void print_ties(const PlanResult& p) {
   const double best = p.grid[*p.best].tokens_per_s;
   if (p.tied.empty()) {
-    fmt::print("                 no other configuration within the time model's error (+{:.0f} % step time)\n",
-               100.0 * p.time_model_error);
+    fmt::print(
+        "                 no other configuration within the time model's error (+{:.0f} % step time)\n",
+        100.0 * p.time_model_error);
     return;
   }
-  fmt::print("                 tied within the time model's error (+{:.0f} % step time) with {} more: the "
-             "model cannot rank these\n",
-             100.0 * p.time_model_error, p.tied.size());
+  fmt::print(
+      "                 tied within the time model's error (+{:.0f} % step time) with {} more: the "
+      "model cannot rank these\n",
+      100.0 * p.time_model_error, p.tied.size());
   std::vector<std::size_t> order = p.tied;
-  std::stable_sort(order.begin(), order.end(),
-                   [&p](std::size_t a, std::size_t b) { return p.grid[a].tokens_per_s > p.grid[b].tokens_per_s; });
+  std::stable_sort(order.begin(), order.end(), [&p](std::size_t a, std::size_t b) {
+    return p.grid[a].tokens_per_s > p.grid[b].tokens_per_s;
+  });
   constexpr std::size_t kShown = 5;
   for (std::size_t k = 0; k < std::min(order.size(), kShown); ++k) {
     const PlanEvaluation& e = p.grid[order[k]];

@@ -608,9 +608,9 @@ namespace {
 void mark_ties(PlanResult& out) {
   for (std::size_t i = 0; i < out.grid.size(); ++i) {
     PlanEvaluation& e = out.grid[i];
-    e.tied_with_best = out.best && i != *out.best && e.fits &&
-                       tied_within_time_model_error(out.grid[*out.best].tokens_per_s, e.tokens_per_s,
-                                                    out.time_model_error);
+    e.tied_with_best =
+        out.best && i != *out.best && e.fits &&
+        tied_within_time_model_error(out.grid[*out.best].tokens_per_s, e.tokens_per_s, out.time_model_error);
     if (e.tied_with_best) {
       out.tied.push_back(i);
     }

@@ -116,7 +116,7 @@ struct PlanResult {
   std::vector<PlanEvaluation> grid;  // every configuration of the grid, in enumeration order
   std::optional<std::size_t> best;   // index into grid
   std::vector<PlanStep> decision_path;
-  std::vector<std::size_t> pareto;   // indices into grid, by peak reserved
+  std::vector<std::size_t> pareto;  // indices into grid, by peak reserved
   // The time model's relative error the ties are judged by (kTimeModelRelativeError), and the configurations
   // tied with the best (indices into grid, in grid order; PlanEvaluation::tied_with_best).
   double time_model_error = 0.0;

@@ -45,9 +45,9 @@ struct PredictRequest {
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
-  TimelineOptions host;  // --host-op-us: the host's time per kernel-launching op
+  TimelineOptions host;     // --host-op-us: the host's time per kernel-launching op
   RooflineConfig roofline;  // --compute-efficiency, --memory-efficiency (Note [Default efficiencies])
-  VllmServing vllm;      // with --kv-cache paged
+  VllmServing vllm;         // with --kv-cache paged
   bool keep_timeline =
       false;  // --perfetto: keep the ops' times and the memory over time (Prediction::timeline)
 };
