@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "run_cli.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/time_model_error.h"
 
@@ -71,4 +72,18 @@ TEST_CASE("plan ties: nothing is tied without a best", "[quick][predict]") {
   finish_plan(p);
   CHECK_FALSE(p.best.has_value());
   CHECK(p.tied.empty());
+}
+
+// predict's --compute-efficiency and --memory-efficiency are fractions of peak: outside (0, 1] a one-line
+// error.
+TEST_CASE("cli: the roofline's efficiencies out of range are one-line errors", "[predict]") {
+  int status = -1;
+  CHECK_THAT(
+      test::run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 64 --compute-efficiency 0", &status),
+      Catch::Contains("vramsim: error: --compute-efficiency: 0 is not in (0, 1]"));
+  CHECK(status == 2);
+  CHECK_THAT(
+      test::run_cli("predict --model gpt2 --gpu h100 --batch 1 --seq 64 --memory-efficiency 1.5", &status),
+      Catch::Contains("vramsim: error: --memory-efficiency: 1.5 is not in (0, 1]"));
+  CHECK(status == 2);
 }
