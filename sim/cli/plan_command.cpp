@@ -1,11 +1,13 @@
 // `vramsim plan`: the configuration to run a model with on some GPUs (sim/predict/plan.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +60,9 @@ nlohmann::ordered_json evaluation_json(const PlanRequest& r, const PlanEvaluatio
   j["needed_bytes"] = e.needed_bytes;
   j["headroom_bytes"] = e.headroom_bytes;
   j["tokens_per_s"] = e.tokens_per_s;
+  if (e.tied_with_best) {
+    j["tied_with_best"] = true;  // within the time model's error of the best one's step time
+  }
   if (!e.error.empty()) {
     j["error"] = e.error;
   }
@@ -92,15 +97,44 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
   }
   f << "precision,micro_batch,grad_accumulation,checkpointing,zero,fsdp,tp,pp,optimizer,adapters,offload,"
        "compile,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_reserved_bytes,"
-       "needed_bytes,headroom_bytes,tokens_per_s,command\n";
+       "needed_bytes,headroom_bytes,tokens_per_s,tied_with_best,command\n";
   for (const PlanEvaluation& e : p.grid) {
     const PlanConfig& c = e.config;
-    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},\"{}\"\n",
+    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},\"{}\"\n",
                      c.precision, c.micro_batch, c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp,
                      c.pp, c.optimizer, c.adapters, c.offload, c.compile ? 1 : 0, e.evaluated ? 1 : 0,
                      e.skipped, e.probe_micro_batches, e.fits ? 1 : 0, e.model_states_bytes,
                      e.peak_reserved_bytes, e.needed_bytes, e.headroom_bytes, e.tokens_per_s,
-                     predict_command(r, c));
+                     e.tied_with_best ? 1 : 0, predict_command(r, c));
+  }
+}
+
+// How sure the ranking is: the configurations whose estimated step time is within the time model's error of
+// the best one's (time_model_error.h), the closest first.
+void print_ties(const PlanResult& p) {
+  const double best = p.grid[*p.best].tokens_per_s;
+  if (p.tied.empty()) {
+    fmt::print(
+        "                 no other configuration within the time model's error (+{:.0f} % step time)\n",
+        100.0 * p.time_model_error);
+    return;
+  }
+  fmt::print(
+      "                 tied within the time model's error (+{:.0f} % step time) with {} more: the "
+      "model cannot rank these\n",
+      100.0 * p.time_model_error, p.tied.size());
+  std::vector<std::size_t> order = p.tied;
+  std::stable_sort(order.begin(), order.end(), [&p](std::size_t a, std::size_t b) {
+    return p.grid[a].tokens_per_s > p.grid[b].tokens_per_s;
+  });
+  constexpr std::size_t kShown = 5;
+  for (std::size_t k = 0; k < std::min(order.size(), kShown); ++k) {
+    const PlanEvaluation& e = p.grid[order[k]];
+    fmt::print("                   {:>8.0f} tokens/s (step time +{:.1f} %)  {}\n", e.tokens_per_s,
+               100.0 * (best / e.tokens_per_s - 1.0), describe(e.config));
+  }
+  if (order.size() > kShown) {
+    fmt::print("                   ... {} more (--json or --csv lists them)\n", order.size() - kShown);
   }
 }
 
@@ -183,6 +217,12 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
       pareto.push_back(evaluation_json(r, p.grid[i]));
     }
     j["pareto"] = pareto;
+    j["time_model_error"] = p.time_model_error;
+    nlohmann::ordered_json tied = nlohmann::ordered_json::array();
+    for (std::size_t i : p.tied) {
+      tied.push_back(evaluation_json(r, p.grid[i]));
+    }
+    j["tied_with_best"] = tied;
     j["configurations_evaluated"] = p.configurations_evaluated;
     j["configurations_pruned"] = p.configurations_pruned;
     j["pruned_model_states"] = p.pruned_model_states;
@@ -214,12 +254,14 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
   fmt::print("\nbest             {}\n", describe(b.config));
   fmt::print("                 {} needed, headroom {}, {:.0f} tokens/s (estimate)\n", gib(b.needed_bytes),
              gib(b.headroom_bytes), b.tokens_per_s);
+  print_ties(p);
   fmt::print("command          {}\n", predict_command(r, b.config));
   fmt::print("Hugging Face     {}\n", trainer_settings(r, b.config));
   fmt::print("\npareto (configurations that fit: less memory, or faster than every one with less)\n");
   for (std::size_t i : p.pareto) {
     const PlanEvaluation& e = p.grid[i];
-    fmt::print("  {:>10}  {:>8.0f} tokens/s  {}\n", gib(e.needed_bytes), e.tokens_per_s, describe(e.config));
+    fmt::print("  {:>10}  {:>8.0f} tokens/s  {}{}\n", gib(e.needed_bytes), e.tokens_per_s, describe(e.config),
+               e.tied_with_best ? "  (tied with the best)" : "");
   }
   return 0;
 }

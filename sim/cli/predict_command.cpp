@@ -86,6 +86,14 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
          "est. CPU time of one eager op that launches kernels (Python, dispatcher, launch); the host "
          "runs ahead of the GPU when kernels take longer")
       ->capture_default_str();
+  cmd->add_option("--compute-efficiency", a.compute_efficiency,
+                  "fraction of the GPU's peak FLOP/s a compute-bound kernel reaches (the time axis only; "
+                  "default calibrated on published throughput, docs/fragments/clock.md)")
+      ->capture_default_str();
+  cmd->add_option("--memory-efficiency", a.memory_efficiency,
+                  "fraction of the GPU's peak DRAM bandwidth a memory-bound kernel reaches (the time axis "
+                  "only)")
+      ->capture_default_str();
   cmd->add_flag("--forward-only", a.forward_only,
                 "forward passes with autograd on, no backward/optimizer (`logits = model(x)` in a loop: the "
                 "previous graph lives until logits is rebound)");

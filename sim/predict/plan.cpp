@@ -15,6 +15,7 @@
 #include "sim/models/model_config.h"
 #include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/time_model_error.h"
 #include "sim/training/training_options.h"
 
 namespace vramsim {
@@ -603,6 +604,21 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   return s;
 }
 
+namespace {
+// Every configuration that fits and whose step time is within the time model's error of the best one's.
+void mark_ties(PlanResult& out) {
+  for (std::size_t i = 0; i < out.grid.size(); ++i) {
+    PlanEvaluation& e = out.grid[i];
+    e.tied_with_best =
+        out.best && i != *out.best && e.fits &&
+        tied_within_time_model_error(out.grid[*out.best].tokens_per_s, e.tokens_per_s, out.time_model_error);
+    if (e.tied_with_best) {
+      out.tied.push_back(i);
+    }
+  }
+}
+}  // namespace
+
 void finish_plan(PlanResult& out) {
   out.configurations_evaluated = 0;
   out.configurations_pruned = 0;
@@ -612,6 +628,8 @@ void finish_plan(PlanResult& out) {
   out.errors = 0;
   out.best.reset();
   out.pareto.clear();
+  out.tied.clear();
+  out.time_model_error = kTimeModelRelativeError;
   std::map<std::string, bool> predicted;
   for (std::size_t i = 0; i < out.grid.size(); ++i) {
     const PlanEvaluation& e = out.grid[i];
@@ -629,6 +647,7 @@ void finish_plan(PlanResult& out) {
       out.best = i;
     }
   }
+  mark_ties(out);
   for (const PlanStep& s : out.decision_path) {  // the path's own predictions
     out.configurations_evaluated += predicted.emplace(key_of(s.result.config), true).second ? 1 : 0;
   }

@@ -99,6 +99,9 @@ struct PlanEvaluation {
   double tokens_per_s = 0.0;
   // model_states_lower_bound() of the configuration; the group was not predicted when it is over the limit
   std::int64_t model_states_bytes = 0;
+  // Set by finish_plan(): it fits, is not the best, and its estimated step time is within the time model's
+  // error of the best one's (time_model_error.h): the model cannot tell which of the two is faster.
+  bool tied_with_best = false;
 };
 
 struct PlanStep {
@@ -113,7 +116,11 @@ struct PlanResult {
   std::vector<PlanEvaluation> grid;  // every configuration of the grid, in enumeration order
   std::optional<std::size_t> best;   // index into grid
   std::vector<PlanStep> decision_path;
-  std::vector<std::size_t> pareto;   // indices into grid, by peak reserved
+  std::vector<std::size_t> pareto;  // indices into grid, by peak reserved
+  // The time model's relative error the ties are judged by (kTimeModelRelativeError), and the configurations
+  // tied with the best (indices into grid, in grid order; PlanEvaluation::tied_with_best).
+  double time_model_error = 0.0;
+  std::vector<std::size_t> tied;
   int configurations_evaluated = 0;  // predictions run (grid and decision path)
   int configurations_pruned = 0;     // not predicted, for the reasons below
   int pruned_model_states = 0;       // of those: their model states alone are over the limit
@@ -127,8 +134,8 @@ using PlanProgress = std::function<void(int done, int total)>;
 // Throws InputError for bad requests (no GPU, a global batch the GPUs do not divide, an unknown lever).
 PlanResult plan(const PlanRequest& request, const PlanProgress& progress = nullptr);
 
-// The counts, the best configuration and the Pareto front of a result whose grid and decision path are
-// complete.
+// The counts, the best configuration, the configurations tied with it within the time model's error and the
+// Pareto front of a result whose grid and decision path are complete.
 void finish_plan(PlanResult& result);
 
 // One shard's part (its grid entries, and the decision path in shard 0) as JSON, for merge_plan_shards().

@@ -487,6 +487,14 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     throw InputError(fmt::format("--host-op-us: {} is not in 0..1000000", a.host_op_us));
   }
   r.host.host_op_ns = static_cast<TimeNs>(a.host_op_us * 1e3);
+  for (const auto& [value, flag] : {std::pair{a.compute_efficiency, "--compute-efficiency"},
+                                    std::pair{a.memory_efficiency, "--memory-efficiency"}}) {
+    if (!(value > 0.0 && value <= 1.0)) {  // also rejects NaN
+      throw InputError(fmt::format("{}: {} is not in (0, 1]", flag, value));
+    }
+  }
+  r.roofline.compute_efficiency = a.compute_efficiency;
+  r.roofline.memory_efficiency = a.memory_efficiency;
   validate(o);
   // The work the run simulates, bounded before any of it is done (kMaxLayerPasses).
   {

@@ -408,7 +408,7 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   // 2. The engine: ops on simulated streams, the allocation schedule in their order.
   std::optional<Roofline> roofline;
   if (!request.gpu.empty()) {
-    roofline.emplace(Roofline::for_gpu(request.gpu));
+    roofline.emplace(Roofline::for_gpu(request.gpu, request.roofline));
   }
   const EngineRun engine = run_engine(graph, request, roofline ? &*roofline : nullptr);
   // 3. The workload drives the allocator model on the device; the report is what it observed.

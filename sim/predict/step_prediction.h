@@ -45,8 +45,9 @@ struct PredictRequest {
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
-  TimelineOptions host;  // --host-op-us: the host's time per kernel-launching op
-  VllmServing vllm;      // with --kv-cache paged
+  TimelineOptions host;     // --host-op-us: the host's time per kernel-launching op
+  RooflineConfig roofline;  // --compute-efficiency, --memory-efficiency (Note [Default efficiencies])
+  VllmServing vllm;         // with --kv-cache paged
   bool keep_timeline =
       false;  // --perfetto: keep the ops' times and the memory over time (Prediction::timeline)
 };
@@ -244,6 +245,9 @@ struct RequestArgs {
   std::string gpu;
   std::string capacity;
   double host_op_us = 10.0;  // --host-op-us: CPU time per eager op that launches kernels
+  // --compute-efficiency, --memory-efficiency: the roofline's fractions of peak (roofline.h)
+  double compute_efficiency = RooflineConfig{}.compute_efficiency;
+  double memory_efficiency = RooflineConfig{}.memory_efficiency;
   std::int64_t batch = 1;
   std::int64_t seq = 128;
   std::string precision = "fp32";

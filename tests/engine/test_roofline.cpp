@@ -7,29 +7,30 @@
 using namespace vramsim;
 
 TEST_CASE("roofline: a compute-bound GEMM on A100-80GB, by hand", "[quick][engine]") {
-  // bf16 GEMM, M = N = K = 4096, default efficiencies (compute 0.70, memory 0.80), launch overhead 4 us.
+  // bf16 GEMM, M = N = K = 4096, default efficiencies (compute 0.83, memory 0.70: Note [Default
+  // efficiencies]), launch overhead 4 us.
   //   flops = 2 * 4096^3                       = 137,438,953,472
   //   bytes = 3 matrices * 4096^2 * 2 B        = 100,663,296
-  //   compute: 137,438,953,472 / (312e12 * 0.70 = 218.4e12 FLOP/s)   = 629,299.24 ns
-  //   memory:  100,663,296     / (2039e9 * 0.80 = 1631.2e9 B/s)      =  61,711.19 ns
-  //   duration = ceil(629,299.24) + 4,000 = 633,300 ns (compute-bound)
+  //   compute: 137,438,953,472 / (312e12 * 0.83 = 258.96e12 FLOP/s)  = 530,734.30 ns
+  //   memory:  100,663,296     / (2039e9 * 0.70 = 1427.3e9 B/s)      =  70,527.08 ns
+  //   duration = ceil(530,734.30) + 4,000 = 534,735 ns (compute-bound)
   const Roofline roofline = Roofline::for_gpu("a100");
   const OpWork gemm{2.0 * 4096 * 4096 * 4096, 3.0 * 4096 * 4096 * 2, ComputeDType::kBf16};
-  CHECK(roofline.compute_time_s(gemm) == Approx(629'299.24e-9).epsilon(1e-7));
-  CHECK(roofline.memory_time_s(gemm) == Approx(61'711.19e-9).epsilon(1e-7));
+  CHECK(roofline.compute_time_s(gemm) == Approx(530'734.30e-9).epsilon(1e-7));
+  CHECK(roofline.memory_time_s(gemm) == Approx(70'527.08e-9).epsilon(1e-7));
   CHECK_FALSE(roofline.memory_bound(gemm));
-  CHECK(roofline.duration_ns(gemm) == 633'300);
+  CHECK(roofline.duration_ns(gemm) == 534'735);
 }
 
 TEST_CASE("roofline: a memory-bound elementwise add on A100-80GB, by hand", "[quick][engine]") {
   // c = a + b over 2^28 bf16 elements: 2 reads + 1 write of 2 B each, one FLOP per element.
-  //   bytes = 3 * 2 * 2^28 = 1,610,612,736   -> / 1631.2e9 B/s = 987,379.07 ns
-  //   flops = 2^28 = 268,435,456             -> / 218.4e12     =   1,229.10 ns
-  //   duration = ceil(987,379.07) + 4,000 = 991,380 ns (memory-bound)
+  //   bytes = 3 * 2 * 2^28 = 1,610,612,736   -> / 1427.3e9 B/s = 1,128,433.22 ns
+  //   flops = 2^28 = 268,435,456             -> / 258.96e12    =     1,036.59 ns
+  //   duration = ceil(1,128,433.22) + 4,000 = 1,132,434 ns (memory-bound)
   const Roofline roofline = Roofline::for_gpu("A100-80GB");
   const OpWork add{268'435'456.0, 1'610'612'736.0, ComputeDType::kBf16};
   CHECK(roofline.memory_bound(add));
-  CHECK(roofline.duration_ns(add) == 991'380);
+  CHECK(roofline.duration_ns(add) == 1'132'434);
 }
 
 TEST_CASE("roofline: dtype, efficiency and launch-overhead knobs", "[quick][engine]") {

@@ -185,8 +185,14 @@ TEST_CASE("cli: plan --json and --csv", "[predict]") {
   const nlohmann::json j = nlohmann::json::parse(
       test::run_cli("plan --model gpt2 --gpu h100 --global-batch 4 --seq 128 --json --csv " + csv, &status));
   CHECK(status == 0);
-  for (const char* key : {"best", "decision_path", "pareto", "configurations_evaluated"}) {
+  for (const char* key : {"best", "decision_path", "pareto", "configurations_evaluated", "time_model_error",
+                          "tied_with_best"}) {
     CHECK(j.contains(key));
+  }
+  CHECK(j["time_model_error"].get<double>() == 0.16);  // time_model_error.h
+  for (const auto& tied : j["tied_with_best"]) {       // each within 16 % of the best's step time
+    CHECK(tied["tied_with_best"].get<bool>());
+    CHECK(tied["tokens_per_s"].get<double>() * 1.16 >= j["best"]["tokens_per_s"].get<double>());
   }
   for (const char* key : {"command", "fits", "peak_reserved_bytes", "headroom_bytes", "tokens_per_s"}) {
     CHECK(j["best"].contains(key));
@@ -195,6 +201,9 @@ TEST_CASE("cli: plan --json and --csv", "[predict]") {
   std::ifstream f(csv);
   int lines = 0;
   for (std::string line; std::getline(f, line);) {
+    if (lines == 0) {
+      CHECK_THAT(line, Catch::Contains(",tokens_per_s,tied_with_best,command"));
+    }
     ++lines;
   }
   std::remove(csv.c_str());
