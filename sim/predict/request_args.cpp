@@ -186,13 +186,12 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   const bool changed = a.gpu_memory_utilization != defaults.gpu_memory_utilization ||
                        a.block_size != defaults.block_size || a.max_model_len != defaults.max_model_len ||
                        a.max_num_batched_tokens != defaults.max_num_batched_tokens ||
-                       a.max_num_seqs != defaults.max_num_seqs || a.vllm_version != defaults.vllm_version ||
-                       a.kv_cache_dtype != defaults.kv_cache_dtype || a.quantization != defaults.quantization ||
+                       a.max_num_seqs != defaults.max_num_seqs || a.kv_cache_dtype != defaults.kv_cache_dtype || a.quantization != defaults.quantization ||
                        a.vllm_non_torch_increase != defaults.vllm_non_torch_increase;
   if (changed && a.kv_cache != "paged") {
     throw InputError(
         "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
-        "--max-num-seqs / --vllm-version / --kv-cache-dtype / --quantization / --vllm-non-torch-increase: "
+        "--max-num-seqs / --kv-cache-dtype / --quantization / --vllm-non-torch-increase: "
         "vLLM's settings, for --kv-cache paged");
   }
   if (a.vllm_version != "v1" && a.vllm_version != "v0") {
