@@ -180,7 +180,7 @@ TEST_CASE("vllm v1: tensor parallelism, fp8 cache and fp8 weights", "[quick][pre
         32 * (std::int64_t{218103808} + 28) + 2101878784 + 33554432);
 }
 
-TEST_CASE("vllm v1: chunked prefill accepts max_model_len above the token budget; refusals",
+TEST_CASE("vllm v1: chunked prefill accepts max_model_len above the token budget, and the refusals",
           "[quick][predict]") {
   RequestArgs a = llama31_8b_h100();
   a.max_num_batched_tokens = 2048;  // below max_model_len 131,072: V1's chunked prefill takes it
