@@ -25,9 +25,78 @@ void line(std::string_view label, std::int64_t v, std::string_view note = "") {
   fmt::print("  {:<22}{:>12}  {:>16} B{}{}\n", label, sb(v), v, note.empty() ? "" : "  ", note);
 }
 
+// 158656 -> "158,656", as vLLM's "{:,}" prints token counts.
+std::string thousands(std::int64_t n) {
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) {
+      out += ',';
+    }
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string gib(std::int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+// vLLM V1's start-up as its log prints it (gpu_model_runner, gpu_worker, kv_cache_utils), one rank.
+void print_v1(const Prediction::Generation& g) {
+  const Prediction::Generation::Paged& v = *g.paged;
+  const Prediction::Generation::Paged::V1& s = *v.v1;
+  fmt::print(
+      "  vLLM V1          tp {}, gpu_memory_utilization {}, block_size {}, max_model_len {}, "
+      "max_num_batched_tokens {}, max_num_seqs {}, kv_cache_dtype {}{}\n",
+      s.tensor_parallel, v.gpu_memory_utilization, v.block_size, v.max_model_len, v.max_num_batched_tokens,
+      v.max_num_seqs, s.kv_cache_dtype, s.quantization.empty() ? "" : ", quantization " + s.quantization);
+  const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
+    fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
+  };
+  row("Model loading took", s.weights_bytes, "this rank's weights and buffers");
+  row("torch peak memory increase", s.torch_peak_increase_bytes,
+      fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}", gib(s.forward_peak_bytes),
+                  gib(s.sampler_peak_bytes), b(s.cublas_workspace_bytes)));
+  row("non-torch forward increase memory", s.non_torch_increase_bytes,
+      s.non_torch_measured ? "--vllm-non-torch-increase (measured)"
+                           : "buffers set up during the profile run (non_torch_memory.h)");
+  row("Total non KV cache memory", s.non_kv_cache_bytes, "weights + torch peak increase + non-torch increase");
+  row("Available KV cache memory", v.available_bytes,
+      fmt::format("requested {} (total x {}) - total non KV cache memory", gib(s.requested_bytes),
+                  v.gpu_memory_utilization));
+  fmt::print("  GPU KV cache size: {} tokens  ({} blocks of {} B per layer)\n", thousands(s.kv_cache_tokens),
+             thousands(v.num_gpu_blocks), s.page_size_bytes);
+  fmt::print("  Maximum concurrency for {} tokens per request: {:.2f}x\n", thousands(v.max_model_len),
+             s.max_concurrency);
+  fmt::print("  serving questions  the longest max_model_len this cache serves one request of: {}; one "
+             "max_model_len ({}) request needs gpu_memory_utilization >= {:.4f}\n",
+             thousands(s.largest_max_model_len), thousands(v.max_model_len), s.min_gpu_memory_utilization);
+  fmt::print("  CUDA graph memory                   not modelled (captured after the KV cache is allocated)\n");
+  for (const NonTorchLine& l : s.non_torch_lines) {
+    row(fmt::format("outside torch: {}", l.name), static_cast<std::int64_t>(l.size_bytes),
+        l.after_snapshot ? "during the profile run" : "before vLLM's memory snapshot");
+  }
+  row("process total, before CUDA graphs", s.process_total_bytes,
+      "CUDA context + outside torch + weights + KV cache (nvidia-smi)");
+  if (!v.refusal.empty()) {
+    fmt::print("  serving          vLLM refuses to start: {}\n", v.refusal);
+  }
+}
+
 // vLLM's paged cache: how the profile run sized it, and what it serves.
 void print_paged(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
+  if (v.v1) {
+    print_v1(g);
+    fmt::print(
+        "  sequences        {} of {} cached tokens ({} + {} - 1, {} blocks each) fit at once; "
+        "this batch needs {} of the {} blocks: {}\n",
+        v.concurrent_sequences, g.prompt_tokens + g.new_tokens - 1, g.prompt_tokens, g.new_tokens,
+        v.blocks_per_sequence, v.batch_blocks, v.num_gpu_blocks,
+        v.batch_blocks <= v.num_gpu_blocks ? "it fits at once" : "it does not fit at once");
+    return;
+  }
   fmt::print(
       "  vLLM             gpu_memory_utilization {}, block_size {}, max_model_len {}, max_num_batched_tokens "
       "{}, max_num_seqs {}\n",
@@ -188,6 +257,38 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                   {"concurrent_sequences", v.concurrent_sequences},
                                   {"batch_fits", v.batch_blocks <= v.num_gpu_blocks},
                                   {"refusal", v.refusal}};
+      if (v.v1) {
+        const Prediction::Generation::Paged::V1& s = *v.v1;
+        nlohmann::ordered_json lines = nlohmann::ordered_json::array();
+        for (const NonTorchLine& l : s.non_torch_lines) {
+          lines.push_back({{"name", l.name},
+                           {"size_bytes", l.size_bytes},
+                           {"after_snapshot", l.after_snapshot},
+                           {"source", l.source}});
+        }
+        j["generation"]["paged"]["vllm_v1"] = {
+            {"tensor_parallel", s.tensor_parallel},
+            {"kv_cache_dtype", s.kv_cache_dtype},
+            {"quantization", s.quantization},
+            {"model_loading_bytes", s.weights_bytes},
+            {"torch_peak_increase_bytes", s.torch_peak_increase_bytes},
+            {"forward_peak_bytes", s.forward_peak_bytes},
+            {"sampler_peak_bytes", s.sampler_peak_bytes},
+            {"cublas_workspace_bytes", s.cublas_workspace_bytes},
+            {"non_torch_increase_bytes", s.non_torch_increase_bytes},
+            {"non_torch_measured", s.non_torch_measured},
+            {"non_torch_lines", lines},
+            {"non_kv_cache_bytes", s.non_kv_cache_bytes},
+            {"requested_bytes", s.requested_bytes},
+            {"available_kv_cache_bytes", v.available_bytes},
+            {"page_size_bytes", s.page_size_bytes},
+            {"gpu_kv_cache_tokens", s.kv_cache_tokens},
+            {"max_concurrency", s.max_concurrency},
+            {"estimated_max_model_len", s.estimated_max_model_len},
+            {"largest_max_model_len", s.largest_max_model_len},
+            {"min_gpu_memory_utilization", s.min_gpu_memory_utilization},
+            {"process_total_bytes", s.process_total_bytes}};
+      }
     }
   }
   if (p.lora_rank > 0) {

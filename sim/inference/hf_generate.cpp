@@ -73,7 +73,8 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
                 options.kv_cache == "dynamic" ? "DynamicCache" : "zeros");
   const std::unique_ptr<KvCache> cache = make_kv_cache(
       options.kv_cache, tape, model.n_layers, b, model.n_kv_heads, model.head_dim,
-      prompt + options.generate_tokens, param_dtype, options.block_size, options.num_gpu_blocks);
+      prompt + options.generate_tokens, options.kv_cache_fp8 ? DType::kUInt8 : param_dtype, options.block_size,
+      options.num_gpu_blocks);
   tape.set_grad_enabled(false);  // generate() is decorated with torch.no_grad()
   ops.set_autocast(low);
   for (int step = 1; step <= options.generate_tokens; ++step) {

@@ -187,12 +187,38 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   const bool changed = a.gpu_memory_utilization != defaults.gpu_memory_utilization ||
                        a.block_size != defaults.block_size || a.max_model_len != defaults.max_model_len ||
                        a.max_num_batched_tokens != defaults.max_num_batched_tokens ||
-                       a.max_num_seqs != defaults.max_num_seqs;
+                       a.max_num_seqs != defaults.max_num_seqs || a.kv_cache_dtype != defaults.kv_cache_dtype || a.quantization != defaults.quantization ||
+                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase;
   if (changed && a.kv_cache != "paged") {
     throw InputError(
         "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
-        "--max-num-seqs: vLLM's settings, for --kv-cache paged");
+        "--max-num-seqs / --kv-cache-dtype / --quantization / --vllm-non-torch-increase: "
+        "vLLM's settings, for --kv-cache paged");
   }
+  if (a.vllm_version != "v1" && a.vllm_version != "v0") {
+    throw InputError(fmt::format("--vllm-version: '{}' is not v1 or v0", a.vllm_version));
+  }
+  const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype || a.quantization != defaults.quantization ||
+                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase;
+  if (a.vllm_version != "v1" && v1_only) {
+    throw InputError("--kv-cache-dtype / --quantization / --vllm-non-torch-increase: modelled for "
+                     "--vllm-version v1 only");
+  }
+  if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8" && a.kv_cache_dtype != "fp8_e4m3" &&
+      a.kv_cache_dtype != "fp8_e5m2") {
+    throw InputError(fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2",
+                                 a.kv_cache_dtype));
+  }
+  if (!a.quantization.empty() && a.quantization != "fp8") {
+    throw InputError(fmt::format("--quantization: '{}' is not modelled (fp8 is)", a.quantization));
+  }
+  if (!a.vllm_non_torch_increase.empty()) {
+    v.non_torch_increase_bytes =
+        static_cast<std::int64_t>(parse_size(a.vllm_non_torch_increase, "--vllm-non-torch-increase"));
+  }
+  v.version = a.vllm_version;
+  v.kv_cache_dtype = a.kv_cache_dtype;
+  v.quantization = a.quantization;
   if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
     throw InputError(
         fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", a.gpu_memory_utilization));
@@ -205,7 +231,7 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
     throw InputError(fmt::format("--max-num-batched-tokens: must be in 1..{} tokens, got {}", kMaxSeq,
                                  a.max_num_batched_tokens));
   }
-  if (a.max_num_seqs < 1 || a.max_num_seqs > kMaxBatch) {
+  if (a.max_num_seqs < 0 || a.max_num_seqs > kMaxBatch) {
     throw InputError(fmt::format("--max-num-seqs: must be in 1..{}, got {}", kMaxBatch, a.max_num_seqs));
   }
   o.block_size = a.block_size;  // validate() checks the range
@@ -306,6 +332,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   // The layout before any work: --tp must divide --world-size.
   const DataParallelOptions data_parallel = parse_data_parallel(a);
   r.tensor_parallel = a.tp;
+  r.vllm.vocab_size = r.model.vocab_size;  // vLLM pads it its own way (vllm_vocab_rows_per_rank)
   r.model = tensor_parallel_rank(r.model, a.tp);
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32

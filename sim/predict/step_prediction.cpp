@@ -30,6 +30,7 @@
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
 #include "sim/predict/step_timeline.h"
+#include "sim/predict/vllm_v1_sizing.h"
 #include "sim/replay/trace_replay.h"
 
 namespace vramsim {
@@ -239,7 +240,7 @@ Prediction::Generation::Paged vllm_settings(const PredictRequest& request) {
   }
   g.max_num_batched_tokens = v.max_num_batched_tokens > 0 ? v.max_num_batched_tokens
                                                           : std::max(g.max_model_len, kVllmMinBatchedTokens);
-  g.max_num_seqs = v.max_num_seqs;
+  g.max_num_seqs = v.max_num_seqs > 0 ? v.max_num_seqs : kVllmDefaultMaxNumSeqs;
   if (g.max_num_batched_tokens < g.max_model_len) {  // SchedulerConfig._verify_args without chunked prefill
     throw InputError(fmt::format("--max-num-batched-tokens: {} is smaller than max_model_len {}",
                                  g.max_num_batched_tokens, g.max_model_len));
@@ -293,6 +294,9 @@ void serve_from_blocks(const TrainingOptions& o, Prediction::Generation::Paged& 
     g.batch_blocks += blocks(o.prompt_lens.empty() ? o.seq : o.prompt_lens[static_cast<std::size_t>(i)]);
   }
   g.concurrent_sequences = g.blocks_per_sequence > 0 ? g.num_gpu_blocks / g.blocks_per_sequence : 0;
+  if (g.v1) {
+    return;  // the V1 engine's own checks (size_vllm_v1_cache) decided
+  }
   // vLLM's worker raises before serving anything (raise_if_cache_size_invalid).
   if (g.num_gpu_blocks <= 0) {
     g.refusal = "no available memory for the cache blocks";
@@ -350,7 +354,12 @@ PredictRequest size_serving(const PredictRequest& original,
   if (original.options.generate_tokens > 0 && original.options.kv_cache == "paged" &&
       !original.vllm.profile_run) {
     validate(original.options);
-    paged = size_vllm_cache(original);
+    if (original.vllm.version == "v1") {
+      paged = size_vllm_v1_cache(original);
+      sized.options.kv_cache_fp8 = original.vllm.kv_cache_dtype != "auto";
+    } else {
+      paged = size_vllm_cache(original);
+    }
     sized.options.num_gpu_blocks = paged->num_gpu_blocks;
     serve_from_blocks(sized.options, *paged);
   }

@@ -20,6 +20,7 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/non_torch_memory.h"
 #include "sim/predict/step_timeline.h"
 #include "sim/training/training_options.h"
 #include "traces/snapshot.h"
@@ -28,10 +29,20 @@ namespace vramsim {
 
 // vLLM engine arguments that size its paged KV cache (--kv-cache paged; sim/inference/vllm_paged_cache.h).
 struct VllmServing {
+  // --vllm-version: "v1" (the V1 engine's start-up, sim/inference/vllm_v1_startup.h; the default) or "v0"
+  // (the older engine's profile run through the allocator model, Worker.determine_num_available_blocks).
+  std::string version = "v1";
   double gpu_memory_utilization = 0.9;      // CacheConfig's default
   std::int64_t max_model_len = 0;           // 0: the model's trained context (max_position_embeddings)
-  std::int64_t max_num_batched_tokens = 0;  // 0: max(max_model_len, 2048), vLLM's without chunked prefill
-  std::int64_t max_num_seqs = 256;          // SchedulerConfig's default (v0)
+  // 0: the engine's default: v1 EngineArgs._set_default_args by GPU (vllm_v1_scheduler_defaults); v0
+  // max(max_model_len, 2048) (no chunked prefill)
+  std::int64_t max_num_batched_tokens = 0;
+  std::int64_t max_num_seqs = 0;            // 0: the engine's default (v1 by GPU; v0 256)
+  std::string kv_cache_dtype = "auto";      // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2 (v1)
+  std::string quantization;                 // --quantization "" | fp8 (v1: Fp8LinearMethod's weights)
+  // --vllm-non-torch-increase: a measured "non-torch forward increase memory" (v1), replacing the bill's
+  std::optional<std::int64_t> non_torch_increase_bytes;
+  std::int64_t vocab_size = 0;              // the model's vocabulary before tensor-parallel padding
   bool profile_run = false;                 // this prediction is the profile run itself
 };
 
@@ -204,6 +215,32 @@ struct Prediction {
       // Why vLLM's engine would raise at start-up (no blocks; max_model_len above what the blocks hold), or
       // "" when it starts. A refusal makes the prediction not fit.
       std::string refusal;
+      // The V1 engine's start-up lines (--vllm-version v1; absent for v0).
+      struct V1 {
+        int tensor_parallel = 1;
+        std::string kv_cache_dtype = "auto";
+        std::string quantization;                    // "" or "fp8"
+        std::int64_t weights_bytes = 0;              // "Model loading took": this rank's weights and buffers
+        std::int64_t forward_peak_bytes = 0;         // the dummy forward's widest point over the weights
+        std::int64_t sampler_peak_bytes = 0;         // hidden states, logits and the sampler's tensors
+        std::int64_t cublas_workspace_bytes = 0;     // the first matmul's workspace (through the allocator)
+        std::int64_t torch_peak_increase_bytes = 0;  // max(forward, sampler) + cuBLAS workspace
+        std::int64_t non_torch_increase_bytes = 0;   // communication buffers set up during the profile run
+        bool non_torch_measured = false;             // --vllm-non-torch-increase given
+        std::vector<NonTorchLine> non_torch_lines;   // the bill (non_torch_memory.h)
+        std::int64_t non_kv_cache_bytes = 0;         // weights + torch peak increase + non-torch increase
+        std::int64_t requested_bytes = 0;            // total x gpu_memory_utilization
+        std::int64_t page_size_bytes = 0;            // one layer's block (AttentionSpec.page_size_bytes)
+        std::int64_t kv_cache_tokens = 0;            // "GPU KV cache size: N tokens"
+        double max_concurrency = 0.0;                // "Maximum concurrency for max_model_len tokens"
+        std::int64_t estimated_max_model_len = 0;    // vLLM's suggestion when it refuses (0: none)
+        // The serving questions: the longest max_model_len whose one request fits this cache (at most the
+        // model's max_position_embeddings), and the gpu_memory_utilization one max_model_len request needs.
+        std::int64_t largest_max_model_len = 0;
+        double min_gpu_memory_utilization = 0.0;
+        std::int64_t process_total_bytes = 0;        // context + non-torch + weights + KV cache, before graphs
+      };
+      std::optional<V1> v1;
     };
     std::optional<Paged> paged;
   };
@@ -284,7 +321,11 @@ struct RequestArgs {
   std::int64_t block_size = 16;
   std::int64_t max_model_len = 0;
   std::int64_t max_num_batched_tokens = 0;
-  std::int64_t max_num_seqs = 256;
+  std::int64_t max_num_seqs = 0;
+  std::string vllm_version = "v1";      // --vllm-version v1|v0
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2
+  std::string quantization;             // --quantization fp8
+  std::string vllm_non_torch_increase;  // --vllm-non-torch-increase SIZE ("" : the bill's)
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

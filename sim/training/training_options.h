@@ -310,6 +310,9 @@ struct TrainingOptions {
   // profile run); predict sizes num_gpu_blocks from its profile run.
   std::int64_t block_size = 16;
   std::int64_t num_gpu_blocks = 0;
+  // vLLM's --kv-cache-dtype fp8*: the cache's one byte per element (stored as torch.uint8,
+  // STR_DTYPE_TO_TORCH_DTYPE); false: the model's dtype.
+  bool kv_cache_fp8 = false;
   CompileMode compile = CompileMode::kNone;
   CompileScope compile_scope = CompileScope::kModel;
 };

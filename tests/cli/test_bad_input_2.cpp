@@ -159,7 +159,7 @@ TEST_CASE("issue 39 #9: vLLM's refusal to start is not a fit, --max-model-len 0 
           "[quick][cli][bad-input]") {
   const std::string run =
       "predict --model llama-2-7b --gpu h100-80gb --batch 1 --seq 128 --generate 2 "
-      "--kv-cache paged ";
+      "--kv-cache paged --vllm-version v0 ";
   const Run text = run_vramsim(run + "--max-model-len 16777216 --max-num-batched-tokens 16777216");
   INFO(text.out << text.err);
   CHECK(text.out.find("vLLM refuses to start") != std::string::npos);

@@ -21,6 +21,7 @@ RequestArgs tinyllama_paged() {
   a.generate = 25;
   a.kv_cache = "paged";
   a.precision = "bf16";
+  a.vllm_version = "v0";  // the V0 engine's profile run (the V1 start-up: test_vllm_v1_startup.cpp)
   return a;
 }
 
@@ -130,7 +131,7 @@ TEST_CASE("vllm paged: bad values are one-line errors naming the option", "[quic
   a.block_size = 32;
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--gpu-memory-utilization / --block-size"));
   a = tinyllama_paged();
-  a.max_num_seqs = 0;
+  a.max_num_seqs = -1;  // 0 is the engine's default
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--max-num-seqs: must be in 1.."));
   a = tinyllama_paged();
   a.prompt_len = std::string("uniform:9..3");

@@ -1,0 +1,183 @@
+#include "sim/predict/vllm_v1_sizing.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/inference/vllm_v1_startup.h"
+
+namespace vramsim {
+namespace {
+
+using Paged = Prediction::Generation::Paged;
+
+// CacheConfig.cache_dtype: "auto" is the model's dtype; every fp8 variant is one byte (torch.uint8 storage).
+Bytes kv_dtype_bytes(const std::string& kv_cache_dtype, Bytes model_dtype_bytes) {
+  return kv_cache_dtype == "auto" ? model_dtype_bytes : 1;
+}
+
+// GPUModelRunner.load_model's "Model loading took": the torch memory the rank's model holds after loading.
+// Each parameter of the rank in the model dtype, except under Fp8LinearMethod (--quantization fp8), where the
+// decoder layers' linear weights are float8_e4m3fn (one byte) with one float32 weight_scale each
+// (PerTensorScaleParameter). vLLM pads the vocabulary to 64 rows, not Megatron's 128 x tp the rank model has.
+// RoPE models add get_rope's cos_sin_cache, [max_position, rotary_dim] in the model dtype, shared by the
+// layers.
+Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, bool fp8) {
+  const ModelConfig& m = r.model;
+  Bytes bytes = 0;
+  for (const ParameterShape& s : m.parameter_shapes()) {
+    const auto n = static_cast<Bytes>(s.numel());
+    const bool linear = s.layer >= 0 && s.shape.size() >= 2;
+    bytes += fp8 && linear ? n + 4 : n * dtype_bytes;
+  }
+  const std::int64_t rows = vllm_vocab_rows_per_rank(r.vllm.vocab_size, r.tensor_parallel);
+  const std::int64_t tables = m.tied_embeddings ? 1 : 2;
+  const std::int64_t delta_rows = (rows - m.vocab_size) * tables;  // may be negative
+  bytes = static_cast<Bytes>(static_cast<std::int64_t>(bytes) +
+                             delta_rows * m.d_model * static_cast<std::int64_t>(dtype_bytes));
+  if (m.family == ModelFamily::kLlama && m.max_positions > 0) {
+    const std::int64_t rotary_dim = m.mla.kv_lora_rank > 0 ? m.mla.qk_rope_head_dim : m.head_dim;
+    bytes += static_cast<Bytes>(m.max_positions * rotary_dim) * dtype_bytes;
+  }
+  return bytes;
+}
+
+// The engine arguments with V1's defaults, checked as its configs check them (ModelConfig, SchedulerConfig).
+void settle_v1_settings(const PredictRequest& request, const GpuMemory& gpu, Paged& g) {
+  const VllmServing& v = request.vllm;
+  const TrainingOptions& o = request.options;
+  const VllmSchedulerDefaults d =
+      vllm_v1_scheduler_defaults(gpu.total_bytes, gpu.name.find("A100") != std::string::npos);
+  g.block_size = o.block_size;
+  g.gpu_memory_utilization = v.gpu_memory_utilization;
+  const std::int64_t derived = request.model.max_positions;
+  if (v.max_model_len > 0 && derived > 0 && v.max_model_len > derived) {
+    // ModelConfig.get_and_verify_max_len without VLLM_ALLOW_LONG_MAX_MODEL_LEN
+    throw InputError(fmt::format(
+        "--max-model-len: {} is greater than the derived max_model_len (max_position_embeddings={}) of {}",
+        v.max_model_len, derived, request.model.name));
+  }
+  const std::int64_t longest = o.seq + o.generate_tokens;
+  g.max_model_len = v.max_model_len > 0 ? v.max_model_len : derived > 0 ? derived : longest;
+  if (longest > g.max_model_len) {
+    throw InputError(fmt::format("--max-model-len: prompt + new tokens ({}) exceed max_model_len {}", longest,
+                                 g.max_model_len));
+  }
+  // Chunked prefill (always on in V1): max_num_batched_tokens may be below max_model_len.
+  g.max_num_batched_tokens =
+      v.max_num_batched_tokens > 0 ? v.max_num_batched_tokens : d.max_num_batched_tokens;
+  g.max_num_seqs = v.max_num_seqs > 0 ? v.max_num_seqs : d.max_num_seqs;
+  if (g.max_num_batched_tokens < g.max_num_seqs) {  // SchedulerConfig._verify_args
+    throw InputError(
+        fmt::format("--max-num-batched-tokens: max_num_batched_tokens ({}) must be greater than or "
+                    "equal to max_num_seqs ({})",
+                    g.max_num_batched_tokens, g.max_num_seqs));
+  }
+}
+
+// The profile run's peak over the weights: the widest of the dummy forward and the sampler, plus the cuBLAS
+// workspace the first matmul of the process allocates through the caching allocator.
+void profile(const PredictRequest& request, Bytes dtype_bytes, Paged::V1& out, const Paged& g) {
+  const ModelConfig& m = request.model;
+  VllmProfileShapes s;
+  s.tokens = g.max_num_batched_tokens;
+  s.requests = std::min(g.max_num_seqs, g.max_num_batched_tokens);
+  s.hidden = m.d_model;
+  s.q_heads = m.n_heads;
+  s.kv_heads = m.n_kv_heads;
+  s.head_dim = m.head_dim;
+  s.intermediate = m.d_ff;
+  s.vocab_rows = vllm_vocab_rows_per_rank(request.vllm.vocab_size, request.tensor_parallel);
+  s.vocab = request.vllm.vocab_size;
+  s.tp = request.tensor_parallel;
+  s.activation_bytes = dtype_bytes;
+  const VllmProfilePeak p = vllm_v1_profile_peak(s);
+  out.forward_peak_bytes = static_cast<std::int64_t>(p.forward_bytes);
+  out.sampler_peak_bytes = static_cast<std::int64_t>(p.sampler_bytes);
+  out.cublas_workspace_bytes = static_cast<std::int64_t>(request.options.cublas_workspace_bytes);
+  out.torch_peak_increase_bytes = static_cast<std::int64_t>(p.peak_bytes) + out.cublas_workspace_bytes;
+}
+
+// Worker.init_device's request_memory: the engine asks for total x utilization and refuses when less is free.
+std::string check_requested(const GpuMemory& gpu, std::int64_t before_snapshot, const Paged& g,
+                            std::int64_t requested) {
+  const std::int64_t free = gpu.total_bytes - gpu.context_bytes - before_snapshot;
+  if (free >= requested) {
+    return {};
+  }
+  return fmt::format(
+      "Free memory on device ({}/{} GiB) on startup is less than desired GPU memory utilization ({}, {} "
+      "GiB). "
+      "Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+      vllm_gib(free), vllm_gib(gpu.total_bytes), g.gpu_memory_utilization, vllm_gib(requested));
+}
+
+}  // namespace
+
+Paged size_vllm_v1_cache(const PredictRequest& request) {
+  const ModelConfig& m = request.model;
+  if (m.mla.kv_lora_rank > 0) {
+    throw InputError(
+        fmt::format("--vllm-version v1: {} uses multi-head latent attention, whose KV cache "
+                    "(MLAAttentionSpec) is not modelled",
+                    m.name));
+  }
+  const VllmServing& v = request.vllm;
+  const GpuMemory gpu = device_memory(request.gpu, request.capacity_bytes, request.context);
+  Paged g;
+  settle_v1_settings(request, gpu, g);
+  Paged::V1 out;
+  out.tensor_parallel = request.tensor_parallel;
+  out.kv_cache_dtype = v.kv_cache_dtype;
+  out.quantization = v.quantization;
+  const Bytes dtype_bytes = dtype_size_bytes(parameter_dtype(request.options.precision));
+  out.weights_bytes =
+      static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization == "fp8"));
+  profile(request, dtype_bytes, out, g);
+  out.non_torch_lines = tensor_parallel_non_torch_lines(request.tensor_parallel, false);
+  out.non_torch_measured = v.non_torch_increase_bytes.has_value();
+  out.non_torch_increase_bytes = v.non_torch_increase_bytes.value_or(
+      static_cast<std::int64_t>(non_torch_increase_bytes(out.non_torch_lines)));
+  std::int64_t before_snapshot = 0;
+  for (const NonTorchLine& l : out.non_torch_lines) {
+    before_snapshot += l.after_snapshot ? 0 : static_cast<std::int64_t>(l.size_bytes);
+  }
+  out.non_kv_cache_bytes = out.weights_bytes + out.torch_peak_increase_bytes + out.non_torch_increase_bytes;
+  out.requested_bytes =
+      static_cast<std::int64_t>(std::floor(static_cast<double>(gpu.total_bytes) * g.gpu_memory_utilization));
+  g.available_bytes = out.requested_bytes - out.non_kv_cache_bytes;
+  g.profile_peak_allocated_bytes = out.weights_bytes + out.torch_peak_increase_bytes;
+  g.non_torch_bytes = out.non_torch_increase_bytes;
+  out.page_size_bytes = static_cast<std::int64_t>(vllm_v1_page_size_bytes(
+      g.block_size, m.n_kv_heads, m.head_dim, kv_dtype_bytes(v.kv_cache_dtype, dtype_bytes)));
+  g.block_bytes = out.page_size_bytes * m.n_layers;
+  g.num_gpu_blocks =
+      vllm_v1_num_blocks(g.available_bytes, static_cast<Bytes>(out.page_size_bytes), m.n_layers);
+  out.kv_cache_tokens = g.num_gpu_blocks * g.block_size;
+  out.max_concurrency = vllm_v1_max_concurrency(g.num_gpu_blocks, g.block_size, g.max_model_len);
+  g.refusal = check_requested(gpu, before_snapshot, g, out.requested_bytes);
+  if (g.refusal.empty()) {
+    const VllmCacheCheck c =
+        vllm_v1_check_enough_kv_cache_memory(g.available_bytes, static_cast<Bytes>(out.page_size_bytes),
+                                             m.n_layers, g.block_size, g.max_model_len);
+    g.refusal = c.refusal;
+    out.estimated_max_model_len = c.estimated_max_model_len;
+  }
+  // The serving questions, with estimate_max_model_len's arithmetic: every whole block a length can use.
+  const std::int64_t per_block = out.page_size_bytes * m.n_layers;
+  const std::int64_t fitting = g.available_bytes > 0 ? g.available_bytes / per_block : 0;
+  const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
+  out.largest_max_model_len = std::min(derived, fitting * g.block_size);
+  const std::int64_t needed = per_block * ((g.max_model_len + g.block_size - 1) / g.block_size);
+  out.min_gpu_memory_utilization = std::ceil(static_cast<double>(out.non_kv_cache_bytes + needed) /
+                                             static_cast<double>(gpu.total_bytes) * 1e4) /
+                                   1e4;
+  out.process_total_bytes = gpu.context_bytes + before_snapshot + out.non_torch_increase_bytes +
+                            out.weights_bytes + g.num_gpu_blocks * g.block_bytes;
+  g.v1 = std::move(out);
+  return g;
+}
+
+}  // namespace vramsim
