@@ -24,7 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-UNITS = {"B": 1, "GiB": 1 << 30}
+UNITS = {"B": 1, "GiB": 1 << 30, "tokens": 1}
 FIGURES = {"peak_allocated": "peak_allocated_bytes", "peak_reserved": "peak_reserved_bytes",
            "peak_active": "peak_active_bytes"}
 
@@ -34,6 +34,11 @@ def figure(row, doc):
     if row["figure"] == "peak_rise":
         before = doc["phases_requested"]["before_forward"]
         return doc["steps"][-1]["peak_requested_bytes"] - before
+    if row["figure"].startswith("json:"):  # a dotted path into the JSON report, e.g. vLLM's start-up lines
+        value = doc
+        for key in row["figure"][len("json:"):].split("."):
+            value = value[key]
+        return value
     return doc[FIGURES[row["figure"]]]
 
 
@@ -60,12 +65,16 @@ def run(row, vramsim):
 def show(value_bytes, unit):
     if unit == "B":
         return f"{value_bytes:,} B"
+    if unit == "tokens":
+        return f"{value_bytes:,} tokens"
     return f"{value_bytes / UNITS[unit]:.2f} {unit}"
 
 
 def published(row):
     v = row["published"]
-    return f"{v:,} B" if row["unit"] == "B" else f"{v} {row['unit']}"
+    if row["unit"] in ("B", "tokens"):
+        return f"{v:,} {row['unit']}"
+    return f"{v} {row['unit']}"
 
 
 def cells(row, result):
@@ -152,8 +161,12 @@ FOOTER = """## Not on this page
   with its figure, sign and what explains it.
 * **The Korthikanti et al. 2022 activation formula and ZeRO's 16 bytes per parameter**: exact, checked by
   `tests/graph/test_korthikanti.cpp`; a formula from a paper, not a measurement of a run.
-* **Generation, KV caches and vLLM**: no public measurement has been compared yet (vLLM's `# GPU blocks:` log
-  line would be one); the figures in [serving.md](serving.md) are the simulator's.
+* **vLLM's V1 start-up** against vLLM's own start-up logs (weights, torch peak increase, available KV cache, KV
+  tokens; TP 1 and 2): compared line by line in
+  [serving.md](serving.md#compared-with-vllms-own-start-up-logs), with each log's source and error. Hugging
+  Face `generate` and the KV caches have no public measurement compared yet.
+* **The time model** (step times and tokens/s that `plan` ranks by): calibrated on public throughput and checked
+  on held-back rows in [time-model.md](time-model.md).
 """
 
 

@@ -88,7 +88,7 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option("--compute-efficiency", a.compute_efficiency,
                   "fraction of the GPU's peak FLOP/s a compute-bound kernel reaches (the time axis only; "
-                  "default calibrated on published throughput, docs/fragments/clock.md)")
+                  "default calibrated on published throughput, docs/time-model.md)")
       ->capture_default_str();
   cmd->add_option("--memory-efficiency", a.memory_efficiency,
                   "fraction of the GPU's peak DRAM bandwidth a memory-bound kernel reaches (the time axis "

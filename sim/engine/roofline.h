@@ -7,7 +7,7 @@
 // rounded up to a whole nanosecond. It is an estimate for the timeline's time axis (step time, tokens/s),
 // labelled as such in reports; memory results never depend on it.
 //
-// Note [Default efficiencies] (calibrated on public training throughput; docs/fragments/clock.md):
+// Note [Default efficiencies] (calibrated on public training throughput; docs/time-model.md):
 //   compute_efficiency 0.83 and memory_efficiency 0.70 minimise the squared log error of predicted tokens/s
 //   per GPU over the four "fit" rows of tests/data/throughput/measurements.json: torchtitan's Llama 2 13B
 //   and 70B runs with FSDP2 on 64 A100 80GB (docs/performance.md: 13B batch 2 without checkpointing 2,162

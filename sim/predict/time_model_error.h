@@ -2,7 +2,7 @@
 //
 // The figure is the calibrated roofline's error on the public throughput measurements it was not fitted to
 // (tests/data/throughput/measurements.json, the "held-back" rows; fitted and measured by
-// tools/calibrate_clock.py; reported in docs/fragments/clock.md). Two configurations whose estimated step
+// tools/calibrate_clock.py; reported in docs/time-model.md). Two configurations whose estimated step
 // times differ by less than it are not ranked by the model: plan marks every configuration that fits and
 // whose step time is within the error of the best one's as tied with it.
 #pragma once

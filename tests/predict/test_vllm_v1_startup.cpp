@@ -1,6 +1,6 @@
 // vLLM's V1 engine start-up (sim/inference/vllm_v1_startup.h, sim/predict/vllm_v1_sizing.h): each expected
 // value is worked by hand below from vLLM's source (file and function named at each check). Public start-up
-// logs are compared in docs/fragments/serving-vllm-v1.md with their errors, not asserted here.
+// logs are compared in docs/serving.md with their errors, not asserted here.
 #include <catch2/catch.hpp>
 
 #include <cmath>
