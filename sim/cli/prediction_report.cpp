@@ -61,7 +61,8 @@ void print_v1(const Prediction::Generation& g) {
   row("non-torch forward increase memory", s.non_torch_increase_bytes,
       s.non_torch_measured ? "--vllm-non-torch-increase (measured)"
                            : "buffers set up during the profile run (non_torch_memory.h)");
-  row("Total non KV cache memory", s.non_kv_cache_bytes, "weights + torch peak increase + non-torch increase");
+  row("Total non KV cache memory", s.non_kv_cache_bytes,
+      "weights + torch peak increase + non-torch increase");
   row("Available KV cache memory", v.available_bytes,
       fmt::format("requested {} (total x {}) - total non KV cache memory", gib(s.requested_bytes),
                   v.gpu_memory_utilization));
@@ -69,10 +70,12 @@ void print_v1(const Prediction::Generation& g) {
              thousands(v.num_gpu_blocks), s.page_size_bytes);
   fmt::print("  Maximum concurrency for {} tokens per request: {:.2f}x\n", thousands(v.max_model_len),
              s.max_concurrency);
-  fmt::print("  serving questions  the longest max_model_len this cache serves one request of: {}; one "
-             "max_model_len ({}) request needs gpu_memory_utilization >= {:.4f}\n",
-             thousands(s.largest_max_model_len), thousands(v.max_model_len), s.min_gpu_memory_utilization);
-  fmt::print("  CUDA graph memory                   not modelled (captured after the KV cache is allocated)\n");
+  fmt::print(
+      "  serving questions  the longest max_model_len this cache serves one request of: {}; one "
+      "max_model_len ({}) request needs gpu_memory_utilization >= {:.4f}\n",
+      thousands(s.largest_max_model_len), thousands(v.max_model_len), s.min_gpu_memory_utilization);
+  fmt::print(
+      "  CUDA graph memory                   not modelled (captured after the KV cache is allocated)\n");
   for (const NonTorchLine& l : s.non_torch_lines) {
     row(fmt::format("outside torch: {}", l.name), static_cast<std::int64_t>(l.size_bytes),
         l.after_snapshot ? "during the profile run" : "before vLLM's memory snapshot");
@@ -85,18 +88,26 @@ void print_v1(const Prediction::Generation& g) {
 }
 
 // vLLM's paged cache: how the profile run sized it, and what it serves.
+void print_v0(const Prediction::Generation& g);
+
 void print_paged(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
   if (v.v1) {
     print_v1(g);
-    fmt::print(
-        "  sequences        {} of {} cached tokens ({} + {} - 1, {} blocks each) fit at once; "
-        "this batch needs {} of the {} blocks: {}\n",
-        v.concurrent_sequences, g.prompt_tokens + g.new_tokens - 1, g.prompt_tokens, g.new_tokens,
-        v.blocks_per_sequence, v.batch_blocks, v.num_gpu_blocks,
-        v.batch_blocks <= v.num_gpu_blocks ? "it fits at once" : "it does not fit at once");
-    return;
+  } else {
+    print_v0(g);
   }
+  fmt::print(
+      "  sequences        {} of {} cached tokens ({} + {} - 1, {} blocks each) fit at once; "
+      "this batch needs {} of the {} blocks: {}\n",
+      v.concurrent_sequences, g.prompt_tokens + g.new_tokens - 1, g.prompt_tokens, g.new_tokens,
+      v.blocks_per_sequence, v.batch_blocks, v.num_gpu_blocks,
+      v.batch_blocks <= v.num_gpu_blocks ? "it fits at once" : "it does not fit at once");
+}
+
+// vLLM V0's profile-run sizing (Worker.determine_num_available_blocks), as print_paged's first lines.
+void print_v0(const Prediction::Generation& g) {
+  const Prediction::Generation::Paged& v = *g.paged;
   fmt::print(
       "  vLLM             gpu_memory_utilization {}, block_size {}, max_model_len {}, max_num_batched_tokens "
       "{}, max_num_seqs {}\n",
@@ -113,12 +124,6 @@ void print_paged(const Prediction::Generation& g) {
   if (!v.refusal.empty()) {
     fmt::print("  serving          vLLM refuses to start: {}\n", v.refusal);
   }
-  fmt::print(
-      "  sequences        {} of {} cached tokens ({} + {} - 1, {} blocks each) fit at once; "
-      "this batch needs {} of the {} blocks: {}\n",
-      v.concurrent_sequences, g.prompt_tokens + g.new_tokens - 1, g.prompt_tokens, g.new_tokens,
-      v.blocks_per_sequence, v.batch_blocks, v.num_gpu_blocks,
-      v.batch_blocks <= v.num_gpu_blocks ? "it fits at once" : "it does not fit at once");
 }
 
 void print_generation(const Prediction::Generation& g, std::int64_t headroom_bytes) {
@@ -266,28 +271,27 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                            {"after_snapshot", l.after_snapshot},
                            {"source", l.source}});
         }
-        j["generation"]["paged"]["vllm_v1"] = {
-            {"tensor_parallel", s.tensor_parallel},
-            {"kv_cache_dtype", s.kv_cache_dtype},
-            {"quantization", s.quantization},
-            {"model_loading_bytes", s.weights_bytes},
-            {"torch_peak_increase_bytes", s.torch_peak_increase_bytes},
-            {"forward_peak_bytes", s.forward_peak_bytes},
-            {"sampler_peak_bytes", s.sampler_peak_bytes},
-            {"cublas_workspace_bytes", s.cublas_workspace_bytes},
-            {"non_torch_increase_bytes", s.non_torch_increase_bytes},
-            {"non_torch_measured", s.non_torch_measured},
-            {"non_torch_lines", lines},
-            {"non_kv_cache_bytes", s.non_kv_cache_bytes},
-            {"requested_bytes", s.requested_bytes},
-            {"available_kv_cache_bytes", v.available_bytes},
-            {"page_size_bytes", s.page_size_bytes},
-            {"gpu_kv_cache_tokens", s.kv_cache_tokens},
-            {"max_concurrency", s.max_concurrency},
-            {"estimated_max_model_len", s.estimated_max_model_len},
-            {"largest_max_model_len", s.largest_max_model_len},
-            {"min_gpu_memory_utilization", s.min_gpu_memory_utilization},
-            {"process_total_bytes", s.process_total_bytes}};
+        j["generation"]["paged"]["vllm_v1"] = {{"tensor_parallel", s.tensor_parallel},
+                                               {"kv_cache_dtype", s.kv_cache_dtype},
+                                               {"quantization", s.quantization},
+                                               {"model_loading_bytes", s.weights_bytes},
+                                               {"torch_peak_increase_bytes", s.torch_peak_increase_bytes},
+                                               {"forward_peak_bytes", s.forward_peak_bytes},
+                                               {"sampler_peak_bytes", s.sampler_peak_bytes},
+                                               {"cublas_workspace_bytes", s.cublas_workspace_bytes},
+                                               {"non_torch_increase_bytes", s.non_torch_increase_bytes},
+                                               {"non_torch_measured", s.non_torch_measured},
+                                               {"non_torch_lines", lines},
+                                               {"non_kv_cache_bytes", s.non_kv_cache_bytes},
+                                               {"requested_bytes", s.requested_bytes},
+                                               {"available_kv_cache_bytes", v.available_bytes},
+                                               {"page_size_bytes", s.page_size_bytes},
+                                               {"gpu_kv_cache_tokens", s.kv_cache_tokens},
+                                               {"max_concurrency", s.max_concurrency},
+                                               {"estimated_max_model_len", s.estimated_max_model_len},
+                                               {"largest_max_model_len", s.largest_max_model_len},
+                                               {"min_gpu_memory_utilization", s.min_gpu_memory_utilization},
+                                               {"process_total_bytes", s.process_total_bytes}};
       }
     }
   }
