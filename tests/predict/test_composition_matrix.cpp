@@ -210,7 +210,8 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
       {"fsdp2", "checkpoint-op", "compile-layer", "bf16-master"},      // torchtitan
       {"fsdp", "lora", "checkpoint-full", "bf16"},                     // PEFT's FSDP LoRA
       {"ddp", "qlora", "checkpoint-full"},                             // QLoRA with DDP
-      {"bf16", "checkpoint-full", "offload-activations"},              // full fine-tuning with save_on_cpu
+      {"fsdp2", "pp-torchtitan", "checkpoint-full", "compile-layer", "bf16-master"},  // torchtitan with PP
+      {"bf16", "checkpoint-full", "offload-activations"},  // full fine-tuning with save_on_cpu
   };
   for (const std::vector<std::string>& recipe : recipes) {
     std::vector<const Technique*> picked;
