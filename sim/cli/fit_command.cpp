@@ -7,10 +7,107 @@
 #include "sim/core/size_format.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/predict/vllm_serving_fit.h"
 
 namespace vramsim::cli {
 
 namespace {
+
+// vLLM's "%.2f GiB"
+std::string gib2(std::int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+int print_serving_fit(const ServingFitResult& r, bool json) {
+  const char* names[] = {"max-model-len", "max-num-seqs", "gpu-memory-utilization"};
+  const char* what = names[static_cast<int>(r.question)];
+  if (json) {
+    nlohmann::ordered_json j;
+    j["vary"] = what;
+    j["gpu_memory_utilization"] = r.gpu_memory_utilization;
+    j["max_model_len"] = r.max_model_len;
+    j["max_num_batched_tokens"] = r.max_num_batched_tokens;
+    j["total_bytes"] = r.total_bytes;
+    j["available_kv_cache_bytes"] = r.available_bytes;
+    j["gpu_kv_cache_tokens"] = r.kv_cache_tokens;
+    j["refusal"] = r.refusal;
+    j["min_gpu_memory_utilization"] = r.min_utilization;
+    if (r.question == ServingQuestion::kGpuMemoryUtilization) {
+      j["margin"] = r.margin;
+      j["outside_budget_bytes"] = r.outside_budget_bytes;
+      j["best"] = r.answer_utilization;
+    } else {
+      j["best"] = r.answer;
+    }
+    nlohmann::ordered_json trials = nlohmann::ordered_json::array();
+    for (const ServingTrial& t : r.trials) {
+      trials.push_back({{"max_num_seqs", t.value},
+                        {"num_gpu_blocks", t.num_gpu_blocks},
+                        {"needed_blocks", t.needed_blocks},
+                        {"starts", t.starts},
+                        {"fits", t.fits}});
+    }
+    j["trials"] = trials;
+    fmt::print("{}\n", json_text(j));
+    return 0;
+  }
+  fmt::print(
+      "vLLM V1          gpu_memory_utilization {}, max_model_len {}, max_num_batched_tokens {}: "
+      "Available KV cache memory {}, GPU KV cache size {} tokens\n",
+      r.gpu_memory_utilization, r.max_model_len, r.max_num_batched_tokens, gib2(r.available_bytes),
+      r.kv_cache_tokens);
+  switch (r.question) {
+    case ServingQuestion::kMaxModelLen:
+      if (!r.refusal.empty()) {
+        fmt::print("refusal          {}\n", r.refusal);
+      }
+      if (r.answer > 0) {
+        fmt::print(
+            "answer           largest max_model_len that starts: {} (estimate_max_model_len: whole blocks of "
+            "{} "
+            "tokens, at most max_position_embeddings)\n",
+            r.answer, r.block_size);
+      } else {
+        fmt::print("answer           no max_model_len starts: not one block of {} tokens fits\n",
+                   r.block_size);
+      }
+      break;
+    case ServingQuestion::kMaxNumSeqs:
+      for (const ServingTrial& t : r.trials) {
+        fmt::print("  max_num_seqs {:>6}   {:>8} blocks, {:>8} needed   {}\n", t.value, t.num_gpu_blocks,
+                   t.needed_blocks,
+                   !t.starts ? "refused"
+                   : t.fits  ? "fits"
+                             : "over the blocks");
+      }
+      if (r.answer == 0) {
+        fmt::print("answer           no max_num_seqs serves requests of {} tokens at once\n",
+                   r.max_model_len);
+      } else {
+        fmt::print("answer           largest max_num_seqs whose requests of {} tokens all fit at once: {}\n",
+                   r.max_model_len, r.answer);
+      }
+      break;
+    case ServingQuestion::kGpuMemoryUtilization:
+      fmt::print(
+          "limit            CUDA context + outside torch {} + utilization x {} <= {:.0f} % of the device; "
+          "CUDA graphs outside the budget are not counted (--vllm-cudagraph-memory puts them in it)\n",
+          gib2(r.outside_budget_bytes), gib2(r.total_bytes), 100.0 * (1.0 - r.margin));
+      if (r.answer_utilization > 0.0) {
+        fmt::print(
+            "answer           largest gpu_memory_utilization that leaves {:.0f} % free: {:.4f} (one "
+            "max_model_len request needs >= {:.4f})\n",
+            100.0 * r.margin, r.answer_utilization, r.min_utilization);
+      } else {
+        fmt::print(
+            "answer           none: leaving {:.0f} % free, one max_model_len request ({}) does not fit "
+            "(it needs gpu_memory_utilization >= {:.4f})\n",
+            100.0 * r.margin, r.max_model_len, r.min_utilization);
+      }
+      break;
+  }
+  return 0;
+}
 
 struct FitArgs {
   RequestArgs request;
@@ -33,7 +130,10 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--margin", args.margin, "fraction of the device kept free, e.g. 10% or 0.1")
       ->capture_default_str();
-  cmd->add_option("--vary", args.vary, "batch|seq")->capture_default_str();
+  cmd->add_option("--vary", args.vary,
+                  "batch|seq, or with --kv-cache paged (vLLM V1): max-model-len|max-num-seqs|"
+                  "gpu-memory-utilization")
+      ->capture_default_str();
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->callback([&run, cmd] {
     if (cmd->count("--alloc-conf") > 0) {
@@ -41,6 +141,9 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
     }
     run = [] {
       const double margin = parse_margin(args.margin);
+      if (const std::optional<ServingQuestion> q = parse_serving_question(args.vary)) {
+        return print_serving_fit(fit_vllm_serving(make_request(args.request), *q, margin), args.json);
+      }
       const FitVary vary = parse_fit_vary(args.vary);
       const PredictRequest request = make_request(args.request);
       const FitResult r = fit(request, vary, margin);

@@ -149,12 +149,14 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "8192 on GPUs of 70 GiB or more other than A100s, else 2048, with chunked prefill; v0: "
                   "max(max_model_len, 2048))")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-seqs", a.max_num_seqs,
-                  "vLLM: sequences per batch, the profile run's dummy requests (paged cache; default v1: 1024 "
-                  "on GPUs of 70 GiB or more other than A100s, else 256; v0: 256)")
+  cmd->add_option(
+         "--max-num-seqs", a.max_num_seqs,
+         "vLLM: sequences per batch, the profile run's dummy requests (paged cache; default v1: 1024 "
+         "on GPUs of 70 GiB or more other than A100s, else 256; v0: 256)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--vllm-version", a.vllm_version,
-                  "v1|v0: vLLM's V1 engine start-up (its log's lines) or the older V0 profile run (paged cache)")
+  cmd->add_option(
+         "--vllm-version", a.vllm_version,
+         "v1|v0: vLLM's V1 engine start-up (its log's lines) or the older V0 profile run (paged cache)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
                   "vLLM: auto|fp8|fp8_e4m3|fp8_e5m2, the KV cache's element (fp8: one byte; v1)")
@@ -164,6 +166,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--vllm-non-torch-increase", a.vllm_non_torch_increase,
                   "vLLM: a measured 'non-torch forward increase memory' (e.g. 2.1GiB) in place of the "
                   "modelled communication buffers (v1)");
+  cmd->add_option("--vllm-cudagraph-memory", a.vllm_cudagraph_memory,
+                  "vLLM 0.21+: the 'Estimated CUDA graph memory' (e.g. 0.6GiB), subtracted from the KV "
+                  "cache's memory as VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 does (v1; default: graphs "
+                  "captured after the KV cache, as up to 0.20)");
   cmd->add_option("--lora-rank", a.lora_rank,
                   "PEFT LoRA rank r: frozen base weights, trainable adapters (0: full fine-tuning)")
       ->capture_default_str();

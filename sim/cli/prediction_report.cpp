@@ -64,8 +64,9 @@ void print_v1(const Prediction::Generation& g) {
   row("Total non KV cache memory", s.non_kv_cache_bytes,
       "weights + torch peak increase + non-torch increase");
   row("Available KV cache memory", v.available_bytes,
-      fmt::format("requested {} (total x {}) - total non KV cache memory", gib(s.requested_bytes),
-                  v.gpu_memory_utilization));
+      fmt::format("requested {} (total x {}) - total non KV cache memory{}", gib(s.requested_bytes),
+                  v.gpu_memory_utilization,
+                  s.cudagraph_memory_bytes > 0 ? " - estimated CUDA graph memory" : ""));
   fmt::print("  GPU KV cache size: {} tokens  ({} blocks of {} B per layer)\n", thousands(s.kv_cache_tokens),
              thousands(v.num_gpu_blocks), s.page_size_bytes);
   fmt::print("  Maximum concurrency for {} tokens per request: {:.2f}x\n", thousands(v.max_model_len),
@@ -74,8 +75,21 @@ void print_v1(const Prediction::Generation& g) {
       "  serving questions  the longest max_model_len this cache serves one request of: {}; one "
       "max_model_len ({}) request needs gpu_memory_utilization >= {:.4f}\n",
       thousands(s.largest_max_model_len), thousands(v.max_model_len), s.min_gpu_memory_utilization);
-  fmt::print(
-      "  CUDA graph memory                   not modelled (captured after the KV cache is allocated)\n");
+  if (s.cudagraph_memory_bytes > 0) {
+    // gpu_model_runner.py's "Estimated CUDA graph memory: %.2f GiB total" and gpu_worker.py's equivalence
+    fmt::print("  Estimated CUDA graph memory: {} total  (--vllm-cudagraph-memory; subtracted, vLLM 0.21+)\n",
+               gib(s.cudagraph_memory_bytes));
+    fmt::print(
+        "  CUDA graph memory profiling        --gpu-memory-utilization={:.4f} is equivalent to {:.4f} "
+        "without "
+        "it; {:.4f} keeps the KV cache's size\n",
+        v.gpu_memory_utilization, s.utilization_without_graphs, s.utilization_to_keep_cache);
+  } else {
+    fmt::print(
+        "  CUDA graph memory                   not in the budget: captured after the KV cache (vLLM <= "
+        "0.20); "
+        "0.21+ subtracts its estimate (--vllm-cudagraph-memory)\n");
+  }
   for (const NonTorchLine& l : s.non_torch_lines) {
     row(fmt::format("outside torch: {}", l.name), static_cast<std::int64_t>(l.size_bytes),
         l.after_snapshot ? "during the profile run" : "before vLLM's memory snapshot");
@@ -291,7 +305,10 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"estimated_max_model_len", s.estimated_max_model_len},
                                                {"largest_max_model_len", s.largest_max_model_len},
                                                {"min_gpu_memory_utilization", s.min_gpu_memory_utilization},
-                                               {"process_total_bytes", s.process_total_bytes}};
+                                               {"process_total_bytes", s.process_total_bytes},
+                                               {"cudagraph_memory_bytes", s.cudagraph_memory_bytes},
+                                               {"utilization_without_graphs", s.utilization_without_graphs},
+                                               {"utilization_to_keep_cache", s.utilization_to_keep_cache}};
       }
     }
   }

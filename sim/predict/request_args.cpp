@@ -187,27 +187,33 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   const bool changed = a.gpu_memory_utilization != defaults.gpu_memory_utilization ||
                        a.block_size != defaults.block_size || a.max_model_len != defaults.max_model_len ||
                        a.max_num_batched_tokens != defaults.max_num_batched_tokens ||
-                       a.max_num_seqs != defaults.max_num_seqs || a.kv_cache_dtype != defaults.kv_cache_dtype || a.quantization != defaults.quantization ||
-                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase;
+                       a.max_num_seqs != defaults.max_num_seqs ||
+                       a.kv_cache_dtype != defaults.kv_cache_dtype ||
+                       a.quantization != defaults.quantization ||
+                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
+                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory;
   if (changed && a.kv_cache != "paged") {
     throw InputError(
         "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
-        "--max-num-seqs / --kv-cache-dtype / --quantization / --vllm-non-torch-increase: "
-        "vLLM's settings, for --kv-cache paged");
+        "--max-num-seqs / --kv-cache-dtype / --quantization / --vllm-non-torch-increase / "
+        "--vllm-cudagraph-memory: vLLM's settings, for --kv-cache paged");
   }
   if (a.vllm_version != "v1" && a.vllm_version != "v0") {
     throw InputError(fmt::format("--vllm-version: '{}' is not v1 or v0", a.vllm_version));
   }
-  const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype || a.quantization != defaults.quantization ||
-                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase;
+  const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype ||
+                       a.quantization != defaults.quantization ||
+                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
+                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory;
   if (a.vllm_version != "v1" && v1_only) {
-    throw InputError("--kv-cache-dtype / --quantization / --vllm-non-torch-increase: modelled for "
-                     "--vllm-version v1 only");
+    throw InputError(
+        "--kv-cache-dtype / --quantization / --vllm-non-torch-increase / --vllm-cudagraph-memory: "
+        "modelled for --vllm-version v1 only");
   }
   if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8" && a.kv_cache_dtype != "fp8_e4m3" &&
       a.kv_cache_dtype != "fp8_e5m2") {
-    throw InputError(fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2",
-                                 a.kv_cache_dtype));
+    throw InputError(
+        fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2", a.kv_cache_dtype));
   }
   if (!a.quantization.empty() && a.quantization != "fp8") {
     throw InputError(fmt::format("--quantization: '{}' is not modelled (fp8 is)", a.quantization));
@@ -215,6 +221,10 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   if (!a.vllm_non_torch_increase.empty()) {
     v.non_torch_increase_bytes =
         static_cast<std::int64_t>(parse_size(a.vllm_non_torch_increase, "--vllm-non-torch-increase"));
+  }
+  if (!a.vllm_cudagraph_memory.empty()) {
+    v.cudagraph_memory_bytes =
+        static_cast<std::int64_t>(parse_size(a.vllm_cudagraph_memory, "--vllm-cudagraph-memory"));
   }
   v.version = a.vllm_version;
   v.kv_cache_dtype = a.kv_cache_dtype;
@@ -252,10 +262,11 @@ void apply_checkpoint_quantization(const RequestArgs& a, BnbOptions& bnb) {
   }
   refuse_unmodelled_quantization(*q, a.model);
   if (!q->modules_to_not_convert.empty()) {
-    throw InputError(fmt::format(
-        "{}: quantization_config: llm_int8_skip_modules is not modelled (--base-weights converts every linear "
-        "layer but lm_head)",
-        a.model));
+    throw InputError(
+        fmt::format("{}: quantization_config: llm_int8_skip_modules is not modelled (--base-weights converts "
+                    "every linear "
+                    "layer but lm_head)",
+                    a.model));
   }
   const auto conflict = [&](bool differs, std::string_view option, std::string_view value) {
     if (differs) {
@@ -556,7 +567,10 @@ FitVary parse_fit_vary(std::string_view text, std::string_view option) {
   if (text == "seq") {
     return FitVary::kSeq;
   }
-  throw InputError(fmt::format("{}: unknown value '{}' (expected batch or seq)", option, text));
+  throw InputError(
+      fmt::format("{}: unknown value '{}' (expected batch or seq; max-model-len, max-num-seqs or "
+                  "gpu-memory-utilization with --kv-cache paged)",
+                  option, text));
 }
 
 double parse_margin(std::string_view text, std::string_view option) {

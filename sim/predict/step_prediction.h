@@ -32,18 +32,22 @@ struct VllmServing {
   // --vllm-version: "v1" (the V1 engine's start-up, sim/inference/vllm_v1_startup.h; the default) or "v0"
   // (the older engine's profile run through the allocator model, Worker.determine_num_available_blocks).
   std::string version = "v1";
-  double gpu_memory_utilization = 0.9;      // CacheConfig's default
-  std::int64_t max_model_len = 0;           // 0: the model's trained context (max_position_embeddings)
+  double gpu_memory_utilization = 0.9;  // CacheConfig's default
+  std::int64_t max_model_len = 0;       // 0: the model's trained context (max_position_embeddings)
   // 0: the engine's default: v1 EngineArgs._set_default_args by GPU (vllm_v1_scheduler_defaults); v0
   // max(max_model_len, 2048) (no chunked prefill)
   std::int64_t max_num_batched_tokens = 0;
-  std::int64_t max_num_seqs = 0;            // 0: the engine's default (v1 by GPU; v0 256)
-  std::string kv_cache_dtype = "auto";      // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2 (v1)
-  std::string quantization;                 // --quantization "" | fp8 (v1: Fp8LinearMethod's weights)
+  std::int64_t max_num_seqs = 0;        // 0: the engine's default (v1 by GPU; v0 256)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2 (v1)
+  std::string quantization;             // --quantization "" | fp8 (v1: Fp8LinearMethod's weights)
   // --vllm-non-torch-increase: a measured "non-torch forward increase memory" (v1), replacing the bill's
   std::optional<std::int64_t> non_torch_increase_bytes;
-  std::int64_t vocab_size = 0;              // the model's vocabulary before tensor-parallel padding
-  bool profile_run = false;                 // this prediction is the profile run itself
+  // --vllm-cudagraph-memory: vLLM 0.21+'s "Estimated CUDA graph memory" (measured there by capturing a few
+  // sizes, gpu_model_runner.py), subtracted from the KV cache's memory as 0.21 does by default
+  // (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); absent: up to 0.20, graphs are captured after the KV cache
+  std::optional<std::int64_t> cudagraph_memory_bytes;
+  std::int64_t vocab_size = 0;  // the model's vocabulary before tensor-parallel padding
+  bool profile_run = false;     // this prediction is the profile run itself
 };
 
 struct PredictRequest {
@@ -238,7 +242,14 @@ struct Prediction {
         // model's max_position_embeddings), and the gpu_memory_utilization one max_model_len request needs.
         std::int64_t largest_max_model_len = 0;
         double min_gpu_memory_utilization = 0.0;
-        std::int64_t process_total_bytes = 0;        // context + non-torch + weights + KV cache, before graphs
+        std::int64_t process_total_bytes = 0;     // context + non-torch + weights + KV cache, before graphs
+        std::int64_t cudagraph_memory_bytes = 0;  // --vllm-cudagraph-memory (0: not in the budget)
+        std::int64_t before_snapshot_bytes = 0;   // outside torch, before vLLM's snapshot (custom AR)
+        std::int64_t context_bytes = 0;           // the CUDA context (cuda_context.h)
+        std::int64_t total_bytes = 0;             // the GPU's total memory (torch.cuda.mem_get_info)
+        // vLLM 0.21's equivalences (gpu_worker.py): util - graphs / total, util + graphs / total
+        double utilization_without_graphs = 0.0;
+        double utilization_to_keep_cache = 0.0;
       };
       std::optional<V1> v1;
     };
@@ -326,6 +337,7 @@ struct RequestArgs {
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2
   std::string quantization;             // --quantization fp8
   std::string vllm_non_torch_increase;  // --vllm-non-torch-increase SIZE ("" : the bill's)
+  std::string vllm_cudagraph_memory;    // --vllm-cudagraph-memory SIZE ("" : captured after the KV cache)
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

@@ -147,7 +147,16 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
   out.non_kv_cache_bytes = out.weights_bytes + out.torch_peak_increase_bytes + out.non_torch_increase_bytes;
   out.requested_bytes =
       static_cast<std::int64_t>(std::floor(static_cast<double>(gpu.total_bytes) * g.gpu_memory_utilization));
-  g.available_bytes = out.requested_bytes - out.non_kv_cache_bytes;
+  // vLLM 0.21+ (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, Worker.determine_available_memory): the
+  // estimated CUDA-graph pool comes out of the KV cache's memory, and the log states the utilization this
+  // is equivalent to without the estimate (util - graphs / total) and the one that keeps the cache's size
+  // (util + graphs / total), to four decimals.
+  out.cudagraph_memory_bytes = v.cudagraph_memory_bytes.value_or(0);
+  const double graphs_fraction =
+      static_cast<double>(out.cudagraph_memory_bytes) / static_cast<double>(gpu.total_bytes);
+  out.utilization_without_graphs = g.gpu_memory_utilization - graphs_fraction;
+  out.utilization_to_keep_cache = g.gpu_memory_utilization + graphs_fraction;
+  g.available_bytes = out.requested_bytes - out.non_kv_cache_bytes - out.cudagraph_memory_bytes;
   g.profile_peak_allocated_bytes = out.weights_bytes + out.torch_peak_increase_bytes;
   g.non_torch_bytes = out.non_torch_increase_bytes;
   out.page_size_bytes = static_cast<std::int64_t>(vllm_v1_page_size_bytes(
@@ -171,11 +180,15 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
   const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
   out.largest_max_model_len = std::min(derived, fitting * g.block_size);
   const std::int64_t needed = per_block * ((g.max_model_len + g.block_size - 1) / g.block_size);
-  out.min_gpu_memory_utilization = std::ceil(static_cast<double>(out.non_kv_cache_bytes + needed) /
-                                             static_cast<double>(gpu.total_bytes) * 1e4) /
-                                   1e4;
+  out.min_gpu_memory_utilization =
+      std::ceil(static_cast<double>(out.non_kv_cache_bytes + out.cudagraph_memory_bytes + needed) /
+                static_cast<double>(gpu.total_bytes) * 1e4) /
+      1e4;
   out.process_total_bytes = gpu.context_bytes + before_snapshot + out.non_torch_increase_bytes +
                             out.weights_bytes + g.num_gpu_blocks * g.block_bytes;
+  out.before_snapshot_bytes = before_snapshot;
+  out.context_bytes = gpu.context_bytes;
+  out.total_bytes = gpu.total_bytes;
   g.v1 = std::move(out);
   return g;
 }

@@ -1,0 +1,118 @@
+#include "sim/predict/vllm_serving_fit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/core/error.h"
+#include "sim/predict/vllm_v1_sizing.h"
+
+namespace vramsim {
+namespace {
+
+using Paged = Prediction::Generation::Paged;
+
+void require_v1_serving(const PredictRequest& r) {
+  if (r.options.generate_tokens <= 0 || r.options.kv_cache != "paged" || r.vllm.version != "v1") {
+    throw InputError(
+        "--vary max-model-len / max-num-seqs / gpu-memory-utilization: vLLM V1 serving questions, for "
+        "--generate N --kv-cache paged (--vllm-version v1)");
+  }
+}
+
+std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void copy_settings(const Paged& g, ServingFitResult& out) {
+  out.gpu_memory_utilization = g.gpu_memory_utilization;
+  out.max_model_len = g.max_model_len;
+  out.max_num_batched_tokens = g.max_num_batched_tokens;
+  out.block_size = g.block_size;
+  out.total_bytes = g.v1->total_bytes;
+  out.available_bytes = g.available_bytes;
+  out.kv_cache_tokens = g.v1->kv_cache_tokens;
+  out.refusal = g.refusal;
+  out.min_utilization = g.v1->min_gpu_memory_utilization;
+}
+
+// The largest max_num_seqs in 1..max_num_batched_tokens whose requests of max_model_len tokens all hold their
+// blocks at once: fewer blocks and more blocks needed as it grows, so the first failure ends a doubling
+// search and a bisection finds the edge.
+void largest_max_num_seqs(const PredictRequest& request, ServingFitResult& out) {
+  const auto trial = [&](std::int64_t seqs) {
+    PredictRequest r = request;
+    r.vllm.max_num_seqs = seqs;
+    const Paged g = size_vllm_v1_cache(r);
+    ServingTrial t;
+    t.value = seqs;
+    t.num_gpu_blocks = g.num_gpu_blocks;
+    t.needed_blocks = seqs * cdiv(g.max_model_len, g.block_size);
+    t.starts = g.refusal.empty();
+    t.fits = t.starts && t.num_gpu_blocks >= t.needed_blocks;
+    out.trials.push_back(t);
+    return t.fits;
+  };
+  const std::int64_t cap = out.max_num_batched_tokens;
+  std::int64_t good = 0;
+  std::int64_t bad = cap + 1;
+  for (std::int64_t s = 1;; s = std::min(cap, s * 2)) {
+    if (!trial(s)) {
+      bad = s;
+      break;
+    }
+    good = s;
+    if (s == cap) {
+      break;
+    }
+  }
+  while (good > 0 && bad - good > 1) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    (trial(mid) ? good : bad) = mid;
+  }
+  out.answer = good;
+}
+
+}  // namespace
+
+std::optional<ServingQuestion> parse_serving_question(std::string_view text) {
+  if (text == "max-model-len") {
+    return ServingQuestion::kMaxModelLen;
+  }
+  if (text == "max-num-seqs") {
+    return ServingQuestion::kMaxNumSeqs;
+  }
+  if (text == "gpu-memory-utilization") {
+    return ServingQuestion::kGpuMemoryUtilization;
+  }
+  return std::nullopt;
+}
+
+ServingFitResult fit_vllm_serving(const PredictRequest& request, ServingQuestion question, double margin) {
+  require_v1_serving(request);
+  ServingFitResult out;
+  out.question = question;
+  out.margin = margin;
+  const Paged g = size_vllm_v1_cache(request);
+  copy_settings(g, out);
+  const Paged::V1& s = *g.v1;
+  switch (question) {
+    case ServingQuestion::kMaxModelLen:
+      // kv_cache_utils.estimate_max_model_len's arithmetic (vllm_v1_sizing.cpp's largest_max_model_len).
+      out.answer = s.largest_max_model_len;
+      break;
+    case ServingQuestion::kMaxNumSeqs:
+      largest_max_num_seqs(request, out);
+      break;
+    case ServingQuestion::kGpuMemoryUtilization: {
+      out.outside_budget_bytes = s.context_bytes + s.before_snapshot_bytes;
+      const double limit = static_cast<double>(s.total_bytes) * (1.0 - margin);
+      const double room = limit - static_cast<double>(out.outside_budget_bytes);
+      const double u = std::floor(room / static_cast<double>(s.total_bytes) * 1e4) / 1e4;
+      out.answer_utilization = std::min(1.0, u) >= out.min_utilization ? std::min(1.0, u) : 0.0;
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace vramsim
