@@ -27,6 +27,7 @@ int print_serving_fit(const ServingFitResult& r, bool json) {
     j["gpu_memory_utilization"] = r.gpu_memory_utilization;
     j["max_model_len"] = r.max_model_len;
     j["max_num_batched_tokens"] = r.max_num_batched_tokens;
+    j["max_num_seqs"] = r.max_num_seqs;
     j["total_bytes"] = r.total_bytes;
     j["available_kv_cache_bytes"] = r.available_bytes;
     j["gpu_kv_cache_tokens"] = r.kv_cache_tokens;
@@ -52,10 +53,11 @@ int print_serving_fit(const ServingFitResult& r, bool json) {
     return 0;
   }
   fmt::print(
-      "vLLM V1          gpu_memory_utilization {}, max_model_len {}, max_num_batched_tokens {}: "
+      "vLLM V1          gpu_memory_utilization {}, max_model_len {}, max_num_batched_tokens {}, max_num_seqs "
+      "{}: "
       "Available KV cache memory {}, GPU KV cache size {} tokens\n",
-      r.gpu_memory_utilization, r.max_model_len, r.max_num_batched_tokens, gib2(r.available_bytes),
-      r.kv_cache_tokens);
+      r.gpu_memory_utilization, r.max_model_len, r.max_num_batched_tokens, r.max_num_seqs,
+      gib2(r.available_bytes), r.kv_cache_tokens);
   switch (r.question) {
     case ServingQuestion::kMaxModelLen:
       if (!r.refusal.empty()) {

@@ -27,6 +27,7 @@ void copy_settings(const Paged& g, ServingFitResult& out) {
   out.gpu_memory_utilization = g.gpu_memory_utilization;
   out.max_model_len = g.max_model_len;
   out.max_num_batched_tokens = g.max_num_batched_tokens;
+  out.max_num_seqs = g.max_num_seqs;
   out.block_size = g.block_size;
   out.total_bytes = g.v1->total_bytes;
   out.available_bytes = g.available_bytes;

@@ -46,6 +46,7 @@ struct ServingFitResult {
   double gpu_memory_utilization = 0.0;
   std::int64_t max_model_len = 0;
   std::int64_t max_num_batched_tokens = 0;
+  std::int64_t max_num_seqs = 0;  // as configured (max-num-seqs: the trials vary it)
   std::int64_t block_size = 0;
   std::int64_t total_bytes = 0;
   std::int64_t available_bytes = 0;  // at the settings asked (max-model-len) or at the answer
