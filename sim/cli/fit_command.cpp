@@ -111,6 +111,50 @@ int print_serving_fit(const ServingFitResult& r, bool json) {
   return 0;
 }
 
+int print_serving_tp(const ServingTpPlan& p, bool json) {
+  if (json) {
+    nlohmann::ordered_json j;
+    j["vary"] = "tp";
+    j["max_model_len"] = p.max_model_len;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const ServingTpRow& r : p.rows) {
+      rows.push_back({{"tp", r.tp},
+                      {"error", r.error},
+                      {"model_loading_bytes", r.weights_bytes},
+                      {"available_kv_cache_bytes", r.available_bytes},
+                      {"gpu_kv_cache_tokens", r.kv_cache_tokens},
+                      {"max_concurrency", r.max_concurrency},
+                      {"refusal", r.refusal}});
+    }
+    j["rows"] = rows;
+    j["best"] = p.smallest_tp_that_starts;
+    fmt::print("{}\n", json_text(j));
+    return 0;
+  }
+  fmt::print(
+      "vLLM V1          one rank at each tensor-parallel size; concurrency for {} tokens per request\n",
+      p.max_model_len);
+  for (const ServingTpRow& r : p.rows) {
+    if (!r.error.empty()) {
+      fmt::print("  tp {}   {}\n", r.tp, r.error);
+      continue;
+    }
+    fmt::print(
+        "  tp {}   Model loading took {:>10}   Available KV cache memory {:>10}   {:>11} tokens   {:>8.2f}x  "
+        " "
+        "{}\n",
+        r.tp, gib2(r.weights_bytes), gib2(r.available_bytes), r.kv_cache_tokens, r.max_concurrency,
+        r.refusal.empty() ? "starts" : "refused");
+  }
+  if (p.smallest_tp_that_starts == 0) {
+    fmt::print("answer           no tensor-parallel size up to 8 starts\n");
+  } else {
+    fmt::print("answer           the smallest tensor-parallel size that starts: {}\n",
+               p.smallest_tp_that_starts);
+  }
+  return 0;
+}
+
 struct FitArgs {
   RequestArgs request;
   std::string alloc_conf;
@@ -134,7 +178,7 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--vary", args.vary,
                   "batch|seq, or with --kv-cache paged (vLLM V1): max-model-len|max-num-seqs|"
-                  "gpu-memory-utilization")
+                  "gpu-memory-utilization|tp")
       ->capture_default_str();
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->callback([&run, cmd] {
@@ -143,6 +187,9 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
     }
     run = [] {
       const double margin = parse_margin(args.margin);
+      if (args.vary == "tp" && args.request.kv_cache == "paged") {
+        return print_serving_tp(plan_vllm_tensor_parallel(args.request), args.json);
+      }
       if (const std::optional<ServingQuestion> q = parse_serving_question(args.vary)) {
         return print_serving_fit(fit_vllm_serving(make_request(args.request), *q, margin), args.json);
       }

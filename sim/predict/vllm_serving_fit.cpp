@@ -116,4 +116,36 @@ ServingFitResult fit_vllm_serving(const PredictRequest& request, ServingQuestion
   return out;
 }
 
+ServingTpPlan plan_vllm_tensor_parallel(const RequestArgs& args) {
+  ServingTpPlan plan;
+  for (const int tp : {1, 2, 4, 8}) {
+    RequestArgs a = args;
+    a.tp = tp;
+    a.world_size = tp;
+    ServingTpRow row;
+    row.tp = tp;
+    try {
+      const PredictRequest r = make_request(a);
+      require_v1_serving(r);
+      const Paged g = size_vllm_v1_cache(r);
+      plan.max_model_len = g.max_model_len;
+      row.weights_bytes = g.v1->weights_bytes;
+      row.available_bytes = g.available_bytes;
+      row.kv_cache_tokens = g.v1->kv_cache_tokens;
+      row.max_concurrency = g.v1->max_concurrency;
+      row.refusal = g.refusal;
+      if (row.refusal.empty() && plan.smallest_tp_that_starts == 0) {
+        plan.smallest_tp_that_starts = tp;
+      }
+    } catch (const InputError& e) {
+      if (tp == 1) {
+        throw;  // the request itself is wrong
+      }
+      row.error = e.what();
+    }
+    plan.rows.push_back(std::move(row));
+  }
+  return plan;
+}
+
 }  // namespace vramsim

@@ -63,4 +63,22 @@ struct ServingFitResult {
 // Throws InputError when the request is not a V1 paged-cache serving one.
 ServingFitResult fit_vllm_serving(const PredictRequest& request, ServingQuestion question, double margin);
 
+// `fit --vary tp`: the same serving request at tensor-parallel sizes 1, 2, 4 and 8 (vLLM's custom all-reduce
+// sizes, one node), each one rank's start-up; a size the model cannot be split into is kept with its error.
+struct ServingTpRow {
+  int tp = 0;
+  std::string error;  // the InputError of this size ("" : sized)
+  std::int64_t weights_bytes = 0;
+  std::int64_t available_bytes = 0;
+  std::int64_t kv_cache_tokens = 0;
+  double max_concurrency = 0.0;
+  std::string refusal;  // vLLM's refusal ("" : it starts)
+};
+struct ServingTpPlan {
+  std::int64_t max_model_len = 0;
+  std::vector<ServingTpRow> rows;
+  int smallest_tp_that_starts = 0;  // 0: none does
+};
+ServingTpPlan plan_vllm_tensor_parallel(const RequestArgs& args);
+
 }  // namespace vramsim

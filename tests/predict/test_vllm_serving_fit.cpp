@@ -118,9 +118,33 @@ TEST_CASE("vllm v1: 0.21's CUDA-graph estimate comes out of the KV cache, with i
   CHECK(std::round(v.utilization_without_graphs * 1e4) / 1e4 == Approx(0.9038).margin(1e-9));
   CHECK(std::round(v.utilization_to_keep_cache * 1e4) / 1e4 == Approx(0.9362).margin(1e-9));
   // Worker.determine_available_memory subtracts the estimate: the available memory drops by 1.94 GiB
-  // (2,083,059,138 B, floor of 1.94 x 2^30).
-  CHECK(without.generation->paged->available_bytes - with.generation->paged->available_bytes == 2083059138);
+  // (1.94 x 2^30 = 2,083,059,138.56 B, read to the nearest byte: 2,083,059,139 B).
+  CHECK(without.generation->paged->available_bytes - with.generation->paged->available_bytes == 2083059139);
   // The estimate is V1's alone.
   a.vllm_version = "v0";
   CHECK_THROWS_WITH(make_request(a), Catch::Contains("--vllm-cudagraph-memory"));
+}
+
+TEST_CASE("vllm serving fit: the smallest tensor-parallel size that starts Llama-3.1-70B", "[quick][predict]") {
+  // Llama-3.1-70B in bf16: 70,553,706,496 parameters x 2 B = 141,107,412,992 B, above the H100's requested
+  // 76,540,929,638 B at TP 1. At TP 2 a rank holds at least half of it, 70,553,706,496 B, leaving under
+  // 5,987,223,142 B, less than one 131,072-token request needs: 131,072 x 80 layers x 2 x 4 KV heads x 128 x
+  // 2 B = 21,474,836,480 B (check_enough_kv_cache_memory refuses). At TP 4 a rank holds about a quarter
+  // (35.3 GB) plus the sampler (1.9 GB), leaving some 39 GB, and the request needs half as much per token
+  // (2 KV heads a rank): 10,737,418,240 B: it starts.
+  RequestArgs a = llama31_8b_h100();
+  a.model = "llama-3.1-70b";
+  const ServingTpPlan p = plan_vllm_tensor_parallel(a);
+  REQUIRE(p.rows.size() == 4);
+  CHECK(p.rows[0].weights_bytes >= 141107412992);
+  CHECK_FALSE(p.rows[0].refusal.empty());
+  CHECK(p.rows[1].available_bytes < 5987223142);
+  CHECK_FALSE(p.rows[1].refusal.empty());
+  CHECK(p.rows[2].refusal.empty());
+  CHECK(p.smallest_tp_that_starts == 4);
+  // Qwen2.5-7B's 28 query heads do not split over 8 ranks (vLLM refuses too): that size carries the error.
+  a.model = "qwen2.5-7b";
+  const ServingTpPlan q = plan_vllm_tensor_parallel(a);
+  CHECK_THAT(q.rows[3].error, Catch::Contains("does not divide the 28 attention heads"));
+  CHECK(q.smallest_tp_that_starts == 1);
 }
