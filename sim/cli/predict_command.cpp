@@ -161,8 +161,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
                   "vLLM: auto|fp8|fp8_e4m3|fp8_e5m2, the KV cache's element (fp8: one byte; v1)")
       ->capture_default_str();
-  cmd->add_option("--quantization", a.quantization,
-                  "vLLM: fp8, the decoder layers' linear weights in float8 with a float32 scale each (v1)");
+  cmd->add_option(
+      "--quantization", a.quantization,
+      "vLLM: fp8 (the decoder layers' linear weights in float8 with a float32 scale each), gptq or awq "
+      "(4-bit, group 128, Marlin's layout) (v1)");
   cmd->add_option("--vllm-non-torch-increase", a.vllm_non_torch_increase,
                   "vLLM: a measured 'non-torch forward increase memory' (e.g. 2.1GiB) in place of the "
                   "modelled communication buffers (v1)");

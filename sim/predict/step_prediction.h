@@ -39,7 +39,7 @@ struct VllmServing {
   std::int64_t max_num_batched_tokens = 0;
   std::int64_t max_num_seqs = 0;        // 0: the engine's default (v1 by GPU; v0 256)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2 (v1)
-  std::string quantization;             // --quantization "" | fp8 (v1: Fp8LinearMethod's weights)
+  std::string quantization;  // --quantization "" | fp8 | gptq | awq (v1: Fp8LinearMethod, Marlin W4A16)
   // --vllm-non-torch-increase: a measured "non-torch forward increase memory" (v1), replacing the bill's
   std::optional<std::int64_t> non_torch_increase_bytes;
   // --vllm-cudagraph-memory: vLLM 0.21+'s "Estimated CUDA graph memory" (measured there by capturing a few
@@ -223,7 +223,7 @@ struct Prediction {
       struct V1 {
         int tensor_parallel = 1;
         std::string kv_cache_dtype = "auto";
-        std::string quantization;                    // "" or "fp8"
+        std::string quantization;                    // "", "fp8", "gptq" or "awq"
         std::int64_t weights_bytes = 0;              // "Model loading took": this rank's weights and buffers
         std::int64_t forward_peak_bytes = 0;         // the dummy forward's widest point over the weights
         std::int64_t sampler_peak_bytes = 0;         // hidden states, logits and the sampler's tensors
@@ -335,7 +335,7 @@ struct RequestArgs {
   std::int64_t max_num_seqs = 0;
   std::string vllm_version = "v1";      // --vllm-version v1|v0
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype auto|fp8|fp8_e4m3|fp8_e5m2
-  std::string quantization;             // --quantization fp8
+  std::string quantization;             // --quantization fp8|gptq|awq
   std::string vllm_non_torch_increase;  // --vllm-non-torch-increase SIZE ("" : the bill's)
   std::string vllm_cudagraph_memory;    // --vllm-cudagraph-memory SIZE ("" : captured after the KV cache)
   int lora_rank = 0;

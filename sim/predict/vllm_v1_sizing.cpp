@@ -24,13 +24,44 @@ Bytes kv_dtype_bytes(const std::string& kv_cache_dtype, Bytes model_dtype_bytes)
 // (PerTensorScaleParameter). vLLM pads the vocabulary to 64 rows, not Megatron's 128 x tp the rank model has.
 // RoPE models add get_rope's cos_sin_cache, [max_position, rotary_dim] in the model dtype, shared by the
 // layers.
-Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, bool fp8) {
+// W4A16 (--quantization gptq|awq: 4-bit, group_size 128, symmetric GPTQ without act-order, AWQ with zero
+// points, the common "-GPTQ-Int4" / "-AWQ" checkpoints, run by vLLM's Marlin kernels on Ampere and later): a
+// linear weight [out, in] of the rank keeps, after MarlinLinearKernel.process_weights_after_loading,
+//   qweight  int32 [in / 8, out]             in x out / 2 B  (gptq_marlin.py / awq_marlin.py create_weights;
+//                                                             gptq_marlin_repack keeps the size)
+//   scales   model dtype [in / 128, out]     sharded with the rank's in (desc_act off)
+//   qzeros   int32 [in / 128, out / 8]       AWQ only (awq_to_marlin_zero_points keeps the size); GPTQ's is
+//                                             replaced by marlin_make_empty_g_idx, as is g_idx
+// The Marlin workspace (marlin_make_workspace_new: one int32 per SM per layer, about 1 KiB) is not counted.
+constexpr std::int64_t kW4GroupSize = 128;
+Bytes w4a16_linear_bytes(const ParameterShape& s, Bytes dtype_bytes, bool awq) {
+  const std::int64_t in = s.shape.back();
+  const std::int64_t out = s.numel() / in;
+  if (in % kW4GroupSize != 0) {
+    throw InputError(
+        fmt::format("--quantization {}: {} has {} input features, not a multiple of the group size {}",
+                    awq ? "awq" : "gptq", s.name, in, kW4GroupSize));
+  }
+  const auto groups = static_cast<Bytes>(in / kW4GroupSize);
+  const Bytes qweight = static_cast<Bytes>(in) * static_cast<Bytes>(out) / 2;
+  const Bytes scales = groups * static_cast<Bytes>(out) * dtype_bytes;
+  const Bytes qzeros = awq ? groups * static_cast<Bytes>(out) / 2 : 0;
+  return qweight + scales + qzeros;
+}
+
+Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::string& quantization) {
   const ModelConfig& m = r.model;
+  const bool fp8 = quantization == "fp8";
+  const bool w4 = quantization == "gptq" || quantization == "awq";
   Bytes bytes = 0;
   for (const ParameterShape& s : m.parameter_shapes()) {
     const auto n = static_cast<Bytes>(s.numel());
     const bool linear = s.layer >= 0 && s.shape.size() >= 2;
-    bytes += fp8 && linear ? n + 4 : n * dtype_bytes;
+    if (linear && w4) {
+      bytes += w4a16_linear_bytes(s, dtype_bytes, quantization == "awq");
+    } else {
+      bytes += fp8 && linear ? n + 4 : n * dtype_bytes;
+    }
   }
   const std::int64_t rows = vllm_vocab_rows_per_rank(r.vllm.vocab_size, r.tensor_parallel);
   const std::int64_t tables = m.tied_embeddings ? 1 : 2;
@@ -133,8 +164,7 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
   out.kv_cache_dtype = v.kv_cache_dtype;
   out.quantization = v.quantization;
   const Bytes dtype_bytes = dtype_size_bytes(parameter_dtype(request.options.precision));
-  out.weights_bytes =
-      static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization == "fp8"));
+  out.weights_bytes = static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization));
   profile(request, dtype_bytes, out, g);
   out.non_torch_lines = tensor_parallel_non_torch_lines(request.tensor_parallel, false);
   out.non_torch_measured = v.non_torch_increase_bytes.has_value();

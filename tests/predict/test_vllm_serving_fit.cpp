@@ -148,3 +148,23 @@ TEST_CASE("vllm serving fit: the smallest tensor-parallel size that starts Llama
   CHECK_THAT(q.rows[3].error, Catch::Contains("does not divide the 28 attention heads"));
   CHECK(q.smallest_tp_that_starts == 1);
 }
+
+TEST_CASE("vllm v1: W4A16 weights (GPTQ / AWQ, 4-bit, group 128) in Marlin's layout", "[quick][predict]") {
+  // Llama-3.1-8B's decoder linears per layer, in x out: q and o 4,096 x 4,096, k and v 4,096 x 1,024, gate and
+  // up 4,096 x 14,336, down 14,336 x 4,096: 218,103,808 weights, x 32 layers = 6,979,321,856 (n).
+  // gptq_marlin.py GPTQMarlinLinearMethod.create_weights + MarlinLinearKernel.process_weights_after_loading:
+  // qweight int32 [in / 8, out] = n / 2 = 3,489,660,928 B; scales bf16 [in / 128, out] = n / 64 =
+  // 109,051,904 B; g_idx and qzeros emptied (desc_act off, symmetric). The rest in bf16: embed_tokens and
+  // lm_head 2 x 128,256 x 4,096 x 2 = 2,101,346,304 B, the norms 266,240 x 2 = 532,480 B, RoPE's cos_sin_cache
+  // 33,554,432 B. In all 5,734,146,048 B.
+  RequestArgs a = llama31_8b_h100();
+  a.quantization = "gptq";
+  const Prediction gptq = predict(make_request(a));
+  CHECK(gptq.generation->paged->v1->weights_bytes == 5734146048);
+  // awq_marlin.py: AWQ keeps its zero points, int32 [in / 128, out / 8] = n / 256 = 27,262,976 B more.
+  a.quantization = "awq";
+  const Prediction awq = predict(make_request(a));
+  CHECK(awq.generation->paged->v1->weights_bytes == 5734146048 + 27262976);
+  a.quantization = "int3";
+  CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--quantization: 'int3' is not modelled"));
+}
