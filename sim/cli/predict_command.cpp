@@ -222,6 +222,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag(
       "--sequence-parallel", a.sequence_parallel,
       "Megatron sequence parallelism with --tp: norms, dropouts and residuals split along the sequence");
+  cmd->add_flag("--loss-parallel", a.loss_parallel,
+                "with --tp: the cross-entropy over vocabulary-sharded logits under "
+                "torch.distributed.tensor.parallel.loss_parallel() (torchtitan's default with tensor "
+                "parallelism) instead of the fused kernels");
   cmd->add_option(
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")

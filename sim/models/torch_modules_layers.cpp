@@ -27,6 +27,7 @@
 
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/layer_code.h"
+#include "sim/parallel/loss_parallel.h"
 
 namespace vramsim {
 namespace {
@@ -918,6 +919,14 @@ VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
   }
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
+  if (c.options.loss_parallel) {
+    // torchtitan's loss_fn: F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) with the labels
+    // the data loader shifted, inside loss_parallel() (loss_parallel.h).
+    const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);
+    const VarId loss = loss_parallel_cross_entropy(ops, "loss.cross_entropy", lf, targets);
+    t.drop(lf);
+    return loss;
+  }
   const std::int64_t b = c.options.batch, s = c.options.seq;
   const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);  // logits = logits.float()
   // labels = F.pad(labels, (0, 1), value=-100); shift_labels = labels[..., 1:].contiguous()

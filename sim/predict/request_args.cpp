@@ -513,6 +513,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.optimizer_in_backward = a.optimizer_in_backward;
   o.tensor_parallel = a.tp;
   o.sequence_parallel = a.sequence_parallel;
+  o.loss_parallel = a.loss_parallel;
   o.pipeline.stages = a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;

@@ -361,6 +361,7 @@ struct RequestArgs {
   // --pp-split megatron|torchtitan with torchtitan's --pp-first/last-stage-less-layers;
   // --pp-stage: the stage to report (unset: every stage is simulated and the highest peak reported).
   bool sequence_parallel = false;  // --sequence-parallel: Megatron's, with --tp
+  bool loss_parallel = false;      // --loss-parallel: torch.distributed.tensor.parallel.loss_parallel()
   int pp = 1;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 2;

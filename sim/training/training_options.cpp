@@ -247,6 +247,21 @@ void validate(const TrainingOptions& o) {
   if (o.sequence_parallel && o.tensor_parallel < 2) {
     throw InputError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
   }
+  if (o.loss_parallel && o.tensor_parallel < 2) {
+    throw InputError(
+        "--loss-parallel: needs tensor parallelism (--tp 2 or more): the logits must be sharded "
+        "on the vocabulary");
+  }
+  if (o.loss_parallel && o.loss != LossKind::kCrossEntropy) {
+    throw InputError(
+        "--loss-parallel: with --loss chunked-ce is not modelled (vramsim; torchtitan's "
+        "loss_parallel runs F.cross_entropy over the whole logits)");
+  }
+  if (o.loss_parallel && (o.forward_only || o.inference || o.generate_tokens > 0)) {
+    throw InputError(
+        "--loss-parallel: a training loss does not apply to --inference, --forward-only or "
+        "--generate");
+  }
   if (o.sequence_parallel && o.generate_tokens > 0) {
     throw InputError("--sequence-parallel: not modelled with --generate");
   }

@@ -297,6 +297,10 @@ struct TrainingOptions {
   // with sequence parallelism, which splits the hidden states outside attention and MLP along the sequence.
   int tensor_parallel = 1;
   bool sequence_parallel = false;
+  // torch.distributed.tensor.parallel.loss_parallel() around the loss and its backward (torchtitan's default
+  // with tensor parallelism): F.cross_entropy over logits kept sharded on the vocabulary, computed by
+  // DTensor's decomposition (sim/parallel/loss_parallel.h) instead of the fused kernels.
+  bool loss_parallel = false;
   LoraOptions lora;  // PEFT LoRA adapters on frozen base weights (rank 0: full fine-tuning)
   BnbOptions bnb;    // bitsandbytes 4-bit / 8-bit base weights (format kNone: not quantized)
   // model.generate() (hf_generate.h): > 0 new tokens after a prompt of `seq` tokens, with this KV cache

@@ -337,7 +337,8 @@ TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or mo
 }
 
 TEST_CASE(
-    "bad --pp, --pp-schedule, --pp-stage, --virtual-stages and --sequence-parallel values end in one line",
+    "bad --pp, --pp-schedule, --pp-stage, --virtual-stages, --sequence-parallel and --loss-parallel values end "
+    "in one line",
     "[quick][cli]") {
   // tinyllama-1.1b has 22 layers.
   const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
@@ -369,6 +370,10 @@ TEST_CASE(
       "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled");
   require_input_error(run_vramsim(run + "--sequence-parallel"),
                       "--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
+  require_input_error(run_vramsim(run + "--loss-parallel"),
+                      "--loss-parallel: needs tensor parallelism (--tp 2 or more)");
+  require_input_error(run_vramsim(run + "--tp 2 --loss-parallel --loss chunked-ce"),
+                      "--loss-parallel: with --loss chunked-ce is not modelled");
   require_input_error(run_vramsim("predict --model llama-2-7b --gpu h200 --batch 1 --seq 100 --tp 8 "
                                   "--sequence-parallel"),
                       "--sequence-parallel: --seq 100 is not a multiple of --tp 8");
