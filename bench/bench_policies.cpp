@@ -19,9 +19,9 @@
 #include "sim/alloc/device_memory.h"
 #include "sim/alloc/registry.h"
 #include "sim/compare/dynamic_shapes.h"
-#include "sim/replay/policy_run.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/report/memory_stats.h"
+#include "sim/simulate/policy_run.h"
 #include "traces/trace_io.h"
 
 namespace vramsim::bench {

@@ -15,8 +15,8 @@
 #include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/predict/step_timeline.h"
-#include "sim/replay/policy_run.h"
 #include "sim/replay/trace_replay.h"
+#include "sim/simulate/policy_run.h"
 
 namespace vramsim::bench {
 namespace {

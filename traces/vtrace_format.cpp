@@ -6,8 +6,10 @@
 // overlaps; a trace entry for every segment's device; sizes below 2^60, addresses below 2^63. The reader
 // rejects every malformed line with InputError "<source>: line N: <problem>". Sizes in bytes, times in ns.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -137,15 +139,19 @@ class VtraceReader {
   }
   [[noreturn]] void fail(std::string_view problem) const { fail_at(line_no_, problem); }
 
+  // Any byte above ' ' is part of a token: one comparison for almost every byte of a line.
+  static bool separates(char c) { return c == ' ' || c == '\t'; }
+  static bool in_token(char c) { return static_cast<unsigned char>(c) > ' ' || !separates(c); }
+
   void tokenize(std::string_view line) {
     tokens_.clear();
     std::size_t i = 0;
     while (i < line.size()) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) {
+      while (i < line.size() && separates(line[i])) {
         ++i;
       }
       const std::size_t start = i;
-      while (i < line.size() && line[i] != ' ' && line[i] != '\t') {
+      while (i < line.size() && in_token(line[i])) {
         ++i;
       }
       if (i > start) {
@@ -452,6 +458,21 @@ class VtraceReader {
       if (*slot != kNoTag) {
         fail(fmt::format("duplicate field {}", shown(token)));
       }
+      // A tag seen before and written without escapes is its own decoded text (already checked when it
+      // was first read): look it up in place, without building a string per event. Consecutive events
+      // mostly repeat the op, category and phase, so the last one of each is compared first.
+      LastTag& last = last_tag_[key == "op" ? 0 : key == "cat" ? 1 : 2];
+      if (!value.empty() && value == last.token) {
+        *slot = last.id;
+        continue;
+      }
+      if (!value.empty() && value.find('%') == std::string_view::npos) {
+        if (const auto known = tag_index_.find(value); known != tag_index_.end()) {
+          *slot = known->second;
+          last = LastTag{value, known->second};
+          continue;
+        }
+      }
       std::string text = decode(value, "tag");
       if (text.empty()) {
         fail(fmt::format("empty value in {}", shown(token)));
@@ -512,7 +533,20 @@ class VtraceReader {
   std::size_t line_no_ = 0;
   std::vector<std::string_view> tokens_;
   Snapshot out_;
-  std::unordered_map<std::string, std::uint32_t> tag_index_;
+  // Heterogeneous lookup (find by string_view), so that a known tag costs no allocation.
+  struct TagHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view text) const noexcept {
+      return std::hash<std::string_view>{}(text);
+    }
+  };
+  std::unordered_map<std::string, std::uint32_t, TagHash, std::equal_to<>> tag_index_;
+  // The last escape-free token of op=, cat= and phase= (views into the text) and the tag it names.
+  struct LastTag {
+    std::string_view token;
+    std::uint32_t id = kNoTag;
+  };
+  std::array<LastTag, 3> last_tag_{};
   std::unordered_set<std::string> seen_headers_;
   std::optional<std::uint64_t> declared_devices_;
   bool body_started_ = false;

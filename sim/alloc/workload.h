@@ -2,7 +2,7 @@
 // from a workload to the allocator model — `predict`'s generated steps (workload_from_schedule,
 // sim/graph/tensor_lifetime.h), `trace`'s traced script (workload_from_trace,
 // sim/replay/request_sequence_from_trace.h), `compare` and `sweep`'s runs — is run_policy()
-// (sim/replay/policy_run.h) over its requests. Recordings and `--trace-out` files are edges: they are read
+// (sim/simulate/policy_run.h) over its requests. Recordings and `--trace-out` files are edges: they are read
 // into, or written from, a workload; the allocator never sees the recording format.
 #pragma once
 

@@ -1,5 +1,5 @@
 // `vramsim compare`: every allocator policy on the same requests (a recorded snapshot or a generated step),
-// one row each, measured the same way (sim/replay/policy_run.h). On a recording that starts mid-run, every
+// one row each, measured the same way (sim/simulate/policy_run.h). On a recording that starts mid-run, every
 // policy first gets the blocks live at trace start (sim/replay/request_sequence_from_trace.h:
 // trace_requests).
 #include <nlohmann/json.hpp>
@@ -14,9 +14,9 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/gpu_memory.h"
-#include "sim/replay/policy_run.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
+#include "sim/simulate/policy_run.h"
 #include "traces/trace_io.h"
 
 namespace vramsim::cli {

@@ -16,7 +16,7 @@
 #include "sim/compare/html_pages.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
-#include "sim/replay/policy_run.h"
+#include "sim/simulate/policy_run.h"
 #include "traces/json_input.h"
 
 namespace vramsim::cli {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "sim/compare/dynamic_shapes.h"
-#include "sim/replay/policy_run.h"
+#include "sim/simulate/policy_run.h"
 
 namespace vramsim {
 

@@ -1,6 +1,8 @@
 #include "sim/graph/tensor_lifetime.h"
 
 #include <algorithm>
+#include <functional>
+#include <stdexcept>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -23,7 +25,7 @@ class StringTable {
     }
   }
   std::uint32_t intern(std::string_view s) {
-    auto it = m_index.find(std::string(s));
+    auto it = m_index.find(s);  // by view: no string built per op
     if (it != m_index.end()) {
       return it->second;
     }
@@ -34,8 +36,14 @@ class StringTable {
   }
 
  private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view text) const noexcept {
+      return std::hash<std::string_view>{}(text);
+    }
+  };
   std::vector<std::string>& m_strings;
-  std::unordered_map<std::string, std::uint32_t> m_index;
+  std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> m_index;
 };
 
 }  // namespace
@@ -69,17 +77,42 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
   AllocationSchedule out;
   StringTable strings(out.strings);
   const std::size_t n_ops = graph.op_count();
-  std::vector<std::vector<TensorId>> allocs(n_ops);
-  std::vector<std::vector<TensorId>> frees(n_ops);
+  // Per op, the tensors it allocates and those it frees, in tensor order: two flat lists indexed by op
+  // (a counting sort) rather than a vector per op, which cost an allocation each.
+  std::vector<std::size_t> alloc_begin(n_ops + 1, 0);
+  std::vector<std::size_t> free_begin(n_ops + 1, 0);
   for (const Tensor& t : graph.tensors()) {
     if (t.size_bytes == 0) {
       continue;
     }
-    allocs[t.producer].push_back(t.id);
+    ++alloc_begin[t.producer + 1];
     if (!t.persistent) {
-      frees[t.last_consumer()].push_back(t.id);
+      ++free_begin[t.last_consumer() + 1];
     }
   }
+  for (std::size_t op = 0; op < n_ops; ++op) {
+    alloc_begin[op + 1] += alloc_begin[op];
+    free_begin[op + 1] += free_begin[op];
+  }
+  std::vector<TensorId> alloc_list(alloc_begin[n_ops]);
+  std::vector<TensorId> free_list(free_begin[n_ops]);
+  {
+    std::vector<std::size_t> alloc_next(alloc_begin.begin(), alloc_begin.end() - 1);
+    std::vector<std::size_t> free_next(free_begin.begin(), free_begin.end() - 1);
+    for (const Tensor& t : graph.tensors()) {
+      if (t.size_bytes == 0) {
+        continue;
+      }
+      alloc_list[alloc_next[t.producer]++] = t.id;
+      if (!t.persistent) {
+        free_list[free_next[t.last_consumer()]++] = t.id;
+      }
+    }
+  }
+  const std::size_t n_events = alloc_list.size() + 2 * free_list.size();
+  out.events.reserve(n_events);
+  out.event_tensor.reserve(n_events);
+  out.live_bytes_after.reserve(n_events);
   constexpr int kCategories = static_cast<int>(TensorCategory::kKvCache) + 1;
   std::uint32_t category_tags[kCategories];
   for (int c = 0; c < kCategories; ++c) {
@@ -127,18 +160,18 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
         out.phases.back().micro_batch != op.micro_batch) {
       out.phases.push_back(PhaseMarker{op.step, op.micro_batch, op.phase, out.events.size()});
     }
-    if (allocs[id].empty() && frees[id].empty()) {
+    if (alloc_begin[id] == alloc_begin[id + 1] && free_begin[id] == free_begin[id + 1]) {
       continue;
     }
     const std::uint32_t op_tag = strings.intern(op.name);
     const std::uint32_t phase_tag = phase_tags[static_cast<int>(op.phase)];
     const std::int32_t layer = op.layer >= 0 ? static_cast<std::int32_t>(op.layer) : kNoLayer;
-    for (TensorId t : allocs[id]) {
-      emit(TraceAction::kAlloc, graph.tensor(t), op_tag, phase_tag, layer);
+    for (std::size_t k = alloc_begin[id]; k < alloc_begin[id + 1]; ++k) {
+      emit(TraceAction::kAlloc, graph.tensor(alloc_list[k]), op_tag, phase_tag, layer);
     }
-    for (TensorId t : frees[id]) {
-      emit(TraceAction::kFreeRequested, graph.tensor(t), op_tag, phase_tag, layer);
-      emit(TraceAction::kFreeCompleted, graph.tensor(t), op_tag, phase_tag, layer);
+    for (std::size_t k = free_begin[id]; k < free_begin[id + 1]; ++k) {
+      emit(TraceAction::kFreeRequested, graph.tensor(free_list[k]), op_tag, phase_tag, layer);
+      emit(TraceAction::kFreeCompleted, graph.tensor(free_list[k]), op_tag, phase_tag, layer);
     }
   }
   return out;
@@ -149,22 +182,36 @@ Workload workload_from_schedule(const AllocationSchedule& schedule, std::string 
   Workload w;
   w.source = std::move(source);
   w.strings = schedule.strings;
-  std::unordered_map<TensorId, std::size_t> alloc_id;
+  // Tensor ids are dense (indices into the graph's tensors): a flat table, not a hash map, per tensor.
+  constexpr std::size_t kNoRequest = ~std::size_t{0};
+  TensorId max_tensor = 0;
+  for (const TensorId t : schedule.event_tensor) {
+    max_tensor = std::max(max_tensor, t);
+  }
+  std::vector<std::size_t> alloc_of(schedule.event_tensor.empty() ? 0 : std::size_t{max_tensor} + 1,
+                                    kNoRequest);
+  const auto alloc_id = [&](TensorId t) {
+    if (alloc_of[t] == kNoRequest) {  // as std::unordered_map::at did: a free before its tensor's alloc
+      throw std::out_of_range("workload_from_schedule: a free of a tensor that was not allocated");
+    }
+    return alloc_of[t];
+  };
   std::vector<std::size_t> requests_before(schedule.events.size() + 1, 0);  // per event index
+  w.labels.reserve(schedule.events.size() / 2 + 1);
   for (std::size_t i = 0; i < schedule.events.size(); ++i) {
     requests_before[i] = w.requests.ops().size();
     const TraceEvent& e = schedule.events[i];
     const TensorId t = schedule.event_tensor[i];
     if (e.action == TraceAction::kAlloc) {
-      alloc_id[t] = w.requests.add_alloc(e.size_bytes, e.stream, e.time_ns);
+      alloc_of[t] = w.requests.add_alloc(e.size_bytes, e.stream, e.time_ns);
     } else if (e.action == TraceAction::kFreeRequested) {
-      w.requests.add_free(alloc_id.at(t), e.time_ns);
+      w.requests.add_free(alloc_id(t), e.time_ns);
     } else {
       // kFreeCompleted: right after its free_requested, the same request; later (a tensor other streams
       // used: record_stream), the block stays the allocator's until the next request
-      const std::size_t free_index = w.requests.free_op_index(alloc_id.at(t));
+      const std::size_t free_index = w.requests.free_op_index(alloc_id(t));
       if (w.requests.ops().size() > free_index + 1) {
-        w.requests.set_streams_done_before(alloc_id.at(t), w.requests.ops().size());
+        w.requests.set_streams_done_before(alloc_id(t), w.requests.ops().size());
       }
       continue;
     }

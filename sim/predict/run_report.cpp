@@ -10,7 +10,7 @@
 #include "sim/core/error.h"
 #include "sim/graph/op_graph.h"
 #include "sim/predict/gpu_memory.h"
-#include "sim/replay/policy_run.h"
+#include "sim/simulate/policy_run.h"
 
 namespace vramsim {
 namespace {

@@ -1,6 +1,6 @@
 // From a run's workload to the report `predict` and `trace` print: the workload drives the caching allocator
-// model on the device (run_policy, sim/replay/policy_run.h), and every figure — peaks, the bill at the peak,
-// phases, per-step peaks, fragmentation, the verdict — is observed on the model's own state after each
+// model on the device (run_policy, sim/simulate/policy_run.h), and every figure — peaks, the bill at the
+// peak, phases, per-step peaks, fragmentation, the verdict — is observed on the model's own state after each
 // request (PolicyRunOptions::on_request), at the run's phase markers. Nothing is re-counted from request
 // sizes.
 #pragma once

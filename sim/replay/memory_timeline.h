@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "sim/alloc/workload.h"
-#include "sim/replay/policy_run.h"
 #include "sim/replay/trace_replay.h"
+#include "sim/simulate/policy_run.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {

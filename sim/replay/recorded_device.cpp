@@ -35,7 +35,9 @@ void RecordedDevice::open_window(std::size_t begin, std::size_t end, std::size_t
 void RecordedDevice::close_window() {
   if (m_cursor < m_end) {
     const TraceEvent& e = m_events[m_cursor];
-    note_divergence(m_cursor, describe(e.action, e.addr, e.size_bytes), "no such call by the model");
+    if (!diverged()) {
+      note_divergence(m_cursor, describe(e.action, e.addr, e.size_bytes), "no such call by the model");
+    }
   }
   m_cursor = m_end = 0;
 }
@@ -48,9 +50,11 @@ bool RecordedDevice::consume(TraceAction action, Bytes addr, Bytes size_bytes) {
     ++m_cursor;
     return true;
   }
-  note_divergence(e != nullptr ? m_cursor : m_op_index,
-                  e != nullptr ? describe(e->action, e->addr, e->size_bytes) : "no segment event",
-                  describe(action, addr, size_bytes));
+  if (!diverged()) {
+    note_divergence(e != nullptr ? m_cursor : m_op_index,
+                    e != nullptr ? describe(e->action, e->addr, e->size_bytes) : "no segment event",
+                    describe(action, addr, size_bytes));
+  }
   return false;
 }
 

@@ -52,6 +52,9 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t model_segment_calls() const { return m_model_calls; }
   const std::optional<Divergence>& first_divergence() const { return m_first_divergence; }
   void note_divergence(std::size_t event_index, std::string expected, std::string got);
+  // True once a divergence is noted: only the first is kept, so callers skip describing later ones (a
+  // generated trace places every block elsewhere than the model: formatting each would dominate the replay).
+  bool diverged() const { return m_first_divergence.has_value(); }
   // Device calls refused because the recording says the real one failed / because of --capacity.
   std::size_t refused_as_recorded() const { return m_refused_as_recorded; }
   std::size_t refused_for_capacity() const { return m_refused_for_capacity; }

@@ -344,22 +344,26 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         if (is_oom) {
           ++check.ooms_recorded;
           if (r.ok()) {
-            device.note_divergence(i, fmt::format("oom for {} bytes", e.size_bytes),
-                                   fmt::format("model allocated 0x{:x}", r.addr));
+            if (!device.diverged()) {
+              device.note_divergence(i, fmt::format("oom for {} bytes", e.size_bytes),
+                                     fmt::format("model allocated 0x{:x}", r.addr));
+            }
             policy.free(r.block, e.time_ns);
           }
           break;
         }
         ++check.allocs_recorded;
         if (!r.ok()) {
-          device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
-                                 "model ran out of memory");
+          if (!device.diverged()) {
+            device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
+                                   "model ran out of memory");
+          }
           refused.insert(e.addr);
           break;
         }
         if (r.addr == e.addr) {
           ++check.allocs_same_offset;
-        } else {
+        } else if (!device.diverged()) {
           device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
                                  fmt::format("model placed it at 0x{:x}", r.addr));
         }

@@ -11,11 +11,11 @@
 #include <set>
 #include <string>
 
-#include "sim/replay/policy_run.h"
+#include "run_cli.h"
 #include "sim/core/size_format.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
-#include "run_cli.h"
+#include "sim/simulate/policy_run.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <sstream>
 
-#include "sim/replay/policy_run.h"
+#include "run_cli.h"
 #include "sim/core/error.h"
 #include "sim/replay/request_sequence_from_trace.h"
-#include "run_cli.h"
+#include "sim/simulate/policy_run.h"
 #include "test_paths.h"
 #include "traces/trace_io.h"
 

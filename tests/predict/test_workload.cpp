@@ -9,9 +9,9 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/run_report.h"
-#include "sim/replay/policy_run.h"
 #include "sim/replay/request_sequence_from_trace.h"
 #include "sim/replay/trace_replay.h"
+#include "sim/simulate/policy_run.h"
 
 namespace vramsim {
 namespace {

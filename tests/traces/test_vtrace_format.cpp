@@ -177,6 +177,33 @@ TEST_CASE("read_vtrace accepts hand-written variations", "[quick][traces]") {
   CHECK(settings_only.allocator_settings->alloc_conf.empty());
 }
 
+// The reader looks known tags up without decoding them and reuses the last op / cat / phase of the previous
+// event (issue 40): a tag must name the same string whether it is written escaped or not, repeated or new,
+// and the same token under another key must not borrow that key's id.
+TEST_CASE("read_vtrace tags: escaped, plain, repeated and new spellings name the same strings",
+          "[quick][traces]") {
+  const Snapshot s = read_vtrace(
+      "vramsim-trace 1\n"
+      "tag a%20b\n"
+      "tag mm\n"
+      "0 alloc 0x0 1 0 0 op=mm cat=mm phase=a%20b\n"         // declared tags, one escaped
+      "0 alloc 0x200 1 0 0 op=mm cat=new phase=a%20b\n"      // repeated op and phase, a new cat
+      "0 alloc 0x400 1 0 0 op=new cat=mm phase=mm\n"         // the same token under other keys
+      "0 alloc 0x600 1 0 0 op=n%65w cat=new phase=a%20b\n",  // 'new' escaped
+      "tags");
+  // strings: [0] "", [1] "a b", [2] "mm", [3] "new" (first met at the second event)
+  CHECK(s.strings == std::vector<std::string>{"", "a b", "mm", "new"});
+  const std::vector<TraceEvent>& e = s.device_traces[0].events;
+  REQUIRE(e.size() == 4);
+  const auto tags = [](const TraceEvent& x) {
+    return std::vector<std::uint32_t>{x.op_tag, x.category_tag, x.phase_tag};
+  };
+  CHECK(tags(e[0]) == std::vector<std::uint32_t>{2, 2, 1});
+  CHECK(tags(e[1]) == std::vector<std::uint32_t>{2, 3, 1});
+  CHECK(tags(e[2]) == std::vector<std::uint32_t>{3, 2, 2});
+  CHECK(tags(e[3]) == std::vector<std::uint32_t>{3, 3, 1});
+}
+
 TEST_CASE("read_vtrace errors name the line and the problem", "[quick][traces]") {
   const std::string h = "vramsim-trace 1\n";
   const std::string fs = h + "final_state yes\n";

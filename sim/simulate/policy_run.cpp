@@ -1,4 +1,4 @@
-#include "sim/replay/policy_run.h"
+#include "sim/simulate/policy_run.h"
 
 #include <algorithm>
 #include <memory>
