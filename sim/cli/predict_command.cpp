@@ -308,8 +308,8 @@ void print_run(const Prediction& p, const RequestArgs& a) {
   if (p.vision.total() > 0) {
     // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
     fmt::print(
-        "vision part      not simulated: {} parameters from vision_config ({} {} + projector {}), "
-        "the language model's {} are\n",
+        "vision part      {} parameters from vision_config ({} {} + projector {}): counted, not "
+        "simulated; the prediction is the language model's {}\n",
         p.vision.total(), p.vision.model_type, p.vision.tower_parameters, p.vision.projector_parameters,
         p.total_parameters);
   }

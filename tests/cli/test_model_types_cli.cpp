@@ -127,9 +127,9 @@ TEST_CASE("a multimodal config.json: the language model predicted, the vision pa
   const auto text = run_vramsim("predict " + model);
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Matchers::Contains(
-                           "vision part      not simulated: 419816304 parameters from vision_config "
-                           "(siglip_vision_model 416866032 + projector 2950272), the language model's "
-                           "3880263168 are"));
+                           "vision part      419816304 parameters from vision_config (siglip_vision_model "
+                           "416866032 + projector 2950272): counted, not simulated; the prediction is the "
+                           "language model's 3880263168"));
 }
 
 TEST_CASE("fit and plan take a real config.json of the current model_types", "[cli][slow]") {
