@@ -317,6 +317,14 @@ const ReportText kPredictText{"allocated bytes of the allocator model where the 
 void print_run(const Prediction& p, const RequestArgs& a) {
   fmt::print("model            {} ({} ops, {} tensors, {} allocator requests)\n", p.model_name, p.ops,
              p.tensors, p.requests);
+  if (p.vision.total() > 0) {
+    // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
+    fmt::print(
+        "vision part      {} parameters from vision_config ({} {} + projector {}): counted, not "
+        "simulated; the prediction is the language model's {}\n",
+        p.vision.total(), p.vision.model_type, p.vision.tower_parameters, p.vision.projector_parameters,
+        p.total_parameters);
+  }
   // What was asked (the code's default when nothing was), and the kernel SDPA resolves to when it differs.
   const std::string& asked = a.attention.empty() ? p.attention_asked : a.attention;
   const std::string attention =

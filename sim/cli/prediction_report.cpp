@@ -240,6 +240,12 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                         {"per_node_bytes", per_node}};
   }
   j["total_parameters"] = p.total_parameters;
+  if (p.vision.total() > 0) {
+    j["vision_part_not_simulated"] = {{"model_type", p.vision.model_type},
+                                      {"tower_parameters", p.vision.tower_parameters},
+                                      {"projector_parameters", p.vision.projector_parameters},
+                                      {"parameters", p.vision.total()}};
+  }
   if (p.generation) {
     const Prediction::Generation& g = *p.generation;
     const auto peak = [](const StepPeak& s) {

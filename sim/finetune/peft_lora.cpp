@@ -12,10 +12,15 @@ namespace vramsim {
 namespace {
 
 // TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (PEFT main of 2026-08, 5d602fdb), for the model_types
-// vramsim reads. phi3, qwen2_moe, qwen3_moe, olmo2, granite, starcoder2, gpt_oss and deepseek_v3 have no
-// entry: PEFT asks for target_modules. (llama4's entry is keyed by the multimodal wrapper's model_type, which
-// vramsim reads as llama4_text: no default here either.)
+// vramsim reads. phi3, qwen2_moe, qwen3_moe, olmo2, granite, starcoder2, gpt_oss, deepseek_v3 and
+// llama4_text have no entry, nor has the gemma3 wrapper (only gemma3_text has): PEFT asks for
+// target_modules. The mapping is looked up by model.config.model_type, which for a multimodal checkpoint is
+// the wrapper's: llama4 has an entry (q_proj, v_proj; its vision encoder's q_proj / v_proj match too, but
+// the vision encoder is not simulated), gemma3 has none.
 std::vector<std::string> default_targets(std::string_view model_type) {
+  if (model_type == "llama4") {
+    return {"q_proj", "v_proj"};
+  }
   if (model_type == "gpt2" || model_type == "gpt_bigcode") {
     return {"c_attn"};
   }
@@ -44,12 +49,15 @@ std::vector<std::string> lora_target_modules(const LoraOptions& options, const M
   if (options.all_linear || !options.targets.empty()) {
     return options.targets;
   }
-  std::vector<std::string> targets = default_targets(model.model_type);
+  // PEFT reads model.config.model_type: a multimodal wrapper's own, not its text_config's
+  const std::string& model_type =
+      model.vision.wrapper_model_type.empty() ? model.model_type : model.vision.wrapper_model_type;
+  std::vector<std::string> targets = default_targets(model_type);
   if (targets.empty()) {
     throw InputError(
         fmt::format("--lora-targets: PEFT has no default target_modules for model_type '{}'; "
                     "name them (e.g. q_proj,v_proj or all-linear)",
-                    model.model_type));
+                    model_type));
   }
   return targets;
 }

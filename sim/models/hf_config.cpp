@@ -121,6 +121,11 @@ class JsonReader {
     }
     return JsonReader(v, m_source);
   }
+  // The object under `key`, or an empty one when it is absent (every key then takes its class default).
+  JsonReader child_or_empty(const char* key) const {
+    static const nlohmann::json kEmpty = nlohmann::json::object();
+    return has(key) ? child(key) : JsonReader(kEmpty, m_source);
+  }
   [[noreturn]] void fail(const char* key, const std::string& what) const {
     throw InputError(fmt::format("{}: key '{}': {}", m_source, key, what));
   }
@@ -371,11 +376,72 @@ ModelConfig gemma3_text(const JsonReader& r) {
   return m;
 }
 
-// Gemma3Config (Gemma3ForConditionalGeneration): the language model is text_config's; the SigLIP vision
-// tower and the multi-modal projector are not modelled (README).
+// The parameters SiglipVisionModel registers for a SiglipVisionConfig (transformers'
+// models/siglip/modeling_siglip.py, SiglipVisionTransformer; the config's class defaults for missing keys):
+// SiglipVisionEmbeddings (patch_embedding Conv2d(num_channels, hidden, patch, stride patch) with bias,
+// position_embedding of (image_size / patch_size)^2 positions), num_hidden_layers SiglipEncoderLayers
+// (layer_norm1, q/k/v/out_proj with biases, layer_norm2, fc1 / fc2 with biases), post_layernorm, and with
+// vision_use_head the SiglipMultiheadAttentionPoolingHead (probe, nn.MultiheadAttention's in_proj and
+// out_proj, layernorm, an MLP).
+std::int64_t siglip_vision_parameters(const JsonReader& v) {
+  const std::int64_t h = v.integer_or("hidden_size", 768);
+  const std::int64_t ff = v.integer_or("intermediate_size", 3072);
+  const std::int64_t layers = v.integer_or("num_hidden_layers", 12, kMaxLayers);
+  const std::int64_t channels = v.integer_or("num_channels", 3, 64);
+  const std::int64_t image = v.integer_or("image_size", 224);
+  const std::int64_t patch = v.integer_or("patch_size", 16);
+  if (image % patch != 0) {
+    v.fail("vision_config.image_size", fmt::format("{} is not a multiple of patch_size {}", image, patch));
+  }
+  const auto mul = [&](std::int64_t a, std::int64_t b) {
+    const auto x = checked_mul(a, b);
+    if (!x) {
+      v.fail("vision_config", "the vision tower's parameter count overflows");
+    }
+    return *x;
+  };
+  const auto add = [&](std::initializer_list<std::int64_t> xs) {
+    std::int64_t sum = 0;
+    for (std::int64_t x : xs) {
+      const auto y = checked_add(sum, x);
+      if (!y) {
+        v.fail("vision_config", "the vision tower's parameter count overflows");
+      }
+      sum = *y;
+    }
+    return sum;
+  };
+  const std::int64_t side = image / patch;
+  const std::int64_t linear = add({mul(h, h), h});
+  const std::int64_t mlp = add({mul(h, ff), ff, mul(ff, h), h});
+  const std::int64_t layer = add({2 * h, mul(4, linear), 2 * h, mlp});
+  std::int64_t total =
+      add({mul(mul(h, channels), mul(patch, patch)), h, mul(mul(side, side), h), mul(layers, layer), 2 * h});
+  if (v.boolean_or("vision_use_head", true)) {
+    total = add({total, h, add({mul(3 * h, h), 3 * h}), linear, 2 * h, mlp});
+  }
+  return total;
+}
+
+// Gemma3Config (Gemma3ForConditionalGeneration): the language model is text_config's, and it is what is
+// simulated. The vision part transformers also builds is counted, not simulated: the SigLIP tower of
+// vision_config (SiglipVisionConfig's defaults when the key is absent, as Gemma3Config does) and
+// Gemma3MultiModalProjector (mm_input_projection_weight [vision hidden, text hidden], mm_soft_emb_norm of
+// the vision hidden size).
 ModelConfig gemma3(const JsonReader& r) {
   ModelConfig m = gemma3_text(r.child("text_config"));
   m.model_type = "gemma3_text";
+  m.vision.wrapper_model_type = "gemma3";
+  const JsonReader v = r.child_or_empty("vision_config");
+  const std::string vision_type = v.string_or("model_type", "siglip_vision_model");
+  if (vision_type != "siglip_vision_model") {
+    v.fail("vision_config.model_type",
+           fmt::format("'{}' is not modelled (siglip_vision_model is)", vision_type));
+  }
+  const std::int64_t vision_hidden = v.integer_or("hidden_size", 768);
+  m.vision.model_type = vision_type;
+  m.vision.tower_parameters = siglip_vision_parameters(v);
+  m.vision.projector_parameters = vision_hidden * m.d_model + vision_hidden;
   return m;
 }
 
@@ -526,6 +592,7 @@ ModelConfig llama4_text(const JsonReader& r) {
 ModelConfig llama4(const JsonReader& r) {
   ModelConfig m = llama4_text(r.child("text_config"));
   m.model_type = "llama4_text";
+  m.vision.wrapper_model_type = "llama4";  // its vision encoder is neither simulated nor counted (README)
   return m;
 }
 

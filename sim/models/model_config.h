@@ -151,6 +151,19 @@ struct ModelConfig {
     std::int64_t v_head_dim = 0;
   };
   Mla mla;
+  // A multimodal wrapper's vision part (gemma3's vision_config), which transformers builds and loads with the
+  // language model but vramsim does not simulate: its parameters as transformers registers them (the vision
+  // tower, then the projector), reported beside the language model's and not in its bill (0: text-only).
+  struct VisionPart {
+    // The wrapper's own model_type ("gemma3", "llama4"; "" for a text-only config.json): model_type above is
+    // its text_config's, and PEFT keys its default target_modules by the wrapper's (peft_lora.cpp).
+    std::string wrapper_model_type;
+    std::string model_type;                 // vision_config's model_type ("siglip_vision_model")
+    std::int64_t tower_parameters = 0;      // SiglipVisionModel
+    std::int64_t projector_parameters = 0;  // Gemma3MultiModalProjector
+    std::int64_t total() const { return tower_parameters + projector_parameters; }
+  };
+  VisionPart vision;
 
   std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
   std::int64_t q_dim() const { return n_heads * head_dim; }

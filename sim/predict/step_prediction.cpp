@@ -341,6 +341,7 @@ void describe_request(const PredictRequest& request, Prediction& p) {
     p.bnb_saves_input = request.options.bnb.matmul4bit_saves_input;
   }
   p.total_parameters = count.total;
+  p.vision = request.model.vision;
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.precision_regime = precision_regime(request.options);

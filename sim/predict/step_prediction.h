@@ -147,6 +147,7 @@ struct Prediction {
   bool bnb_prepare_kbit_training = false;
   bool bnb_saves_input = false;  // MatMul4Bit keeps A (older bitsandbytes)
   std::int64_t total_parameters = 0;
+  ModelConfig::VisionPart vision;  // a multimodal checkpoint's vision part, not simulated (model_config.h)
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string precision_regime;  // precision_regime(): what is kept in which dtype, master weights or not

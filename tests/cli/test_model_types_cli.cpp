@@ -74,6 +74,11 @@ std::vector<Case> cases() {
        4 * (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168 +
             2 * 7168) +
            3 * 3LL * 7168 * 18432 + (257LL * 3 * 7168 * 2048 + 256 * 7168) + 2 * 129280LL * 7168 + 7168},
+      // the hand counts of tests/graph/test_hf_real_configs.cpp
+      {"mistral", stored("mistralai__Mistral-7B-Instruct-v0.3.config.json"), 7'248'023'552},
+      {"olmo2", stored("allenai__OLMo-2-1124-7B-Instruct.config.json"), 7'298'617'344},
+      {"granite", stored("ibm-granite__granite-3.3-8b-instruct.config.json"), 8'170'864'640},
+      {"gemma3", stored("google__gemma-3-4b-it.config.json"), 3'880'263'168},  // the language model
       {"falcon",
        write_file("falcon.json", R"({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 4544,
         "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": true, "parallel_attn": true,
@@ -107,9 +112,31 @@ TEST_CASE("every model_type runs predict (training and generation), fit and plan
   }
 }
 
+TEST_CASE("a multimodal config.json: the language model predicted, the vision part stated", "[cli]") {
+  // gemma-3-4b-it: its SigLIP tower and projector, counted by hand in test_hf_real_configs.cpp, are reported
+  // and left out of the bill (parameters: the language model's 3,880,263,168 x 2 bytes)
+  const std::string model = "--model " + stored("google__gemma-3-4b-it.config.json") +
+                            " --capacity 200GiB --precision bf16 --batch 1 --seq 32 --inference";
+  const nlohmann::json j = predict_json(model);
+  CHECK(j.at("total_parameters").get<std::int64_t>() == 3'880'263'168);
+  CHECK(j.at("bill").at("parameters").get<std::int64_t>() == 2 * 3'880'263'168LL);
+  const nlohmann::json& v = j.at("vision_part_not_simulated");
+  CHECK(v.at("model_type") == "siglip_vision_model");
+  CHECK(v.at("tower_parameters").get<std::int64_t>() == 416'866'032);
+  CHECK(v.at("projector_parameters").get<std::int64_t>() == 1152 * 2560 + 1152);
+  const auto text = run_vramsim("predict " + model);
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Matchers::Contains(
+                           "vision part      419816304 parameters from vision_config (siglip_vision_model "
+                           "416866032 + projector 2950272): counted, not simulated; the prediction is the "
+                           "language model's 3880263168"));
+}
+
 TEST_CASE("fit and plan take a real config.json of the current model_types", "[cli][slow]") {
   for (const char* file :
-       {"Qwen__Qwen3-8B.config.json", "openai__gpt-oss-20b.config.json", "microsoft__phi-2.config.json"}) {
+       {"Qwen__Qwen3-8B.config.json", "openai__gpt-oss-20b.config.json", "microsoft__phi-2.config.json",
+        "mistralai__Mistral-7B-Instruct-v0.3.config.json", "allenai__OLMo-2-1124-7B-Instruct.config.json",
+        "ibm-granite__granite-3.3-8b-instruct.config.json", "google__gemma-3-4b-it.config.json"}) {
     INFO(file);
     const auto fit = run_vramsim("fit --model " + stored(file) +
                                  " --gpu H100 --precision bf16 --seq 512 --checkpointing full --json");
@@ -123,11 +150,17 @@ TEST_CASE("fit and plan take a real config.json of the current model_types", "[c
       CHECK(j.at("best").get<int>() >= 1);
     }
   }
-  const auto plan = run_vramsim("plan --model " + stored("microsoft__phi-2.config.json") +
-                                " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
-  INFO(plan.err);
-  REQUIRE(plan.exit_code == 0);
-  CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);
+  for (const char* file :
+       {"microsoft__phi-2.config.json", "mistralai__Mistral-7B-Instruct-v0.3.config.json",
+        "allenai__OLMo-2-1124-7B-Instruct.config.json", "ibm-granite__granite-3.3-8b-instruct.config.json",
+        "google__gemma-3-4b-it.config.json"}) {
+    INFO(file);
+    const auto plan = run_vramsim("plan --model " + stored(file) +
+                                  " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
+    INFO(plan.err);
+    REQUIRE(plan.exit_code == 0);
+    CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);
+  }
 }
 
 TEST_CASE("a quantized checkpoint is refused naming the format it read, in predict, fit and plan", "[cli]") {

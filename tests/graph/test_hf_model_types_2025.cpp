@@ -4,6 +4,7 @@
 // published total exists it is named in the section title as a cross-check of the hand count.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 
 #include "graph/graph_test_util.h"
@@ -22,9 +23,9 @@ ModelConfig stored_config(const std::string& file) {
   return load_model((test::source_dir() / "tests" / "data" / "hf_configs" / file).string());
 }
 
-// Shape keys of published checkpoints. olmo2, granite, starcoder2, falcon and llama4 have no stored
-// config.json (tests/data/hf_configs/SOURCES.md); Qwen3-30B-A3B, phi-2, gpt-oss-20b and DeepSeek-V3 now do,
-// and test_hf_real_configs.cpp counts them from the stored files (these inline keys are kept for the step
+// Shape keys of published checkpoints. starcoder2, falcon and llama4 have no stored config.json
+// (tests/data/hf_configs/SOURCES.md); Qwen3-30B-A3B, phi-2, gpt-oss-20b, DeepSeek-V3, OLMo-2 and Granite-3.3
+// do, and test_hf_real_configs.cpp counts them from the stored files (these inline keys are kept for the step
 // tests below, which shrink them).
 // Qwen/Qwen3-30B-A3B
 const char* kQwen3MoeA3B = R"({"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
@@ -99,7 +100,7 @@ TEST_CASE("issue 36 model types: parameter counts worked by hand from config.jso
     CHECK(m.parameter_count() == 262144LL * 1152 + 26 * layer + 1152);
     CHECK(m.parameter_count() == 999'885'952);
   }
-  SECTION("gemma3: the multimodal wrapper reads text_config (vision tower not counted)") {
+  SECTION("gemma3: the multimodal wrapper reads text_config (the vision part is counted apart)") {
     const ModelConfig m = model_from_hf_config_json(
         R"({"model_type": "gemma3", "text_config": {"hidden_size": 1152, "intermediate_size": 6912,
         "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
@@ -107,6 +108,42 @@ TEST_CASE("issue 36 model types: parameter counts worked by hand from config.jso
         "gemma3.json");
     CHECK(m.model_type == "gemma3_text");
     CHECK(m.parameter_count() == 999'885'952);
+  }
+  SECTION(
+      "gemma3: vision_config's SigLIP tower counted as transformers builds it, with or without its head") {
+    // hidden 8, intermediate 16, one layer, 3 channels, image 8 of patch 4 (2 x 2 positions): patch_embedding
+    // 8 x 3 x 4 x 4 + 8; position_embedding 4 x 8; the layer's two LayerNorms 2 x 2 x 8, q/k/v/out_proj
+    // 4 x (8 x 8 + 8), fc1 8 x 16 + 16, fc2 16 x 8 + 8; post_layernorm 2 x 8
+    const std::int64_t layer = 2 * 2 * 8 + 4 * (8 * 8 + 8) + (8 * 16 + 16) + (16 * 8 + 8);
+    const std::int64_t no_head = (8 * 3 * 4 * 4 + 8) + 4 * 8 + layer + 2 * 8;
+    // SiglipMultiheadAttentionPoolingHead: probe [1, 1, 8], nn.MultiheadAttention in_proj 3*8 x 8 + 3*8 and
+    // out_proj 8 x 8 + 8, layernorm 2 x 8, SiglipMLP 8 x 16 + 16 and 16 x 8 + 8
+    const std::int64_t head = 8 + (3 * 8 * 8 + 3 * 8) + (8 * 8 + 8) + 2 * 8 + (8 * 16 + 16) + (16 * 8 + 8);
+    const std::string text = R"("text_config": {"hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": 512})";
+    const std::string vision = R"("hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "image_size": 8, "patch_size": 4)";
+    const ModelConfig with_head = model_from_hf_config_json(
+        R"({"model_type": "gemma3", )" + text + R"(, "vision_config": {)" + vision + "}}", "v.json");
+    CHECK(with_head.vision.tower_parameters == no_head + head);  // SiglipVisionConfig: vision_use_head absent
+    CHECK(with_head.vision.projector_parameters == 8 * 64 + 8);
+    const ModelConfig without =
+        model_from_hf_config_json(R"({"model_type": "gemma3", )" + text + R"(, "vision_config": {)" + vision +
+                                      R"(, "vision_use_head": false}})",
+                                  "v.json");
+    CHECK(without.vision.tower_parameters == no_head);
+    CHECK(without.parameter_count() == with_head.parameter_count());  // the language model is unchanged
+    CHECK_THROWS_WITH(
+        model_from_hf_config_json(R"({"model_type": "gemma3", )" + text +
+                                      R"(, "vision_config": {"image_size": 10, "patch_size": 4}})",
+                                  "v.json"),
+        Contains("v.json: key 'vision_config.image_size': 10 is not a multiple of patch_size 4"));
+    CHECK_THROWS_WITH(
+        model_from_hf_config_json(R"({"model_type": "gemma3", )" + text +
+                                      R"(, "vision_config": {"model_type": "clip_vision_model"}})",
+                                  "v.json"),
+        Contains("v.json: key 'vision_config.model_type': 'clip_vision_model' is not modelled"));
   }
   SECTION("qwen3_moe: Qwen3-30B-A3B (30.5B total, 29.9B non-embedding on its model card)") {
     const ModelConfig m = model_from_hf_config_json(kQwen3MoeA3B, "qwen3_moe.json");
@@ -276,9 +313,26 @@ TEST_CASE("presets of the current families: counts and sources", "[quick][graph]
   CHECK(model_preset("gpt-oss-20b").parameter_count() ==
         model_from_hf_config_json(kGptOss20B, "gpt_oss.json").parameter_count());
   CHECK(model_preset("mixtral-8x7b").parameter_count() == 46'702'792'704);
+  // Gemma-2-27B (27.2B): q 4608 x 32*128, k and v 4608 x 16*128, o 4096 x 4608, MLP 3 x 4608 x 36864, four
+  // norms; tied 256000 x 4608 embeddings
+  const std::int64_t gemma2_27b_layer =
+      4608 * 4096 + 2 * 4608 * 2048 + 4096 * 4608 + 3 * 4608 * 36864 + 4 * 4608;
+  CHECK(model_preset("gemma-2-27b").parameter_count() == 256000LL * 4608 + 46 * gemma2_27b_layer + 4608);
+  CHECK(model_preset("gemma-2-27b").parameter_count() == 27'227'128'320);
+  // Gemma-3-12B's language model: q 3840 x 16*256, k and v 3840 x 8*256, o 4096 x 3840, q_norm / k_norm 256,
+  // MLP 3 x 3840 x 15360, four norms; tied 262208 x 3840. With the SigLIP tower of gemma-3-4b (416,866,032,
+  // test_hf_real_configs.cpp) and a projector of 1152 x 3840 + 1152 it is the model card's 12.2B.
+  const std::int64_t gemma3_12b_layer =
+      3840 * 4096 + 2 * 3840 * 2048 + 4096 * 3840 + 2 * 256 + 3 * 3840 * 15360 + 4 * 3840;
+  const std::int64_t gemma3_12b = model_preset("gemma-3-12b").parameter_count();
+  CHECK(gemma3_12b == 262208LL * 3840 + 48 * gemma3_12b_layer + 3840);
+  CHECK(std::llround((gemma3_12b + 416'866'032 + 1152 * 3840 + 1152) / 1e8) == 122);
   for (const char* name :
-       {"llama-3.1-70b", "llama-3.1-405b", "llama-3.2-3b", "llama-3.3-70b", "qwen2.5-7b", "qwen2.5-72b",
-        "qwen3-8b", "qwen3-32b", "gemma-2-9b", "gemma-3-27b", "phi-3-mini", "phi-4", "gpt-oss-120b"}) {
+       {"llama-3.1-70b",  "llama-3.1-405b", "llama-3.2-3b", "llama-3.3-70b",   "qwen2.5-7b",
+        "qwen2.5-72b",    "qwen3-8b",       "qwen3-32b",    "gemma-2-9b",      "gemma-3-27b",
+        "phi-3-mini",     "phi-4",          "gpt-oss-120b", "gemma-2-2b",      "gemma-2-27b",
+        "gemma-3-1b",     "gemma-3-4b",     "gemma-3-12b",  "mistral-7b-v0.3", "olmo-2-7b",
+        "granite-3.3-8b", "qwen3-0.6b",     "qwen3-1.7b",   "qwen3-4b",        "phi-3-medium"}) {
     INFO(name);
     CHECK(model_preset(name).name == name);
     CHECK(load_model(name).parameter_count() > 0);

@@ -45,8 +45,8 @@ std::string with_block(const std::string& file, const char* block) {
 
 // The model_types with no stored real config.json: no public copy was found (SOURCES.md says so). A new
 // model_type must be added to one list or the other.
-const std::set<std::string> kNoRealConfig = {"mistral", "gemma",      "qwen2_moe", "gemma3",      "olmo2",
-                                             "granite", "starcoder2", "falcon",    "llama4_text", "llama4"};
+const std::set<std::string> kNoRealConfig = {"gemma",  "qwen2_moe",   "starcoder2",
+                                             "falcon", "llama4_text", "llama4"};
 
 // Every field that fixes a tensor or an op of the step (the dropout rates excepted: presets run without
 // dropout, model_config.h).
@@ -151,11 +151,26 @@ TEST_CASE("real configs: each preset with a stored config.json has that config's
       {"phi-3-mini", "microsoft__Phi-3-mini-4k-instruct.config.json"},
       {"gpt-oss-20b", "openai__gpt-oss-20b.config.json"},
       {"deepseek-v3", "deepseek-ai__DeepSeek-V3.config.json"},
+      {"mistral-7b-v0.3", "mistralai__Mistral-7B-Instruct-v0.3.config.json"},
+      {"olmo-2-7b", "allenai__OLMo-2-1124-7B-Instruct.config.json"},
+      {"granite-3.3-8b", "ibm-granite__granite-3.3-8b-instruct.config.json"},
+      {"gemma-2-2b", "google__gemma-2-2b-it.config.json"},
+      {"gemma-3-1b", "google__gemma-3-1b-it.config.json"},
+      {"gemma-3-4b", "google__gemma-3-4b-it.config.json"},  // the wrapper's text_config
+      {"qwen3-0.6b", "Qwen__Qwen3-0.6B.config.json"},
+      {"qwen3-1.7b", "Qwen__Qwen3-1.7B.config.json"},
+      {"phi-3-medium", "microsoft__Phi-3-medium-4k-instruct.config.json"},
   };
   for (const auto& [preset, file] : pairs) {
     INFO(preset << " vs " << file);
     check_same_shapes(model_preset(preset), stored(file));
   }
+  // The stored Qwen3-4B copy is probably of the -Instruct-2507 release (SOURCES.md): its context is 262144
+  // where Qwen/Qwen3-4B's is 40960 (LLM-Prof's block, the preset's source); every other field is compared.
+  ModelConfig qwen3_4b = stored("Qwen__Qwen3-4B.config.json");
+  CHECK(qwen3_4b.max_positions == 262144);
+  qwen3_4b.max_positions = 40960;
+  check_same_shapes(model_preset("qwen3-4b"), qwen3_4b);
 }
 
 TEST_CASE("real configs: parameter counts worked by hand", "[quick][graph]") {
@@ -231,6 +246,80 @@ TEST_CASE("real configs: parameter counts worked by hand", "[quick][graph]") {
     CHECK(m.sliding_window == 128);
     CHECK(m.parameter_count() == 2 * 201088LL * 2880 + 24 * layer + 2880);
     CHECK(m.parameter_count() == 20'914'757'184);
+  }
+  SECTION("mistral: Mistral-7B-Instruct-v0.3 (7.25B), vocabulary 32768, sliding_window null") {
+    // q and o 4096 x 4096, k and v 4096 x 1024, MLP 3 x 4096 x 14336, two RMSNorms; untied 32768 x 4096
+    // embeddings and lm_head; final norm. The stored file's own parameter listing (the same markdown) lists
+    // exactly these modules per layer.
+    const std::int64_t layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096;
+    const ModelConfig m = stored("mistralai__Mistral-7B-Instruct-v0.3.config.json");
+    CHECK(m.model_type == "mistral");
+    CHECK(m.parameter_count() == 2 * 32768LL * 4096 + 32 * layer + 4096);
+    CHECK(m.parameter_count() == 7'248'023'552);
+  }
+  SECTION("olmo2: OLMo-2-1124-7B-Instruct (7.3B), q_norm / k_norm over the whole projections, post-norms") {
+    // q, k, v, o 4096 x 4096 (32 key/value heads); q_norm and k_norm of 4096 each; MLP 3 x 4096 x 11008;
+    // post_attention_layernorm and post_feedforward_layernorm; untied 100352 x 4096 embeddings and lm_head
+    const std::int64_t layer = 4 * 4096LL * 4096 + 2 * 4096 + 3 * 4096 * 11008 + 2 * 4096;
+    const ModelConfig m = stored("allenai__OLMo-2-1124-7B-Instruct.config.json");
+    CHECK(m.post_norms_only);
+    CHECK(m.qk_norm == ModelConfig::QkNorm::kWholeProjection);
+    CHECK(m.parameter_count() == 2 * 100352LL * 4096 + 32 * layer + 4096);
+    CHECK(m.parameter_count() == 7'298'617'344);
+  }
+  SECTION("granite: granite-3.3-8b-instruct (8.17B on its model card), multipliers read, tied embeddings") {
+    const std::int64_t layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 12800 + 2 * 4096;
+    const ModelConfig m = stored("ibm-granite__granite-3.3-8b-instruct.config.json");
+    CHECK(m.embedding_multiplier == 12.0);
+    CHECK(m.residual_multiplier == 0.22);
+    CHECK(m.logits_scaling == 16.0);
+    CHECK(m.tied_embeddings);
+    CHECK(m.parameter_count() == 49159LL * 4096 + 40 * layer + 4096);
+    CHECK(m.parameter_count() == 8'170'864'640);
+  }
+  SECTION("qwen3: Qwen3-0.6B (0.6B, 0.44B non-embedding) and Qwen3-1.7B (1.7B, 1.4B), tied") {
+    // 16 query heads and 8 key/value heads of 128: q 1024 x 2048, k and v 1024 x 1024, o 2048 x 1024,
+    // q_norm / k_norm 128 each, MLP 3 x 1024 x 3072, two norms
+    const std::int64_t small =
+        1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 2 * 128 + 3 * 1024 * 3072 + 2 * 1024;
+    const ModelConfig a = stored("Qwen__Qwen3-0.6B.config.json");
+    CHECK(a.parameter_count() == 151936LL * 1024 + 28 * small + 1024);
+    CHECK(a.parameter_count() == 596'049'920);
+    CHECK(std::llround((a.parameter_count() - 151936LL * 1024) / 1e8) == 4);  // 0.44B
+    // q 2048 x 2048, k and v 2048 x 1024, o 2048 x 2048, MLP 3 x 2048 x 6144
+    const std::int64_t large =
+        2048 * 2048 + 2 * 2048 * 1024 + 2048 * 2048 + 2 * 128 + 3 * 2048 * 6144 + 2 * 2048;
+    const ModelConfig b = stored("Qwen__Qwen3-1.7B.config.json");
+    CHECK(b.parameter_count() == 151936LL * 2048 + 28 * large + 2048);
+    CHECK(b.parameter_count() == 1'720'574'976);
+    CHECK(std::llround((b.parameter_count() - 151936LL * 2048) / 1e8) == 14);  // 1.4B
+  }
+  SECTION("gemma3: gemma-3-4b-it (4.3B), the language model of text_config and the SigLIP part counted") {
+    // text_config: q 2560 x 8*256, k and v 2560 x 4*256, o 2048 x 2560, q_norm / k_norm 256, MLP
+    // 3 x 2560 x 10240, four norms; tied 262208 x 2560 embeddings; final norm
+    const std::int64_t layer =
+        2560 * 2048 + 2 * 2560 * 1024 + 2048 * 2560 + 2 * 256 + 3 * 2560 * 10240 + 4 * 2560;
+    const ModelConfig m = stored("google__gemma-3-4b-it.config.json");
+    CHECK(m.model_type == "gemma3_text");
+    CHECK(m.sliding_window == 1024);
+    CHECK(m.parameter_count() == 262208LL * 2560 + 34 * layer + 2560);
+    CHECK(m.parameter_count() == 3'880'263'168);
+    // vision_config as SiglipVisionModel builds it (the model print stored with the config, SOURCES.md):
+    // patch_embedding Conv2d(3, 1152, 14) with bias; position_embedding Embedding(4096, 1152) (896 / 14 = 64
+    // patches a side); 27 encoder layers of layer_norm1 and layer_norm2 (weight and bias), q/k/v/out_proj
+    // 1152 x 1152 with bias, fc1 1152 x 4304 + 4304, fc2 4304 x 1152 + 1152; post_layernorm; no head
+    // (vision_use_head false)
+    const std::int64_t siglip_layer =
+        2 * 2 * 1152 + 4 * (1152 * 1152 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152);
+    const std::int64_t tower = (1152 * 3 * 14 * 14 + 1152) + 4096 * 1152 + 27 * siglip_layer + 2 * 1152;
+    CHECK(m.vision.model_type == "siglip_vision_model");
+    CHECK(m.vision.tower_parameters == tower);
+    CHECK(m.vision.tower_parameters == 416'866'032);  // SigLIP So400m without its pooling head
+    // Gemma3MultiModalProjector: mm_input_projection_weight 1152 x 2560, mm_soft_emb_norm 1152
+    CHECK(m.vision.projector_parameters == 1152 * 2560 + 1152);
+    // the model card's 4.3B is the whole Gemma3ForConditionalGeneration
+    CHECK(m.parameter_count() + m.vision.total() == 4'300'079'472);
+    CHECK(std::llround((m.parameter_count() + m.vision.total()) / 1e8) == 43);
   }
   SECTION("deepseek_v3: DeepSeek-V3, 671B without the multi-token-prediction layer (the 685B checkpoint)") {
     // num_nextn_predict_layers 1: the checkpoint's model.layers.61 is the MTP module, which

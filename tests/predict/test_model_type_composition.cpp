@@ -1,0 +1,229 @@
+// The composition matrix over model types (issue 36): every supported model_type, from its real config.json
+// where one is stored (tests/data/hf_configs) and otherwise from one published checkpoint's shape keys,
+// crossed with the techniques people put on a current model: LoRA, QLoRA, full activation checkpointing,
+// FSDP and generation (the registry's entries, sim/cli/techniques.cpp). Each pair is predicted with the
+// invariants every prediction keeps (the bill adds up to the peak allocated bytes, reserved >= allocated),
+// or refused with the real library's reason. The expected refusals are written here from the library, not
+// read from vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py,
+// main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4, mistral, mixtral, phi,
+// gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises "Please specify
+// `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal checkpoint's is
+// its wrapper's: gemma3 has no entry, llama4 has one). The models are shrunk (2 layers, width 64, 4
+// experts) after their config.json is read, so that 115 predictions run in seconds; what is composed is
+// the model_type's layer code, not its size.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/cli/commands.h"
+#include "sim/cli/techniques.h"
+#include "sim/core/error.h"
+#include "sim/predict/step_prediction.h"
+#include "test_paths.h"
+
+using namespace vramsim;
+
+namespace {
+
+std::string stored(const std::string& file) {
+  return (test::source_dir() / "tests" / "data" / "hf_configs" / file).string();
+}
+
+std::string written(const std::string& name, const std::string& json) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "vramsim_model_type_matrix";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path path = dir / (name + ".json");
+  std::ofstream(path) << json;
+  return path.string();
+}
+
+struct TypeCase {
+  std::string model_type;  // config.json's top-level model_type
+  std::string config;      // a path
+};
+
+// One config.json per supported model_type: the stored real ones, and for the six without one the shape
+// keys of the checkpoint named (as tests/graph/test_hf_model_types_2025.cpp writes them).
+std::vector<TypeCase> type_cases() {
+  return {
+      {"gpt2", stored("openai-community__gpt2.config.json")},
+      {"gpt_bigcode", stored("bigcode__gpt_bigcode-santacoder.config.json")},
+      {"llama", stored("meta-llama__Llama-3.2-3B.config.json")},
+      {"mistral", stored("mistralai__Mistral-7B-Instruct-v0.3.config.json")},
+      {"qwen2", stored("Qwen__Qwen2.5-3B.config.json")},
+      // google/gemma-7b (GemmaConfig's defaults)
+      {"gemma", written("gemma", R"({"model_type": "gemma", "vocab_size": 256000, "hidden_size": 3072,
+        "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "head_dim": 256})")},
+      {"gemma2", stored("google__gemma-2-2b-it.config.json")},
+      {"phi3", stored("microsoft__Phi-3-mini-4k-instruct.config.json")},
+      {"mixtral", stored("mistralai__Mixtral-8x7B-v0.1.config.json")},
+      // Qwen/Qwen1.5-MoE-A2.7B
+      {"qwen2_moe", written("qwen2_moe", R"({"model_type": "qwen2_moe", "vocab_size": 151936,
+        "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "norm_topk_prob": false})")},
+      {"qwen3", stored("Qwen__Qwen3-0.6B.config.json")},
+      {"qwen3_moe", stored("Qwen__Qwen3-30B-A3B.config.json")},
+      {"gemma3_text", stored("google__gemma-3-1b-it.config.json")},
+      {"gemma3", stored("google__gemma-3-4b-it.config.json")},
+      {"olmo2", stored("allenai__OLMo-2-1124-7B-Instruct.config.json")},
+      {"granite", stored("ibm-granite__granite-3.3-8b-instruct.config.json")},
+      {"phi", stored("microsoft__phi-2.config.json")},
+      // bigcode/starcoder2-3b
+      {"starcoder2", written("starcoder2", R"({"model_type": "starcoder2", "vocab_size": 49152,
+        "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24,
+        "num_key_value_heads": 2, "use_bias": true, "sliding_window": 4096})")},
+      // tiiuae/falcon-7b
+      {"falcon", written("falcon", R"({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 4544,
+        "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": true, "parallel_attn": true,
+        "new_decoder_architecture": false, "bias": false, "alibi": false})")},
+      {"gpt_oss", stored("openai__gpt-oss-20b.config.json")},
+      // meta-llama/Llama-4-Scout-17B-16E: its text_config alone, and the wrapper
+      {"llama4_text", written("llama4_text", R"({"model_type": "llama4_text", "vocab_size": 202048,
+        "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1})")},
+      {"llama4", written("llama4", R"({"model_type": "llama4", "text_config": {"model_type": "llama4_text",
+        "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1}})")},
+      {"deepseek_v3", stored("deepseek-ai__DeepSeek-V3.config.json")},
+  };
+}
+
+// PEFT's mapping (the header's list): the model_types whose LoRA needs no target_modules.
+const std::set<std::string> kPeftDefaults = {"gpt2",    "gpt_bigcode", "llama", "llama4", "mistral",
+                                             "mixtral", "phi",         "gemma", "gemma2", "gemma3_text",
+                                             "qwen2",   "qwen3",       "falcon"};
+
+std::vector<std::string> split_words(std::string_view flags) {
+  std::istringstream in{std::string(flags)};
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) {
+    words.push_back(w);
+  }
+  return words;
+}
+
+RequestArgs parse(const std::string& config, const cli::Technique& t) {
+  std::vector<std::string> words =
+      split_words("--model " + config + " --capacity 200GiB --precision bf16 --seq 32 --steps 2");
+  for (const std::string& w : split_words(t.flags)) {
+    words.push_back(w);
+  }
+  RequestArgs args;
+  args.batch = 1;
+  std::string alloc_conf;
+  CLI::App app;
+  cli::add_request_options(&app, args, alloc_conf);
+  std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 parses a reversed vector
+  app.parse(reversed);
+  return args;
+}
+
+// The model's layer code at a small size (test_hf_model_types_2025.cpp's shrink).
+void shrink(ModelConfig& m) {
+  m.vocab_size = 512;
+  m.n_layers = 2;
+  m.d_model = 64;
+  m.n_heads = 4;
+  m.n_kv_heads = m.n_kv_heads == 1 ? 1 : 2;
+  m.head_dim = 16;
+  m.d_ff = 96;
+  m.max_positions = std::min<std::int64_t>(m.max_positions, 1024);
+  if (m.mla.kv_lora_rank > 0) {
+    m.n_kv_heads = 4;
+    m.mla = {32, 16, 16, 8, 16};
+    m.head_dim = 24;
+    m.moe.dense_layers = {0};
+  }
+  if (m.moe.n_experts > 0) {
+    m.moe.n_experts = 4;
+    m.moe.top_k = std::min<std::int64_t>(m.moe.top_k, 2);
+    m.moe.expert_d_ff = 32;
+    m.moe.shared_expert_d_ff = m.moe.shared_expert_d_ff > 0 ? 32 : 0;
+    std::erase_if(m.moe.dense_layers, [](std::int64_t l) { return l >= 2; });
+  }
+}
+
+}  // namespace
+
+TEST_CASE("composition over model types: each type with LoRA, QLoRA, checkpointing, FSDP, generation",
+          "[predict][composition]") {
+  std::map<std::string, const cli::Technique*> by_name;
+  for (const cli::Technique& t : cli::techniques()) {
+    by_name[std::string(t.name)] = &t;
+  }
+  const std::vector<std::string> picked = {"lora", "qlora", "checkpoint-full", "fsdp", "generate"};
+  std::set<std::string> types_seen;
+  std::vector<std::string> rows;
+  int predicted = 0;
+  int refused = 0;
+  for (const TypeCase& c : type_cases()) {
+    types_seen.insert(c.model_type);
+    std::string row = fmt::format("{:<12}", c.model_type);
+    for (const std::string& name : picked) {
+      REQUIRE(by_name.count(name) == 1);
+      const cli::Technique& t = *by_name[name];
+      INFO(c.model_type << " + " << name << " (" << c.config << ")");
+      const bool lora = name == "lora" || name == "qlora";
+      const bool expect_refusal = lora && !kPeftDefaults.contains(c.model_type);
+      std::string refusal;
+      Prediction p;
+      try {
+        PredictRequest request = make_request(parse(c.config, t), false);
+        shrink(request.model);
+        p = predict(request);
+      } catch (const InputError& e) {
+        refusal = e.what();
+      }
+      if (expect_refusal) {
+        CHECK(refusal ==
+              fmt::format("--lora-targets: PEFT has no default target_modules for model_type '{}'; "
+                          "name them (e.g. q_proj,v_proj or all-linear)",
+                          c.model_type));
+        ++refused;
+        row += fmt::format(" {:<16}", name + ": PEFT");
+        continue;
+      }
+      INFO(refusal);
+      REQUIRE(refusal.empty());
+      ++predicted;
+      CHECK(p.peak_allocated_bytes > 0);
+      CHECK(p.peak_reserved_bytes >= p.peak_allocated_bytes);
+      const MemoryBill& b = p.bill;
+      CHECK(b.parameters + b.gradients + b.optimizer_states + b.activations + b.temporaries + b.inputs +
+                b.communication + b.kv_cache + b.allocator_rounding ==
+            p.peak_allocated_bytes);
+      if (lora) {
+        CHECK(p.trainable_parameters > 0);
+        CHECK(p.trainable_parameters < p.total_parameters);
+      }
+      if (name == "generate") {
+        CHECK(b.gradients == 0);
+        CHECK(b.kv_cache > 0);
+      }
+      row += fmt::format(" {:<16}", name + ": ok");
+    }
+    rows.push_back(row);
+  }
+  // every supported model_type is in the matrix
+  for (const std::string& type : supported_model_types()) {
+    INFO(type);
+    CHECK(types_seen.contains(type));
+  }
+  WARN(fmt::format("{} predicted, {} refused by PEFT:\n{}", predicted, refused, fmt::join(rows, "\n")));
+  CHECK(predicted + refused == static_cast<int>(type_cases().size() * picked.size()));
+}
