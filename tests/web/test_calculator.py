@@ -13,9 +13,9 @@ Exit 77 (CTest: skipped) without chromium or without WEB_DIR/vramsim.js (emscrip
 not run)."""
 
 import html
+import html.parser
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -85,17 +85,34 @@ def run_page(chromium, web_dir, query):
     return out.stdout, out.stderr
 
 
-def element(dom, tag, ident):
-    m = re.search(rf'<{tag}[^>]*\bid="{ident}"[^>]*>(.*?)</{tag}>', dom, re.S)
-    return html.unescape(m.group(1)) if m else None
+class Dom(html.parser.HTMLParser):
+    """The attributes and the text of the elements with an id in a dumped DOM (attribute values unescaped:
+    the frame's srcdoc holds a whole page, '>' included)."""
 
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.attrs, self.text, self._open = {}, {}, []
+        self.feed(text)
+        self.close()
 
-def attribute(dom, ident, name):
-    m = re.search(rf'<[a-z]+[^>]*\bid="{ident}"[^>]*>', dom)
-    if not m:
-        return None
-    a = re.search(rf'\b{name}="([^"]*)"', m.group(0))
-    return html.unescape(a.group(1)) if a else None
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.attrs["<body>"] = a
+        if "id" in a:
+            self.attrs[a["id"]] = a
+            self.text[a["id"]] = ""
+        if tag not in ("meta", "link", "input", "br", "img"):
+            self._open.append(a.get("id"))
+
+    def handle_endtag(self, tag):
+        if self._open:
+            self._open.pop()
+
+    def handle_data(self, data):
+        for ident in self._open:
+            if ident is not None:
+                self.text[ident] += data
 
 
 def cli(vramsim, flags, work):
@@ -119,20 +136,20 @@ class Failures:
 
 def check_case(f, chromium, vramsim, web_dir, work, name, query, flags, config_path=None):
     print(f"--- {name}")
-    dom, log = run_page(chromium, web_dir, query)
-    state = re.search(r'<body[^>]*data-state="([a-z]+)"', dom)
-    f.check(state is not None and state.group(1) == "done",
-            f"the page's run ended: data-state {state.group(1) if state else None}")
+    text, log = run_page(chromium, web_dir, query)
+    dom = Dom(text)
+    state = dom.attrs.get("<body>", {}).get("data-state")
+    f.check(state == "done", f"the page's run ended: data-state {state}")
     cli_flags = (["--model", config_path] if config_path else []) + flags
     shown = ["--model", "config.json"] + flags if config_path else flags
-    f.check(element(dom, "code", "command") == "vramsim predict " + " ".join(shown),
-            f"the page's command: {element(dom, 'code', 'command')}")
+    f.check(dom.text.get("command") == "vramsim predict " + " ".join(shown),
+            f"the page's command: {dom.text.get('command')}")
     expected, expected_html = cli(vramsim, cli_flags, work)
     no_picture = expected.returncode != 0 and "--html: one rank's run only" in expected.stderr
     if no_picture:  # the page falls back to the numbers alone, as the CLI does without --html
         expected = subprocess.run([vramsim, "predict", *cli_flags, "--json"], capture_output=True, text=True)
-    f.check(expected.returncode == 0, f"the CLI ran: {expected.stderr.strip()}")
-    page_json = element(dom, "pre", "json")
+    f.check(expected.returncode == 0, f"the CLI ran {expected.stderr.strip()}")
+    page_json = dom.text.get("json")
     if config_path:  # the model is named by its path: the page's file system holds it at /input/config.json
         got, want = json.loads(page_json or "null"), json.loads(expected.stdout)
         f.check(got is not None and got.pop("model") == "/input/config.json" and
@@ -142,35 +159,36 @@ def check_case(f, chromium, vramsim, web_dir, work, name, query, flags, config_p
         f.check(page_json is not None and page_json + "\n" == expected.stdout,
                 "--json equals the CLI's byte for byte")
     p = json.loads(expected.stdout)
-    print(f"        peak reserved {p['peak_reserved_bytes']}, peak allocated {p['peak_allocated_bytes']}, "
+    print(f"        CLI: peak reserved {p['peak_reserved_bytes']}, peak allocated {p['peak_allocated_bytes']}, "
           f"fits {p['fits']}")
+    f.check("Content Security Policy" not in log, "nothing the page's policy had to block")
+    f.check("Uncaught" not in log and ":ERROR:CONSOLE" not in log, "no console error")
+    report = dom.attrs.get("report", {})
     if no_picture:
-        f.check("add --pp-stage N" in (element(dom, "p", "error") or ""), "no picture, and the page says why")
+        f.check("add --pp-stage N" in dom.text.get("error", ""), "no picture, and the page says why")
         return
-    srcdoc = attribute(dom, "report", "srcdoc")
     if not config_path:
-        f.check(srcdoc == expected_html, "the frame holds the CLI's --html page byte for byte")
+        f.check(report.get("srcdoc") == expected_html, "the frame holds the CLI's --html page byte for byte")
     series = expected_html.count('class="series"')
     segments = expected_html.count('class="segment"')
     f.check(series >= 3 and segments >= 1, f"the CLI's page has {series} series, {segments} segments")
-    f.check(attribute(dom, "report", "data-series") == str(series) and
-            attribute(dom, "report", "data-segments") == str(segments),
-            f"the browser drew them in the frame: {attribute(dom, 'report', 'data-series')} series, "
-            f"{attribute(dom, 'report', 'data-segments')} segments")
-    f.check("Uncaught" not in log and ":ERROR:CONSOLE" not in log, "no console error")
+    f.check(report.get("data-series") == str(series) and report.get("data-segments") == str(segments),
+            f"the browser drew them in the frame: {report.get('data-series')} series, "
+            f"{report.get('data-segments')} segments")
 
 
 def check_bad_flag(f, chromium, vramsim, web_dir):
     print("--- a bad flag")
     query = {"model": "gpt2", "gpu": "H100-80GB", "batch": "1", "seq": "128", "extra": "--optimizer adamx"}
-    dom, _ = run_page(chromium, web_dir, query)
+    text, _ = run_page(chromium, web_dir, query)
+    dom = Dom(text)
     expected = subprocess.run([vramsim, "predict", "--model", "gpt2", "--gpu", "H100-80GB", "--batch", "1",
                                "--seq", "128", "--optimizer", "adamx", "--json"], capture_output=True, text=True)
-    state = re.search(r'<body[^>]*data-state="([a-z]+)"', dom)
-    f.check(state is not None and state.group(1) == "error", "the page's run failed")
+    state = dom.attrs.get("<body>", {}).get("data-state")
+    f.check(state == "error", f"the page's run failed: data-state {state}")
     f.check(expected.returncode == 2 and expected.stderr.count("\n") == 1, "the CLI: one line, exit status 2")
-    f.check(element(dom, "p", "error") + "\n" == expected.stderr,
-            f"the page shows the CLI's line: {element(dom, 'p', 'error')}")
+    f.check(dom.text.get("error", "") + "\n" == expected.stderr,
+            f"the page shows the CLI's line: {dom.text.get('error')}")
 
 
 def main():
