@@ -51,7 +51,7 @@ CASES = [
       "generate": "64", "kv-cache": "static", "precision": "bf16"},
      ["--model", "tinyllama-1.1b", "--gpu", "L4", "--batch", "4", "--seq", "512", "--generate", "64",
       "--kv-cache", "static", "--precision", "bf16"]),
-    ("Megatron tensor x pipeline parallel, every stage simulated (no picture: the CLI's --html needs a stage)",
+    ("Megatron tensor x pipeline parallel with 4 micro-batches",
      {"model": "llama-2-13b", "gpu": "H100-80GB", "batch": "1", "seq": "4096", "precision": "bf16",
       "world-size": "4", "tp": "2", "pp": "2", "extra": "--grad-accumulation 4"},
      ["--model", "llama-2-13b", "--gpu", "H100-80GB", "--batch", "1", "--seq", "4096", "--precision", "bf16",
