@@ -124,7 +124,25 @@ function showSummary(p) {
   table.className = p.fits ? "fits" : "does-not-fit";
 }
 
+// The form's state as attributes too, so that a saved or dumped copy of the page shows what was run.
+function reflectForm() {
+  for (const f of form.elements) {
+    if (f instanceof HTMLSelectElement) {
+      for (const o of f.options) {
+        o.toggleAttribute("selected", o.selected);
+      }
+    } else if (f.type === "checkbox") {
+      f.toggleAttribute("checked", f.checked);
+    } else if (f instanceof HTMLInputElement && f.type !== "file") {
+      f.setAttribute("value", f.value);
+    } else if (f instanceof HTMLTextAreaElement) {
+      f.textContent = f.value;
+    }
+  }
+}
+
 async function predict() {
+  reflectForm();
   const { args, config } = commandLine();
   const shown = args.map((a) => (a === CONFIG_PATH ? "config.json" : a));
   document.getElementById("command").textContent = `vramsim ${shown.map(quoted).join(" ")}`;
