@@ -96,7 +96,7 @@ class FileBytes {
   std::string_view view() const { return view_; }
 
  private:
-  void* mapped_ = nullptr;
+  [[maybe_unused]] void* mapped_ = nullptr;  // Linux only: what mmap returned
   std::string data_;
   std::string_view view_;
 };

@@ -58,7 +58,7 @@ class HugePageAllocator {
     return static_cast<T*>(::operator new(bytes));
   }
 
-  void deallocate(T* p, std::size_t n) noexcept {
+  void deallocate(T* p, [[maybe_unused]] std::size_t n) noexcept {  // n: unused where nothing is mapped
 #if defined(__linux__)
     if (n * sizeof(T) >= kMapThresholdBytes) {
       munmap(p, mapped_length(n * sizeof(T)));

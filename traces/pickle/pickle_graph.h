@@ -78,7 +78,7 @@ struct PickleGraph {
 
   std::span<const std::uint32_t> items(std::uint32_t slot) const {
     const Items& c = containers[slot];
-    return {arena.data() + c.begin, c.size};
+    return {arena.data() + c.begin, static_cast<std::size_t>(c.size)};
   }
   std::string_view str(const Node& node) const {
     return {reinterpret_cast<const char*>(data.data()) + node.v.str.begin, node.v.str.size};
