@@ -1,5 +1,7 @@
 #include "sim/models/model_config.h"
 
+#include "sim/models/hf_hub_cache.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -516,7 +518,24 @@ ModelConfig load_model(const std::string& name_or_path) {
       return model_preset(name_or_path);
     }
   }
+  // A model folder or a hub id in the local Hugging Face cache: its config.json, the report naming the model
+  // as given. A bare name found nowhere keeps the preset list's message.
   const bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
+  std::optional<std::string> config;
+  try {
+    config = resolve_model_config(name_or_path);
+  } catch (const InputError&) {
+    if (!looks_like_path) {
+      return model_preset(name_or_path);  // throws the "unknown model" message
+    }
+    throw;
+  }
+  if (config) {
+    ModelConfig m = model_from_hf_config_json(read_input_file(*config, "model config file", kMaxSmallInputBytes),
+                                              *config);
+    m.name = name_or_path;
+    return m;
+  }
   if (!looks_like_path) {
     return model_preset(name_or_path);  // throws the "unknown model" message
   }
