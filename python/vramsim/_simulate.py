@@ -54,7 +54,9 @@ def simulate(gpu: Optional[str] = None, capacity: Optional[str] = None, alloc_co
              cublas_workspace_bytes: Optional[int] = None) -> Iterator[Simulation]:
     """Runs the block on a simulated GPU (`gpu`, default H100-80GB as `vramsim trace`'s; or `capacity` bytes
     of memory, e.g. "24GiB") and reports it as `vramsim trace` reports a script. Tensors and modules made
-    before the block are not on the simulated device: build the model inside it, or use estimate()."""
+    before the block are not on the simulated device: build the model inside it, or use estimate(). Tensors
+    still referenced when the block ends are not freed in the trace (a script's globals are, when it ends):
+    `del` them in the block for the same allocator requests; the peaks do not depend on it."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
@@ -114,6 +116,9 @@ class _SwappedModel:
         import torch
 
         for module in self.model.modules():
+            # as if built in the block: the tracer names its parameters, buffers and gradients
+            # (vramsim_trace.session: nn.Module.__init__ registers each module, in this order)
+            self.session.tracer.add_module(module)
             for table in (module._parameters, module._buffers):
                 for key, t in list(table.items()):
                     if t is None:

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/models/model_config.h"
 
 namespace vramsim {
 namespace {
@@ -118,6 +119,28 @@ std::optional<std::string> resolve_model_config(const std::string& name) {
                                  name, commit, config.string()));
   }
   return config.string();
+}
+
+std::optional<std::string> model_config_file(const std::string& name_or_path) {
+  for (const std::string& preset : model_preset_names()) {
+    if (preset == name_or_path) {
+      return std::nullopt;
+    }
+  }
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
+  std::optional<std::string> config;
+  try {
+    config = resolve_model_config(name_or_path);
+  } catch (const InputError&) {
+    if (!looks_like_path) {
+      return std::nullopt;  // a bare name in no cache: the preset list's "unknown model" says more
+    }
+    throw;
+  }
+  if (!config && looks_like_path) {
+    config = name_or_path;
+  }
+  return config;
 }
 
 }  // namespace vramsim

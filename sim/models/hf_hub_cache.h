@@ -20,4 +20,8 @@ std::string hf_hub_cache_dir();
 // what is missing: a folder without config.json, a hub id not in the cache (with the folder looked in).
 std::optional<std::string> resolve_model_config(const std::string& name);
 
+// The config.json file --model `name_or_path` reads: std::nullopt for a preset, and for a bare name found
+// nowhere (the caller reports the unknown model); else resolve_model_config's, or the path as given.
+std::optional<std::string> model_config_file(const std::string& name_or_path);
+
 }  // namespace vramsim

@@ -513,34 +513,18 @@ ModelConfig model_preset(std::string_view name) {
 }
 
 ModelConfig load_model(const std::string& name_or_path) {
-  for (const std::string& preset : model_preset_names()) {
-    if (preset == name_or_path) {
-      return model_preset(name_or_path);
-    }
+  // A config.json path, a model folder or a hub id in the local Hugging Face cache (hf_hub_cache.h); the report
+  // names the model as given.
+  const std::optional<std::string> config = model_config_file(name_or_path);
+  if (!config) {
+    return model_preset(name_or_path);  // a preset, or the "unknown model" message
   }
-  // A model folder or a hub id in the local Hugging Face cache: its config.json, the report naming the model
-  // as given. A bare name found nowhere keeps the preset list's message.
-  const bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
-  std::optional<std::string> config;
-  try {
-    config = resolve_model_config(name_or_path);
-  } catch (const InputError&) {
-    if (!looks_like_path) {
-      return model_preset(name_or_path);  // throws the "unknown model" message
-    }
-    throw;
-  }
-  if (config) {
-    ModelConfig m = model_from_hf_config_json(read_input_file(*config, "model config file", kMaxSmallInputBytes),
-                                              *config);
+  ModelConfig m =
+      model_from_hf_config_json(read_input_file(*config, "model config file", kMaxSmallInputBytes), *config);
+  if (*config != name_or_path) {
     m.name = name_or_path;
-    return m;
   }
-  if (!looks_like_path) {
-    return model_preset(name_or_path);  // throws the "unknown model" message
-  }
-  return model_from_hf_config_json(read_input_file(name_or_path, "model config file", kMaxSmallInputBytes),
-                                   name_or_path);
+  return m;
 }
 
 }  // namespace vramsim

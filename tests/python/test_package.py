@@ -65,9 +65,9 @@ GRID = [
      ["--model", "gpt2", "--gpu", "l4", "--batch", "2", "--seq", "64", "--generate", "16", "--kv-cache", "static",
       "--precision", "bf16"]),
     (dict(model="gpt2", gpu="a100-40gb", batch=2, seq=256, world_size=4, fsdp="full-shard",
-          offload=["optimizer"], free_logits_before_backward=True, inference=False),
+          offload=["optimizer", "params"], free_logits_before_backward=True, inference=False),
      ["--model", "gpt2", "--gpu", "a100-40gb", "--batch", "2", "--seq", "256", "--world-size", "4", "--fsdp",
-      "full-shard", "--offload", "optimizer", "--free-logits-before-backward"]),
+      "full-shard", "--offload", "optimizer,params", "--free-logits-before-backward"]),
 ]
 
 
