@@ -62,7 +62,8 @@ class Result {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "vramsim's C++ library: the command line's commands run in this process";
-  // The CLI's error line, less its "vramsim: error: " prefix. A ValueError: bad arguments are the usual cause.
+  // The CLI's error line, less its "vramsim: error: " prefix. A ValueError: bad arguments are the usual
+  // cause.
   static py::exception<vramsim::InputError> error(m, "VramsimError", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -89,9 +90,11 @@ PYBIND11_MODULE(_native, m) {
         const vramsim::cli::CapturedRun r = locked([&] { return vramsim::cli::run_cli_captured(args); });
         return py::make_tuple(r.status, py::bytes(r.out));
       },
-      py::arg("args"), "`vramsim ARGS...` in this process: (exit status, what it printed on stdout as bytes)");
+      py::arg("args"),
+      "`vramsim ARGS...` in this process: (exit status, what it printed on stdout as bytes)");
   m.def(
-      "result", [](const std::vector<std::string>& args) {
+      "result",
+      [](const std::vector<std::string>& args) {
         return Result(locked([&] { return vramsim::cli::run_cli_for_result(args); }));
       },
       py::arg("args"), "`vramsim predict|trace|replay ARGS...` in this process, its result as an object");
@@ -99,7 +102,8 @@ PYBIND11_MODULE(_native, m) {
       "options",
       [](const std::string& command) {
         py::list out;
-        for (const vramsim::cli::OptionInfo& o : locked([&] { return vramsim::cli::command_options(command); })) {
+        for (const vramsim::cli::OptionInfo& o :
+             locked([&] { return vramsim::cli::command_options(command); })) {
           out.append(py::make_tuple(o.names, o.flag, o.many, o.description));
         }
         return out;

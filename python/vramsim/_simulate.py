@@ -35,9 +35,9 @@ class Simulation:
         return self.prediction._repr_html_() if self.prediction is not None else "<pre>running</pre>"
 
 
-def _trace_args(path: str, gpu: Optional[str], capacity: Optional[str], alloc_conf: Optional[str],
+def _trace_args(path: str, name: str, gpu: Optional[str], capacity: Optional[str], alloc_conf: Optional[str],
                 cublas_workspace_bytes: Optional[int]) -> list:
-    args = ["trace", "--load", path]
+    args = ["trace", "--load", path, "--label", name]
     if capacity is not None:
         args += ["--capacity", str(capacity)]
     elif gpu is not None:
@@ -51,29 +51,30 @@ def _trace_args(path: str, gpu: Optional[str], capacity: Optional[str], alloc_co
 
 @contextmanager
 def simulate(gpu: Optional[str] = None, capacity: Optional[str] = None, alloc_conf: Optional[str] = None,
-             cublas_workspace_bytes: Optional[int] = None) -> Iterator[Simulation]:
+             cublas_workspace_bytes: Optional[int] = None, name: str = "simulate") -> Iterator[Simulation]:
     """Runs the block on a simulated GPU (`gpu`, default H100-80GB as `vramsim trace`'s; or `capacity` bytes
     of memory, e.g. "24GiB") and reports it as `vramsim trace` reports a script. Tensors and modules made
     before the block are not on the simulated device: build the model inside it, or use estimate(). Tensors
     still referenced when the block ends are not freed in the trace (a script's globals are, when it ends):
-    `del` them in the block for the same allocator requests; the peaks do not depend on it."""
+    `del` them in the block for the same allocator requests; the peaks do not depend on it. `name`: what
+    the report calls the run (trace's --label)."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
         raise ImportError("vramsim.simulate needs PyTorch (Debian: apt-get install python3-torch)") from e
     from vramsim_trace import record
 
-    name, cc, total, workspace = _native.simulated_gpu(
+    gpu_name, cc, total, workspace = _native.simulated_gpu(
         gpu or "", capacity or "", -1 if cublas_workspace_bytes is None else int(cublas_workspace_bytes))
     run = Simulation()
     with tempfile.TemporaryDirectory(prefix="vramsim-simulate-") as folder:
         path = os.path.join(folder, "simulated.vtrace")
-        with record(path, gpu=name, compute_capability=cc / 10, total_memory_bytes=total,
+        with record(path, gpu=gpu_name, compute_capability=cc / 10, total_memory_bytes=total,
                     cublas_workspace_bytes=workspace) as session:
             run.session = session
             yield run
         run.session = None
-        run.prediction = Prediction(_native.result(_trace_args(path, gpu, capacity, alloc_conf,
+        run.prediction = Prediction(_native.result(_trace_args(path, name, gpu, capacity, alloc_conf,
                                                                cublas_workspace_bytes)))
 
 
@@ -153,7 +154,7 @@ def _rebuild_optimizer(optimizer, copies):
 
 def estimate(model, sample_input, optimizer=None, loss_fn: Optional[Callable] = None, gpu: Optional[str] = None,
              steps: int = 2, capacity: Optional[str] = None, alloc_conf: Optional[str] = None,
-             cublas_workspace_bytes: Optional[int] = None) -> Prediction:
+             cublas_workspace_bytes: Optional[int] = None, name: Optional[str] = None) -> Prediction:
     """Predicts the GPU memory of `steps` training steps of the user's own `model` (a torch.nn.Module, left
     untouched) on `gpu`: each step runs
 
@@ -164,11 +165,12 @@ def estimate(model, sample_input, optimizer=None, loss_fn: Optional[Callable] = 
 
     on the simulated GPU, with the model and the sample moved there first (model.to("cuda")). `optimizer`: a
     torch.optim optimizer over model's parameters (made again over the simulated ones) or a function
-    params -> optimizer. The report is `vramsim trace`'s for the same loop written as a script."""
+    params -> optimizer. The report is `vramsim trace`'s for the same loop written as a script; `name` (default:
+    the model's class name) is what it calls the run."""
     if steps < 1:
         raise ValueError(f"steps: must be at least 1, got {steps}")
-    with simulate(gpu=gpu, capacity=capacity, alloc_conf=alloc_conf,
-                  cublas_workspace_bytes=cublas_workspace_bytes) as run:
+    with simulate(gpu=gpu, capacity=capacity, alloc_conf=alloc_conf, cublas_workspace_bytes=cublas_workspace_bytes,
+                  name=name or type(model).__name__) as run:
         with _SwappedModel(model, run.session) as swapped:
             model.to("cuda")
             # Module._apply may put new Parameter objects in the model: pair them with the user's by position

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <new>
 #include <functional>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -66,8 +66,8 @@ void check_integer_options(CLI::App& app) {
     }
     const bool is_unsigned = type == "UINT";
     // A transform, not a check: CLI11 hands checks a copy of the text, and the canonical form must be parsed.
-    option->transform(
-        CLI::Validator([is_unsigned](std::string& text) { return canonical_integer(text, is_unsigned); }, ""));
+    option->transform(CLI::Validator(
+        [is_unsigned](std::string& text) { return canonical_integer(text, is_unsigned); }, ""));
   }
   for (CLI::App* sub : app.get_subcommands({})) {
     check_integer_options(*sub);
@@ -106,12 +106,14 @@ int dispatch(const std::vector<std::string>& args, CommandResult* result, const 
   if (!args.empty() && args.front() == "trace") {
     for (std::size_t i = 1; i < args.size(); ++i) {
       if (args[i] == "--") {
-        set_trace_script_args(std::vector<std::string>(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end()));
+        set_trace_script_args(
+            std::vector<std::string>(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end()));
         parsed = i;
         break;
       }
     }
-    check_trace_options(std::vector<std::string>(args.begin() + 1, args.begin() + static_cast<std::ptrdiff_t>(parsed)));
+    check_trace_options(
+        std::vector<std::string>(args.begin() + 1, args.begin() + static_cast<std::ptrdiff_t>(parsed)));
   }
   std::vector<const char*> argv{program};
   for (std::size_t i = 0; i < parsed; ++i) {

@@ -9,11 +9,12 @@
 namespace vramsim::cli {
 
 struct CommandResult {
-  nlohmann::ordered_json json;           // byte for byte what --json prints (through json_text)
-  std::function<std::string()> html;     // the --html page; throws InputError where the command cannot draw it
-  std::function<std::string()> perfetto; // the --perfetto JSON (with its final newline, as the file holds)
-  std::function<std::string()> summary;  // replay: torch.cuda.memory_summary()'s table (--summary); else unset
-  std::function<std::string()> text;     // the report the command prints without --json
+  nlohmann::ordered_json json;        // byte for byte what --json prints (through json_text)
+  std::function<std::string()> html;  // the --html page; throws InputError where the command cannot draw it
+  std::function<std::string()> perfetto;  // the --perfetto JSON (with its final newline, as the file holds)
+  std::function<std::string()>
+      summary;                        // replay: torch.cuda.memory_summary()'s table (--summary); else unset
+  std::function<std::string()> text;  // the report the command prints without --json
 };
 
 // What `print` wrote on stdout (through stdio: fmt::print), captured in memory rather than printed (glibc's

@@ -48,7 +48,8 @@ struct SimulatedGpu {
   std::int64_t total_memory_bytes = 0;
   std::int64_t cublas_workspace_bytes = 0;
 };
-SimulatedGpu trace_simulated_gpu(const std::string& gpu, const std::string& capacity, std::int64_t workspace_bytes);
+SimulatedGpu trace_simulated_gpu(const std::string& gpu, const std::string& capacity,
+                                 std::int64_t workspace_bytes);
 // The arguments after `vramsim trace SCRIPT.py --`, which main() keeps away from the option parser.
 void set_trace_script_args(std::vector<std::string> args);
 // `vramsim trace`'s own options are the ones before the script; throws InputError naming an unknown one

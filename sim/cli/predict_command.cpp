@@ -150,12 +150,14 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "8192 on GPUs of 70 GiB or more other than A100s, else 2048, with chunked prefill; v0: "
                   "max(max_model_len, 2048))")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-seqs", a.max_num_seqs,
-                  "vLLM: sequences per batch, the profile run's dummy requests (paged cache; default v1: 1024 "
-                  "on GPUs of 70 GiB or more other than A100s, else 256; v0: 256)")
+  cmd->add_option(
+         "--max-num-seqs", a.max_num_seqs,
+         "vLLM: sequences per batch, the profile run's dummy requests (paged cache; default v1: 1024 "
+         "on GPUs of 70 GiB or more other than A100s, else 256; v0: 256)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--vllm-version", a.vllm_version,
-                  "v1|v0: vLLM's V1 engine start-up (its log's lines) or the older V0 profile run (paged cache)")
+  cmd->add_option(
+         "--vllm-version", a.vllm_version,
+         "v1|v0: vLLM's V1 engine start-up (its log's lines) or the older V0 profile run (paged cache)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
                   "vLLM: auto|fp8|fp8_e4m3|fp8_e5m2, the KV cache's element (fp8: one byte; v1)")
@@ -513,14 +515,14 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
       // A caller of the result object may ask for the page later.
       request.keep_timeline = !args.perfetto.empty() || !args.html.empty() || result != nullptr;
       Snapshot trace;
-      auto shared = std::make_shared<const Prediction>(
-          predict(request, args.trace_out.empty() ? nullptr : &trace));
+      auto shared =
+          std::make_shared<const Prediction>(predict(request, args.trace_out.empty() ? nullptr : &trace));
       const Prediction& p = *shared;
       const std::string title = "vramsim predict " + args.request.model;
       const auto pages_possible = [shared](const char* option) {
         if (!shared->timeline) {
-          throw InputError(
-              fmt::format("{}: one rank's run only (not every stage of a pipeline: name --pp-stage)", option));
+          throw InputError(fmt::format(
+              "{}: one rank's run only (not every stage of a pipeline: name --pp-stage)", option));
         }
       };
       if (!args.html.empty() || !args.perfetto.empty()) {

@@ -36,6 +36,7 @@ struct TraceArgs {
   std::string python;
   std::string out;
   std::string load;
+  std::string label;
   std::string html;
   std::string perfetto;
   std::int64_t cublas_workspace_bytes = -1;
@@ -98,14 +99,16 @@ SimulatedGpu simulated_gpu(const RunDevice& device, std::int64_t workspace_bytes
   SimulatedGpu out;
   out.name = g.name;
   out.compute_capability = g.compute_capability;
-  out.total_memory_bytes = device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
+  out.total_memory_bytes =
+      device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
   // One source for the workspace size: the GPU's default or CUBLAS_WORKSPACE_CONFIG from the environment
   // the script would run in (the tracer sees the same variable), unless --cublas-workspace-bytes says.
   if (workspace_bytes >= 0) {
     out.cublas_workspace_bytes = workspace_bytes;
   } else {
     const char* config = std::getenv("CUBLAS_WORKSPACE_CONFIG");
-    out.cublas_workspace_bytes = cublas_workspace_bytes(g.compute_capability, config != nullptr ? config : "");
+    out.cublas_workspace_bytes =
+        cublas_workspace_bytes(g.compute_capability, config != nullptr ? config : "");
   }
   return out;
 }
@@ -212,6 +215,9 @@ int run_trace(const TraceArgs& a, CommandResult* result) {
     run = trace_script(a, device, *scratch);
     markers_src = markers_of(scratch->path() + "/trace.vtrace");
   }
+  if (!a.label.empty()) {
+    run.label = a.label;
+  }
   const auto shared_run = std::make_shared<const TracedRun>(std::move(run));
   const auto shared = std::make_shared<const Prediction>(analyze_traced_run(*shared_run, device));
   const Prediction& p = *shared;
@@ -276,7 +282,7 @@ void set_trace_script_args(std::vector<std::string> args) { passthrough_args() =
 void check_trace_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kWithValue = {
       "--gpu",  "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes",
-      "--html", "--perfetto", "--timeout"};
+      "--html", "--perfetto", "--timeout", "--label"};
   static const std::vector<std::string_view> kFlags = {"--json", "--help", "-h"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -308,6 +314,8 @@ void add_trace_command(CLI::App& app, std::function<int()>& run, CommandResult* 
       "the Python with PyTorch to run the script (default: $VRAMSIM_PYTHON, python3, /usr/bin/python3)");
   cmd->add_option("--out", args.out, "write the trace (.vtrace / .pickle / .json) and its phase markers");
   cmd->add_option("--load", args.load, "report on a trace written by --out or vramsim_trace.record()");
+  cmd->add_option("--label", args.label,
+                  "the name the report gives the run (default: the script, or the --load file)");
   cmd->add_option(
       "--html", args.html,
       "write a self-contained page: memory over the run stacked by category, the peak, the segment "

@@ -36,14 +36,14 @@ bool is_hub_id(std::string_view id) {
     return false;
   }
   const auto valid_part = [](std::string_view part) {
-    if (part.empty() || part.size() > 96 || part.front() == '-' || part.front() == '.' || part.back() == '-' ||
-        part.back() == '.' || part.find("--") != std::string_view::npos ||
+    if (part.empty() || part.size() > 96 || part.front() == '-' || part.front() == '.' ||
+        part.back() == '-' || part.back() == '.' || part.find("--") != std::string_view::npos ||
         part.find("..") != std::string_view::npos) {
       return false;
     }
     for (const char c : part) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                      c == '_' || c == '.';
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.';
       if (!ok) {
         return false;
       }
@@ -109,8 +109,8 @@ std::optional<std::string> resolve_model_config(const std::string& name) {
   }
   const fs::path ref = repo / "refs" / "main";
   if (!fs::is_regular_file(ref, ec)) {
-    throw InputError(fmt::format("--model: {}: no refs/main in the Hugging Face cache's folder {}", name,
-                                 repo.string()));
+    throw InputError(
+        fmt::format("--model: {}: no refs/main in the Hugging Face cache's folder {}", name, repo.string()));
   }
   const std::string commit = first_line(ref);
   const fs::path config = repo / "snapshots" / commit / "config.json";

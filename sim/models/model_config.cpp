@@ -513,8 +513,8 @@ ModelConfig model_preset(std::string_view name) {
 }
 
 ModelConfig load_model(const std::string& name_or_path) {
-  // A config.json path, a model folder or a hub id in the local Hugging Face cache (hf_hub_cache.h); the report
-  // names the model as given.
+  // A config.json path, a model folder or a hub id in the local Hugging Face cache (hf_hub_cache.h); the
+  // report names the model as given.
   const std::optional<std::string> config = model_config_file(name_or_path);
   if (!config) {
     return model_preset(name_or_path);  // a preset, or the "unknown model" message
