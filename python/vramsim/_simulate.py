@@ -142,6 +142,9 @@ def _rebuild_optimizer(optimizer, copies):
     parameters (its state, if it ever stepped, is not carried: a training run's first steps are simulated)."""
     if callable(optimizer) and not hasattr(optimizer, "param_groups"):
         return None  # a factory: called with the parameters instead
+    if any(id(p) not in copies for g in optimizer.param_groups for p in g["params"]):
+        raise ValueError("optimizer: holds parameters that are not the model's (build it over model.parameters(), "
+                         "or pass a function params -> optimizer)")
     groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [copies[id(p)] for p in g["params"]]}
               for g in optimizer.param_groups]
     try:

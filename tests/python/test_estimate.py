@@ -108,6 +108,9 @@ class EstimateEqualsTrace(unittest.TestCase):
         self.assertEqual(p.stderr, "vramsim: error: " + str(raised.exception) + "\n")
         with self.assertRaises(ValueError):
             vramsim.estimate(small_model.SmallLM(), small_model.sample(), steps=0)
+        other = small_model.SmallLM()
+        with self.assertRaisesRegex(ValueError, "optimizer: holds parameters that are not the model's"):
+            vramsim.estimate(small_model.SmallLM(), small_model.sample(), small_model.optimizer(other.parameters()))
 
 
 if __name__ == "__main__":
