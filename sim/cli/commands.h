@@ -9,15 +9,18 @@
 #include <utility>
 #include <vector>
 
+#include "sim/cli/command_result.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
 
 namespace vramsim::cli {
 
-// Registers `replay` on `app`; `run` is set to the action to execute when it was chosen.
-void add_replay_command(CLI::App& app, std::function<int()>& run);
+// Registers `replay` on `app`; `run` is set to the action to execute when it was chosen. Each registration
+// starts from the command's defaults (an app may be built and parsed many times in one process: cli_app.h).
+// Commands given a `result` fill it with what they computed instead of printing it (cli_app.h).
+void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult* result = nullptr);
 void add_convert_command(CLI::App& app, std::function<int()>& run);
-void add_predict_command(CLI::App& app, std::function<int()>& run);
+void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult* result = nullptr);
 void add_fit_command(CLI::App& app, std::function<int()>& run);
 void add_plan_command(CLI::App& app, std::function<int()>& run);
 void add_merge_command(CLI::App& app, std::function<int()>& run);
@@ -33,9 +36,20 @@ bool is_sweep_shard(const nlohmann::json& part);
 // sweep on one machine prints them, byte for byte. Throws InputError naming the file when they do not fit.
 int merge_sweep_shards(const std::vector<nlohmann::json>& parts, const std::vector<std::string>& names,
                        bool json, const std::string& csv);
-void add_trace_command(CLI::App& app, std::function<int()>& run);
+void add_trace_command(CLI::App& app, std::function<int()>& run, CommandResult* result = nullptr);
 // `vramsim techniques`: the registry of techniques.h.
 void add_techniques_command(CLI::App& app, std::function<int()>& run);
+// The GPU `vramsim trace` shows a script (what torch.cuda reports to it) for its --gpu (default H100-80GB) or
+// --capacity, and --cublas-workspace-bytes (-1: PyTorch's default for the GPU, or $CUBLAS_WORKSPACE_CONFIG).
+// The Python package's simulate() gives its tracer the same. Throws InputError as trace would.
+struct SimulatedGpu {
+  std::string name;
+  int compute_capability = 0;  // major * 10 + minor
+  std::int64_t total_memory_bytes = 0;
+  std::int64_t cublas_workspace_bytes = 0;
+};
+SimulatedGpu trace_simulated_gpu(const std::string& gpu, const std::string& capacity,
+                                 std::int64_t workspace_bytes);
 // The arguments after `vramsim trace SCRIPT.py --`, which main() keeps away from the option parser.
 void set_trace_script_args(std::vector<std::string> args);
 // `vramsim trace`'s own options are the ones before the script; throws InputError naming an unknown one

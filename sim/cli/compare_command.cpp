@@ -240,6 +240,7 @@ AllocatorDevice allocator_device(const RequestArgs& a) {
 
 void add_compare_command(CLI::App& app, std::function<int()>& run) {
   static CompareArgs args;
+  args = CompareArgs{};
   auto* cmd = app.add_subcommand("compare",
                                  "Run every allocator policy on the same requests (a recorded snapshot or a "
                                  "generated training step) and "

@@ -10,6 +10,9 @@ void add_convert_command(CLI::App& app, std::function<int()>& run) {
                                  "Convert a trace between formats: PyTorch snapshot pickle, its JSON "
                                  "form, and the vramsim trace format (.vtrace)");
   static std::string in_path, out_path, to;
+  in_path.clear();
+  out_path.clear();
+  to.clear();
   cmd->add_option("IN", in_path, "input: .pickle, .json or .vtrace (format detected from the content)")
       ->required();
   cmd->add_option("OUT", out_path, "output file")->required();

@@ -167,6 +167,7 @@ struct FitArgs {
 
 void add_fit_command(CLI::App& app, std::function<int()>& run) {
   static FitArgs args;
+  args = FitArgs{};
   auto* cmd = app.add_subcommand(
       "fit",
       "Find the largest batch (or sequence length) whose predicted peak reserved memory plus the CUDA "

@@ -268,6 +268,7 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
 
 void add_plan_command(CLI::App& app, std::function<int()>& run) {
   static PlanArgs args;
+  args = PlanArgs{};
   auto* cmd =
       app.add_subcommand("plan",
                          "Find the fastest configuration that fits: try the memory levers in order of "
@@ -304,6 +305,9 @@ void add_merge_command(CLI::App& app, std::function<int()>& run) {
   static std::vector<std::string> files;
   static bool json = false;
   static std::string csv;
+  files.clear();
+  json = false;
+  csv.clear();
   auto* cmd =
       app.add_subcommand("merge",
                          "Merge the parts of a `vramsim plan --shard K/N` or `vramsim sweep --shard K/N` run "

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -480,8 +481,9 @@ void print_gpu_list() {
 
 }  // namespace
 
-void add_predict_command(CLI::App& app, std::function<int()>& run) {
+void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult* result) {
   static PredictArgs args;
+  args = PredictArgs{};
   auto* cmd = app.add_subcommand(
       "predict",
       "Simulate training steps of a Transformer and predict their GPU memory: the bill, the peak, "
@@ -492,6 +494,7 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
   cmd->get_option("--model")->required(false);
   cmd->get_option("--seq")->required(false);
   static bool list_models = false, list_gpus = false;
+  list_models = list_gpus = false;
   cmd->add_flag("--list-models", list_models, "print the model presets with their parameter counts and exit");
   cmd->add_flag("--list-gpus", list_gpus, "print the GPU table (memory, compute capability) and exit");
   cmd->add_flag("--json", args.json, "machine-readable output");
@@ -504,7 +507,7 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
       "--html", args.html,
       "write a self-contained page: memory over time stacked by category, the peak, the segment map "
       "at the peak, the bill");
-  cmd->callback([&run, cmd] {
+  cmd->callback([&run, cmd, result] {
     if (list_models || list_gpus) {
       run = [] {
         if (list_models) {
@@ -525,16 +528,23 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
     }
-    run = [] {
+    run = [result] {
       PredictRequest request = make_request(args.request);
-      request.keep_timeline = !args.perfetto.empty() || !args.html.empty();
+      // A caller of the result object may ask for the page later.
+      request.keep_timeline = !args.perfetto.empty() || !args.html.empty() || result != nullptr;
       Snapshot trace;
-      const Prediction p = predict(request, args.trace_out.empty() ? nullptr : &trace);
+      auto shared =
+          std::make_shared<const Prediction>(predict(request, args.trace_out.empty() ? nullptr : &trace));
+      const Prediction& p = *shared;
       const std::string title = "vramsim predict " + args.request.model;
-      if (!p.timeline && (!args.html.empty() || !args.perfetto.empty())) {
-        throw InputError(
-            fmt::format("{}: one rank's run only (not every stage of a pipeline: name --pp-stage)",
-                        args.html.empty() ? "--perfetto" : "--html"));
+      const auto pages_possible = [shared](const char* option) {
+        if (!shared->timeline) {
+          throw InputError(fmt::format(
+              "{}: one rank's run only (not every stage of a pipeline: name --pp-stage)", option));
+        }
+      };
+      if (!args.html.empty() || !args.perfetto.empty()) {
+        pages_possible(args.html.empty() ? "--perfetto" : "--html");
       }
       if (!args.html.empty()) {
         write_output_file(args.html, html_report(p, p.timeline->memory, title), "page");
@@ -543,7 +553,23 @@ void add_predict_command(CLI::App& app, std::function<int()>& run) {
         write_output_file(args.perfetto, perfetto_json(p.timeline->ops, p.timeline->memory, title) + "\n",
                           "trace");
       }
-      if (args.json) {
+      if (result != nullptr) {
+        result->json = prediction_json(p, kPredictText);
+        result->html = [shared, title, pages_possible] {
+          pages_possible("--html");
+          return html_report(*shared, shared->timeline->memory, title);
+        };
+        result->perfetto = [shared, title, pages_possible] {
+          pages_possible("--perfetto");
+          return perfetto_json(shared->timeline->ops, shared->timeline->memory, title) + "\n";
+        };
+        result->text = [shared, request_args = args.request] {
+          return capture_stdout([&] {
+            print_run(*shared, request_args);
+            print_prediction(*shared, kPredictText);
+          });
+        };
+      } else if (args.json) {
         fmt::print("{}\n", json_text(prediction_json(p, kPredictText)));
       } else {
         print_run(p, args.request);

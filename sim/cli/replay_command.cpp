@@ -1,3 +1,5 @@
+#include <memory>
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -93,6 +95,19 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
   return j;
 }
 
+// --json's document: to_json's, with torch.cuda.memory_stats() of the model at the end under --stats.
+nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+  nlohmann::ordered_json j = to_json(r, a, identical);
+  if (a.stats) {
+    nlohmann::ordered_json stats;
+    for (const auto& [k, v] : flatten_stats(r.stats)) {
+      stats[k] = v;
+    }
+    j["memory_stats"] = stats;
+  }
+  return j;
+}
+
 void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   fmt::print("trace            {}: device {}, {} events\n", r.source, r.device, r.events);
   if (r.starts_mid_run) {
@@ -181,8 +196,9 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
 
 }  // namespace
 
-void add_replay_command(CLI::App& app, std::function<int()>& run) {
+void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult* result) {
   static ReplayArgs args;
+  args = ReplayArgs{};
   auto* cmd = app.add_subcommand("replay",
                                  "Replay a PyTorch memory snapshot (or a vramsim trace) through the "
                                  "allocator model; --check scores it against the recording");
@@ -216,9 +232,9 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
     footer += fmt::format("  {:<34} default {:<10} {}\n", o.key, o.default_value, o.meaning);
   }
   cmd->footer(footer);
-  cmd->callback([&run, cmd] {
+  cmd->callback([&run, cmd, result] {
     args.alloc_conf_given = cmd->count("--alloc-conf") > 0;
-    run = [] {
+    run = [result] {
       ReplayOptions options;
       options.device = args.device;
       if (args.alloc_conf_given) {
@@ -227,19 +243,27 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
       if (!args.capacity.empty()) {
         options.capacity_bytes = parse_size(args.capacity, "--capacity");
       }
-      const Snapshot snapshot = load_snapshot(args.file);
-      const ReplayResult r = replay_snapshot(snapshot, options);
+      const auto snapshot = std::make_shared<const Snapshot>(load_snapshot(args.file));
+      const auto shared = std::make_shared<const ReplayResult>(replay_snapshot(*snapshot, options));
+      const ReplayResult& r = *shared;
       const bool identical = r.check.identical(r.peaks);
-      if (args.json) {
-        nlohmann::ordered_json j = to_json(r, args, identical);
-        if (args.stats) {
-          nlohmann::ordered_json stats;
-          for (const auto& [k, v] : flatten_stats(r.stats)) {
-            stats[k] = v;
-          }
-          j["memory_stats"] = stats;
-        }
-        fmt::print("{}\n", json_text(j));
+      ReplayOptions again = options;
+      again.device = r.device;
+      const std::string title = "vramsim replay " + args.file;
+      if (result != nullptr) {
+        result->json = replay_json(r, args, identical);
+        result->summary = [shared] { return memory_summary(shared->stats, shared->device); };
+        result->text = [shared, text_args = args, identical] {
+          return capture_stdout([&] { print_text(*shared, text_args, identical); });
+        };
+        result->html = [snapshot, shared, again, title] {
+          return replay_html(*shared, observe_memory_timeline(*snapshot, again), title);
+        };
+        result->perfetto = [snapshot, again, title] {
+          return perfetto_json({}, observe_memory_timeline(*snapshot, again), title) + "\n";
+        };
+      } else if (args.json) {
+        fmt::print("{}\n", json_text(replay_json(r, args, identical)));
       } else {
         print_text(r, args, identical);
         if (args.stats) {
@@ -260,10 +284,7 @@ void add_replay_command(CLI::App& app, std::function<int()>& run) {
         save_snapshot(out, args.snapshot_out, format_from_path(args.snapshot_out));
       }
       if (!args.html.empty() || !args.perfetto.empty()) {
-        ReplayOptions again = options;
-        again.device = r.device;
-        const MemoryTimeline t = observe_memory_timeline(snapshot, again);
-        const std::string title = "vramsim replay " + args.file;
+        const MemoryTimeline t = observe_memory_timeline(*snapshot, again);
         if (!args.html.empty()) {
           write_output_file(args.html, replay_html(r, t, title), "page");
         }

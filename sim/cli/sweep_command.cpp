@@ -383,6 +383,7 @@ int merge_sweep_shards(const std::vector<nlohmann::json>& parts, const std::vect
 
 void add_sweep_command(CLI::App& app, std::function<int()>& run) {
   static SweepArgs args;
+  args = SweepArgs{};
   auto* cmd = app.add_subcommand(
       "sweep",
       "Run many training steps with sequence lengths (and batch sizes) drawn from a distribution through "

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -34,6 +36,7 @@ struct TraceArgs {
   std::string python;
   std::string out;
   std::string load;
+  std::string label;
   std::string html;
   std::string perfetto;
   std::int64_t cublas_workspace_bytes = -1;
@@ -91,6 +94,25 @@ RunDevice trace_device(const TraceArgs& a) {
   return d;
 }
 
+SimulatedGpu simulated_gpu(const RunDevice& device, std::int64_t workspace_bytes) {
+  const GpuMemory g = gpu_memory(device.gpu.empty() ? kDefaultGpu : device.gpu);
+  SimulatedGpu out;
+  out.name = g.name;
+  out.compute_capability = g.compute_capability;
+  out.total_memory_bytes =
+      device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
+  // One source for the workspace size: the GPU's default or CUBLAS_WORKSPACE_CONFIG from the environment
+  // the script would run in (the tracer sees the same variable), unless --cublas-workspace-bytes says.
+  if (workspace_bytes >= 0) {
+    out.cublas_workspace_bytes = workspace_bytes;
+  } else {
+    const char* config = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+    out.cublas_workspace_bytes =
+        cublas_workspace_bytes(g.compute_capability, config != nullptr ? config : "");
+  }
+  return out;
+}
+
 TracedRun trace_script(const TraceArgs& a, const RunDevice& device, const ScratchDir& scratch) {
   TracerInvocation t;
   t.pythons = a.python.empty() ? default_pythons() : std::vector<std::string>{a.python};
@@ -98,19 +120,11 @@ TracedRun trace_script(const TraceArgs& a, const RunDevice& device, const Scratc
   t.script = a.script_and_args.front();
   t.script_args.assign(a.script_and_args.begin() + 1, a.script_and_args.end());
   t.out_vtrace = scratch.path() + "/trace.vtrace";
-  const GpuMemory g = gpu_memory(device.gpu.empty() ? kDefaultGpu : device.gpu);
+  const SimulatedGpu g = simulated_gpu(device, a.cublas_workspace_bytes);
   t.gpu_name = g.name;
   t.compute_capability = g.compute_capability;
-  t.total_memory_bytes =
-      device.gpu.empty() ? static_cast<std::int64_t>(device.capacity_bytes) : g.total_bytes;
-  // One source for the workspace size: the GPU's default or CUBLAS_WORKSPACE_CONFIG from the environment
-  // the script would run in (the tracer sees the same variable), unless --cublas-workspace-bytes says.
-  if (a.cublas_workspace_bytes >= 0) {
-    t.cublas_workspace_bytes = a.cublas_workspace_bytes;
-  } else {
-    const char* config = std::getenv("CUBLAS_WORKSPACE_CONFIG");
-    t.cublas_workspace_bytes = cublas_workspace_bytes(g.compute_capability, config != nullptr ? config : "");
-  }
+  t.total_memory_bytes = g.total_memory_bytes;
+  t.cublas_workspace_bytes = g.cublas_workspace_bytes;
   if (!std::filesystem::is_regular_file(t.script)) {
     throw InputError(fmt::format("{}: no such file", t.script));
   }
@@ -180,7 +194,7 @@ void print_header(const TracedRun& run, const Prediction& p) {
   }
 }
 
-int run_trace(const TraceArgs& a) {
+int run_trace(const TraceArgs& a, CommandResult* result) {
   if (!a.gpu.empty() && !a.capacity.empty()) {
     throw InputError("--gpu / --capacity: give only one of them");
   }
@@ -201,13 +215,22 @@ int run_trace(const TraceArgs& a) {
     run = trace_script(a, device, *scratch);
     markers_src = markers_of(scratch->path() + "/trace.vtrace");
   }
-  const Prediction p = analyze_traced_run(run, device);
-  if (!a.out.empty()) {
-    save_outputs(run, a.out, markers_src);
+  if (!a.label.empty()) {
+    run.label = a.label;
   }
+  const auto shared_run = std::make_shared<const TracedRun>(std::move(run));
+  const auto shared = std::make_shared<const Prediction>(analyze_traced_run(*shared_run, device));
+  const Prediction& p = *shared;
+  if (!a.out.empty()) {
+    save_outputs(*shared_run, a.out, markers_src);
+  }
+  const std::string title = "vramsim trace " + shared_run->label;
+  const std::optional<std::string> alloc_conf = device.alloc_conf;
+  const auto timeline = [shared_run, shared, alloc_conf] {
+    return observe_run(shared_run->workload, *shared, alloc_conf);
+  };
   if (!a.html.empty() || !a.perfetto.empty()) {
-    const MemoryTimeline t = observe_run(run.workload, p, device.alloc_conf);
-    const std::string title = "vramsim trace " + run.label;
+    const MemoryTimeline t = timeline();
     if (!a.html.empty()) {
       write_output_file(a.html, html_report(p, t, title), "page");
     }
@@ -215,12 +238,26 @@ int run_trace(const TraceArgs& a) {
       write_output_file(a.perfetto, perfetto_json({}, t, title) + "\n", "trace");
     }
   }
-  if (a.json) {
-    nlohmann::ordered_json j = prediction_json(p, kTraceText);
-    j["script"] = run.label;
-    j["tracer"] = run.info;
+  nlohmann::ordered_json j;
+  if (a.json || result != nullptr) {
+    j = prediction_json(p, kTraceText);
+    j["script"] = shared_run->label;
+    j["tracer"] = shared_run->info;
+  }
+  if (result != nullptr) {
+    result->json = std::move(j);
+    result->html = [shared, timeline, title] { return html_report(*shared, timeline(), title); };
+    result->perfetto = [timeline, title] { return perfetto_json({}, timeline(), title) + "\n"; };
+    result->text = [shared_run, shared] {
+      return capture_stdout([&] {
+        print_header(*shared_run, *shared);
+        print_prediction(*shared, kTraceText);
+      });
+    };
+  } else if (a.json) {
     fmt::print("{}\n", json_text(j));
   } else {
+    const TracedRun& run = *shared_run;
     print_header(run, p);
     print_prediction(p, kTraceText);
   }
@@ -229,12 +266,23 @@ int run_trace(const TraceArgs& a) {
 
 }  // namespace
 
+SimulatedGpu trace_simulated_gpu(const std::string& gpu, const std::string& capacity,
+                                 std::int64_t workspace_bytes) {
+  TraceArgs a;
+  a.gpu = gpu;
+  a.capacity = capacity;
+  if (!a.gpu.empty() && !a.capacity.empty()) {
+    throw InputError("--gpu / --capacity: give only one of them");
+  }
+  return simulated_gpu(trace_device(a), workspace_bytes);
+}
+
 void set_trace_script_args(std::vector<std::string> args) { passthrough_args() = std::move(args); }
 
 void check_trace_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kWithValue = {
       "--gpu",  "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes",
-      "--html", "--perfetto", "--timeout"};
+      "--html", "--perfetto", "--timeout", "--label"};
   static const std::vector<std::string_view> kFlags = {"--json", "--help", "-h"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -250,8 +298,9 @@ void check_trace_options(const std::vector<std::string>& args) {
   }
 }
 
-void add_trace_command(CLI::App& app, std::function<int()>& run) {
+void add_trace_command(CLI::App& app, std::function<int()>& run, CommandResult* result) {
   static TraceArgs args;
+  args = TraceArgs{};
   auto* cmd = app.add_subcommand(
       "trace",
       "Run your own PyTorch script on a simulated GPU (real PyTorch on the CPU decides every allocation and "
@@ -265,6 +314,8 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
       "the Python with PyTorch to run the script (default: $VRAMSIM_PYTHON, python3, /usr/bin/python3)");
   cmd->add_option("--out", args.out, "write the trace (.vtrace / .pickle / .json) and its phase markers");
   cmd->add_option("--load", args.load, "report on a trace written by --out or vramsim_trace.record()");
+  cmd->add_option("--label", args.label,
+                  "the name the report gives the run (default: the script, or the --load file)");
   cmd->add_option(
       "--html", args.html,
       "write a self-contained page: memory over the run stacked by category, the peak, the segment "
@@ -284,7 +335,7 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("script", args.script, "SCRIPT.py [-- ARGS...]");
   // Everything after the script belongs to it (a leading "--" is optional).
   cmd->prefix_command();
-  cmd->callback([&run, cmd] {
+  cmd->callback([&run, cmd, result] {
     std::vector<std::string> rest = cmd->remaining();
     if (!rest.empty() && rest.front() == "--") {
       rest.erase(rest.begin());
@@ -295,7 +346,7 @@ void add_trace_command(CLI::App& app, std::function<int()>& run) {
     args.script_and_args.insert(args.script_and_args.end(), rest.begin(), rest.end());
     args.script_and_args.insert(args.script_and_args.end(), passthrough_args().begin(),
                                 passthrough_args().end());
-    run = [] { return run_trace(args); };
+    run = [result] { return run_trace(args, result); };
   });
 }
 

@@ -2,6 +2,8 @@
 // header for the source of each layout).
 #include "sim/models/checkpoint_quantization.h"
 
+#include "sim/models/hf_hub_cache.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -312,16 +314,12 @@ std::optional<CheckpointQuantization> read_checkpoint_quantization(std::string_v
 }
 
 std::optional<CheckpointQuantization> checkpoint_quantization_of(const std::string& name_or_path) {
-  for (const std::string& preset : model_preset_names()) {
-    if (preset == name_or_path) {
-      return std::nullopt;
-    }
+  const std::optional<std::string> config = model_config_file(name_or_path);  // the file load_model reads
+  if (!config) {
+    return std::nullopt;  // a preset, or a name load_model refuses
   }
-  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".json")) {
-    return std::nullopt;  // load_model refuses the unknown name
-  }
-  return read_checkpoint_quantization(read_input_file(name_or_path, "model config file", kMaxSmallInputBytes),
-                                      name_or_path);
+  return read_checkpoint_quantization(read_input_file(*config, "model config file", kMaxSmallInputBytes),
+                                      *config);
 }
 
 bool is_quantized_weight(const ModelConfig& model, const CheckpointQuantization& q, const ParameterShape& p) {

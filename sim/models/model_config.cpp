@@ -1,5 +1,7 @@
 #include "sim/models/model_config.h"
 
+#include "sim/models/hf_hub_cache.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -553,17 +555,18 @@ ModelConfig model_preset(std::string_view name) {
 }
 
 ModelConfig load_model(const std::string& name_or_path) {
-  for (const std::string& preset : model_preset_names()) {
-    if (preset == name_or_path) {
-      return model_preset(name_or_path);
-    }
+  // A config.json path, a model folder or a hub id in the local Hugging Face cache (hf_hub_cache.h); the
+  // report names the model as given.
+  const std::optional<std::string> config = model_config_file(name_or_path);
+  if (!config) {
+    return model_preset(name_or_path);  // a preset, or the "unknown model" message
   }
-  const bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
-  if (!looks_like_path) {
-    return model_preset(name_or_path);  // throws the "unknown model" message
+  ModelConfig m =
+      model_from_hf_config_json(read_input_file(*config, "model config file", kMaxSmallInputBytes), *config);
+  if (*config != name_or_path) {
+    m.name = name_or_path;
   }
-  return model_from_hf_config_json(read_input_file(name_or_path, "model config file", kMaxSmallInputBytes),
-                                   name_or_path);
+  return m;
 }
 
 }  // namespace vramsim
