@@ -1005,6 +1005,18 @@ void EagerTape::backward(VarId loss) {
 void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
                          const std::string& seed_kind) {
   SIM_ASSERT(m_vars[root].requires_grad && begin <= end && end <= m_nodes.size());
+  // The engine's dependencies are those of this graph task: the nodes it will run (GraphTask's
+  // compute_dependencies), not another micro-batch's graph still waiting for its own backward.
+  m_pending_parameter_uses.clear();
+  for (std::size_t i = 0; i < m_nodes.size(); ++i) {
+    Node& n = m_nodes[i];
+    n.counts_parameter_uses = i >= begin && i < end && !n.done;
+    for (VarId in : n.counts_parameter_uses ? n.inputs : std::vector<VarId>{}) {
+      if (m_vars[in].is_parameter && m_vars[in].requires_grad) {
+        ++m_pending_parameter_uses[in];
+      }
+    }
+  }
   begin_op(seed_name, seed_kind);
   const VarId seed = new_grad(root, seed_name);
   deliver(root, seed);

@@ -875,9 +875,10 @@ VarId torchtune_chunked_loss(EmitContext& c, VarId targets) {
     };
     // torchtune's compile_loss: loss.compute_cross_entropy = torch.compile(loss.compute_cross_entropy), one
     // graph per chunk (the chunking and the sum stay eager)
-    const VarId part = c.options.compile_loss && c.inductor != nullptr
-                           ? compiled_call(t, n + ".compiled_cross_entropy", compute_cross_entropy, *c.inductor)
-                           : compute_cross_entropy();
+    const VarId part =
+        c.options.compile_loss && c.inductor != nullptr
+            ? compiled_call(t, n + ".compiled_cross_entropy", compute_cross_entropy, *c.inductor)
+            : compute_cross_entropy();
     t.drop(labels);
     if (total == kNoVar) {
       total = part;

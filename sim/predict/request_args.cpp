@@ -417,7 +417,8 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         fmt::format("--compile-loss: unknown value '{}' (expected auto, on or off)", a.compile_loss));
   }
   // torchtune's recipes: `if self._compile: training.compile_loss(self._loss_fn)`
-  const bool compiled_chunked_loss = o.loss == LossKind::kChunkedCrossEntropy && o.compile != CompileMode::kNone;
+  const bool compiled_chunked_loss =
+      o.loss == LossKind::kChunkedCrossEntropy && o.compile != CompileMode::kNone;
   if (a.compile_loss == "on" && !compiled_chunked_loss) {
     throw InputError(
         "--compile-loss on: needs --compile and --loss chunked-ce (torchtune's compile_loss compiles "

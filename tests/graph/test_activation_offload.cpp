@@ -80,9 +80,10 @@ TEST_CASE("save_on_cpu around checkpointed layers: each layer's input goes to th
   CHECK(g.host_memory.saved_activations >= static_cast<Bytes>(2 * 2 * kB * kS * kH));
 }
 
-TEST_CASE("torchtune OffloadActivations around checkpointed layers: a far layer's input comes back on the side "
-          "stream",
-          "[quick][graph]") {
+TEST_CASE(
+    "torchtune OffloadActivations around checkpointed layers: a far layer's input comes back on the side "
+    "stream",
+    "[quick][graph]") {
   TrainingOptions o = options(true);
   o.activation_offload_torchtune = true;
   o.checkpointing = Checkpointing::kFull;
@@ -94,13 +95,14 @@ TEST_CASE("torchtune OffloadActivations around checkpointed layers: a far layer'
 }
 
 // torch.compile and saved-tensor hooks compose as in PyTorch: AOTAutograd's CompiledFunction saves what the
-// partitioner chose with ctx.save_for_backward after the compiled forward ran, so the ambient hooks pack those
-// tensors, and its backward unpacks them all before the compiled backward runs (pytorch/pytorch#150032: "At
-// the moment autograd saved tensors hooks are run in eager after compiled forward. They are executed at the
-// same time for all saved tensors."). With full checkpointing inside each compiled layer the graph saves the
-// layer's input and its weights: torchtune's hook offloads the input and keeps the nn.Parameters.
-TEST_CASE("torchtune OffloadActivations around compiled checkpointed layers: the layer input goes to the host",
-          "[quick][graph]") {
+// partitioner chose with ctx.save_for_backward after the compiled forward ran, so the ambient hooks pack
+// those tensors, and its backward unpacks them all before the compiled backward runs (pytorch/pytorch#150032:
+// "At the moment autograd saved tensors hooks are run in eager after compiled forward. They are executed at
+// the same time for all saved tensors."). With full checkpointing inside each compiled layer the graph saves
+// the layer's input and its weights: torchtune's hook offloads the input and keeps the nn.Parameters.
+TEST_CASE(
+    "torchtune OffloadActivations around compiled checkpointed layers: the layer input goes to the host",
+    "[quick][graph]") {
   TrainingOptions o = options(true);
   o.activation_offload_torchtune = true;
   o.checkpointing = Checkpointing::kFull;

@@ -141,8 +141,8 @@ TEST_CASE("chunked-ce: one chunk's fp32 logits at a time, every chunk's log-prob
 }
 
 // torchtune's compile_loss (torchtune/training/_compile.py) compiles CEWithChunkedOutputLoss.
-// compute_cross_entropy on its own: each chunk's F.cross_entropy(logits.float(), labels) is one graph. For its
-// backward the min-cut partitioner keeps the bf16 chunk (a graph input, 32,000 B) and per-row statistics
+// compute_cross_entropy on its own: each chunk's F.cross_entropy(logits.float(), labels) is one graph. For
+// its backward the min-cut partitioner keeps the bf16 chunk (a graph input, 32,000 B) and per-row statistics
 // (16 rows), and recomputes the softmax from them; the fp32 upcast and log-probabilities (64,000 B a chunk)
 // are never buffers. So at the start of backward the 8 bf16 chunks are alive (held by the compiled graphs
 // although the recipe deleted its list) and no fp32 chunk is: 256,000 B instead of 512,000 B.
@@ -194,7 +194,8 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   CHECK_NOTHROW(make_request(a));
   CHECK_FALSE(make_request(a).options.compile_loss);  // eager: nothing compiled
   a.compile_loss = "on";
-  CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--compile-loss on: needs --compile and --loss chunked-ce"));
+  CHECK_THROWS_WITH(make_request(a),
+                    Catch::StartsWith("--compile-loss on: needs --compile and --loss chunked-ce"));
   a.compile_loss = "sometimes";
   CHECK_THROWS_WITH(make_request(a), "--compile-loss: unknown value 'sometimes' (expected auto, on or off)");
   a.compile_mode = "default";

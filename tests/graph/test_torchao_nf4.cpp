@@ -5,9 +5,9 @@
 #include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
-#include "sim/torch/torch_ops.h"
 #include "sim/finetune/torchao_nf4.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/torch/torch_ops.h"
 
 using namespace vramsim;
 
