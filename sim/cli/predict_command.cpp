@@ -124,6 +124,12 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
          "the same with the model computing its loss from labels (Hugging Face Trainer), or each "
          "decoder layer compiled on its own (torchtitan)")
       ->capture_default_str();
+  cmd->add_option(
+         "--compile-loss", a.compile_loss,
+         "auto|on|off: compile chunked-ce's per-chunk upcast + cross-entropy on its own (torchtune's "
+         "training.compile_loss; auto: on with --compile and --loss chunked-ce, as torchtune's "
+         "recipes do)")
+      ->capture_default_str();
   cmd->add_option("--zero-grad", a.zero_grad,
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
                   "zero_grad(set_to_none=False) / a loop that never zeroes them keeps them allocated")
@@ -357,11 +363,13 @@ void print_run(const Prediction& p, const RequestArgs& a) {
     fmt::print("precision        {}\n", p.precision_regime);
   }
   if (!a.compile_mode.empty() && a.compile_mode != "none") {
-    fmt::print("torch.compile    mode {}, {} (Inductor; AOTAutograd's min-cut partitioner{})\n",
+    fmt::print("torch.compile    mode {}, {}{} (Inductor; AOTAutograd's min-cut partitioner{})\n",
                a.compile_mode,
                a.compile_scope == "layer"            ? "each decoder layer a graph"
                : a.compile_scope == "model-and-loss" ? "the model and its loss one graph"
                                                      : "the model one graph",
+               a.loss == "chunked-ce" && a.compile_loss != "off" ? ", each loss chunk a graph (compile_loss)"
+                                                                 : "",
                a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }
   if (!p.base_weights.empty()) {

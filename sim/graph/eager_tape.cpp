@@ -319,6 +319,12 @@ void EagerTape::save(Node& node, TensorId s) {
 
 int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
   node.outputs = outputs;
+  for (VarId in : node.inputs) {  // an edge to the parameter's AccumulateGrad
+    if (m_vars[in].is_parameter && m_vars[in].requires_grad) {
+      ++m_pending_parameter_uses[in];
+      node.counts_parameter_uses = true;
+    }
+  }
   m_nodes.push_back(std::move(node));
   const int index = static_cast<int>(m_nodes.size() - 1);
   for (VarId o : outputs) {
@@ -543,9 +549,44 @@ void EagerTape::deliver(VarId input, VarId g) {
     return;
   }
   if (x.is_parameter) {
-    accumulate_grad(input, g);
+    deliver_to_parameter(input, g);
     return;
   }
+  add_to_input_buffer(input, g);
+}
+
+void EagerTape::deliver_to_parameter(VarId param, VarId g) {
+  if (m_pending_parameter_uses.count(param) == 0 && m_grad_buffer.count(param) == 0) {
+    accumulate_grad(param, g);  // no other node sends it one (a node made outside the counted graph)
+    return;
+  }
+  add_to_input_buffer(param, g);  // AccumulateGrad runs when the last sender has run
+}
+
+void EagerTape::release_parameter_uses(std::size_t index) {
+  if (!m_nodes[index].counts_parameter_uses) {
+    return;
+  }
+  m_nodes[index].counts_parameter_uses = false;
+  const std::vector<VarId> inputs = m_nodes[index].inputs;  // copies: the hooks may add nodes
+  for (VarId in : inputs) {
+    const auto pending = m_pending_parameter_uses.find(in);
+    if (pending == m_pending_parameter_uses.end() || --pending->second > 0) {
+      continue;
+    }
+    m_pending_parameter_uses.erase(pending);
+    const auto buffered = m_grad_buffer.find(in);
+    if (buffered == m_grad_buffer.end()) {
+      continue;  // no gradient reached it
+    }
+    const VarId g = buffered->second;
+    m_grad_buffer.erase(buffered);
+    disown(m_vars[g].storage);  // the input buffer's tensor moves into AccumulateGrad
+    accumulate_grad(in, g);
+  }
+}
+
+void EagerTape::add_to_input_buffer(VarId input, VarId g) {
   auto it = m_grad_buffer.find(input);
   if (it == m_grad_buffer.end()) {
     ref(m_vars[g].storage);
@@ -614,6 +655,7 @@ void EagerTape::execute_node(std::size_t index) {
     }
   }
   if (primary == kNoVar) {
+    release_parameter_uses(index);
     return;  // no gradient reached this node
   }
   const bool torchtune_unpack = node.offload == ActivationOffload::kTorchtuneStreams && !node.packed.empty();
@@ -622,7 +664,7 @@ void EagerTape::execute_node(std::size_t index) {
     unpacked = unpack_torchtune(node);
   }
   if (node.function_backward) {
-    execute_function(node, grads_out);
+    execute_function(node, grads_out, std::move(unpacked));
     return;
   }
   begin_op(node.name + ".backward", node.kind + "_backward", backward_flops(node.kind, node.flops));
@@ -739,6 +781,7 @@ void EagerTape::execute_node(std::size_t index) {
   }
   node.saved.clear();
   node.done = true;
+  release_parameter_uses(index);
 }
 
 // Note [Checkpoint backward]: torch.utils.checkpoint's backward detaches the saved input into a fresh leaf
@@ -819,6 +862,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
     deliver(inputs[i], g);
     unref(gs);
   }
+  release_parameter_uses(index);
 }
 
 void EagerTape::run_nodes(std::size_t begin, std::size_t end, bool layer_hooks) {
@@ -861,6 +905,7 @@ void EagerTape::release_nodes(std::size_t begin, std::size_t end) {
     n.done = true;
     n.checkpoint_body = nullptr;
     n.function_backward = nullptr;
+    release_parameter_uses(i);
   }
 }
 
@@ -960,6 +1005,18 @@ void EagerTape::backward(VarId loss) {
 void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
                          const std::string& seed_kind) {
   SIM_ASSERT(m_vars[root].requires_grad && begin <= end && end <= m_nodes.size());
+  // The engine's dependencies are those of this graph task: the nodes it will run (GraphTask's
+  // compute_dependencies), not another micro-batch's graph still waiting for its own backward.
+  m_pending_parameter_uses.clear();
+  for (std::size_t i = 0; i < m_nodes.size(); ++i) {
+    Node& n = m_nodes[i];
+    n.counts_parameter_uses = i >= begin && i < end && !n.done;
+    for (VarId in : n.counts_parameter_uses ? n.inputs : std::vector<VarId>{}) {
+      if (m_vars[in].is_parameter && m_vars[in].requires_grad) {
+        ++m_pending_parameter_uses[in];
+      }
+    }
+  }
   begin_op(seed_name, seed_kind);
   const VarId seed = new_grad(root, seed_name);
   deliver(root, seed);

@@ -307,7 +307,9 @@ class EagerTape {
   // (it must release every one), and returns per input a gradient holding one reference, or kNoTensor.
   using FunctionBackward = std::function<std::vector<TensorId>(const std::vector<TensorId>& grads_out,
                                                                std::vector<TensorId> saved)>;
-  // `saved`: one reference each, handed to the node.
+  // `saved`: one reference each, handed to the node. The Function saves them with ctx.save_for_backward, so
+  // the saved-tensor hooks active now pack them (torchtune's OffloadActivations, save_on_cpu) as they pack an
+  // eager op's; `backward` receives each one unpacked, in `saved` order.
   void function_node(const std::string& name, const std::vector<VarId>& inputs,
                      const std::vector<VarId>& outputs, std::vector<TensorId> saved,
                      FunctionBackward backward);
@@ -366,6 +368,11 @@ class EagerTape {
     BackwardRule rule;
     CheckpointBody checkpoint_body;      // set for checkpoint nodes
     FunctionBackward function_backward;  // set for function nodes
+    // Function nodes: where each of ctx.save_for_backward's tensors went, in its order: k >= 0 is saved[k]
+    // (kept on the GPU), k < 0 is packed[-k - 1] (packed by saved-tensor hooks).
+    std::vector<int> function_slots;
+    // Its parameter inputs are counted in m_pending_parameter_uses (until it has run or is released).
+    bool counts_parameter_uses = false;
     // Selective checkpointing: the policy, and the cached outputs of each saved op in forward order (one
     // reference each until the replay takes them).
     const SelectiveCheckpointPolicy* sac = nullptr;
@@ -384,7 +391,8 @@ class EagerTape {
 
   VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
   std::vector<VarId> capture(const OpCall& call, bool view = false);
-  void execute_function(Node& node, const std::vector<VarId>& grads_out);
+  // `unpacked`: torchtune's unpack of node.packed (empty otherwise), one reference each, taken over.
+  void execute_function(Node& node, const std::vector<VarId>& grads_out, std::vector<TensorId> unpacked);
   TensorId new_storage(const std::string& name, Bytes size_bytes, DType dtype, TensorCategory category);
   // Runs a scratch script; the allocations it leaves alive are appended to `live`.
   void run_scratch(const std::vector<ScratchStep>& steps, const std::string& name,
@@ -416,7 +424,16 @@ class EagerTape {
   void add_op_node(const OpCall& call, const std::vector<VarId>& outs);
   VarId take_grad(VarId output);
   void deliver(VarId input, VarId grad);
+  void add_to_input_buffer(VarId input, VarId grad);  // InputBuffer::add into m_grad_buffer
   void accumulate_grad(VarId param, VarId grad);  // store_grad, then the post-accumulate hook
+  // Note [AccumulateGrad's input buffer]: a parameter's gradient goes to its AccumulateGrad node, which runs
+  // once, when every node that sends it one has run; until then the engine sums them in the node's input
+  // buffer (InputBuffer::add). So a weight read by several nodes (tied embeddings, chunked output) gets one
+  // .grad update and one post-accumulate-grad hook call per backward.
+  void deliver_to_parameter(VarId param, VarId grad);
+  // The node has run (or will not): its parameter inputs stop waiting on it; a parameter waiting on no
+  // other node runs its AccumulateGrad with the buffered sum.
+  void release_parameter_uses(std::size_t index);
   void store_grad(VarId param, VarId grad);
   VarId new_grad(VarId like, const std::string& name);
   VarId sum_to(VarId full, VarId input);
@@ -429,6 +446,8 @@ class EagerTape {
   std::vector<int> m_refs;  // per storage (TensorId)
   std::vector<bool> m_freed;
   std::unordered_map<VarId, VarId> m_grad_buffer;  // var -> its accumulated gradient (leaves: until taken)
+  // parameter -> the nodes not yet run that will send it a gradient (one per input edge)
+  std::unordered_map<VarId, int> m_pending_parameter_uses;
   OpId m_current_op = kNoOp;
   int m_step = 0;
   int m_micro_batch = 0;

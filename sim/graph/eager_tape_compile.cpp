@@ -55,23 +55,65 @@ void EagerTape::function_node(const std::string& name, const std::vector<VarId>&
   node.kind = "CompiledFunction";
   node.layer = m_layer;
   node.inputs = inputs;
-  node.saved = std::move(saved);
+  for (TensorId s : saved) {
+    if (m_offload != ActivationOffload::kNone && offload_pack(node, s)) {
+      // The forward's list of saved outputs goes when the Function returns: the device tensor lives on only
+      // in torchtune's forward stash (save_on_cpu keeps none).
+      node.function_slots.push_back(-static_cast<int>(node.packed.size()));
+      unref(s);
+    } else {
+      node.function_slots.push_back(static_cast<int>(node.saved.size()));
+      node.saved.push_back(s);
+    }
+  }
   node.function_backward = std::move(backward);
   add_node(std::move(node), outputs);
 }
 
-void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out) {
+// CompiledFunction.backward reads ctx.saved_tensors first: every packed tensor is unpacked before the graph
+// runs (torchtune's on its side stream, already in `unpacked`; save_on_cpu's copied back here).
+void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out,
+                                 std::vector<TensorId> unpacked) {
   std::vector<TensorId> incoming;
   for (VarId g : grads_out) {
     incoming.push_back(g == kNoVar ? kNoTensor : m_vars[g].storage);  // the reference goes with it
   }
+  const bool torchtune = node.offload == ActivationOffload::kTorchtuneStreams;
+  if (!torchtune && !node.packed.empty()) {
+    begin_op(node.name + ".unpack_from_cpu", "_to_copy");
+    for (TensorId p : node.packed) {
+      const Tensor& t = m_graph.tensor(p);
+      const std::string unpacked_name = t.name + ".unpacked";  // copies: allocate() grows the graph
+      const Bytes bytes = t.size_bytes;
+      const DType dtype = t.dtype;
+      unpacked.push_back(allocate(unpacked_name, bytes, dtype, TensorCategory::kActivation));
+    }
+  }
+  SIM_ASSERT(unpacked.size() == node.packed.size());
+  std::vector<TensorId> saved;  // in ctx.save_for_backward's order, one reference each for the backward
+  for (int k : node.function_slots) {
+    if (k >= 0) {
+      saved.push_back(node.saved[static_cast<std::size_t>(k)]);
+      continue;
+    }
+    const TensorId s = unpacked[static_cast<std::size_t>(-k - 1)];
+    if (torchtune) {
+      ref(s);  // torchtune's backward stash keeps its own until the next unpacking node's hook
+    }
+    saved.push_back(s);
+  }
+  const auto index = static_cast<std::size_t>(&node - m_nodes.data());
   const FunctionBackward backward = node.function_backward;
   const std::vector<VarId> inputs = node.inputs;
   const std::string name = node.name;
-  std::vector<TensorId> saved = std::move(node.saved);
   node.saved.clear();
+  node.function_slots.clear();
   node.done = true;
-  const std::vector<TensorId> grads = backward(incoming, std::move(saved));
+  release_packed(node);  // unpacking drops the host copy (torchtune: `del self.tracker[id]`)
+  const std::vector<TensorId> grads = backward(incoming, std::move(saved));  // `node` not used from here
+  if (torchtune) {
+    after_torchtune_unpack(std::move(unpacked));  // the hook torchtune registered on this node
+  }
   SIM_ASSERT(grads.size() == inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (grads[i] == kNoTensor) {
@@ -82,6 +124,7 @@ void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out
     disown(grads[i]);
     deliver(inputs[i], g);
   }
+  release_parameter_uses(index);
 }
 
 }  // namespace vramsim

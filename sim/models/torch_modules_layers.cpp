@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/compile/torch_compile.h"
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/layer_code.h"
 #include "sim/parallel/loss_parallel.h"
@@ -855,7 +856,8 @@ VarId torchtune_chunked_output(EmitContext& c, VarId h) {
 }
 
 // torchtune's CEWithChunkedOutputLoss: the sum over chunks of F.cross_entropy(logits_chunk.float(),
-// labels_chunk, reduction="sum"), divided by the number of tokens. The recipe then deletes the list.
+// labels_chunk, reduction="sum") (compute_cross_entropy; compiled on its own with --compile: compile_loss),
+// divided by the number of tokens. The recipe then deletes the list.
 VarId torchtune_chunked_loss(EmitContext& c, VarId targets) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
@@ -865,10 +867,20 @@ VarId torchtune_chunked_loss(EmitContext& c, VarId targets) {
     const VarId chunk = c.logit_chunks[i];
     const VarId labels =
         t.constant(n + ".labels", "view", {c.options.batch, t.shape(chunk)[1]}, t.dtype(targets));
-    const VarId lf = ops.to(n + ".logits_float", chunk, DType::kFloat32);
-    const VarId lsm = ops.log_softmax_last(n + ".cross_entropy.log_softmax", lf);
-    const VarId part = ops.nll_loss(n + ".cross_entropy.nll_loss", lsm, labels);
-    t.drop({lsm, lf, labels});
+    const auto compute_cross_entropy = [&]() {  // F.cross_entropy(logits.float(), labels, reduction="sum")
+      const VarId lf = ops.to(n + ".logits_float", chunk, DType::kFloat32);
+      const VarId lsm = ops.log_softmax_last(n + ".cross_entropy.log_softmax", lf);
+      const VarId out = ops.nll_loss(n + ".cross_entropy.nll_loss", lsm, labels);
+      t.drop({lsm, lf});
+      return out;
+    };
+    // torchtune's compile_loss: loss.compute_cross_entropy = torch.compile(loss.compute_cross_entropy), one
+    // graph per chunk (the chunking and the sum stay eager)
+    const VarId part =
+        c.options.compile_loss && c.inductor != nullptr
+            ? compiled_call(t, n + ".compiled_cross_entropy", compute_cross_entropy, *c.inductor)
+            : compute_cross_entropy();
+    t.drop(labels);
     if (total == kNoVar) {
       total = part;
     } else {

@@ -175,8 +175,10 @@ VarId* model_role(ModelParams& p, std::string_view name) {
 // get_peft_model: each targeted linear gets lora_A (r, in) and lora_B (out, r) in its weight's dtype, made
 // after the base model is on the device; the base parameters are frozen.
 // `resident_numel` (optional): the elements a data-parallel rank keeps of an adapter (its shard).
+// `quantized_base_dtype`: the adapters' dtype where the base weight is quantized (not a float).
 void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraOptions& lora,
-                          const std::function<std::int64_t(std::int64_t)>& resident_numel, ModelParams& p) {
+                          const std::function<std::int64_t(std::int64_t)>& resident_numel, ModelParams& p,
+                          DType quantized_base_dtype) {
   const std::vector<std::string> targets = lora_target_modules(lora, model);
   const std::vector<ParameterShape> shapes = model.parameter_shapes();
   p.trainable.clear();
@@ -196,8 +198,10 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
     const std::string module = s.name.substr(0, s.name.size() - 7);  // without ".weight"
     tape.set_layer(s.layer);
     LoraAdapter a;
-    // PEFT casts the adapter to the base weight's dtype only when that is a float (a quantized base: fp32)
-    const DType adapter = is_floating(tape.dtype(base)) ? tape.dtype(base) : DType::kFloat32;
+    // PEFT casts the adapter to the base weight's dtype only when that is a float (a quantized base: fp32);
+    // torchtune's LoRALinear makes its nn.Linear adapters under the recipe's default dtype
+    // (training.set_default_dtype(self._dtype) around config.instantiate), NF4 base or not
+    const DType adapter = is_floating(tape.dtype(base)) ? tape.dtype(base) : quantized_base_dtype;
     const auto resident = [&](std::int64_t n) { return resident_numel ? resident_numel(n) : -1; };
     a.lora_a =
         tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, adapter, resident(lora.rank * in));
@@ -306,7 +310,8 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     p.trainable.clear();
   }
   if (lora.rank > 0) {
-    create_lora_adapters(tape, model, lora, resident_numel, p);
+    create_lora_adapters(tape, model, lora, resident_numel, p,
+                         bnb.format == BnbFormat::kTorchaoNf4 ? dtype : DType::kFloat32);
   }
   return p;
 }

@@ -425,6 +425,19 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (o.compile == CompileMode::kNone && a.compile_scope != "model") {
     throw InputError("--compile-scope: needs --compile");
   }
+  if (a.compile_loss != "auto" && a.compile_loss != "on" && a.compile_loss != "off") {
+    throw InputError(
+        fmt::format("--compile-loss: unknown value '{}' (expected auto, on or off)", a.compile_loss));
+  }
+  // torchtune's recipes: `if self._compile: training.compile_loss(self._loss_fn)`
+  const bool compiled_chunked_loss =
+      o.loss == LossKind::kChunkedCrossEntropy && o.compile != CompileMode::kNone;
+  if (a.compile_loss == "on" && !compiled_chunked_loss) {
+    throw InputError(
+        "--compile-loss on: needs --compile and --loss chunked-ce (torchtune's compile_loss compiles "
+        "CEWithChunkedOutputLoss.compute_cross_entropy)");
+  }
+  o.compile_loss = compiled_chunked_loss && a.compile_loss != "off";
   if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {
     throw InputError(
         fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));

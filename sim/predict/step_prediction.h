@@ -321,6 +321,9 @@ struct RequestArgs {
   // --compile / --compile-mode default|reduce-overhead|max-autotune ("" = eager); --compile-scope model|layer
   std::string compile_mode;
   std::string compile_scope = "model";
+  // --compile-loss auto|on|off: torchtune's compile_loss of chunked-ce's compute_cross_entropy (auto: on with
+  // --compile and --loss chunked-ce, as torchtune's recipes do)
+  std::string compile_loss = "auto";
   std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
   int generate = 0;                  // --generate N: model.generate() of N new tokens (0: no generation)

@@ -123,7 +123,9 @@ void validate(const TrainingOptions& o) {
   validate(o.lora);
   if (o.compile != CompileMode::kNone) {
     // What the compiled path does not model yet: each of these changes what is captured or where the graph
-    // breaks (module hooks that gather parameters, saved-tensor hooks, a pipeline's stage split).
+    // breaks (module hooks that gather parameters, a pipeline's stage split). Saved-tensor hooks around a
+    // compiled call (--offload activations) compose: they pack what the compiled graph saves
+    // (EagerTape::function_node).
     const auto refuse = [](std::string_view what) {
       throw InputError(fmt::format("--compile: not modelled together with {}", what));
     };
@@ -135,9 +137,6 @@ void validate(const TrainingOptions& o) {
     }
     if (o.data_parallel.scheme == "zero3") {
       refuse("ZeRO-3");
-    }
-    if (o.offload_activations) {
-      refuse("--offload activations");
     }
     // torchtitan compiles each TransformerBlock after applying TP and splitting the pipeline stages
     // (apply_compile in torchtitan/models/llama3/infra/parallelize.py): a layer's graph then holds its

@@ -73,8 +73,8 @@ enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective, kSelectiveOp
 //                output projection to each chunk of the sequence (model.set_num_output_chunks), the loss
 //                upcasts and cross-entropies one chunk at a time (reduction "sum", divided by the tokens),
 //                and the recipe deletes the chunk list before backward (`del logits`). The full logits are
-//                never materialized in fp32: only one chunk's fp32 copy is alive at a time, but every
-//                chunk's fp32 log-probabilities are saved for backward.
+//                never materialized in fp32: only one chunk's fp32 copy is alive at a time, but in eager
+//                mode every chunk's fp32 log-probabilities are saved for backward (compiled: compile_loss).
 enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy };
 
 // The attention implementation, as Hugging Face's attn_implementation names them:
@@ -257,6 +257,11 @@ struct TrainingOptions {
   // torchtune's chunked loss always deletes it (`del logits`).
   bool free_logits_before_backward = false;
   int loss_chunks = 8;  // chunked-ce: torchtune's num_output_chunks
+  // chunked-ce under --compile: torchtune's recipes call training.compile_loss(loss_fn), which compiles
+  // CEWithChunkedOutputLoss.compute_cross_entropy (one chunk's upcast + cross-entropy) on its own, so each
+  // chunk's loss is one compiled graph and its backward saves what the partitioner picks, not the fp32
+  // log-probabilities (torchtune/training/_compile.py, compile_loss).
+  bool compile_loss = false;
   AttentionKind attention = AttentionKind::kEager;
   // The GPU's compute capability (major * 10 + minor; 0: unknown, taken as Ampere or newer): SDPA's choice of
   // backend depends on it.

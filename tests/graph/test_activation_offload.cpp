@@ -80,9 +80,10 @@ TEST_CASE("save_on_cpu around checkpointed layers: each layer's input goes to th
   CHECK(g.host_memory.saved_activations >= static_cast<Bytes>(2 * 2 * kB * kS * kH));
 }
 
-TEST_CASE("torchtune OffloadActivations around checkpointed layers: a far layer's input comes back on the side "
-          "stream",
-          "[quick][graph]") {
+TEST_CASE(
+    "torchtune OffloadActivations around checkpointed layers: a far layer's input comes back on the side "
+    "stream",
+    "[quick][graph]") {
   TrainingOptions o = options(true);
   o.activation_offload_torchtune = true;
   o.checkpointing = Checkpointing::kFull;
@@ -91,6 +92,34 @@ TEST_CASE("torchtune OffloadActivations around checkpointed layers: a far layer'
   // Layer 0's input, packed before the seven other layers' inputs, left the forward stash (5 saves deep)
   // long before backward: it is copied back into a new (s, b, h) bf16 tensor on the offload stream.
   CHECK(unpacked_by(g, "layers.0.checkpoint.unpack_from_cpu") == static_cast<Bytes>(2 * kB * kS * kH));
+}
+
+// torch.compile and saved-tensor hooks compose as in PyTorch: AOTAutograd's CompiledFunction saves what the
+// partitioner chose with ctx.save_for_backward after the compiled forward ran, so the ambient hooks pack
+// those tensors, and its backward unpacks them all before the compiled backward runs (pytorch/pytorch#150032:
+// "At the moment autograd saved tensors hooks are run in eager after compiled forward. They are executed at
+// the same time for all saved tensors."). With full checkpointing inside each compiled layer the graph saves
+// the layer's input and its weights: torchtune's hook offloads the input and keeps the nn.Parameters.
+TEST_CASE(
+    "torchtune OffloadActivations around compiled checkpointed layers: the layer input goes to the host",
+    "[quick][graph]") {
+  TrainingOptions o = options(true);
+  o.activation_offload_torchtune = true;
+  o.checkpointing = Checkpointing::kFull;
+  o.compile = CompileMode::kDefault;
+  o.compile_scope = CompileScope::kLayer;
+  REQUIRE_NOTHROW(validate(o));
+  const OpGraph g = build_training_steps(test::megatron_gpt(kH, kA, kS, /*layers=*/8), o);
+  // Layer 0's input left the forward stash long before backward: the compiled layer's backward copies it back
+  // (one (s, b, h) bf16 tensor) before its graph runs; its weights were never packed.
+  CHECK(unpacked_by(g, "layers.0.compiled.unpack_from_cpu") == static_cast<Bytes>(2 * kB * kS * kH));
+  CHECK(g.host_memory.saved_activations >= static_cast<Bytes>(8 * 2 * kB * kS * kH));
+  // Without the hooks the compiled layers keep their inputs on the GPU and nothing is unpacked.
+  o.offload_activations = false;
+  o.activation_offload_torchtune = false;
+  const OpGraph kept = build_training_steps(test::megatron_gpt(kH, kA, kS, /*layers=*/8), o);
+  CHECK(unpacked_by(kept, "layers.0.compiled.unpack_from_cpu") == 0);
+  CHECK(kept.host_memory.total() == 0);
 }
 
 TEST_CASE("save_on_cpu: pinned host blocks as CachingHostAllocator rounds and reuses them",

@@ -27,8 +27,13 @@ struct Run {
   AllocationSchedule schedule;
 };
 
-Run run(LossKind loss) {
+Run run(LossKind loss, bool compile_loss = false) {
   TrainingOptions o;
+  if (compile_loss) {  // torchtune's recipe with compile=True: per-layer compile and compile_loss
+    o.compile = CompileMode::kDefault;
+    o.compile_scope = CompileScope::kLayer;
+    o.compile_loss = true;
+  }
   o.batch = 2;
   o.seq = 64;
   o.steps = 1;
@@ -135,6 +140,36 @@ TEST_CASE("chunked-ce: one chunk's fp32 logits at a time, every chunk's log-prob
   CHECK(both.bytes_at == kLogitsFp32);  // at backward only the saved log-probabilities remain
 }
 
+// torchtune's compile_loss (torchtune/training/_compile.py) compiles CEWithChunkedOutputLoss.
+// compute_cross_entropy on its own: each chunk's F.cross_entropy(logits.float(), labels) is one graph. For
+// its backward the min-cut partitioner keeps the bf16 chunk (a graph input, 32,000 B) and per-row statistics
+// (16 rows), and recomputes the softmax from them; the fp32 upcast and log-probabilities (64,000 B a chunk)
+// are never buffers. So at the start of backward the 8 bf16 chunks are alive (held by the compiled graphs
+// although the recipe deleted its list) and no fp32 chunk is: 256,000 B instead of 512,000 B.
+TEST_CASE("chunked-ce with compile_loss: the bf16 chunks are saved, not fp32 log-probabilities",
+          "[quick][graph]") {
+  const Run compiled = run(LossKind::kChunkedCrossEntropy, /*compile_loss=*/true);
+  const std::size_t backward = compiled.schedule.phase_begin(1, Phase::kBackward)->event_index;
+  std::map<TensorId, Bytes> live;
+  for (std::size_t i = 0; i < backward; ++i) {
+    const TensorId t = compiled.schedule.event_tensor[i];
+    const TraceEvent& e = compiled.schedule.events[i];
+    if (e.action == TraceAction::kAlloc) {
+      live[t] = e.size_bytes;
+    } else if (e.action == TraceAction::kFreeCompleted) {
+      live.erase(t);
+    }
+  }
+  int bf16_chunks = 0;
+  int fp32_chunks = 0;
+  for (const auto& [t, bytes] : live) {
+    bf16_chunks += bytes == kChunkBf16 ? 1 : 0;
+    fp32_chunks += bytes == kChunkFp32 && compiled.graph.tensor(t).dtype == DType::kFloat32 ? 1 : 0;
+  }
+  CHECK(bf16_chunks == 8);
+  CHECK(fp32_chunks == 0);
+}
+
 TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   RequestArgs a;
   a.model = "tinyllama-1.1b";
@@ -157,4 +192,16 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--loss chunked-ce: torchtune's loss"));
   a.model = "tinyllama-1.1b";
   CHECK_NOTHROW(make_request(a));
+  CHECK_FALSE(make_request(a).options.compile_loss);  // eager: nothing compiled
+  a.compile_loss = "on";
+  CHECK_THROWS_WITH(make_request(a),
+                    Catch::StartsWith("--compile-loss on: needs --compile and --loss chunked-ce"));
+  a.compile_loss = "sometimes";
+  CHECK_THROWS_WITH(make_request(a), "--compile-loss: unknown value 'sometimes' (expected auto, on or off)");
+  a.compile_mode = "default";
+  a.compile_scope = "layer";
+  a.compile_loss = "auto";  // torchtune's recipes: compile=True compiles the loss too
+  CHECK(make_request(a).options.compile_loss);
+  a.compile_loss = "off";
+  CHECK_FALSE(make_request(a).options.compile_loss);
 }

@@ -74,6 +74,45 @@ TEST_CASE("optimizer in backward: one gradient alive at a time, the same optimiz
   CHECK(hook_states == 12 * all / 2);  // 4 + 4 + 4 bytes per parameter
 }
 
+// A weight several nodes read (tied embeddings: the lookup and every chunk of torchtune's chunked output)
+// has one AccumulateGrad node; the autograd engine sums the incoming gradients in that node's input buffer
+// (torch/csrc/autograd/input_buffer.cpp, InputBuffer::add) and runs it once, when the last of them has
+// arrived (the lookup's backward, last). So the post-accumulate-grad hook, and with it torchtune's
+// per-parameter optimizer step, runs once per step for the tied weight, and its buffered gradient lives
+// through the whole backward.
+TEST_CASE("optimizer in backward: a tied weight is stepped once, after its last gradient", "[quick][graph]") {
+  ModelConfig m = model_preset("llama-3.2-1b");  // tie_word_embeddings: vocab 128256, hidden 2048
+  m.n_layers = 1;
+  REQUIRE(m.tied_embeddings);
+  TrainingOptions o = options(true);
+  o.loss = LossKind::kChunkedCrossEntropy;
+  o.loss_chunks = 2;
+  const OpGraph g = build_training_steps(m, o);
+  int embed_steps = 0;
+  for (OpId id = 0; id < g.op_count(); ++id) {
+    embed_steps += g.op(id).name == "optimizer_in_bwd.zero_grad.model.embed_tokens.weight" ? 1 : 0;
+  }
+  CHECK(embed_steps == o.steps);  // once per step, not once per chunk and once for the lookup (3 per step)
+  // By hand: while the second output chunk's backward makes its weight gradient, the first chunk's sits in
+  // the input buffer: two bf16 vocab x hidden gradients (128256 x 2048 x 2 B each) alive at once, where
+  // stepping per chunk would free each before the next is made.
+  const Bytes embedding_grad = 128256LL * 2048 * 2;
+  const AllocationSchedule s = build_allocation_schedule(g);
+  int live = 0;
+  int most = 0;
+  for (std::size_t i = 0; i < s.events.size(); ++i) {
+    const Tensor& t = g.tensor(s.event_tensor[i]);
+    const bool vocab_grad = t.size_bytes == embedding_grad && (t.category == TensorCategory::kGradient ||
+                                                               t.category == TensorCategory::kTemporary);
+    if (vocab_grad && s.events[i].action == TraceAction::kAlloc) {
+      most = std::max(most, ++live);
+    } else if (vocab_grad && s.events[i].action == TraceAction::kFreeCompleted) {
+      --live;
+    }
+  }
+  CHECK(most == 2);
+}
+
 TEST_CASE("optimizer in backward is refused with gradient accumulation and data parallelism",
           "[quick][graph]") {
   TrainingOptions o = options(true);

@@ -5,8 +5,9 @@
 #include "graph_test_util.h"
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
-#include "sim/torch/torch_ops.h"
 #include "sim/finetune/torchao_nf4.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/torch/torch_ops.h"
 
 using namespace vramsim;
 
@@ -69,4 +70,35 @@ TEST_CASE("torchao NF4: linear_nf4 dequantizes in forward and again in backward,
   // LinearNF4.backward: grad_output @ weight.to(grad_output.dtype): the same dequantization
   CHECK(sizes_from(g, backward_first, "proj.backward.scratch") == dequantize);
   CHECK(tape.grad(w) == kNoTensor);
+}
+
+// torchtune's QLoRA builds the model under its training dtype (recipes/lora_finetune_single_device.py:
+// `with training.set_default_dtype(self._dtype), self._device: model = config.instantiate(cfg_model)`), so
+// LoRALinear's lora_a / lora_b nn.Linear are bf16 next to the NF4 base weight: 2 B per adapter element, where
+// PEFT over bitsandbytes' 4-bit weights keeps fp32 adapters.
+TEST_CASE("torchao NF4: torchtune's adapters have the recipe's dtype, not fp32", "[quick][graph]") {
+  ModelConfig m = test::tiny_model("tinyllama-1.1b");  // hidden 64, q_proj 64 x 64
+  m.d_model = 128;
+  m.head_dim = 32;
+  m.d_ff = 128;
+  TrainingOptions o;
+  o.batch = 1;
+  o.seq = 16;
+  o.steps = 1;
+  o.precision = Precision::kBf16;
+  o.cublas_workspace_bytes = 0;
+  o.lora.rank = 8;
+  o.lora.targets = {"q_proj"};
+  o.bnb.format = BnbFormat::kTorchaoNf4;
+  o.bnb.prepare_kbit_training = false;
+  const OpGraph g = build_training_steps(m, o);
+  int adapters = 0;
+  for (const Tensor& t : g.tensors()) {
+    if (t.name.ends_with(".lora_A.default.weight")) {
+      ++adapters;
+      CHECK(t.dtype == DType::kBFloat16);
+      CHECK(t.size_bytes == static_cast<Bytes>(8 * 128 * 2));  // (r, in) in bf16
+    }
+  }
+  CHECK(adapters == m.n_layers);
 }
