@@ -1,6 +1,6 @@
 // FSDP1's construction (sim/parallel/fsdp.cpp): the transient tensors FullyShardedDataParallel.__init__ makes
-// while it wraps a model that sits on the CPU (device_id given), and the compute-stream segments they leave in
-// the caching allocator for training to start from. Expectations derived by hand from
+// while it wraps a model that sits on the CPU (device_id given), and the compute-stream segments they leave
+// in the caching allocator for training to start from. Expectations derived by hand from
 // torch/distributed/fsdp/_init_utils.py (_init_param_handle_from_module), _flat_param.py (flatten_tensors,
 // shard, _get_shard), c10d/comm.cpp (broadcast_coalesced) and the allocator's rounding (spec: kSmallSize,
 // kMinLargeAlloc, kLargeBuffer, kRoundLarge).
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -122,8 +123,8 @@ TEST_CASE("FSDP1 construction: sync_module_states broadcasts in 250 MiB buckets,
   Snapshot trace;
   predict(make_request(a), &trace);
   const std::vector<std::int64_t> root = setup_allocs_from(setup_only(trace), "root.fsdp.init.");
-  CHECK(root == std::vector<std::int64_t>{262'144'000, 8'192, 262'144'000, 262'152'192, 524'296'192,
-                                          262'148'096});
+  CHECK(root ==
+        std::vector<std::int64_t>{262'144'000, 8'192, 262'144'000, 262'152'192, 524'296'192, 262'148'096});
   a.fsdp_sync_module_states = false;  // no broadcast: moved, flattened, sharded
   predict(make_request(a), &trace);
   CHECK(setup_allocs_from(setup_only(trace), "root.fsdp.init.") ==
@@ -135,4 +136,40 @@ TEST_CASE("FSDP1 options: --fsdp-sync-module-states is FSDP1's", "[quick][predic
   a.fsdp2 = true;
   a.fsdp_sync_module_states = true;
   CHECK_THROWS_WITH(make_request(a), "--fsdp-sync-module-states: FSDP1's option (--fsdp without --fsdp2)");
+}
+
+TEST_CASE("checkpoint: a first layer over frozen embeddings is checkpointed when it has trainable adapters",
+          "[quick][predict]") {
+  // PEFT LoRA freezes the embeddings, so the first decoder layer's input does not require grad, but its
+  // adapters do. torch.utils.checkpoint still packs what the layer saves and recomputes it in backward
+  // (non-reentrant: _checkpoint_without_reentrant_generator; reentrant with enable_input_require_grads, as
+  // fsdp_qlora's train.py runs it), so at the end of the forward nothing the layer's ops saved is alive. What
+  // is left of layer 0 is its output, which layer 1's checkpoint keeps as its input:
+  // 1 x 128 x 2048 bf16 = 524,288 B (TinyLlama, one GPU). (Layer 0's own input, the embeddings' output, is
+  // the embedding op's tensor, not layer 0's.)
+  RequestArgs a = over_ranks("tinyllama-1.1b", 1);
+  a.fsdp.clear();
+  a.lora_rank = 8;
+  a.checkpointing = "full";
+  Snapshot trace;
+  predict(make_request(a), &trace);
+  const std::vector<TraceEvent>& ev = trace.device_traces.at(0).events;
+  std::map<Bytes, std::int64_t> live;  // address -> size of layer 0's activations alive
+  for (const TraceEvent& e : ev) {
+    const std::string phase = e.phase_tag == kNoTag ? "" : trace.strings.at(e.phase_tag);
+    if (phase != "setup" && phase != "forward") {
+      break;  // the forward has ended
+    }
+    const bool act = e.category_tag != kNoTag && trace.strings.at(e.category_tag) == "activation";
+    if (e.action == TraceAction::kAlloc && act && e.layer == 0) {
+      live[e.addr] = static_cast<std::int64_t>(e.size_bytes);
+    } else if (e.action == TraceAction::kFreeRequested) {
+      live.erase(e.addr);
+    }
+  }
+  std::int64_t bytes = 0;
+  for (const auto& [addr, size] : live) {
+    bytes += size;
+  }
+  CHECK(bytes == 524'288);
 }
