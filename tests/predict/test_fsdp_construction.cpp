@@ -61,17 +61,12 @@ std::vector<std::int64_t> large_compute_segments(const Snapshot& trace) {
   return out;
 }
 
-// The sizes of the allocations the set-up made, in order, from the first whose op name starts with `prefix`.
-std::vector<std::int64_t> setup_allocs_from(const Snapshot& trace, const std::string& prefix) {
+// The sizes of the allocations of the ops whose names start with `prefix`, in order.
+std::vector<std::int64_t> allocs_of_ops(const Snapshot& trace, const std::string& prefix) {
   std::vector<std::int64_t> out;
-  bool on = false;
   for (const TraceEvent& e : trace.device_traces.at(0).events) {
-    if (e.action != TraceAction::kAlloc) {
-      continue;
-    }
     const std::string op = e.op_tag == kNoTag ? "" : trace.strings.at(e.op_tag);
-    on = on || op.starts_with(prefix);
-    if (on) {
+    if (e.action == TraceAction::kAlloc && op.starts_with(prefix)) {
       out.push_back(static_cast<std::int64_t>(e.size_bytes));
     }
   }
@@ -122,12 +117,12 @@ TEST_CASE("FSDP1 construction: sync_module_states broadcasts in 250 MiB buckets,
   a.fsdp_sync_module_states = true;
   Snapshot trace;
   predict(make_request(a), &trace);
-  const std::vector<std::int64_t> root = setup_allocs_from(setup_only(trace), "root.fsdp.init.");
+  const std::vector<std::int64_t> root = allocs_of_ops(trace, "root.fsdp.init.");
   CHECK(root ==
         std::vector<std::int64_t>{262'144'000, 8'192, 262'144'000, 262'152'192, 524'296'192, 262'148'096});
   a.fsdp_sync_module_states = false;  // no broadcast: moved, flattened, sharded
   predict(make_request(a), &trace);
-  CHECK(setup_allocs_from(setup_only(trace), "root.fsdp.init.") ==
+  CHECK(allocs_of_ops(trace, "root.fsdp.init.") ==
         std::vector<std::int64_t>{262'144'000, 8'192, 262'144'000, 524'296'192, 262'148'096});
 }
 
