@@ -248,12 +248,18 @@ class Fsdp final : public DataParallelScheme {
   // then the others in module order (a layer before its adapters).
   void lazy_init(EagerTape& tape) {
     m_lazy_init_done = true;
+    if (m_units.empty()) {
+      return;
+    }
     std::vector<const ParameterUnit*> order{&m_units.back()};
     for (std::size_t i = 0; i + 1 < m_units.size(); ++i) {
       order.push_back(&m_units[i]);
     }
     for (const ParameterUnit* unit : order) {
       std::vector<std::vector<VarId>> flats = flat_params_of(tape, *unit);
+      if (flats.empty()) {
+        continue;  // a unit this rank holds nothing of (another pipeline stage's layer)
+      }
       std::rotate(flats.begin(), flats.end() - 1, flats.end());  // the layer's own handle before its leaves
       for (const std::vector<VarId>& flat : flats) {
         std::int64_t total = 0;
