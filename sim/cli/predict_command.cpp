@@ -276,6 +276,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_flag("--no-limit-all-gathers", a.no_limit_all_gathers,
                 "FSDP1 with limit_all_gathers=False: the host issues all-gathers without waiting for frees");
+  cmd->add_flag("--fsdp-sync-module-states", a.fsdp_sync_module_states,
+                "FSDP1 with sync_module_states=True: each unit's parameters are broadcast from rank 0 (250 MiB "
+                "buckets) as it is wrapped (accelerate's cpu_ram_efficient_loading, fsdp_qlora's low_memory)");
   cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")
       ->capture_default_str();
   cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");

@@ -1037,7 +1037,7 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   for (VarId in : inputs) {
     any_requires_grad = any_requires_grad || m_vars[in].requires_grad;
   }
-  if (!m_grad_enabled || !any_requires_grad) {
+  if (!m_grad_enabled || (!any_requires_grad && m_capturing)) {
     return body(inputs);
   }
   if (m_capturing) {
@@ -1059,10 +1059,33 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   m_grad_enabled = false;
   SIM_ASSERT(m_sac.policy == nullptr);  // checkpointed regions do not nest here
   m_sac = SacRegion{sac, false, {}, {}, 0};
+  const auto body_begin = static_cast<OpId>(m_graph.op_count());
   const VarId out = body(inputs);
   std::vector<std::vector<TensorId>> cache = std::move(m_sac.cache);
   m_sac = SacRegion{};
   m_grad_enabled = true;
+  // No input requires grad (a first decoder layer over frozen embeddings): the region's own trainable
+  // parameters (LoRA adapters) still give it a gradient, and torch.utils.checkpoint still discards what it
+  // saves and recomputes it in backward (_checkpoint_without_reentrant_generator packs every saved tensor,
+  // whatever the inputs). Without trainable parameters nothing in the region is recorded, checkpointed or
+  // not.
+  const auto reads_trainable_parameter = [this](OpId since) {
+    for (const auto& [storage, param] : m_parameter_of_storage) {
+      const std::vector<OpId>& consumers = m_graph.tensor(storage).consumers;
+      if (m_vars[param].requires_grad && !consumers.empty() && consumers.back() >= since) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!any_requires_grad && !reads_trainable_parameter(body_begin)) {
+    for (const std::vector<TensorId>& cached : cache) {
+      for (TensorId t : cached) {
+        unref(t);
+      }
+    }
+    return out;
+  }
   Node node;
   node.name = name;
   node.kind = "checkpoint";

@@ -24,6 +24,25 @@
 // Backward prefetch BACKWARD_PRE (the default): entering a unit's backward also issues the all-gather of the
 // unit whose backward comes next.
 //
+// Construction (FullyShardedDataParallel.__init__ with device_id, the model on the CPU or the meta device, as
+// accelerate, the Trainer and fsdp_qlora's train.py build it): auto_wrap_policy wraps bottom-up
+// (_recursive_wrap: children first, the root last), and each unit runs _init_param_handle_from_module
+// (torch/distributed/fsdp/_init_utils.py) on the compute stream:
+//   _move_module_to_device       each parameter the unit owns copied to the GPU, one tensor each
+//   _sync_module_params_and_buffers (sync_module_states=True) dist._broadcast_coalesced from rank 0 in
+//                                buckets of PARAM_BROADCAST_BUCKET_SIZE = 250 MiB (compute_bucket_assignment_
+//                                by_size: a bucket closes once it holds >= 250 MiB); a bucket of several
+//                                tensors is flattened into a new buffer (flatten_dense_tensors; one tensor is
+//                                a view), at most two buckets in flight (c10d/comm.cpp broadcast_coalesced)
+//   FlatParamHandle(...)         flatten_tensors: torch.cat of the unit's parameters, the unsharded
+//   FlatParameter handle.shard()               _get_shard: the rank's chunk cloned (kept: the sharded
+//   FlatParameter), then
+//                                the unsharded storage resized to 0
+//   return                       the moved parameters, still held by managed_params until here, freed
+// Nothing calls empty_cache, so what these transients leave in the caching allocator's compute-stream pool is
+// the pool training starts from (reserved memory never shrinks without empty_cache). At the first forward the
+// root's _lazy_init runs init_flat_param_attributes for every handle, root first then in module order
+// (_share_state_and_init_handle_attrs): torch.empty of the padded unsharded size, then _free_storage.
 // CPUOffload(offload_params=True): the flat parameter's shard and the reduced gradient shard live on the
 // host, where the optimizer steps; the GPU holds a unit's unsharded parameters while it runs.
 // Gradients: the FlatParameter's flat gradient, reduce-scattered on the post-backward stream
@@ -44,6 +63,9 @@ namespace {
 constexpr StreamId kComputeStream = 0;
 constexpr StreamId kUnshardStream = 1;     // FSDP1's _streams["unshard"]
 constexpr int kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
+// torch/distributed/fsdp/_init_utils.py: PARAM_BROADCAST_BUCKET_SIZE = int(250 * 1024 * 1024)
+constexpr Bytes kParamBroadcastBucketBytes = 250 * kMiB;
+constexpr int kMaxInflightBroadcasts = 2;  // c10d/comm.cpp broadcast_coalesced: max_in_flight = 2
 
 class Fsdp final : public DataParallelScheme {
  public:
@@ -56,11 +78,13 @@ class Fsdp final : public DataParallelScheme {
         m_limit_all_gathers(o.fsdp_limit_all_gathers),
         m_peft_wrap(o.fsdp_peft_wrap),
         m_use_orig_params(o.fsdp_use_orig_params),
+        m_sync_module_states(o.fsdp_sync_module_states),
         m_grads(strategy != "no-shard" ? m_shard_ranks : 1, o.offload_params, o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
+  // A sharded strategy's shards are the units' sharded FlatParameters, which construct() makes.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
-    if (m_offload) {
+    if (m_offload || models_construction()) {
       return 0;
     }
     return m_shard ? shard_numel(numel, m_shard_ranks) : numel;
@@ -88,8 +112,19 @@ class Fsdp final : public DataParallelScheme {
     for (const ParameterUnit& unit : units) {
       validate_flat_param(tape, unit);
     }
+    if (!models_construction()) {
+      return;
+    }
+    for (const ParameterUnit& unit : units) {  // the layers in order, the root (last) wrapped last
+      for (const std::vector<VarId>& flat : flat_params_of(tape, unit)) {
+        init_param_handle(tape, unit, flat);
+      }
+    }
   }
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {
+    if (models_construction() && !m_lazy_init_done) {
+      lazy_init(tape);
+    }
     unshard(tape, unit, "forward");
     wait_for_unshard(tape, unit);
   }
@@ -120,6 +155,128 @@ class Fsdp final : public DataParallelScheme {
   }
 
  private:
+  // Construction is modelled for the sharded strategies with the shards on the GPU.
+  bool models_construction() const { return m_shard && !m_offload; }
+  // The FlatParameters of one unit in the order they are wrapped: under PEFT's fsdp_auto_wrap_policy each
+  // trainable leaf module (an adapter's lora_A / lora_B) first, as a unit of its own; then the rest.
+  std::vector<std::vector<VarId>> flat_params_of(const EagerTape& tape, const ParameterUnit& unit) const {
+    std::vector<std::vector<VarId>> out;
+    std::vector<VarId> rest;
+    for (VarId p : unit.params) {
+      if (m_peft_wrap && tape.requires_grad(p)) {
+        out.push_back({p});
+      } else {
+        rest.push_back(p);
+      }
+    }
+    if (!rest.empty()) {
+      out.push_back(std::move(rest));
+    }
+    return out;
+  }
+  // _init_param_handle_from_module for one FlatParameter (see the header comment).
+  void init_param_handle(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& params) {
+    const std::string name = params.size() == 1 ? tape.name(params.front()) : unit_name(unit);
+    const DType dtype = tape.dtype(params.front());
+    tape.begin_op(name + ".fsdp.init.move_to_device", "_to_copy");
+    std::vector<TensorId> moved;
+    std::int64_t total = 0;
+    for (VarId p : params) {
+      moved.push_back(tape.allocate(tape.name(p) + ".to(device)",
+                                    storage_bytes(numel(tape.shape(p)), dtype, tape.shape(p)), dtype,
+                                    TensorCategory::kParameter));
+      total += numel(tape.shape(p));
+    }
+    if (m_sync_module_states) {
+      broadcast_coalesced(tape, name, params);
+    }
+    tape.begin_op(name + ".fsdp.init.flatten", "cat");
+    const TensorId unsharded =
+        tape.allocate(name + ".flat_param.unsharded", storage_bytes(total, dtype, {total}), dtype,
+                      TensorCategory::kParameter);
+    tape.begin_op(name + ".fsdp.init.shard", "clone");
+    const std::int64_t shard = shard_numel(total, m_shard_ranks);
+    m_flat_shards.push_back(tape.allocate(name + ".flat_param", storage_bytes(shard, dtype, {shard}), dtype,
+                                          TensorCategory::kParameter));
+    tape.begin_op(name + ".fsdp.init.free_unsharded", "resize_");
+    tape.release(unsharded);  // orig_storage._resize_(0)
+    for (TensorId t : moved) {
+      tape.release(t);  // managed_params goes out of scope
+    }
+  }
+  // dist._broadcast_coalesced(process_group, module_states, PARAM_BROADCAST_BUCKET_SIZE, src=0).
+  void broadcast_coalesced(EagerTape& tape, const std::string& name, const std::vector<VarId>& params) {
+    std::deque<TensorId> in_flight;
+    std::vector<VarId> bucket;
+    Bytes bucket_bytes = 0;
+    const auto issue = [&]() {
+      if (bucket.empty()) {
+        return;
+      }
+      if (static_cast<int>(in_flight.size()) >= kMaxInflightBroadcasts) {
+        release_bucket(tape, in_flight.front());  // in_flight.front().finish(): copied back, then freed
+        in_flight.pop_front();
+      }
+      tape.begin_op(name + ".fsdp.init.broadcast", "broadcast");
+      // flatten_dense_tensors: one tensor is its own view; several are concatenated into a new buffer
+      in_flight.push_back(bucket.size() == 1
+                              ? kNoTensor
+                              : tape.allocate(name + ".broadcast_bucket", bucket_bytes,
+                                              tape.dtype(bucket.front()), TensorCategory::kCommunication));
+      bucket.clear();
+      bucket_bytes = 0;
+    };
+    for (VarId p : params) {
+      bucket.push_back(p);
+      bucket_bytes += storage_bytes(numel(tape.shape(p)), tape.dtype(p), tape.shape(p));
+      if (bucket_bytes >= kParamBroadcastBucketBytes) {
+        issue();
+      }
+    }
+    issue();
+    for (TensorId t : in_flight) {
+      release_bucket(tape, t);
+    }
+  }
+  static void release_bucket(EagerTape& tape, TensorId bucket) {
+    if (bucket != kNoTensor) {
+      tape.release(bucket);
+    }
+  }
+  // _lazy_init -> _share_state_and_init_handle_attrs -> FlatParamHandle.init_flat_param_attributes: every
+  // handle's _full_param_padded made at the padded unsharded size and its storage freed, the root first,
+  // then the others in module order (a layer before its adapters).
+  void lazy_init(EagerTape& tape) {
+    m_lazy_init_done = true;
+    if (m_units.empty()) {
+      return;
+    }
+    std::vector<const ParameterUnit*> order{&m_units.back()};
+    for (std::size_t i = 0; i + 1 < m_units.size(); ++i) {
+      order.push_back(&m_units[i]);
+    }
+    for (const ParameterUnit* unit : order) {
+      std::vector<std::vector<VarId>> flats = flat_params_of(tape, *unit);
+      if (flats.empty()) {
+        continue;  // a unit this rank holds nothing of (another pipeline stage's layer)
+      }
+      std::rotate(flats.begin(), flats.end() - 1, flats.end());  // the layer's own handle before its leaves
+      for (const std::vector<VarId>& flat : flats) {
+        std::int64_t total = 0;
+        for (VarId p : flat) {
+          total += numel(tape.shape(p));
+        }
+        const std::int64_t padded = shard_numel(total, m_shard_ranks) * m_shard_ranks;
+        const DType dtype = tape.dtype(flat.front());
+        tape.begin_op(unit_name(*unit) + ".fsdp.lazy_init.init_flat_param_attributes", "empty");
+        const TensorId full =
+            tape.allocate(unit_name(*unit) + "._full_param_padded", storage_bytes(padded, dtype, {padded}),
+                          dtype, TensorCategory::kCommunication);
+        tape.begin_op(unit_name(*unit) + ".fsdp.lazy_init.free_storage", "resize_");
+        tape.release(full);
+      }
+    }
+  }
   // FlatParamHandle._validate_tensors_to_flatten (torch/distributed/fsdp/_flat_param.py): the parameters of
   // one FlatParameter share a dtype, and, with use_orig_params=False, requires_grad. Under PEFT's
   // fsdp_auto_wrap_policy each trainable leaf module is a FlatParameter of its own.
@@ -200,6 +357,9 @@ class Fsdp final : public DataParallelScheme {
   bool m_limit_all_gathers;
   bool m_peft_wrap;
   bool m_use_orig_params;
+  bool m_sync_module_states;
+  bool m_lazy_init_done = false;
+  std::vector<TensorId> m_flat_shards;  // each FlatParameter's shard, made by construct()
   FlatParamGradients m_grads;
   std::vector<ParameterUnit> m_units;
   std::map<int, TensorId> m_unsharded;

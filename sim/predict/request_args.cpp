@@ -148,6 +148,10 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     throw InputError("--no-limit-all-gathers: FSDP1's option (--fsdp without --fsdp2)");
   }
   d.fsdp_limit_all_gathers = !a.no_limit_all_gathers;
+  if (a.fsdp_sync_module_states && !d.scheme.starts_with("fsdp-")) {
+    throw InputError("--fsdp-sync-module-states: FSDP1's option (--fsdp without --fsdp2)");
+  }
+  d.fsdp_sync_module_states = a.fsdp_sync_module_states;
   if (a.fsdp2_copy_in != "compute" && a.fsdp2_copy_in != "reduce-scatter") {
     throw InputError(
         fmt::format("--fsdp2-copy-in: unknown value '{}' (known: compute, reduce-scatter)", a.fsdp2_copy_in));

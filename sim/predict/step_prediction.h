@@ -357,6 +357,7 @@ struct RequestArgs {
   // FSDP1 with LoRA: --fsdp-auto-wrap peft|transformer, --fsdp-use-orig-params true|false
   std::string fsdp_auto_wrap = "peft";
   std::string fsdp_use_orig_params = "true";
+  bool fsdp_sync_module_states = false;  // --fsdp-sync-module-states
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;

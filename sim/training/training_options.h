@@ -174,6 +174,9 @@ struct DataParallelOptions {
   // decides the gradients: True, the FlatParameter requires grad and its whole flat gradient is made;
   // False, FSDP refuses to flatten parameters of mixed requires_grad.
   bool fsdp_use_orig_params = true;
+  // FSDP1's sync_module_states (default False): each unit's parameters are broadcast from rank 0 while it is
+  // wrapped (fsdp_qlora's low_memory loading, accelerate's cpu_ram_efficient_loading), in 250 MiB buckets.
+  bool fsdp_sync_module_states = false;
   // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}
   // (ZeRO-Offload, ZeRO-Infinity), FSDP's CPUOffload(offload_params=True), which also runs the optimizer on
   // the host. The optimizer's states and master weights, and the reduced gradient shards, leave the GPU; with

@@ -247,8 +247,9 @@ TEST_CASE("lora with FSDP1 under PEFT's fsdp_auto_wrap_policy: only the adapters
 TEST_CASE("qlora with FSDP1: the packed weight, stored as bf16, is sharded like any bf16 tensor",
           "[quick][graph]") {
   // bitsandbytes' quantize_4bit: out = torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1)). q_proj of
-  // the small Llama is 64 x 64 = 4,096 elements -> (4,096 + 1) // 4 = 1,024 bf16 elements; over 4 ranks a
-  // shard of 256 elements, 512 B.
+  // the small Llama is 64 x 64 = 4,096 elements -> (4,096 + 1) // 4 = 1,024 bf16 elements, 2,048 B, which
+  // FSDP1's construction moves to the GPU and flattens with the layer's bf16 norms into one FlatParameter
+  // (the shard is that FlatParameter's, not the weight's own).
   const ModelConfig m = test::tiny_model("llama-2-7b");
   TrainingOptions o = test::small_options();
   o.precision = Precision::kBf16;
@@ -260,7 +261,8 @@ TEST_CASE("qlora with FSDP1: the packed weight, stored as bf16, is sharded like 
   o.data_parallel.scheme = "fsdp-full-shard";
   o.data_parallel.fsdp_peft_wrap = true;
   const OpGraph g = build_training_steps(m, o);
-  CHECK(test::sizes_named(g, "model.layers.0.self_attn.q_proj.weight") == std::vector<Bytes>{512});
+  CHECK(test::sizes_named(g, "model.layers.0.self_attn.q_proj.weight.to(device)") ==
+        std::vector<Bytes>{2048});
   // Stored as uint8 beside bf16 norms, one FlatParameter would mix dtypes: FSDP refuses.
   o.bnb.quant_storage = DType::kUInt8;
   CHECK_THROWS_WITH(build_training_steps(m, o), Catch::Contains("uniform dtype"));
