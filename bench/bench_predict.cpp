@@ -7,10 +7,11 @@
 // full prediction).
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_allocator_loop.h"
 #include "sim/alloc/registry.h"
 #include "sim/engine/roofline.h"
-#include "sim/models/model_config.h"
 #include "sim/graph/tensor_lifetime.h"
+#include "sim/models/model_config.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
@@ -200,19 +201,7 @@ void BM_Predict_Stage_Allocator(benchmark::State& state) {
   const Llama7B w;
   const OpGraph g = build_training_steps(w.request.model, w.request.options);
   const Workload workload = workload_from_schedule(build_allocation_schedule(g), "bench");
-  PolicyRunOptions options;
-  options.capacity_bytes = 80 * kGiB;
-  options.free_space_at_allocated_peak = false;
-  std::int64_t observed = 0;
-  options.on_request = [&](std::size_t, const DeviceStats& s) {
-    observed = s.allocated_bytes[kStatAll].current;
-  };
-  for (auto _ : state) {
-    const PolicyRunResult r = run_policy(find_policy("pytorch"), workload.requests, options);
-    benchmark::DoNotOptimize(r.peaks.peak_reserved_bytes);
-    benchmark::DoNotOptimize(observed);
-  }
-  state.counters["requests"] = static_cast<double>(workload.requests.ops().size());
+  bench::run_allocator_loop(state, workload, 80 * kGiB);
 }
 BENCHMARK(BM_Predict_Stage_Allocator)->Unit(benchmark::kMillisecond);
 

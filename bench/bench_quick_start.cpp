@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_allocator_loop.h"
 #include "sim/alloc/registry.h"
 #include "sim/engine/gpu_table.h"
 #include "sim/engine/roofline.h"
@@ -64,20 +65,8 @@ void BM_QuickStart_Allocator(benchmark::State& state) {
   const Roofline roofline = Roofline::for_gpu(request.gpu, request.roofline);
   const Workload workload = workload_from_schedule(
       timed_schedule(graph, untimed, simulate_timeline(graph, untimed, &roofline, request.host)), "bench");
-  PolicyRunOptions options;
-  options.capacity_bytes =
-      find_gpu(request.gpu).total_memory_bytes;  // the context left out: it fits either way
-  options.free_space_at_allocated_peak = false;
-  std::int64_t observed = 0;
-  options.on_request = [&](std::size_t, const DeviceStats& s) {
-    observed = s.allocated_bytes[kStatAll].current;
-  };
-  for (auto _ : state) {
-    const PolicyRunResult r = run_policy(find_policy("pytorch"), workload.requests, options);
-    benchmark::DoNotOptimize(r.peaks.peak_reserved_bytes);
-    benchmark::DoNotOptimize(observed);
-  }
-  state.counters["requests"] = static_cast<double>(workload.requests.ops().size());
+  // the context left out: it fits either way
+  bench::run_allocator_loop(state, workload, find_gpu(request.gpu).total_memory_bytes);
 }
 BENCHMARK(BM_QuickStart_Allocator)->Unit(benchmark::kMillisecond);
 
