@@ -158,6 +158,12 @@ CommandResult run_cli_for_result(const std::vector<std::string>& args) {
 }
 
 std::string capture_stdout(const std::function<void()>& print) {
+#if !defined(__GLIBC__)
+  // Only glibc lets stdout be reassigned (musl and emscripten declare it FILE* const); the calculator page
+  // (web/) runs main() and never captures, the Python extension is built against glibc.
+  (void)print;
+  throw InputError("capturing a command's standard output needs glibc");
+#else
   char* buffer = nullptr;
   std::size_t size = 0;
   FILE* memory = open_memstream(&buffer, &size);
@@ -182,6 +188,7 @@ std::string capture_stdout(const std::function<void()>& print) {
   std::string out(buffer, size);
   std::free(buffer);
   return out;
+#endif
 }
 
 CapturedRun run_cli_captured(const std::vector<std::string>& args) {
