@@ -137,7 +137,11 @@ inline void check_schedule_invariants(const OpGraph& g, const AllocationSchedule
       continue;  // an empty storage (a parameter whose shard lives in its FlatParameter): no allocation
     }
     REQUIRE(allocs[t.id] == 1);
-    if (t.category == TensorCategory::kParameter || t.category == TensorCategory::kOptimizerState) {
+    // Parameters and optimizer states persist, except the copies FSDP1's construction makes and frees
+    // (_init_param_handle_from_module: each parameter moved to the GPU, flattened, sharded; ops "*.fsdp.init.*").
+    const bool fsdp_init = g.op(t.producer).name.find(".fsdp.init.") != std::string::npos;
+    if ((t.category == TensorCategory::kParameter || t.category == TensorCategory::kOptimizerState) &&
+        !fsdp_init) {
       REQUIRE(t.persistent);
     }
     if (t.persistent) {
