@@ -116,7 +116,8 @@
 //   Not added: RTX PRO 6000's Max-Q and Server variants differ in clocks only (the alias maps them to one
 //     row); AMD rows beyond MI325X (MI350X/MI355X) wait for a published PyTorch ROCm reading.
 //   (* with sparsity; the rows hold half.) Max threads per SM: 1536 for compute 8.6 / 8.9 / 12.0, 2048 for
-//   9.0 and 10.0; AMD: 2048 per CU (32 wavefronts of 64; est.).
+//   9.0 and 10.0; AMD: 2048 per CU (32 wavefronts of 64; rocminfo on an MI300X prints "Compute Unit: 304" and
+//   "Max Work-item Per CU: 2048", ROCm/legacy-rocm-build issue #4021).
 #include "sim/engine/gpu_table.h"
 
 #include <algorithm>

@@ -12,10 +12,10 @@
 // reservation, forums.developer.nvidia.com/t/local-memory-management/289339: "MAX_THREADS_PER_SM x SMs x
 // LOCAL_MEM_PER_THREAD"; it fits the H100's 534 and the RTX 6000 Ada's measured 426 MiB,
 // unslothai/unsloth-zoo PR #1053, and an RTX 3090's bare context of 256 MiB held before any kernel ran,
-// invoke-ai/InvokeAI issue #9413, torch 2.7.1+cu128, against the rule's 246 MiB), plus ~50 MiB of PyTorch's first kernels (the A100's 479 MiB after
-// torch.ones against its 432 MiB bare reservation). Eager loading without a measurement: 1 GiB, inside the
-// 0.6-1.8 GiB that eager-era PyTorch processes measure (ml-engineering; pytorch/pytorch #107667: ">1000MB"
-// before CUDA 11.7).
+// invoke-ai/InvokeAI issue #9413, torch 2.7.1+cu128, against the rule's 246 MiB), plus ~50 MiB of PyTorch's
+// first kernels (the A100's 479 MiB after torch.ones against its 432 MiB bare reservation). Eager loading
+// without a measurement: 1 GiB, inside the 0.6-1.8 GiB that eager-era PyTorch processes measure
+// (ml-engineering; pytorch/pytorch #107667: ">1000MB" before CUDA 11.7).
 #include "sim/predict/cuda_context.h"
 
 #include <array>

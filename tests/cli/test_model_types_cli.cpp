@@ -44,17 +44,17 @@ std::string scout(int layers, bool text_only) {
   std::ifstream in(stored("unsloth__Llama-4-Scout-17B-16E.config.json"));
   nlohmann::json j = nlohmann::json::parse(in);
   j["text_config"]["num_hidden_layers"] = layers;
-  const std::string name = std::to_string(layers) + (text_only ? "_layers_scout_text.json" : "_layers_scout.json");
+  const std::string name =
+      std::to_string(layers) + (text_only ? "_layers_scout_text.json" : "_layers_scout.json");
   return write_file(name, (text_only ? j["text_config"] : j).dump()).string();
 }
 
 // Llama-4-Scout's language model with one of its 48 layers (test_hf_real_configs.cpp counts all 48): q and o
 // 5120 x 5120, k and v 5120 x 1024, 16 fused experts of 3 x 5120 x 8192, router 16 x 5120, the shared expert
 // 3 x 5120 x 8192, two norms; untied 202048 x 5120 embeddings and lm_head; final norm
-constexpr std::int64_t kScoutOneLayer = 2 * 202048LL * 5120 +
-                                        (2 * 5120 * 5120 + 2 * 5120 * 1024 + 17 * 3LL * 5120 * 8192 +
-                                         16 * 5120 + 2 * 5120) +
-                                        5120;
+constexpr std::int64_t kScoutOneLayer =
+    2 * 202048LL * 5120 +
+    (2 * 5120 * 5120 + 2 * 5120 * 1024 + 17 * 3LL * 5120 * 8192 + 16 * 5120 + 2 * 5120) + 5120;
 
 // Every supported model_type from a stored real config.json (SOURCES.md), with the hand counts of
 // test_hf_real_configs.cpp.
@@ -104,8 +104,8 @@ std::vector<Case> cases() {
       // 60 experts of 3 x 2048 x 1408, the shared expert 3 x 2048 x 5632 and its 1 x 2048 gate, two norms
       {"qwen2_moe", with_layers("Qwen__Qwen1.5-MoE-A2.7B.config.json", 1),
        2 * 151936LL * 2048 +
-           (3 * (2048 * 2048 + 2048) + 2048 * 2048 + 60 * 2048 + 60LL * 3 * 2048 * 1408 + 3 * 2048 * 5632 + 2048 +
-            2 * 2048) +
+           (3 * (2048 * 2048 + 2048) + 2048 * 2048 + 60 * 2048 + 60LL * 3 * 2048 * 1408 + 3 * 2048 * 5632 +
+            2048 + 2 * 2048) +
            2048},
       {"llama4", scout(1, false), kScoutOneLayer},
       {"llama4_text", scout(1, true), kScoutOneLayer},
@@ -161,7 +161,8 @@ TEST_CASE("fit and plan take a real config.json of the current model_types", "[c
        {"Qwen__Qwen3-8B.config.json", "openai__gpt-oss-20b.config.json", "microsoft__phi-2.config.json",
         "mistralai__Mistral-7B-Instruct-v0.3.config.json", "allenai__OLMo-2-1124-7B-Instruct.config.json",
         "ibm-granite__granite-3.3-8b-instruct.config.json", "google__gemma-3-4b-it.config.json",
-        "unsloth__gemma-2b.config.json", "bigcode__starcoder2-3b.config.json", "tiiuae__falcon-7b.config.json"}) {
+        "unsloth__gemma-2b.config.json", "bigcode__starcoder2-3b.config.json",
+        "tiiuae__falcon-7b.config.json"}) {
     INFO(file);
     const auto fit = run_vramsim("fit --model " + stored(file) +
                                  " --gpu H100 --precision bf16 --seq 512 --checkpointing full --json");
@@ -178,8 +179,8 @@ TEST_CASE("fit and plan take a real config.json of the current model_types", "[c
   for (const char* file :
        {"microsoft__phi-2.config.json", "mistralai__Mistral-7B-Instruct-v0.3.config.json",
         "allenai__OLMo-2-1124-7B-Instruct.config.json", "ibm-granite__granite-3.3-8b-instruct.config.json",
-        "google__gemma-3-4b-it.config.json", "unsloth__gemma-2b.config.json", "bigcode__starcoder2-3b.config.json",
-        "tiiuae__falcon-7b.config.json"}) {
+        "google__gemma-3-4b-it.config.json", "unsloth__gemma-2b.config.json",
+        "bigcode__starcoder2-3b.config.json", "tiiuae__falcon-7b.config.json"}) {
     INFO(file);
     const auto plan = run_vramsim("plan --model " + stored(file) +
                                   " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");

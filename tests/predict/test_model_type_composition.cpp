@@ -1,15 +1,16 @@
 // The composition matrix over model types (issue 36): every supported model_type, from its real config.json
-// (tests/data/hf_configs; llama4_text is the stored Llama-4-Scout file's text_config written alone), crossed with the techniques people put on a current model: LoRA, QLoRA, full activation checkpointing,
-// FSDP and generation (the registry's entries, sim/cli/techniques.cpp). Each pair is predicted with the
-// invariants every prediction keeps (the bill adds up to the peak allocated bytes, reserved >= allocated),
-// or refused with the real library's reason. The expected refusals are written here from the library, not
-// read from vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py,
-// main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4, mistral, mixtral, phi,
-// gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises "Please specify
-// `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal checkpoint's is
-// its wrapper's: gemma3 has no entry, llama4 has one). The models are shrunk (2 layers, width 64, 4
-// experts) after their config.json is read, so that 115 predictions run in seconds; what is composed is
-// the model_type's layer code, not its size.
+// (tests/data/hf_configs; llama4_text is the stored Llama-4-Scout file's text_config written alone), crossed
+// with the techniques people put on a current model: LoRA, QLoRA, full activation checkpointing, FSDP and
+// generation (the registry's entries, sim/cli/techniques.cpp). Each pair is predicted with the invariants
+// every prediction keeps (the bill adds up to the peak allocated bytes, reserved >= allocated), or refused
+// with the real library's reason. The expected refusals are written here from the library, not read from
+// vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py, main of
+// 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4, mistral, mixtral, phi, gemma, gemma2,
+// gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises "Please specify `target_modules` in
+// `peft_config`" for any other model.config.model_type (a multimodal checkpoint's is its wrapper's: gemma3
+// has no entry, llama4 has one). The models are shrunk (2 layers, width 64, 4 experts) after their
+// config.json is read, so that 115 predictions run in seconds; what is composed is the model_type's layer
+// code, not its size.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
