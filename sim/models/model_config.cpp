@@ -143,7 +143,7 @@ constexpr HfPreset kHfPresets[] = {
       "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
       "moe_intermediate_size": 1536, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true,
       "max_position_embeddings": 40960, "tie_word_embeddings": false})"},
-    {"qwen1.5-moe-a2.7b", "Qwen/Qwen1.5-MoE-A2.7B", R"({"model_type": "qwen2_moe", "vocab_size": 151936,
+    {"qwen1.5-moe", "Qwen/Qwen1.5-MoE-A2.7B", R"({"model_type": "qwen2_moe", "vocab_size": 151936,
       "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
       "num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
       "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1, "norm_topk_prob": false,

@@ -81,11 +81,11 @@ TEST_CASE("gpu table: lookup is case-insensitive and knows aliases and PyTorch d
 }
 
 TEST_CASE("gpu table: unknown names are input errors that list the known GPUs", "[quick][engine]") {
-  for (const std::string name : {"b300", "", "nvidia", "A100-120GB", "t"}) {
+  for (const std::string name : {"b400", "", "nvidia", "A100-120GB", "t"}) {
     INFO("'" << name << "'");
     CHECK_THROWS_AS(find_gpu(name), InputError);
   }
-  CHECK_THROWS_WITH(find_gpu("B300"), Catch::Contains("--gpu: unknown GPU 'B300'") &&
+  CHECK_THROWS_WITH(find_gpu("B400"), Catch::Contains("--gpu: unknown GPU 'B400'") &&
                                           Catch::Contains("A100-40GB") && Catch::Contains("H200-141GB") &&
                                           Catch::Contains("T4") && Catch::Contains("a100"));
 }

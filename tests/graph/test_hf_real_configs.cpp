@@ -164,7 +164,7 @@ TEST_CASE("real configs: each preset with a stored config.json has that config's
       {"qwen3-1.7b", "Qwen__Qwen3-1.7B.config.json"},
       {"phi-3-medium", "microsoft__Phi-3-medium-4k-instruct.config.json"},
       {"gemma-2b", "unsloth__gemma-2b.config.json"},
-      {"qwen1.5-moe-a2.7b", "Qwen__Qwen1.5-MoE-A2.7B.config.json"},
+      {"qwen1.5-moe", "Qwen__Qwen1.5-MoE-A2.7B.config.json"},
       {"starcoder2-3b", "bigcode__starcoder2-3b.config.json"},
       {"falcon-7b", "tiiuae__falcon-7b.config.json"},
       {"llama-4-scout", "unsloth__Llama-4-Scout-17B-16E.config.json"},  // the wrapper's text_config
