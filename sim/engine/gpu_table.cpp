@@ -90,8 +90,8 @@
 //
 // Note [The GPUs people rent now, session 8] (the same conventions):
 //   H100 PCIe: NVIDIA H100 datasheet (PCIe column): 80 GB HBM2e, 2.0 TB/s, FP32 51 TF, TF32 756 TF*,
-//     BF16 1,513 TF*, FP8 3,026 TF*; 114 SMs (H100 whitepaper), compute 9.0; PCIe 5.0 x16. Memory:
-//     marketing (no published runtime total found).
+//     BF16 1,513 TF*, FP8 3,026 TF*; 114 SMs (H100 whitepaper), compute 9.0; PCIe 5.0 x16. Memory: the
+//     SXM5 row's runtime total (the same 80 GB less the driver's share; est., no published PCIe reading).
 //   H100 NVL: the datasheet's NVL column: 94 GB HBM3, 3.9 TB/s, FP32 60 TF, TF32 835 TF*, BF16 1,671 TF*,
 //     FP8 3,341 TF*; NVLink bridge 600 GB/s; 132 SMs (est., as H100 SXM). Runtime total 93.00 GiB: PyTorch's
 //     OOM message on a RunPod "H100 NVL 94GB" (ali-vilab/VACE issue #56): 95,232 MiB (+-5 MiB rounding).
@@ -180,7 +180,7 @@ const std::vector<GpuSpec> kGpus = {
      75 * kT, 1100 * kT, 2250 * kT, 2250 * kT, 4500 * kT, 7700 * kG, kLaunchNs, 100, 148, 2048, 900 * kG},
     {"GB200", "Grace Blackwell (NVL72), HBM3e (memory: marketing size)", 186 * kGiB, 186 * kGiB,
      80 * kT, 1250 * kT, 2500 * kT, 2500 * kT, 5000 * kT, 8000 * kG, kLaunchNs, 100, 148, 2048, 900 * kG},
-    {"H100-PCIe", "PCIe, HBM2e (memory: marketing size)", 80 * kGiB, 80 * kGiB,
+    {"H100-PCIe", "PCIe, HBM2e (memory: the SXM5 part's runtime total, est.)", 80 * kGiB, 85'045'477'376ULL,
      51 * kT, 378 * kT, 756.5 * kT, 756.5 * kT, 1513 * kT, 2000 * kG, kLaunchNs, 90, 114, 2048, 64 * kG},
     {"H100-NVL", "PCIe + NVLink bridge, HBM3", 94 * kGiB, 95'232ULL * kMiB,
      60 * kT, 417.5 * kT, 835.5 * kT, 835.5 * kT, 1670.5 * kT, 3900 * kG, kLaunchNs, 90, 132, 2048, 300 * kG},

@@ -165,6 +165,10 @@ TEST_CASE("gpu table: H100 PCIe / NVL, A100 PCIe, L40, A10, RTX PRO 6000, B300 /
   CHECK(gib2("RTX-PRO-6000") == 9497);
   // data sheets: bandwidth and compute capability; the PCIe A100s and H100 share their SXM siblings' chips
   CHECK(find_gpu("H100-PCIe").memory_bytes_per_s == 2000e9);
+  // no published PCIe reading: the SXM siblings' runtime totals, said so in the variant
+  CHECK(find_gpu("H100-PCIe").total_memory_bytes == find_gpu("H100-80GB").total_memory_bytes);
+  CHECK(find_gpu("A100-40GB-PCIe").total_memory_bytes == find_gpu("A100-40GB").total_memory_bytes);
+  CHECK_THAT(std::string(find_gpu("H100-PCIe").variant), Catch::Contains("runtime total, est."));
   CHECK(find_gpu("H100-PCIe").compute_capability == 90);
   CHECK(find_gpu("H100-NVL").memory_bytes_per_s == 3900e9);
   CHECK(find_gpu("A100-80GB-PCIe").memory_bytes_per_s == 1935e9);
