@@ -1,6 +1,6 @@
-// Each supported model_type end to end through the CLI, from a real config.json where one is stored
-// (tests/data/hf_configs) and otherwise from the shape keys of a published checkpoint: `predict` for a
-// training step and for generation, `fit` and `plan`. What can fail: the parameter count the report prints
+// Each supported model_type end to end through the CLI, from a real config.json (tests/data/hf_configs;
+// llama4_text: the stored Llama-4-Scout file's text_config written alone): `predict` for a training step and
+// for generation, `fit` and `plan`. What can fail: the parameter count the report prints
 // is the count worked by hand (tests/graph/test_hf_real_configs.cpp, test_hf_model_types_2025.cpp: the
 // constants below are those hand counts) and the parameters' bytes are that count x 2 (bf16); a quantized
 // checkpoint is refused with the format it read.
@@ -184,6 +184,20 @@ TEST_CASE("fit and plan take a real config.json of the current model_types", "[c
     INFO(file);
     const auto plan = run_vramsim("plan --model " + stored(file) +
                                   " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
+    INFO(plan.err);
+    REQUIRE(plan.exit_code == 0);
+    CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);
+  }
+  // the MoE checkpoints with one layer each (their full steps take minutes): Qwen1.5-MoE-A2.7B, Llama-4-Scout
+  for (const std::string& model : {with_layers("Qwen__Qwen1.5-MoE-A2.7B.config.json", 1), scout(1, false)}) {
+    INFO(model);
+    const auto fit = run_vramsim("fit --model " + model +
+                                 " --gpu H100 --precision bf16 --seq 512 --checkpointing full --json");
+    INFO(fit.err);
+    REQUIRE(fit.exit_code == 0);
+    CHECK(nlohmann::json::parse(fit.out).at("best").get<int>() >= 1);
+    const auto plan =
+        run_vramsim("plan --model " + model + " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
     INFO(plan.err);
     REQUIRE(plan.exit_code == 0);
     CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);
