@@ -87,8 +87,37 @@
 //       FP16/BF16 1,307.4 TF, FP8 2,614.9 TF (dense); 304 CUs; gfx942 (9.4); Infinity Fabric 128 GB/s per
 //       link, 64 per direction. Memory: marketing.
 //     MI325X: AMD Instinct MI325X data sheet: 256 GB HBM3E, 6 TB/s, compute as MI300X. Memory: marketing.
+//
+// Note [The GPUs people rent now, session 8] (the same conventions):
+//   H100 PCIe: NVIDIA H100 datasheet (PCIe column): 80 GB HBM2e, 2.0 TB/s, FP32 51 TF, TF32 756 TF*,
+//     BF16 1,513 TF*, FP8 3,026 TF*; 114 SMs (H100 whitepaper), compute 9.0; PCIe 5.0 x16. Memory: the
+//     SXM5 row's runtime total (the same 80 GB less the driver's share; est., no published PCIe reading).
+//   H100 NVL: the datasheet's NVL column: 94 GB HBM3, 3.9 TB/s, FP32 60 TF, TF32 835 TF*, BF16 1,671 TF*,
+//     FP8 3,341 TF*; NVLink bridge 600 GB/s; 132 SMs (est., as H100 SXM). Runtime total 93.00 GiB: PyTorch's
+//     OOM message on a RunPod "H100 NVL 94GB" (ali-vilab/VACE issue #56): 95,232 MiB (+-5 MiB rounding).
+//   A100 PCIe 40GB / 80GB: the A100 datasheet's PCIe columns: compute as SXM4, 1,555 / 1,935 GB/s; PCIe 4.0
+//     x16 (the optional NVLink bridge is not assumed). Memory: the SXM4 rows' runtime totals (same HBM;
+//     est., no published PCIe reading found).
+//   L40: NVIDIA L40 datasheet: 48 GB GDDR6, 864 GB/s, FP32 90.5 TF, TF32 181 TF*, BF16 362 TF*,
+//     FP8 724 TF*; AD102, 142 SMs, compute 8.9. Runtime total 44.40 GiB: PyTorch's OOM message "in single
+//     L40 GPU" (QwenLM/Qwen3-VL issue #2097): 45,466 MiB (+-5 MiB rounding).
+//   A10: NVIDIA A10 datasheet: 24 GB GDDR6, 600 GB/s, FP32 31.2 TF, TF32 125 TF*, BF16 250 TF*; GA102
+//     with 72 SMs, compute 8.6. Runtime total 21.99 GiB: PyTorch's OOM message on a Lambda "a10" instance
+//     (zai-org/CogVLM issue #236): 22,518 MiB (+-5 MiB rounding).
+//   RTX PRO 6000 Blackwell (Workstation / Server Edition): NVIDIA's RTX Blackwell whitepaper table (as
+//     quoted in NVIDIA/cudnn-frontend PR #1164): GB202 with 188 SMs; 96 GB GDDR7 ECC, 1,792 GB/s; compute
+//     12.0 (sm_120, antirez/ds4 PR #256); FP32 125 TF, "4,000 AI TOPS" FP4 with sparsity -> FP8 1,000,
+//     BF16 500, TF32 250 TF dense (est.: professional boards accumulate in FP32 at full rate); PCIe 5.0 x16.
+//     Runtime total 94.97 GiB: a CUDA program's log of the device total on a 96 GB Workstation card whose
+//     nvidia-smi shows 97,887 MiB (antirez/ds4 issue #431): 97,249 MiB (+-5 MiB rounding).
+//   B300 / GB300 (Blackwell Ultra): NVIDIA's announcements give 288 GB HBM3e and 8 TB/s per GPU, compute
+//     capability 10.3, NVLink 5 1.8 TB/s; the dense BF16 / FP8 / TF32 / FP32 rates and the SM count are
+//     taken as B200's (est.: Blackwell Ultra raises FP4, not these). Memory: marketing.
+//   Not added: RTX PRO 6000's Max-Q and Server variants differ in clocks only (the alias maps them to one
+//     row); AMD rows beyond MI325X (MI350X/MI355X) wait for a published PyTorch ROCm reading.
 //   (* with sparsity; the rows hold half.) Max threads per SM: 1536 for compute 8.6 / 8.9 / 12.0, 2048 for
-//   9.0 and 10.0; AMD: 2048 per CU (32 wavefronts of 64; est.).
+//   9.0 and 10.0; AMD: 2048 per CU (32 wavefronts of 64; rocminfo on an MI300X prints "Compute Unit: 304" and
+//   "Max Work-item Per CU: 2048", ROCm/legacy-rocm-build issue #4021).
 #include "sim/engine/gpu_table.h"
 
 #include <algorithm>
@@ -151,6 +180,26 @@ const std::vector<GpuSpec> kGpus = {
      75 * kT, 1100 * kT, 2250 * kT, 2250 * kT, 4500 * kT, 7700 * kG, kLaunchNs, 100, 148, 2048, 900 * kG},
     {"GB200", "Grace Blackwell (NVL72), HBM3e (memory: marketing size)", 186 * kGiB, 186 * kGiB,
      80 * kT, 1250 * kT, 2500 * kT, 2500 * kT, 5000 * kT, 8000 * kG, kLaunchNs, 100, 148, 2048, 900 * kG},
+    {"H100-PCIe", "PCIe, HBM2e (memory: the SXM5 part's runtime total, est.)", 80 * kGiB, 85'045'477'376ULL,
+     51 * kT, 378 * kT, 756.5 * kT, 756.5 * kT, 1513 * kT, 2000 * kG, kLaunchNs, 90, 114, 2048, 64 * kG},
+    {"H100-NVL", "PCIe + NVLink bridge, HBM3", 94 * kGiB, 95'232ULL * kMiB,
+     60 * kT, 417.5 * kT, 835.5 * kT, 835.5 * kT, 1670.5 * kT, 3900 * kG, kLaunchNs, 90, 132, 2048, 300 * kG},
+    {"A100-40GB-PCIe", "PCIe, HBM2 (memory: the SXM4 part's runtime total, est.)", 40 * kGiB,
+     42'405'855'232ULL,
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1555 * kG, kLaunchNs, 80, 108, 2048, 32 * kG},
+    {"A100-80GB-PCIe", "PCIe, HBM2e (memory: the SXM4 part's runtime total, est.)", 80 * kGiB,
+     85'100'068'864ULL,
+     19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 0, 1935 * kG, kLaunchNs, 80, 108, 2048, 32 * kG},
+    {"L40", "PCIe, GDDR6", 48 * kGiB, 45'466ULL * kMiB,
+     90.5 * kT, 90.5 * kT, 181 * kT, 181 * kT, 362 * kT, 864 * kG, kLaunchNs, 89, 142, 1536, 32 * kG},
+    {"A10", "PCIe, GDDR6", 24 * kGiB, 22'518ULL * kMiB,
+     31.2 * kT, 62.5 * kT, 125 * kT, 125 * kT, 0, 600 * kG, kLaunchNs, 86, 72, 1536, 32 * kG},
+    {"RTX-PRO-6000", "Blackwell, GDDR7", 96 * kGiB, 97'249ULL * kMiB,
+     125 * kT, 250 * kT, 500 * kT, 500 * kT, 1000 * kT, 1792 * kG, kLaunchNs, 120, 188, 1536, 64 * kG},
+    {"B300", "SXM (HGX B300), HBM3e (memory: marketing size)", 288 * kGiB, 288 * kGiB,
+     75 * kT, 1100 * kT, 2250 * kT, 2250 * kT, 4500 * kT, 8000 * kG, kLaunchNs, 103, 148, 2048, 900 * kG},
+    {"GB300", "Grace Blackwell Ultra (NVL72), HBM3e (memory: marketing size)", 288 * kGiB, 288 * kGiB,
+     75 * kT, 1100 * kT, 2250 * kT, 2250 * kT, 4500 * kT, 8000 * kG, kLaunchNs, 103, 148, 2048, 900 * kG},
     {"MI250X-GCD", "AMD Instinct, one of two GCDs, HBM2e (memory: marketing size)", 64 * kGiB, 64 * kGiB,
      23.95 * kT, 0, 191.5 * kT, 191.5 * kT, 0, 1600 * kG, kLaunchNs, 90, 110, 2048, 50 * kG},
     {"MI300X", "AMD Instinct OAM, HBM3 (memory: marketing size)", 192 * kGiB, 192 * kGiB,
@@ -175,6 +224,13 @@ const std::vector<std::pair<std::string_view, std::string_view>> kAliases = {
     {"mi250x", "MI250X-GCD"},       {"amdinstinctmi250x", "MI250X-GCD"},
     {"mi300x", "MI300X"},           {"amdinstinctmi300x", "MI300X"},
     {"mi325x", "MI325X"},           {"amdinstinctmi325x", "MI325X"},
+    {"h100pcie", "H100-PCIe"},      {"h100nvl", "H100-NVL"},       {"a100pcie40gb", "A100-40GB-PCIe"},
+    {"a10080gbpcie", "A100-80GB-PCIe"},                            {"l40", "L40"},
+    {"a10", "A10"},                 {"rtxpro6000", "RTX-PRO-6000"},
+    {"rtxpro6000blackwellworkstationedition", "RTX-PRO-6000"},
+    {"rtxpro6000blackwellserveredition", "RTX-PRO-6000"},
+    {"rtxpro6000blackwellmaxqworkstationedition", "RTX-PRO-6000"},
+    {"b300", "B300"},               {"gb300", "GB300"},
 };
 // clang-format on
 

@@ -11,10 +11,11 @@
 // Estimates: a bare lazy context reserves about 2 KiB x SMs x max threads per SM (the local-memory
 // reservation, forums.developer.nvidia.com/t/local-memory-management/289339: "MAX_THREADS_PER_SM x SMs x
 // LOCAL_MEM_PER_THREAD"; it fits the H100's 534 and the RTX 6000 Ada's measured 426 MiB,
-// unslothai/unsloth-zoo PR #1053), plus ~50 MiB of PyTorch's first kernels (the A100's 479 MiB after
-// torch.ones against its 432 MiB bare reservation). Eager loading without a measurement: 1 GiB, inside the
-// 0.6-1.8 GiB that eager-era PyTorch processes measure (ml-engineering; pytorch/pytorch #107667: ">1000MB"
-// before CUDA 11.7).
+// unslothai/unsloth-zoo PR #1053, and an RTX 3090's bare context of 256 MiB held before any kernel ran,
+// invoke-ai/InvokeAI issue #9413, torch 2.7.1+cu128, against the rule's 246 MiB), plus ~50 MiB of PyTorch's
+// first kernels (the A100's 479 MiB after torch.ones against its 432 MiB bare reservation). Eager loading
+// without a measurement: 1 GiB, inside the 0.6-1.8 GiB that eager-era PyTorch processes measure
+// (ml-engineering; pytorch/pytorch #107667: ">1000MB" before CUDA 11.7).
 #include "sim/predict/cuda_context.h"
 
 #include <array>
@@ -46,7 +47,7 @@ constexpr std::string_view kA100Lazy =
 constexpr std::string_view kA100Eager =
     "measured: 0.92 GiB with CUDA_MODULE_LOADING=EAGER, A100 80GB, PyTorch 2.1.1+cu121 (ml-engineering)";
 
-const std::array<Row, 22> kRows{{
+const std::array<Row, 31> kRows{{
     {"A100-40GB", {479 * kMiB, true, kA100Lazy}, {942 * kMiB, true, kA100Eager}},
     {"A100-80GB", {479 * kMiB, true, kA100Lazy}, {942 * kMiB, true, kA100Eager}},
     {"H100-80GB",
@@ -100,6 +101,33 @@ const std::array<Row, 22> kRows{{
      {lazy_estimate(148, 2048), false, "estimate: 2 KiB x 148 SMs x 2048 threads + 50 MiB of kernels"},
      {kGiB, false, kEagerEstimate}},
     {"GB200",
+     {lazy_estimate(148, 2048), false, "estimate: 2 KiB x 148 SMs x 2048 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"H100-PCIe",
+     {lazy_estimate(114, 2048), false, "estimate: 2 KiB x 114 SMs x 2048 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"H100-NVL",
+     {534 * kMiB, false, "estimate: the H100 SXM's measured ~534 MiB (same GH100, 132 SMs)"},
+     {kGiB, false, kEagerEstimate}},
+    {"A100-40GB-PCIe",
+     {479 * kMiB, false, "estimate: the A100 SXM4's measured 0.47 GiB (same GA100, 108 SMs; ml-engineering)"},
+     {942 * kMiB, false, "estimate: the A100 SXM4's measured 0.92 GiB eager (ml-engineering)"}},
+    {"A100-80GB-PCIe",
+     {479 * kMiB, false, "estimate: the A100 SXM4's measured 0.47 GiB (same GA100, 108 SMs; ml-engineering)"},
+     {942 * kMiB, false, "estimate: the A100 SXM4's measured 0.92 GiB eager (ml-engineering)"}},
+    {"L40",
+     {lazy_estimate(142, 1536), false, "estimate: 2 KiB x 142 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"A10",
+     {lazy_estimate(72, 1536), false, "estimate: 2 KiB x 72 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"RTX-PRO-6000",
+     {lazy_estimate(188, 1536), false, "estimate: 2 KiB x 188 SMs x 1536 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"B300",
+     {lazy_estimate(148, 2048), false, "estimate: 2 KiB x 148 SMs x 2048 threads + 50 MiB of kernels"},
+     {kGiB, false, kEagerEstimate}},
+    {"GB300",
      {lazy_estimate(148, 2048), false, "estimate: 2 KiB x 148 SMs x 2048 threads + 50 MiB of kernels"},
      {kGiB, false, kEagerEstimate}},
     {"MI250X-GCD",

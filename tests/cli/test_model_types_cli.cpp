@@ -1,6 +1,6 @@
-// Each supported model_type end to end through the CLI, from a real config.json where one is stored
-// (tests/data/hf_configs) and otherwise from the shape keys of a published checkpoint: `predict` for a
-// training step and for generation, `fit` and `plan`. What can fail: the parameter count the report prints
+// Each supported model_type end to end through the CLI, from a real config.json (tests/data/hf_configs;
+// llama4_text: the stored Llama-4-Scout file's text_config written alone): `predict` for a training step and
+// for generation, `fit` and `plan`. What can fail: the parameter count the report prints
 // is the count worked by hand (tests/graph/test_hf_real_configs.cpp, test_hf_model_types_2025.cpp: the
 // constants below are those hand counts) and the parameters' bytes are that count x 2 (bf16); a quantized
 // checkpoint is refused with the format it read.
@@ -38,8 +38,26 @@ std::string with_layers(const std::string& file, int layers) {
   return write_file(std::to_string(layers) + "_layers_" + file, j.dump()).string();
 }
 
-// Shapes of published checkpoints for the model_types with no stored config.json (SOURCES.md), as
-// test_hf_model_types_2025.cpp writes them, with its hand counts.
+// The stored Llama-4-Scout file with fewer layers in its text_config (llama4), or that text_config alone as a
+// config.json (llama4_text, as a text-only checkpoint writes it).
+std::string scout(int layers, bool text_only) {
+  std::ifstream in(stored("unsloth__Llama-4-Scout-17B-16E.config.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["text_config"]["num_hidden_layers"] = layers;
+  const std::string name =
+      std::to_string(layers) + (text_only ? "_layers_scout_text.json" : "_layers_scout.json");
+  return write_file(name, (text_only ? j["text_config"] : j).dump()).string();
+}
+
+// Llama-4-Scout's language model with one of its 48 layers (test_hf_real_configs.cpp counts all 48): q and o
+// 5120 x 5120, k and v 5120 x 1024, 16 fused experts of 3 x 5120 x 8192, router 16 x 5120, the shared expert
+// 3 x 5120 x 8192, two norms; untied 202048 x 5120 embeddings and lm_head; final norm
+constexpr std::int64_t kScoutOneLayer =
+    2 * 202048LL * 5120 +
+    (2 * 5120 * 5120 + 2 * 5120 * 1024 + 17 * 3LL * 5120 * 8192 + 16 * 5120 + 2 * 5120) + 5120;
+
+// Every supported model_type from a stored real config.json (SOURCES.md), with the hand counts of
+// test_hf_real_configs.cpp.
 std::vector<Case> cases() {
   return {
       {"gpt2", stored("openai-community__gpt2.config.json"), 124'439'808},
@@ -79,12 +97,18 @@ std::vector<Case> cases() {
       {"olmo2", stored("allenai__OLMo-2-1124-7B-Instruct.config.json"), 7'298'617'344},
       {"granite", stored("ibm-granite__granite-3.3-8b-instruct.config.json"), 8'170'864'640},
       {"gemma3", stored("google__gemma-3-4b-it.config.json"), 3'880'263'168},  // the language model
-      {"falcon",
-       write_file("falcon.json", R"({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 4544,
-        "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": true, "parallel_attn": true,
-        "new_decoder_architecture": false, "bias": false, "alibi": false})")
-           .string(),
-       6'921'720'704},
+      {"falcon", stored("tiiuae__falcon-7b.config.json"), 6'921'720'704},
+      {"gemma", stored("unsloth__gemma-2b.config.json"), 2'506'172'416},
+      {"starcoder2", stored("bigcode__starcoder2-3b.config.json"), 3'030'371'328},
+      // Qwen1.5-MoE-A2.7B with 1 of its 24 layers: q/k/v 2048 x 2048 + bias, o 2048 x 2048, router 60 x 2048,
+      // 60 experts of 3 x 2048 x 1408, the shared expert 3 x 2048 x 5632 and its 1 x 2048 gate, two norms
+      {"qwen2_moe", with_layers("Qwen__Qwen1.5-MoE-A2.7B.config.json", 1),
+       2 * 151936LL * 2048 +
+           (3 * (2048 * 2048 + 2048) + 2048 * 2048 + 60 * 2048 + 60LL * 3 * 2048 * 1408 + 3 * 2048 * 5632 +
+            2048 + 2 * 2048) +
+           2048},
+      {"llama4", scout(1, false), kScoutOneLayer},
+      {"llama4_text", scout(1, true), kScoutOneLayer},
   };
 }
 
@@ -136,7 +160,9 @@ TEST_CASE("fit and plan take a real config.json of the current model_types", "[c
   for (const char* file :
        {"Qwen__Qwen3-8B.config.json", "openai__gpt-oss-20b.config.json", "microsoft__phi-2.config.json",
         "mistralai__Mistral-7B-Instruct-v0.3.config.json", "allenai__OLMo-2-1124-7B-Instruct.config.json",
-        "ibm-granite__granite-3.3-8b-instruct.config.json", "google__gemma-3-4b-it.config.json"}) {
+        "ibm-granite__granite-3.3-8b-instruct.config.json", "google__gemma-3-4b-it.config.json",
+        "unsloth__gemma-2b.config.json", "bigcode__starcoder2-3b.config.json",
+        "tiiuae__falcon-7b.config.json"}) {
     INFO(file);
     const auto fit = run_vramsim("fit --model " + stored(file) +
                                  " --gpu H100 --precision bf16 --seq 512 --checkpointing full --json");
@@ -153,10 +179,25 @@ TEST_CASE("fit and plan take a real config.json of the current model_types", "[c
   for (const char* file :
        {"microsoft__phi-2.config.json", "mistralai__Mistral-7B-Instruct-v0.3.config.json",
         "allenai__OLMo-2-1124-7B-Instruct.config.json", "ibm-granite__granite-3.3-8b-instruct.config.json",
-        "google__gemma-3-4b-it.config.json"}) {
+        "google__gemma-3-4b-it.config.json", "unsloth__gemma-2b.config.json",
+        "bigcode__starcoder2-3b.config.json", "tiiuae__falcon-7b.config.json"}) {
     INFO(file);
     const auto plan = run_vramsim("plan --model " + stored(file) +
                                   " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
+    INFO(plan.err);
+    REQUIRE(plan.exit_code == 0);
+    CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);
+  }
+  // the MoE checkpoints with one layer each (their full steps take minutes): Qwen1.5-MoE-A2.7B, Llama-4-Scout
+  for (const std::string& model : {with_layers("Qwen__Qwen1.5-MoE-A2.7B.config.json", 1), scout(1, false)}) {
+    INFO(model);
+    const auto fit = run_vramsim("fit --model " + model +
+                                 " --gpu H100 --precision bf16 --seq 512 --checkpointing full --json");
+    INFO(fit.err);
+    REQUIRE(fit.exit_code == 0);
+    CHECK(nlohmann::json::parse(fit.out).at("best").get<int>() >= 1);
+    const auto plan =
+        run_vramsim("plan --model " + model + " --gpu H100 --gpus 8 --global-batch 8 --seq 512 --json");
     INFO(plan.err);
     REQUIRE(plan.exit_code == 0);
     CHECK(nlohmann::json::parse(plan.out).at("configurations_evaluated").get<int>() > 0);

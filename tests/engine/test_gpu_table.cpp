@@ -10,7 +10,7 @@
 using namespace vramsim;
 
 TEST_CASE("gpu table: every row is plausible", "[quick][engine]") {
-  REQUIRE(gpu_table().size() == 22);
+  REQUIRE(gpu_table().size() == 31);
   for (const GpuSpec& gpu : gpu_table()) {
     INFO(gpu.name);
     // The runtime's total is a little below the nominal size: 1-6% goes to ECC and the driver. Rows without
@@ -81,11 +81,11 @@ TEST_CASE("gpu table: lookup is case-insensitive and knows aliases and PyTorch d
 }
 
 TEST_CASE("gpu table: unknown names are input errors that list the known GPUs", "[quick][engine]") {
-  for (const std::string name : {"b300", "", "nvidia", "A100-120GB", "t"}) {
+  for (const std::string name : {"b400", "", "nvidia", "A100-120GB", "t"}) {
     INFO("'" << name << "'");
     CHECK_THROWS_AS(find_gpu(name), InputError);
   }
-  CHECK_THROWS_WITH(find_gpu("B300"), Catch::Contains("--gpu: unknown GPU 'B300'") &&
+  CHECK_THROWS_WITH(find_gpu("B400"), Catch::Contains("--gpu: unknown GPU 'B400'") &&
                                           Catch::Contains("A100-40GB") && Catch::Contains("H200-141GB") &&
                                           Catch::Contains("T4") && Catch::Contains("a100"));
 }
@@ -138,4 +138,45 @@ TEST_CASE("gpu table: the GPUs people rent now (issue 36), data-sheet figures", 
   CHECK(find_gpu("MI325X").memory_bytes_per_s == 6000e9);
   CHECK(find_gpu("rtx4090").name == "RTX-4090");
   CHECK(find_gpu("l4").name == "L4");
+}
+
+TEST_CASE("gpu table: H100 PCIe / NVL, A100 PCIe, L40, A10, RTX PRO 6000, B300 / GB300", "[quick][engine]") {
+  // PyTorch device names resolve to the rows (torch.cuda.get_device_name as the issues print them)
+  CHECK(find_gpu("NVIDIA H100 PCIe").name == "H100-PCIe");
+  CHECK(find_gpu("NVIDIA H100 NVL").name == "H100-NVL");
+  CHECK(find_gpu("NVIDIA A100-PCIE-40GB").name == "A100-40GB-PCIe");
+  CHECK(find_gpu("NVIDIA A100 80GB PCIe").name == "A100-80GB-PCIe");
+  CHECK(find_gpu("NVIDIA L40").name == "L40");
+  CHECK(find_gpu("NVIDIA A10").name == "A10");
+  CHECK(find_gpu("NVIDIA A10G").name == "A10G");  // not the A10
+  CHECK(find_gpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition").name == "RTX-PRO-6000");
+  CHECK(find_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition").name == "RTX-PRO-6000");
+  CHECK(find_gpu("NVIDIA B300").name == "B300");
+  CHECK(find_gpu("gb300").name == "GB300");
+  // Runtime totals as the published messages print them (two decimals): H100 NVL 93.00 GiB
+  // (ali-vilab/VACE #56), L40 44.40 GiB (QwenLM/Qwen3-VL #2097), A10 21.99 GiB (zai-org/CogVLM #236),
+  // RTX PRO 6000 Blackwell 94.97 GiB (antirez/ds4 #431)
+  const auto gib2 = [](const char* gpu) {
+    return std::llround(static_cast<double>(find_gpu(gpu).total_memory_bytes) / kGiB * 100);
+  };
+  CHECK(gib2("H100-NVL") == 9300);
+  CHECK(gib2("L40") == 4440);
+  CHECK(gib2("A10") == 2199);
+  CHECK(gib2("RTX-PRO-6000") == 9497);
+  // data sheets: bandwidth and compute capability; the PCIe A100s and H100 share their SXM siblings' chips
+  CHECK(find_gpu("H100-PCIe").memory_bytes_per_s == 2000e9);
+  // no published PCIe reading: the SXM siblings' runtime totals, said so in the variant
+  CHECK(find_gpu("H100-PCIe").total_memory_bytes == find_gpu("H100-80GB").total_memory_bytes);
+  CHECK(find_gpu("A100-40GB-PCIe").total_memory_bytes == find_gpu("A100-40GB").total_memory_bytes);
+  CHECK_THAT(std::string(find_gpu("H100-PCIe").variant), Catch::Contains("runtime total, est."));
+  CHECK(find_gpu("H100-PCIe").compute_capability == 90);
+  CHECK(find_gpu("H100-NVL").memory_bytes_per_s == 3900e9);
+  CHECK(find_gpu("A100-80GB-PCIe").memory_bytes_per_s == 1935e9);
+  CHECK(find_gpu("A100-80GB-PCIe").peak_flops_per_s(ComputeDType::kBf16) ==
+        find_gpu("A100-80GB").peak_flops_per_s(ComputeDType::kBf16));
+  CHECK(find_gpu("A10").sm_count == 72);
+  CHECK(find_gpu("RTX-PRO-6000").compute_capability == 120);
+  CHECK(find_gpu("RTX-PRO-6000").nominal_memory_bytes == 96 * kGiB);
+  CHECK(find_gpu("B300").compute_capability == 103);
+  CHECK(find_gpu("GB300").nominal_memory_bytes == 288 * kGiB);
 }

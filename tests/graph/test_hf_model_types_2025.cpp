@@ -23,10 +23,9 @@ ModelConfig stored_config(const std::string& file) {
   return load_model((test::source_dir() / "tests" / "data" / "hf_configs" / file).string());
 }
 
-// Shape keys of published checkpoints. starcoder2, falcon and llama4 have no stored config.json
-// (tests/data/hf_configs/SOURCES.md); Qwen3-30B-A3B, phi-2, gpt-oss-20b, DeepSeek-V3, OLMo-2 and Granite-3.3
-// do, and test_hf_real_configs.cpp counts them from the stored files (these inline keys are kept for the step
-// tests below, which shrink them).
+// Shape keys of published checkpoints. Each now has a stored config.json (tests/data/hf_configs/SOURCES.md),
+// counted by hand from the stored file in test_hf_real_configs.cpp; these inline keys are kept for the step
+// tests below, which shrink them.
 // Qwen/Qwen3-30B-A3B
 const char* kQwen3MoeA3B = R"({"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
   "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
@@ -327,12 +326,29 @@ TEST_CASE("presets of the current families: counts and sources", "[quick][graph]
   const std::int64_t gemma3_12b = model_preset("gemma-3-12b").parameter_count();
   CHECK(gemma3_12b == 262208LL * 3840 + 48 * gemma3_12b_layer + 3840);
   CHECK(std::llround((gemma3_12b + 416'866'032 + 1152 * 3840 + 1152) / 1e8) == 122);
+  // Mixtral-8x22B (141B, 39B active on Mistral's announcement): q and o 6144 x 48*128, k and v 6144 x 8*128,
+  // router 8 x 6144, 8 experts of w1/w2/w3 3 x 6144 x 16384, two norms; untied 32000 x 6144 embeddings and
+  // lm_head; final norm
+  const std::int64_t mixtral_expert = 3LL * 6144 * 16384;
+  const std::int64_t mixtral_layer =
+      2 * 6144 * 6144 + 2 * 6144 * 1024 + 8 * 6144 + 8 * mixtral_expert + 2 * 6144;
+  const ModelConfig mixtral = model_preset("mixtral-8x22b");
+  CHECK(mixtral.parameter_count() == 2 * 32000LL * 6144 + 56 * mixtral_layer + 6144);
+  CHECK(mixtral.parameter_count() == 140'620'634'112);
+  CHECK(std::llround(mixtral.parameter_count() / 1e9) == 141);
+  CHECK(std::llround(
+            (mixtral.parameter_count() - 56 * (mixtral.moe.n_experts - mixtral.moe.top_k) * mixtral_expert) /
+            1e9) == 39);
+  // Qwen3-235B-A22B: its shapes are the stored -Instruct-2507 file's, counted in test_hf_real_configs.cpp
+  CHECK(model_preset("qwen3-235b-a22b").parameter_count() == 235'093'634'560);
   for (const char* name :
-       {"llama-3.1-70b",  "llama-3.1-405b", "llama-3.2-3b", "llama-3.3-70b",   "qwen2.5-7b",
-        "qwen2.5-72b",    "qwen3-8b",       "qwen3-32b",    "gemma-2-9b",      "gemma-3-27b",
-        "phi-3-mini",     "phi-4",          "gpt-oss-120b", "gemma-2-2b",      "gemma-2-27b",
-        "gemma-3-1b",     "gemma-3-4b",     "gemma-3-12b",  "mistral-7b-v0.3", "olmo-2-7b",
-        "granite-3.3-8b", "qwen3-0.6b",     "qwen3-1.7b",   "qwen3-4b",        "phi-3-medium"}) {
+       {"llama-3.1-70b",  "llama-3.1-405b",  "llama-3.2-3b",      "llama-3.3-70b",   "qwen2.5-7b",
+        "qwen2.5-72b",    "qwen3-8b",        "qwen3-32b",         "gemma-2-9b",      "gemma-3-27b",
+        "phi-3-mini",     "phi-4",           "gpt-oss-120b",      "gemma-2-2b",      "gemma-2-27b",
+        "gemma-3-1b",     "gemma-3-4b",      "gemma-3-12b",       "mistral-7b-v0.3", "olmo-2-7b",
+        "granite-3.3-8b", "qwen3-0.6b",      "qwen3-1.7b",        "qwen3-4b",        "phi-3-medium",
+        "mixtral-8x22b",  "qwen3-235b-a22b", "qwen1.5-moe", "gemma-2b",        "starcoder2-3b",
+        "falcon-7b",      "llama-4-scout"}) {
     INFO(name);
     CHECK(model_preset(name).name == name);
     CHECK(load_model(name).parameter_count() > 0);

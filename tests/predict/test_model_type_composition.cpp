@@ -1,21 +1,22 @@
 // The composition matrix over model types (issue 36): every supported model_type, from its real config.json
-// where one is stored (tests/data/hf_configs) and otherwise from one published checkpoint's shape keys,
-// crossed with the techniques people put on a current model: LoRA, QLoRA, full activation checkpointing,
-// FSDP and generation (the registry's entries, sim/cli/techniques.cpp). Each pair is predicted with the
-// invariants every prediction keeps (the bill adds up to the peak allocated bytes, reserved >= allocated),
-// or refused with the real library's reason. The expected refusals are written here from the library, not
-// read from vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py,
-// main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4, mistral, mixtral, phi,
-// gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises "Please specify
-// `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal checkpoint's is
-// its wrapper's: gemma3 has no entry, llama4 has one). The models are shrunk (2 layers, width 64, 4
-// experts) after their config.json is read, so that 115 predictions run in seconds; what is composed is
-// the model_type's layer code, not its size.
+// (tests/data/hf_configs; llama4_text is the stored Llama-4-Scout file's text_config written alone), crossed
+// with the techniques people put on a current model: LoRA, QLoRA, full activation checkpointing, FSDP and
+// generation (the registry's entries, sim/cli/techniques.cpp). Each pair is predicted with the invariants
+// every prediction keeps (the bill adds up to the peak allocated bytes, reserved >= allocated), or refused
+// with the real library's reason. The expected refusals are written here from the library, not read from
+// vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py, main of
+// 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4, mistral, mixtral, phi, gemma, gemma2,
+// gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises "Please specify `target_modules` in
+// `peft_config`" for any other model.config.model_type (a multimodal checkpoint's is its wrapper's: gemma3
+// has no entry, llama4 has one). The models are shrunk (2 layers, width 64, 4 experts) after their
+// config.json is read, so that 115 predictions run in seconds; what is composed is the model_type's layer
+// code, not its size.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -53,8 +54,12 @@ struct TypeCase {
   std::string config;      // a path
 };
 
-// One config.json per supported model_type: the stored real ones, and for the six without one the shape
-// keys of the checkpoint named (as tests/graph/test_hf_model_types_2025.cpp writes them).
+std::string scout_text_config() {
+  std::ifstream in(stored("unsloth__Llama-4-Scout-17B-16E.config.json"));
+  return nlohmann::json::parse(in).at("text_config").dump();
+}
+
+// One config.json per supported model_type: the stored real ones (tests/data/hf_configs/SOURCES.md).
 std::vector<TypeCase> type_cases() {
   return {
       {"gpt2", stored("openai-community__gpt2.config.json")},
@@ -62,18 +67,11 @@ std::vector<TypeCase> type_cases() {
       {"llama", stored("meta-llama__Llama-3.2-3B.config.json")},
       {"mistral", stored("mistralai__Mistral-7B-Instruct-v0.3.config.json")},
       {"qwen2", stored("Qwen__Qwen2.5-3B.config.json")},
-      // google/gemma-7b (GemmaConfig's defaults)
-      {"gemma", written("gemma", R"({"model_type": "gemma", "vocab_size": 256000, "hidden_size": 3072,
-        "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
-        "num_key_value_heads": 16, "head_dim": 256})")},
+      {"gemma", stored("unsloth__gemma-2b.config.json")},
       {"gemma2", stored("google__gemma-2-2b-it.config.json")},
       {"phi3", stored("microsoft__Phi-3-mini-4k-instruct.config.json")},
       {"mixtral", stored("mistralai__Mixtral-8x7B-v0.1.config.json")},
-      // Qwen/Qwen1.5-MoE-A2.7B
-      {"qwen2_moe", written("qwen2_moe", R"({"model_type": "qwen2_moe", "vocab_size": 151936,
-        "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
-        "num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
-        "shared_expert_intermediate_size": 5632, "norm_topk_prob": false})")},
+      {"qwen2_moe", stored("Qwen__Qwen1.5-MoE-A2.7B.config.json")},
       {"qwen3", stored("Qwen__Qwen3-0.6B.config.json")},
       {"qwen3_moe", stored("Qwen__Qwen3-30B-A3B.config.json")},
       {"gemma3_text", stored("google__gemma-3-1b-it.config.json")},
@@ -81,24 +79,13 @@ std::vector<TypeCase> type_cases() {
       {"olmo2", stored("allenai__OLMo-2-1124-7B-Instruct.config.json")},
       {"granite", stored("ibm-granite__granite-3.3-8b-instruct.config.json")},
       {"phi", stored("microsoft__phi-2.config.json")},
-      // bigcode/starcoder2-3b
-      {"starcoder2", written("starcoder2", R"({"model_type": "starcoder2", "vocab_size": 49152,
-        "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24,
-        "num_key_value_heads": 2, "use_bias": true, "sliding_window": 4096})")},
-      // tiiuae/falcon-7b
-      {"falcon", written("falcon", R"({"model_type": "falcon", "vocab_size": 65024, "hidden_size": 4544,
-        "num_hidden_layers": 32, "num_attention_heads": 71, "multi_query": true, "parallel_attn": true,
-        "new_decoder_architecture": false, "bias": false, "alibi": false})")},
+      {"starcoder2", stored("bigcode__starcoder2-3b.config.json")},
+      {"falcon", stored("tiiuae__falcon-7b.config.json")},
       {"gpt_oss", stored("openai__gpt-oss-20b.config.json")},
-      // meta-llama/Llama-4-Scout-17B-16E: its text_config alone, and the wrapper
-      {"llama4_text", written("llama4_text", R"({"model_type": "llama4_text", "vocab_size": 202048,
-        "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
-        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
-        "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1})")},
-      {"llama4", written("llama4", R"({"model_type": "llama4", "text_config": {"model_type": "llama4_text",
-        "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
-        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
-        "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1}})")},
+      // meta-llama/Llama-4-Scout-17B-16E: the stored wrapper, and its text_config alone as a text-only
+      // checkpoint's config.json
+      {"llama4_text", written("llama4_text", scout_text_config())},
+      {"llama4", stored("unsloth__Llama-4-Scout-17B-16E.config.json")},
       {"deepseek_v3", stored("deepseek-ai__DeepSeek-V3.config.json")},
   };
 }
