@@ -269,6 +269,7 @@ struct PipelineStage {
   std::vector<VarId> output_chunks;      // every forward's output, kept until the next step
   std::vector<TensorId> input_grads;     // the receive buffers' .grad, kept until the next step
   VarId head_output = kNoVar;            // the last virtual stage's latest output (the logits)
+  InductorProcess* inductor = nullptr;   // --compile: torchtitan compiles each TransformerBlock
 };
 
 // One chunk's forward on one micro-batch: what its backward needs.
@@ -367,6 +368,7 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk, std::si
                                                     st.code,
                                                     nullptr});
   EmitContext& ctx = *f.ctx;
+  ctx.inductor = st.inductor;
   VarId x = kNoVar;
   if (chunk.embeddings) {
     st.dp.pre_forward(tape, st.units.back());
@@ -593,11 +595,12 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;
   std::size_t held_graph_begin = 0;
-  PipelineStage stage{tape, ops,       model, options, params, buffers, *dp, units, ids,   targets,
-                      low,  attention, &code, chunks,  {},     {},      {},  {},    kNoVar};
   InductorProcess inductor;  // --compile: what the process has tuned (a warm process: everything)
   inductor.mode = options.compile;
   inductor.autotuned_before = options.warm != WarmProcess::kNone;
+  PipelineStage stage{tape, ops,       model, options, params, buffers, *dp, units, ids,   targets,
+                      low,  attention, &code, chunks,  {},     {},      {},  {},    kNoVar};
+  stage.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
   for (int step = 1; step <= options.steps; ++step) {
     if (options.pipeline.stages > 1) {
       pipeline_step(stage, step);

@@ -332,3 +332,24 @@ TEST_CASE(
         std::vector<Bytes>{kM * kLogits, kM * kLogits});
   CHECK(test::sizes_named(first, "pipeline.merge_output_chunks").empty());
 }
+
+TEST_CASE("torchtitan's pipeline stages run their compiled TransformerBlocks", "[quick][graph]") {
+  // torchtitan/parallelisms/parallelize_llama.py (9dec370) applies torch.compile to each TransformerBlock of
+  // each stage's model chunk after the split: every forward of layer 0 on stage 0 is a call of its compiled
+  // graph, and every backward runs its compiled backward graph once (whose kernel summing the gradient of
+  // the layer's input is `layers.0.compiled.grad_sum`): 4 micro-batches x 2 steps. (The pipeline path ran the
+  // layers eagerly before, while the report said compiled.)
+  TrainingOptions o = test::small_options();
+  o.precision = Precision::kBf16;
+  o.grad_accumulation = 4;
+  o.pipeline = torchtitan(2, 0);
+  o.compile = CompileMode::kDefault;
+  o.compile_scope = CompileScope::kLayer;
+  const OpGraph g = build_training_steps(test::tiny_model("llama-2-7b"), o);
+  int backwards = 0;
+  for (OpId id = 0; id < g.op_count(); ++id) {
+    const Op& op = g.op(id);
+    backwards += op.name == "layers.0.compiled.grad_sum" && op.kind == "triton_backward" ? 1 : 0;
+  }
+  CHECK(backwards == 4 * 2);
+}
