@@ -1002,11 +1002,10 @@ void EagerTape::backward(VarId loss) {
   backward(loss, begin, m_nodes.size(), "loss.backward.grad_seed", "ones_like");
 }
 
-void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
-                         const std::string& seed_kind) {
+// The engine's dependencies are those of this graph task: the nodes it will run (GraphTask's
+// compute_dependencies), not another micro-batch's graph still waiting for its own backward.
+void EagerTape::count_parameter_uses(VarId root, std::size_t begin, std::size_t end) {
   SIM_ASSERT(m_vars[root].requires_grad && begin <= end && end <= m_nodes.size());
-  // The engine's dependencies are those of this graph task: the nodes it will run (GraphTask's
-  // compute_dependencies), not another micro-batch's graph still waiting for its own backward.
   m_pending_parameter_uses.clear();
   for (std::size_t i = 0; i < m_nodes.size(); ++i) {
     Node& n = m_nodes[i];
@@ -1017,17 +1016,47 @@ void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const s
       }
     }
   }
+}
+
+void EagerTape::backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
+                         const std::string& seed_kind) {
+  count_parameter_uses(root, begin, end);
   begin_op(seed_name, seed_kind);
   const VarId seed = new_grad(root, seed_name);
   deliver(root, seed);
+  finish_backward(begin, end, kNoVar);
+}
+
+TensorId EagerTape::backward_keeping_leaf_grad(VarId root, std::size_t begin, std::size_t end, VarId seed,
+                                               VarId leaf) {
+  count_parameter_uses(root, begin, end);
+  if (seed == kNoVar) {
+    begin_op("loss.backward.grad_seed", "ones_like");
+    deliver(root, new_grad(root, "loss.backward.grad_seed"));
+  } else {  // the caller's reference keeps the seed: the nodes that consume it release theirs only
+    begin_op("pipeline.recv_backward", "recv");
+    use(m_vars[seed].storage);
+    deliver(root, seed);
+  }
+  return finish_backward(begin, end, leaf);
+}
+
+// Runs the nodes [begin, end) and releases them; the gradients no node consumed (outputs of unreached
+// nodes, leaves' gradients) are freed, except `leaf`'s, whose reference goes to the caller.
+TensorId EagerTape::finish_backward(std::size_t begin, std::size_t end, VarId leaf) {
   run_nodes(begin, end, /*layer_hooks=*/true);
   release_offload_stashes();
   release_nodes(begin, end);
-  for (auto& [var, g] : m_grad_buffer) {  // gradients no node consumed (outputs of unreached nodes)
-    (void)var;
+  TensorId kept = kNoTensor;
+  for (auto& [var, g] : m_grad_buffer) {
+    if (var == leaf && leaf != kNoVar) {
+      kept = m_vars[g].storage;
+      continue;
+    }
     unref(m_vars[g].storage);
   }
   m_grad_buffer.clear();
+  return kept;
 }
 
 VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& inputs,

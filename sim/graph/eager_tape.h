@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
+#include "sim/graph/op_graph.h"
 #include "sim/torch/cuda_reduce.h"
 #include "sim/torch/cuda_sort.h"
-#include "sim/graph/op_graph.h"
 
 namespace vramsim {
 
@@ -243,6 +243,14 @@ class EagerTape {
   // gradient another pipeline stage sent); releases those nodes.
   void backward(VarId root, std::size_t begin, std::size_t end, const std::string& seed_name,
                 const std::string& seed_kind);
+  // torch.distributed.pipelining's stage_backward (torch/distributed/pipelining/_backward.py, PyTorch of
+  // 2024-12): torch.autograd.backward(stage_output, grad_tensors=seed) over the nodes [begin, end), where
+  // `seed` is a tensor the caller keeps (the stage's receive buffer for that gradient, which the backward
+  // reads and does not free; kNoVar: a loss, seeded with ones_like), and the gradient that reaches `leaf`
+  // (the stage's receive buffer of its input, a leaf that requires grad: AccumulateGrad stores it in
+  // leaf.grad) is handed to the caller with one reference instead of being freed. Returns that gradient's
+  // storage, or kNoTensor when none reached `leaf` (kNoVar: none kept).
+  TensorId backward_keeping_leaf_grad(VarId root, std::size_t begin, std::size_t end, VarId seed, VarId leaf);
   using CheckpointBody = std::function<VarId(const std::vector<VarId>&)>;
   // torch.utils.checkpoint(body, *inputs): body must not drop its inputs; returns body's output. With `sac`,
   // context_fn=create_selective_checkpoint_contexts(sac): the outputs of the ops it saves stay referenced
@@ -412,6 +420,8 @@ class EagerTape {
   void release_offload_stashes();  // the end of backward (wait_and_del_remaining_references)
   int add_node(Node node, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
+  void count_parameter_uses(VarId root, std::size_t begin, std::size_t end);
+  TensorId finish_backward(std::size_t begin, std::size_t end, VarId leaf);
   void execute(std::size_t index);
   void execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked);
   // The replay of an op the selective policy saved: its outputs are the cached tensors; nothing runs.
@@ -425,7 +435,7 @@ class EagerTape {
   VarId take_grad(VarId output);
   void deliver(VarId input, VarId grad);
   void add_to_input_buffer(VarId input, VarId grad);  // InputBuffer::add into m_grad_buffer
-  void accumulate_grad(VarId param, VarId grad);  // store_grad, then the post-accumulate hook
+  void accumulate_grad(VarId param, VarId grad);      // store_grad, then the post-accumulate hook
   // Note [AccumulateGrad's input buffer]: a parameter's gradient goes to its AccumulateGrad node, which runs
   // once, when every node that sends it one has run; until then the engine sums them in the node's input
   // buffer (InputBuffer::add). So a weight read by several nodes (tied embeddings, chunked output) gets one

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sim/compile/torch_compile.h"
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "sim/inference/hf_generate.h"
 #include "sim/models/layer_code.h"
@@ -262,6 +263,13 @@ struct PipelineStage {
   AttentionKind attention = AttentionKind::kEager;
   const LayerCode* code = nullptr;
   std::vector<PipelineChunk> chunks;
+  // torch.distributed.pipelining (runs_torch_pipelining): index chunk * micro-batches + micro-batch.
+  std::vector<VarId> recv_buffers;       // args_recv_info: each micro-batch's receive buffer (non-first)
+  std::vector<VarId> grad_recv_buffers;  // grad_recv_info: each micro-batch's output-gradient buffer
+  std::vector<VarId> output_chunks;      // every forward's output, kept until the next step
+  std::vector<TensorId> input_grads;     // the receive buffers' .grad, kept until the next step
+  VarId head_output = kNoVar;            // the last virtual stage's latest output (the logits)
+  InductorProcess* inductor = nullptr;   // --compile: torchtitan compiles each TransformerBlock
 };
 
 // One chunk's forward on one micro-batch: what its backward needs.
@@ -274,7 +282,73 @@ struct InFlight {
   std::unique_ptr<EmitContext> ctx;
 };
 
-InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
+// The hidden states one micro-batch sends between stages: (b, s, h), the sequence split over the
+// tensor-parallel ranks under sequence parallelism.
+Shape hidden_shape(const PipelineStage& st) {
+  const std::int64_t tokens =
+      st.options.seq / (st.options.sequence_parallel ? st.options.tensor_parallel : 1);
+  return {st.options.batch, tokens, st.model.d_model};
+}
+
+// torch.distributed.pipelining's _initialize_stage at the first step (PyTorch of 2024-12,
+// torch/distributed/pipelining/stage.py): _prepare_forward_infra makes, for every micro-batch, a receive
+// buffer of the stage's input (_make_tensor_from_meta: torch.empty, then requires_grad_(True)) unless the
+// stage is the first; _prepare_backward_infra makes, for every micro-batch, a buffer for the gradient of the
+// stage's output unless it is the last. They live as long as the stage (args_recv_info, grad_recv_info).
+void initialize_stages(PipelineStage& st, int micro_batches) {
+  EagerTape& tape = st.tape;
+  const DType hidden = parameter_dtype(st.options.precision);
+  const std::size_t slots = st.chunks.size() * static_cast<std::size_t>(micro_batches);
+  st.recv_buffers.assign(slots, kNoVar);
+  st.grad_recv_buffers.assign(slots, kNoVar);
+  for (std::size_t c = 0; c < st.chunks.size(); ++c) {
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      const std::size_t i = c * static_cast<std::size_t>(micro_batches) + static_cast<std::size_t>(mb);
+      const std::string n = fmt::format("pipeline.chunk{}.mb{}", c, mb);
+      if (!st.chunks[c].embeddings) {
+        st.recv_buffers[i] = tape.constant(n + ".recv_buffer", "empty", hidden_shape(st), hidden);
+        tape.requires_grad_(st.recv_buffers[i]);
+        tape.set_category(st.recv_buffers[i], TensorCategory::kCommunication);
+      }
+      if (!st.chunks[c].head) {
+        st.grad_recv_buffers[i] = tape.constant(n + ".grad_recv_buffer", "empty", hidden_shape(st), hidden);
+        tape.set_category(st.grad_recv_buffers[i], TensorCategory::kCommunication);
+      }
+    }
+  }
+}
+
+// clear_runtime_states at the start of each schedule.step(): fwd_cache and output_chunks cleared (the last
+// references to the outputs kept since the previous step's forwards) and every receive buffer's .grad set to
+// None.
+void clear_runtime_states(PipelineStage& st) {
+  if (st.output_chunks.empty() && st.input_grads.empty()) {
+    return;
+  }
+  st.tape.begin_op("pipeline.clear_runtime_states", "set_to_none");
+  for (VarId v : st.output_chunks) {
+    st.tape.drop(v);
+  }
+  for (TensorId g : st.input_grads) {
+    st.tape.release(g);
+  }
+  st.output_chunks.clear();
+  st.input_grads.clear();
+}
+
+// schedule.step() on the stage that holds the last virtual stage returns _merge_outputs(output_chunks):
+// merge_chunks concatenates every micro-batch's output along dimension 0 (torch.cat); torchtitan's train.py
+// does not keep the result, so it is freed at once.
+void merge_output_chunks(PipelineStage& st, int micro_batches) {
+  EagerTape& tape = st.tape;
+  SIM_ASSERT(st.head_output != kNoVar);
+  Shape merged = tape.shape(st.head_output);  // every micro-batch's output has this shape
+  merged[0] *= micro_batches;
+  const VarId cat = tape.constant("pipeline.merge_output_chunks", "cat", merged, tape.dtype(st.head_output));
+  tape.drop(cat);
+}
+
+InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk, std::size_t recv_index) {
   EagerTape& tape = st.tape;
   InFlight f;
   f.nodes_begin = tape.node_count();
@@ -294,18 +368,24 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
                                                     st.code,
                                                     nullptr});
   EmitContext& ctx = *f.ctx;
+  ctx.inductor = st.inductor;
   VarId x = kNoVar;
   if (chunk.embeddings) {
     st.dp.pre_forward(tape, st.units.back());
     x = embeddings(ctx, st.ids);
   } else {
-    // p2p_communication.recv_forward: torch.empty((b, s, h)) in the pipeline dtype, then requires_grad_().
     const DType hidden = parameter_dtype(st.options.precision);
-    const std::int64_t tokens =
-        st.options.seq / (st.options.sequence_parallel ? st.options.tensor_parallel : 1);
-    f.received =
-        tape.received("pipeline.recv_forward", "recv", {st.options.batch, tokens, st.model.d_model}, hidden);
-    tape.hold(f.received);  // schedules.py keeps input_tensors until the backward
+    if (runs_torch_pipelining(st.options.pipeline)) {
+      // get_fwd_recv_ops: irecv into this micro-batch's buffer, made once by _prepare_forward_infra.
+      f.received = st.recv_buffers.at(recv_index);
+      tape.begin_op("pipeline.recv_forward", "recv");
+      tape.use(tape.storage(f.received));
+      tape.hold(f.received);  // the forward's reference (the layers take it); args_recv_info keeps its own
+    } else {
+      // p2p_communication.recv_forward: torch.empty((b, s, h)) in the pipeline dtype, then requires_grad_().
+      f.received = tape.received("pipeline.recv_forward", "recv", hidden_shape(st), hidden);
+      tape.hold(f.received);  // schedules.py keeps input_tensors until the backward
+    }
     st.code->forward_locals(ctx, hidden);
     x = f.received;
   }
@@ -316,14 +396,22 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
     end_forward(ctx);
     tape.set_phase(Phase::kLoss);
     f.output = emit_loss(ctx, logits, st.targets);
-    tape.drop(logits);  // forward_step's locals go away; the loss's graph keeps what it needs
+    if (runs_torch_pipelining(st.options.pipeline)) {
+      st.output_chunks.push_back(logits);  // forward_one_chunk: output_chunks.append(output)
+      st.head_output = logits;
+    } else {
+      tape.drop(logits);  // forward_step's locals go away; the loss's graph keeps what it needs
+    }
   } else {
     st.dp.post_forward(tape, st.units.back());
     end_forward(ctx);
-    // send_forward, then deallocate_output_tensor: the data goes, the autograd node stays.
     tape.begin_op("pipeline.send_forward", "send");
     tape.use(tape.storage(x));
-    tape.drop(x);
+    if (runs_torch_pipelining(st.options.pipeline)) {
+      st.output_chunks.push_back(x);  // fwd_cache until the backward, output_chunks until the next step
+    } else {
+      tape.drop(x);  // send_forward, then deallocate_output_tensor: the data goes, the autograd node stays
+    }
     f.output = x;
   }
   if (!st.options.autocast_whole_step) {
@@ -335,10 +423,27 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk) {
   return f;
 }
 
-void pipeline_backward(PipelineStage& st, const PipelineChunk& chunk, const InFlight& f) {
+void pipeline_backward(PipelineStage& st, const PipelineChunk& chunk, const InFlight& f, std::size_t index) {
   EagerTape& tape = st.tape;
   tape.set_phase(Phase::kBackward);
   st.dp.begin_backward(tape);
+  if (runs_torch_pipelining(st.options.pipeline)) {
+    // stage_backward: torch.autograd.backward(stage_output, grad_tensors=the received gradient), then
+    // grads_input = [buffer.grad]: sent back, and kept in .grad until clear_runtime_states.
+    const VarId seed = chunk.head ? kNoVar : st.grad_recv_buffers.at(index);
+    const TensorId g =
+        tape.backward_keeping_leaf_grad(f.output, f.nodes_begin, f.nodes_end, seed, f.received);
+    if (chunk.head) {
+      tape.drop(f.output);  // the loss
+    }
+    if (g != kNoTensor) {
+      tape.begin_op("pipeline.send_backward", "send");
+      tape.use(g);
+      st.input_grads.push_back(g);
+    }
+    st.dp.end_backward(tape, st.units.back());
+    return;
+  }
   if (chunk.head) {
     tape.backward(f.output, f.nodes_begin, f.nodes_end, "loss.backward.grad_seed", "ones_like");
     tape.drop(f.output);
@@ -355,22 +460,35 @@ void pipeline_backward(PipelineStage& st, const PipelineChunk& chunk, const InFl
 // One optimizer step's forwards and backwards of this stage in the schedule's order.
 void pipeline_step(PipelineStage& st, int step) {
   const int micro_batches = st.options.grad_accumulation;
+  const bool torch_pipelining = runs_torch_pipelining(st.options.pipeline);
+  if (torch_pipelining) {
+    st.tape.set_step(step, 0);
+    st.tape.set_phase(Phase::kForward);
+    clear_runtime_states(st);
+    if (st.recv_buffers.empty()) {
+      initialize_stages(st, micro_batches);
+    }
+  }
   std::vector<InFlight> in_flight(st.chunks.size() * static_cast<std::size_t>(micro_batches));
   std::vector<int> backwards_seen(st.chunks.size(), 0);
   for (const PipelineAction& a : pipeline_schedule(st.options.pipeline, micro_batches)) {
     st.tape.set_step(step, a.micro_batch);
     const PipelineChunk& chunk = st.chunks[static_cast<std::size_t>(a.chunk)];
-    InFlight& f = in_flight[static_cast<std::size_t>(a.chunk * micro_batches + a.micro_batch)];
+    const auto index = static_cast<std::size_t>(a.chunk * micro_batches + a.micro_batch);
+    InFlight& f = in_flight[index];
     if (a.forward) {
-      f = pipeline_forward(st, chunk);
+      f = pipeline_forward(st, chunk, index);
     } else {
       // backward_maybe_with_nosync: the gradients are synchronised on the stage's last backward only.
       const int seen = ++backwards_seen[static_cast<std::size_t>(a.chunk)];
       st.dp.set_requires_gradient_sync(seen == micro_batches);
-      pipeline_backward(st, chunk, f);
+      pipeline_backward(st, chunk, f, index);
     }
   }
   st.dp.set_requires_gradient_sync(true);
+  if (torch_pipelining && st.chunks.back().head) {
+    merge_output_chunks(st, micro_batches);
+  }
 }
 
 }  // namespace
@@ -477,11 +595,12 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;
   std::size_t held_graph_begin = 0;
-  PipelineStage stage{tape,  ops, model,   options, params,    buffers, *dp,
-                      units, ids, targets, low,     attention, &code,   chunks};
   InductorProcess inductor;  // --compile: what the process has tuned (a warm process: everything)
   inductor.mode = options.compile;
   inductor.autotuned_before = options.warm != WarmProcess::kNone;
+  PipelineStage stage{tape, ops,       model, options, params, buffers, *dp, units, ids,   targets,
+                      low,  attention, &code, chunks,  {},     {},      {},  {},    kNoVar};
+  stage.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
   for (int step = 1; step <= options.steps; ++step) {
     if (options.pipeline.stages > 1) {
       pipeline_step(stage, step);

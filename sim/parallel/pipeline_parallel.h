@@ -57,6 +57,17 @@ struct PipelineAction {
 // The order in which `options.stage` runs the forwards and backwards of one step of `micro_batches`.
 std::vector<PipelineAction> pipeline_schedule(const PipelineOptions& options, int micro_batches);
 
+// Whether the stages run on torch.distributed.pipelining as torchtitan uses it (--pp-split torchtitan), whose
+// PipelineStage, as of PyTorch 2024-12 (torchtitan's 2024-12 benchmarks), keeps per micro-batch: a receive
+// buffer of the input and one of the output's gradient, made once at the first step; every forward's output
+// (fwd_cache and output_chunks) and the input's gradient (the receive buffer's .grad) until the next step's
+// clear_runtime_states; and, on the last stage, concatenates every micro-batch's output at the end of the
+// step (_merge_outputs). Megatron's runtime (--pp-split megatron) frees the sent outputs' data at once
+// (deallocate_output_tensor) and makes each received tensor fresh.
+inline bool runs_torch_pipelining(const PipelineOptions& options) {
+  return options.split == PipelineSplit::kTorchtitan;
+}
+
 // Throws InputError("--pp...: ...") for layouts Megatron refuses (see the .cpp).
 void validate(const PipelineOptions& options, int micro_batches);
 

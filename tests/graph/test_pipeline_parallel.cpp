@@ -275,3 +275,81 @@ TEST_CASE("FSDP2 under torch.distributed.pipelining reduces the gradients once p
   }
   CHECK(test::sizes_named(same, "layers.0.reduce_output").size() == static_cast<std::size_t>(o.steps));
 }
+
+namespace {
+
+// The tiny Llama (2 layers, h 64, vocabulary 1,000) in bf16 on 2 stages, 4 micro-batches of 2 x 32 tokens,
+// 2 steps; one layer per stage under either split (torchtitan's: (2 + 2) / 2 = 2 effective layers each, one
+// of them the embeddings or the head).
+OpGraph two_stage_run(PipelineSplit split, int stage) {
+  TrainingOptions o = test::small_options();
+  o.precision = Precision::kBf16;
+  o.grad_accumulation = 4;
+  o.pipeline = pp(2, stage);
+  o.pipeline.split = split;
+  return build_training_steps(test::tiny_model("llama-2-7b"), o);
+}
+
+std::int64_t live_at_second_step(const OpGraph& g) {
+  return build_allocation_schedule(g).live_bytes_at(2, Phase::kForward).value();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "torch.distributed.pipelining (2024-12) keeps receive buffers, outputs and input gradients per "
+    "micro-batch until the next step",
+    "[quick][graph]") {
+  // torch/distributed/pipelining/stage.py of PyTorch 2024-12-23 (torchtitan's 2024-12 benchmarks), by hand.
+  // One micro-batch's hidden states: b * s * h * 2 B = 2 * 32 * 64 * 2 = 8,192 B; its logits (torchtitan's
+  // Transformer.forward returns self.output(h), bf16): 2 * 32 * 1,000 * 2 = 128,000 B. M = 4.
+  constexpr std::int64_t kHidden = 2 * 32 * 64 * 2;
+  constexpr std::int64_t kLogits = 2 * 32 * 1000 * 2;
+  constexpr int kM = 4;
+  const OpGraph first = two_stage_run(PipelineSplit::kTorchtitan, 0);
+  const OpGraph last = two_stage_run(PipelineSplit::kTorchtitan, 1);
+  // _prepare_forward_infra / _prepare_backward_infra, once at the first step: a receive buffer per
+  // micro-batch on every stage but the first, a buffer for the output's gradient on every stage but the
+  // last; made once for both steps, never freed.
+  for (int mb = 0; mb < kM; ++mb) {
+    const std::string n = "pipeline.chunk0.mb" + std::to_string(mb);
+    CHECK(test::sizes_named(first, n + ".grad_recv_buffer") == std::vector<Bytes>{kHidden});
+    CHECK(test::sizes_named(first, n + ".recv_buffer").empty());
+    CHECK(test::sizes_named(last, n + ".recv_buffer") == std::vector<Bytes>{kHidden});
+    CHECK(test::sizes_named(last, n + ".grad_recv_buffer").empty());
+  }
+  // Where the second step begins (before its clear_runtime_states), against Megatron's runtime on the same
+  // layers (deallocate_output_tensor frees what was sent; received tensors and their gradients go with each
+  // backward): the first stage still holds its M outputs (output_chunks) and M gradient buffers; the last
+  // its M receive buffers, their M gradients (.grad, set to None by clear_runtime_states) and M logits
+  // (output_chunks; the merged copy schedule.step returned was dropped by the training loop).
+  CHECK(live_at_second_step(first) - live_at_second_step(two_stage_run(PipelineSplit::kMegatron, 0)) ==
+        kM * kHidden + kM * kHidden);
+  CHECK(live_at_second_step(last) - live_at_second_step(two_stage_run(PipelineSplit::kMegatron, 1)) ==
+        kM * kHidden + kM * kHidden + kM * kLogits);
+  // _merge_outputs on the last stage: merge_chunks concatenates the M logits along dimension 0, each step.
+  CHECK(test::sizes_named(last, "pipeline.merge_output_chunks") ==
+        std::vector<Bytes>{kM * kLogits, kM * kLogits});
+  CHECK(test::sizes_named(first, "pipeline.merge_output_chunks").empty());
+}
+
+TEST_CASE("torchtitan's pipeline stages run their compiled TransformerBlocks", "[quick][graph]") {
+  // torchtitan/parallelisms/parallelize_llama.py (9dec370) applies torch.compile to each TransformerBlock of
+  // each stage's model chunk after the split: every forward of layer 0 on stage 0 is a call of its compiled
+  // graph, and every backward runs its compiled backward graph once (whose kernel summing the gradient of
+  // the layer's input is `layers.0.compiled.grad_sum`): 4 micro-batches x 2 steps. (The pipeline path ran the
+  // layers eagerly before, while the report said compiled.)
+  TrainingOptions o = test::small_options();
+  o.precision = Precision::kBf16;
+  o.grad_accumulation = 4;
+  o.pipeline = torchtitan(2, 0);
+  o.compile = CompileMode::kDefault;
+  o.compile_scope = CompileScope::kLayer;
+  const OpGraph g = build_training_steps(test::tiny_model("llama-2-7b"), o);
+  int backwards = 0;
+  for (OpId id = 0; id < g.op_count(); ++id) {
+    const Op& op = g.op(id);
+    backwards += op.name == "layers.0.compiled.grad_sum" && op.kind == "triton_backward" ? 1 : 0;
+  }
+  CHECK(backwards == 4 * 2);
+}
