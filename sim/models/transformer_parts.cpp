@@ -208,12 +208,14 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
     const std::string module = s.name.substr(0, s.name.size() - 7);  // without ".weight"
     tape.set_layer(s.layer);
     LoraAdapter a;
-    // PEFT: the base weight's float dtype, fp32 under autocast_adapter_dtype (a quantized base: fp32);
-    // torchtune's LoRALinear makes its nn.Linear adapters under the recipe's default dtype
-    // (training.set_default_dtype(self._dtype) around config.instantiate), NF4 base or not
-    adapter = quantized_base_dtype != DType::kFloat32 && !is_floating(tape.dtype(base))
-                  ? quantized_base_dtype
-                  : adapter_dtype(tape.dtype(base), quantized_base_dtype, lora);
+    // PEFT: the base weight's float dtype, fp32 under autocast_adapter_dtype. A quantized base keeps the
+    // earlier rule: its storage dtype when that is a float (bnb_4bit_quant_storage), else fp32, as TRL's
+    // peft_module_casting_to_bf16 leaves QLoRA adapters; torchtune's LoRALinear makes its nn.Linear adapters
+    // under the recipe's default dtype (training.set_default_dtype(self._dtype) around
+    // config.instantiate), NF4 base or not
+    const bool quantized = p.bnb.contains(base) || !is_floating(tape.dtype(base));
+    adapter = quantized ? (is_floating(tape.dtype(base)) ? tape.dtype(base) : quantized_base_dtype)
+                        : adapter_dtype(tape.dtype(base), quantized_base_dtype, lora);
     for (const AdapterTensor& t :
          method.layer_tensors(in, out, lora, is_lora_target(s, feedforward, false))) {
       const VarId v = tape.parameter(module + "." + t.name, t.shape, adapter, resident(numel(t.shape)));
