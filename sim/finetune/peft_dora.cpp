@@ -87,10 +87,11 @@ class DoraMethod final : public PeftLinearMethod {
   static VarId weight_in_dtype(TorchOps& ops, const std::string& name, VarId weight, const LoraAdapter& a,
                                DType compute, DType ad) {
     EagerTape& t = ops.tape();
-    if (is_floating(t.dtype(weight))) {
+    const Shape shape{t.shape(a.lora_b).at(0), t.shape(a.lora_a).at(1)};
+    if (is_floating(t.dtype(weight)) && t.shape(weight) == shape) {
       return ops.to(name + ".dora.weight.to(x.dtype)", weight, ad);
     }
-    const Shape shape{t.shape(a.lora_b).at(0), t.shape(a.lora_a).at(1)};
+    // a packed bitsandbytes weight (uint8, or bnb_4bit_quant_storage's float) is dequantized first
     const VarId w = t.constant(name + ".dora.dequantize_module_weight", "dequantize", shape, compute);
     const VarId cast = ops.to(name + ".dora.weight.to(x.dtype)", w, ad);
     t.drop(w);
