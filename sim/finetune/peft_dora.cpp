@@ -91,6 +91,13 @@ class DoraMethod final : public PeftLinearMethod {
     if (is_floating(t.dtype(weight)) && t.shape(weight) == shape) {
       return ops.to(name + ".dora.weight.to(x.dtype)", weight, ad);
     }
+    if (is_floating(t.dtype(weight)) && numel(t.shape(weight)) == numel(shape)) {
+      // GPT-2's Conv1D (in, out): transpose(weight, fan_in_fan_out) is a view, then the cast
+      const VarId cast = ops.to(name + ".dora.weight.to(x.dtype)", weight, ad);
+      const VarId view = t.view(cast, shape, name + ".dora.weight.T");
+      t.drop(cast);
+      return view;
+    }
     // a packed bitsandbytes weight (uint8, or bnb_4bit_quant_storage's float) is dequantized first
     const VarId w = t.constant(name + ".dora.dequantize_module_weight", "dequantize", shape, compute);
     const VarId cast = ops.to(name + ".dora.weight.to(x.dtype)", w, ad);
