@@ -155,7 +155,7 @@ TEST_CASE("PEFT catalogue: what each method saves for backward in a decoder laye
   // Layer 0 of the tiny Llama: its input does not require grad (the embeddings are frozen), so only what
   // the adapters' own gradients need is saved there. Adapters are fp32 (autocast_adapter_dtype=True), the
   // model bf16.
-  const std::string attn = "model.layers.0.self_attn.";
+  const std::string attn = "layers.0.attn.";  // vramsim's op names (layer_name)
   SECTION("LoRA: lora_A keeps the fp32 copy of its input, lora_B lora_A's output (lora/layer.py)") {
     const OpGraph g =
         build_training_steps(tiny(), tiny_options(method(PeftMethod::kLora, 8, {"q_proj", "v_proj"})));
