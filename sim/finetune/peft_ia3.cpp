@@ -28,7 +28,7 @@ class Ia3Method final : public PeftLinearMethod {
                 bool /*training*/) const override {
     EagerTape& t = ops.tape();
     const VarId l = a.params.at(0);
-    const Shape& ls = t.shape(l);
+    const Shape ls = t.shape(l);
     const bool feedforward = ls.at(0) == 1 && ls.at(1) > 1;
     const VarId flat = t.view(l, {ls.at(0) * ls.at(1)}, name + ".ia3_l.flatten");
     const VarId scaling = ops.scale(name + ".ia3_scaling", flat);  // 1 * ia3_l.flatten()

@@ -66,8 +66,8 @@ class LokrMethod final : public PeftLinearMethod {
     } else {
       t.hold(w2);
     }
-    const Shape& s1 = t.shape(w1);
-    const Shape& s2 = t.shape(w2);
+    const Shape s1 = t.shape(w1);
+    const Shape s2 = t.shape(w2);
     OpCall c;  // torch.kron(w1, w2): saves both for backward
     c.name = name + ".lokr.kron";
     c.kind = "kron";

@@ -38,7 +38,7 @@ std::vector<VarId> create_prompt_encoder(EagerTape& tape, const ModelConfig& mod
 VarId peft_prompt_embeddings(TorchOps& ops, const std::vector<VarId>& encoder, VarId inputs_embeds,
                              const LoraOptions& o) {
   EagerTape& t = ops.tape();
-  const Shape& shape = t.shape(inputs_embeds);
+  const Shape shape = t.shape(inputs_embeds);  // a copy: new variables may move the tape's storage
   const std::int64_t b = shape.at(0);
   const std::int64_t n = o.num_virtual_tokens;
   // prompt_tokens[...].unsqueeze(0).expand(batch_size, -1).to(device): a host arange copied over
