@@ -191,6 +191,26 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--lora-targets", a.lora_targets,
       "LoRA target_modules, PEFT's names: q_proj,v_proj,... or all-linear (default: PEFT's for the "
       "model_type)");
+  cmd->add_option("--peft-method", a.peft_method,
+                  "PEFT method (peft.PeftType): lora, ia3, prompt-tuning, p-tuning, loha, lokr, vera "
+                  "(DoRA: --use-dora; LoRA-FA: --lora-fa)")
+      ->capture_default_str();
+  cmd->add_flag("--use-dora", a.use_dora,
+                "LoraConfig(use_dora=True): DoRA's magnitude vector and weight norm");
+  cmd->add_flag("--lora-fa", a.lora_fa,
+                "peft.optimizers.create_lorafa_optimizer: lora_A frozen, only lora_B trained (LoRA-FA)");
+  cmd->add_option("--num-virtual-tokens", a.num_virtual_tokens,
+                  "prompt tuning / P-tuning num_virtual_tokens (the model runs on --seq + this many)");
+  cmd->add_option("--encoder-hidden-size", a.encoder_hidden_size,
+                  "P-tuning PromptEncoderConfig.encoder_hidden_size (default: the model's hidden size)");
+  cmd->add_option("--feedforward-modules", a.feedforward_modules,
+                  "IA3Config.feedforward_modules (with --lora-targets; default: PEFT's for the model_type)");
+  cmd->add_option("--decompose-factor", a.decompose_factor, "LoKrConfig.decompose_factor (-1: PEFT's)")
+      ->capture_default_str();
+  cmd->add_option("--autocast-adapter-dtype", a.autocast_adapter_dtype,
+                  "get_peft_model(autocast_adapter_dtype=...): fp16/bf16 adapters cast to fp32 (PEFT's "
+                  "default true)")
+      ->capture_default_str();
   cmd->add_option(
       "--base-weights", a.base_weights,
       "bitsandbytes base weights via transformers' BitsAndBytesConfig: nf4|fp4 (load_in_4bit) or "
@@ -276,9 +296,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_flag("--no-limit-all-gathers", a.no_limit_all_gathers,
                 "FSDP1 with limit_all_gathers=False: the host issues all-gathers without waiting for frees");
-  cmd->add_flag("--fsdp-sync-module-states", a.fsdp_sync_module_states,
-                "FSDP1 with sync_module_states=True: each unit's parameters are broadcast from rank 0 (250 MiB "
-                "buckets) as it is wrapped (accelerate's cpu_ram_efficient_loading, fsdp_qlora's low_memory)");
+  cmd->add_flag(
+      "--fsdp-sync-module-states", a.fsdp_sync_module_states,
+      "FSDP1 with sync_module_states=True: each unit's parameters are broadcast from rank 0 (250 MiB "
+      "buckets) as it is wrapped (accelerate's cpu_ram_efficient_loading, fsdp_qlora's low_memory)");
   cmd->add_option("--gpus-per-node", a.gpus_per_node, "GPUs per node (FSDP hybrid-shard's shard group)")
       ->capture_default_str();
   cmd->add_option("--bucket-cap-mb", a.bucket_cap_mb, "DDP's bucket_cap_mb (default 25)");
@@ -366,14 +387,13 @@ void print_run(const Prediction& p, const RequestArgs& a) {
     fmt::print("precision        {}\n", p.precision_regime);
   }
   if (!a.compile_mode.empty() && a.compile_mode != "none") {
-    fmt::print("torch.compile    mode {}, {}{} (Inductor; AOTAutograd's min-cut partitioner{})\n",
-               a.compile_mode,
-               a.compile_scope == "layer"            ? "each decoder layer a graph"
-               : a.compile_scope == "model-and-loss" ? "the model and its loss one graph"
-                                                     : "the model one graph",
-               a.loss == "chunked-ce" && a.compile_loss != "off" ? ", each loss chunk a graph (compile_loss)"
-                                                                 : "",
-               a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
+    fmt::print(
+        "torch.compile    mode {}, {}{} (Inductor; AOTAutograd's min-cut partitioner{})\n", a.compile_mode,
+        a.compile_scope == "layer"            ? "each decoder layer a graph"
+        : a.compile_scope == "model-and-loss" ? "the model and its loss one graph"
+                                              : "the model one graph",
+        a.loss == "chunked-ce" && a.compile_loss != "off" ? ", each loss chunk a graph (compile_loss)" : "",
+        a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }
   if (!p.base_weights.empty()) {
     const bool four_bit = p.base_weights != "int8";
@@ -392,10 +412,17 @@ void print_run(const Prediction& p, const RequestArgs& a) {
           p.bnb_prepare_kbit_training ? ", other parameters fp32 (prepare_model_for_kbit_training)" : "");
     }
   }
-  if (p.lora_rank > 0) {
+  if (p.peft_method == "lora" && p.lora_rank > 0) {
     fmt::print(
         "lora             r {} on {}: {} trainable of {} parameters ({:.2f} %), base weights frozen (PEFT)\n",
         p.lora_rank, fmt::join(p.lora_targets, ","), p.trainable_parameters, p.total_parameters,
+        100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
+  } else if (!p.peft_method.empty()) {
+    fmt::print(
+        "peft             {}{}{}: {} trainable of {} parameters ({:.4f} %), base weights frozen (PEFT)\n",
+        p.peft_method, p.lora_rank > 0 ? fmt::format(" r {}", p.lora_rank) : "",
+        p.lora_targets.empty() ? "" : fmt::format(" on {}", fmt::join(p.lora_targets, ",")),
+        p.trainable_parameters, p.total_parameters,
         100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
   }
   if (p.tensor_parallel > 1) {

@@ -318,6 +318,11 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
       }
     }
   }
+  if (!p.peft_method.empty() && p.peft_method != "lora") {
+    j["peft"] = {{"method", p.peft_method},
+                 {"trainable_parameters", p.trainable_parameters},
+                 {"total_parameters", p.total_parameters}};
+  }
   if (p.lora_rank > 0) {
     j["lora"] = {{"rank", p.lora_rank}, {"target_modules", p.lora_targets}};
   }

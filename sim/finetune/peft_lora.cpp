@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/finetune/peft_method.h"
+#include "sim/finetune/peft_prompt.h"
 #include "sim/models/model_config.h"
 #include "sim/torch/torch_ops.h"
 
@@ -43,6 +45,30 @@ bool ends_with_module(std::string_view module, std::string_view target) {
                               module[module.size() - target.size() - 1] == '.');
 }
 
+// TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING (same PEFT commit), for the model_types vramsim reads.
+std::vector<std::string> ia3_default_targets(std::string_view model_type) {
+  if (model_type == "gpt2" || model_type == "gpt_bigcode") {
+    return {"c_attn", "mlp.c_proj"};
+  }
+  if (model_type == "llama" || model_type == "mistral") {
+    return {"k_proj", "v_proj", "down_proj"};
+  }
+  if (model_type == "mixtral") {
+    return {"k_proj", "v_proj", "w2"};
+  }
+  if (model_type == "qwen2" || model_type == "gemma" || model_type == "gemma2" ||
+      model_type == "gemma3_text" || model_type == "qwen3" || model_type == "llama4") {
+    return {"q_proj", "v_proj", "down_proj"};
+  }
+  if (model_type == "phi") {
+    return {"q_proj", "v_proj", "fc2"};
+  }
+  if (model_type == "falcon") {
+    return {"query_key_value", "dense_4h_to_h"};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> lora_target_modules(const LoraOptions& options, const ModelConfig& model) {
@@ -52,7 +78,11 @@ std::vector<std::string> lora_target_modules(const LoraOptions& options, const M
   // PEFT reads model.config.model_type: a multimodal wrapper's own, not its text_config's
   const std::string& model_type =
       model.vision.wrapper_model_type.empty() ? model.model_type : model.vision.wrapper_model_type;
-  std::vector<std::string> targets = default_targets(model_type);
+  // LoHa's, LoKr's and VeRA's mappings are copies of LoRA's; VeRA's phi entry is q_proj, v_proj
+  std::vector<std::string> targets = options.method == PeftMethod::kIa3 ? ia3_default_targets(model_type)
+                                     : options.method == PeftMethod::kVera && model_type == "phi"
+                                         ? std::vector<std::string>{"q_proj", "v_proj"}
+                                         : default_targets(model_type);
   if (targets.empty()) {
     throw InputError(
         fmt::format("--lora-targets: PEFT has no default target_modules for model_type '{}'; "
@@ -96,6 +126,29 @@ void validate(const LoraOptions& o) {
   if (!(o.alpha > 0.0)) {
     throw InputError(fmt::format("--lora-alpha: {} must be positive", o.alpha));
   }
+  const PeftMethodInfo& info = peft_method_info(o.method);
+  if (!info.not_modelled.empty()) {
+    throw InputError(fmt::format("--peft-method: {}: {} (vramsim)", info.name, info.not_modelled));
+  }
+  if (o.use_dora && o.method != PeftMethod::kLora) {
+    throw InputError("--use-dora: a LoraConfig option (--peft-method lora)");
+  }
+  if (o.lora_fa && (o.method != PeftMethod::kLora || o.use_dora)) {
+    throw InputError("--lora-fa: create_lorafa_optimizer trains plain LoRA adapters (--peft-method lora)");
+  }
+  const bool prompt = o.method == PeftMethod::kPromptTuning || o.method == PeftMethod::kPTuning;
+  if (prompt && (o.num_virtual_tokens < 1 || o.num_virtual_tokens > 65536)) {
+    throw InputError(fmt::format(
+        "--num-virtual-tokens: {} virtual tokens (PromptLearningConfig.num_virtual_tokens; 1..65536)",
+        o.num_virtual_tokens));
+  }
+  if (o.encoder_hidden_size < 0 || o.encoder_hidden_size > 1 << 20) {
+    throw InputError(fmt::format("--encoder-hidden-size: {} is out of range", o.encoder_hidden_size));
+  }
+  if (o.decompose_factor == 0 || o.decompose_factor < -1 || o.decompose_factor > 65536) {
+    throw InputError(
+        fmt::format("--decompose-factor: {} (LoKrConfig: -1 or a factor >= 1)", o.decompose_factor));
+  }
 }
 
 bool is_lora_target(const ParameterShape& parameter, const std::vector<std::string>& targets,
@@ -118,17 +171,43 @@ bool is_lora_target(const ParameterShape& parameter, const std::vector<std::stri
   return false;
 }
 
+std::pair<std::int64_t, std::int64_t> linear_in_out(const ModelConfig& model, const Shape& weight) {
+  // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
+  const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
+  return conv1d ? std::pair{weight[0], weight[1]} : std::pair{weight[1], weight[0]};
+}
+
 ParameterCount count_parameters(const ModelConfig& model, const LoraOptions& lora) {
-  const std::vector<std::string> targets =
-      lora.rank > 0 ? lora_target_modules(lora, model) : std::vector<std::string>{};
-  std::int64_t base = 0, adapters = 0;
+  // PeftModel.get_nb_trainable_parameters: every parameter (not buffers: VeRA's shared vera_A / vera_B),
+  // the trainable ones apart
+  std::int64_t base = 0;
   for (const ParameterShape& s : model.parameter_shapes()) {
     base += numel(s.shape);
-    if (lora.rank > 0 && is_lora_target(s, targets, lora.all_linear)) {
-      adapters += static_cast<std::int64_t>(lora.rank) * (s.shape[0] + s.shape[1]);  // r x in + out x r
+  }
+  if (!lora.enabled()) {
+    return {base, base};
+  }
+  std::int64_t trainable = 0, frozen = 0;
+  if (const PeftLinearMethod* method = linear_method(lora)) {
+    const std::vector<std::string> targets = lora_target_modules(lora, model);
+    const std::vector<std::string> feedforward =
+        lora.method == PeftMethod::kIa3 ? ia3_feedforward_modules(lora, model) : std::vector<std::string>{};
+    for (const ParameterShape& s : model.parameter_shapes()) {
+      if (!is_lora_target(s, targets, lora.all_linear)) {
+        continue;
+      }
+      const auto [in, out] = linear_in_out(model, s.shape);
+      for (const AdapterTensor& a :
+           method->layer_tensors(in, out, lora, is_lora_target(s, feedforward, false))) {
+        (a.trainable ? trainable : frozen) += numel(a.shape);
+      }
+    }
+  } else {
+    for (const AdapterTensor& a : prompt_encoder_tensors(model, lora)) {
+      trainable += numel(a.shape);
     }
   }
-  return {lora.rank > 0 ? adapters : base, base + adapters};
+  return {trainable, base + trainable + frozen};
 }
 
 VarId peft_lora_forward(TorchOps& ops, const std::string& name, VarId x, VarId result,
@@ -154,6 +233,31 @@ VarId peft_lora_forward(TorchOps& ops, const std::string& name, VarId x, VarId r
   const VarId out = ops.to(name + ".lora_result_dtype", sum, result_dtype);  // result.to(torch_result_dtype)
   t.drop(sum);
   return out;
+}
+
+namespace {
+
+// LoRA (lora/layer.py Linear.update_layer): lora_A (r, in) and lora_B (out, r). LoRA-FA
+// (peft/optimizers/lorafa.py create_lorafa_optimizer): `param.requires_grad_(False)` for every lora_A, so
+// lora_A's input is not saved and only lora_B is in the optimizer. rsLoRA changes the scaling only.
+class LoraMethod final : public PeftLinearMethod {
+ public:
+  std::vector<AdapterTensor> layer_tensors(std::int64_t in, std::int64_t out, const LoraOptions& o,
+                                           bool /*feedforward*/) const override {
+    return {{"lora_A.default.weight", {o.rank, in}, !o.lora_fa}, {"lora_B.default.weight", {out, o.rank}}};
+  }
+  VarId forward(TorchOps& ops, const std::string& name, VarId x, VarId /*weight*/,
+                const std::function<VarId(VarId)>& base, const LoraAdapter& adapter, const LoraOptions& o,
+                bool training) const override {
+    return peft_lora_forward(ops, name, x, base(x), adapter, o, training);
+  }
+};
+
+}  // namespace
+
+const PeftLinearMethod& lora_method() {
+  static const LoraMethod kMethod;
+  return kMethod;
 }
 
 }  // namespace vramsim

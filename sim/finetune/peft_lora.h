@@ -35,9 +35,14 @@ std::vector<std::string> lora_target_modules(const LoraOptions& options, const M
 void parse_lora_targets(std::string_view text, LoraOptions& out, std::string_view option = "--lora-targets");
 void validate(const LoraOptions& options);  // throws InputError("--lora-...: ...")
 
+// What a PEFT method adds to one targeted linear layer (sim/finetune/peft_method.h). LoRA and DoRA fill
+// lora_a and lora_b; every method lists all it adds in `params` (trainable parameters and frozen adapter
+// tensors, in PEFT's module order), which is what an FSDP unit wraps with its layer.
 struct LoraAdapter {
   VarId lora_a = kNoVar;  // (r, in)
   VarId lora_b = kNoVar;  // (out, r)
+  std::vector<VarId> params;
+  std::vector<VarId> shared;  // tensors every adapted layer reads (VeRA's vera_A, vera_B), owned by the model
 };
 // Adapters by the base weight they wrap.
 using LoraAdapters = std::unordered_map<VarId, LoraAdapter>;

@@ -10,6 +10,8 @@
 #include "sim/compile/torch_compile.h"
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
+#include "sim/finetune/peft_method.h"
+#include "sim/finetune/peft_prompt.h"
 #include "sim/inference/hf_generate.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
@@ -34,7 +36,11 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
                     "(use sdpa)",
                     m.code));
   }
-  if (o.lora.rank > 0 && !layer_code(m.code).follows_transformers()) {
+  if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
+    throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
+                                 peft_method_info(o.lora.method).name));
+  }
+  if (o.lora.enabled() && !layer_code(m.code).follows_transformers()) {
     throw InputError(
         fmt::format("--lora-rank: the {} code's layers are not torch.nn.Linear, which PEFT's LoRA "
                     "wraps (use --model-code torch-modules)",
@@ -103,9 +109,19 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
   // PEFT's adapters are submodules of the layer they adapt: wrapped, gathered and reduced with it.
   for (const VarId base : params.all) {
     if (const auto it = params.lora.find(base); it != params.lora.end()) {
-      units[unit_of.at(base)].params.push_back(it->second.lora_a);
-      units[unit_of.at(base)].params.push_back(it->second.lora_b);
+      for (const VarId v : it->second.params) {
+        units[unit_of.at(base)].params.push_back(v);
+      }
     }
+  }
+  // VeRA's shared vera_A / vera_B and the prompt encoder belong to the root module
+  if (!params.lora.empty()) {
+    for (const VarId v : params.lora.begin()->second.shared) {
+      units.back().params.push_back(v);
+    }
+  }
+  for (const VarId v : params.peft_prompt) {
+    units.back().params.push_back(v);
   }
   return units;
 }
@@ -116,7 +132,12 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
 // The embeddings' output: with sequence parallelism each rank keeps its slice of the sequence
 // (scatter_to_sequence_parallel_region in Megatron's LanguageModelEmbedding).
 VarId embeddings(EmitContext& ctx, VarId ids) {
-  const VarId x = emit_embeddings(ctx, ids);
+  VarId x = emit_embeddings(ctx, ids);
+  if (!ctx.params.peft_prompt.empty()) {  // PeftModelForCausalLM.forward: the prompts in front
+    const VarId with_prompts = peft_prompt_embeddings(ctx.ops, ctx.params.peft_prompt, x, ctx.options.lora);
+    ctx.ops.tape().drop(x);
+    x = with_prompts;
+  }
   if (!ctx.options.sequence_parallel) {
     return x;
   }
@@ -499,7 +520,20 @@ AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& 
       layer_code(model.code).follows_transformers() && (model.always_builds_mask || left_padded(options)));
 }
 
+static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& options);
+
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
+  if (is_prompt_learning(options.lora)) {
+    // the decoder, head and loss run on the virtual tokens and the input's (PeftModelForCausalLM.forward)
+    validate(options);
+    TrainingOptions with_prompts = options;
+    with_prompts.seq += options.lora.num_virtual_tokens;
+    return build_steps(model, with_prompts);
+  }
+  return build_steps(model, options);
+}
+
+static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& options) {
   validate(options);
   check_model(model, options);
   if (options.generate_tokens > 0) {
@@ -538,7 +572,7 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   LoraOptions lora = options.lora;
   // FSDP1 with the adapters inside their layer's unit and use_orig_params=True: the FlatParameter requires
   // grad, so the frozen parameters' gradients are computed too (fsdp.cpp checks the other cases).
-  lora.base_gradients_computed = lora.rank > 0 && options.data_parallel.scheme.starts_with("fsdp-") &&
+  lora.base_gradients_computed = lora.enabled() && options.data_parallel.scheme.starts_with("fsdp-") &&
                                  !options.data_parallel.fsdp_peft_wrap &&
                                  options.data_parallel.fsdp_use_orig_params;
   const ModelParams params = create_parameters(

@@ -10,6 +10,8 @@
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/finetune/peft_method.h"
+#include "sim/finetune/peft_prompt.h"
 #include "sim/models/layer_code.h"
 
 namespace vramsim {
@@ -172,16 +174,24 @@ VarId* model_role(ModelParams& p, std::string_view name) {
   return nullptr;
 }
 
-// get_peft_model: each targeted linear gets lora_A (r, in) and lora_B (out, r) in its weight's dtype, made
-// after the base model is on the device; the base parameters are frozen.
-// `resident_numel` (optional): the elements a data-parallel rank keeps of an adapter (its shard).
+// get_peft_model: each targeted linear gets the method's tensors (LoRA: lora_A (r, in) and lora_B (out, r);
+// the catalogue: peft_method.h), made after the base model is on the device; the base parameters are
+// frozen. `resident_numel` (optional): the elements a data-parallel rank keeps of an adapter (its shard).
 // `quantized_base_dtype`: the adapters' dtype where the base weight is quantized (not a float).
 void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraOptions& lora,
                           const std::function<std::int64_t(std::int64_t)>& resident_numel, ModelParams& p,
                           DType quantized_base_dtype) {
+  const PeftLinearMethod& method = *linear_method(lora);
   const std::vector<std::string> targets = lora_target_modules(lora, model);
+  const std::vector<std::string> feedforward =
+      lora.method == PeftMethod::kIa3 ? ia3_feedforward_modules(lora, model) : std::vector<std::string>{};
   const std::vector<ParameterShape> shapes = model.parameter_shapes();
+  const auto resident = [&](std::int64_t n) { return resident_numel ? resident_numel(n) : -1; };
+  // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
+  const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
   p.trainable.clear();
+  std::int64_t max_in = 0, max_out = 0;
+  DType adapter = DType::kFloat32;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const ParameterShape& s = shapes[i];
     const VarId base = p.all[i];
@@ -191,31 +201,51 @@ void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraO
     if (!is_lora_target(s, targets, lora.all_linear)) {
       continue;
     }
-    // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
-    const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
     const std::int64_t in = conv1d ? s.shape[0] : s.shape[1];
     const std::int64_t out = conv1d ? s.shape[1] : s.shape[0];
+    max_in = std::max(max_in, in);
+    max_out = std::max(max_out, out);
     const std::string module = s.name.substr(0, s.name.size() - 7);  // without ".weight"
     tape.set_layer(s.layer);
     LoraAdapter a;
-    // PEFT casts the adapter to the base weight's dtype only when that is a float (a quantized base: fp32);
-    // torchtune's LoRALinear makes its nn.Linear adapters under the recipe's default dtype
-    // (training.set_default_dtype(self._dtype) around config.instantiate), NF4 base or not
-    const DType adapter = is_floating(tape.dtype(base)) ? tape.dtype(base) : quantized_base_dtype;
-    const auto resident = [&](std::int64_t n) { return resident_numel ? resident_numel(n) : -1; };
-    a.lora_a =
-        tape.parameter(module + ".lora_A.default.weight", {lora.rank, in}, adapter, resident(lora.rank * in));
-    a.lora_b = tape.parameter(module + ".lora_B.default.weight", {out, lora.rank}, adapter,
-                              resident(out * lora.rank));
+    // PEFT: the base weight's float dtype, fp32 under autocast_adapter_dtype. A quantized base keeps the
+    // earlier rule: its storage dtype when that is a float (bnb_4bit_quant_storage), else fp32, as TRL's
+    // peft_module_casting_to_bf16 leaves QLoRA adapters; torchtune's LoRALinear makes its nn.Linear adapters
+    // under the recipe's default dtype (training.set_default_dtype(self._dtype) around
+    // config.instantiate), NF4 base or not
+    const bool quantized = p.bnb.contains(base) || !is_floating(tape.dtype(base));
+    adapter = quantized ? (is_floating(tape.dtype(base)) ? tape.dtype(base) : quantized_base_dtype)
+                        : adapter_dtype(tape.dtype(base), quantized_base_dtype, lora);
+    for (const AdapterTensor& t :
+         method.layer_tensors(in, out, lora, is_lora_target(s, feedforward, false))) {
+      const VarId v = tape.parameter(module + "." + t.name, t.shape, adapter, resident(numel(t.shape)));
+      if (t.trainable) {
+        p.trainable.push_back(v);
+      } else {
+        tape.freeze(v);
+      }
+      a.params.push_back(v);
+    }
+    if (lora.method == PeftMethod::kLora) {
+      a.lora_a = a.params.at(0);
+      a.lora_b = a.params.at(1);
+    }
     p.lora.emplace(base, a);
-    p.trainable.push_back(a.lora_a);
-    p.trainable.push_back(a.lora_b);
   }
   tape.set_layer(-1);
   if (p.lora.empty()) {
     throw InputError(fmt::format(
         "--lora-targets: no linear layer of {} matches {}", model.name,
         lora.all_linear ? std::string("all-linear") : fmt::format("{}", fmt::join(targets, ","))));
+  }
+  std::vector<VarId> shared;  // VeRA's BufferDicts: frozen, registered once
+  for (const AdapterTensor& t : method.shared_tensors(max_in, max_out, lora)) {
+    const VarId v = tape.parameter("base_model." + t.name, t.shape, adapter);
+    tape.freeze(v);
+    shared.push_back(v);
+  }
+  for (auto& [base, a] : p.lora) {
+    a.shared = shared;
   }
 }
 
@@ -309,7 +339,13 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     }
     p.trainable.clear();
   }
-  if (lora.rank > 0) {
+  if (is_prompt_learning(lora)) {  // every base parameter frozen; the prompt encoder trains
+    for (VarId v : p.all) {
+      tape.freeze(v);
+    }
+    p.peft_prompt = create_prompt_encoder(tape, model, lora);
+    p.trainable = p.peft_prompt;
+  } else if (lora.enabled()) {
     create_lora_adapters(tape, model, lora, resident_numel, p,
                          bnb.format == BnbFormat::kTorchaoNf4 ? dtype : DType::kFloat32);
   }

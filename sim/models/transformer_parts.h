@@ -59,6 +59,9 @@ struct ModelParams {
   // PEFT LoRA: the adapters by the base weight they wrap; `trainable` is what the optimizer gets
   // (every parameter without LoRA; the adapters, in module order, with it).
   LoraAdapters lora;
+  // PEFT's prompt learning (prompt tuning, P-tuning): the prompt encoder's parameters, its embedding first
+  // (peft_prompt.h); empty otherwise.
+  std::vector<VarId> peft_prompt;
   std::vector<VarId> trainable;
   BnbWeights bnb;  // bitsandbytes: the quantized weights (the rest of their quantization state is untracked)
 };

@@ -294,7 +294,8 @@ class Fsdp final : public DataParallelScheme {
         throw InputError(fmt::format(
             "--fsdp: FSDP refuses to flatten {} ({}) and {} ({}) into one FlatParameter (\"Must flatten "
             "tensors with uniform dtype\", torch/distributed/fsdp/_flat_param.py); quantized weights need "
-            "--bnb-quant-storage in the model's dtype and no fp32 cast (--no-prepare-kbit)",
+            "--bnb-quant-storage in the model's dtype and no fp32 cast (--no-prepare-kbit), PEFT adapters "
+            "their own units (--fsdp-auto-wrap peft) or the model's dtype (--autocast-adapter-dtype false)",
             tape.name(*first), dtype_name(tape.dtype(*first)), tape.name(p), dtype_name(tape.dtype(p))));
       }
       if (!m_use_orig_params && tape.requires_grad(p) != tape.requires_grad(*first)) {

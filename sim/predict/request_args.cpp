@@ -17,6 +17,7 @@
 #include "sim/engine/gpu_table.h"
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/finetune/peft_method.h"
 #include "sim/models/checkpoint_quantization.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
@@ -465,6 +466,21 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (!a.lora_targets.empty()) {
     parse_lora_targets(a.lora_targets, o.lora);
   }
+  o.lora.method = parse_peft_method(a.peft_method);
+  o.lora.use_dora = a.use_dora;
+  o.lora.lora_fa = a.lora_fa;
+  o.lora.num_virtual_tokens = a.num_virtual_tokens;
+  o.lora.encoder_hidden_size = a.encoder_hidden_size;
+  o.lora.decompose_factor = a.decompose_factor;
+  o.lora.autocast_adapter_dtype = a.autocast_adapter_dtype;
+  if (!a.feedforward_modules.empty()) {
+    if (o.lora.method != PeftMethod::kIa3) {
+      throw InputError("--feedforward-modules: an IA3Config option (--peft-method ia3)");
+    }
+    LoraOptions ff;
+    parse_lora_targets(a.feedforward_modules, ff, "--feedforward-modules");
+    o.lora.feedforward_modules = ff.targets;
+  }
   if (!a.base_weights.empty()) {
     o.bnb.format = parse_base_weights(a.base_weights);
   }
@@ -502,7 +518,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
        a.fsdp_use_orig_params != fsdp_defaults.fsdp_use_orig_params)) {
     throw InputError("--fsdp-auto-wrap / --fsdp-use-orig-params: FSDP1's options (use them with --fsdp)");
   }
-  o.data_parallel.fsdp_peft_wrap = a.lora_rank > 0 && a.fsdp_auto_wrap == "peft";
+  o.data_parallel.fsdp_peft_wrap = o.lora.enabled() && a.fsdp_auto_wrap == "peft";
   o.data_parallel.fsdp_use_orig_params = a.fsdp_use_orig_params == "true";
   if (!a.master_weights.empty() && o.precision != Precision::kBf16) {
     throw InputError(

@@ -20,6 +20,7 @@
 #include "sim/engine/gpu_table.h"
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/finetune/peft_method.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/inference/vllm_paged_cache.h"
 #include "sim/models/layer_code.h"
@@ -326,8 +327,16 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.pipeline_stage_simulated = request.options.pipeline.stage;
   p.sequence_parallel = request.options.sequence_parallel;
   const ParameterCount count = count_parameters(request.model, request.options.lora);
-  p.lora_rank = request.options.lora.rank;
-  if (p.lora_rank > 0) {
+  p.lora_rank = request.options.lora.rank_based() ? request.options.lora.rank : 0;
+  if (request.options.lora.enabled()) {
+    p.peft_method = peft_method_info(request.options.lora.method).name;
+    if (request.options.lora.use_dora) {
+      p.peft_method = "dora";
+    } else if (request.options.lora.lora_fa) {
+      p.peft_method = "lora-fa";
+    }
+  }
+  if (p.lora_rank > 0 || request.options.lora.method == PeftMethod::kIa3) {
     p.lora_targets = request.options.lora.all_linear
                          ? std::vector<std::string>{"all-linear"}
                          : lora_target_modules(request.options.lora, request.model);

@@ -133,6 +133,7 @@ struct Prediction {
   // PEFT LoRA (rank 0: none): the adapted modules and the trainable and total parameter counts.
   int lora_rank = 0;
   std::vector<std::string> lora_targets;  // {"all-linear"} for all-linear
+  std::string peft_method;                // PEFT's peft_type as --peft-method spells it ("" without PEFT)
   std::int64_t trainable_parameters = 0;
   // bitsandbytes' paged optimizer states in CUDA unified memory: outside the caching allocator (not in the
   // peaks, the bill or the verdict); the driver evicts them to the host when the GPU needs the room.
@@ -148,11 +149,11 @@ struct Prediction {
   bool bnb_saves_input = false;  // MatMul4Bit keeps A (older bitsandbytes)
   std::int64_t total_parameters = 0;
   ModelConfig::VisionPart vision;  // a multimodal checkpoint's vision part, not simulated (model_config.h)
-  std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
-  std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
-  std::string precision_regime;  // precision_regime(): what is kept in which dtype, master weights or not
-  std::string gpu_name;          // "" with --capacity
-  std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
+  std::string attention_asked;     // attention_name() of the requested implementation (default resolved)
+  std::string attention_kernel;    // attention_name() of the kernel the run uses (SDPA's backend resolved)
+  std::string precision_regime;    // precision_regime(): what is kept in which dtype, master weights or not
+  std::string gpu_name;            // "" with --capacity
+  std::int64_t total_bytes = 0;    // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
   std::string cuda_context_source;  // GpuMemory::context_source
   // total - context: what the allocator may cudaMalloc; less when per_process_memory_fraction is set
@@ -346,6 +347,17 @@ struct RequestArgs {
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;
   std::string lora_targets;
+  // The PEFT catalogue (sim/finetune/peft_method.h), in PEFT's option names: --peft-method (lora, ia3,
+  // prompt-tuning, p-tuning, loha, lokr, vera, ...), --use-dora, --lora-fa, --num-virtual-tokens,
+  // --feedforward-modules (IA3), --encoder-hidden-size, --decompose-factor (LoKr), --autocast-adapter-dtype.
+  std::string peft_method = "lora";
+  bool use_dora = false;
+  bool lora_fa = false;
+  int num_virtual_tokens = 0;
+  std::string feedforward_modules;
+  int encoder_hidden_size = 0;
+  int decompose_factor = -1;
+  bool autocast_adapter_dtype = true;
   // bitsandbytes: --base-weights ("": the --precision dtype), --bnb-double-quant, --bnb-compute-dtype,
   // --no-prepare-kbit (skip PEFT's prepare_model_for_kbit_training fp32 cast)
   std::string base_weights;

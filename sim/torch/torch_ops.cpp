@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sim/core/assert.h"
+#include "sim/finetune/peft_method.h"
 
 namespace vramsim {
 namespace {
@@ -91,21 +92,30 @@ void TorchOps::maybe_allocate_workspace() {
 VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
   const auto quantized = m_bnb != nullptr ? m_bnb->find(w) : BnbWeights::const_iterator{};
   const bool bnb = m_bnb != nullptr && quantized != m_bnb->end();
-  VarId y = bnb ? bnb_linear_forward(*this, name, x, w, bias, quantized->second, *m_bnb_options)
-                : torch_linear(name, x, w, bias, weight_first);
-  if (m_lora != nullptr) {
-    if (const auto it = m_lora->find(w); it != m_lora->end()) {
-      if (bnb &&
-          (quantized->second.format == BnbFormat::kNf4 || quantized->second.format == BnbFormat::kFp4)) {
-        // peft/tuners/lora/bnb.py Linear4bit.forward: "for 4bit, we need to defensively clone here"
-        const VarId cloned = contiguous(name + ".result_clone", y);
-        m_tape.drop(y);
-        y = cloned;
-      }
-      return peft_lora_forward(*this, name, x, y, it->second, *m_lora_options, m_lora_training);
-    }
+  const auto base = [&](VarId input) {
+    return bnb ? bnb_linear_forward(*this, name, input, w, bias, quantized->second, *m_bnb_options)
+               : torch_linear(name, input, w, bias, weight_first);
+  };
+  const auto it = m_lora != nullptr ? m_lora->find(w) : LoraAdapters::const_iterator{};
+  if (m_lora == nullptr || it == m_lora->end()) {
+    return base(x);
   }
-  return y;
+  // the adapted layer's forward (PEFT's tuner layer: peft_method.h)
+  const bool clone =
+      bnb && m_lora_options->method == PeftMethod::kLora &&
+      (quantized->second.format == BnbFormat::kNf4 || quantized->second.format == BnbFormat::kFp4);
+  const auto base_result = [&](VarId input) {
+    VarId y = base(input);
+    if (clone) {
+      // peft/tuners/lora/bnb.py Linear4bit.forward: "for 4bit, we need to defensively clone here"
+      const VarId cloned = contiguous(name + ".result_clone", y);
+      m_tape.drop(y);
+      y = cloned;
+    }
+    return y;
+  };
+  return linear_method(*m_lora_options)
+      ->forward(*this, name, x, w, base_result, it->second, *m_lora_options, m_lora_training);
 }
 
 VarId TorchOps::torch_linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {

@@ -215,7 +215,7 @@ void validate(const TrainingOptions& o) {
           "--base-weights: bitsandbytes' Params4bit under FSDP2 (fully_shard) is not modelled (vramsim); "
           "FSDP1 (--fsdp) and ZeRO-3 are");
     }
-    if (o.lora.rank == 0 && !o.inference && !o.forward_only && o.generate_tokens == 0) {
+    if (!o.lora.enabled() && !o.inference && !o.forward_only && o.generate_tokens == 0) {
       throw InputError(
           "--base-weights: transformers refuses to fine-tune a purely quantized model; add --lora-rank "
           "(QLoRA) or run --inference");
@@ -269,7 +269,7 @@ void validate(const TrainingOptions& o) {
         "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled (vramsim "
         "models training steps)");
   }
-  if (o.lora.rank > 0 && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
+  if (o.lora.enabled() && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
     throw InputError(
         "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled (vramsim; it composes with DDP, "
         "--zero, --fsdp and --fsdp2)");

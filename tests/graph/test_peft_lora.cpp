@@ -31,7 +31,7 @@ TEST_CASE("lora: one adapted linear allocates and saves what lora.Linear.forward
   const VarId a = tape.parameter("proj.lora_A.default.weight", {r, in}, DType::kFloat32);
   const VarId b = tape.parameter("proj.lora_B.default.weight", {out, r}, DType::kFloat32);
   const VarId x = tape.parameter("hidden", {T, in}, DType::kFloat32);  // a tensor that requires grad
-  const LoraAdapters adapters{{w, LoraAdapter{a, b}}};
+  const LoraAdapters adapters{{w, LoraAdapter{a, b, {a, b}, {}}}};
   LoraOptions options;
   options.rank = static_cast<int>(r);
   options.dropout = 0.1;

@@ -1,16 +1,16 @@
 // The composition matrix over model types (issue 36): every supported model_type, from its real config.json
 // (tests/data/hf_configs; llama4_text is the stored Llama-4-Scout file's text_config written alone), crossed
 // with the techniques people put on a current model: LoRA, QLoRA, full activation checkpointing, FSDP and
-// generation (the registry's entries, sim/cli/techniques.cpp). Each pair is predicted with the invariants
-// every prediction keeps (the bill adds up to the peak allocated bytes, reserved >= allocated), or refused
-// with the real library's reason. The expected refusals are written here from the library, not read from
-// vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft/utils/constants.py, main of
-// 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4, mistral, mixtral, phi, gemma, gemma2,
-// gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises "Please specify `target_modules` in
-// `peft_config`" for any other model.config.model_type (a multimodal checkpoint's is its wrapper's: gemma3
-// has no entry, llama4 has one). The models are shrunk (2 layers, width 64, 4 experts) after their
-// config.json is read, so that 115 predictions run in seconds; what is composed is the model_type's layer
-// code, not its size.
+// generation, DoRA, IA3 and prompt tuning (the registry's entries, sim/cli/techniques.cpp). Each pair is
+// predicted with the invariants every prediction keeps (the bill adds up to the peak allocated bytes,
+// reserved >= allocated), or refused with the real library's reason. The expected refusals are written here
+// from the library, not read from vramsim: PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+// (peft/utils/constants.py, main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4,
+// mistral, mixtral, phi, gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises
+// "Please specify `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal
+// checkpoint's is its wrapper's: gemma3 has no entry, llama4 has one). The models are shrunk (2 layers, width
+// 64, 4 experts) after their config.json is read, so that the predictions run in seconds; what is composed is
+// the model_type's layer code, not its size.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -147,13 +147,19 @@ void shrink(ModelConfig& m) {
 
 }  // namespace
 
-TEST_CASE("composition over model types: each type with LoRA, QLoRA, checkpointing, FSDP, generation",
-          "[predict][composition]") {
+TEST_CASE(
+    "composition over model types: each type with LoRA, QLoRA, DoRA, IA3, prompt tuning, checkpointing, "
+    "FSDP, generation",
+    "[predict][composition]") {
   std::map<std::string, const cli::Technique*> by_name;
   for (const cli::Technique& t : cli::techniques()) {
     by_name[std::string(t.name)] = &t;
   }
-  const std::vector<std::string> picked = {"lora", "qlora", "checkpoint-full", "fsdp", "generate"};
+  // and the PEFT catalogue's DoRA, IA3 and prompt tuning: IA3's defaults
+  // (TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING, same commit) cover the same model_types as LoRA's;
+  // prompt tuning targets no module, so every model_type takes it
+  const std::vector<std::string> picked = {"lora",          "qlora",           "dora", "ia3",
+                                           "prompt-tuning", "checkpoint-full", "fsdp", "generate"};
   std::set<std::string> types_seen;
   std::vector<std::string> rows;
   int predicted = 0;
@@ -165,7 +171,8 @@ TEST_CASE("composition over model types: each type with LoRA, QLoRA, checkpointi
       REQUIRE(by_name.count(name) == 1);
       const cli::Technique& t = *by_name[name];
       INFO(c.model_type << " + " << name << " (" << c.config << ")");
-      const bool lora = name == "lora" || name == "qlora";
+      const bool lora = name == "lora" || name == "qlora" || name == "dora" || name == "ia3";
+      const bool peft = lora || name == "prompt-tuning";
       const bool expect_refusal = lora && !kPeftDefaults.contains(c.model_type);
       std::string refusal;
       Prediction p;
@@ -194,7 +201,7 @@ TEST_CASE("composition over model types: each type with LoRA, QLoRA, checkpointi
       CHECK(b.parameters + b.gradients + b.optimizer_states + b.activations + b.temporaries + b.inputs +
                 b.communication + b.kv_cache + b.allocator_rounding ==
             p.peak_allocated_bytes);
-      if (lora) {
+      if (peft) {
         CHECK(p.trainable_parameters > 0);
         CHECK(p.trainable_parameters < p.total_parameters);
       }

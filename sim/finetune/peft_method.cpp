@@ -1,0 +1,118 @@
+// The registry of PEFT methods (peft_method.h) and what they share: the adapter dtype and IA3's
+// feedforward modules.
+#include "sim/finetune/peft_method.h"
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/graph/eager_tape.h"
+#include "sim/models/model_config.h"
+#include "sim/torch/torch_ops.h"
+
+namespace vramsim {
+
+const std::vector<PeftMethodInfo>& peft_methods() {
+  static const std::vector<PeftMethodInfo> kMethods{
+      {PeftMethod::kLora, "lora", "LORA",
+       "LoraConfig(r, lora_alpha, lora_dropout, target_modules, use_rslora, use_dora); LoRA-FA: "
+       "peft.optimizers.create_lorafa_optimizer",
+       &lora_method(), ""},
+      {PeftMethod::kIa3, "ia3", "IA3", "IA3Config(target_modules, feedforward_modules)", &ia3_method(), ""},
+      {PeftMethod::kPromptTuning, "prompt-tuning", "PROMPT_TUNING", "PromptTuningConfig(num_virtual_tokens)",
+       nullptr, ""},
+      {PeftMethod::kPTuning, "p-tuning", "P_TUNING",
+       "PromptEncoderConfig(num_virtual_tokens, encoder_hidden_size, encoder_reparameterization_type=MLP)",
+       nullptr, ""},
+      {PeftMethod::kPrefixTuning, "prefix-tuning", "PREFIX_TUNING", "PrefixTuningConfig(num_virtual_tokens)",
+       nullptr, "its past_key_values (a trainable prefix in every layer's attention) are not modelled"},
+      {PeftMethod::kLoha, "loha", "LOHA", "LoHaConfig(r, alpha, target_modules)", &loha_method(), ""},
+      {PeftMethod::kLokr, "lokr", "LOKR", "LoKrConfig(r, alpha, target_modules, decompose_factor)",
+       &lokr_method(), ""},
+      {PeftMethod::kVera, "vera", "VERA", "VeraConfig(r, target_modules)", &vera_method(), ""},
+      {PeftMethod::kOft, "oft", "OFT", "OFTConfig", nullptr, "OFT is not modelled"},
+      {PeftMethod::kBoft, "boft", "BOFT", "BOFTConfig", nullptr, "BOFT is not modelled"},
+      {PeftMethod::kAdalora, "adalora", "ADALORA", "AdaLoraConfig", nullptr,
+       "AdaLoRA (its orthogonality regulariser and rank allocation) is not modelled"},
+      {PeftMethod::kTrainableTokens, "trainable-tokens", "TRAINABLE_TOKENS", "TrainableTokensConfig", nullptr,
+       "trainable tokens are not modelled"},
+  };
+  return kMethods;
+}
+
+const PeftMethodInfo& peft_method_info(PeftMethod method) {
+  for (const PeftMethodInfo& m : peft_methods()) {
+    if (m.method == method) {
+      return m;
+    }
+  }
+  return peft_methods().front();
+}
+
+PeftMethod parse_peft_method(std::string_view text) {
+  std::string known;
+  for (const PeftMethodInfo& m : peft_methods()) {
+    if (m.name == text) {
+      return m.method;
+    }
+    known += (known.empty() ? "" : ", ") + std::string(m.name);
+  }
+  throw InputError(fmt::format("--peft-method: unknown value '{}' (known: {})", text, known));
+}
+
+const PeftLinearMethod* linear_method(const LoraOptions& o) {
+  if (o.method == PeftMethod::kLora && o.use_dora) {
+    return &dora_method();
+  }
+  return peft_method_info(o.method).linear;
+}
+
+DType adapter_dtype(DType base, DType quantized_base, const LoraOptions& o) {
+  const DType d = is_floating(base) ? base : quantized_base;
+  if (o.autocast_adapter_dtype && (d == DType::kBFloat16 || d == DType::kFloat16)) {
+    return DType::kFloat32;  // BaseTuner._cast_adapter_dtype: dtypes_to_convert_to_fp32
+  }
+  return d;
+}
+
+std::vector<std::string> ia3_feedforward_modules(const LoraOptions& o, const ModelConfig& model) {
+  if (!o.feedforward_modules.empty() || !o.targets.empty() || o.all_linear) {
+    return o.feedforward_modules;  // IA3Config: feedforward_modules only with target_modules given
+  }
+  // TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING (peft/utils/constants.py, 5d602fdb)
+  const std::string& t =
+      model.vision.wrapper_model_type.empty() ? model.model_type : model.vision.wrapper_model_type;
+  if (t == "gpt2" || t == "gpt_bigcode") {
+    return {"mlp.c_proj"};
+  }
+  if (t == "phi") {
+    return {"fc2"};
+  }
+  if (t == "falcon") {
+    return {"dense_4h_to_h"};
+  }
+  if (t == "mixtral") {
+    return {"w2"};
+  }
+  return {"down_proj"};  // llama, mistral, qwen2, gemma, gemma2, gemma3_text, qwen3, llama4
+}
+
+}  // namespace vramsim
+
+namespace vramsim {
+
+VarId lycoris_delta_forward(TorchOps& ops, const std::string& name, VarId x, VarId delta,
+                            const std::function<VarId(VarId)>& base) {
+  EagerTape& t = ops.tape();
+  const VarId result = base(x);
+  const DType previous = t.dtype(result);
+  const VarId xa = ops.to(name + ".cast_input", x, t.dtype(delta));  // _cast_input_dtype
+  const VarId delta_out = ops.linear(name + ".F.linear(x, delta_weight)", xa, delta);
+  t.drop({xa, delta});
+  const VarId sum = ops.add(name + ".result+delta", result, delta_out);
+  t.drop({result, delta_out});
+  const VarId out = ops.to(name + ".result.to(previous_dtype)", sum, previous);
+  t.drop(sum);
+  return out;
+}
+
+}  // namespace vramsim
