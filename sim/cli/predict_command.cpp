@@ -367,7 +367,7 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
   if (checkpoint) {
     fmt::print("checkpoint       {} (the weights as stored, from the safetensors headers){}\n",
                describe(checkpoint->weights),
-               checkpoint->warnings.empty() ? "" : "; differs from config.json (warning on stderr)");
+               checkpoint->warnings.empty() ? "" : "; differs from config.json (see the warning)");
   }
   if (p.vision.total() > 0) {
     // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
@@ -582,7 +582,9 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
     }
     run = [result] {
       const std::optional<CheckpointReport> checkpoint = read_checkpoint(args.request.model);
-      for (const std::string& w : checkpoint ? checkpoint->warnings : std::vector<std::string>{}) {
+      // On stderr from the command line; a caller of the result object (Python) has them in its JSON.
+      for (const std::string& w :
+           checkpoint&& result == nullptr ? checkpoint->warnings : std::vector<std::string>{}) {
         fmt::print(stderr, "vramsim: warning: {}\n", w);
       }
       PredictRequest request = make_request(args.request);

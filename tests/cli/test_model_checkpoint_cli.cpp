@@ -123,7 +123,7 @@ TEST_CASE("issue 41: --model FOLDER reads its safetensors headers", "[cli][check
               ": the checkpoint holds 53,440 elements in 11 tensors; config.json implies 69,824 "
               "parameters (model.parameters()): fewer by 16,384 (the size of lm_head.weight [256, 64], "
               "which the checkpoint lacks). The prediction follows config.json\n");
-    CHECK(r.out.find("differs from config.json (warning on stderr)") != std::string::npos);
+    CHECK(r.out.find("differs from config.json (see the warning)") != std::string::npos);
   }
   SECTION("sharded: the index and its two shards") {
     const fs::path dir = model_folder("ckpt_sharded", config);
