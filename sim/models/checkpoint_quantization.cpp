@@ -319,8 +319,18 @@ std::optional<CheckpointQuantization> checkpoint_quantization_of(const std::stri
   if (!config) {
     return std::nullopt;  // a preset, or a name load_model refuses
   }
-  return read_checkpoint_quantization(read_input_file(*config, "model config file", kMaxSmallInputBytes),
-                                      *config);
+  const std::string text = read_input_file(*config, "model config file", kMaxSmallInputBytes);
+  try {
+    return read_checkpoint_quantization(text, *config);
+  } catch (const InputError& e) {
+    // A format not read (compressed-tensors, hqq, ...): say what the checkpoint holds, from its headers.
+    const std::optional<CheckpointWeights> stored = checkpoint_weights_of(name_or_path);
+    if (!stored) {
+      throw;
+    }
+    throw InputError(
+        fmt::format("{}; the checkpoint's safetensors headers: {}", e.what(), describe(*stored)));
+  }
 }
 
 bool is_quantized_weight(const ModelConfig& model, const CheckpointQuantization& q, const ParameterShape& p) {

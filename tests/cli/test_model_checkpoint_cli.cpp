@@ -57,7 +57,10 @@ std::string safetensors_file(const std::vector<Entry>& entries) {
     std::string shape;
     for (long d : e.shape) {
       elements *= static_cast<unsigned long>(d);
-      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+      if (!shape.empty()) {
+        shape.push_back(',');
+      }
+      shape.append(std::to_string(d));
     }
     const unsigned long bytes = elements * static_cast<unsigned long>(e.element_bits) / 8;
     header += (header.size() > 1 ? "," : "") + std::string("\"") + e.name + "\":{\"dtype\":\"" + e.dtype +
@@ -236,4 +239,26 @@ TEST_CASE("issue 41: a GPTQ checkpoint's headers against its quantization_config
         ": scales: the checkpoint holds 7 tensors of 1,152 B; config.json implies 7 of 2,304 "
         "B\nvramsim: error: "));
   }
+}
+
+TEST_CASE("issue 41: a compressed-tensors checkpoint: refused, with what its headers hold",
+          "[cli][checkpoint]") {
+  // llm-compressor's pack-quantized W4A16 layout of q_proj (64 x 64): weight_packed int32 [64, 64 / 8] =
+  // 2,048 B, weight_scale bfloat16 [64, 64 / 32] = 256 B, weight_shape int64 [2] = 16 B; embeddings bf16
+  // 32,768 B.
+  const fs::path dir = model_folder(
+      "ckpt_compressed",
+      std::string(kConfig) +
+          R"(, "quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized"}})");
+  write(dir / "model.safetensors",
+        safetensors_file({{"model.embed_tokens.weight", "BF16", {256, 64}, 16},
+                          {"model.layers.0.self_attn.q_proj.weight_packed", "I32", {64, 8}, 32},
+                          {"model.layers.0.self_attn.q_proj.weight_scale", "BF16", {64, 2}, 16},
+                          {"model.layers.0.self_attn.q_proj.weight_shape", "I64", {2}, 64}}));
+  const CliRun r = run_vramsim(predict(dir));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("'compressed-tensors' is not modelled") != std::string::npos);
+  CHECK(r.err.ends_with(
+      "; the checkpoint's safetensors headers: 1 file (model.safetensors), 4 tensors, 35,088 B: "
+      "BF16 33,024 B, I32 2,048 B, I64 16 B\n"));
 }
