@@ -81,7 +81,8 @@ class MemoryEstimate : public nlohmann::json_sax<json> {
 
 }  // namespace
 
-json parse_json_input(std::string_view text, std::string_view source, std::size_t memory_limit) {
+json parse_json_input(std::string_view text, std::string_view source, std::size_t memory_limit,
+                      std::size_t byte_base) {
   MemoryEstimate estimate(memory_limit);
   const bool ok = json::sax_parse(text.begin(), text.end(), &estimate);
   if (estimate.too_large()) {
@@ -90,14 +91,14 @@ json parse_json_input(std::string_view text, std::string_view source, std::size_
         source, text.size(), memory_limit));
   }
   if (!ok) {
-    throw InputError(
-        fmt::format("{}: byte {}: invalid JSON: {}", source, estimate.error_byte(), estimate.error()));
+    throw InputError(fmt::format("{}: byte {}: invalid JSON: {}", source, byte_base + estimate.error_byte(),
+                                 estimate.error()));
   }
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {  // not expected: the first pass read the same text
-    throw InputError(
-        fmt::format("{}: byte {}: invalid JSON: {}", source, e.byte, parse_error_reason(e.what())));
+    throw InputError(fmt::format("{}: byte {}: invalid JSON: {}", source, byte_base + e.byte,
+                                 parse_error_reason(e.what())));
   }
 }
 

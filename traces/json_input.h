@@ -22,8 +22,10 @@ inline constexpr std::size_t kMaxSmallJsonMemory = std::size_t{256} << 20;
 // `text` parsed, after a first pass that builds nothing and estimates what the document will take in memory
 // (an upper bound of nlohmann::json's own layout): over `memory_limit`, it is refused before anything is
 // built. Throws InputError "<source>: byte N: invalid JSON: <reason>" for bad JSON and "<source>: ...: not
-// read" for one too large.
-nlohmann::json parse_json_input(std::string_view text, std::string_view source, std::size_t memory_limit);
+// read" for one too large. `byte_base` is added to N: where `text` begins in its file (a safetensors
+// header begins at byte 8).
+nlohmann::json parse_json_input(std::string_view text, std::string_view source, std::size_t memory_limit,
+                                std::size_t byte_base = 0);
 
 // The largest magnitude of a number check_json_values() lets through (2^60, as for a trace's sizes).
 inline constexpr std::int64_t kMaxJsonNumber = std::int64_t{1} << 60;

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Sequence
 
@@ -48,7 +49,10 @@ def predict(model: Any = None, gpu: Optional[str] = None, batch: Optional[int] =
     in config.json's form or a transformers config. Options are predict's (`vramsim predict --help`):
     precision="bf16", optimizer="adamw-8bit", checkpointing="full", lora_rank=16, compile=True, ..."""
     with _request("predict", model, {"gpu": gpu, "batch": batch, "seq": seq, **options}) as args:
-        return Prediction(_native.result(args))
+        prediction = Prediction(_native.result(args))
+    for message in (prediction.checkpoint or {}).get("warnings", []):
+        warnings.warn(message, stacklevel=2)  # the CLI's "vramsim: warning:" lines
+    return prediction
 
 
 def fit(model: Any = None, gpu: Optional[str] = None, seq: Any = None, **options: Any) -> Fit:

@@ -111,6 +111,13 @@ class Prediction(_Pages):
                 return line[len("verdict"):].strip()
         return "FITS" if self.fits else "OOM"
 
+    @property
+    def checkpoint(self) -> Optional[dict]:
+        """The model folder's safetensors checkpoint as its headers describe it (source, files, tensors,
+        elements, bytes, bytes_by_dtype, warnings), or None when `model` has none beside its config.json."""
+        c = self._doc.get("checkpoint")
+        return dict(c) if c is not None else None
+
     def __repr__(self) -> str:
         where = self._doc.get("gpu") or "the device"
         return (f"<vramsim.Prediction {self._doc.get('model') or self._doc.get('script')} on {where}: "

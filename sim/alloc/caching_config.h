@@ -6,7 +6,8 @@
 // Version: the rules follow PyTorch 2.5-2.6 (the releases that recorded the real snapshots we validate on),
 // which differ from the older eb42ad6 reading in spec §11 in: roundup_power2_divisions:1 means "off" (plain
 // 512-byte rounding), max_split_size_mb must be >= 20, max_non_split_rounding_mb exists, and GC / RA skip
-// expandable blocks.
+// expandable blocks. What is refused, and why, follows the newest parsers (AcceleratorAllocatorConfig and
+// CUDAAllocatorConfig of PyTorch 2.9+), whose messages vramsim repeats.
 #pragma once
 
 #include <array>
@@ -43,10 +44,18 @@ struct CachingOption {
 };
 const std::vector<CachingOption>& caching_options();
 
-// Parses `conf` on top of `base` the way PyTorch does (spec D5): max_split_size, the divisions table and the
-// GC threshold are reset to defaults first; expandable_segments keeps its previous value unless named. Throws
-// InputError("<origin>: <key>: <problem>") on an unknown key, a malformed value or a value out of range (e.g.
-// "max_split_size_mb:2", "garbage_collection_threshold:1.2").
+// Parses `conf` on top of `base` as PyTorch does when both of its parsers read the same string
+// (torch.cuda.memory._set_allocator_settings, or one environment variable): c10/core/AllocatorConfig.cpp's
+// AcceleratorAllocatorConfig::parseArgs takes the device-generic keys (max_split_size_mb,
+// max_non_split_rounding_mb, garbage_collection_threshold, roundup_power2_divisions, expandable_segments,
+// pinned_use_background_threads) and skips the rest; c10/cuda/CUDAAllocatorConfig.cpp's parseArgs takes the
+// CUDA keys (backend, per_process_memory_fraction, pinned_*, release_lock_on_cudamalloc, ...) and refuses a
+// key neither knows. max_split_size, the divisions table and the GC threshold are reset to defaults first;
+// the other settings keep `base`'s value unless named (spec D5). Throws InputError("<origin>: <key>:
+// <PyTorch's reason>") where PyTorch refuses: "pinned_num_register_threads:1024" ("Number of register threads
+// should be less than or equal to 128, got 1024"), "max_split_size_mb:2", "garbage_collection_threshold:1.2",
+// "expandable_segments:true", an unknown key. backend:cudaMallocAsync and per_process_memory_fraction:0,
+// which PyTorch accepts, are refused as not modelled.
 CachingConfig parse_alloc_conf(std::string_view conf, std::string_view origin,
                                const CachingConfig& base = {});
 

@@ -14,6 +14,8 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/engine/gpu_table.h"
+#include "sim/models/checkpoint_quantization.h"
+#include "sim/models/checkpoint_weights.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/html_report.h"
@@ -345,9 +347,48 @@ namespace {
 const ReportText kPredictText{"allocated bytes of the allocator model where the run entered each phase",
                               "peaks of the allocator model within each step"};
 
-void print_run(const Prediction& p, const RequestArgs& a) {
+// The checkpoint beside --model's config.json (checkpoint_weights.h): its headers' tensors, and where they
+// disagree with config.json.
+struct CheckpointReport {
+  CheckpointWeights weights;
+  std::vector<std::string> warnings;
+};
+
+std::optional<CheckpointReport> read_checkpoint(const std::string& model) {
+  std::optional<CheckpointWeights> weights = checkpoint_weights_of(model);
+  if (!weights) {
+    return std::nullopt;
+  }
+  std::vector<std::string> warnings =
+      checkpoint_warnings(*weights, load_model(model), checkpoint_quantization_of(model));
+  return CheckpointReport{std::move(*weights), std::move(warnings)};
+}
+
+nlohmann::ordered_json checkpoint_json(const std::optional<CheckpointReport>& c) {
+  if (!c) {
+    return nullptr;
+  }
+  nlohmann::ordered_json by_dtype = nlohmann::ordered_json::object();
+  for (const auto& [dtype, bytes] : c->weights.bytes_by_dtype) {
+    by_dtype[dtype] = bytes;
+  }
+  return {{"source", c->weights.source},
+          {"files", c->weights.files},
+          {"tensors", c->weights.tensors.size()},
+          {"elements", c->weights.total_elements},
+          {"bytes", c->weights.total_bytes},
+          {"bytes_by_dtype", by_dtype},
+          {"warnings", c->warnings}};
+}
+
+void print_run(const Prediction& p, const RequestArgs& a, const std::optional<CheckpointReport>& checkpoint) {
   fmt::print("model            {} ({} ops, {} tensors, {} allocator requests)\n", p.model_name, p.ops,
              p.tensors, p.requests);
+  if (checkpoint) {
+    fmt::print("checkpoint       {} (the weights as stored, from the safetensors headers){}\n",
+               describe(checkpoint->weights),
+               checkpoint->warnings.empty() ? "" : "; differs from config.json (see the warning)");
+  }
   if (p.vision.total() > 0) {
     // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
     fmt::print(
@@ -567,6 +608,12 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
       args.request.alloc_conf = args.alloc_conf;
     }
     run = [result] {
+      const std::optional<CheckpointReport> checkpoint = read_checkpoint(args.request.model);
+      // On stderr from the command line; a caller of the result object (Python) has them in its JSON.
+      for (const std::string& w :
+           checkpoint&& result == nullptr ? checkpoint->warnings : std::vector<std::string>{}) {
+        fmt::print(stderr, "vramsim: warning: {}\n", w);
+      }
       PredictRequest request = make_request(args.request);
       // A caller of the result object may ask for the page later.
       request.keep_timeline = !args.perfetto.empty() || !args.html.empty() || result != nullptr;
@@ -593,6 +640,9 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
       }
       if (result != nullptr) {
         result->json = prediction_json(p, kPredictText);
+        if (checkpoint) {  // only where a checkpoint was read: other documents are unchanged
+          result->json["checkpoint"] = checkpoint_json(checkpoint);
+        }
         result->html = [shared, title, pages_possible] {
           pages_possible("--html");
           return html_report(*shared, shared->timeline->memory, title);
@@ -601,16 +651,20 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
           pages_possible("--perfetto");
           return perfetto_json(shared->timeline->ops, shared->timeline->memory, title) + "\n";
         };
-        result->text = [shared, request_args = args.request] {
+        result->text = [shared, request_args = args.request, checkpoint] {
           return capture_stdout([&] {
-            print_run(*shared, request_args);
+            print_run(*shared, request_args, checkpoint);
             print_prediction(*shared, kPredictText);
           });
         };
       } else if (args.json) {
-        fmt::print("{}\n", json_text(prediction_json(p, kPredictText)));
+        nlohmann::ordered_json j = prediction_json(p, kPredictText);
+        if (checkpoint) {
+          j["checkpoint"] = checkpoint_json(checkpoint);
+        }
+        fmt::print("{}\n", json_text(j));
       } else {
-        print_run(p, args.request);
+        print_run(p, args.request, checkpoint);
         print_prediction(p, kPredictText);
       }
       if (!args.trace_out.empty()) {

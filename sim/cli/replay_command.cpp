@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -7,6 +10,7 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
+#include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/html_report.h"
 #include "sim/predict/perfetto_trace.h"
@@ -19,7 +23,8 @@ namespace vramsim::cli {
 namespace {
 
 struct ReplayArgs {
-  std::string file;
+  std::vector<std::string> files;  // as given: one file, several (the ranks of a job) or a folder of them
+  std::string file;                // the one replayed
   int device = -1;
   std::string alloc_conf;
   bool alloc_conf_given = false;
@@ -194,6 +199,138 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
              identical ? "IDENTICAL to the recording" : "DIVERGES from the recording");
 }
 
+// Natural order of file names, so that rank10 follows rank9: digit runs compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) != 0 &&
+        std::isdigit(static_cast<unsigned char>(b[j])) != 0) {
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie])) != 0) {
+        ++ie;
+      }
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je])) != 0) {
+        ++je;
+      }
+      std::string_view x(a.data() + i, ie - i), y(b.data() + j, je - j);
+      while (x.size() > 1 && x.front() == '0') {
+        x.remove_prefix(1);
+      }
+      while (y.size() > 1 && y.front() == '0') {
+        y.remove_prefix(1);
+      }
+      if (x.size() != y.size() || x != y) {
+        return x.size() != y.size() ? x.size() < y.size() : x < y;
+      }
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j]) {
+      return a[i] < b[j];
+    }
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// The files FILE... names: each file as given; a folder's .pickle / .json / .vtrace files in natural order.
+std::vector<std::string> rank_files(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (const std::string& g : given) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(g, ec)) {
+      out.push_back(g);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(g, ec)) {
+      const std::string ext = entry.path().extension().string();
+      if (entry.is_regular_file(ec) && (ext == ".pickle" || ext == ".json" || ext == ".vtrace")) {
+        found.push_back(entry.path().string());
+      }
+    }
+    if (found.empty()) {
+      throw InputError(fmt::format("{}: a folder with no .pickle, .json or .vtrace file", g));
+    }
+    std::sort(found.begin(), found.end(), natural_less);
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  return out;
+}
+
+// The ranks of one job, each replayed as `replay FILE` would, and the largest of each peak over them (what
+// torchtitan's and Megatron's memory logs report: each rank's torch.cuda.max_memory_*, and their maximum).
+int replay_ranks(const std::vector<std::string>& files, const ReplayOptions& options, const ReplayArgs& a,
+                 CommandResult* result) {
+  for (const auto& [flag, given] : {std::pair{"--snapshot-out", !a.snapshot_out.empty()},
+                                    {"--html", !a.html.empty()},
+                                    {"--perfetto", !a.perfetto.empty()},
+                                    {"--stats", a.stats},
+                                    {"--summary", a.summary}}) {
+    if (given) {
+      throw InputError(fmt::format("{}: one file only (replay the rank's file alone)", flag));
+    }
+  }
+  std::vector<ReplayResult> ranks;
+  std::vector<bool> identical;
+  for (const std::string& f : files) {
+    ranks.push_back(replay_snapshot(load_snapshot(f), options));
+    identical.push_back(ranks.back().check.identical(ranks.back().peaks));
+  }
+  const auto arg_max = [&](auto peak) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < ranks.size(); ++i) {
+      best = peak(ranks[i]) > peak(ranks[best]) ? i : best;
+    }
+    return best;
+  };
+  const auto allocated = [](const ReplayResult& r) { return r.peaks.peak_allocated_bytes; };
+  const auto reserved = [](const ReplayResult& r) { return r.peaks.peak_reserved_bytes; };
+  const auto active = [](const ReplayResult& r) { return r.peaks.peak_active_bytes; };
+  const std::size_t max_allocated = arg_max(allocated), max_reserved = arg_max(reserved),
+                    max_active = arg_max(active);
+  nlohmann::ordered_json j;
+  j["ranks"] = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    ReplayArgs one = a;
+    one.file = files[i];
+    nlohmann::ordered_json r = replay_json(ranks[i], one, identical[i]);
+    r["rank"] = i;
+    j["ranks"].push_back(r);
+  }
+  j["max"] = {
+      {"peak_allocated_bytes", allocated(ranks[max_allocated])}, {"peak_allocated_rank", max_allocated},
+      {"peak_reserved_bytes", reserved(ranks[max_reserved])},    {"peak_reserved_rank", max_reserved},
+      {"peak_active_bytes", active(ranks[max_active])},          {"peak_active_rank", max_active}};
+  const auto short_bytes = [](std::int64_t b) { return format_bytes_short(static_cast<Bytes>(b)); };
+  const auto print = [&] {
+    fmt::print("{:<5} {:>16} {:>16} {:>16} {:>5}{}  {}\n", "rank", "peak allocated", "peak reserved",
+               "peak active", "OOMs", a.check ? "  check    " : "", "file");
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const ReplayResult& r = ranks[i];
+      fmt::print("{:<5} {:>16} {:>16} {:>16} {:>5}{}  {}\n", i, short_bytes(r.peaks.peak_allocated_bytes),
+                 short_bytes(r.peaks.peak_reserved_bytes), short_bytes(r.peaks.peak_active_bytes),
+                 r.stats.num_ooms, a.check ? (identical[i] ? "  identical" : "  differs  ") : "", files[i]);
+    }
+    fmt::print("max over {} ranks: allocated {} (rank {}), reserved {} (rank {}), active {} (rank {})\n",
+               ranks.size(), short_bytes(allocated(ranks[max_allocated])), max_allocated,
+               short_bytes(reserved(ranks[max_reserved])), max_reserved,
+               short_bytes(active(ranks[max_active])), max_active);
+  };
+  if (result != nullptr) {
+    result->json = j;
+    result->text = [text = capture_stdout(print)] { return text; };  // `print` reads locals: run it now
+  } else if (a.json) {
+    fmt::print("{}\n", json_text(j));
+  } else {
+    print();
+  }
+  const bool all_identical = std::all_of(identical.begin(), identical.end(), [](bool b) { return b; });
+  return a.check && !all_identical ? 1 : 0;
+}
+
 }  // namespace
 
 void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult* result) {
@@ -202,8 +339,11 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
   auto* cmd = app.add_subcommand("replay",
                                  "Replay a PyTorch memory snapshot (or a vramsim trace) through the "
                                  "allocator model; --check scores it against the recording");
-  cmd->add_option("FILE", args.file,
-                  "snapshot .pickle / .json from torch.cuda.memory._dump_snapshot, or .vtrace")
+  cmd->add_option(
+         "FILE", args.files,
+         "snapshot .pickle / .json from torch.cuda.memory._dump_snapshot, or .vtrace; several files "
+         "(or a folder of them) are the ranks of one job: each is replayed, and the maximum over them "
+         "reported")
       ->required();
   cmd->add_option("--device", args.device, "device index (default: the first device with a trace)")
       ->check(CLI::Range(0, 1023));
@@ -243,6 +383,12 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       if (!args.capacity.empty()) {
         options.capacity_bytes = parse_size(args.capacity, "--capacity");
       }
+      const std::vector<std::string> files = rank_files(args.files);
+      std::error_code ec;
+      if (files.size() > 1 || std::filesystem::is_directory(args.files.front(), ec)) {
+        return replay_ranks(files, options, args, result);
+      }
+      args.file = files.front();
       const auto snapshot = std::make_shared<const Snapshot>(load_snapshot(args.file));
       const auto shared = std::make_shared<const ReplayResult>(replay_snapshot(*snapshot, options));
       const ReplayResult& r = *shared;

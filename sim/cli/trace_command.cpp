@@ -90,6 +90,10 @@ RunDevice trace_device(const TraceArgs& a) {
   }
   if (!a.alloc_conf.empty()) {
     d.alloc_conf = a.alloc_conf;
+  } else {
+    // The script's PyTorch would read these from this environment (c10/core/AllocatorConfig.cpp).
+    d.alloc_conf_environment =
+        alloc_conf_environment(std::getenv("PYTORCH_ALLOC_CONF"), std::getenv("PYTORCH_CUDA_ALLOC_CONF"));
   }
   return d;
 }
@@ -226,8 +230,9 @@ int run_trace(const TraceArgs& a, CommandResult* result) {
   }
   const std::string title = "vramsim trace " + shared_run->label;
   const std::optional<std::string> alloc_conf = device.alloc_conf;
-  const auto timeline = [shared_run, shared, alloc_conf] {
-    return observe_run(shared_run->workload, *shared, alloc_conf);
+  const std::optional<AllocConfEnvironment> environment = device.alloc_conf_environment;
+  const auto timeline = [shared_run, shared, alloc_conf, environment] {
+    return observe_run(shared_run->workload, *shared, alloc_conf, environment);
   };
   if (!a.html.empty() || !a.perfetto.empty()) {
     const MemoryTimeline t = timeline();
@@ -282,7 +287,7 @@ void set_trace_script_args(std::vector<std::string> args) { passthrough_args() =
 void check_trace_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kWithValue = {
       "--gpu",  "--capacity", "--alloc-conf", "--python", "--out", "--load", "--cublas-workspace-bytes",
-      "--html", "--perfetto", "--timeout", "--label"};
+      "--html", "--perfetto", "--timeout",    "--label"};
   static const std::vector<std::string_view> kFlags = {"--json", "--help", "-h"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
@@ -308,7 +313,9 @@ void add_trace_command(CLI::App& app, std::function<int()>& run, CommandResult* 
   auto* gpu = cmd->add_option("--gpu", args.gpu, "GPU name (default H100-80GB)");
   auto* cap = cmd->add_option("--capacity", args.capacity, "device memory instead of a GPU, e.g. 80GiB");
   gpu->excludes(cap);
-  cmd->add_option("--alloc-conf", args.alloc_conf, "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax");
+  cmd->add_option("--alloc-conf", args.alloc_conf,
+                  "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (default: $PYTORCH_ALLOC_CONF and "
+                  "$PYTORCH_CUDA_ALLOC_CONF, read as PyTorch reads them)");
   cmd->add_option(
       "--python", args.python,
       "the Python with PyTorch to run the script (default: $VRAMSIM_PYTHON, python3, /usr/bin/python3)");

@@ -2,6 +2,7 @@
 // header for the source of each layout).
 #include "sim/models/checkpoint_quantization.h"
 
+#include "sim/models/checkpoint_weights.h"
 #include "sim/models/hf_hub_cache.h"
 
 #include <fmt/format.h>
@@ -318,8 +319,18 @@ std::optional<CheckpointQuantization> checkpoint_quantization_of(const std::stri
   if (!config) {
     return std::nullopt;  // a preset, or a name load_model refuses
   }
-  return read_checkpoint_quantization(read_input_file(*config, "model config file", kMaxSmallInputBytes),
-                                      *config);
+  const std::string text = read_input_file(*config, "model config file", kMaxSmallInputBytes);
+  try {
+    return read_checkpoint_quantization(text, *config);
+  } catch (const InputError& e) {
+    // A format not read (compressed-tensors, hqq, ...): say what the checkpoint holds, from its headers.
+    const std::optional<CheckpointWeights> stored = checkpoint_weights_of(name_or_path);
+    if (!stored) {
+      throw;
+    }
+    throw InputError(
+        fmt::format("{}; the checkpoint's safetensors headers: {}", e.what(), describe(*stored)));
+  }
 }
 
 bool is_quantized_weight(const ModelConfig& model, const CheckpointQuantization& q, const ParameterShape& p) {
@@ -378,12 +389,15 @@ void refuse_unmodelled_quantization(const CheckpointQuantization& q, const std::
     return;
   }
   const QuantizedWeightBytes b = quantized_weight_bytes(load_model(name_or_path), q, name_or_path);
+  // The checkpoint as stored, where its safetensors headers are beside config.json.
+  const std::optional<CheckpointWeights> stored = checkpoint_weights_of(name_or_path);
   throw InputError(fmt::format(
       "{}: quantization_config: {}: {} weights in {} B ({} B of values, {} B of scales, {} B of zero points, "
       "{} B "
-      "other); predicting with these weights is not modelled. For the model dequantized to its torch_dtype "
+      "other){}; predicting with these weights is not modelled. For the model dequantized to its torch_dtype "
       "(transformers' dequantize=True), give a copy of config.json without quantization_config",
-      name_or_path, describe(q), b.weights, b.total(), b.packed, b.scales, b.zeros, b.other));
+      name_or_path, describe(q), b.weights, b.total(), b.packed, b.scales, b.zeros, b.other,
+      stored ? fmt::format("; the checkpoint's safetensors headers: {}", describe(*stored)) : ""));
 }
 
 std::string describe(const CheckpointQuantization& q) {

@@ -203,8 +203,7 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
   if (d.total_bytes - d.context_bytes <= 0) {
     throw InputError(fmt::format("--capacity: {} bytes leave nothing after the CUDA context", d.total_bytes));
   }
-  CachingConfig config =
-      device.alloc_conf ? parse_alloc_conf(*device.alloc_conf, "--alloc-conf") : CachingConfig{};
+  CachingConfig config = run_alloc_config(device);
   // per_process_memory_fraction limits what the allocator reserves to a share of the device's total: the run
   // is simulated on a device of that size (the allocator fails the same cudaMallocs), and the verdict's
   // headroom is measured against it.
@@ -264,11 +263,23 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
   return p;
 }
 
+CachingConfig run_alloc_config(const RunDevice& device) {
+  if (device.alloc_conf) {
+    return parse_alloc_conf(*device.alloc_conf, "--alloc-conf");
+  }
+  return device.alloc_conf_environment ? parse_alloc_conf_environment(*device.alloc_conf_environment)
+                                       : CachingConfig{};
+}
+
 MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
-                           const std::optional<std::string>& alloc_conf) {
+                           const std::optional<std::string>& alloc_conf,
+                           const std::optional<AllocConfEnvironment>& environment) {
   PolicyRunOptions options;
   options.capacity_bytes = static_cast<Bytes>(p.allocator_capacity_bytes);
-  options.config = alloc_conf ? parse_alloc_conf(*alloc_conf, "--alloc-conf") : CachingConfig{};
+  RunDevice device;
+  device.alloc_conf = alloc_conf;
+  device.alloc_conf_environment = environment;
+  options.config = run_alloc_config(device);
   options.config.per_process_memory_fraction = 0.0;  // already in allocator_capacity_bytes (explain_run)
   return observe_workload_timeline(workload, options);
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/alloc/alloc_conf_environment.h"
 #include "sim/alloc/workload.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_prediction.h"
@@ -23,7 +24,14 @@ struct RunDevice {
   Bytes capacity_bytes = 0;  // --capacity (no CUDA context counted)
   std::optional<std::string> alloc_conf;
   ContextOptions context;  // --module-loading, --cuda-context
+  // Without alloc_conf: the environment's PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, read as PyTorch reads
+  // them (alloc_conf_environment.h), where the run is a script PyTorch would run in this environment (trace).
+  std::optional<AllocConfEnvironment> alloc_conf_environment = std::nullopt;
 };
+
+// The allocator settings of `device`: --alloc-conf, else its environment, else the defaults. Throws
+// InputError.
+CachingConfig run_alloc_config(const RunDevice& device);
 
 // The name and decoder layer of the tensor an allocation request made (for "largest live tensors"); without
 // it the request's op label and layer are used.
@@ -38,6 +46,7 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
 // The allocator model over `workload` on the device explain_run() gave `p`, for the pictures (--html,
 // --perfetto). Throws InputError.
 MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
-                           const std::optional<std::string>& alloc_conf);
+                           const std::optional<std::string>& alloc_conf,
+                           const std::optional<AllocConfEnvironment>& environment = std::nullopt);
 
 }  // namespace vramsim

@@ -157,7 +157,7 @@ TEST_CASE("bad files give one clean line and a non-zero exit", "[quick][cli]") {
 TEST_CASE("bad options give one clean line and a non-zero exit", "[quick][cli]") {
   const std::string s = sample("MAGMA27_memory_snapshot.pickle");
   require_clean_error(run_vramsim("replay " + s + " --alloc-conf foo:1"),
-                      "--alloc-conf: foo: unknown option");
+                      "--alloc-conf: foo: Unrecognized key 'foo' in CUDA allocator config.");
   require_clean_error(run_vramsim("replay " + s + " --alloc-conf max_split_size_mb:2"), "max_split_size_mb");
   require_clean_error(run_vramsim("replay " + s + " --alloc-conf garbage_collection_threshold:1.2"),
                       "garbage_collection_threshold");

@@ -9,6 +9,7 @@ cache resolution on a fake cache made here, in the folder layout huggingface_hub
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -245,6 +246,85 @@ class HuggingFaceCache(unittest.TestCase):
             p = cli("predict", "--model", "acme/no-ref", "--gpu", "a100-40gb", "--batch", "1", "--seq", "64",
                     env={"HF_HUB_CACHE": hub})
             self.assertIn("acme/no-ref: no refs/main", p.stderr)
+
+
+def safetensors_bytes(entries, dtype="BF16", element_bytes=2):
+    """A safetensors file written by hand: little-endian u64 header length, the JSON header, zero data."""
+    header, offset = {}, 0
+    for name, shape in entries:
+        size = element_bytes
+        for d in shape:
+            size *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(text)) + text + bytes(offset)
+
+
+def tiny_llama_entries():
+    """modeling_llama.py's state_dict for tests/data/tiny-llama.config.json (hidden 256, MLP 512, 2 layers,
+    4 heads, 2 key/value heads, vocabulary 1,024, untied): embeddings and lm_head 1,024 x 256 = 262,144 each;
+    per layer q and o 256 x 256 = 65,536, k and v 128 x 256 = 32,768, gate, up, down 131,072 and two norms of
+    256 = 590,336; the final norm 256. 524,288 + 2 x 590,336 + 256 = 1,705,216 elements, 3,410,432 B in bf16."""
+    entries = [("model.embed_tokens.weight", [1024, 256])]
+    for i in range(2):
+        layer = f"model.layers.{i}."
+        entries += [(layer + "input_layernorm.weight", [256]), (layer + "self_attn.q_proj.weight", [256, 256]),
+                    (layer + "self_attn.k_proj.weight", [128, 256]), (layer + "self_attn.v_proj.weight", [128, 256]),
+                    (layer + "self_attn.o_proj.weight", [256, 256]), (layer + "post_attention_layernorm.weight", [256]),
+                    (layer + "mlp.gate_proj.weight", [512, 256]), (layer + "mlp.up_proj.weight", [512, 256]),
+                    (layer + "mlp.down_proj.weight", [256, 512])]
+    return entries + [("model.norm.weight", [256]), ("lm_head.weight", [1024, 256])]
+
+
+class ModelFolderCheckpoint(unittest.TestCase):
+    """model= a folder holding config.json and model.safetensors (issue 41): the checkpoint as its header says,
+    the prediction unchanged (it follows config.json), warnings and errors as the CLI's."""
+
+    ARGS = dict(gpu="a100-40gb", batch=2, seq=64)
+    CLI_ARGS = ["--gpu", "a100-40gb", "--batch", "2", "--seq", "64"]
+
+    def folder(self, root, entries):
+        os.makedirs(root)
+        shutil.copy(TINY_LLAMA, os.path.join(root, "config.json"))
+        with open(os.path.join(root, "model.safetensors"), "wb") as f:
+            f.write(safetensors_bytes(entries))
+        return root
+
+    def test_folder_with_safetensors(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = self.folder(os.path.join(tmp, "tiny"), tiny_llama_entries())
+            p = vramsim.predict(model=folder, **self.ARGS)
+            self.assertEqual(p.checkpoint["bytes"], 3410432)
+            self.assertEqual(p.checkpoint["elements"], 1705216)
+            self.assertEqual(p.checkpoint["tensors"], 21)
+            self.assertEqual(p.checkpoint["bytes_by_dtype"], {"BF16": 3410432})
+            self.assertEqual(p.checkpoint["warnings"], [])
+            self.assertIn("checkpoint       1 file (model.safetensors), 21 tensors, 3,410,432 B: BF16 3,410,432 B",
+                          str(p))
+            self.assertEqual(p.to_dict(), json.loads(cli_json("predict", "--model", folder, *self.CLI_ARGS)))
+            by_path = json.loads(cli_json("predict", "--model", TINY_LLAMA, *self.CLI_ARGS))
+            self.assertEqual(p.peak_reserved, by_path["peak_reserved_bytes"])
+            self.assertNotIn("checkpoint", by_path)
+
+    def test_warning_and_bad_header(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = self.folder(os.path.join(tmp, "tiny"), tiny_llama_entries()[:-1])  # no lm_head
+            with self.assertWarns(UserWarning) as caught:
+                vramsim.predict(model=folder, **self.ARGS)
+            cli_run = cli("predict", "--model", folder, *self.CLI_ARGS)
+            self.assertEqual(cli_run.stderr, f"vramsim: warning: {caught.warning}\n")
+            self.assertIn("fewer by 262,144 (the size of lm_head.weight [1024, 256], which the checkpoint lacks)",
+                          str(caught.warning))
+            with open(os.path.join(folder, "model.safetensors"), "r+b") as f:
+                f.write(struct.pack("<Q", 1 << 40))  # a header length no file has
+            with self.assertRaises(vramsim.VramsimError) as raised:
+                vramsim.predict(model=folder, **self.ARGS)
+            cli_run = cli("predict", "--model", folder, *self.CLI_ARGS)
+            self.assertEqual(cli_run.returncode, 2)
+            self.assertEqual(cli_run.stderr, f"vramsim: error: {raised.exception}\n")
+            self.assertEqual(str(raised.exception), f"{folder}/model.safetensors: byte 0: header length "
+                             "1099511627776 is over safetensors' limit of 100000000 bytes (not a safetensors file?)")
 
 
 if __name__ == "__main__":

@@ -124,6 +124,8 @@ def torch_versions(torch: Any) -> dict:
         "cuda": torch.version.cuda,
         "device_name": torch.cuda.get_device_name(),
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        # PyTorch 2.9+ reads the device-generic keys from PYTORCH_ALLOC_CONF first (c10/core/AllocatorConfig.cpp)
+        "pytorch_alloc_conf": os.environ.get("PYTORCH_ALLOC_CONF", ""),
     }
 
 
