@@ -51,7 +51,7 @@ namespace {
 // two, 2.5x in the FlashAttention-2 paper's accounting; elementwise and reduction backwards do about the
 // forward's arithmetic. Only the time axis uses these (roofline estimates), never memory.
 double backward_flops(const std::string& kind, double forward_flops) {
-  if (kind == "mm" || kind == "addmm" || kind == "bmm") {
+  if (kind == "mm" || kind == "addmm" || kind == "bmm" || kind == "_scaled_mm") {
     return 2.0 * forward_flops;
   }
   if (kind == "_scaled_dot_product_flash_attention") {
