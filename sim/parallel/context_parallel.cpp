@@ -31,7 +31,7 @@ VarId ring_attention(TorchOps& ops, const std::string& name, const char* kind, V
   const VarId qa = ops.autocast_operand(name, q);
   const VarId ka = ops.autocast_operand(name, k);
   const VarId va = ops.autocast_operand(name, v);
-  const Shape& qs = t.shape(qa);  // b, h, s/N, d
+  const Shape qs = t.shape(qa);  // b, h, s/N, d (a copy: the tape's variables move as it grows)
   const DType compute = t.dtype(qa);
   const Bytes q_bytes = tensor_bytes(qs, compute);
   const Bytes kv_bytes = tensor_bytes(t.shape(ka), compute);

@@ -141,8 +141,8 @@ Float8CastBytes float8_cast_bytes(std::int64_t rows, std::int64_t cols, DType hp
 VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, VarId w, VarId bias,
                             const Float8Options& options, bool weight_is_float8) {
   EagerTape& t = ops.tape();
-  const Shape& xs = t.shape(x);
-  const Shape& ws = t.shape(w);  // (out, in)
+  const Shape xs = t.shape(x);
+  const Shape ws = t.shape(w);  // (out, in); copies: the tape's variables move as it grows
   const std::int64_t in = xs.back();
   const std::int64_t out = ws[0];
   const std::int64_t rows = numel(xs) / in;
@@ -179,7 +179,10 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
   c.backward.grads = {GradRule{Kind::kAlloc, false, xs.size() > 2}, GradRule{Kind::kAlloc},
                       GradRule{Kind::kNone}, GradRule{Kind::kNone}};
   c.backward.grads.resize(c.inputs.size());
-  c.backward.order = {0, 1};  // grad_input, then grad_weight
+  c.backward.order = {0, 1, 2};  // grad_input, then grad_weight (the float8 casts have none)
+  if (c.inputs.size() == 4) {
+    c.backward.order.push_back(3);
+  }
   c.backward.scratch_before_grads = backward_scratch(rows, in, out, hp, options, weight_is_float8);
   c.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
   VarId y = t.op1(c);
