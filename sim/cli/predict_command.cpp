@@ -414,12 +414,13 @@ void print_run(const Prediction& p, const RequestArgs& a) {
         100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
   }
   if (a.float8 != "none") {
-    fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}\n", a.float8,
-               a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
+    fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}\n",
+               a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
   }
   if (a.cp > 1) {
-    fmt::print("context parallel {} ranks share each sequence ({} tokens each); ring attention, {} rotation\n",
-               a.cp, a.seq / a.cp, a.cp_rotate);
+    fmt::print(
+        "context parallel {} ranks share each sequence ({} tokens each); ring attention, {} rotation\n", a.cp,
+        a.seq / a.cp, a.cp_rotate);
   }
   if (p.tensor_parallel > 1) {
     fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split{}\n",

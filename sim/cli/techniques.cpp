@@ -9,7 +9,8 @@
 namespace vramsim::cli {
 
 const std::vector<Technique>& techniques() {
-  // Data-parallel schemes run on 2 GPUs; the model-parallel ones make the model replica 2 GPUs.
+  // Data-parallel schemes run on 2 GPUs; the model-parallel ones make the model replica 2 GPUs. Context
+  // parallelism splits the sequence over data-parallel ranks: it needs a data-parallel scheme beside it.
   static const std::vector<Technique> kTechniques{
       {"ddp", "data-parallel", "torch.nn.parallel.DistributedDataParallel", "--gpus 2"},
       {"zero1", "data-parallel", "DeepSpeed ZeRO-1", "--gpus 2 --zero 1"},
@@ -30,7 +31,7 @@ const std::vector<Technique>& techniques() {
        "--pp 2 --grad-accumulation 2 --pp-schedule gpipe"},
       {"cp", "model-parallel",
        "torch context_parallel (ring attention, all-gather rotation), as torchtitan runs it",
-       "--gpus 2 --cp 2 --attention sdpa"},
+       "--cp 2 --attention sdpa"},
       {"lora", "peft", "PEFT LoRA", "--lora-rank 8"},
       {"qlora", "peft", "PEFT LoRA on bitsandbytes NF4 (bnb_4bit_quant_storage bf16)",
        "--lora-rank 8 --base-weights nf4 --bnb-quant-storage bf16 --bnb-compute-dtype bf16"},

@@ -342,10 +342,9 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
   if (!params.empty()) {
     m_before_parameter_use(params, true);
   }
-  const bool sac_saved =
-      m_sac.policy != nullptr &&
-      m_sac.policy->must_save(dispatch_mode_op(c.kind),
-                              ++m_sac.occurrences[std::string(dispatch_mode_op(c.kind))]);
+  const bool sac_saved = m_sac.policy != nullptr &&
+                         m_sac.policy->must_save(dispatch_mode_op(c.kind),
+                                                 ++m_sac.occurrences[std::string(dispatch_mode_op(c.kind))]);
   std::vector<VarId> outs = sac_saved && m_sac.replay ? take_cached_outputs(c) : run_op(c, sac_saved);
   if (!params.empty()) {
     m_after_parameter_use(params, true);

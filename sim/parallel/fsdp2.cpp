@@ -159,9 +159,10 @@ class Fsdp2 final : public DataParallelScheme {
     tape.use(r.output);
     std::vector<TensorId>& params = m_unsharded[unit.layer];
     for (VarId p : unit.params) {
-      params.push_back(tape.allocate(tape.name(p) + ".unsharded",
-                                     static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p),
-                                     tape.dtype(p), TensorCategory::kCommunication));
+      params.push_back(
+          tape.allocate(tape.name(p) + ".unsharded",
+                        static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p),
+                        tape.dtype(p), TensorCategory::kCommunication));
     }
     const AllGatherState state{r.output, copy_out, unit_name(unit)};
     if (forward) {

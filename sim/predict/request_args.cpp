@@ -536,8 +536,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.context_parallel.degree = a.cp;
   o.context_parallel.rotate = parse_cp_rotate(a.cp_rotate);
   if (a.cp > 1 && a.cp <= 4096 && data_parallel.world_size % a.cp != 0) {
-    throw InputError(fmt::format("--cp {}: must divide the {} data-parallel ranks (torchtitan's dp_shard x cp)",
-                                 a.cp, data_parallel.world_size));
+    throw InputError(fmt::format(
+        "--cp {}: does not apply to {} data-parallel rank(s): the context-parallel ranks are some of "
+        "them (torchtitan's dp_shard x cp), so --cp must divide their number",
+        a.cp, data_parallel.world_size));
   }
   o.pipeline.stages = a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);

@@ -142,7 +142,9 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
                        " not modelled (vramsim models torchtitan's bf16 compute: --precision bf16)");
     }
     if (!training) {
-      throw InputError("--float8: inference with Float8Linear is not modelled (vramsim; torchao has float8 inference APIs)");
+      throw InputError(
+          "--float8: inference with Float8Linear is not modelled (vramsim; torchao has float8 inference "
+          "APIs)");
     }
     if (o.lora.rank > 0 || o.bnb.format != BnbFormat::kNone) {
       throw InputError("--float8: not modelled together with --lora-rank or --base-weights (vramsim)");

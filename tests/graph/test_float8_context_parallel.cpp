@@ -8,6 +8,7 @@
 #include "sim/core/error.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/context_parallel.h"
+#include "sim/predict/step_prediction.h"
 #include "sim/torch/torch_ops.h"
 #include "sim/training/float8_linear.h"
 
@@ -224,4 +225,25 @@ TEST_CASE("context parallelism: the layout torch's context_parallel refuses", "[
   o.context_parallel.degree = 2;
   CHECK_THROWS_WITH(build_training_steps(m, o), Catch::Contains("use sdpa-flash or sdpa-efficient"));
   CHECK_THROWS_WITH(parse_cp_rotate("ring"), Catch::StartsWith("--cp-rotate-method: unknown value 'ring'"));
+}
+
+TEST_CASE("context parallelism: fit --vary seq tries only lengths context_parallel accepts", "[graph]") {
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.capacity = "24GiB";
+  a.batch = 1;
+  a.seq = 1024;
+  a.precision = "bf16";
+  a.attention = "sdpa-flash";
+  a.checkpointing = "full";
+  a.world_size = 4;
+  a.fsdp = "full-shard";
+  a.fsdp2 = true;
+  a.cp = 4;
+  const FitResult r = fit(make_request(a), FitVary::kSeq, 0.1);
+  REQUIRE(r.best > 0);
+  CHECK(r.best % 8 == 0);  // 2 x cp load-balanced chunks
+  for (const FitTrial& t : r.trials) {
+    CHECK(t.value % 8 == 0);
+  }
 }
