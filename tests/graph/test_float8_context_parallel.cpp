@@ -151,8 +151,8 @@ TEST_CASE("float8 with FSDP2's float8 all-gather: one byte per converted weight 
   CHECK(sizes_named(float8, "layers.0.all_gather_output").front() == 65792);
   CHECK(sizes_named(float8, "model.layers.0.self_attn.q_proj.weight.unsharded").front() == 4096);
   CHECK(sizes_named(float8, "model.layers.0.input_layernorm.weight.unsharded").front() == 128);
-  CHECK(sizes_named(float8, "model.layers.0.self_attn.q_proj.weight.float8").empty());
-  CHECK_FALSE(sizes_named(bf16, "model.layers.0.self_attn.q_proj.weight.float8").empty());
+  CHECK(sizes_named(float8, "layers.0.attn.q_proj.weight.float8").empty());
+  CHECK_FALSE(sizes_named(bf16, "layers.0.attn.q_proj.weight.float8").empty());
 }
 
 TEST_CASE("float8: the options torchao and torchtitan refuse", "[quick][graph]") {
@@ -193,7 +193,7 @@ TEST_CASE("context parallelism: each rank runs seq / N tokens; ring attention's 
   // 8,192 B each; the logsumexp (2, 4, 32) fp32: 1,024 B.
   const OpGraph g = cp_run(128, 4, CpRotate::kAllGather);
   CHECK(sizes_named(g, "input_ids") == std::vector<Bytes>{2 * 32 * 8});
-  const std::string attention = "model.layers.0.self_attn.sdpa.ring_attention";
+  const std::string attention = "layers.0.attn.sdpa.ring_attention";
   CHECK(sizes_named(g, attention).front() == 8192);
   CHECK(sizes_named(g, attention + ".logsumexp").front() == 1024);
   // forward (_templated_ring_attention): _AllGatherRotater's all_gather_tensor of cat([k, v]) over 4 ranks
