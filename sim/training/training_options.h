@@ -266,7 +266,7 @@ struct Float8Options {
 // the other ranks' chunks at once) or an all-to-all (one neighbour's chunk per step).
 enum class CpRotate : std::uint8_t { kAllGather, kAllToAll };
 struct ContextParallelOptions {
-  int degree = 1;  // --cp: context_parallel_degree
+  int degree = 1;                          // --cp: context_parallel_degree
   CpRotate rotate = CpRotate::kAllGather;  // torchtitan's context_parallel_rotate_method (default allgather)
 };
 
@@ -352,7 +352,7 @@ struct TrainingOptions {
   bool kv_cache_fp8 = false;
   CompileMode compile = CompileMode::kNone;
   CompileScope compile_scope = CompileScope::kModel;
-  Float8Options float8;                    // torchao float8 linears (recipe kNone: none)
+  Float8Options float8;                     // torchao float8 linears (recipe kNone: none)
   ContextParallelOptions context_parallel;  // degree 1: none; `seq` is the whole sequence of all CP ranks
 };
 

@@ -188,7 +188,8 @@ OpGraph cp_run(std::int64_t seq, int cp, CpRotate rotate) {
 
 }  // namespace
 
-TEST_CASE("context parallelism: each rank runs seq / N tokens, and ring attention's buffers", "[quick][graph]") {
+TEST_CASE("context parallelism: each rank runs seq / N tokens, and ring attention's buffers",
+          "[quick][graph]") {
   // seq 128 over 4 ranks: 32 local tokens (two load-balanced chunks of 16). q, k, v (2, 4, 32, 16) bf16:
   // 8,192 B each; the logsumexp (2, 4, 32) fp32: 1,024 B.
   const OpGraph g = cp_run(128, 4, CpRotate::kAllGather);
