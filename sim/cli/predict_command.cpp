@@ -255,6 +255,21 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                 "with --tp: the cross-entropy over vocabulary-sharded logits under "
                 "torch.distributed.tensor.parallel.loss_parallel() (torchtitan's default with tensor "
                 "parallelism) instead of the fused kernels");
+  cmd->add_option("--float8", a.float8,
+                  "torchao float8 training (convert_to_float8_training, torchtitan's filter): none, "
+                  "tensorwise or rowwise scaling; needs --precision bf16")
+      ->capture_default_str();
+  cmd->add_flag("--float8-all-gather", a.float8_all_gather,
+                "torchao's enable_fsdp_float8_all_gather: FSDP2 all-gathers the float8 linears' weights in "
+                "float8 (tensorwise only)");
+  cmd->add_option("--cp", a.cp,
+                  "context parallelism (torch's context_parallel, as torchtitan runs it): the sequence split "
+                  "over N of the data-parallel ranks, attention as ring attention; FSDP still shards over "
+                  "all of them (torchtitan's dp_shard x cp)")
+      ->capture_default_str();
+  cmd->add_option("--cp-rotate-method", a.cp_rotate,
+                  "how ring attention passes keys and values: allgather (torchtitan's default) or alltoall")
+      ->capture_default_str();
   cmd->add_option(
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
@@ -465,6 +480,15 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
         p.lora_targets.empty() ? "" : fmt::format(" on {}", fmt::join(p.lora_targets, ",")),
         p.trainable_parameters, p.total_parameters,
         100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
+  }
+  if (a.float8 != "none") {
+    fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}\n",
+               a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
+  }
+  if (a.cp > 1) {
+    fmt::print(
+        "context parallel {} ranks share each sequence ({} tokens each); ring attention, {} rotation\n", a.cp,
+        a.seq / a.cp, a.cp_rotate);
   }
   if (p.tensor_parallel > 1) {
     fmt::print("tensor parallel  {} GPUs per model replica (Megatron): heads, MLP and vocabulary split{}\n",

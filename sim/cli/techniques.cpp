@@ -9,7 +9,8 @@
 namespace vramsim::cli {
 
 const std::vector<Technique>& techniques() {
-  // Data-parallel schemes run on 2 GPUs; the model-parallel ones make the model replica 2 GPUs.
+  // Data-parallel schemes run on 2 GPUs; the model-parallel ones make the model replica 2 GPUs. Context
+  // parallelism splits the sequence over data-parallel ranks: it needs a data-parallel scheme beside it.
   static const std::vector<Technique> kTechniques{
       {"ddp", "data-parallel", "torch.nn.parallel.DistributedDataParallel", "--gpus 2"},
       {"zero1", "data-parallel", "DeepSpeed ZeRO-1", "--gpus 2 --zero 1"},
@@ -28,6 +29,9 @@ const std::vector<Technique>& techniques() {
        "--pp 2 --grad-accumulation 2 --pp-split torchtitan"},
       {"pp-gpipe", "model-parallel", "torch.distributed.pipelining ScheduleGPipe",
        "--pp 2 --grad-accumulation 2 --pp-schedule gpipe"},
+      {"cp", "model-parallel",
+       "torch context_parallel (ring attention, all-gather rotation), as torchtitan runs it",
+       "--cp 2 --attention sdpa"},
       {"lora", "peft", "PEFT LoRA", "--lora-rank 8"},
       {"qlora", "peft", "PEFT LoRA on bitsandbytes NF4 (bnb_4bit_quant_storage bf16)",
        "--lora-rank 8 --base-weights nf4 --bnb-quant-storage bf16 --bnb-compute-dtype bf16"},
@@ -61,6 +65,10 @@ const std::vector<Technique>& techniques() {
        "--precision bf16 --master-weights none"},
       {"bf16-master", "precision", "bf16 parameters, fp32 master weights (DeepSpeed, Megatron)",
        "--precision bf16 --master-weights fp32"},
+      {"float8", "precision", "torchao float8 training, tensorwise scaling (convert_to_float8_training)",
+       "--precision bf16 --float8 tensorwise"},
+      {"float8-rowwise", "precision", "torchao float8 training, rowwise scaling (recipe \"rowwise\")",
+       "--precision bf16 --float8 rowwise"},
       {"chunked-ce", "loss", "torchtune's CEWithChunkedOutputLoss", "--loss chunked-ce"},
       {"adamw-8bit", "optimizer", "bitsandbytes AdamW8bit", "--optimizer adamw-8bit"},
       {"optimizer-in-backward", "optimizer", "torchtune's optimizer_in_bwd", "--optimizer-in-backward"},

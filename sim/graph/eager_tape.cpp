@@ -51,7 +51,7 @@ namespace {
 // two, 2.5x in the FlashAttention-2 paper's accounting; elementwise and reduction backwards do about the
 // forward's arithmetic. Only the time axis uses these (roofline estimates), never memory.
 double backward_flops(const std::string& kind, double forward_flops) {
-  if (kind == "mm" || kind == "addmm" || kind == "bmm") {
+  if (kind == "mm" || kind == "addmm" || kind == "bmm" || kind == "_scaled_mm") {
     return 2.0 * forward_flops;
   }
   if (kind == "_scaled_dot_product_flash_attention") {
@@ -342,8 +342,9 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
   if (!params.empty()) {
     m_before_parameter_use(params, true);
   }
-  const bool sac_saved =
-      m_sac.policy != nullptr && m_sac.policy->must_save(c.kind, ++m_sac.occurrences[c.kind]);
+  const bool sac_saved = m_sac.policy != nullptr &&
+                         m_sac.policy->must_save(dispatch_mode_op(c.kind),
+                                                 ++m_sac.occurrences[std::string(dispatch_mode_op(c.kind))]);
   std::vector<VarId> outs = sac_saved && m_sac.replay ? take_cached_outputs(c) : run_op(c, sac_saved);
   if (!params.empty()) {
     m_after_parameter_use(params, true);

@@ -25,7 +25,8 @@ std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
   op.view = view;
   op.must_recompute = m_capture_recompute;
   if (m_capture_sac != nullptr && !view &&
-      m_capture_sac->must_save(c.kind, ++m_capture_sac_occurrences[c.kind])) {
+      m_capture_sac->must_save(dispatch_mode_op(c.kind),
+                               ++m_capture_sac_occurrences[std::string(dispatch_mode_op(c.kind))])) {
     op.must_recompute = false;
     op.must_save = true;
   }

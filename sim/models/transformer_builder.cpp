@@ -67,6 +67,24 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
       throw InputError("--sequence-parallel: mixture-of-experts layers are not modelled with it");
     }
   }
+  if (o.float8.recipe != Float8Recipe::kNone &&
+      (!layer_code(m.code).follows_transformers() || m.family == ModelFamily::kGpt2 || m.moe.n_experts > 0)) {
+    throw InputError(fmt::format(
+        "--float8: convert_to_float8_training swaps nn.Linear layers; {} are not modelled with it",
+        m.family == ModelFamily::kGpt2 ? "GPT-2's Conv1D layers"
+        : m.moe.n_experts > 0          ? "mixture-of-experts layers"
+                                       : "the " + m.code + " code's layers"));
+  }
+  if (o.context_parallel.degree > 1) {
+    const AttentionKind kernel = attention_kernel(m, o);
+    if (kernel != AttentionKind::kSdpaFlash && kernel != AttentionKind::kSdpaEfficient) {
+      // _attention.py dispatches only the fused SDPA kernels to ring attention
+      throw InputError(fmt::format(
+          "--cp: context_parallel replaces F.scaled_dot_product_attention's flash and efficient kernels; "
+          "--attention {} runs {} (use sdpa-flash or sdpa-efficient)",
+          attention_name(o.attention), attention_name(kernel)));
+    }
+  }
   if (o.bnb.format != BnbFormat::kNone && !layer_code(m.code).follows_transformers()) {
     throw InputError(fmt::format(
         "--base-weights: bitsandbytes quantizes the nn.Linear layers of transformers' model code; "
@@ -124,6 +142,33 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
     units.back().params.push_back(v);
   }
   return units;
+}
+
+// The linears torchao's convert_to_float8_training swaps for Float8Linear under torchtitan's filter
+// (float8_linear.h), by the parameters create_parameters() made.
+Float8Weights float8_weights(const ModelConfig& model, const ModelParams& params, const KeepParameter& keep,
+                             const Float8Options& float8) {
+  Float8Weights out;
+  if (float8.recipe == Float8Recipe::kNone) {
+    return out;
+  }
+  std::vector<ParameterShape> shapes = model.parameter_shapes();
+  if (keep) {
+    std::erase_if(shapes, [&](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
+  }
+  for (std::size_t i = 0; i < shapes.size() && i < params.all.size(); ++i) {
+    if (is_float8_target(shapes[i]) && params.all[i] != params.embed) {
+      out.insert(params.all[i]);
+    }
+  }
+  return out;
+}
+
+// What one context-parallel rank runs: its seq / N tokens (the load balancer's two chunks).
+TrainingOptions context_parallel_rank_options(const TrainingOptions& requested) {
+  TrainingOptions local = requested;
+  local.seq = requested.seq / requested.context_parallel.degree;
+  return local;
 }
 
 // One model forward: ids -> logits. Layers run inside checkpoint() for full recomputation; the per-forward
@@ -533,9 +578,11 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
   return build_steps(model, options);
 }
 
-static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& options) {
-  validate(options);
-  check_model(model, options);
+static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requested) {
+  validate(requested);
+  check_model(model, requested);
+  // Context parallelism: this rank runs the model on its seq / N tokens (context_parallel.h).
+  const TrainingOptions options = context_parallel_rank_options(requested);
   if (options.generate_tokens > 0) {
     return build_generation(model, options);
   }
@@ -578,7 +625,17 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& opti
   const ModelParams params = create_parameters(
       tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); }, lora,
       options.bnb, keep);
-  const std::vector<ParameterUnit> units = parameter_units(model, params, keep);
+  std::vector<ParameterUnit> units = parameter_units(model, params, keep);
+  if (options.float8.fsdp_float8_all_gather) {  // WeightWithDynamicFloat8CastTensor's all-gather
+    const Float8Weights gathered = float8_weights(model, params, keep, options.float8);
+    for (ParameterUnit& unit : units) {
+      for (const VarId p : unit.params) {
+        if (gathered.count(p) != 0) {
+          unit.float8_all_gather.push_back(p);
+        }
+      }
+    }
+  }
   const ModelBuffers buffers = create_buffers(tape, model, options);
   dp->construct(tape, units);
   tape.set_backward_layer_hooks(
@@ -622,6 +679,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& opti
   tape.set_cuda_device(options.device);
   ops.set_lora(&params.lora, &options.lora, !options.inference);
   ops.set_bnb(&params.bnb, &options.bnb);
+  const Float8Weights float8 = float8_weights(model, params, keep, options.float8);
+  ops.set_float8(&float8, &options.float8);
+  ops.set_context_parallel(&options.context_parallel);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
   const LayerCode& code = layer_code(model.code);

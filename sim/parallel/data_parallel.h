@@ -33,6 +33,9 @@ namespace vramsim {
 struct ParameterUnit {
   int layer = -1;
   std::vector<VarId> params;
+  // torchao's enable_fsdp_float8_all_gather: the parameters FSDP2 all-gathers as float8, one byte per
+  // element in the all-gather buffer and the unsharded tensor (WeightWithDynamicFloat8CastTensor).
+  std::vector<VarId> float8_all_gather;
 };
 
 class DataParallelScheme {

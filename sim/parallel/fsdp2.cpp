@@ -29,6 +29,7 @@
 // (FSDPParam.to_accumulated_grad_if_needed) and later micro-batches' gradients added to it
 // (accumulate_unsharded_grad_if_needed); the last backward reduce-scatters the accumulated gradients.
 // Not modelled: CPU offload (OffloadPolicy) and reshard_after_forward as an int.
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -123,12 +124,11 @@ class Fsdp2 final : public DataParallelScheme {
     if (unit.params.empty() || m_unsharded.count(unit.layer) != 0 || m_results.count(unit.layer) != 0) {
       return;
     }
-    std::int64_t flat = 0;
+    Bytes bytes = 0;
     for (VarId p : unit.params) {
-      flat += padded_numel(tape, p);
+      bytes += static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p);
     }
     const DType dtype = tape.dtype(unit.params.front());
-    const Bytes bytes = static_cast<Bytes>(flat) * dtype_size_bytes(dtype);
     AllGatherResult r;
     tape.set_stream(kAllGatherCopyInStream);
     tape.begin_op(unit_name(unit) + ".fsdp.all_gather_copy_in", "all_gather_copy_in");
@@ -159,8 +159,10 @@ class Fsdp2 final : public DataParallelScheme {
     tape.use(r.output);
     std::vector<TensorId>& params = m_unsharded[unit.layer];
     for (VarId p : unit.params) {
-      params.push_back(tape.allocate(tape.name(p) + ".unsharded", tensor_bytes_padded(tape, p), tape.dtype(p),
-                                     TensorCategory::kCommunication));
+      params.push_back(
+          tape.allocate(tape.name(p) + ".unsharded",
+                        static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p),
+                        tape.dtype(p), TensorCategory::kCommunication));
     }
     const AllGatherState state{r.output, copy_out, unit_name(unit)};
     if (forward) {
@@ -241,8 +243,12 @@ class Fsdp2 final : public DataParallelScheme {
     const std::int64_t rows = shape.front();
     return shard_numel(rows, m_shard_ranks) * m_shard_ranks * (n / rows);
   }
-  Bytes tensor_bytes_padded(const EagerTape& tape, VarId p) const {
-    return static_cast<Bytes>(padded_numel(tape, p)) * dtype_size_bytes(tape.dtype(p));
+  // Bytes per element of the parameter's all-gather: one for a float8-gathered weight (torchao's
+  // fsdp_pre_all_gather casts the shard to float8; mixed dtypes go through the all-gather as bytes).
+  static Bytes gathered_element_bytes(const EagerTape& tape, const ParameterUnit& unit, VarId p) {
+    const bool float8 = std::find(unit.float8_all_gather.begin(), unit.float8_all_gather.end(), p) !=
+                        unit.float8_all_gather.end();
+    return float8 ? 1 : dtype_size_bytes(tape.dtype(p));
   }
 
   std::string m_name;

@@ -547,6 +547,16 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.tensor_parallel = a.tp;
   o.sequence_parallel = a.sequence_parallel;
   o.loss_parallel = a.loss_parallel;
+  o.float8.recipe = parse_float8_recipe(a.float8);
+  o.float8.fsdp_float8_all_gather = a.float8_all_gather;
+  o.context_parallel.degree = a.cp;
+  o.context_parallel.rotate = parse_cp_rotate(a.cp_rotate);
+  if (a.cp > 1 && a.cp <= 4096 && data_parallel.world_size % a.cp != 0) {
+    throw InputError(fmt::format(
+        "--cp {}: does not apply to {} data-parallel rank(s): the context-parallel ranks are some of "
+        "them (torchtitan's dp_shard x cp), so --cp must divide their number",
+        a.cp, data_parallel.world_size));
+  }
   o.pipeline.stages = a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;

@@ -493,7 +493,13 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
           std::min(out.limit_bytes, d.context_bytes + allocator_limit_bytes(d, out.memory_fraction));
     }
   }
-  auto trial = [&](std::int64_t value) {
+  // The search runs over multiples of `unit`: with context parallelism a sequence is cut into 2 x cp
+  // load-balanced chunks, so only multiples of 2 x cp are lengths context_parallel accepts.
+  const int cp = request.options.context_parallel.degree;
+  const std::int64_t unit = vary == FitVary::kSeq && cp > 1 ? 2 * std::int64_t{cp} : 1;
+  max_value = std::max<std::int64_t>(1, max_value / unit);
+  auto trial = [&](std::int64_t multiple) {
+    const std::int64_t value = multiple * unit;
     PredictRequest r = request;
     (vary == FitVary::kBatch ? r.options.batch : r.options.seq) = value;
     const Prediction p = predict(r);
@@ -505,7 +511,7 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     out.trials.push_back(t);
     return t.fits;
   };
-  std::int64_t start = vary == FitVary::kBatch ? request.options.batch : request.options.seq;
+  std::int64_t start = (vary == FitVary::kBatch ? request.options.batch : request.options.seq) / unit;
   start = std::clamp<std::int64_t>(start, 1, max_value);
   std::int64_t lo = 0;  // largest value known to fit (0 = none)
   std::int64_t hi = 0;  // smallest value known not to fit (0 = none)
@@ -520,7 +526,7 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
       }
     }
     if (hi == 0) {
-      out.best = lo;  // fits up to the cap
+      out.best = lo * unit;  // fits up to the cap
       out.best_is_cap = true;
       return out;
     }
@@ -546,7 +552,7 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
       hi = mid;
     }
   }
-  out.best = lo;
+  out.best = lo * unit;
   return out;
 }
 

@@ -379,6 +379,12 @@ struct RequestArgs {
   // --pp-stage: the stage to report (unset: every stage is simulated and the highest peak reported).
   bool sequence_parallel = false;  // --sequence-parallel: Megatron's, with --tp
   bool loss_parallel = false;      // --loss-parallel: torch.distributed.tensor.parallel.loss_parallel()
+  // torchao float8 (--float8 none|tensorwise|rowwise, --float8-all-gather) and context parallelism (--cp N
+  // of the data-parallel ranks, --cp-rotate-method allgather|alltoall)
+  std::string float8 = "none";
+  bool float8_all_gather = false;
+  int cp = 1;
+  std::string cp_rotate = "allgather";
   int pp = 1;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 2;

@@ -90,6 +90,11 @@ void TorchOps::maybe_allocate_workspace() {
 }
 
 VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
+  if (m_float8 != nullptr && m_float8->count(w) != 0 && !weight_first &&
+      m_tape.shape(w)[1] == m_tape.shape(x).back()) {
+    return float8_linear_forward(*this, name, x, w, bias, *m_float8_options,
+                                 m_float8_options->fsdp_float8_all_gather);
+  }
   const auto quantized = m_bnb != nullptr ? m_bnb->find(w) : BnbWeights::const_iterator{};
   const bool bnb = m_bnb != nullptr && quantized != m_bnb->end();
   const auto base = [&](VarId input) {

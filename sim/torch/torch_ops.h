@@ -23,6 +23,7 @@
 #include "sim/finetune/bnb_quant.h"
 #include "sim/graph/eager_tape.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/training/float8_linear.h"
 
 namespace vramsim {
 
@@ -64,6 +65,18 @@ class TorchOps {
     m_bnb = weights;
     m_bnb_options = options;
   }
+
+  // torchao float8 (float8_linear.h): linear() on a converted weight runs Float8Linear.forward. The pointers
+  // must outlive this object.
+  void set_float8(const Float8Weights* weights, const Float8Options* options) {
+    m_float8 = weights;
+    m_float8_options = options;
+  }
+  // Context parallelism (context_parallel.h): the fused SDPA kernels run as ring attention over `degree`
+  // ranks. The pointer must outlive this object; nullptr or degree 1: plain SDPA.
+  void set_context_parallel(const ContextParallelOptions* cp) { m_context_parallel = cp; }
+  // Makes the process's first cuBLAS workspace if this is its first matmul (for matmuls recorded outside).
+  void first_matmul_workspace() { maybe_allocate_workspace(); }
 
   // ---- matmuls (lower precision under autocast)
   // nn.Linear / F.linear and GPT-2's Conv1D (addmm): x [..., in] -> [..., out]; saves x and w.
@@ -198,6 +211,9 @@ class TorchOps {
   Bytes m_sequence_parallel_buffer_bytes = 0;
   const BnbWeights* m_bnb = nullptr;
   const BnbOptions* m_bnb_options = nullptr;
+  const Float8Weights* m_float8 = nullptr;
+  const Float8Options* m_float8_options = nullptr;
+  const ContextParallelOptions* m_context_parallel = nullptr;
 };
 
 Shape broadcast_shapes(const Shape& a, const Shape& b);

@@ -2,6 +2,9 @@
 // (Elementwise ops, reductions, matmuls and autocast are in torch_ops.cpp.)
 #include "sim/torch/torch_ops.h"
 
+#include "sim/core/error.h"
+#include "sim/parallel/context_parallel.h"
+
 namespace vramsim {
 namespace {
 
@@ -141,6 +144,10 @@ VarId TorchOps::sdpa_flash(const std::string& name, VarId q, VarId k, VarId v) {
     temps.push_back(tensor_bytes(qs, low));
     temps.push_back(tensor_bytes(qs, low));
   }
+  if (m_context_parallel != nullptr && m_context_parallel->degree > 1) {
+    return ring_attention(*this, name, "_scaled_dot_product_flash_attention", q, k, v, qs[2], temps,
+                          *m_context_parallel);
+  }
   return fused_attention(name, "_scaled_dot_product_flash_attention", q, k, v, kNoVar, qs[2],
                          std::move(temps));
 }
@@ -153,6 +160,13 @@ VarId TorchOps::sdpa_efficient(const std::string& name, VarId q, VarId k, VarId 
   const bool half = (m_autocast && is_floating(m_tape.dtype(q))) || m_tape.dtype(q) != DType::kFloat32;
   if (half) {
     temps.push_back(tensor_bytes(qs, DType::kFloat32));
+  }
+  if (m_context_parallel != nullptr && m_context_parallel->degree > 1) {
+    if (mask != kNoVar) {  // _scaled_dot_product_ring_efficient_attention
+      throw InputError("--cp: ring attention refuses an attention mask (\"attn_bias is not supported yet\")");
+    }
+    return ring_attention(*this, name, "_scaled_dot_product_efficient_attention", q, k, v,
+                          (qs[2] + 31) / 32 * 32, temps, *m_context_parallel);
   }
   return fused_attention(name, "_scaled_dot_product_efficient_attention", q, k, v, mask,
                          (qs[2] + 31) / 32 * 32, std::move(temps));

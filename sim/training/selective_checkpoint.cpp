@@ -24,6 +24,8 @@ class TorchtitanOpSac final : public SelectiveCheckpointPolicy {
 
 }  // namespace
 
+std::string_view dispatch_mode_op(std::string_view kind) { return kind == "_scaled_mm" ? "mm" : kind; }
+
 const SelectiveCheckpointPolicy& torchtitan_op_sac_policy() {
   static const TorchtitanOpSac policy;
   return policy;

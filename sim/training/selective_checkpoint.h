@@ -30,6 +30,12 @@ class SelectiveCheckpointPolicy {
 // occurrences are recomputed).
 const SelectiveCheckpointPolicy& torchtitan_op_sac_policy();
 
+// The aten op a TorchDispatchMode (the SAC policy's) sees for a tape op of kind `kind`: torchao's float8
+// linears call torch.mm on Float8TrainingTensor subclasses (float8_linear.py matmul_with_hp_or_float8_args),
+// and modes run before the subclass's __torch_dispatch__ turns aten.mm into _scaled_mm (float8_ops.py
+// float8_mm), so the policy sees, counts and saves them as aten.mm. Every other kind is itself.
+std::string_view dispatch_mode_op(std::string_view kind);
+
 // The policy of --checkpointing `c`; nullptr where `c` is not a selective-op mode.
 const SelectiveCheckpointPolicy* selective_checkpoint_policy(Checkpointing c);
 

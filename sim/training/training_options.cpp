@@ -93,6 +93,17 @@ constexpr std::array<std::pair<std::string_view, WarmProcess>, 3> kWarm{{
     {"step", WarmProcess::kStep},
 }};
 
+constexpr std::array<std::pair<std::string_view, Float8Recipe>, 3> kFloat8Recipes{{
+    {"none", Float8Recipe::kNone},
+    {"tensorwise", Float8Recipe::kTensorwise},
+    {"rowwise", Float8Recipe::kRowwise},
+}};
+
+constexpr std::array<std::pair<std::string_view, CpRotate>, 2> kCpRotate{{
+    {"allgather", CpRotate::kAllGather},
+    {"alltoall", CpRotate::kAllToAll},
+}};
+
 constexpr std::array<std::pair<std::string_view, CompileMode>, 5> kCompileModes{{
     {"none", CompileMode::kNone},
     {"default", CompileMode::kDefault},
@@ -115,6 +126,68 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
     }
   }
   return {text, {}};
+}
+
+}  // namespace
+
+namespace {
+
+// torchao float8 and context parallelism: what the libraries refuse, and what vramsim does not model.
+void validate_float8_and_context_parallel(const TrainingOptions& o) {
+  const bool training = !o.inference && !o.forward_only && o.generate_tokens == 0;
+  if (o.float8.recipe != Float8Recipe::kNone) {
+    if (o.precision != Precision::kBf16) {
+      // torchtitan trains Float8 under FSDP2's bf16 param_dtype; the casts read bf16 activations.
+      throw InputError("--float8: under --precision " + std::string(precision_name(o.precision)) +
+                       " not modelled (vramsim models torchtitan's bf16 compute: --precision bf16)");
+    }
+    if (!training) {
+      throw InputError(
+          "--float8: inference with Float8Linear is not modelled (vramsim; torchao has float8 inference "
+          "APIs)");
+    }
+    if (o.lora.rank > 0 || o.bnb.format != BnbFormat::kNone) {
+      throw InputError("--float8: not modelled together with --lora-rank or --base-weights (vramsim)");
+    }
+    if (o.tensor_parallel > 1) {
+      throw InputError(
+          "--float8: float8 tensor parallelism (Float8ColwiseParallel) is not modelled with --tp (vramsim)");
+    }
+  }
+  if (o.float8.fsdp_float8_all_gather) {
+    if (o.float8.recipe != Float8Recipe::kTensorwise) {
+      // torchtitan's Float8LinearConverter: "enable_fsdp_float8_all_gather is only supported for tensorwise"
+      throw InputError("--float8-all-gather: torchao supports it with --float8 tensorwise only");
+    }
+    if (!o.data_parallel.scheme.starts_with("fsdp2-")) {
+      throw InputError("--float8-all-gather: FSDP2's all-gather (use it with --fsdp2)");
+    }
+  }
+  const int cp = o.context_parallel.degree;
+  if (cp < 1 || cp > 4096) {
+    throw InputError(fmt::format("--cp: {} is not in 1..4096", cp));
+  }
+  if (cp > 1) {
+    if (!training) {
+      throw InputError("--cp: context parallelism outside training steps is not modelled (vramsim)");
+    }
+    if (o.seq % (2 * cp) != 0) {
+      // torch/distributed/tensor/experimental/_attention.py _RoundRobinLoadBalancer / context_parallel:
+      // the sequence is cut into 2 x cp chunks
+      throw InputError(fmt::format(
+          "--cp {}: --seq {} must be a multiple of 2 x {} (the load-balanced chunks of context_parallel)", cp,
+          o.seq, cp));
+    }
+    if (o.tensor_parallel > 1 && o.sequence_parallel) {
+      throw InputError("--cp: not modelled together with Megatron's --sequence-parallel (vramsim)");
+    }
+    if (o.pipeline.stages > 1) {
+      throw InputError("--cp: not modelled together with --pp (vramsim)");
+    }
+    if (o.lora.rank > 0 || o.bnb.format != BnbFormat::kNone) {
+      throw InputError("--cp: not modelled together with --lora-rank or --base-weights (vramsim)");
+    }
+  }
 }
 
 }  // namespace
@@ -154,6 +227,7 @@ void validate(const TrainingOptions& o) {
       refuse("--loss chunked-ce unless --compile-scope layer (the model's output is a list of chunks)");
     }
   }
+  validate_float8_and_context_parallel(o);
   if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
     throw InputError(
         fmt::format("--generate: {} new tokens is out of range (1..{})", o.generate_tokens, kMaxPasses));
@@ -359,6 +433,14 @@ WarmProcess parse_warm(std::string_view text, std::string_view option) {
   return parse_enum(kWarm, text, option);
 }
 std::string_view warm_name(WarmProcess w) { return name_of(kWarm, w); }
+Float8Recipe parse_float8_recipe(std::string_view text, std::string_view option) {
+  return parse_enum(kFloat8Recipes, text, option);
+}
+std::string_view float8_recipe_name(Float8Recipe r) { return name_of(kFloat8Recipes, r); }
+CpRotate parse_cp_rotate(std::string_view text, std::string_view option) {
+  return parse_enum(kCpRotate, text, option);
+}
+std::string_view cp_rotate_name(CpRotate r) { return name_of(kCpRotate, r); }
 CompileMode parse_compile_mode(std::string_view text, std::string_view option) {
   return parse_enum(kCompileModes, text, option);
 }

@@ -283,6 +283,31 @@ struct BnbOptions {
   DType quant_storage = DType::kUInt8;
 };
 
+// torchao's float8 training (torchao/float8: convert_to_float8_training with a Float8LinearConfig), as
+// torchtitan's Float8 converter applies it (float8_linear.h):
+//   tensorwise : Float8LinearConfig() (the "tensorwise" recipe): one fp32 scale per tensor, input and weight
+//                cast to float8_e4m3fn, grad_output to float8_e5m2;
+//   rowwise    : Float8LinearConfig.from_recipe_name("rowwise"): one fp32 scale per row (axiswise), every
+//                operand in e4m3, scales rounded to powers of 2.
+enum class Float8Recipe : std::uint8_t { kNone, kTensorwise, kRowwise };
+struct Float8Options {
+  Float8Recipe recipe = Float8Recipe::kNone;
+  // Float8LinearConfig.enable_fsdp_float8_all_gather (tensorwise only): FSDP2 all-gathers each converted
+  // weight as float8 (torchao/float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather),
+  // one byte per element in the all-gather buffer and the unsharded weight.
+  bool fsdp_float8_all_gather = false;
+};
+
+// torch.distributed.tensor.experimental.context_parallel as torchtitan runs it (context_parallel.h): the
+// sequence is split over `degree` ranks (load-balanced: each holds two chunks of seq / (2 x degree)), and
+// F.scaled_dot_product_attention becomes ring attention whose key/value rotation is an all-gather (all
+// the other ranks' chunks at once) or an all-to-all (one neighbour's chunk per step).
+enum class CpRotate : std::uint8_t { kAllGather, kAllToAll };
+struct ContextParallelOptions {
+  int degree = 1;                          // --cp: context_parallel_degree
+  CpRotate rotate = CpRotate::kAllGather;  // torchtitan's context_parallel_rotate_method (default allgather)
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -365,6 +390,8 @@ struct TrainingOptions {
   bool kv_cache_fp8 = false;
   CompileMode compile = CompileMode::kNone;
   CompileScope compile_scope = CompileScope::kModel;
+  Float8Options float8;                     // torchao float8 linears (recipe kNone: none)
+  ContextParallelOptions context_parallel;  // degree 1: none; `seq` is the whole sequence of all CP ranks
 };
 
 // Limits on what a user can type, checked by validate() before any size is computed from them: far beyond
@@ -420,6 +447,10 @@ CompileMode parse_compile_mode(std::string_view text, std::string_view option = 
 CompileScope parse_compile_scope(std::string_view text, std::string_view option = "--compile-scope");
 std::string_view compile_mode_name(CompileMode m);
 std::string_view warm_name(WarmProcess w);
+Float8Recipe parse_float8_recipe(std::string_view text, std::string_view option = "--float8");
+std::string_view float8_recipe_name(Float8Recipe r);
+CpRotate parse_cp_rotate(std::string_view text, std::string_view option = "--cp-rotate-method");
+std::string_view cp_rotate_name(CpRotate r);
 
 // The kernel an `attention` choice runs for a model of this head size in this precision: kSdpa becomes the
 // backend PyTorch 2.x's sdp_utils picks for a causal call (is_causal, no mask: what Hugging Face passes for

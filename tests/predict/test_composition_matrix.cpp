@@ -211,7 +211,10 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
       {"fsdp", "lora", "checkpoint-full", "bf16"},                     // PEFT's FSDP LoRA
       {"ddp", "qlora", "checkpoint-full"},                             // QLoRA with DDP
       {"fsdp2", "pp-torchtitan", "checkpoint-full", "compile-layer", "bf16-master"},  // torchtitan with PP
-      {"bf16", "checkpoint-full", "offload-activations"},  // full fine-tuning with save_on_cpu
+      {"bf16", "checkpoint-full", "offload-activations"},             // full fine-tuning with save_on_cpu
+      {"fsdp2", "checkpoint-op", "compile-layer", "float8"},          // torchtitan's float8 runs
+      {"fsdp2", "cp", "checkpoint-full", "compile-layer", "float8"},  // torchtitan's long-context runs
+      {"fsdp2", "cp", "checkpoint-op", "float8-rowwise"},
   };
   for (const std::vector<std::string>& recipe : recipes) {
     std::vector<const Technique*> picked;
