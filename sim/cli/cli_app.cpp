@@ -2,6 +2,7 @@
 #include "sim/cli/cli_app.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -74,23 +75,51 @@ void check_integer_options(CLI::App& app) {
   }
 }
 
-// The app with every subcommand registered; `result` goes to the commands that can hand one back.
-std::unique_ptr<CLI::App> make_app(std::function<int()>& run, CommandResult* result) {
+// The app with every subcommand registered, or only `command` when it names one: CLI11 checks each new
+// option's names against those its command has (quadratic in a command's options), and registering the ten
+// commands' options was about 6 % of the instructions of a quick-start `vramsim predict` (issue 40's profile)
+// though one command runs. `result` goes to the commands that can hand one back.
+std::unique_ptr<CLI::App> make_app(std::function<int()>& run, CommandResult* result,
+                                   std::string_view command = {}) {
   auto app = std::make_unique<CLI::App>(
       "vramsim: a faithful model of PyTorch's CUDA caching allocator, for replaying memory snapshots "
       "and predicting GPU memory use");
   app->set_version_flag("--version", "vramsim 0.1");
   app->require_subcommand(1);
-  add_replay_command(*app, run, result);
-  add_convert_command(*app, run);
-  add_predict_command(*app, run, result);
-  add_fit_command(*app, run);
-  add_plan_command(*app, run);
-  add_merge_command(*app, run);
-  add_compare_command(*app, run);
-  add_sweep_command(*app, run);
-  add_trace_command(*app, run, result);
-  add_techniques_command(*app, run);
+  static constexpr std::string_view kCommands[] = {"replay", "convert", "predict", "fit",   "plan",
+                                                   "merge",  "compare", "sweep",   "trace", "techniques"};
+  const bool known = std::find(std::begin(kCommands), std::end(kCommands), command) != std::end(kCommands);
+  const auto want = [&](std::string_view name) { return !known || name == command; };
+  if (want("replay")) {
+    add_replay_command(*app, run, result);
+  }
+  if (want("convert")) {
+    add_convert_command(*app, run);
+  }
+  if (want("predict")) {
+    add_predict_command(*app, run, result);
+  }
+  if (want("fit")) {
+    add_fit_command(*app, run);
+  }
+  if (want("plan")) {
+    add_plan_command(*app, run);
+  }
+  if (want("merge")) {
+    add_merge_command(*app, run);
+  }
+  if (want("compare")) {
+    add_compare_command(*app, run);
+  }
+  if (want("sweep")) {
+    add_sweep_command(*app, run);
+  }
+  if (want("trace")) {
+    add_trace_command(*app, run, result);
+  }
+  if (want("techniques")) {
+    add_techniques_command(*app, run);
+  }
   check_integer_options(*app);
   return app;
 }
@@ -99,7 +128,7 @@ std::unique_ptr<CLI::App> make_app(std::function<int()>& run, CommandResult* res
 // `program` is argv[0]: CLI11 names the app after it in --help's usage line.
 int dispatch(const std::vector<std::string>& args, CommandResult* result, const char* program) {
   std::function<int()> run;
-  const std::unique_ptr<CLI::App> app = make_app(run, result);
+  const std::unique_ptr<CLI::App> app = make_app(run, result, args.empty() ? "" : args.front());
   // `vramsim trace SCRIPT.py -- ARGS...`: what follows "--" is the script's, handed over untouched.
   std::size_t parsed = args.size();
   set_trace_script_args({});

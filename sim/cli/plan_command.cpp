@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -172,14 +173,22 @@ int run_plan(PlanArgs& args) {
   if (!args.shard.empty()) {
     std::tie(r.shard, r.shards) = parse_shard(args.shard);
   }
+  // A progress bar on a terminal only (never in a pipe or a file), redrawn at most every 100 ms and at the
+  // end.
   const bool tty = isatty(STDERR_FILENO) != 0;
-  const PlanResult p = plan(r, [tty](int done, int total) {
-    if (tty) {
-      std::fprintf(stderr, "\rplan: %d / %d configurations", done, total);
-      if (done == total) {
-        std::fprintf(stderr, "\n");
-      }
+  const auto start = std::chrono::steady_clock::now();
+  auto drawn = start - std::chrono::seconds(1);
+  bool finished = false;  // threads report in any order: nothing after the last line
+  const PlanResult p = plan(r, [tty, start, &drawn, &finished](int done, int total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!tty || finished || (done != total && now - drawn < std::chrono::milliseconds(100))) {
+      return;
     }
+    drawn = now;
+    finished = done == total;
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    std::fprintf(stderr, "\r%s\x1b[K%s", plan_progress_line(done, total, elapsed).c_str(),
+                 done == total ? "\n" : "");
   });
   if (r.shards > 1) {
     fmt::print("{}", plan_shard_json(r, p));  // for `vramsim merge`

@@ -20,6 +20,16 @@ namespace {
                                fmt::join(shape, ", "), what));
 }
 
+// Room for `more` elements without reallocating, grown geometrically: references into `v` stay valid across
+// the next `more` push_backs (the tape reads a variable while it adds the next one, and copying a Var costs
+// two allocations, its shape and its name).
+template <typename T>
+void reserve_more(std::vector<T>& v, std::size_t more) {
+  if (v.capacity() - v.size() < more) {
+    v.reserve(std::max(2 * v.capacity(), v.size() + more));
+  }
+}
+
 }  // namespace
 
 std::int64_t numel(const Shape& shape) {
@@ -239,10 +249,11 @@ VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, G
     c.backward.grads = {base_grad};
     return capture(c, true).at(0);
   }
-  const Var b = m_vars[base];
-  const VarId v = new_var(b.storage, shape, b.dtype, name);
-  ref(b.storage);
-  if (m_grad_enabled && b.requires_grad) {
+  const TensorId base_storage = m_vars[base].storage;
+  const bool base_requires_grad = m_vars[base].requires_grad;
+  const VarId v = new_var(base_storage, shape, m_vars[base].dtype, name);
+  ref(base_storage);
+  if (m_grad_enabled && base_requires_grad) {
     Node node;
     node.name = name;
     node.kind = "view";
@@ -267,15 +278,17 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     return capture(c).at(0);
   }
   begin_op(name, kind);
-  const Var t = m_vars[target];
+  reserve_more(m_vars, 1);  // `t` stays valid through new_var()
+  const Var& t = m_vars[target];
   use(t.storage);
   bool needs_grad = t.requires_grad;
   for (VarId in : inputs) {
     use(m_vars[in].storage);
     needs_grad = needs_grad || m_vars[in].requires_grad;
   }
+  const TensorId storage = t.storage;
   const VarId v = new_var(t.storage, t.shape, t.dtype, t.name);
-  ref(t.storage);
+  ref(storage);
   if (needs_grad && m_grad_enabled) {
     Node node;
     node.name = name;
@@ -489,8 +502,9 @@ VarId EagerTape::new_grad(VarId like, const std::string& name) {
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
 // buffers (cuda_reduce.h) live for the kernel only. Takes over `full`'s reference and releases it.
 VarId EagerTape::sum_to(VarId full, VarId input) {
-  const Var f = m_vars[full];  // copies: new_grad() grows m_vars
-  const Var x = m_vars[input];
+  reserve_more(m_vars, 1);  // `f` and `x` stay valid through new_grad()
+  const Var& f = m_vars[full];
+  const Var& x = m_vars[input];
   const VarId reduced = new_grad(input, x.name + ".grad");
   ref(m_vars[reduced].storage);
   run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order), x.name + ".grad");
@@ -704,8 +718,9 @@ void EagerTape::execute_node(std::size_t index) {
     if (!m_vars[in].requires_grad || rule.kind == GradRule::Kind::kNone) {
       return;
     }
-    const Var p = m_vars[primary];  // copies: new_var() grows m_vars
-    const Var x = m_vars[in];
+    reserve_more(m_vars, 1);  // `p` and `x` stay valid through the one new_var() below
+    const Var& p = m_vars[primary];
+    const Var& x = m_vars[in];
     VarId g;
     if (rule.kind == GradRule::Kind::kPassThrough) {
       g = new_var(p.storage, rule.sum_to_input ? p.shape : x.shape, rule.sum_to_input ? p.dtype : x.dtype,

@@ -46,7 +46,10 @@ std::string_view category_name(TensorCategory c) {
   return "?";
 }
 
-OpId OpGraph::add_op(Op op) { return static_cast<OpId>(boost::add_vertex(std::move(op), *m_graph)); }
+OpId OpGraph::add_op(Op op) {
+  m_ops.push_back(std::move(op));
+  return static_cast<OpId>(m_ops.size() - 1);
+}
 
 TensorId OpGraph::add_tensor(Tensor t) {
   SIM_ASSERT(t.producer < op_count());
@@ -64,8 +67,24 @@ void OpGraph::add_consumer(TensorId tensor, OpId op, EdgeKind kind) {
   }
   t.consumers.push_back(op);
   if (op != t.producer) {
-    boost::add_edge(t.producer, op, DependencyEdge{tensor, kind}, *m_graph);
+    m_edges.push_back(Edge{t.producer, op, DependencyEdge{tensor, kind}});
   }
+}
+
+void OpGraph::reserve(std::size_t ops, std::size_t tensors) {
+  m_ops.reserve(m_ops.size() + ops);
+  m_tensors.reserve(m_tensors.size() + tensors);
+}
+
+OpAdjacency OpGraph::dependency_graph() const {
+  OpAdjacency g(m_ops.size());
+  for (std::size_t i = 0; i < m_ops.size(); ++i) {
+    g[i] = m_ops[i];
+  }
+  for (const Edge& e : m_edges) {
+    boost::add_edge(e.source, e.target, e.dependency, g);
+  }
+  return g;
 }
 
 }  // namespace vramsim

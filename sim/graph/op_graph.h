@@ -1,6 +1,10 @@
 // The op graph of simulated training steps: ops as vertices in execution order, data dependencies as edges,
 // and the table of tensors the ops allocate. This is the only header that includes Boost.Graph.
 //
+// Storage: ops, tensors and edges are flat arrays appended in execution order (a prediction records tens of
+// thousands of each, and a Boost adjacency_list allocates per edge and per vertex: issue 40's profile had
+// its edges at a tenth of a prediction); dependency_graph() builds the Boost graph from them on demand.
+//
 // Contract:
 //   * Op ids are vertex indices and equal execution order: op i runs before op i + 1 (one stream, the order
 //     PyTorch eager issues them).
@@ -15,7 +19,6 @@
 
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -121,33 +124,30 @@ struct HostMemory {
 
 class OpGraph {
  public:
-  OpGraph() : m_graph(std::make_unique<OpAdjacency>()) {}
-  OpGraph(const OpGraph& other)
-      : kv_cache_bytes(other.kv_cache_bytes),
-        m_graph(std::make_unique<OpAdjacency>(*other.m_graph)),
-        m_tensors(other.m_tensors) {}
-  OpGraph& operator=(const OpGraph& other) {
-    *this = OpGraph(other);
-    return *this;
-  }
-  // Boost's adjacency_list has no move constructor, and its swap() copies: the adjacency lives behind a
-  // pointer so that returning a graph moves it.
-  OpGraph(OpGraph&&) noexcept = default;
-  OpGraph& operator=(OpGraph&&) noexcept = default;
-
   OpId add_op(Op op);
   // pre: t.producer is an existing op. Returns the new id (== index in tensors()).
   TensorId add_tensor(Tensor t);
   // pre: op >= the tensor's producer and >= its previous consumers (execution order).
   void add_consumer(TensorId tensor, OpId op, EdgeKind kind = EdgeKind::kData);
+  // Room for this many more ops and tensors (no reallocation while the graph grows by that much).
+  void reserve(std::size_t ops, std::size_t tensors);
 
-  std::size_t op_count() const { return boost::num_vertices(*m_graph); }
-  const Op& op(OpId id) const { return (*m_graph)[id]; }
-  Op& op(OpId id) { return (*m_graph)[id]; }
+  std::size_t op_count() const { return m_ops.size(); }
+  const Op& op(OpId id) const { return m_ops[id]; }
+  Op& op(OpId id) { return m_ops[id]; }
   const std::vector<Tensor>& tensors() const { return m_tensors; }
   const Tensor& tensor(TensorId id) const { return m_tensors[id]; }
   Tensor& tensor(TensorId id) { return m_tensors[id]; }
-  const OpAdjacency& adjacency() const { return *m_graph; }
+  // Every edge, producer -> consumer, in the order add_consumer() recorded them.
+  struct Edge {
+    OpId source = kNoOp;
+    OpId target = kNoOp;
+    DependencyEdge dependency;
+  };
+  const std::vector<Edge>& edges() const { return m_edges; }
+  // The ops as the vertices (vertex i = op i, with its Op) and the edges as Boost.Graph edges, in the order
+  // they were recorded. Builds a copy: O(ops + edges).
+  OpAdjacency dependency_graph() const;
 
   // model.generate() (hf_generate.h): the KV cache's bytes when the last token was generated (0 otherwise).
   Bytes kv_cache_bytes = 0;
@@ -157,8 +157,8 @@ class OpGraph {
   HostMemory host_memory;  // offloading's CPU memory (one rank)
 
  private:
-  std::unique_ptr<OpAdjacency> m_graph;  // null only in a moved-from graph (destroy or assign it)
+  std::vector<Op> m_ops;
   std::vector<Tensor> m_tensors;
+  std::vector<Edge> m_edges;
 };
-
 }  // namespace vramsim

@@ -392,6 +392,20 @@ void evaluate_grid(const PlanRequest& r, const std::vector<Group>& groups, std::
 
 int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }
 
+std::string plan_progress_line(int done, int total, double elapsed_s, int width) {
+  const int shown = std::clamp(done, 0, std::max(total, 0));
+  const int filled = total > 0 ? static_cast<int>(static_cast<std::int64_t>(shown) * width / total) : width;
+  std::string s = "plan [";
+  s.append(static_cast<std::size_t>(filled), '#');
+  s.append(static_cast<std::size_t>(width - filled), '.');
+  s += fmt::format("] {} / {} configurations, {:.1f} s", shown, total, elapsed_s);
+  if (shown > 0 && shown < total) {
+    const double left = elapsed_s * static_cast<double>(total - shown) / static_cast<double>(shown);
+    s += fmt::format(", about {:.0f} s left", left);
+  }
+  return s;
+}
+
 std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
   std::vector<std::pair<int, int>> out;
   for (const Layout& l : layouts(r)) {

@@ -129,7 +129,15 @@ struct PlanResult {
   int errors = 0;
 };
 
+// Called once per grid entry (predicted or skipped), one call at a time (under a lock); `done` counts the
+// entries finished so far, which threads may report out of order.
 using PlanProgress = std::function<void(int done, int total)>;
+
+// The progress line `vramsim plan` redraws on a terminal (stderr): a bar of `width` cells filled in
+// proportion to done / total, the counts, the seconds since the start and, once something is done, the
+// estimated seconds left at the rate so far. E.g. "plan [#######.............] 128 / 550 configurations,
+// 12.3 s, about 40 s left". No carriage return or newline: the caller positions it.
+std::string plan_progress_line(int done, int total, double elapsed_s, int width = 20);
 
 // Throws InputError for bad requests (no GPU, a global batch the GPUs do not divide, an unknown lever).
 PlanResult plan(const PlanRequest& request, const PlanProgress& progress = nullptr);

@@ -1,7 +1,6 @@
 #include "sim/predict/run_report.h"
 
 #include <algorithm>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -130,7 +129,9 @@ std::vector<int> steps_of(std::size_t events, const std::vector<RunMarker>& mark
 std::vector<std::int64_t> walk_requests(Prediction& p, const Workload& w,
                                         const std::vector<std::int64_t>& alloc, const TensorNamer& name_of) {
   const std::vector<RequestOp>& ops = w.requests.ops();
-  std::map<std::size_t, std::size_t> live;  // allocation id -> its request
+  // allocation id (dense: 0 .. alloc_count() - 1) -> its request while live, kDead otherwise
+  constexpr std::size_t kDead = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> live(w.requests.alloc_count(), kDead);
   std::vector<std::int64_t> requested(ops.size(), 0);
   std::int64_t req = 0;
   std::vector<LiveTensor> top;
@@ -140,14 +141,18 @@ std::vector<std::int64_t> walk_requests(Prediction& p, const Workload& w,
       live[op.alloc_id] = i;
       req += static_cast<std::int64_t>(op.size_bytes);
       ++p.tensors;
-    } else if (live.erase(op.alloc_id) != 0) {
+    } else if (op.alloc_id < live.size() && live[op.alloc_id] != kDead) {
+      live[op.alloc_id] = kDead;
       req -= static_cast<std::int64_t>(w.requests.alloc_op(op.alloc_id).size_bytes);
     }
     requested[i] = req;
     if (i != p.peak_request_index) {
       continue;
     }
-    for (const auto& [id, at] : live) {
+    for (const std::size_t at : live) {  // in allocation order
+      if (at == kDead) {
+        continue;
+      }
       const RequestLabel& label = w.labels[at];
       const Bytes size = ops[at].size_bytes;
       const TensorCategory c = category_of(w.tag(label.category_tag));

@@ -158,11 +158,20 @@ inline void check_schedule_invariants(const OpGraph& g, const AllocationSchedule
   }
   REQUIRE(s.live_bytes_after.back() == persistent_bytes);
   // Every edge runs from the tensor's producer to one of its consumers, forward in execution order.
-  for (auto [it, end] = boost::edges(g.adjacency()); it != end; ++it) {
-    const DependencyEdge& e = g.adjacency()[*it];
+  // One edge per consumer other than the producer (add_consumer's contract), counted from the tensors.
+  std::size_t consumer_edges = 0;
+  for (const Tensor& t : g.tensors()) {
+    consumer_edges += static_cast<std::size_t>(
+        std::count_if(t.consumers.begin(), t.consumers.end(), [&t](OpId c) { return c != t.producer; }));
+  }
+  const OpAdjacency adjacency = g.dependency_graph();
+  REQUIRE(boost::num_vertices(adjacency) == g.op_count());
+  REQUIRE(boost::num_edges(adjacency) == consumer_edges);
+  for (auto [it, end] = boost::edges(adjacency); it != end; ++it) {
+    const DependencyEdge& e = adjacency[*it];
     const Tensor& t = g.tensor(e.tensor);
-    REQUIRE(boost::source(*it, g.adjacency()) == t.producer);
-    const OpId target = static_cast<OpId>(boost::target(*it, g.adjacency()));
+    REQUIRE(boost::source(*it, adjacency) == t.producer);
+    const OpId target = static_cast<OpId>(boost::target(*it, adjacency));
     REQUIRE(target > t.producer);
     REQUIRE(target <= t.last_consumer());
   }

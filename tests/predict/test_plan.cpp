@@ -686,3 +686,16 @@ TEST_CASE("cli: plan --shard and merge with FSDP2 and parallel layouts", "[predi
     std::remove(f.c_str());
   }
 }
+
+// The progress bar on a terminal (plan_progress_line): 128 of 550 done fill floor(128 x 20 / 550) = 4 of 20
+// cells; 12.3 s for 128 leaves 12.3 x 422 / 128 = 40.55 s, printed to the second.
+TEST_CASE("plan's progress line fills its bar in proportion and estimates the time left", "[plan]") {
+  CHECK(plan_progress_line(128, 550, 12.3) ==
+        "plan [####................] 128 / 550 configurations, 12.3 s, about 41 s left");
+  CHECK(plan_progress_line(0, 550, 0.0) == "plan [....................] 0 / 550 configurations, 0.0 s");
+  CHECK(plan_progress_line(550, 550, 61.04) ==
+        "plan [####################] 550 / 550 configurations, 61.0 s");
+  CHECK(plan_progress_line(3, 4, 3.0, 8) == "plan [######..] 3 / 4 configurations, 3.0 s, about 1 s left");
+  CHECK(plan_progress_line(0, 0, 0.0, 4) ==
+        "plan [####] 0 / 0 configurations, 0.0 s");  // an empty grid is done
+}
