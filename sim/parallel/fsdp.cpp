@@ -56,8 +56,9 @@
 // the fp32 shard into it (with CPU offload the shard's `.to(device)` is an fp32 device copy first); after the
 // all-gather, post_unshard's _free_low_precision_sharded_param record_streams it to the unshard stream and
 // frees it. The reduced gradient shard is cast to the FlatParameter's dtype, fp32
-// (_cast_grad_to_param_dtype). NO_SHARD keeps the tape's parameters whole, in their dtype, with the
-// optimizer's master copy.
+// (_cast_grad_to_param_dtype). Not modelled so: NO_SHARD, which keeps the tape's parameters whole, in their
+// dtype, with the optimizer's master copy (2 bytes per parameter more than an fp32 FlatParameter, and no
+// full-size _mp_shard).
 #include <algorithm>
 #include <deque>
 #include <map>

@@ -247,8 +247,10 @@ TEST_CASE("ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload: the model states lef
 namespace {
 
 HostMemory host_of(const ModelConfig& m, const std::string& scheme, int world, bool offload_params,
-                   Precision precision = Precision::kBf16) {
+                   Precision precision = Precision::kBf16,
+                   MasterWeights master = MasterWeights::kFp32) {
   TrainingOptions o;
+  o.master_weights = master;
   o.batch = 1;
   o.seq = 64;
   o.steps = 1;
@@ -295,9 +297,18 @@ TEST_CASE("offload: the host memory of one rank against DeepSpeed's estimator an
   CHECK(static_cast<std::int64_t>(fsdp.gradients) == 4 * c.shard);
   CHECK(static_cast<std::int64_t>(fsdp.optimizer_states) == 8 * c.shard);
   CHECK(fsdp.master_weights == 0);
-  // With bf16 parameters the shard, its gradient and torch.optim's states (zeros_like(param)) are bf16.
-  const HostMemory fsdp_bf16 = host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16);
+  // A model loaded in bf16 (--master-weights none): the shard, its gradient and torch.optim's states
+  // (zeros_like(param)) are bf16.
+  const HostMemory fsdp_bf16 =
+      host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16, MasterWeights::kNone);
   CHECK(static_cast<std::int64_t>(fsdp_bf16.model_states()) == (2 + 2 + 4) * c.shard);
+  // MixedPrecision(param_dtype=bf16) on a model built in fp32 (--master-weights fp32): the shard is the
+  // fp32 FlatParameter's (_local_shard), _cpu_grad is zeros_like(_local_shard), the states fp32; no master.
+  const HostMemory fsdp_mp = host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16);
+  CHECK(static_cast<std::int64_t>(fsdp_mp.parameters) == 4 * c.shard);
+  CHECK(static_cast<std::int64_t>(fsdp_mp.gradients) == 4 * c.shard);
+  CHECK(static_cast<std::int64_t>(fsdp_mp.optimizer_states) == 8 * c.shard);
+  CHECK(fsdp_mp.master_weights == 0);
   // Nothing offloaded, nothing on the host.
   TrainingOptions plain;
   plain.batch = 1;
