@@ -1,6 +1,7 @@
-// FSDP1's FlatParameter gradient (sim/parallel/fsdp_flat_param_grad.h; torch/distributed/fsdp/_runtime_utils.py
-// _post_backward_hook and _reduce_grad, autograd's split_with_sizes_backward) and FSDP2's reduce_output
-// (sim/parallel/data_parallel.h GradientShards): sizes worked by hand.
+// FSDP1's FlatParameter gradient (sim/parallel/fsdp_flat_param_grad.h;
+// torch/distributed/fsdp/_runtime_utils.py _post_backward_hook and _reduce_grad, autograd's
+// split_with_sizes_backward) and FSDP2's reduce_output (sim/parallel/data_parallel.h GradientShards): sizes
+// worked by hand.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"

@@ -247,8 +247,7 @@ TEST_CASE("ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload: the model states lef
 namespace {
 
 HostMemory host_of(const ModelConfig& m, const std::string& scheme, int world, bool offload_params,
-                   Precision precision = Precision::kBf16,
-                   MasterWeights master = MasterWeights::kFp32) {
+                   Precision precision = Precision::kBf16, MasterWeights master = MasterWeights::kFp32) {
   TrainingOptions o;
   o.master_weights = master;
   o.batch = 1;
