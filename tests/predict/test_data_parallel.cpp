@@ -130,10 +130,13 @@ TEST_CASE("FSDP: shards per rank, full-shard frees gathered layers after forward
   }
   const std::int64_t tensors = static_cast<std::int64_t>(m.parameter_shapes().size());
   const MemoryBill full = bill_at(m, "fsdp-full-shard", world);
-  CHECK(full.parameters == 2 * shard);
-  CHECK(full.gradients == 2 * shard);
-  CHECK(full.optimizer_states == 12 * shard + 4 * tensors);  // + the fused AdamW's 4-byte steps
-  CHECK(full.communication == 0);                            // every unit resharded by the end of backward
+  // bf16 with FSDP's default --master-weights fp32: MixedPrecision on a model built in fp32, so the shards
+  // and the reduced gradient shards are fp32 (_flat_param.py, _cast_grad_to_param_dtype) and AdamW's two
+  // moments fp32, with no master copy.
+  CHECK(full.parameters == 4 * shard);
+  CHECK(full.gradients == 4 * shard);
+  CHECK(full.optimizer_states == 8 * shard + 4 * tensors);  // + the fused AdamW's 4-byte steps
+  CHECK(full.communication == 0);                           // every unit resharded by the end of backward
   // Where forward ends: full-shard has resharded every decoder layer and keeps the root unit (embeddings,
   // final norm, head: not resharded after forward); shard-grad-op keeps every layer's unsharded flat
   // parameter too. Flat sizes by hand (bf16; both divisible by 8, so no padding): a Llama-2 layer
