@@ -56,9 +56,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                 "the training loop deletes the logits before loss.backward() (torchtitan's `del pred`); by "
                 "default they live through backward, as Hugging Face's outputs.logits do");
   cmd->add_option("--master-weights", a.master_weights,
-                  "with --precision bf16: fp32 (master weights and fp32 optimizer states: DeepSpeed, FSDP, "
-                  "Megatron) or none (torch.optim on the bf16 parameters); default: the framework's (none on "
-                  "one GPU and with DDP)");
+                  "with --precision bf16: fp32 (master weights and fp32 optimizer states: DeepSpeed, "
+                  "Megatron; under FSDP a model built in fp32 with MixedPrecision: fp32 shards, no master "
+                  "copy) or none (torch.optim on the bf16 parameters; under FSDP a model loaded in bf16); "
+                  "default: the framework's (none on one GPU and with DDP)");
   cmd->add_option("--optimizer", a.optimizer,
                   "sgd|sgd-momentum|adam|adamw|adamw-8bit|paged-adamw|paged-adamw-8bit|adafactor, optionally "
                   "-foreach/-fused/-for-loop/"

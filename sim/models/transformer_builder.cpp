@@ -595,6 +595,10 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   tape.set_phase(Phase::kSetup);
   tape.begin_op("model.to(device)", "_to_copy");
   const std::unique_ptr<DataParallelScheme> dp = make_data_parallel(options.data_parallel);
+  // --master-weights fp32 under FSDP: the model built in fp32 and wrapped with MixedPrecision(param_dtype=
+  // bf16), so FSDP keeps fp32 shards (a bitsandbytes or torchao quantized model is loaded in its compute or
+  // storage dtype: no fp32 copy of its parameters exists).
+  dp->set_fp32_sharded_parameters(steps_fp32_master(options) && options.bnb.format == BnbFormat::kNone);
   // A pipeline stage holds its own layers, the first also the embeddings, the last the head (with tied
   // embeddings Megatron keeps a copy of the word embeddings there as the output layer's weight).
   const std::vector<PipelineChunk> chunks = pipeline_chunks(model.n_layers, options.pipeline);
@@ -647,7 +651,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
   OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
-                           dp->optimizer_on_host(), dp->host_optimizer_fp32());
+                           dp->optimizer_on_host(), dp->host_optimizer_fp32(), dp->fp32_sharded_parameters());
   if (options.data_parallel.zero_redundancy_optimizer) {  // rank 0 (the greedy gives it the largest first)
     optimizer.set_zero_redundancy_partition(
         zero_redundancy_partition(tape, params.trainable, options.data_parallel.world_size, 0,

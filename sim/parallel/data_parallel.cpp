@@ -61,6 +61,12 @@ std::string unit_name(const ParameterUnit& unit) {
   return unit.layer < 0 ? std::string("root") : fmt::format("layers.{}", unit.layer);
 }
 
+DType sharded_parameter_dtype(const EagerTape& tape, VarId p, bool fp32_shards) {
+  const DType d = tape.dtype(p);
+  const bool half = d == DType::kBFloat16 || d == DType::kFloat16;
+  return fp32_shards && half ? DType::kFloat32 : d;
+}
+
 std::int64_t shard_numel(std::int64_t numel, int world_size) {
   return world_size <= 1 ? numel : (numel + world_size - 1) / world_size;
 }
@@ -178,8 +184,10 @@ void GradientShards::reduce_output(EagerTape& tape, const ParameterUnit& unit,
   for (VarId p : fresh) {
     elements += shard_numel(numel(tape.shape(p)), m_world);
   }
-  const DType grad_dtype = tape.dtype(fresh.front());
-  const DType reduce_dtype = m_reduce_dtype.value_or(grad_dtype);
+  // foreach_reduce's orig_dtype is the sharded parameter's (FSDPParam.orig_dtype): fp32 under mixed
+  // precision on a model built in fp32, whatever dtype the unsharded gradient had.
+  const DType grad_dtype = sharded_parameter_dtype(tape, fresh.front(), m_fp32_shards);
+  const DType reduce_dtype = m_reduce_dtype.value_or(tape.dtype(fresh.front()));
   const Shape flat{elements};
   TensorId out = tape.allocate(unit_name(unit) + ".reduce_output", tensor_bytes(flat, reduce_dtype),
                                reduce_dtype, TensorCategory::kGradient);

@@ -51,6 +51,14 @@ class DataParallelScheme {
   // The host optimizer steps fp32 copies (DeepSpeed's fp32 partitions), not the offloaded parameters in
   // their own dtype (FSDP: torch.optim on the flat parameter's shard).
   virtual bool host_optimizer_fp32() const { return true; }
+  // FSDP's mixed precision on a model built in fp32 (FSDP1 MixedPrecision(param_dtype=bf16), FSDP2
+  // MixedPrecisionPolicy(param_dtype=bf16); torchtitan and most FSDP recipes): the tape's parameters are the
+  // bf16 copies the forward and backward compute with, which exist only while a unit is unsharded; the
+  // sharded parameter each rank keeps stays fp32, its reduced gradient shard is cast to fp32, and the
+  // optimizer steps that shard itself (no separate master copy). Call before the parameters are created.
+  // Schemes other than FSDP's sharded strategies ignore it.
+  virtual void set_fp32_sharded_parameters(bool /*fp32*/) {}
+  virtual bool fp32_sharded_parameters() const { return false; }
   // Adds the model states the scheme keeps on the host (offload) for `params` (every parameter, in
   // model.parameters() order) to `host`; the host optimizer's states are the optimizer's.
   virtual void add_host_model_states(const EagerTape&, const std::vector<VarId>& /*params*/,
@@ -89,6 +97,11 @@ std::vector<std::string> data_parallel_names();
 // "layers.<l>" or "root": the unit's prefix in op and tensor names.
 std::string unit_name(const ParameterUnit& unit);
 
+// The dtype a rank keeps parameter `p`'s shard in: fp32 where `fp32_shards` (FSDP mixed precision, see
+// DataParallelScheme::set_fp32_sharded_parameters) and the tape's copy is a 16-bit float; otherwise the
+// tape's.
+DType sharded_parameter_dtype(const EagerTape& tape, VarId p, bool fp32_shards);
+
 // ceil(numel / world): the elements of one rank's shard (FSDP pads the flat parameter, ZeRO the partitions,
 // to a multiple of the world size).
 std::int64_t shard_numel(std::int64_t numel, int world_size);
@@ -122,7 +135,8 @@ class GradientShards {
  public:
   // `to_host`: the reduced shard is copied to a pinned host buffer (offload) and nothing stays on the GPU.
   // `reduce_dtype`: FSDP2's MixedPrecisionPolicy reduce_dtype (unset: the gradients' dtype). The shard is
-  // cast back to the gradient's dtype after the reduction (orig_dtype).
+  // cast to the sharded parameter's dtype after the reduction (foreach_reduce's orig_dtype: the
+  // gradient's dtype, or fp32 under set_fp32_sharded_parameters).
   explicit GradientShards(int world_size, bool to_host = false,
                           ReduceScatterPath path = ReduceScatterPath::kComputeStream,
                           std::optional<DType> reduce_dtype = std::nullopt)
@@ -133,6 +147,8 @@ class GradientShards {
   void reduce_scatter(EagerTape& tape, const ParameterUnit& unit, std::string_view op_name);
   // The end of backward (FSDP2's final callback): the last reduce-scatter input is freed.
   void finish_backward(EagerTape& tape);
+  // FSDP2 mixed precision: the sharded parameters are fp32 (orig_dtype), their gradient shards too.
+  void set_fp32_sharded_parameters(bool fp32) { m_fp32_shards = fp32; }
 
   static constexpr StreamId kReduceScatterStream = 2;  // FSDP2's reduce-scatter / FSDP1's post-backward
 
@@ -150,6 +166,7 @@ class GradientShards {
   bool m_to_host = false;
   ReduceScatterPath m_path;
   std::optional<DType> m_reduce_dtype;
+  bool m_fp32_shards = false;
   std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
   std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
   TensorId m_held_input = kNoTensor;  // FSDP2's reduce_scatter_state: the last input

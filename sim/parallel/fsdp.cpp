@@ -47,6 +47,18 @@
 // host, where the optimizer steps; the GPU holds a unit's unsharded parameters while it runs.
 // Gradients: the FlatParameter's flat gradient, reduce-scattered on the post-backward stream
 // (fsdp_flat_param_grad.h).
+// MixedPrecision(param_dtype=bf16) on a model built in fp32 (set_fp32_sharded_parameters, sharded
+// strategies): the FlatParameter and its shard (_local_shard) are fp32 and the optimizer steps that shard;
+// the tape's bf16 parameters are the unsharded _full_param_padded. _flat_param.py init_flat_param_attributes
+// (lazy init) makes and frees _mp_shard (bf16, the shard's size), _full_param_padded (bf16) and
+// _full_prec_full_param_padded (fp32, the padded unsharded size) on the compute stream. Each unshard first
+// runs pre_unshard on the pre-unshard stream: _use_low_precision_shard allocates _mp_shard there and copies
+// the fp32 shard into it (with CPU offload the shard's `.to(device)` is an fp32 device copy first); after the
+// all-gather, post_unshard's _free_low_precision_sharded_param record_streams it to the unshard stream and
+// frees it. The reduced gradient shard is cast to the FlatParameter's dtype, fp32
+// (_cast_grad_to_param_dtype). Not modelled so: NO_SHARD, which keeps the tape's parameters whole, in their
+// dtype, with the optimizer's master copy (2 bytes per parameter more than an fp32 FlatParameter, and no
+// full-size _mp_shard).
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -62,6 +74,7 @@ namespace {
 
 constexpr StreamId kComputeStream = 0;
 constexpr StreamId kUnshardStream = 1;     // FSDP1's _streams["unshard"]
+constexpr StreamId kPreUnshardStream = 5;  // FSDP1's _streams["pre_unshard"]
 constexpr int kMaxInflightAllGathers = 2;  // _FreeEventQueue._max_num_inflight_all_gathers
 // torch/distributed/fsdp/_init_utils.py: PARAM_BROADCAST_BUCKET_SIZE = int(250 * 1024 * 1024)
 constexpr Bytes kParamBroadcastBucketBytes = 250 * kMiB;
@@ -81,6 +94,11 @@ class Fsdp final : public DataParallelScheme {
         m_sync_module_states(o.fsdp_sync_module_states),
         m_grads(strategy != "no-shard" ? m_shard_ranks : 1, o.offload_params, o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
+  void set_fp32_sharded_parameters(bool fp32) override {
+    m_fp32_shards = fp32 && m_shard;
+    m_grads.set_fp32_sharded_parameters(m_fp32_shards);
+  }
+  bool fp32_sharded_parameters() const override { return m_fp32_shards; }
   // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
   // A sharded strategy's shards are the units' sharded FlatParameters, which construct() makes.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
@@ -101,7 +119,7 @@ class Fsdp final : public DataParallelScheme {
     }
     for (VarId p : params) {
       const Bytes shard = storage_bytes(shard_numel(numel(tape.shape(p)), m_shard ? m_shard_ranks : 1),
-                                        tape.dtype(p), tape.shape(p));
+                                        kept_dtype(tape, p), tape.shape(p));
       host.parameters += shard;
       host.gradients += tape.requires_grad(p) ? shard : 0;
     }
@@ -157,6 +175,10 @@ class Fsdp final : public DataParallelScheme {
  private:
   // Construction is modelled for the sharded strategies with the shards on the GPU.
   bool models_construction() const { return m_shard && !m_offload; }
+  // The FlatParameter's dtype: the module's (fp32 under mixed precision), not the tape's compute copy.
+  DType kept_dtype(const EagerTape& tape, VarId p) const {
+    return sharded_parameter_dtype(tape, p, m_fp32_shards);
+  }
   // The FlatParameters of one unit in the order they are wrapped: under PEFT's fsdp_auto_wrap_policy each
   // trainable leaf module (an adapter's lora_A / lora_B) first, as a unit of its own; then the rest.
   std::vector<std::vector<VarId>> flat_params_of(const EagerTape& tape, const ParameterUnit& unit) const {
@@ -177,7 +199,7 @@ class Fsdp final : public DataParallelScheme {
   // _init_param_handle_from_module for one FlatParameter (see the header comment).
   void init_param_handle(EagerTape& tape, const ParameterUnit& unit, const std::vector<VarId>& params) {
     const std::string name = params.size() == 1 ? tape.name(params.front()) : unit_name(unit);
-    const DType dtype = tape.dtype(params.front());
+    const DType dtype = kept_dtype(tape, params.front());
     tape.begin_op(name + ".fsdp.init.move_to_device", "_to_copy");
     std::vector<TensorId> moved;
     std::int64_t total = 0;
@@ -219,16 +241,16 @@ class Fsdp final : public DataParallelScheme {
       }
       tape.begin_op(name + ".fsdp.init.broadcast", "broadcast");
       // flatten_dense_tensors: one tensor is its own view; several are concatenated into a new buffer
-      in_flight.push_back(bucket.size() == 1
-                              ? kNoTensor
-                              : tape.allocate(name + ".broadcast_bucket", bucket_bytes,
-                                              tape.dtype(bucket.front()), TensorCategory::kCommunication));
+      in_flight.push_back(bucket.size() == 1 ? kNoTensor
+                                             : tape.allocate(name + ".broadcast_bucket", bucket_bytes,
+                                                             kept_dtype(tape, bucket.front()),
+                                                             TensorCategory::kCommunication));
       bucket.clear();
       bucket_bytes = 0;
     };
     for (VarId p : params) {
       bucket.push_back(p);
-      bucket_bytes += storage_bytes(numel(tape.shape(p)), tape.dtype(p), tape.shape(p));
+      bucket_bytes += storage_bytes(numel(tape.shape(p)), kept_dtype(tape, p), tape.shape(p));
       if (bucket_bytes >= kParamBroadcastBucketBytes) {
         issue();
       }
@@ -268,12 +290,21 @@ class Fsdp final : public DataParallelScheme {
         }
         const std::int64_t padded = shard_numel(total, m_shard_ranks) * m_shard_ranks;
         const DType dtype = tape.dtype(flat.front());
-        tape.begin_op(unit_name(*unit) + ".fsdp.lazy_init.init_flat_param_attributes", "empty");
-        const TensorId full =
-            tape.allocate(unit_name(*unit) + "._full_param_padded", storage_bytes(padded, dtype, {padded}),
-                          dtype, TensorCategory::kCommunication);
-        tape.begin_op(unit_name(*unit) + ".fsdp.lazy_init.free_storage", "resize_");
-        tape.release(full);
+        const DType full_precision = kept_dtype(tape, flat.front());
+        const auto empty_then_free = [&](const char* what, std::int64_t elements, DType d) {
+          tape.begin_op(unit_name(*unit) + ".fsdp.lazy_init.init_flat_param_attributes", "empty");
+          const TensorId t = tape.allocate(unit_name(*unit) + what, storage_bytes(elements, d, {elements}), d,
+                                           TensorCategory::kCommunication);
+          tape.begin_op(unit_name(*unit) + ".fsdp.lazy_init.free_storage", "resize_");
+          tape.release(t);
+        };
+        if (full_precision != dtype) {  // _uses_param_mixed_precision
+          empty_then_free("._mp_shard", padded / m_shard_ranks, dtype);
+        }
+        empty_then_free("._full_param_padded", padded, dtype);
+        if (full_precision != dtype) {
+          empty_then_free("._full_prec_full_param_padded", padded, full_precision);
+        }
       }
     }
   }
@@ -314,6 +345,7 @@ class Fsdp final : public DataParallelScheme {
     const std::int64_t flat = padded_flat_numel(tape, unit, m_shard_ranks);
     const DType dtype = tape.dtype(unit.params.front());
     const Bytes bytes = static_cast<Bytes>(flat) * dtype_size_bytes(dtype);
+    const TensorId mp_shard = use_low_precision_shard(tape, unit, flat / m_shard_ranks, when);
     tape.set_stream(kUnshardStream);
     tape.begin_op(fmt::format("{}.fsdp.all_gather.{}", unit_name(unit), when), "all_gather_into_tensor");
     if (m_limit_all_gathers && static_cast<int>(m_free_events.size()) >= kMaxInflightAllGathers) {
@@ -323,8 +355,37 @@ class Fsdp final : public DataParallelScheme {
     const TensorId buffer = tape.allocate(unit_name(unit) + ".flat_param.unsharded", bytes, dtype,
                                           TensorCategory::kCommunication);
     tape.set_comm_bytes(bytes - bytes / static_cast<Bytes>(m_shard_ranks));  // the other ranks' shards
+    if (mp_shard != kNoTensor) {  // post_unshard: _free_low_precision_sharded_param
+      tape.use(mp_shard);
+      tape.record_stream(mp_shard, kUnshardStream);
+      tape.release(mp_shard);
+    }
     tape.set_stream(kComputeStream);
     m_unsharded[unit.layer] = buffer;
+  }
+  // pre_unshard under mixed precision (_use_low_precision_shard), on the pre-unshard stream: the bf16
+  // _mp_shard of `elements`, filled from the fp32 shard (with CPU offload, from its fp32 device copy).
+  // Returns it, or kNoTensor without mixed precision.
+  TensorId use_low_precision_shard(EagerTape& tape, const ParameterUnit& unit, std::int64_t elements,
+                                   std::string_view when) {
+    const DType dtype = tape.dtype(unit.params.front());
+    const DType full_precision = kept_dtype(tape, unit.params.front());
+    if (full_precision == dtype) {
+      return kNoTensor;
+    }
+    tape.set_stream(kPreUnshardStream);
+    tape.begin_op(fmt::format("{}.fsdp.pre_unshard.{}", unit_name(unit), when), "copy_");
+    const TensorId on_device = m_offload ? tape.allocate(unit_name(unit) + "._local_shard.to(device)",
+                                                         storage_bytes(elements, full_precision, {elements}),
+                                                         full_precision, TensorCategory::kTemporary)
+                                         : kNoTensor;
+    const TensorId mp_shard =
+        tape.allocate(unit_name(unit) + "._mp_shard", storage_bytes(elements, dtype, {elements}), dtype,
+                      TensorCategory::kCommunication);
+    if (on_device != kNoTensor) {
+      tape.release(on_device);
+    }
+    return mp_shard;
   }
   // The compute stream waits for the unshard stream before the unit's kernels (_wait_for_unshard's
   // wait_stream).
@@ -359,6 +420,7 @@ class Fsdp final : public DataParallelScheme {
   bool m_peft_wrap;
   bool m_use_orig_params;
   bool m_sync_module_states;
+  bool m_fp32_shards = false;  // MixedPrecision on a model built in fp32: fp32 FlatParameters
   bool m_lazy_init_done = false;
   std::vector<TensorId> m_flat_shards;  // each FlatParameter's shard, made by construct()
   FlatParamGradients m_grads;

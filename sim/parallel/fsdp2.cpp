@@ -28,6 +28,14 @@
 // accumulating; with a reduce_dtype other than the gradients' they are upcast into unsharded_accumulated_grad
 // (FSDPParam.to_accumulated_grad_if_needed) and later micro-batches' gradients added to it
 // (accumulate_unsharded_grad_if_needed); the last backward reduce-scatters the accumulated gradients.
+// Mixed precision on a model built in fp32 (MixedPrecisionPolicy(param_dtype=bf16), torchtitan's default:
+// set_fp32_sharded_parameters): each sharded parameter is fp32 (FSDPParam._init_sharded_param keeps the
+// module's dtype, padded along dim 0: padded_sharded_param = param.new_zeros(padded_sharded_size)) and the
+// optimizer steps it. unshard() casts the unit's shards to param_dtype into one flat buffer on the copy-in
+// stream (_fsdp_collectives.py _get_param_all_gather_inputs: flat_foreach_copy_input = torch.empty(...,
+// dtype=param_dtype), _foreach_copy_), copies that into the all-gather output's slice and drops it
+// (foreach_all_gather: `del param_all_gather_inputs`); foreach_reduce casts the reduce-scatter output to
+// orig_dtype (fp32), so the gradient shards are fp32 too.
 // Not modelled: CPU offload (OffloadPolicy) and reshard_after_forward as an int.
 #include <algorithm>
 #include <map>
@@ -57,12 +65,33 @@ class Fsdp2 final : public DataParallelScheme {
                 o.fsdp_reduce_dtype),
         m_grads_reduce_dtype(o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
+  // With fp32 shards the parameters' tape storage is empty: construct() makes the shards.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
-    return shard_numel(numel, m_shard_ranks);
+    return m_fp32_shards ? 0 : shard_numel(numel, m_shard_ranks);
   }
   int optimizer_state_shards() const override { return m_shard_ranks; }
+  void set_fp32_sharded_parameters(bool fp32) override {
+    m_fp32_shards = fp32;
+    m_grads.set_fp32_sharded_parameters(fp32);
+  }
+  bool fp32_sharded_parameters() const override { return m_fp32_shards; }
 
-  void construct(EagerTape&, const std::vector<ParameterUnit>& units) override { m_units = units; }
+  void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {
+    m_units = units;
+    if (!m_fp32_shards) {
+      return;
+    }
+    tape.begin_op("fully_shard.init_sharded_param", "new_zeros");
+    for (const ParameterUnit& unit : units) {  // each unit's FSDPParams, the sharded DTensors' local tensors
+      for (VarId p : unit.params) {
+        const DType dtype = sharded_parameter_dtype(tape, p, true);
+        const std::int64_t elements = shard_numel(padded_numel(tape, p), m_shard_ranks);
+        m_sharded.push_back(tape.allocate(tape.name(p) + ".sharded",
+                                          static_cast<Bytes>(elements) * dtype_size_bytes(dtype), dtype,
+                                          TensorCategory::kParameter));
+      }
+    }
+  }
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {
     unshard(tape, unit);
     wait_for_unshard(tape, unit, /*forward=*/true);
@@ -131,9 +160,20 @@ class Fsdp2 final : public DataParallelScheme {
     const DType dtype = tape.dtype(unit.params.front());
     AllGatherResult r;
     tape.set_stream(kAllGatherCopyInStream);
+    TensorId cast = kNoTensor;  // the shards cast to param_dtype (fp32 shards only)
+    if (m_fp32_shards && sharded_parameter_dtype(tape, unit.params.front(), true) != dtype) {
+      tape.begin_op(unit_name(unit) + ".fsdp.all_gather_inputs", "_foreach_copy_");
+      cast = tape.allocate(unit_name(unit) + ".flat_foreach_copy_input",
+                           static_cast<Bytes>(flat / m_shard_ranks) * dtype_size_bytes(dtype), dtype,
+                           TensorCategory::kCommunication);
+    }
     tape.begin_op(unit_name(unit) + ".fsdp.all_gather_copy_in", "all_gather_copy_in");
     r.output =
         tape.allocate(unit_name(unit) + ".all_gather_output", bytes, dtype, TensorCategory::kCommunication);
+    if (cast != kNoTensor) {
+      tape.use(cast);
+      tape.release(cast);  // del param_all_gather_inputs, on the copy-in stream
+    }
     tape.set_stream(kAllGatherStream);
     r.all_gather = tape.begin_op(unit_name(unit) + ".fsdp.all_gather", "all_gather_into_tensor");
     tape.wait_for(r.output);
@@ -254,6 +294,8 @@ class Fsdp2 final : public DataParallelScheme {
   std::string m_name;
   bool m_reshard_after_forward;
   int m_shard_ranks;
+  bool m_fp32_shards = false;
+  std::vector<TensorId> m_sharded;  // the fp32 sharded parameters construct() made
   GradientShards m_grads;
   std::vector<ParameterUnit> m_units;
   std::map<int, AllGatherResult> m_results;          // issued, not yet copied out

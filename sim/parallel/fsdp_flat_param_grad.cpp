@@ -48,6 +48,7 @@ void FlatParamGradients::reduce_scatter(EagerTape& tape, const ParameterUnit& un
     const std::int64_t padded = all_trainable ? padded_flat_numel(tape, unit, m_world) : trainable_padded;
     const DType grad_dtype = tape.dtype(fresh.front());
     const DType reduce_dtype = m_reduce_dtype.value_or(grad_dtype);
+    const DType param_dtype = sharded_parameter_dtype(tape, fresh.front(), m_fp32_shards);
     // SplitWithSizesBackward: torch.cat of the views' gradients, on the compute stream.
     tape.begin_op(name + ".fsdp.flat_param.split_with_sizes_backward", "cat");
     for (VarId p : fresh) {
@@ -87,13 +88,13 @@ void FlatParamGradients::reduce_scatter(EagerTape& tape, const ParameterUnit& un
     if (shard != flat) {
       tape.release(flat);  // the autograd-computed gradient, once the post-backward stream is past it
     }
-    if (reduce_dtype != grad_dtype) {  // _cast_grad_to_param_dtype
+    if (reduce_dtype != param_dtype) {  // _cast_grad_to_param_dtype
       tape.begin_op(std::string(op_name) + ".cast_to_param_dtype", "_to_copy");
       tape.use(shard);
       const std::int64_t elements = m_world > 1 ? padded / m_world : padded;
       const TensorId cast =
           tape.allocate(name + ".flat_param.grad_shard.param_dtype",
-                        tensor_bytes(Shape{elements}, grad_dtype), grad_dtype, TensorCategory::kGradient);
+                        tensor_bytes(Shape{elements}, param_dtype), param_dtype, TensorCategory::kGradient);
       tape.release(shard);
       shard = cast;
     }

@@ -426,8 +426,9 @@ std::int64_t model_states_lower_bound(const PlanRequest& r, const PlanConfig& c)
   const std::int64_t p = c.precision == "bf16" ? 2 : 4;  // parameters; gradients alike
   std::int64_t o = 2;                                    // adamw-8bit: two uint8 moments
   if (c.optimizer == "adamw") {
-    // two fp32 moments (+ fp32 master weights under bf16 where the framework keeps them); two bf16 moments
-    // where torch.optim steps the bf16 parameters (training_options.h: MasterWeights)
+    // two fp32 moments (+ fp32 master weights under bf16 where the framework keeps them; FSDP keeps fp32
+    // shards and gradient shards instead, the same 16 bytes in all); two bf16 moments where torch.optim
+    // steps the bf16 parameters (training_options.h: MasterWeights)
     const std::string scheme = !c.fsdp.empty() ? "fsdp2-full-shard" : (c.zero > 0 ? "zero" : "ddp");
     const bool master = default_master_weights(scheme, c.tp, c.pp) == MasterWeights::kFp32;
     o = c.precision != "bf16" ? 8 : (master ? 12 : 4);

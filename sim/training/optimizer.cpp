@@ -24,7 +24,7 @@ std::string kind_prefix(const TrainingOptions& o) {
 }  // namespace
 
 OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
-                               int state_shards, bool on_host, bool host_fp32)
+                               int state_shards, bool on_host, bool host_fp32, bool fp32_sharded_params)
     : m_tape(tape),
       m_options(options),
       m_params(std::move(params)),
@@ -32,7 +32,14 @@ OptimizerModel::OptimizerModel(EagerTape& tape, const TrainingOptions& options, 
       m_initialized(m_params.size(), false),
       m_state_shards(state_shards),
       m_on_host(on_host),
-      m_host_fp32(host_fp32) {}
+      m_host_fp32(host_fp32),
+      m_fp32_sharded_params(fp32_sharded_params) {}
+
+DType OptimizerModel::stepped_dtype(std::size_t i) const {
+  const DType d = m_tape.dtype(m_params[i]);
+  const bool half = d == DType::kBFloat16 || d == DType::kFloat16;
+  return m_fp32_sharded_params && half ? DType::kFloat32 : d;
+}
 
 // The elements this rank updates: its shard (ceil(numel / shards)) when states are partitioned.
 std::int64_t OptimizerModel::param_numel(std::size_t i) const {
@@ -58,8 +65,8 @@ void OptimizerModel::set_zero_redundancy_partition(const std::vector<VarId>& loc
 
 void OptimizerModel::construct() {
   // bitsandbytes' optimizers update bf16 parameters in place from their own states: no master copy; nor
-  // torch.optim on bf16 parameters (--master-weights none).
-  if (!steps_fp32_master(m_options) || m_on_host) {
+  // torch.optim on bf16 parameters (--master-weights none), nor on FSDP's fp32 shards.
+  if (!steps_fp32_master(m_options) || m_on_host || m_fp32_sharded_params) {
     return;
   }
   m_tape.begin_op(kind_prefix(m_options) + ".master_weights", "_to_copy");
@@ -74,7 +81,7 @@ void OptimizerModel::construct() {
 void OptimizerModel::init_states(std::size_t i) {
   const bool fp32_states =
       m_on_host ? m_host_fp32 : steps_fp32_master(m_options);  // fp32 masters are stepped
-  const DType dt = fp32_states ? DType::kFloat32 : m_tape.dtype(m_params[i]);
+  const DType dt = fp32_states ? DType::kFloat32 : stepped_dtype(i);
   const std::string n = param_name(i);
   std::vector<TensorId>& st = m_states[i];
   const auto add = [&](const std::string& what, Bytes bytes, DType d) {
@@ -262,7 +269,7 @@ void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
     m_tape.begin_op(n + (adam ? "._foreach_sqrt" : ".var_estimates"),
                     adam ? "_foreach_sqrt" : "_foreach_mul");
     for (std::size_t i : with_grad) {
-      const DType pd = m_master.empty() ? m_tape.dtype(m_params[i]) : DType::kFloat32;
+      const DType pd = m_master.empty() ? stepped_dtype(i) : DType::kFloat32;
       temps.push_back(m_tape.allocate(param_name(i) + (adam ? ".exp_avg_sq_sqrt" : ".var_estimate"),
                                       param_bytes(i, pd), pd, TensorCategory::kTemporary));
     }
@@ -285,7 +292,7 @@ void OptimizerModel::step_for_loop(const std::vector<std::size_t>& with_grad) {
   TensorId previous_denom = kNoTensor;
   for (std::size_t i : with_grad) {
     const std::string pn = param_name(i);
-    const DType pd = m_master.empty() ? m_tape.dtype(m_params[i]) : DType::kFloat32;
+    const DType pd = m_master.empty() ? stepped_dtype(i) : DType::kFloat32;
     m_tape.begin_op(n + ".step." + pn, "for_loop_step");
     if (!m_initialized[i]) {
       init_states(i);

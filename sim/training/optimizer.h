@@ -15,7 +15,9 @@
 //                  Those bytes are paged_state_bytes(), not allocations; smaller states and the absmax
 //                  buffers are ordinary device tensors.
 //   precision bf16 adds fp32 master weights, created with the optimizer (before the first step); not for
-//   bitsandbytes' optimizers (adamw-8bit, paged-*), which update the bf16 parameters in place.
+//   bitsandbytes' optimizers (adamw-8bit, paged-*), which update the bf16 parameters in place, nor where the
+//   data-parallel scheme keeps the parameters in fp32 itself (FSDP mixed precision: `fp32_sharded_params`),
+//   whose fp32 shards and fp32 gradient shards the optimizer steps directly.
 //   temporaries:
 //     foreach      every parameter's worth at once: adam's _foreach_sqrt(exp_avg_sq) list, adafactor's
 //                  variance estimates (bf16: also the fp32 copy of the gradient list)
@@ -40,8 +42,11 @@ class OptimizerModel {
   // FSDP's CPU offload): nothing of the optimizer is allocated on the GPU; the updated parameters are copied
   // back into the GPU's in place. `host_fp32`: the host steps fp32 copies, so its states are fp32
   // (DeepSpeed); otherwise they have the parameters' dtype (torch.optim on FSDP's offloaded shard).
+  // `fp32_sharded_params`: the parameters stepped are the scheme's fp32 copies of the tape's 16-bit ones
+  // (DataParallelScheme::fp32_sharded_parameters), with fp32 gradients: no master copy, no gradient casts.
   OptimizerModel(EagerTape& tape, const TrainingOptions& options, std::vector<VarId> params,
-                 int state_shards = 1, bool on_host = false, bool host_fp32 = true);
+                 int state_shards = 1, bool on_host = false, bool host_fp32 = true,
+                 bool fp32_sharded_params = false);
 
   // torch.distributed.optim.ZeroRedundancyOptimizer: this rank's local optimizer holds `local` only (its
   // partition, in the order it sees them: zero_redundancy_partition()); step() makes states for and updates
@@ -71,6 +76,7 @@ class OptimizerModel {
   void step_for_loop(const std::vector<std::size_t>& with_grad);
   void use_grad(std::size_t i);  // the current op reads parameter i's gradient (.grad, or the flat one)
   Bytes param_bytes(std::size_t i, DType dtype) const;
+  DType stepped_dtype(std::size_t i) const;  // the dtype of the parameter the step updates
   std::int64_t param_numel(std::size_t i) const;
   std::string param_name(std::size_t i) const;
 
@@ -87,6 +93,7 @@ class OptimizerModel {
   int m_state_shards = 1;
   bool m_on_host = false;
   bool m_host_fp32 = true;
+  bool m_fp32_sharded_params = false;
   Bytes m_paged_state_bytes = 0;
   Bytes m_host_state_bytes = 0;
 };

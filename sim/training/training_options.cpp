@@ -514,6 +514,13 @@ std::string precision_regime(const TrainingOptions& o) {
   if (bitsandbytes_optimizer(o.optimizer)) {
     return "bf16 parameters and gradients; bitsandbytes updates them in place (no master copy)";
   }
+  const std::string& dp = o.data_parallel.scheme;
+  const bool fsdp_sharded = dp.starts_with("fsdp") && dp != "fsdp-no-shard";
+  if (o.master_weights == MasterWeights::kFp32 && fsdp_sharded && o.bnb.format == BnbFormat::kNone) {
+    return "FSDP mixed precision on a model built in fp32: fp32 sharded parameters, gradient shards and "
+           "optimizer states, bf16 parameters only while a unit is unsharded; no separate master copy "
+           "(--master-weights fp32)";
+  }
   return o.master_weights == MasterWeights::kFp32
              ? "bf16 parameters and gradients; fp32 master weights and optimizer states (--master-weights "
                "fp32)"

@@ -26,11 +26,14 @@ enum class Precision : std::uint8_t { kFp32, kAmpFp16, kAmpBf16, kBf16 };
 
 // Under --precision bf16, where the optimizer's copy of the weights lives (TrainingOptions::master_weights):
 //   fp32 : fp32 master weights, stepped with fp32 states and copied back into the bf16 parameters (Megatron's
-//          Float16OptimizerWithFloat16Params and distributed optimizer, DeepSpeed's bf16 ZeRO optimizers;
-//          FSDP's MixedPrecision keeps fp32 sharded parameters and bf16 compute copies: the same bytes);
+//          Float16OptimizerWithFloat16Params and distributed optimizer, DeepSpeed's bf16 ZeRO optimizers).
+//          Under FSDP's sharded strategies it means a model built in fp32 and wrapped with mixed precision
+//          (param_dtype bf16): FSDP keeps the fp32 shard, which the optimizer steps with fp32 gradient shards
+//          and fp32 states, and the bf16 parameters exist only while a unit is unsharded (no master copy;
+//          DataParallelScheme::set_fp32_sharded_parameters);
 //   none : torch.optim steps the bf16 parameters themselves: its states, made by torch.zeros_like(p), are
 //          bf16 and there is no master copy (a model loaded with torch_dtype=torch.bfloat16 and trained with
-//          torch.optim, one GPU or DDP).
+//          torch.optim, one GPU or DDP; under FSDP, a model loaded in bf16: bf16 shards, no fp32 anywhere).
 // bitsandbytes' optimizers never keep a master copy: they update the parameters in place from their states.
 enum class MasterWeights : std::uint8_t { kFp32, kNone };
 

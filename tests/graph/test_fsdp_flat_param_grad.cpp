@@ -1,6 +1,7 @@
-// FSDP1's FlatParameter gradient (sim/parallel/fsdp_flat_param_grad.h; torch/distributed/fsdp/_runtime_utils.py
-// _post_backward_hook and _reduce_grad, autograd's split_with_sizes_backward) and FSDP2's reduce_output
-// (sim/parallel/data_parallel.h GradientShards): sizes worked by hand.
+// FSDP1's FlatParameter gradient (sim/parallel/fsdp_flat_param_grad.h;
+// torch/distributed/fsdp/_runtime_utils.py _post_backward_hook and _reduce_grad, autograd's
+// split_with_sizes_backward) and FSDP2's reduce_output (sim/parallel/data_parallel.h GradientShards): sizes
+// worked by hand.
 #include <catch2/catch.hpp>
 
 #include "graph_test_util.h"
@@ -19,6 +20,7 @@ constexpr std::int64_t kRoot = 128'064;
 OpGraph fsdp1(bool fp32_reduce, bool set_to_none) {
   TrainingOptions o = test::small_options();
   o.precision = Precision::kBf16;
+  o.master_weights = MasterWeights::kNone;  // a model loaded in bf16: bf16 FlatParameters
   o.zero_grad_set_to_none = set_to_none;
   o.data_parallel.scheme = "fsdp-full-shard";
   o.data_parallel.world_size = 4;
@@ -68,6 +70,7 @@ TEST_CASE("fsdp2 reduce_output: one tensor of a unit's shards, cast back, viewed
   // _to_dtype_if_needed to bf16, 2 B x 12,384; two steps.
   TrainingOptions o = test::small_options();
   o.precision = Precision::kBf16;
+  o.master_weights = MasterWeights::kNone;  // a model loaded in bf16: bf16 sharded parameters
   o.zero_grad_set_to_none = false;
   o.data_parallel.scheme = "fsdp2-full-shard";
   o.data_parallel.world_size = 4;

@@ -130,10 +130,13 @@ TEST_CASE("FSDP: shards per rank, full-shard frees gathered layers after forward
   }
   const std::int64_t tensors = static_cast<std::int64_t>(m.parameter_shapes().size());
   const MemoryBill full = bill_at(m, "fsdp-full-shard", world);
-  CHECK(full.parameters == 2 * shard);
-  CHECK(full.gradients == 2 * shard);
-  CHECK(full.optimizer_states == 12 * shard + 4 * tensors);  // + the fused AdamW's 4-byte steps
-  CHECK(full.communication == 0);                            // every unit resharded by the end of backward
+  // bf16 with FSDP's default --master-weights fp32: MixedPrecision on a model built in fp32, so the shards
+  // and the reduced gradient shards are fp32 (_flat_param.py, _cast_grad_to_param_dtype) and AdamW's two
+  // moments fp32, with no master copy.
+  CHECK(full.parameters == 4 * shard);
+  CHECK(full.gradients == 4 * shard);
+  CHECK(full.optimizer_states == 8 * shard + 4 * tensors);  // + the fused AdamW's 4-byte steps
+  CHECK(full.communication == 0);                           // every unit resharded by the end of backward
   // Where forward ends: full-shard has resharded every decoder layer and keeps the root unit (embeddings,
   // final norm, head: not resharded after forward); shard-grad-op keeps every layer's unsharded flat
   // parameter too. Flat sizes by hand (bf16; both divisible by 8, so no padding): a Llama-2 layer
@@ -247,8 +250,9 @@ TEST_CASE("ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload: the model states lef
 namespace {
 
 HostMemory host_of(const ModelConfig& m, const std::string& scheme, int world, bool offload_params,
-                   Precision precision = Precision::kBf16) {
+                   Precision precision = Precision::kBf16, MasterWeights master = MasterWeights::kFp32) {
   TrainingOptions o;
+  o.master_weights = master;
   o.batch = 1;
   o.seq = 64;
   o.steps = 1;
@@ -295,9 +299,18 @@ TEST_CASE("offload: the host memory of one rank against DeepSpeed's estimator an
   CHECK(static_cast<std::int64_t>(fsdp.gradients) == 4 * c.shard);
   CHECK(static_cast<std::int64_t>(fsdp.optimizer_states) == 8 * c.shard);
   CHECK(fsdp.master_weights == 0);
-  // With bf16 parameters the shard, its gradient and torch.optim's states (zeros_like(param)) are bf16.
-  const HostMemory fsdp_bf16 = host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16);
+  // A model loaded in bf16 (--master-weights none): the shard, its gradient and torch.optim's states
+  // (zeros_like(param)) are bf16.
+  const HostMemory fsdp_bf16 =
+      host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16, MasterWeights::kNone);
   CHECK(static_cast<std::int64_t>(fsdp_bf16.model_states()) == (2 + 2 + 4) * c.shard);
+  // MixedPrecision(param_dtype=bf16) on a model built in fp32 (--master-weights fp32): the shard is the
+  // fp32 FlatParameter's (_local_shard), _cpu_grad is zeros_like(_local_shard), the states fp32; no master.
+  const HostMemory fsdp_mp = host_of(m, "fsdp-full-shard", nd, true, Precision::kBf16);
+  CHECK(static_cast<std::int64_t>(fsdp_mp.parameters) == 4 * c.shard);
+  CHECK(static_cast<std::int64_t>(fsdp_mp.gradients) == 4 * c.shard);
+  CHECK(static_cast<std::int64_t>(fsdp_mp.optimizer_states) == 8 * c.shard);
+  CHECK(fsdp_mp.master_weights == 0);
   // Nothing offloaded, nothing on the host.
   TrainingOptions plain;
   plain.batch = 1;

@@ -27,6 +27,11 @@ namespace {
 // A block over 10 MiB gets a segment rounded up to 2 MiB (spec: kRoundLarge):
 constexpr std::int64_t kLayerSegment = 43 * 2'097'152;  // 88,088,576 B -> 42.004 x 2 MiB -> 90,177,536
 constexpr std::int64_t kRootSegment = 126 * 2'097'152;  // 262,148,096 B -> 125.002 x 2 MiB -> 264,241,152
+// FSDP2 under bf16 mixed precision (--master-weights fp32: fp32 shards) first casts a unit's shards into one
+// flat bf16 buffer on the copy-in stream (_get_param_all_gather_inputs): the root's is 262,148,096 / 8 =
+// 32,768,512 B -> 15.6 x 2 MiB -> 16 x 2 MiB; a layer's, 11,011,072 B, then fits in that segment's free
+// block.
+constexpr std::int64_t kRootCopyInSegment = 16 * 2'097'152;
 constexpr int kLayers = 22;
 
 RequestArgs tinyllama_over_8(bool fsdp2) {
@@ -68,7 +73,9 @@ TEST_CASE(
   // unit's output is allocated, then drops it in stream order; the root's post-forward drops the last; in
   // backward it is dropped right after the copy-out. So at most two outputs are alive: the root's, then one
   // layer's beside it (a new segment); every later output fits a block freed on the same stream (the root's
-  // block is split for a layer; the layer's block is the best fit for the next). No record_stream: the host's
+  // block is split for a layer; the layer's block is the best fit for the next). Before each output the
+  // unit's bf16 copy-in buffer is allocated there and dropped after it: the root's, first, gets a segment of
+  // its own that every layer's then reuses. No record_stream: the host's
   // lead does not matter.
   for (double host_us : {0.0, 10.0, 1e5}) {
     INFO("--host-op-us " << host_us);
@@ -76,7 +83,8 @@ TEST_CASE(
     a.host_op_us = host_us;
     Snapshot trace;
     predict(make_request(a), &trace);
-    CHECK(segments_on(trace, 3) == std::vector<std::int64_t>{kRootSegment, kLayerSegment});
+    CHECK(segments_on(trace, 3) ==
+          std::vector<std::int64_t>{kRootSegment, kLayerSegment, kRootCopyInSegment});
     CHECK(segments_on(trace, 1).empty());  // FSDP1's unshard stream is not used
   }
 }

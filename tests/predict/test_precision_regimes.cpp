@@ -92,6 +92,28 @@ TEST_CASE("predict: --master-weights defaults to what each framework does", "[qu
   CHECK(regime("tp") == MasterWeights::kFp32);
 }
 
+TEST_CASE("FSDP's default regime: fp32 shards, fp32 gradient shards and fp32 moments, no master copy",
+          "[quick][predict]") {
+  // --precision bf16 under FSDP1 full-shard over 4 ranks, --master-weights fp32 (the default): a model built
+  // in fp32 wrapped with MixedPrecision(param_dtype=bf16). _flat_param.py keeps the FlatParameter's shard in
+  // the module's dtype (fp32), _runtime_utils.py _cast_grad_to_param_dtype casts the reduced gradient shard
+  // to it, and torch.optim.AdamW steps that shard: zeros_like(p) moments, fp32. GPT-2's 12 layers of
+  // 7,087,872 elements and its root (wte 50,257 x 768, wpe 1,024 x 768, ln_f 2 x 768: 39,385,344) all
+  // divide by 4: 31,109,952 elements per rank, 4 + 4 + 8 bytes each. Earlier builds kept bf16 shards and
+  // gradients (2 + 2 bytes) beside an fp32 master copy in the optimizer states (4 + 8 bytes).
+  RequestArgs a = gpt2_bf16();
+  a.world_size = 4;
+  a.fsdp = "full-shard";
+  const PredictRequest r = make_request(a);
+  CHECK(r.options.master_weights == MasterWeights::kFp32);
+  constexpr std::int64_t kShard = kGpt2Params / 4;
+  const MemoryBill b = before_step2_optimizer(r);
+  CHECK(b.parameters == 4 * kShard);
+  CHECK(b.gradients == 4 * kShard);
+  CHECK(b.optimizer_states == 8 * kShard);
+  CHECK(predict(r).precision_regime.starts_with("FSDP mixed precision on a model built in fp32"));
+}
+
 TEST_CASE("predict: --master-weights only with --precision bf16, known values only", "[quick][predict]") {
   RequestArgs a = gpt2_bf16();
   a.precision = "amp-bf16";
