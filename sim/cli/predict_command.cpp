@@ -173,8 +173,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option(
       "--quantization", a.quantization,
-      "vLLM: fp8 (the decoder layers' linear weights in float8 with a float32 scale each), gptq or awq "
-      "(4-bit, group 128, Marlin's layout) (v1)");
+      "vLLM: fp8 (Fp8LinearMethod: the decoder layers' linear weights in float8, one float32 scale each; "
+      "runtime or per-tensor checkpoints), fp8-block (an FP8 checkpoint with weight_block_size [128, 128]: "
+      "a float32 scale per 128 x 128 block), w8a8-int8 / w8a8-fp8 (compressed-tensors W8A8, a float32 "
+      "scale per output channel), w4a16 (compressed-tensors WNA16, 4-bit, group 128, symmetric), gptq or "
+      "awq (4-bit, group 128, Marlin's layout) (v1)");
   cmd->add_option("--vllm-non-torch-increase", a.vllm_non_torch_increase,
                   "vLLM: a measured 'non-torch forward increase memory' (e.g. 2.1GiB) in place of the "
                   "modelled communication buffers (v1)");

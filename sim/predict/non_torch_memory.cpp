@@ -1,25 +1,82 @@
 #include "sim/predict/non_torch_memory.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "sim/engine/gpu_table.h"
+
 namespace vramsim {
+namespace {
+
+// all_reduce_utils.py's tables, bytes by world size 2, 4, 6, 8 (index tp / 2 - 1); 0: not in the table.
+struct AllReduceSizes {
+  Bytes custom[4];
+  Bytes symm_mem[4];
+};
+AllReduceSizes all_reduce_sizes(int compute_capability) {
+  if (compute_capability == 90) {  // "9.0"
+    return {{64 * kMiB, 32 * kMiB, kMiB / 2, kMiB / 4}, {64 * kMiB, 32 * kMiB, 64 * kMiB, 64 * kMiB}};
+  }
+  if (compute_capability == 100) {  // "10.0"
+    return {{2 * kMiB, 2 * kMiB, kMiB, kMiB}, {8 * kMiB, 32 * kMiB, 128 * kMiB, 128 * kMiB}};
+  }
+  return {{0, 0, 0, 0}, {0, 0, 0, 0}};
+}
+
+}  // namespace
 
 bool vllm_custom_all_reduce_supported(int tp) { return tp == 2 || tp == 4 || tp == 6 || tp == 8; }
 
-std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, bool nvswitch) {
+Bytes nccl_connection_buffer_bytes() {
+  constexpr Bytes kSimple = Bytes{1} << 22;    // DEFAULT_BUFFSIZE
+  constexpr Bytes kLl = 8 * 512 * 8 * 16;      // DEFAULT_LL_BUFFSIZE
+  constexpr Bytes kLl128 = 120 * 640 * 8 * 8;  // DEFAULT_LL128_BUFFSIZE
+  constexpr Bytes kGranule = 2 * kMiB;         // cuMem's allocation granularity
+  return (kSimple + kLl + kLl128 + kGranule - 1) / kGranule * kGranule;
+}
+
+int nccl_ring_channels(const std::string& gpu) {
+  if (gpu.empty()) {
+    return 0;
+  }
+  const GpuSpec& g = find_gpu(gpu);
+  const bool sxm = g.variant.find("SXM") != std::string_view::npos;
+  return sxm && g.compute_capability == 90 ? 24 : 0;
+}
+
+std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, const std::string& gpu) {
   std::vector<NonTorchLine> lines;
   if (tp <= 1) {
     return lines;
   }
-  if (vllm_custom_all_reduce_supported(tp)) {
-    constexpr Bytes kMaxSize = 8192 * 1024;  // CustomAllreduce.__init__(max_size=8192 * 1024)
-    lines.push_back({"custom all-reduce", 2 * kMaxSize, false,
-                     "vllm/distributed/device_communicators/custom_all_reduce.py CustomAllreduce.__init__: "
-                     "meta and data buffers of max_size each (create_shared_buffer)"});
+  const int capability = gpu.empty() ? 0 : find_gpu(gpu).compute_capability;
+  const AllReduceSizes sizes = all_reduce_sizes(capability);
+  const bool tabled = vllm_custom_all_reduce_supported(tp);
+  const Bytes symm = tabled ? sizes.symm_mem[tp / 2 - 1] : 0;
+  if (tabled) {
+    constexpr Bytes kDefaultMax = 8192 * 1024;  // CustomAllreduce.__init__(max_size=8192 * 1024)
+    const Bytes custom = sizes.custom[tp / 2 - 1];
+    const Bytes max_size = symm > 0 && custom > 0 ? std::min(kDefaultMax, custom) : kDefaultMax;
+    lines.push_back({"custom all-reduce", 2 * max_size, false,
+                     "custom_all_reduce.py CustomAllreduce: meta and data buffers of max_size each "
+                     "(create_shared_buffer; peers' buffers IPC-mapped, not allocated here)"});
   }
-  if (nvswitch) {
-    constexpr Bytes kNvlsChannels = 16;
-    constexpr Bytes kBuffSize = 128 * kKiB * 8;  // nvlsChunkSize x NCCL_STEPS
-    lines.push_back({"NCCL NVLS", kNvlsChannels * 2 * kBuffSize * static_cast<Bytes>(tp), true,
-                     "NCCL src/transport/nvls.cc ncclNvlsBufferSetup: nChannels x 2 x buffSize x nHeads"});
+  if (symm > 0) {
+    lines.push_back({"symmetric memory", symm, false,
+                     "symm_mem.py SymmMemCommunicator: torch_symm_mem.empty(SYMM_MEM_ALL_REDUCE_MAX_SIZES)"});
+  }
+  const int channels = nccl_ring_channels(gpu);
+  if (channels > 0) {
+    const Bytes ring = static_cast<Bytes>(channels) * nccl_connection_buffer_bytes();
+    lines.push_back({"NCCL ring (pynccl)", ring, false,
+                     fmt::format("pynccl.py PyNcclCommunicator warm-up all_reduce: {} channels x 10 MiB "
+                                 "(NCCL init.cc buffer sizes)",
+                                 channels)});
+    lines.push_back({"NCCL ring (torch TP group)", ring, true,
+                     fmt::format("the logits all_gather on the TP device group (base_device_communicator.py) "
+                                 "creates torch's NCCL communicator: {} channels x 10 MiB",
+                                 channels)});
   }
   return lines;
 }

@@ -1,27 +1,45 @@
 // GPU memory a process holds outside PyTorch's caching allocator besides the CUDA context (cuda_context.h):
-// communication buffers that NCCL and vLLM allocate with the driver's own calls, as bill lines. Each line
-// says where its size comes from and when it is allocated, because vLLM's start-up measures only what
-// appears between its post-initialisation snapshot and the end of the profile run ("non-torch forward
-// increase memory"); what comes before that snapshot is in the process's total (nvidia-smi) but not in the
-// increase.
+// the communication buffers vLLM and NCCL allocate with the driver's own calls at tensor parallelism >= 2,
+// as bill lines. Each line says where its size comes from and when it is allocated, because vLLM V1 measures
+// only what appears after its post-initialisation snapshot (Worker.init_device: MemorySnapshot() taken right
+// after init_worker_distributed_environment): "non-torch forward increase memory" is after_profile.non_torch
+// - init_snapshot.non_torch (vllm/utils memory_profiling, diff_from_create). What comes before that snapshot
+// is in the process's total (nvidia-smi) but not in the increase, and not in the KV cache's budget.
 //
-// Lines (one rank of `tp` ranks on one node):
-//   custom all-reduce  vLLM's CustomAllreduce (vllm/distributed/device_communicators/custom_all_reduce.py,
-//                      __init__ with max_size = 8192 * 1024): meta_ptrs = create_shared_buffer(meta_size +
-//                      max_size) and buffer_ptrs = create_shared_buffer(max_size), cudaMalloc'd through
-//                      CudaRTLibrary at init_worker_distributed_environment, i.e. before the snapshot; 2 x 8
-//                      MiB (meta_size, ops.meta_size(), a few KiB, is not counted). TP 2, 4, 6, 8 on one node
-//                      only
-//                      (_SUPPORTED_WORLD_SIZES).
-//   NCCL NVLS          NCCL's NVLink SHARP buffers on NVSwitch GPUs (src/transport/nvls.cc
-//   ncclNvlsBufferSetup):
-//                      nvlsTotalSize = nChannels x 2 x buffSize x nHeads, buffSize = nvlsChunkSize (128 KiB)
-//                      x NCCL_STEPS (8) = 1 MiB, 16 NVLS channels on H100 (NCCL INFO "NVLS comm ... nHeads 8
-//                      buffSize 1048576 nvlsPerRankSize 33554432 nvlsTotalSize 268435456"), nHeads = the
-//                      ranks. Set up at the first NVLS collective: the profile run's all-reduce, after the
-//                      snapshot.
-// NCCL's ring and tree connection buffers (NCCL_BUFFSIZE 4 MiB per channel and peer for the Simple protocol,
-// plus LL and LL128) depend on the channel count NCCL's topology search picks and are not modelled.
+// Lines for one rank of `tp` ranks on one node, vLLM 0.19 (the defaults: VLLM_ALLREDUCE_USE_SYMM_MEM on,
+// custom all-reduce on, NCCL_CUMEM_ENABLE left to NCCL since vllm#24141):
+//   custom all-reduce   CustomAllreduce.__init__ / _complete_init (vllm/distributed/device_communicators/
+//                       custom_all_reduce.py): meta_ptrs = create_shared_buffer(meta_size + max_size) and
+//                       buffer_ptrs = create_shared_buffer(max_size), each cudaMalloc'd on this GPU
+//                       (allocate_shared_buffer_and_handle); max_size = min(8 MiB,
+//                       CUSTOM_ALL_REDUCE_MAX_SIZES [capability][tp]) when the symmetric-memory communicator
+//                       is on (all_reduce_utils.py: 9.0: 64, 32, 0.5, 0.25 MiB at 2, 4, 6, 8 ranks; 10.0: 2,
+//                       2, 1, 1 MiB). The peers' buffers are opened with cudaIpcOpenMemHandle: a mapping of
+//                       memory that lives on the peer, not an allocation on this GPU, so they do not lower
+//                       this GPU's free memory. meta_size (a few KiB of flags) is not counted. Before the
+//                       snapshot. World sizes 2, 4, 6, 8 only (_SUPPORTED_WORLD_SIZES).
+//   symmetric memory    SymmMemCommunicator (symm_mem.py): torch_symm_mem.empty(max_size) with max_size =
+//                       SYMM_MEM_ALL_REDUCE_MAX_SIZES[capability][tp] (9.0: 64, 32, 64, 64 MiB; 10.0: 8, 32,
+//                       128, 128 MiB), torch's CUDASymmetricMemoryAllocator (cuMemCreate, outside the caching
+//                       allocator). Before the snapshot. Capabilities 9.0 and 10.0 only.
+//   NCCL ring (pynccl)  PyNcclCommunicator.__init__'s warm-up all_reduce connects the TP group's ring (NCCL
+//                       connects at first use, NCCL_RUNTIME_CONNECT): per channel one connection's buffers on
+//                       this GPU, Simple NCCL_BUFFSIZE 4 MiB (DEFAULT_BUFFSIZE) + LL 512 KiB
+//                       (DEFAULT_LL_BUFFSIZE: 8 lines x 512 threads x 8 steps x 16 B) + LL128 4,800 KiB
+//                       (DEFAULT_LL128_BUFFSIZE: 120 x 640 threads x 8 steps x 8 B) = 9,633,792 B, allocated
+//                       through cuMem in 2 MiB granules: 10 MiB (NCCL issue #1685's ALLOC log on 8 x H100:
+//                       10485760-byte buffers). Before the snapshot.
+//   NCCL ring (torch)   the TP group's torch.distributed ProcessGroupNCCL communicator, created lazily by the
+//                       profile run's first logits all_gather (LogitsProcessor._gather_logits ->
+//                       DeviceCommunicatorBase.all_gather ->
+//                       dist.all_gather_into_tensor(group=device_group)): its ring, the same bytes. After the
+//                       snapshot: in the increase.
+// The channel count is NCCL's topology search's answer; it is taken from NCCL's own INFO lines where they are
+// public: 24 "coll channels" on H100 / H200 SXM nodes (vllm#18567 at 4 x H100, "Channel 00..23" in
+// vllm#10453). For other GPUs the NCCL lines are left out (not sized). The rest of a communicator's own
+// allocations (device-side channel and work structures, NVLS at 4+ ranks when a collective picks it, kernels
+// loaded on first use) is not sized from sources: vLLM 0.19's logged increase at TP 2 and 4 on H100
+// (2.06-2.13 GiB) is far above these lines (known miss, docs/serving.md).
 #pragma once
 
 #include <cstdint>
@@ -33,18 +51,25 @@
 namespace vramsim {
 
 struct NonTorchLine {
-  std::string name;  // "custom all-reduce", "NCCL NVLS"
+  std::string name;  // "custom all-reduce", "symmetric memory", ...
   Bytes size_bytes = 0;
-  bool after_snapshot = false;  // allocated during vLLM's profile run (in its non-torch increase)
+  bool after_snapshot = false;  // allocated after vLLM's post-initialisation snapshot (in its increase)
   std::string source;           // file and function it follows
 };
 
 // vLLM's custom all-reduce supports these world sizes (custom_all_reduce.py _SUPPORTED_WORLD_SIZES).
 bool vllm_custom_all_reduce_supported(int tp);
 
-// The bill for one rank of a tensor-parallel group of `tp` GPUs on one node; `nvswitch`: the GPUs share an
-// NVSwitch with NVLink SHARP (H100/H200 SXM), where NCCL sets up NVLS buffers. Empty for tp 1.
-std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, bool nvswitch);
+// One NCCL connection's buffers on a GPU (Simple + LL + LL128 at NCCL's defaults) rounded to cuMem's 2 MiB
+// granule: 10,485,760 B.
+Bytes nccl_connection_buffer_bytes();
+
+// NCCL's ring channels for `gpu` where public NCCL logs state them (24 on H100/H200 SXM), else 0.
+int nccl_ring_channels(const std::string& gpu);
+
+// The bill for one rank of a tensor-parallel group of `tp` GPUs of kind `gpu` (a find_gpu name; empty: no
+// GPU-specific lines) on one node, vLLM 0.19. Empty for tp 1.
+std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, const std::string& gpu);
 
 // The sum of the lines allocated after vLLM's post-initialisation snapshot.
 Bytes non_torch_increase_bytes(const std::vector<NonTorchLine>& lines);

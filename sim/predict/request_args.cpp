@@ -220,10 +220,15 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
     throw InputError(
         fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2", a.kv_cache_dtype));
   }
-  if (!a.quantization.empty() && a.quantization != "fp8" && a.quantization != "gptq" &&
-      a.quantization != "awq") {
-    throw InputError(
-        fmt::format("--quantization: '{}' is not modelled (fp8, gptq and awq are)", a.quantization));
+  static constexpr std::string_view kQuantizations[] = {"fp8",       "fp8-block", "w8a8-int8",
+                                                         "w8a8-fp8",  "w4a16",     "gptq",
+                                                         "awq"};
+  if (!a.quantization.empty() &&
+      std::find(std::begin(kQuantizations), std::end(kQuantizations), a.quantization) ==
+          std::end(kQuantizations)) {
+    throw InputError(fmt::format(
+        "--quantization: '{}' is not modelled (fp8, fp8-block, w8a8-int8, w8a8-fp8, w4a16, gptq and awq are)",
+        a.quantization));
   }
   if (!a.vllm_non_torch_increase.empty()) {
     v.non_torch_increase_bytes =

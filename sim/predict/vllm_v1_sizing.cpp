@@ -49,18 +49,55 @@ Bytes w4a16_linear_bytes(const ParameterShape& s, Bytes dtype_bytes, bool awq) {
   return qweight + scales + qzeros;
 }
 
+// One-byte weights (float8_e4m3fn or int8) of a linear [out, in] of the rank, with their float32 scales:
+//   fp8        Fp8LinearMethod (fp8.py), runtime from a 16-bit checkpoint or a per-tensor FP8 checkpoint:
+//              process_weights_after_loading leaves one scale a layer (scaled_fp8_quant;
+//              requantize_with_max_scale for fused shards)
+//   fp8-block  Fp8LinearMethod with the checkpoint's weight_block_size [128, 128] (DeepSeek-V3, Qwen3-*-FP8):
+//              weight_scale_inv, BlockQuantScaleParameter [cdiv(out, 128), cdiv(in, 128)];
+//              validate_fp8_block_shape refuses a rank's partition the block does not divide
+//   w8a8-int8  compressed-tensors CompressedTensorsW8A8Int8 / CompressedTensorsW8A8Fp8 (the "-quantized.w8a8"
+//   w8a8-fp8   / "-FP8-dynamic" checkpoints: strategy channel, dynamic symmetric activations):
+//              ChannelQuantScaleParameter [out, 1]; the CUTLASS kernels transpose the weight, same bytes
+constexpr std::int64_t kFp8Block = 128;
+Bytes one_byte_linear_bytes(const ParameterShape& s, const std::string& quantization, int tp) {
+  const std::int64_t in = s.shape.back();
+  const std::int64_t out = s.numel() / in;
+  const auto n = static_cast<Bytes>(s.numel());
+  if (quantization == "fp8") {
+    return n + 4;
+  }
+  if (quantization == "fp8-block") {
+    if (tp > 1 && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
+      throw InputError(fmt::format(
+          "--quantization fp8-block: {} of this rank is {} x {}, not divisible by the weight quantization "
+          "block 128 x 128 (vLLM's validate_fp8_block_shape refuses it)",
+          s.name, out, in));
+    }
+    const auto blocks =
+        static_cast<Bytes>(((out + kFp8Block - 1) / kFp8Block) * ((in + kFp8Block - 1) / kFp8Block));
+    return n + 4 * blocks;
+  }
+  return n + 4 * static_cast<Bytes>(out);  // w8a8-int8, w8a8-fp8
+}
+
 Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::string& quantization) {
   const ModelConfig& m = r.model;
-  const bool fp8 = quantization == "fp8";
-  const bool w4 = quantization == "gptq" || quantization == "awq";
+  // compressed-tensors W4A16 (CompressedTensorsWNA16, symmetric, group 128, no act-order) is kept by the
+  // same MarlinLinearKernel as symmetric GPTQ: weight_packed in x out / 2 B and the group scales.
+  const bool w4 = quantization == "gptq" || quantization == "awq" || quantization == "w4a16";
+  const bool one_byte = quantization == "fp8" || quantization == "fp8-block" || quantization == "w8a8-int8" ||
+                        quantization == "w8a8-fp8";
   Bytes bytes = 0;
   for (const ParameterShape& s : m.parameter_shapes()) {
     const auto n = static_cast<Bytes>(s.numel());
     const bool linear = s.layer >= 0 && s.shape.size() >= 2;
     if (linear && w4) {
       bytes += w4a16_linear_bytes(s, dtype_bytes, quantization == "awq");
+    } else if (linear && one_byte) {
+      bytes += one_byte_linear_bytes(s, quantization, r.tensor_parallel);
     } else {
-      bytes += fp8 && linear ? n + 4 : n * dtype_bytes;
+      bytes += n * dtype_bytes;
     }
   }
   const std::int64_t rows = vllm_vocab_rows_per_rank(r.vllm.vocab_size, r.tensor_parallel);
@@ -166,7 +203,7 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
   const Bytes dtype_bytes = dtype_size_bytes(parameter_dtype(request.options.precision));
   out.weights_bytes = static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization));
   profile(request, dtype_bytes, out, g);
-  out.non_torch_lines = tensor_parallel_non_torch_lines(request.tensor_parallel, false);
+  out.non_torch_lines = tensor_parallel_non_torch_lines(request.tensor_parallel, request.gpu);
   out.non_torch_measured = v.non_torch_increase_bytes.has_value();
   out.non_torch_increase_bytes = v.non_torch_increase_bytes.value_or(
       static_cast<std::int64_t>(non_torch_increase_bytes(out.non_torch_lines)));

@@ -156,10 +156,14 @@ TEST_CASE("vllm v1: tensor parallelism, fp8 cache and fp8 weights", "[quick][pre
   CHECK(g2.v1->weights_bytes == 8030527488 + 33554432);
   // 4 KV heads a rank: 32,768 B a layer's page.
   CHECK(g2.v1->page_size_bytes == 32768);
-  // vLLM's custom all-reduce: two 8 MiB buffers before the snapshot, not in the increase.
-  REQUIRE(g2.v1->non_torch_lines.size() == 1);
+  // Outside torch at TP 2 on H100 (vLLM 0.19): custom all-reduce 2 x min(8 MiB, 64 MiB) and the 64 MiB
+  // symmetric-memory buffer before the snapshot; pynccl's ring (24 x 10 MiB) before it; torch's TP-group
+  // communicator's ring (24 x 10 MiB = 251,658,240 B) after it, in the increase.
+  REQUIRE(g2.v1->non_torch_lines.size() == 4);
   CHECK(g2.v1->non_torch_lines[0].size_bytes == 16 * 1024 * 1024);
-  CHECK(g2.v1->non_torch_increase_bytes == 0);
+  CHECK(g2.v1->non_torch_lines[1].size_bytes == 64 * 1024 * 1024);
+  CHECK(g2.v1->non_torch_increase_bytes == 251658240);
+  CHECK(g2.v1->before_snapshot_bytes == 16777216 + 67108864 + 251658240);
   // Half the weights and half the page: more than twice the tokens of TP 1 on each rank.
   CHECK(g2.v1->kv_cache_tokens > 2 * one.generation->paged->v1->kv_cache_tokens);
 
@@ -229,17 +233,36 @@ TEST_CASE("vllm v1: a measured non-torch increase replaces the bill's", "[quick]
   CHECK(one.generation->paged->available_bytes - p.generation->paged->available_bytes == 268435456);
 }
 
-TEST_CASE("non-torch memory: vLLM's custom all-reduce and NCCL's NVLS buffers", "[quick][predict]") {
-  CHECK(tensor_parallel_non_torch_lines(1, true).empty());
-  // custom_all_reduce.py: max_size 8 MiB for the meta and the data buffers; world sizes 2, 4, 6, 8 only.
-  CHECK(tensor_parallel_non_torch_lines(3, false).empty());
-  const std::vector<NonTorchLine> eight = tensor_parallel_non_torch_lines(8, true);
-  REQUIRE(eight.size() == 2);
-  CHECK(eight[0].size_bytes == 16777216);
+TEST_CASE("non-torch memory: vLLM 0.19's communication buffers by TP size and GPU", "[quick][predict]") {
+  CHECK(tensor_parallel_non_torch_lines(1, "h100").empty());
+  // NCCL init.cc: Simple 1 << 22 + LL 8 x 512 x 8 x 16 = 524,288 + LL128 120 x 640 x 8 x 8 = 4,915,200 =
+  // 9,633,792 B, rounded up to cuMem's 2 MiB granule: 10,485,760 B (NCCL issue #1685's ALLOC log).
+  CHECK(nccl_connection_buffer_bytes() == 10485760);
+  CHECK(nccl_ring_channels("h100") == 24);
+  CHECK(nccl_ring_channels("a100") == 0);  // no public NCCL channel count used: not sized
+  // TP 3: no custom all-reduce (_SUPPORTED_WORLD_SIZES) and no symmetric memory (not in its table); the
+  // two NCCL rings remain.
+  const std::vector<NonTorchLine> three = tensor_parallel_non_torch_lines(3, "h100");
+  REQUIRE(three.size() == 2);
+  CHECK(three[0].name == "NCCL ring (pynccl)");
+  // TP 8 on H100: max_size = min(8 MiB, CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"][8] = 256 KiB): 2 x 262,144 B;
+  // SYMM_MEM_ALL_REDUCE_MAX_SIZES["9.0"][8] = 64 MiB; 24 channels x 10 MiB twice, one after the snapshot.
+  const std::vector<NonTorchLine> eight = tensor_parallel_non_torch_lines(8, "h100");
+  REQUIRE(eight.size() == 4);
+  CHECK(eight[0].size_bytes == 524288);
   CHECK_FALSE(eight[0].after_snapshot);
-  // nvls.cc: 16 channels x 2 x 1 MiB x 8 heads = 268,435,456 B (NCCL's own INFO line: nvlsTotalSize
-  // 268435456), set up at the first NVLS collective.
-  CHECK(eight[1].size_bytes == 268435456);
-  CHECK(eight[1].after_snapshot);
-  CHECK(non_torch_increase_bytes(eight) == 268435456);
+  CHECK(eight[1].size_bytes == 67108864);
+  CHECK(eight[2].size_bytes == 251658240);
+  CHECK_FALSE(eight[2].after_snapshot);
+  CHECK(eight[3].after_snapshot);
+  CHECK(non_torch_increase_bytes(eight) == 251658240);
+  // TP 4: min(8 MiB, 32 MiB) = 8 MiB each; symmetric memory 32 MiB.
+  const std::vector<NonTorchLine> four = tensor_parallel_non_torch_lines(4, "h100");
+  CHECK(four[0].size_bytes == 16777216);
+  CHECK(four[1].size_bytes == 33554432);
+  // A100 (8.0): no symmetric-memory table, so custom all-reduce keeps its default 8 MiB; no NCCL lines.
+  const std::vector<NonTorchLine> a100 = tensor_parallel_non_torch_lines(2, "a100");
+  REQUIRE(a100.size() == 1);
+  CHECK(a100[0].size_bytes == 16777216);
+  CHECK(non_torch_increase_bytes(a100) == 0);
 }
