@@ -164,8 +164,7 @@ class Fsdp2 final : public DataParallelScheme {
     if (m_fp32_shards && sharded_parameter_dtype(tape, unit.params.front(), true) != dtype) {
       tape.begin_op(unit_name(unit) + ".fsdp.all_gather_inputs", "_foreach_copy_");
       cast = tape.allocate(unit_name(unit) + ".flat_foreach_copy_input",
-                           static_cast<Bytes>(flat / m_shard_ranks) * dtype_size_bytes(dtype), dtype,
-                           TensorCategory::kCommunication);
+                           bytes / static_cast<Bytes>(m_shard_ranks), dtype, TensorCategory::kCommunication);
     }
     tape.begin_op(unit_name(unit) + ".fsdp.all_gather_copy_in", "all_gather_copy_in");
     r.output =
