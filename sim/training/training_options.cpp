@@ -146,8 +146,10 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
           "--float8: inference with Float8Linear is not modelled (vramsim; torchao has float8 inference "
           "APIs)");
     }
-    if (o.lora.rank > 0 || o.bnb.format != BnbFormat::kNone) {
-      throw InputError("--float8: not modelled together with --lora-rank or --base-weights (vramsim)");
+    if (o.lora.enabled() ||
+        o.bnb.format != BnbFormat::kNone) {  // a PEFT method wraps the linears float8 converts
+      throw InputError(
+          "--float8: not modelled together with --lora-rank, --peft-method or --base-weights (vramsim)");
     }
     if (o.tensor_parallel > 1) {
       throw InputError(
