@@ -11,6 +11,7 @@
 
 #include "sim/alloc/policies/pytorch_caching.h"
 #include "sim/alloc/size_classes.h"
+#include "sim/core/address_map.h"
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
@@ -251,8 +252,12 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
 
   // Blocks live at trace start, by recorded address.
   AdoptedState adopted = adopt_initial_state(policy, initial, device.total_bytes(), snapshot.source);
-  std::unordered_map<Bytes, BlockId>& live = adopted.live;
-  std::unordered_map<Bytes, BlockId> pending;  // freed, waiting for free_completed
+  // Flat tables (sim/core/address_map.h): an alloc and its free allocate nothing.
+  AddressMap<BlockId> live;
+  for (const auto& [addr, block] : adopted.live) {
+    live.insert(addr, block);
+  }
+  AddressMap<BlockId> pending;  // freed, waiting for free_completed
   // An OOM's synchronize_and_free_events frees every pending block at once; the block ids are recycled, so a
   // pending address whose id turns up pending again was freed by it. Its free_completed is then a no-op, as
   // is that of an alloc the model refused.
@@ -367,7 +372,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
           device.note_divergence(i, fmt::format("alloc 0x{:x} {} bytes", e.addr, e.size_bytes),
                                  fmt::format("model placed it at 0x{:x}", r.addr));
         }
-        if (!live.emplace(e.addr, r.block).second) {
+        if (!live.insert(e.addr, r.block)) {
           throw InputError(fmt::format("{}: alloc at 0x{:x}, which is already live", where(i), e.addr));
         }
         break;
@@ -375,8 +380,8 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       case TraceAction::kFreeRequested: {
         any_op_yet = true;
         ++check.frees_recorded;
-        auto it = live.find(e.addr);
-        if (it == live.end()) {
+        const BlockId* found = live.find(e.addr);
+        if (found == nullptr) {
           if (refused.erase(e.addr) != 0) {
             if (i + 1 < events.size() && events[i + 1].action == TraceAction::kFreeCompleted &&
                 events[i + 1].addr == e.addr) {
@@ -389,8 +394,8 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
           throw InputError(
               fmt::format("{}: free_requested of 0x{:x}, which is not a live block", where(i), e.addr));
         }
-        const BlockId block = it->second;
-        live.erase(it);
+        const BlockId block = *found;
+        live.erase(e.addr);
         const bool completes_now = i + 1 < events.size() &&
                                    events[i + 1].action == TraceAction::kFreeCompleted &&
                                    events[i + 1].addr == e.addr;
@@ -412,17 +417,18 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         break;
       }
       case TraceAction::kFreeCompleted: {
-        auto it = pending.find(e.addr);
-        if (it == pending.end() && no_pending_free.erase(e.addr) > 0) {
+        const BlockId* found = pending.find(e.addr);
+        if (found == nullptr && no_pending_free.erase(e.addr) > 0) {
           break;
         }
-        if (it == pending.end()) {
+        if (found == nullptr) {
           throw InputError(
               fmt::format("{}: free_completed of 0x{:x} without a pending free", where(i), e.addr));
         }
-        policy.complete_stream_events(it->second);
-        pending_owner.erase(it->second);
-        pending.erase(it);
+        const BlockId block = *found;
+        policy.complete_stream_events(block);
+        pending_owner.erase(block);
+        pending.erase(e.addr);
         break;
       }
       default:

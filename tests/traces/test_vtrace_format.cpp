@@ -2,10 +2,12 @@
 // with its exact message, and exact round trips (hand-made and real snapshots).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -312,6 +314,110 @@ TEST_CASE("read_vtrace errors name the line and the problem", "[quick][traces]")
     INFO(text);
     CHECK(error_of(text) == expected);
   }
+}
+
+// The reader takes common event lines by a fast road (one pass over the line, issue 40) and everything else
+// by the general one (tokens first). A line with a leading blank means the same (the tokenizer skips it) but
+// never takes the fast road, so the two readings of one text must agree: the same Snapshot, or the same error
+// with the same line number. Cases near each limit of the fast road (digit counts, hex, signs, separators,
+// repeated / unknown / escaped / new tags) and every single-byte change of a few lines.
+std::string outcome_of(const std::string& text) {
+  try {
+    const Snapshot s = read_vtrace(text, "t.vtrace");
+    std::string out = write_vtrace(s);
+    for (const DeviceTrace& trace : s.device_traces) {
+      out += "|" + std::to_string(trace.events.size());
+    }
+    return out;
+  } catch (const InputError& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+std::string general_road(const std::string& text) {
+  std::string out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = std::min(text.find('\n', pos), text.size());
+    const std::string_view line(text.data() + pos, end - pos);
+    if (!line.empty() && line[0] >= '0' && line[0] <= '9') {
+      out += ' ';
+    }
+    out.append(line);
+    if (end < text.size()) {
+      out += '\n';
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
+TEST_CASE("read_vtrace: the fast road for event lines reads as the general road does", "[quick][traces]") {
+  const std::string head = "vramsim-trace 1\ndevices 2\ntag mm\ntag a%20b\ntag x=y\n";
+  const std::vector<std::string> lines = {
+      "0 alloc 0x200 512 0 0 op=mm phase=a%20b cat=mm layer=3",
+      "1 alloc 0x400 512 7 -9 op=mm cat=mm",
+      "0 alloc 512 0 0 0",
+      "0 alloc 0x0 512 0 0 ",
+      "0 alloc 0x0 512 0 0\t op=mm\t",
+      "0\talloc  0x0 512 0 0",
+      "0 alloc 0xfffffffffffffff 1 0 0",   // 15 hex digits: below 2^63
+      "0 alloc 0x7fffffffffffffff 1 0 0",  // 16 hex digits
+      "0 alloc 0x8000000000000000 1 0 0",  // 2^63: too large
+      "0 alloc 0x0 1152921504606846975 0 0",
+      "0 alloc 0x0 1152921504606846976 0 0",
+      "0 alloc 0x0 1 9999999999999999999 0",   // 19 digits
+      "0 alloc 0x0 1 18446744073709551615 0",  // 20 digits, the largest uint64
+      "0 alloc 0x0 1 18446744073709551616 0",
+      "0 alloc 0x0 1 0 999999999999999999",
+      "0 alloc 0x0 1 0 -9223372036854775808",
+      "0 alloc 0x0 1 0 9223372036854775808",
+      "0 alloc 0x0 1 0 -",
+      "0 alloc 0x0 1 0 +5",
+      "0 alloc 0x 1 0 0",
+      "0 alloc 0X1F 1 0 0",
+      "0 alloc 0x1g 1 0 0",
+      "00 alloc 0x0 1 0 0",
+      "0x1 alloc 0x0 1 0 0",
+      "2 alloc 0x0 1 0 0",
+      "0 alloc 0x0 1 0 0 layer=0x1F",
+      "0 alloc 0x0 1 0 0 layer=2147483647 layer=1",
+      "0 alloc 0x0 1 0 0 layer=2147483648",
+      "0 alloc 0x0 1 0 0 op=mm op=mm",
+      "0 alloc 0x0 1 0 0 op=mm cat=mm phase=mm",
+      "0 alloc 0x0 1 0 0 op=mmm",
+      "0 alloc 0x0 1 0 0 op=m",
+      "0 alloc 0x0 1 0 0 op=x=y",
+      "0 alloc 0x0 1 0 0 op=mm#",
+      "0 alloc 0x0 1 0 0 op=",
+      "0 alloc 0x0 1 0 0 op=m%6D",
+      "0 alloc 0x0 1 0 0 op=new cat=new",
+      "0 alloc 0x0 1 0 0 ops=mm",
+      "0 alloc 0x0 1 0 0 mm",
+      "0 frees 0x0 1 0 0",
+      "0 free_requested 0x0 1 0 0",
+      "0 oom 0x10 1 0 0",
+  };
+  for (const std::string& line : lines) {
+    const std::string text = head + "0 alloc 0x0 1 0 0 op=mm cat=x=y\n" + line + "\n" + line + "\n";
+    INFO(text);
+    CHECK(outcome_of(text) == outcome_of(general_road(text)));
+  }
+  // Every single-byte change of three lines, to each of a few bytes that matter to the fast road.
+  const std::string base = head +
+                           "0 alloc 0x200 512 0 -4 op=mm phase=a%20b layer=3\n0 free_requested 0x200 " +
+                           "512 0 5 op=mm\n1 alloc 0x400 4096 0 6 cat=x=y op=mm\n";
+  std::size_t compared = 0;
+  for (std::size_t i = head.size(); i < base.size(); ++i) {
+    for (const char c : std::string("0 9\tx-=%#\r")) {
+      std::string text = base;
+      text[i] = c;
+      INFO(text);
+      CHECK(outcome_of(text) == outcome_of(general_road(text)));
+      ++compared;
+    }
+  }
+  CHECK(compared > 1000);
 }
 
 TEST_CASE("vtrace round-trips every real snapshot exactly", "[quick][traces]") {
