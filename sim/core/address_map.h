@@ -8,6 +8,7 @@
 // table never iterates, so its layout cannot leak into any output. Load factor at most 1/2.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -24,6 +25,15 @@ class AddressMap {
   AddressMap() { m_slots.resize(kMinSlots); }
 
   std::size_t size() const { return m_size; }
+  std::size_t slot_count() const { return m_slots.size(); }  // a power of two, at least 64
+
+  // The slot where key's probe run starts in a table of `slots` slots (a power of two). Fibonacci hashing:
+  // addresses are multiples of 512, so their low bits alone would collide. Public for tests that build
+  // colliding runs on purpose.
+  static std::size_t home_slot(std::uint64_t key, std::size_t slots) {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - std::countr_zero(slots))) &
+           (slots - 1);
+  }
 
   // Inserts (key, value) unless key is present; returns whether it inserted.
   bool insert(std::uint64_t key, Value value) {
@@ -97,16 +107,12 @@ class AddressMap {
   static constexpr std::size_t kMinSlots = 64;
 
   std::size_t mask() const { return m_slots.size() - 1; }
-  // Fibonacci hashing: addresses are multiples of 512, so their low bits alone would collide.
-  std::size_t home(std::uint64_t key) const {
-    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> m_shift) & mask();
-  }
+  std::size_t home(std::uint64_t key) const { return home_slot(key, m_slots.size()); }
 
   void grow() {
     std::vector<Slot> old;
     old.swap(m_slots);
     m_slots.assign(old.size() * 2, Slot{});
-    --m_shift;
     m_size = 0;
     for (const Slot& slot : old) {
       if (slot.key != kEmptyKey) {
@@ -116,7 +122,6 @@ class AddressMap {
   }
 
   std::vector<Slot> m_slots;
-  int m_shift = 64 - 6;  // 64 - log2(slots)
   std::size_t m_size = 0;
 };
 

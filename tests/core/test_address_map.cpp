@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <vector>
 
 #include "sim/core/address_map.h"
 #include "test_rng.h"
@@ -61,6 +62,37 @@ TEST_CASE("AddressMap answers as std::unordered_map does", "[quick][core]") {
       REQUIRE((found != nullptr) == (it != expected.end()));
       if (found != nullptr) {
         CHECK(*found == it->second);
+      }
+    }
+  }
+}
+
+// Probe runs that wrap around the table's end, cut by erases: keys whose home is one of the last two slots of
+// the 64-slot table (or the first), so that their run crosses from slot 63 to slot 0. Erasing one must keep
+// every other reachable (backward-shift deletion may move an entry only towards its home, never past it).
+TEST_CASE("AddressMap keeps wrapped probe runs reachable across erases", "[quick][core]") {
+  std::vector<std::uint64_t> keys;
+  for (std::uint64_t k = 1; keys.size() < 12; ++k) {
+    const std::size_t home = AddressMap<std::uint32_t>::home_slot(k * 512, 64);
+    if (home == 62 || home == 63 || home == 0) {
+      keys.push_back(k * 512);
+    }
+  }
+  for (std::size_t victim = 0; victim < keys.size(); ++victim) {
+    AddressMap<std::uint32_t> map;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      REQUIRE(map.insert(keys[i], static_cast<std::uint32_t>(i)));
+    }
+    REQUIRE(map.slot_count() == 64);  // 12 entries: no growth, the runs stay where their homes put them
+    REQUIRE(map.erase(keys[victim]));
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      INFO("victim " << victim << ", key " << i);
+      const std::uint32_t* found = map.find(keys[i]);
+      if (i == victim) {
+        CHECK(found == nullptr);
+      } else {
+        REQUIRE(found != nullptr);
+        CHECK(*found == i);
       }
     }
   }
