@@ -42,18 +42,45 @@ std::string gib(std::int64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
 }
 
+// With --pp (or engine replicas): every stage's own start-up and the one the lines below are of.
+void print_v1_stages(const Prediction::Generation::Paged::V1& s, std::int64_t block_size) {
+  if (s.pipeline_parallel == 1 && s.data_parallel == 1) {
+    return;
+  }
+  fmt::print("  parallel         pp {}, dp {} (engine replicas, each its own start-up and KV cache)\n",
+             s.pipeline_parallel, s.data_parallel);
+  for (const auto& st : s.stages) {
+    fmt::print(
+        "  stage {:<3} layers {:>3}..{:<3} Model loading took {}, torch peak increase {}, non-torch {}, "
+        "Available KV cache memory {}: {} blocks\n",
+        st.stage, st.start_layer, st.end_layer - 1, gib(st.weights_bytes), gib(st.torch_peak_increase_bytes),
+        gib(st.non_torch_increase_bytes), gib(st.available_bytes), thousands(st.num_blocks));
+  }
+  if (!s.stages.empty()) {
+    fmt::print(
+        "  stage {} below   the fewest blocks: every stage keeps {} blocks of {} tokens "
+        "(get_kv_cache_configs: the smallest num_blocks among the workers){}\n",
+        s.stage, thousands(s.kv_cache_tokens / block_size), block_size,
+        s.intermediate_bytes > 0
+            ? fmt::format("; its received hidden_states + residual {}", gib(s.intermediate_bytes))
+            : std::string());
+  }
+}
+
 // vLLM V1's start-up as its log prints it (gpu_model_runner, gpu_worker, kv_cache_utils), one rank.
 void print_v1(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
   const Prediction::Generation::Paged::V1& s = *v.v1;
   fmt::print(
       "  vLLM V1          tp {}, gpu_memory_utilization {}, block_size {}, max_model_len {}, "
-      "max_num_batched_tokens {}, max_num_seqs {}, kv_cache_dtype {}{}\n",
+      "max_num_batched_tokens {}, max_num_seqs {}, kv_cache_dtype {}{}{}\n",
       s.tensor_parallel, v.gpu_memory_utilization, v.block_size, v.max_model_len, v.max_num_batched_tokens,
-      v.max_num_seqs, s.kv_cache_dtype, s.quantization.empty() ? "" : ", quantization " + s.quantization);
+      v.max_num_seqs, s.kv_cache_dtype, s.quantization.empty() ? "" : ", quantization " + s.quantization,
+      s.dtype.empty() ? "" : ", dtype " + s.dtype + " (two-byte elements, as bf16)");
   const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
     fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
   };
+  print_v1_stages(s, v.block_size);
   row("Model loading took", s.weights_bytes, "this rank's weights and buffers");
   row("torch peak memory increase", s.torch_peak_increase_bytes,
       fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}", gib(s.forward_peak_bytes),
@@ -315,6 +342,27 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"cudagraph_memory_bytes", s.cudagraph_memory_bytes},
                                                {"utilization_without_graphs", s.utilization_without_graphs},
                                                {"utilization_to_keep_cache", s.utilization_to_keep_cache}};
+        if (!s.dtype.empty()) {
+          j["generation"]["paged"]["vllm_v1"]["dtype"] = s.dtype;
+        }
+        if (s.pipeline_parallel > 1 || s.data_parallel > 1) {
+          // Every stage by its number ("0", "1", ...), so a dotted path can name one.
+          nlohmann::ordered_json stages = nlohmann::ordered_json::object();
+          for (const auto& st : s.stages) {
+            stages[std::to_string(st.stage)] = {{"start_layer", st.start_layer},
+                                                {"end_layer", st.end_layer},
+                                                {"model_loading_bytes", st.weights_bytes},
+                                                {"torch_peak_increase_bytes", st.torch_peak_increase_bytes},
+                                                {"non_torch_increase_bytes", st.non_torch_increase_bytes},
+                                                {"available_kv_cache_bytes", st.available_bytes},
+                                                {"num_blocks", st.num_blocks}};
+          }
+          j["generation"]["paged"]["vllm_v1"]["pipeline_parallel"] = s.pipeline_parallel;
+          j["generation"]["paged"]["vllm_v1"]["data_parallel"] = s.data_parallel;
+          j["generation"]["paged"]["vllm_v1"]["stage"] = s.stage;
+          j["generation"]["paged"]["vllm_v1"]["intermediate_bytes"] = s.intermediate_bytes;
+          j["generation"]["paged"]["vllm_v1"]["stages"] = stages;
+        }
       }
     }
   }
