@@ -131,9 +131,39 @@ void print_v1(const Prediction::Generation& g) {
 // vLLM's paged cache: how the profile run sized it, and what it serves.
 void print_v0(const Prediction::Generation& g);
 
+// SGLang's start-up (ModelRunner.init_torch_distributed, profile_max_num_token, init_memory_pool), one rank.
+void print_sglang(const Prediction::Generation& g) {
+  const Prediction::Generation::Paged& v = *g.paged;
+  const Prediction::Generation::Paged::Sglang& s = *v.sglang;
+  fmt::print("  SGLang           mem_fraction_static {}{}, context_len {}, page_size 1\n",
+             s.mem_fraction_static, s.default_fraction ? " (its default at this TP size)" : "",
+             thousands(s.context_len));
+  const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
+    fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
+  };
+  row("total_gpu_memory", s.total_gpu_memory_bytes, "free at init: total - CUDA context");
+  row("Load weight end", s.weights_bytes, "this rank's weights");
+  row("avail mem after loading", s.available_after_load_bytes, "total_gpu_memory - weights");
+  row("rest_memory", s.rest_bytes,
+      fmt::format("avail mem - total_gpu_memory x (1 - {}): the KV pool", s.mem_fraction_static));
+  if (!v.refusal.empty()) {
+    fmt::print("  serving          SGLang refuses to start: {}\n", v.refusal);
+    return;
+  }
+  fmt::print("  KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB  ({} B a token)\n",
+             s.max_total_num_tokens, static_cast<double>(s.k_size_bytes) / static_cast<double>(kGiB),
+             static_cast<double>(s.k_size_bytes) / static_cast<double>(kGiB), s.cell_size_bytes);
+  fmt::print(
+      "  serving questions  max_total_num_tokens {}: the longest request the pool holds is {} tokens; "
+      "max_running_requests {} (min(max(tokens / context_len x 512, 2048), 4096))\n",
+      thousands(s.max_total_num_tokens), thousands(s.max_total_num_tokens - 1), s.max_running_requests);
+}
+
 void print_paged(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
-  if (v.v1) {
+  if (v.sglang) {
+    print_sglang(g);
+  } else if (v.v1) {
     print_v1(g);
   } else {
     print_v0(g);
@@ -309,6 +339,20 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                   {"concurrent_sequences", v.concurrent_sequences},
                                   {"batch_fits", v.batch_blocks <= v.num_gpu_blocks},
                                   {"refusal", v.refusal}};
+      if (v.sglang) {
+        const Prediction::Generation::Paged::Sglang& s = *v.sglang;
+        j["generation"]["paged"]["sglang"] = {{"mem_fraction_static", s.mem_fraction_static},
+                                              {"default_fraction", s.default_fraction},
+                                              {"total_gpu_memory_bytes", s.total_gpu_memory_bytes},
+                                              {"weights_bytes", s.weights_bytes},
+                                              {"available_after_load_bytes", s.available_after_load_bytes},
+                                              {"rest_bytes", s.rest_bytes},
+                                              {"cell_size_bytes", s.cell_size_bytes},
+                                              {"max_total_num_tokens", s.max_total_num_tokens},
+                                              {"k_size_bytes", s.k_size_bytes},
+                                              {"context_len", s.context_len},
+                                              {"max_running_requests", s.max_running_requests}};
+      }
       if (v.v1) {
         const Prediction::Generation::Paged::V1& s = *v.v1;
         nlohmann::ordered_json lines = nlohmann::ordered_json::array();

@@ -214,6 +214,30 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
     throw InputError("--pp: vLLM's pipeline stages are modelled for --vllm-version v1 only");
   }
   v.pp_layer_partition = a.vllm_pp_layer_partition;
+  if (a.serving_engine != "vllm" && a.serving_engine != "sglang") {
+    throw InputError(fmt::format("--serving-engine: '{}' is not vllm or sglang", a.serving_engine));
+  }
+  const bool sglang = a.serving_engine == "sglang";
+  if ((sglang || a.mem_fraction_static != defaults.mem_fraction_static) && a.kv_cache != "paged") {
+    throw InputError(
+        "--serving-engine / --mem-fraction-static: a serving engine's KV pool, for --kv-cache paged");
+  }
+  if (a.mem_fraction_static != defaults.mem_fraction_static &&
+      (!sglang || !(a.mem_fraction_static > 0.0 && a.mem_fraction_static < 1.0))) {
+    throw InputError(fmt::format(
+        "--mem-fraction-static: SGLang's fraction, in (0, 1) with --serving-engine sglang, got {}",
+        a.mem_fraction_static));
+  }
+  if (sglang && (a.gpu_memory_utilization != defaults.gpu_memory_utilization || a.pp > 1 ||
+                 a.vllm_version != "v1" || !a.vllm_non_torch_increase.empty() ||
+                 !a.vllm_cudagraph_memory.empty() || a.block_size != defaults.block_size)) {
+    throw InputError(
+        "--serving-engine sglang: --gpu-memory-utilization, --block-size, --pp, --vllm-version and the "
+        "--vllm-* options are vLLM's (SGLang takes --mem-fraction-static; its pipeline stages are not "
+        "modelled)");
+  }
+  v.engine = a.serving_engine;
+  v.mem_fraction_static = a.mem_fraction_static;
   const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype ||
                        a.quantization != defaults.quantization ||
                        a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||

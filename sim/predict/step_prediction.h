@@ -56,6 +56,11 @@ struct VllmServing {
   // vLLM's --dtype when it is not --precision's name: "float16" for --precision fp16 (sized as bf16: the same
   // two-byte weights, activations and cache; ModelConfig's dtype torch.float16)
   std::string dtype;
+  // --serving-engine sglang: SGLang's KV pool (sim/inference/sglang_memory_pool.h) in place of vLLM's
+  // start-up;
+  // --mem-fraction-static (0: SGLang's default by TP size).
+  std::string engine = "vllm";
+  double mem_fraction_static = 0.0;
 };
 
 struct PredictRequest {
@@ -281,6 +286,21 @@ struct Prediction {
         std::vector<Stage> stages;  // empty without --pp
       };
       std::optional<V1> v1;
+      // SGLang's start-up (--serving-engine sglang), as ModelRunner logs it (sglang_memory_pool.h).
+      struct Sglang {
+        double mem_fraction_static = 0.0;
+        bool default_fraction = false;            // SGLang's default by TP size
+        std::int64_t total_gpu_memory_bytes = 0;  // free at init (total - CUDA context)
+        std::int64_t weights_bytes = 0;
+        std::int64_t available_after_load_bytes = 0;
+        std::int64_t rest_bytes = 0;  // available - total x (1 - mem_fraction_static)
+        std::int64_t cell_size_bytes = 0;
+        std::int64_t max_total_num_tokens = 0;
+        std::int64_t k_size_bytes = 0;  // "K size" (= "V size")
+        std::int64_t context_len = 0;
+        std::int64_t max_running_requests = 0;
+      };
+      std::optional<Sglang> sglang;
     };
     std::optional<Paged> paged;
   };
@@ -371,6 +391,8 @@ struct RequestArgs {
   std::string vllm_non_torch_increase;  // --vllm-non-torch-increase SIZE ("" : the bill's)
   std::string vllm_cudagraph_memory;    // --vllm-cudagraph-memory SIZE ("" : captured after the KV cache)
   std::string vllm_pp_layer_partition;  // --vllm-pp-layer-partition "16,16" (VLLM_PP_LAYER_PARTITION)
+  std::string serving_engine = "vllm";  // --serving-engine vllm|sglang (with --kv-cache paged)
+  double mem_fraction_static = 0.0;     // --mem-fraction-static (SGLang; 0: its default by TP size)
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

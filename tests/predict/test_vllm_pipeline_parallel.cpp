@@ -218,3 +218,25 @@ TEST_CASE("vllm pp: refusals", "[quick][predict]") {
   CHECK(v.stages[1].start_layer == 8);
   CHECK(v.stage == 1);  // 24 layers and the sampler: fewer blocks
 }
+
+TEST_CASE("vllm: --precision fp16 is vLLM's --dtype float16, two-byte elements as bf16", "[quick][predict]") {
+  // ModelConfig dtype torch.float16: weights, activations and the "auto" KV cache in two-byte elements, as
+  // torch.bfloat16 (llm-d-planner's vLLM 0.19 report logs 14.99 GiB of weights and 58.11 GiB of available
+  // KV memory for both dtypes, Llama-3.1-8B at 0.95).
+  RequestArgs a = served("llama-3.1-8b", 1);
+  const Prediction bf16 = predict(make_request(a));
+  a.precision = "fp16";
+  const Prediction fp16 = predict(make_request(a));
+  CHECK(v1_of(fp16).dtype == "float16");
+  CHECK(v1_of(bf16).dtype.empty());
+  // 8,030,261,248 parameters x 2 B + the rotary cache 33,554,432 B.
+  CHECK(v1_of(fp16).weights_bytes == 16094076928);
+  CHECK(fp16.generation->paged->num_gpu_blocks == bf16.generation->paged->num_gpu_blocks);
+  // Outside vLLM serving a model held in float16 is refused.
+  a.kv_cache = "dynamic";
+  CHECK_THROWS_WITH(
+      make_request(a),
+      "--precision: fp16 (a model held in float16) is modelled for vLLM serving (--generate N "
+      "--kv-cache paged) only; training and transformers generation take fp32, amp-fp16, amp-bf16 "
+      "or bf16");
+}
