@@ -238,7 +238,8 @@ void print_verdict(const Prediction& p) {
   const std::string refusal =
       p.generation && p.generation->paged ? p.generation->paged->refusal : std::string();
   if (!refusal.empty()) {
-    fmt::print("verdict          DOES NOT START: vLLM refuses to start: {}\n", refusal);
+    fmt::print("verdict          DOES NOT START: {} refuses to start: {}\n",
+               p.generation->paged->sglang ? "SGLang" : "vLLM", refusal);
   } else if (p.fits) {
     fmt::print("verdict          FITS: headroom {} ({:.1f} % of {}{})\n", b(p.headroom_bytes),
                p.headroom_percent, b(p.total_bytes), limit);
