@@ -51,7 +51,9 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
           a.seq = value;  // a plain number, as commands that read `seq` expect
         }
       });
-  cmd->add_option("--precision", a.precision, "fp32|amp-fp16|amp-bf16|bf16")->capture_default_str();
+  cmd->add_option("--precision", a.precision,
+                  "fp32|amp-fp16|amp-bf16|bf16 (fp16: vLLM serving's --dtype float16, with --kv-cache paged)")
+      ->capture_default_str();
   cmd->add_flag("--free-logits-before-backward", a.free_logits,
                 "the training loop deletes the logits before loss.backward() (torchtitan's `del pred`); by "
                 "default they live through backward, as Hugging Face's outputs.logits do");
@@ -181,6 +183,16 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--vllm-non-torch-increase", a.vllm_non_torch_increase,
                   "vLLM: a measured 'non-torch forward increase memory' (e.g. 2.1GiB) in place of the "
                   "modelled communication buffers (v1)");
+  cmd->add_option("--serving-engine", a.serving_engine,
+                  "vllm|sglang: whose start-up sizes the paged KV cache (--kv-cache paged; sglang: SGLang "
+                  "0.4.x's ModelRunner.profile_max_num_token)")
+      ->capture_default_str();
+  cmd->add_option("--mem-fraction-static", a.mem_fraction_static,
+                  "SGLang: the fraction of GPU memory for weights and KV pool (default: SGLang's by TP size, "
+                  "0.88 at TP 1 .. 0.79 at 16)");
+  cmd->add_option("--vllm-pp-layer-partition", a.vllm_pp_layer_partition,
+                  "vLLM: VLLM_PP_LAYER_PARTITION, decoder layers per pipeline stage (e.g. 16,16; with --pp; "
+                  "default: get_pp_indices' even split, the remainder to the stages before the last)");
   cmd->add_option("--vllm-cudagraph-memory", a.vllm_cudagraph_memory,
                   "vLLM 0.21+: the 'Estimated CUDA graph memory' (e.g. 0.6GiB), subtracted from the KV "
                   "cache's memory as VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 does (v1; default: graphs "

@@ -42,18 +42,45 @@ std::string gib(std::int64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
 }
 
+// With --pp (or engine replicas): every stage's own start-up and the one the lines below are of.
+void print_v1_stages(const Prediction::Generation::Paged::V1& s, std::int64_t block_size) {
+  if (s.pipeline_parallel == 1 && s.data_parallel == 1) {
+    return;
+  }
+  fmt::print("  parallel         pp {}, dp {} (engine replicas, each its own start-up and KV cache)\n",
+             s.pipeline_parallel, s.data_parallel);
+  for (const auto& st : s.stages) {
+    fmt::print(
+        "  stage {:<3} layers {:>3}..{:<3} Model loading took {}, torch peak increase {}, non-torch {}, "
+        "Available KV cache memory {}: {} blocks\n",
+        st.stage, st.start_layer, st.end_layer - 1, gib(st.weights_bytes), gib(st.torch_peak_increase_bytes),
+        gib(st.non_torch_increase_bytes), gib(st.available_bytes), thousands(st.num_blocks));
+  }
+  if (!s.stages.empty()) {
+    fmt::print(
+        "  stage {} below   the fewest blocks: every stage keeps {} blocks of {} tokens "
+        "(get_kv_cache_configs: the smallest num_blocks among the workers){}\n",
+        s.stage, thousands(s.kv_cache_tokens / block_size), block_size,
+        s.intermediate_bytes > 0
+            ? fmt::format("; its received hidden_states + residual {}", gib(s.intermediate_bytes))
+            : std::string());
+  }
+}
+
 // vLLM V1's start-up as its log prints it (gpu_model_runner, gpu_worker, kv_cache_utils), one rank.
 void print_v1(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
   const Prediction::Generation::Paged::V1& s = *v.v1;
   fmt::print(
       "  vLLM V1          tp {}, gpu_memory_utilization {}, block_size {}, max_model_len {}, "
-      "max_num_batched_tokens {}, max_num_seqs {}, kv_cache_dtype {}{}\n",
+      "max_num_batched_tokens {}, max_num_seqs {}, kv_cache_dtype {}{}{}\n",
       s.tensor_parallel, v.gpu_memory_utilization, v.block_size, v.max_model_len, v.max_num_batched_tokens,
-      v.max_num_seqs, s.kv_cache_dtype, s.quantization.empty() ? "" : ", quantization " + s.quantization);
+      v.max_num_seqs, s.kv_cache_dtype, s.quantization.empty() ? "" : ", quantization " + s.quantization,
+      s.dtype.empty() ? "" : ", dtype " + s.dtype + " (two-byte elements, as bf16)");
   const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
     fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
   };
+  print_v1_stages(s, v.block_size);
   row("Model loading took", s.weights_bytes, "this rank's weights and buffers");
   row("torch peak memory increase", s.torch_peak_increase_bytes,
       fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}", gib(s.forward_peak_bytes),
@@ -104,9 +131,39 @@ void print_v1(const Prediction::Generation& g) {
 // vLLM's paged cache: how the profile run sized it, and what it serves.
 void print_v0(const Prediction::Generation& g);
 
+// SGLang's start-up (ModelRunner.init_torch_distributed, profile_max_num_token, init_memory_pool), one rank.
+void print_sglang(const Prediction::Generation& g) {
+  const Prediction::Generation::Paged& v = *g.paged;
+  const Prediction::Generation::Paged::Sglang& s = *v.sglang;
+  fmt::print("  SGLang           mem_fraction_static {}{}, context_len {}, page_size 1\n",
+             s.mem_fraction_static, s.default_fraction ? " (its default at this TP size)" : "",
+             thousands(s.context_len));
+  const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
+    fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
+  };
+  row("total_gpu_memory", s.total_gpu_memory_bytes, "free at init: total - CUDA context");
+  row("Load weight end", s.weights_bytes, "this rank's weights");
+  row("avail mem after loading", s.available_after_load_bytes, "total_gpu_memory - weights");
+  row("rest_memory", s.rest_bytes,
+      fmt::format("avail mem - total_gpu_memory x (1 - {}): the KV pool", s.mem_fraction_static));
+  if (!v.refusal.empty()) {
+    fmt::print("  serving          SGLang refuses to start: {}\n", v.refusal);
+    return;
+  }
+  fmt::print("  KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB  ({} B a token)\n",
+             s.max_total_num_tokens, static_cast<double>(s.k_size_bytes) / static_cast<double>(kGiB),
+             static_cast<double>(s.k_size_bytes) / static_cast<double>(kGiB), s.cell_size_bytes);
+  fmt::print(
+      "  serving questions  max_total_num_tokens {}: the longest request the pool holds is {} tokens; "
+      "max_running_requests {} (min(max(tokens / context_len x 512, 2048), 4096))\n",
+      thousands(s.max_total_num_tokens), thousands(s.max_total_num_tokens - 1), s.max_running_requests);
+}
+
 void print_paged(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
-  if (v.v1) {
+  if (v.sglang) {
+    print_sglang(g);
+  } else if (v.v1) {
     print_v1(g);
   } else {
     print_v0(g);
@@ -181,7 +238,8 @@ void print_verdict(const Prediction& p) {
   const std::string refusal =
       p.generation && p.generation->paged ? p.generation->paged->refusal : std::string();
   if (!refusal.empty()) {
-    fmt::print("verdict          DOES NOT START: vLLM refuses to start: {}\n", refusal);
+    fmt::print("verdict          DOES NOT START: {} refuses to start: {}\n",
+               p.generation->paged->sglang ? "SGLang" : "vLLM", refusal);
   } else if (p.fits) {
     fmt::print("verdict          FITS: headroom {} ({:.1f} % of {}{})\n", b(p.headroom_bytes),
                p.headroom_percent, b(p.total_bytes), limit);
@@ -282,6 +340,20 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                   {"concurrent_sequences", v.concurrent_sequences},
                                   {"batch_fits", v.batch_blocks <= v.num_gpu_blocks},
                                   {"refusal", v.refusal}};
+      if (v.sglang) {
+        const Prediction::Generation::Paged::Sglang& s = *v.sglang;
+        j["generation"]["paged"]["sglang"] = {{"mem_fraction_static", s.mem_fraction_static},
+                                              {"default_fraction", s.default_fraction},
+                                              {"total_gpu_memory_bytes", s.total_gpu_memory_bytes},
+                                              {"weights_bytes", s.weights_bytes},
+                                              {"available_after_load_bytes", s.available_after_load_bytes},
+                                              {"rest_bytes", s.rest_bytes},
+                                              {"cell_size_bytes", s.cell_size_bytes},
+                                              {"max_total_num_tokens", s.max_total_num_tokens},
+                                              {"k_size_bytes", s.k_size_bytes},
+                                              {"context_len", s.context_len},
+                                              {"max_running_requests", s.max_running_requests}};
+      }
       if (v.v1) {
         const Prediction::Generation::Paged::V1& s = *v.v1;
         nlohmann::ordered_json lines = nlohmann::ordered_json::array();
@@ -315,6 +387,27 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"cudagraph_memory_bytes", s.cudagraph_memory_bytes},
                                                {"utilization_without_graphs", s.utilization_without_graphs},
                                                {"utilization_to_keep_cache", s.utilization_to_keep_cache}};
+        if (!s.dtype.empty()) {
+          j["generation"]["paged"]["vllm_v1"]["dtype"] = s.dtype;
+        }
+        if (s.pipeline_parallel > 1 || s.data_parallel > 1) {
+          // Every stage by its number ("0", "1", ...), so a dotted path can name one.
+          nlohmann::ordered_json stages = nlohmann::ordered_json::object();
+          for (const auto& st : s.stages) {
+            stages[std::to_string(st.stage)] = {{"start_layer", st.start_layer},
+                                                {"end_layer", st.end_layer},
+                                                {"model_loading_bytes", st.weights_bytes},
+                                                {"torch_peak_increase_bytes", st.torch_peak_increase_bytes},
+                                                {"non_torch_increase_bytes", st.non_torch_increase_bytes},
+                                                {"available_kv_cache_bytes", st.available_bytes},
+                                                {"num_blocks", st.num_blocks}};
+          }
+          j["generation"]["paged"]["vllm_v1"]["pipeline_parallel"] = s.pipeline_parallel;
+          j["generation"]["paged"]["vllm_v1"]["data_parallel"] = s.data_parallel;
+          j["generation"]["paged"]["vllm_v1"]["stage"] = s.stage;
+          j["generation"]["paged"]["vllm_v1"]["intermediate_bytes"] = s.intermediate_bytes;
+          j["generation"]["paged"]["vllm_v1"]["stages"] = stages;
+        }
       }
     }
   }

@@ -71,14 +71,26 @@ VllmProfilePeak vllm_v1_profile_peak(const VllmProfileShapes& s) {
   const Bytes attn_columns = 2 * h + (q + 2 * kv) + q + h + reduced;
   VllmProfilePeak p;
   p.forward_bytes = mul(mul(t, std::max(mlp_columns, attn_columns)), a);
+  if (!s.first_stage) {
+    // The received buffer holds the residual (fused_add_rms_norm writes it in place) and the first layer's
+    // input; from the second layer on the layer's input is a new tensor beside it: the widest point holds
+    // the buffer (2 h) and a hidden state (h) where the first stage holds hidden state and residual (2 h).
+    p.intermediate_bytes = mul(mul(t, 2 * h), a);
+    p.forward_bytes = add(p.forward_bytes, mul(mul(t, h), a));
+  }
+  if (!s.last_stage) {
+    p.peak_bytes = p.forward_bytes;
+    return p;
+  }
   // profile_run keeps hidden_states while _dummy_sampler_run computes the logits of hidden_states[logit
   // indices] (one row per request, a copy) and runs the Sampler: logits.to(float32), softmax to float32
   // probabilities, and random_sample's exponential draw q = torch.empty_like(probs).
   const Bytes r = static_cast<Bytes>(s.requests);
   const Bytes gathered = static_cast<Bytes>(s.vocab_rows) * static_cast<Bytes>(s.tp);
   const Bytes v = static_cast<Bytes>(s.vocab);
-  p.sampler_bytes = add(add(mul(mul(t, h), a), mul(mul(r, h), a)),
-                        add(mul(mul(r, gathered), a), mul(mul(r, v), Bytes{12})));
+  p.sampler_bytes = add(add(add(mul(mul(t, h), a), mul(mul(r, h), a)),
+                            add(mul(mul(r, gathered), a), mul(mul(r, v), Bytes{12}))),
+                        p.intermediate_bytes);
   p.peak_bytes = std::max(p.forward_bytes, p.sampler_bytes);
   return p;
 }

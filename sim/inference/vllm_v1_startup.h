@@ -58,11 +58,19 @@ struct VllmProfileShapes {
   std::int64_t vocab = 0;         // the logits' columns after gathering: the model's vocabulary
   int tp = 1;
   Bytes activation_bytes = 2;  // the model dtype
+  // Pipeline parallelism (vllm_pipeline_stages.h): a stage after the first receives its input in
+  // GPUModelRunner.intermediate_tensors, made in _dummy_run by make_empty_intermediate_tensors
+  // (batch_size=max_num_tokens): torch.zeros of [max_num_tokens, hidden] for "hidden_states" and
+  // "residual", kept for the engine's life. Only the last stage runs the sampler (profile_run:
+  // `if get_pp_group().is_last_rank: output = self._dummy_sampler_run(last_hidden_states)`).
+  bool first_stage = true;
+  bool last_stage = true;
 };
 struct VllmProfilePeak {
   Bytes forward_bytes = 0;  // the decoder layer's MLP (or attention, if larger) at its widest
-  Bytes sampler_bytes = 0;  // the hidden states, the logits and the sampler's float32 tensors
-  Bytes peak_bytes = 0;     // max of the two
+  Bytes sampler_bytes = 0;  // the hidden states, the logits and the sampler's float32 tensors (0: not last)
+  Bytes intermediate_bytes = 0;  // a later stage's received hidden_states and residual (in both)
+  Bytes peak_bytes = 0;          // max of the two
 };
 VllmProfilePeak vllm_v1_profile_peak(const VllmProfileShapes& s);
 

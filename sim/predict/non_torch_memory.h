@@ -71,6 +71,22 @@ int nccl_ring_channels(const std::string& gpu);
 // GPU-specific lines) on one node, vLLM 0.19. Empty for tp 1.
 std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, const std::string& gpu);
 
+// The process groups one vLLM worker belongs to (parallel_state.initialize_model_parallel, all made in
+// init_worker_distributed_environment, before the snapshot): the TP group, the PP group of `pp` stages and
+// the DP group of `dp` engine replicas. Only the TP group gets the custom all-reduce and symmetric memory
+// (cuda_communicator.py CudaCommunicator: `if "tp" not in unique_name: use_custom_allreduce = False;
+// use_torch_symm_mem = False`); every group of more than one rank gets a PyNcclCommunicator, whose warm-up
+// all_reduce connects its ring: channels x 10 MiB each, before the snapshot. The PP stages' send/recv
+// (p2p) connections are made at the first real step, not in the profile run (not on the bill). The torch
+// TP-group communicator is created by the logits all_gather, which only the last stage runs.
+struct VllmParallelGroups {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  bool last_stage = true;
+};
+std::vector<NonTorchLine> vllm_non_torch_lines(const VllmParallelGroups& groups, const std::string& gpu);
+
 // The sum of the lines allocated after vLLM's post-initialisation snapshot.
 Bytes non_torch_increase_bytes(const std::vector<NonTorchLine>& lines);
 

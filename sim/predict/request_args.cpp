@@ -206,6 +206,38 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   if (a.vllm_version != "v1" && a.vllm_version != "v0") {
     throw InputError(fmt::format("--vllm-version: '{}' is not v1 or v0", a.vllm_version));
   }
+  if (!a.vllm_pp_layer_partition.empty() && (a.kv_cache != "paged" || a.pp == 1)) {
+    throw InputError(
+        "--vllm-pp-layer-partition: vLLM's VLLM_PP_LAYER_PARTITION, for --pp N --kv-cache paged");
+  }
+  if (a.kv_cache == "paged" && a.pp > 1 && a.vllm_version != "v1") {
+    throw InputError("--pp: vLLM's pipeline stages are modelled for --vllm-version v1 only");
+  }
+  v.pp_layer_partition = a.vllm_pp_layer_partition;
+  if (a.serving_engine != "vllm" && a.serving_engine != "sglang") {
+    throw InputError(fmt::format("--serving-engine: '{}' is not vllm or sglang", a.serving_engine));
+  }
+  const bool sglang = a.serving_engine == "sglang";
+  if ((sglang || a.mem_fraction_static != defaults.mem_fraction_static) && a.kv_cache != "paged") {
+    throw InputError(
+        "--serving-engine / --mem-fraction-static: a serving engine's KV pool, for --kv-cache paged");
+  }
+  if (a.mem_fraction_static != defaults.mem_fraction_static &&
+      (!sglang || !(a.mem_fraction_static > 0.0 && a.mem_fraction_static < 1.0))) {
+    throw InputError(fmt::format(
+        "--mem-fraction-static: SGLang's fraction, in (0, 1) with --serving-engine sglang, got {}",
+        a.mem_fraction_static));
+  }
+  if (sglang && (a.gpu_memory_utilization != defaults.gpu_memory_utilization || a.pp > 1 ||
+                 a.vllm_version != "v1" || !a.vllm_non_torch_increase.empty() ||
+                 !a.vllm_cudagraph_memory.empty() || a.block_size != defaults.block_size)) {
+    throw InputError(
+        "--serving-engine sglang: --gpu-memory-utilization, --block-size, --pp, --vllm-version and the "
+        "--vllm-* options are vLLM's (SGLang takes --mem-fraction-static; its pipeline stages are not "
+        "modelled)");
+  }
+  v.engine = a.serving_engine;
+  v.mem_fraction_static = a.mem_fraction_static;
   const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype ||
                        a.quantization != defaults.quantization ||
                        a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
@@ -220,12 +252,10 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
     throw InputError(
         fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2", a.kv_cache_dtype));
   }
-  static constexpr std::string_view kQuantizations[] = {"fp8",       "fp8-block", "w8a8-int8",
-                                                         "w8a8-fp8",  "w4a16",     "gptq",
-                                                         "awq"};
-  if (!a.quantization.empty() &&
-      std::find(std::begin(kQuantizations), std::end(kQuantizations), a.quantization) ==
-          std::end(kQuantizations)) {
+  static constexpr std::string_view kQuantizations[] = {"fp8",   "fp8-block", "w8a8-int8", "w8a8-fp8",
+                                                        "w4a16", "gptq",      "awq"};
+  if (!a.quantization.empty() && std::find(std::begin(kQuantizations), std::end(kQuantizations),
+                                           a.quantization) == std::end(kQuantizations)) {
     throw InputError(fmt::format(
         "--quantization: '{}' is not modelled (fp8, fp8-block, w8a8-int8, w8a8-fp8, w4a16, gptq and awq are)",
         a.quantization));
@@ -374,7 +404,17 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   TrainingOptions& o = r.options;
   o.batch = a.batch;
   o.seq = a.seq;
-  o.precision = parse_precision(a.precision);
+  // vLLM serves a model in float16 (--dtype float16, the dtype of GPUs without bf16) with the bytes of
+  // bfloat16: both are two-byte elements in its weights, activations and KV cache. Outside vLLM serving a
+  // pure fp16 model is not modelled (amp-fp16 is PyTorch's autocast).
+  const bool vllm_fp16 = a.precision == "fp16" && a.kv_cache == "paged" && a.generate > 0;
+  if (a.precision == "fp16" && !vllm_fp16) {
+    throw InputError(
+        "--precision: fp16 (a model held in float16) is modelled for vLLM serving (--generate N --kv-cache "
+        "paged) only; training and transformers generation take fp32, amp-fp16, amp-bf16 or bf16");
+  }
+  o.precision = parse_precision(vllm_fp16 ? "bf16" : a.precision);
+  r.vllm.dtype = vllm_fp16 ? "float16" : "";
   o.optimizer = parse_optimizer(a.optimizer);
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
   o.checkpointing = parse_checkpointing(a.checkpointing);
@@ -562,7 +602,11 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         "them (torchtitan's dp_shard x cp), so --cp must divide their number",
         a.cp, data_parallel.world_size));
   }
-  o.pipeline.stages = a.pp;
+  // vLLM's pipeline stages are sized by its start-up (vllm_v1_sizing.cpp), not by the training pipeline.
+  const bool vllm_pipeline = a.kv_cache == "paged" && a.generate > 0;
+  r.vllm.pipeline_parallel = vllm_pipeline ? a.pp : 1;
+  r.vllm.data_parallel = vllm_pipeline ? data_parallel.world_size : 1;
+  o.pipeline.stages = vllm_pipeline ? 1 : a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;
   o.pipeline.split = parse_pipeline_split(a.pp_split);
@@ -605,7 +649,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
                     o.steps, o.grad_accumulation, layers, kMaxLayerPasses, kMaxLayerPasses / layers / 2));
     }
   }
-  if (a.pp > 1) {
+  if (o.pipeline.stages > 1) {
     (void)pipeline_chunks(r.model.n_layers, o.pipeline);  // layers that do not split fail here
   }
   return r;

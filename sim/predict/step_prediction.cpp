@@ -30,6 +30,7 @@
 #include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
+#include "sim/predict/sglang_sizing.h"
 #include "sim/predict/step_timeline.h"
 #include "sim/predict/vllm_v1_sizing.h"
 #include "sim/replay/trace_replay.h"
@@ -295,8 +296,8 @@ void serve_from_blocks(const TrainingOptions& o, Prediction::Generation::Paged& 
     g.batch_blocks += blocks(o.prompt_lens.empty() ? o.seq : o.prompt_lens[static_cast<std::size_t>(i)]);
   }
   g.concurrent_sequences = g.blocks_per_sequence > 0 ? g.num_gpu_blocks / g.blocks_per_sequence : 0;
-  if (g.v1) {
-    return;  // the V1 engine's own checks (size_vllm_v1_cache) decided
+  if (g.v1 || g.sglang) {
+    return;  // the V1 engine's (size_vllm_v1_cache) or SGLang's (size_sglang_pool) own checks decided
   }
   // vLLM's worker raises before serving anything (raise_if_cache_size_invalid).
   if (g.num_gpu_blocks <= 0) {
@@ -364,9 +365,18 @@ PredictRequest size_serving(const PredictRequest& original,
   if (original.options.generate_tokens > 0 && original.options.kv_cache == "paged" &&
       !original.vllm.profile_run) {
     validate(original.options);
-    if (original.vllm.version == "v1") {
+    if (original.vllm.engine == "sglang") {
+      paged = size_sglang_pool(original);
+      sized.options.kv_cache_fp8 = original.vllm.kv_cache_dtype != "auto";
+      sized.options.block_size = 1;  // SGLang's token pool: page_size 1
+    } else if (original.vllm.version == "v1") {
       paged = size_vllm_v1_cache(original);
       sized.options.kv_cache_fp8 = original.vllm.kv_cache_dtype != "auto";
+      if (paged->v1->pipeline_parallel > 1) {
+        // The served batch runs on one GPU of the stage reported: its decoder layers and its blocks (the
+        // model's embedding and head stay in the graph: an upper bound by at most two vocabulary tables).
+        sized.model.n_layers = paged->v1->stage_layers;
+      }
     } else {
       paged = size_vllm_cache(original);
     }

@@ -48,6 +48,19 @@ struct VllmServing {
   std::optional<std::int64_t> cudagraph_memory_bytes;
   std::int64_t vocab_size = 0;  // the model's vocabulary before tensor-parallel padding
   bool profile_run = false;     // this prediction is the profile run itself
+  // --pp N with --kv-cache paged (v1): vLLM's --pipeline-parallel-size, stages sized by
+  // sim/inference/vllm_pipeline_stages.h; --world-size / (tp x pp) engine replicas (--data-parallel-size).
+  int pipeline_parallel = 1;
+  int data_parallel = 1;
+  std::string pp_layer_partition;  // --vllm-pp-layer-partition: VLLM_PP_LAYER_PARTITION ("" : unset)
+  // vLLM's --dtype when it is not --precision's name: "float16" for --precision fp16 (sized as bf16: the same
+  // two-byte weights, activations and cache; ModelConfig's dtype torch.float16)
+  std::string dtype;
+  // --serving-engine sglang: SGLang's KV pool (sim/inference/sglang_memory_pool.h) in place of vLLM's
+  // start-up;
+  // --mem-fraction-static (0: SGLang's default by TP size).
+  std::string engine = "vllm";
+  double mem_fraction_static = 0.0;
 };
 
 struct PredictRequest {
@@ -252,8 +265,42 @@ struct Prediction {
         // vLLM 0.21's equivalences (gpu_worker.py): util - graphs / total, util + graphs / total
         double utilization_without_graphs = 0.0;
         double utilization_to_keep_cache = 0.0;
+        // Pipeline parallelism: every stage's start-up (one rank of it), and the stage these lines are of:
+        // the one with the fewest blocks, whose count get_kv_cache_configs gives every stage.
+        std::string dtype;  // vLLM's --dtype when set apart from --precision ("float16")
+        int pipeline_parallel = 1;
+        int data_parallel = 1;
+        int stage = 0;
+        std::int64_t stage_layers = 0;        // decoder layers of the stage reported
+        std::int64_t intermediate_bytes = 0;  // a later stage's received hidden_states + residual
+        struct Stage {
+          int stage = 0;
+          std::int64_t start_layer = 0;
+          std::int64_t end_layer = 0;
+          std::int64_t weights_bytes = 0;
+          std::int64_t torch_peak_increase_bytes = 0;
+          std::int64_t non_torch_increase_bytes = 0;
+          std::int64_t available_bytes = 0;
+          std::int64_t num_blocks = 0;  // this stage's own count, before the minimum
+        };
+        std::vector<Stage> stages;  // empty without --pp
       };
       std::optional<V1> v1;
+      // SGLang's start-up (--serving-engine sglang), as ModelRunner logs it (sglang_memory_pool.h).
+      struct Sglang {
+        double mem_fraction_static = 0.0;
+        bool default_fraction = false;            // SGLang's default by TP size
+        std::int64_t total_gpu_memory_bytes = 0;  // free at init (total - CUDA context)
+        std::int64_t weights_bytes = 0;
+        std::int64_t available_after_load_bytes = 0;
+        std::int64_t rest_bytes = 0;  // available - total x (1 - mem_fraction_static)
+        std::int64_t cell_size_bytes = 0;
+        std::int64_t max_total_num_tokens = 0;
+        std::int64_t k_size_bytes = 0;  // "K size" (= "V size")
+        std::int64_t context_len = 0;
+        std::int64_t max_running_requests = 0;
+      };
+      std::optional<Sglang> sglang;
     };
     std::optional<Paged> paged;
   };
@@ -343,6 +390,9 @@ struct RequestArgs {
   std::string quantization;             // --quantization fp8|gptq|awq
   std::string vllm_non_torch_increase;  // --vllm-non-torch-increase SIZE ("" : the bill's)
   std::string vllm_cudagraph_memory;    // --vllm-cudagraph-memory SIZE ("" : captured after the KV cache)
+  std::string vllm_pp_layer_partition;  // --vllm-pp-layer-partition "16,16" (VLLM_PP_LAYER_PARTITION)
+  std::string serving_engine = "vllm";  // --serving-engine vllm|sglang (with --kv-cache paged)
+  double mem_fraction_static = 0.0;     // --mem-fraction-static (SGLang; 0: its default by TP size)
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

@@ -14,6 +14,12 @@ namespace {
 using Paged = Prediction::Generation::Paged;
 
 void require_v1_serving(const PredictRequest& r) {
+  if (r.vllm.engine != "vllm") {
+    throw InputError(
+        "--vary max-model-len / max-num-seqs / gpu-memory-utilization / tp: vLLM's serving questions; with "
+        "--serving-engine sglang predict prints SGLang's answers (max_total_num_tokens, "
+        "max_running_requests)");
+  }
   if (r.options.generate_tokens <= 0 || r.options.kv_cache != "paged" || r.vllm.version != "v1") {
     throw InputError(
         "--vary max-model-len / max-num-seqs / gpu-memory-utilization: vLLM V1 serving questions, for "
@@ -121,7 +127,7 @@ ServingTpPlan plan_vllm_tensor_parallel(const RequestArgs& args) {
   for (const int tp : {1, 2, 4, 8}) {
     RequestArgs a = args;
     a.tp = tp;
-    a.world_size = tp;
+    a.world_size = tp * args.pp;  // one replica: its pipeline stages of tp GPUs each
     ServingTpRow row;
     row.tp = tp;
     try {

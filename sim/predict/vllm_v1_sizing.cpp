@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
+#include "sim/predict/non_torch_memory.h"
 
 namespace vramsim {
 namespace {
@@ -81,7 +83,28 @@ Bytes one_byte_linear_bytes(const ParameterShape& s, const std::string& quantiza
   return n + 4 * static_cast<Bytes>(out);  // w8a8-int8, w8a8-fp8
 }
 
-Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::string& quantization) {
+// Which of the parameters outside the decoder layers a pipeline stage holds (vllm_pipeline_stages.h): the
+// vocabulary tables (the embedding on the first stage, and on the last when the head is tied to it),
+// position embeddings on the first, everything else (final norm, lm_head) on the last.
+bool is_vocab_table(const std::string& name) {
+  return name.find("embed_tokens") != std::string::npos ||
+         name.find("word_embeddings") != std::string::npos || name.find("wte") != std::string::npos;
+}
+bool stage_holds(const ParameterShape& s, const VllmPipelineStage& st, bool tied) {
+  if (s.layer >= 0) {
+    return s.layer >= st.start_layer && s.layer < st.end_layer;
+  }
+  if (is_vocab_table(s.name)) {
+    return st.first || (tied && st.last);
+  }
+  if (s.name.find("wpe") != std::string::npos) {
+    return st.first;
+  }
+  return st.last;
+}
+
+Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::string& quantization,
+                       const VllmPipelineStage& stage) {
   const ModelConfig& m = r.model;
   // compressed-tensors W4A16 (CompressedTensorsWNA16, symmetric, group 128, no act-order) is kept by the
   // same MarlinLinearKernel as symmetric GPTQ: weight_packed in x out / 2 B and the group scales.
@@ -89,7 +112,12 @@ Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::st
   const bool one_byte = quantization == "fp8" || quantization == "fp8-block" || quantization == "w8a8-int8" ||
                         quantization == "w8a8-fp8";
   Bytes bytes = 0;
+  std::int64_t tables = 0;  // vocabulary tables on this stage (embedding, untied lm_head)
   for (const ParameterShape& s : m.parameter_shapes()) {
+    if (!stage_holds(s, stage, m.tied_embeddings)) {
+      continue;
+    }
+    tables += s.layer < 0 && (is_vocab_table(s.name) || s.name == "lm_head.weight") ? 1 : 0;
     const auto n = static_cast<Bytes>(s.numel());
     const bool linear = s.layer >= 0 && s.shape.size() >= 2;
     if (linear && w4) {
@@ -101,7 +129,6 @@ Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::st
     }
   }
   const std::int64_t rows = vllm_vocab_rows_per_rank(r.vllm.vocab_size, r.tensor_parallel);
-  const std::int64_t tables = m.tied_embeddings ? 1 : 2;
   const std::int64_t delta_rows = (rows - m.vocab_size) * tables;  // may be negative
   bytes = static_cast<Bytes>(static_cast<std::int64_t>(bytes) +
                              delta_rows * m.d_model * static_cast<std::int64_t>(dtype_bytes));
@@ -147,7 +174,8 @@ void settle_v1_settings(const PredictRequest& request, const GpuMemory& gpu, Pag
 
 // The profile run's peak over the weights: the widest of the dummy forward and the sampler, plus the cuBLAS
 // workspace the first matmul of the process allocates through the caching allocator.
-void profile(const PredictRequest& request, Bytes dtype_bytes, Paged::V1& out, const Paged& g) {
+void profile(const PredictRequest& request, Bytes dtype_bytes, const VllmPipelineStage& stage, Paged::V1& out,
+             const Paged& g) {
   const ModelConfig& m = request.model;
   VllmProfileShapes s;
   s.tokens = g.max_num_batched_tokens;
@@ -161,7 +189,10 @@ void profile(const PredictRequest& request, Bytes dtype_bytes, Paged::V1& out, c
   s.vocab = request.vllm.vocab_size;
   s.tp = request.tensor_parallel;
   s.activation_bytes = dtype_bytes;
+  s.first_stage = stage.first;
+  s.last_stage = stage.last;
   const VllmProfilePeak p = vllm_v1_profile_peak(s);
+  out.intermediate_bytes = static_cast<std::int64_t>(p.intermediate_bytes);
   out.forward_peak_bytes = static_cast<std::int64_t>(p.forward_bytes);
   out.sampler_peak_bytes = static_cast<std::int64_t>(p.sampler_bytes);
   out.cublas_workspace_bytes = static_cast<std::int64_t>(request.options.cublas_workspace_bytes);
@@ -182,28 +213,30 @@ std::string check_requested(const GpuMemory& gpu, std::int64_t before_snapshot, 
       vllm_gib(free), vllm_gib(gpu.total_bytes), g.gpu_memory_utilization, vllm_gib(requested));
 }
 
-}  // namespace
-
-Paged size_vllm_v1_cache(const PredictRequest& request) {
+// One stage's start-up (one rank of it), as if it were the engine's only worker: Worker.init_device,
+// determine_available_memory, and get_kv_cache_configs' per-worker steps (_check_enough_kv_cache_memory
+// on this worker's layers, get_kv_cache_config_from_groups: available // page // the worker's layers).
+Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Paged& settings,
+                 const VllmPipelineStage& stage) {
   const ModelConfig& m = request.model;
-  if (m.mla.kv_lora_rank > 0) {
-    throw InputError(
-        fmt::format("--vllm-version v1: {} uses multi-head latent attention, whose KV cache "
-                    "(MLAAttentionSpec) is not modelled",
-                    m.name));
-  }
   const VllmServing& v = request.vllm;
-  const GpuMemory gpu = device_memory(request.gpu, request.capacity_bytes, request.context);
-  Paged g;
-  settle_v1_settings(request, gpu, g);
+  Paged g = settings;
   Paged::V1 out;
   out.tensor_parallel = request.tensor_parallel;
+  out.pipeline_parallel = v.pipeline_parallel;
+  out.data_parallel = v.data_parallel;
+  out.stage = stage.stage;
+  out.stage_layers = stage.layers();
   out.kv_cache_dtype = v.kv_cache_dtype;
   out.quantization = v.quantization;
+  out.dtype = v.dtype;
   const Bytes dtype_bytes = dtype_size_bytes(parameter_dtype(request.options.precision));
-  out.weights_bytes = static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization));
-  profile(request, dtype_bytes, out, g);
-  out.non_torch_lines = tensor_parallel_non_torch_lines(request.tensor_parallel, request.gpu);
+  out.weights_bytes =
+      static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization, stage));
+  profile(request, dtype_bytes, stage, out, g);
+  out.non_torch_lines = vllm_non_torch_lines(
+      VllmParallelGroups{request.tensor_parallel, v.pipeline_parallel, v.data_parallel, stage.last},
+      request.gpu);
   out.non_torch_measured = v.non_torch_increase_bytes.has_value();
   out.non_torch_increase_bytes = v.non_torch_increase_bytes.value_or(
       static_cast<std::int64_t>(non_torch_increase_bytes(out.non_torch_lines)));
@@ -226,23 +259,20 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
   g.available_bytes = out.requested_bytes - out.non_kv_cache_bytes - out.cudagraph_memory_bytes;
   g.profile_peak_allocated_bytes = out.weights_bytes + out.torch_peak_increase_bytes;
   g.non_torch_bytes = out.non_torch_increase_bytes;
+  const std::int64_t layers = stage.layers();
   out.page_size_bytes = static_cast<std::int64_t>(vllm_v1_page_size_bytes(
       g.block_size, m.n_kv_heads, m.head_dim, kv_dtype_bytes(v.kv_cache_dtype, dtype_bytes)));
-  g.block_bytes = out.page_size_bytes * m.n_layers;
-  g.num_gpu_blocks =
-      vllm_v1_num_blocks(g.available_bytes, static_cast<Bytes>(out.page_size_bytes), m.n_layers);
-  out.kv_cache_tokens = g.num_gpu_blocks * g.block_size;
-  out.max_concurrency = vllm_v1_max_concurrency(g.num_gpu_blocks, g.block_size, g.max_model_len);
+  g.block_bytes = out.page_size_bytes * layers;
+  g.num_gpu_blocks = vllm_v1_num_blocks(g.available_bytes, static_cast<Bytes>(out.page_size_bytes), layers);
   g.refusal = check_requested(gpu, before_snapshot, g, out.requested_bytes);
   if (g.refusal.empty()) {
-    const VllmCacheCheck c =
-        vllm_v1_check_enough_kv_cache_memory(g.available_bytes, static_cast<Bytes>(out.page_size_bytes),
-                                             m.n_layers, g.block_size, g.max_model_len);
+    const VllmCacheCheck c = vllm_v1_check_enough_kv_cache_memory(
+        g.available_bytes, static_cast<Bytes>(out.page_size_bytes), layers, g.block_size, g.max_model_len);
     g.refusal = c.refusal;
     out.estimated_max_model_len = c.estimated_max_model_len;
   }
   // The serving questions, with estimate_max_model_len's arithmetic: every whole block a length can use.
-  const std::int64_t per_block = out.page_size_bytes * m.n_layers;
+  const std::int64_t per_block = out.page_size_bytes * layers;
   const std::int64_t fitting = g.available_bytes > 0 ? g.available_bytes / per_block : 0;
   const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
   out.largest_max_model_len = std::min(derived, fitting * g.block_size);
@@ -251,12 +281,71 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
       std::ceil(static_cast<double>(out.non_kv_cache_bytes + out.cudagraph_memory_bytes + needed) /
                 static_cast<double>(gpu.total_bytes) * 1e4) /
       1e4;
-  out.process_total_bytes = gpu.context_bytes + before_snapshot + out.non_torch_increase_bytes +
-                            out.weights_bytes + g.num_gpu_blocks * g.block_bytes;
   out.before_snapshot_bytes = before_snapshot;
   out.context_bytes = gpu.context_bytes;
   out.total_bytes = gpu.total_bytes;
   g.v1 = std::move(out);
+  return g;
+}
+
+// What the engine does with the workers' configs (get_kv_cache_configs): every worker's num_blocks becomes
+// the smallest among them and the tensors shrink to it; _report_kv_cache_config then logs "GPU KV cache
+// size" and "Maximum concurrency" from that count. A refusal is the first worker's in stage order.
+void finish(Paged& g, std::int64_t num_blocks) {
+  Paged::V1& out = *g.v1;
+  g.num_gpu_blocks = num_blocks;
+  out.kv_cache_tokens = num_blocks * g.block_size;
+  out.max_concurrency = vllm_v1_max_concurrency(num_blocks, g.block_size, g.max_model_len);
+  out.process_total_bytes = out.context_bytes + out.before_snapshot_bytes + out.non_torch_increase_bytes +
+                            out.weights_bytes + num_blocks * g.block_bytes;
+}
+
+}  // namespace
+
+Paged size_vllm_v1_cache(const PredictRequest& request) {
+  const ModelConfig& m = request.model;
+  if (m.mla.kv_lora_rank > 0) {
+    throw InputError(
+        fmt::format("--vllm-version v1: {} uses multi-head latent attention, whose KV cache "
+                    "(MLAAttentionSpec) is not modelled",
+                    m.name));
+  }
+  const VllmServing& v = request.vllm;
+  const GpuMemory gpu = device_memory(request.gpu, request.capacity_bytes, request.context);
+  Paged settings;
+  settle_v1_settings(request, gpu, settings);
+  const std::vector<VllmPipelineStage> stages =
+      vllm_pipeline_stages(m.n_layers, v.pipeline_parallel, v.pp_layer_partition);
+  std::vector<Paged> sized;
+  for (const VllmPipelineStage& st : stages) {
+    sized.push_back(size_stage(request, gpu, settings, st));
+  }
+  // The stage reported: the fewest blocks (the first of equals).
+  std::size_t limiting = 0;
+  for (std::size_t i = 1; i < sized.size(); ++i) {
+    limiting = sized[i].num_gpu_blocks < sized[limiting].num_gpu_blocks ? i : limiting;
+  }
+  Paged g = sized[limiting];
+  Paged::V1& out = *g.v1;
+  for (std::size_t i = 0; i < sized.size(); ++i) {
+    const Paged& s = sized[i];
+    if (stages.size() > 1) {
+      out.stages.push_back({stages[i].stage, stages[i].start_layer, stages[i].end_layer, s.v1->weights_bytes,
+                            s.v1->torch_peak_increase_bytes, s.v1->non_torch_increase_bytes,
+                            s.available_bytes, s.num_gpu_blocks});
+    }
+    out.largest_max_model_len = std::min(out.largest_max_model_len, s.v1->largest_max_model_len);
+    out.min_gpu_memory_utilization =
+        std::max(out.min_gpu_memory_utilization, s.v1->min_gpu_memory_utilization);
+  }
+  for (const Paged& s : sized) {
+    if (!s.refusal.empty()) {
+      g.refusal = s.refusal;
+      out.estimated_max_model_len = s.v1->estimated_max_model_len;
+      break;
+    }
+  }
+  finish(g, sized[limiting].num_gpu_blocks);
   return g;
 }
 

@@ -343,7 +343,7 @@ void validate(const TrainingOptions& o) {
   if (o.pipeline.stages > 1 && (o.forward_only || o.inference || o.generate_tokens > 0)) {
     throw InputError(
         "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled (vramsim "
-        "models training steps)");
+        "models training steps; vLLM serving, --generate N --kv-cache paged, takes --pp)");
   }
   if (o.lora.enabled() && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
     throw InputError(
