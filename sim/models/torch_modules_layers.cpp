@@ -950,20 +950,17 @@ VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
   if (c.options.compile_loss && c.inductor != nullptr) {
     // torchtitan's build_cross_entropy_loss: torch.compile(cross_entropy_loss), one graph of
     // F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) over the data loader's shifted labels
-    // (torchtitan/components/loss.py).
-    const VarId labels = t.constant("loss.labels", "view", {b, s}, t.dtype(targets));
-    const VarId loss = compiled_call(
+    // (torchtitan/components/loss.py); labels.flatten(0, 1) is a view of the batch's labels.
+    return compiled_call(
         t, "compiled_loss",
         [&]() {
           const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);
           const VarId lsm = ops.log_softmax_last("loss.cross_entropy.log_softmax", lf);
-          const VarId out = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, labels);
+          const VarId out = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, targets);
           t.drop({lsm, lf});
           return out;
         },
         *c.inductor);
-    t.drop(labels);
-    return loss;
   }
   const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);  // logits = logits.float()
   // labels = F.pad(labels, (0, 1), value=-100); shift_labels = labels[..., 1:].contiguous()
