@@ -74,6 +74,13 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time)")
       ->capture_default_str();
   cmd->add_option("--loss-chunks", a.loss_chunks, "chunked-ce's num_output_chunks")->capture_default_str();
+  cmd->add_option(
+         "--logits-dtype", a.logits_dtype,
+         "model|fp32: the dtype of the logits the model returns: the output projection's (torchtitan "
+         "since PR 642, transformers >= 4.45: the loss upcasts a copy) or fp32 (torchtitan's "
+         "`self.output(h).float()` before PR 642, transformers < 4.45's `logits.float()`), kept "
+         "by the training loop")
+      ->capture_default_str();
   cmd->add_option("--attention", a.attention,
                   "eager|sdpa|sdpa-flash|sdpa-efficient|sdpa-math|flash_attention_2 (Hugging Face's "
                   "attn_implementation; sdpa: the backend PyTorch picks; math = eager, flash = sdpa-flash). "
@@ -131,9 +138,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option(
          "--compile-loss", a.compile_loss,
-         "auto|on|off: compile chunked-ce's per-chunk upcast + cross-entropy on its own (torchtune's "
-         "training.compile_loss; auto: on with --compile and --loss chunked-ce, as torchtune's "
-         "recipes do)")
+         "auto|on|off: compile the loss on its own: chunked-ce's per-chunk upcast + cross-entropy "
+         "(torchtune's training.compile_loss) or ce's (torchtitan's compiled loss_fn); auto: on with "
+         "--compile and --loss chunked-ce (torchtune's recipes) or --compile-scope layer and --loss ce "
+         "(torchtitan since PR 1033)")
       ->capture_default_str();
   cmd->add_option("--zero-grad", a.zero_grad,
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "
@@ -459,13 +467,15 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
     fmt::print("precision        {}\n", p.precision_regime);
   }
   if (!a.compile_mode.empty() && a.compile_mode != "none") {
-    fmt::print(
-        "torch.compile    mode {}, {}{} (Inductor; AOTAutograd's min-cut partitioner{})\n", a.compile_mode,
-        a.compile_scope == "layer"            ? "each decoder layer a graph"
-        : a.compile_scope == "model-and-loss" ? "the model and its loss one graph"
-                                              : "the model one graph",
-        a.loss == "chunked-ce" && a.compile_loss != "off" ? ", each loss chunk a graph (compile_loss)" : "",
-        a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
+    fmt::print("torch.compile    mode {}, {}{} (Inductor; AOTAutograd's min-cut partitioner{})\n",
+               a.compile_mode,
+               a.compile_scope == "layer"            ? "each decoder layer a graph"
+               : a.compile_scope == "model-and-loss" ? "the model and its loss one graph"
+                                                     : "the model one graph",
+               !p.compiled_loss         ? ""
+               : a.loss == "chunked-ce" ? ", each loss chunk a graph (compile_loss)"
+                                        : ", the loss a graph (torchtitan's compiled loss_fn)",
+               a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }
   if (!p.base_weights.empty()) {
     const bool four_bit = p.base_weights != "int8";

@@ -920,7 +920,14 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
   if (c.model.final_logit_softcapping > 0.0) {  // Gemma2ForCausalLM: logits / cap; tanh; * cap
     const VarId capped = softcap(c, "final_logit_softcapping", logits);
     c.ops.tape().drop(logits);
-    return capped;
+    logits = capped;
+  }
+  if (c.options.logits_dtype == LogitsDtype::kFp32) {
+    // torchtitan before PR 642: `output = self.output(h).float()`; transformers < 4.45: `logits =
+    // logits.float()`. The _to_copy saves nothing, so the projection's output goes with its local.
+    const VarId upcast = c.ops.to("logits.float", logits, DType::kFloat32);
+    c.ops.tape().drop(logits);
+    logits = upcast;
   }
   return logits;
 }
@@ -940,6 +947,21 @@ VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
     return loss;
   }
   const std::int64_t b = c.options.batch, s = c.options.seq;
+  if (c.options.compile_loss && c.inductor != nullptr) {
+    // torchtitan's build_cross_entropy_loss: torch.compile(cross_entropy_loss), one graph of
+    // F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) over the data loader's shifted labels
+    // (torchtitan/components/loss.py); labels.flatten(0, 1) is a view of the batch's labels.
+    return compiled_call(
+        t, "compiled_loss",
+        [&]() {
+          const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);
+          const VarId lsm = ops.log_softmax_last("loss.cross_entropy.log_softmax", lf);
+          const VarId out = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, targets);
+          t.drop({lsm, lf});
+          return out;
+        },
+        *c.inductor);
+  }
   const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);  // logits = logits.float()
   // labels = F.pad(labels, (0, 1), value=-100); shift_labels = labels[..., 1:].contiguous()
   const VarId padded = t.constant("loss.labels_pad", "constant_pad_nd", {b, s + 1}, t.dtype(targets));

@@ -427,6 +427,17 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   o.loss_chunks = a.loss_chunks;
   o.free_logits_before_backward = a.free_logits;
+  if (a.logits_dtype != "model" && a.logits_dtype != "fp32") {
+    throw InputError(
+        fmt::format("--logits-dtype: unknown value '{}' (expected model or fp32)", a.logits_dtype));
+  }
+  o.logits_dtype = a.logits_dtype == "fp32" ? LogitsDtype::kFp32 : LogitsDtype::kModel;
+  if (o.logits_dtype == LogitsDtype::kFp32 &&
+      (o.loss != LossKind::kCrossEntropy || !layer_code(r.model.code).follows_transformers())) {
+    throw InputError(
+        "--logits-dtype fp32: modelled for --loss ce over transformers-style models (vramsim: not with "
+        "--loss chunked-ce or --model-code cs336-basics)");
+  }
   o.attention =
       a.attention.empty()
           ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
@@ -482,12 +493,20 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   // torchtune's recipes: `if self._compile: training.compile_loss(self._loss_fn)`
   const bool compiled_chunked_loss =
       o.loss == LossKind::kChunkedCrossEntropy && o.compile != CompileMode::kNone;
-  if (a.compile_loss == "on" && !compiled_chunked_loss) {
+  // torchtitan's build_cross_entropy_loss (torchtitan/components/loss.py since pytorch/torchtitan#1033):
+  // `if job_config.training.compile: loss_fn = torch.compile(loss_fn)`, with its per-block compile. Not
+  // modelled: under loss_parallel (a DTensor loss) or in a pipeline's last stage.
+  const bool compiled_torchtitan_loss = o.loss == LossKind::kCrossEntropy &&
+                                        o.compile != CompileMode::kNone &&
+                                        o.compile_scope == CompileScope::kLayer && !a.loss_parallel &&
+                                        a.pp <= 1 && !a.inference && !a.forward_only && a.generate == 0;
+  if (a.compile_loss == "on" && !compiled_chunked_loss && !compiled_torchtitan_loss) {
     throw InputError(
-        "--compile-loss on: needs --compile and --loss chunked-ce (torchtune's compile_loss compiles "
-        "CEWithChunkedOutputLoss.compute_cross_entropy)");
+        "--compile-loss on: needs --compile with --loss chunked-ce (torchtune's compile_loss compiles "
+        "CEWithChunkedOutputLoss.compute_cross_entropy) or with --compile-scope layer and --loss ce "
+        "(torchtitan's compiled loss_fn; not modelled with --loss-parallel or --pp)");
   }
-  o.compile_loss = compiled_chunked_loss && a.compile_loss != "off";
+  o.compile_loss = (compiled_chunked_loss || compiled_torchtitan_loss) && a.compile_loss != "off";
   if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {
     throw InputError(
         fmt::format("--zero-grad: unknown value '{}' (expected set-to-none or zeros)", a.zero_grad));

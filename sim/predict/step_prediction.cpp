@@ -355,6 +355,7 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.precision_regime = precision_regime(request.options);
+  p.compiled_loss = request.options.compile_loss;
 }
 
 // Stage 0: a vLLM engine sizes its paged KV cache before it serves (Worker.determine_num_available_blocks);

@@ -165,6 +165,7 @@ struct Prediction {
   std::string attention_asked;     // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;    // attention_name() of the kernel the run uses (SDPA's backend resolved)
   std::string precision_regime;    // precision_regime(): what is kept in which dtype, master weights or not
+  bool compiled_loss = false;      // TrainingOptions::compile_loss as resolved (--compile-loss auto)
   std::string gpu_name;            // "" with --capacity
   std::int64_t total_bytes = 0;    // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
@@ -351,9 +352,10 @@ struct RequestArgs {
   std::string master_weights;  // --master-weights fp32|none ("": default_master_weights of the layout)
   std::string optimizer = "adamw";
   std::string checkpointing = "none";
-  std::string loss = "ce";   // --loss ce|chunked-ce
-  int loss_chunks = 8;       // --loss-chunks: chunked-ce's num_output_chunks
-  bool free_logits = false;  // --free-logits-before-backward (torchtitan's `del pred`)
+  std::string loss = "ce";             // --loss ce|chunked-ce
+  int loss_chunks = 8;                 // --loss-chunks: chunked-ce's num_output_chunks
+  bool free_logits = false;            // --free-logits-before-backward (torchtitan's `del pred`)
+  std::string logits_dtype = "model";  // --logits-dtype model|fp32 (LogitsDtype)
   // "" : the code's own default -- sdpa for torch-modules (transformers' default attn_implementation with
   // PyTorch >= 2.1.1), eager (the code's own attention) for the CS336 codes
   std::string attention;
@@ -369,8 +371,9 @@ struct RequestArgs {
   // --compile / --compile-mode default|reduce-overhead|max-autotune ("" = eager); --compile-scope model|layer
   std::string compile_mode;
   std::string compile_scope = "model";
-  // --compile-loss auto|on|off: torchtune's compile_loss of chunked-ce's compute_cross_entropy (auto: on with
-  // --compile and --loss chunked-ce, as torchtune's recipes do)
+  // --compile-loss auto|on|off: torchtune's compile_loss of chunked-ce's compute_cross_entropy, torchtitan's
+  // compiled loss_fn with ce (auto: on with --compile and --loss chunked-ce, as torchtune's recipes do, and
+  // with --compile-scope layer and ce, as torchtitan's build_cross_entropy_loss does)
   std::string compile_loss = "auto";
   std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)

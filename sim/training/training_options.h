@@ -80,6 +80,16 @@ enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective, kSelectiveOp
 //                mode every chunk's fp32 log-probabilities are saved for backward (compiled: compile_loss).
 enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy };
 
+// The dtype of the logits the model's forward returns (and the training loop holds):
+//   model : the output projection's dtype; the loss upcasts a copy of its own (torchtitan since
+//           pytorch/torchtitan#642, e10cb9494 "Move output `.float()` to loss fn": loss_fn's
+//           `pred.flatten(0, 1).float()`; transformers >= 4.45: ForCausalLMLoss's `logits = logits.float()`).
+//   fp32  : the forward upcasts them and returns the fp32 tensor, whose projection-dtype original is freed
+//           (torchtitan before #642: `output = self.output(h).float()` in Transformer.forward, e.g. at
+//           83c879f, pytorch/torchtitan#165; transformers < 4.45: `logits = logits.float()` in
+//           LlamaForCausalLM.forward). A loop that keeps its logits keeps twice the bytes.
+enum class LogitsDtype : std::uint8_t { kModel, kFp32 };
+
 // The attention implementation, as Hugging Face's attn_implementation names them:
 //   eager             : the model code's own attention: batch x heads x S x S scores and probabilities.
 //   sdpa              : F.scaled_dot_product_attention, whose backend PyTorch picks (resolve_attention):
@@ -329,8 +339,13 @@ struct TrainingOptions {
   // chunked-ce under --compile: torchtune's recipes call training.compile_loss(loss_fn), which compiles
   // CEWithChunkedOutputLoss.compute_cross_entropy (one chunk's upcast + cross-entropy) on its own, so each
   // chunk's loss is one compiled graph and its backward saves what the partitioner picks, not the fp32
-  // log-probabilities (torchtune/training/_compile.py, compile_loss).
+  // log-probabilities (torchtune/training/_compile.py, compile_loss). With --loss ce and --compile-scope layer:
+  // torchtitan's build_cross_entropy_loss, `loss_fn = torch.compile(loss_fn)` when training.compile (pytorch/
+  // torchtitan#1033, April 2025, and today's CompileConfig.components ["model", "loss"]; off from #755,
+  // 2024-12-18, to #1033): the upcast and cross-entropy are one graph whose backward writes the logits'
+  // gradient without the eager loss's fp32 log-probabilities and their gradients.
   bool compile_loss = false;
+  LogitsDtype logits_dtype = LogitsDtype::kModel;  // --logits-dtype
   AttentionKind attention = AttentionKind::kEager;
   // The GPU's compute capability (major * 10 + minor; 0: unknown, taken as Ampere or newer): SDPA's choice of
   // backend depends on it.

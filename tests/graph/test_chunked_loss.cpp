@@ -195,7 +195,7 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   CHECK_FALSE(make_request(a).options.compile_loss);  // eager: nothing compiled
   a.compile_loss = "on";
   CHECK_THROWS_WITH(make_request(a),
-                    Catch::StartsWith("--compile-loss on: needs --compile and --loss chunked-ce"));
+                    Catch::StartsWith("--compile-loss on: needs --compile with --loss chunked-ce"));
   a.compile_loss = "sometimes";
   CHECK_THROWS_WITH(make_request(a), "--compile-loss: unknown value 'sometimes' (expected auto, on or off)");
   a.compile_mode = "default";

@@ -1,0 +1,115 @@
+// torchtitan's compiled loss (--compile-scope layer with --loss ce: build_cross_entropy_loss's
+// `loss_fn = torch.compile(loss_fn)` when training.compile, torchtitan/components/loss.py since
+// pytorch/torchtitan#1033; off from #755, 2024-12-18, until then) against the eager loss, with torchtitan's
+// `del pred` (--free-logits-before-backward). Counted by hand on a small model.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "graph_test_util.h"
+#include "sim/graph/tensor_lifetime.h"
+#include "sim/models/transformer_builder.h"
+#include "sim/predict/step_prediction.h"
+
+using namespace vramsim;
+
+namespace {
+
+// A 2-layer Llama (vocab 1000, d_model 64), batch 2 x seq 64, bf16: the logits are 2 x 64 x 1000 = 128,000
+// elements, 256,000 B in bf16 and 512,000 B in fp32.
+constexpr Bytes kLogitsBf16 = 256'000;
+constexpr Bytes kLogitsFp32 = 512'000;
+
+struct Run {
+  OpGraph graph;
+  AllocationSchedule schedule;
+};
+
+Run run(bool compile_loss) {
+  TrainingOptions o;
+  o.compile = CompileMode::kDefault;
+  o.compile_scope = CompileScope::kLayer;
+  o.compile_loss = compile_loss;
+  o.free_logits_before_backward = true;  // torchtitan's train step: `del pred`
+  o.batch = 2;
+  o.seq = 64;
+  o.steps = 1;
+  o.precision = Precision::kBf16;
+  o.cublas_workspace_bytes = 0;
+  Run r{build_training_steps(test::tiny_model("tinyllama-1.1b"), o), {}};
+  r.schedule = build_allocation_schedule(r.graph);
+  return r;
+}
+
+bool logits_sized(DType d, Bytes bytes) {
+  return (d == DType::kBFloat16 && bytes == kLogitsBf16) || (d == DType::kFloat32 && bytes == kLogitsFp32);
+}
+
+// The logits-sized tensors alive when the backward begins, by dtype.
+std::map<DType, int> logits_alive_at_backward(const Run& r) {
+  const std::size_t backward = r.schedule.phase_begin(1, Phase::kBackward)->event_index;
+  std::map<TensorId, Bytes> live;
+  for (std::size_t i = 0; i < backward; ++i) {
+    const TensorId t = r.schedule.event_tensor[i];
+    const TraceEvent& e = r.schedule.events[i];
+    if (e.action == TraceAction::kAlloc) {
+      live[t] = e.size_bytes;
+    } else if (e.action == TraceAction::kFreeCompleted) {
+      live.erase(t);
+    }
+  }
+  std::map<DType, int> out;
+  for (const auto& [t, bytes] : live) {
+    if (logits_sized(r.graph.tensor(t).dtype, bytes)) {
+      ++out[r.graph.tensor(t).dtype];
+    }
+  }
+  return out;
+}
+
+// How many fp32 logits-sized tensors the step allocates at all.
+int fp32_logits_allocated(const Run& r) {
+  int n = 0;
+  for (std::size_t i = 0; i < r.schedule.events.size(); ++i) {
+    const TraceEvent& e = r.schedule.events[i];
+    const DType d = r.graph.tensor(r.schedule.event_tensor[i]).dtype;
+    n += e.action == TraceAction::kAlloc && d == DType::kFloat32 && e.size_bytes == kLogitsFp32 ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+// Eager: the loop deletes its bf16 logits and `.float()`'s backward keeps nothing, so at backward only
+// log_softmax's fp32 output is left (one fp32 tensor). In the backward: nll_loss's gradient, log_softmax's
+// gradient (fp32 each): three fp32 logits-sized tensors in the step besides the forward's upcast copy: 4.
+// Compiled: the min-cut partitioner saves the graph's input, the bf16 logits (a primal is never recomputed;
+// the compiled function's node keeps it although the loop deleted `pred`), and the per-row reductions, and
+// recomputes the softmax in the backward; Inductor fuses the upcast, log_softmax and nll_loss's gather into
+// row reductions, and the backward's softmax-minus-one-hot and downcast into one kernel that writes the bf16
+// gradient: no fp32 logits-sized buffer ever.
+TEST_CASE("compiled ce loss: the bf16 logits are saved, no fp32 logits exist", "[quick][graph]") {
+  const Run eager = run(false);
+  const Run compiled = run(true);
+  CHECK(logits_alive_at_backward(eager) == std::map<DType, int>{{DType::kFloat32, 1}});
+  CHECK(logits_alive_at_backward(compiled) == std::map<DType, int>{{DType::kBFloat16, 1}});
+  CHECK(fp32_logits_allocated(eager) == 4);
+  CHECK(fp32_logits_allocated(compiled) == 0);
+}
+
+TEST_CASE("compiled ce loss: --compile-loss auto follows torchtitan", "[quick][predict]") {
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.gpu = "h100";
+  a.compile_mode = "default";
+  CHECK_FALSE(make_request(a).options.compile_loss);  // torch.compile(model): the loop's loss stays eager
+  a.compile_scope = "layer";                          // torchtitan's per-block compile: its loss_fn compiled
+  CHECK(make_request(a).options.compile_loss);
+  a.compile_loss = "off";  // torchtitan from #755 (2024-12-18) to #1033 (2025-04-02)
+  CHECK_FALSE(make_request(a).options.compile_loss);
+  a.compile_loss = "on";
+  a.pp = 2;
+  a.world_size = 2;
+  CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--compile-loss on: needs --compile with"));
+}
