@@ -22,9 +22,10 @@ using vramsim::test::check_accounting;
 
 namespace {
 
-constexpr Bytes kMiB = 1024 * 1024;
-constexpr Bytes kSmallBuffer = 2'097'152;
-constexpr Bytes kLargeBuffer = 20'971'520;
+// As test_graph_memory_stats_and_use_result_after_destroy_graph spells them (not the model's constants).
+constexpr Bytes kOneMiB = 1024 * 1024;
+constexpr Bytes kTestSmallBuffer = 2'097'152;
+constexpr Bytes kTestLargeBuffer = 20'971'520;
 
 // len(torch.cuda.memory.memory_snapshot(pool_id)): the live segments that pool owns.
 std::size_t pool_segments(const CachingFixture& f, MempoolId id) {
@@ -112,29 +113,29 @@ TEST_CASE("test_mempool_limited_memory_with_allocator: a use_on_oom pool serves 
           "[quick][alloc][pools]") {
   // _setup_mempool_limited_memory_test(80): 80 MB allowed after empty_cache. Here the device itself has
   // 80 MiB, which refuses cudaMalloc at the same point as the fraction limit does (spec B2).
-  CachingFixture f("", 80 * kMiB);
+  CachingFixture f("", 80 * kOneMiB);
   const MempoolId pool_do_not_use{0, 1};
   const MempoolId pool_use{0, 2};
   f.policy.create_or_incref_pool(pool_do_not_use);
   f.policy.create_or_incref_pool(pool_use);
   f.policy.set_use_on_oom(pool_use, true);
   AllocResult a, b;
-  use_mem_pool(f, pool_do_not_use, [&] { a = f.alloc(40 * kMiB); });
-  use_mem_pool(f, pool_use, [&] { b = f.alloc(40 * kMiB); });
+  use_mem_pool(f, pool_do_not_use, [&] { a = f.alloc(40 * kOneMiB); });
+  use_mem_pool(f, pool_use, [&] { b = f.alloc(40 * kOneMiB); });
   REQUIRE((a.ok() && b.ok()));
   // "with self.assertRaises(torch.OutOfMemoryError): c = torch.randn(40 * nelem_1mb)"
-  CHECK_FALSE(f.alloc(40 * kMiB).ok());
+  CHECK_FALSE(f.alloc(40 * kOneMiB).ok());
   f.free(a);
   f.free(b);
   // "c should not oom and instead can use mempool_use as fallback"; "we used same memory address"
-  const AllocResult c = f.alloc(30 * kMiB);
+  const AllocResult c = f.alloc(30 * kOneMiB);
   REQUIRE(c.ok());
   CHECK(c.addr == b.addr);
   // "out of memory since can't use mempool_do_not_use"
-  CHECK_FALSE(f.alloc(30 * kMiB).ok());
+  CHECK_FALSE(f.alloc(30 * kOneMiB).ok());
   f.free(c);
   AllocResult e;
-  use_mem_pool(f, pool_use, [&] { e = f.alloc(20 * kMiB); });
+  use_mem_pool(f, pool_use, [&] { e = f.alloc(20 * kOneMiB); });
   REQUIRE(e.ok());
   CHECK(e.addr == c.addr);  // "self.assertEqual(e_dataptr, c_dataptr)"
   f.free(e);
@@ -144,13 +145,13 @@ TEST_CASE("test_mempool_limited_memory_with_allocator: a use_on_oom pool serves 
 
 TEST_CASE("test_deleted_mempool_not_used_on_oom: a deleted use_on_oom pool serves nothing",
           "[quick][alloc][pools]") {
-  CachingFixture f("", 40 * kMiB);  // _setup_mempool_limited_memory_test(40)
+  CachingFixture f("", 40 * kOneMiB);  // _setup_mempool_limited_memory_test(40)
   for (std::int64_t i = 1; i <= 10; ++i) {
     const MempoolId pool{0, i};
     f.policy.create_or_incref_pool(pool);
     f.policy.set_use_on_oom(pool, true);
     AllocResult a;
-    use_mem_pool(f, pool, [&] { a = f.alloc(40 * kMiB); });
+    use_mem_pool(f, pool, [&] { a = f.alloc(40 * kOneMiB); });
     REQUIRE(a.ok());
     f.free(a);
     delete_mem_pool(f, pool, true);  // its emptyCache returns the 40 MiB
@@ -160,12 +161,12 @@ TEST_CASE("test_deleted_mempool_not_used_on_oom: a deleted use_on_oom pool serve
   f.policy.create_or_incref_pool(live_pool);
   f.policy.set_use_on_oom(live_pool, true);
   AllocResult a;
-  use_mem_pool(f, live_pool, [&] { a = f.alloc(40 * kMiB); });
+  use_mem_pool(f, live_pool, [&] { a = f.alloc(40 * kOneMiB); });
   REQUIRE(a.ok());
   f.free(a);
   // "allocate tensors that will fallback to use_on_oom pool": both fit in the live pool's free 40 MiB.
-  const AllocResult b = f.alloc(20 * kMiB);
-  const AllocResult c = f.alloc(20 * kMiB);
+  const AllocResult b = f.alloc(20 * kOneMiB);
+  const AllocResult c = f.alloc(20 * kOneMiB);
   REQUIRE((b.ok() && c.ok()));
   CHECK(segment_of(f, b.addr) == segment_of(f, a.addr));
   CHECK(segment_of(f, c.addr) == segment_of(f, a.addr));
@@ -180,7 +181,7 @@ TEST_CASE("test_nested_mempool: the innermost use_mem_pool wins", "[quick][alloc
     f.policy.create_or_incref_pool(p);
   }
   std::vector<AllocResult> data;
-  auto allocate_data = [&] { data.push_back(f.alloc(20 * kMiB)); };  // torch.empty(nelem_1mb * 20)
+  auto allocate_data = [&] { data.push_back(f.alloc(20 * kOneMiB)); };  // torch.empty(nelem_1mb * 20)
   use_mem_pool(f, pool1, [&] {
     allocate_data();
     use_mem_pool(f, pool2, [&] {
@@ -221,16 +222,16 @@ TEST_CASE("test_mempool_empty_cache: the pool's cache is freed by its destructor
   CachingFixture f;
   const MempoolId pool{0, 1};
   f.policy.create_or_incref_pool(pool);
-  const AllocResult x = f.alloc(4 * kMiB);  // torch.empty(1024, 1024) float32, default pool
+  const AllocResult x = f.alloc(4 * kOneMiB);  // torch.empty(1024, 1024) float32, default pool
   AllocResult y;
-  use_mem_pool(f, pool, [&] { y = f.alloc(4 * kMiB); });
+  use_mem_pool(f, pool, [&] { y = f.alloc(4 * kOneMiB); });
   f.free(y);
   f.free(x);
   delete_mem_pool(f, pool);
   // The test asserts len(segments) > 0. By hand: emptyCache(pool id) releases only that (now freeable) pool
   // (release_cached_blocks with a non-default id skips the default pools): x's 20 MiB segment stays cached.
   CHECK(f.live_segments() == 1);
-  CHECK(f.reserved() == static_cast<std::int64_t>(kLargeBuffer));
+  CHECK(f.reserved() == static_cast<std::int64_t>(kTestLargeBuffer));
   CHECK(pool_segments(f, MempoolId{}) == 1);
 }
 
@@ -243,15 +244,16 @@ TEST_CASE("test_graph_memory_stats_and_use_result_after_destroy_graph (native al
     std::int64_t d_segments, d_reserved, d_reserved_post_del;
     const char* pool;
   };
-  constexpr Bytes kMinLargeAlloc = 10'485'760;
-  constexpr Bytes kRoundLarge = 2'097'152;
-  constexpr Bytes kRounded = kRoundLarge * ((kMinLargeAlloc + 512 + kRoundLarge - 1) / kRoundLarge);
+  constexpr Bytes kTestMinLargeAlloc = 10'485'760;
+  constexpr Bytes kTestRoundLarge = 2'097'152;
+  constexpr Bytes kRounded =
+      kTestRoundLarge * ((kTestMinLargeAlloc + 512 + kTestRoundLarge - 1) / kTestRoundLarge);
   const Case cases[] = {
-      {512, 1, kSmallBuffer, kSmallBuffer, "small_pool"},
-      {1'048'576, 2, 2 * kSmallBuffer, kSmallBuffer, "small_pool"},
-      {1'048'576 + 512, 1, kLargeBuffer, kLargeBuffer, "large_pool"},
-      {kMinLargeAlloc - 512, 2, 2 * kLargeBuffer, kLargeBuffer, "large_pool"},
-      {kMinLargeAlloc + 512, 3, 3 * kRounded, kRounded, "large_pool"},
+      {512, 1, kTestSmallBuffer, kTestSmallBuffer, "small_pool"},
+      {1'048'576, 2, 2 * kTestSmallBuffer, kTestSmallBuffer, "small_pool"},
+      {1'048'576 + 512, 1, kTestLargeBuffer, kTestLargeBuffer, "large_pool"},
+      {kTestMinLargeAlloc - 512, 2, 2 * kTestLargeBuffer, kTestLargeBuffer, "large_pool"},
+      {kTestMinLargeAlloc + 512, 3, 3 * kRounded, kRounded, "large_pool"},
   };
   CachingFixture f;
   const StreamId s = 7;  // torch.cuda.Stream()
@@ -315,15 +317,15 @@ TEST_CASE("graph pools: a capture routes only its own stream; a shared pool outl
   CachingFixture f;
   const MempoolId shared{1, 0};
   f.policy.begin_allocate_to_pool(shared, 7);  // graph1 captures on stream 7
-  const AllocResult in_pool = f.alloc(4 * kMiB, 7);
-  const AllocResult other_stream = f.alloc(4 * kMiB, 0);  // not the capturing stream: default pool
+  const AllocResult in_pool = f.alloc(4 * kOneMiB, 7);
+  const AllocResult other_stream = f.alloc(4 * kOneMiB, 0);  // not the capturing stream: default pool
   f.policy.end_allocate_to_pool(shared);
   CHECK(pool_segments(f, shared) == 1);
   CHECK(pool_segments(f, MempoolId{}) == 1);
   f.free(in_pool);
   f.policy.begin_allocate_to_pool(shared, 7);  // graph2, pool=graph1.pool()
   CHECK(f.policy.pool_use_count(shared) == 2);
-  const AllocResult reused = f.alloc(4 * kMiB, 7);
+  const AllocResult reused = f.alloc(4 * kOneMiB, 7);
   CHECK(reused.addr == in_pool.addr);  // freed during graph1's capture, reused by graph2's
   f.free(reused);
   f.policy.end_allocate_to_pool(shared);
@@ -340,14 +342,14 @@ TEST_CASE("graph pools: a capture routes only its own stream; a shared pool outl
 
 TEST_CASE("graph pools: the OOM retry is skipped during a capture", "[quick][alloc][pools]") {
   // malloc: "(C10_LIKELY(captures_underway.empty()) && release_cached_blocks(context, {0, 0}) && ...)".
-  CachingFixture f("", 40 * kMiB);
-  const AllocResult cached = f.alloc(30 * kMiB, 3);
+  CachingFixture f("", 40 * kOneMiB);
+  const AllocResult cached = f.alloc(30 * kOneMiB, 3);
   f.free(cached);  // 30 MiB cached in the default pool, on stream 3 (no use to stream 0's requests)
   f.policy.begin_allocate_to_pool(MempoolId{1, 0}, 0);
-  CHECK_FALSE(f.alloc(20 * kMiB).ok());  // would fit after emptying the cache, but not during capture
+  CHECK_FALSE(f.alloc(20 * kOneMiB).ok());  // would fit after emptying the cache, but not during capture
   CHECK(f.stat("num_alloc_retries") == 0);
   f.policy.end_allocate_to_pool(MempoolId{1, 0});
-  CHECK(f.alloc(20 * kMiB).ok());  // after the capture the retry frees stream 3's cached 30 MiB
+  CHECK(f.alloc(20 * kOneMiB).ok());  // after the capture the retry frees stream 3's cached 30 MiB
   CHECK(f.stat("num_alloc_retries") == 1);
 }
 
