@@ -309,7 +309,7 @@ TEST_CASE("test_graph_memory_stats_and_use_result_after_destroy_graph (native al
   }
 }
 
-TEST_CASE("graph pools: a capture routes only its own stream; a shared pool outlives one graph",
+TEST_CASE("graph pools: a capture routes only its own stream, a shared pool outlives one graph",
           "[quick][alloc][pools]") {
   // torch.cuda.graph(g, pool=shared): beginAllocateToPool increfs an existing pool
   // (create_or_incref_pool); each graph's reset releases one reference (releasePool); only at 0 may

@@ -94,7 +94,8 @@ TEST_CASE("issue 43: pool events that PyTorch refuses are one-line errors naming
 }
 
 TEST_CASE(
-    "issue 43: a cudaFree burst before an alloc is an OOM retry, with a warning; empty_cache says otherwise",
+    "issue 43: a cudaFree burst before an alloc is an OOM retry, with a warning, and empty_cache says "
+    "otherwise",
     "[cli][replay][pools]") {
   // A 20 MiB segment is freed by the caller; then a burst of segment_free and a new segment for an alloc.
   const std::string prefix = std::string(kHead) +
