@@ -667,6 +667,9 @@ json event_to_json(const TraceEvent& event, const std::vector<std::string>& stri
              {"stream", event.stream},
              {"time_us", event.time_ns / 1000},
              {"frames", json::array()}};
+  if (is_pool_event(event.action)) {
+    entry["pool_id"] = json::array({event.addr, event.size_bytes});  // vramsim's pool events: addr, size
+  }
   if (event.category_tag != kNoTag) {
     SIM_ASSERT(event.category_tag < strings.size());
     entry["category"] = strings[event.category_tag];

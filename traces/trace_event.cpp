@@ -5,7 +5,7 @@
 
 namespace vramsim {
 namespace {
-constexpr std::array<std::pair<std::string_view, TraceAction>, 9> kActionNames{{
+constexpr std::array<std::pair<std::string_view, TraceAction>, 16> kActionNames{{
     {"alloc", TraceAction::kAlloc},
     {"free_requested", TraceAction::kFreeRequested},
     {"free_completed", TraceAction::kFreeCompleted},
@@ -15,6 +15,13 @@ constexpr std::array<std::pair<std::string_view, TraceAction>, 9> kActionNames{{
     {"segment_unmap", TraceAction::kSegmentUnmap},
     {"oom", TraceAction::kOom},
     {"snapshot", TraceAction::kSnapshot},
+    {"pool_create", TraceAction::kPoolCreate},
+    {"pool_use_on_oom", TraceAction::kPoolUseOnOom},
+    {"capture_begin", TraceAction::kCaptureBegin},
+    {"pool_begin", TraceAction::kPoolBegin},
+    {"pool_end", TraceAction::kPoolEnd},
+    {"pool_release", TraceAction::kPoolRelease},
+    {"empty_cache", TraceAction::kEmptyCache},
 }};
 }  // namespace
 

@@ -20,6 +20,16 @@ enum class TraceAction : std::uint8_t {
   kSegmentUnmap,   // expandable segment pages unmapped
   kOom,            // OutOfMemoryError raised; size = rounded request, addr = device_free bytes
   kSnapshot,       // a snapshot was taken; size = active bytes
+  // vramsim's own events (not in PyTorch's trace; .vtrace and vramsim-written dicts). For every one of them
+  // addr = the pool id's first number and size = its second (MempoolId_t; (0, 0) = the default pools).
+  kPoolCreate,    // torch.cuda.MemPool() / graph_pool_handle() held: createOrIncrefPool
+  kPoolUseOnOom,  // MemPool(use_on_oom=...): setUseOnOOM; stream = 1 (on) or 0 (off)
+  kCaptureBegin,  // torch.cuda.graph / CUDAGraph.capture_begin: beginAllocateToPool for the capturing stream
+  kPoolBegin,     // torch.cuda.use_mem_pool entered: beginAllocateToPool for every stream (the thread's)
+  kPoolEnd,       // capture_end / use_mem_pool's exit: endAllocateToPool
+  kPoolRelease,   // CUDAGraph.reset, MemPool's destructor, use_mem_pool's exit: releasePool
+  kEmptyCache,    // torch.cuda.empty_cache() (pool (0, 0)) or emptyCache(pool); its segment_free /
+                  // segment_unmap entries follow it
 };
 
 // The allocator's answers to the device: segment_alloc / _free / _map / _unmap.
@@ -30,6 +40,11 @@ constexpr bool is_segment_event(TraceAction a) {
 // Segment events that give memory back: segment_free / segment_unmap.
 constexpr bool is_segment_release(TraceAction a) {
   return a == TraceAction::kSegmentFree || a == TraceAction::kSegmentUnmap;
+}
+
+// vramsim's pool and empty_cache events (kPoolCreate ... kEmptyCache).
+constexpr bool is_pool_event(TraceAction a) {
+  return a >= TraceAction::kPoolCreate && a <= TraceAction::kEmptyCache;
 }
 
 // PyTorch's action names ("alloc", "free_requested", ...). Returns nullopt for anything else.

@@ -32,6 +32,7 @@ BlockId BlockPool::new_block() {
     b.allocated = b.expandable = b.has_stream_uses = false;
     b.mapped = true;
     b.event_count = 0;
+    b.private_pool = kDefaultPools;
     b.gc_count_base = 0;
     return id;
   }
@@ -51,7 +52,7 @@ void BlockPool::delete_block(BlockId id) {
 }
 
 SegmentId BlockPool::add_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream,
-                                 bool expandable, Bytes page_bytes) {
+                                 bool expandable, Bytes page_bytes, PrivatePoolIndex private_pool) {
   SIM_ASSERT(size_bytes > 0);
   SegmentId sid;
   if (!m_free_segment_ids.empty()) {
@@ -70,7 +71,8 @@ SegmentId BlockPool::add_segment(Bytes base, Bytes size_bytes, PoolKind pool, St
   b.pool = pool;
   b.mapped = !expandable;
   b.expandable = expandable;
-  m_segments[sid] = Segment{base, size_bytes, page_bytes, pool, stream, expandable, true, bid};
+  b.private_pool = private_pool;
+  m_segments[sid] = Segment{base, size_bytes, page_bytes, pool, stream, private_pool, expandable, true, bid};
   return sid;
 }
 
@@ -94,6 +96,7 @@ BlockId BlockPool::split_front(BlockId id, Bytes front_bytes) {
   front.segment = rest.segment;
   front.stream = rest.stream;
   front.pool = rest.pool;
+  front.private_pool = rest.private_pool;
   front.mapped = rest.mapped;
   front.expandable = rest.expandable;
   front.prev = rest.prev;
@@ -119,6 +122,7 @@ BlockId BlockPool::split_back(BlockId id, Bytes back_bytes) {
   back.segment = front.segment;
   back.stream = front.stream;
   back.pool = front.pool;
+  back.private_pool = front.private_pool;
   back.mapped = front.mapped;
   back.expandable = front.expandable;
   back.prev = id;

@@ -9,9 +9,12 @@
 //   split_front / merge                           O(1)
 //   block lookup by id                            O(1)
 //
-// Note [Free-set order]: free blocks are ordered by (stream, size, address), exactly PyTorch's
-// BlockComparator. Best fit is then "first key >= (stream, size, 0)", ties go to the lowest address, and the
-// release loops walk streams in handle order. Unmapped ranges of expandable segments are ordered by (stream,
+// Note [Free-set order]: free blocks are ordered by (private pool, stream, size, address). Within one pool
+// this is exactly PyTorch's BlockComparator (stream, size, address): best fit is "first key >= (pool, stream,
+// size, 0)", ties go to the lowest address, and the release loops walk streams in handle order. PyTorch keeps
+// a separate BlockPool pair per PrivatePool (c10/cuda/CUDACachingAllocator.cpp, struct PrivatePool); here the
+// private pool is the leading key, so each pool is one contiguous run of the set and the default pools
+// (private pool 0) come first. Unmapped ranges of expandable segments are ordered by (private pool, stream,
 // address).
 #pragma once
 
@@ -30,6 +33,10 @@ enum class PoolKind : std::uint8_t { kSmall = 0, kLarge = 1 };
 inline constexpr int kNumPools = 2;
 
 using BlockId = std::uint32_t;
+// Index of a private pool (CUDA-graph pool or torch.cuda.MemPool) in the policy's table; 0 = the default
+// small/large pools.
+using PrivatePoolIndex = std::uint32_t;
+inline constexpr PrivatePoolIndex kDefaultPools = 0;
 using SegmentId = std::uint32_t;
 inline constexpr BlockId kNoBlock = UINT32_MAX;
 inline constexpr SegmentId kNoSegment = UINT32_MAX;
@@ -44,9 +51,10 @@ struct Block {
   StreamId stream = 0;
   PoolKind pool = PoolKind::kLarge;
   bool allocated = false;
-  bool mapped = true;               // false only for unmapped ranges of expandable segments
-  bool expandable = false;          // lies in an expandable segment's reservation
-  std::uint32_t event_count = 0;    // outstanding cross-stream events (record_stream, spec ST3)
+  bool mapped = true;                             // false only for unmapped ranges of expandable segments
+  bool expandable = false;                        // lies in an expandable segment's reservation
+  std::uint32_t event_count = 0;                  // outstanding cross-stream events (record_stream, spec ST3)
+  PrivatePoolIndex private_pool = kDefaultPools;  // owning private pool (0: the default pools)
   bool has_stream_uses = false;     // record_stream targets are pending (kept in the policy: rare)
   std::uint64_t gc_count_base = 0;  // pool lookup counter at the last insertion into the free set (GC ages)
   BlockId id = kNoBlock;
@@ -61,6 +69,7 @@ struct Segment {
   Bytes page_bytes = 0;  // expandable only: mapping granularity
   PoolKind pool = PoolKind::kLarge;
   StreamId stream = 0;
+  PrivatePoolIndex private_pool = kDefaultPools;
   bool expandable = false;
   bool live = false;
   BlockId first = kNoBlock;  // lowest-address block
@@ -70,32 +79,43 @@ class BlockPool {
  public:
   // A search key in free-set order.
   struct FreeKey {
+    PrivatePoolIndex private_pool;
     StreamId stream;
     Bytes size_bytes;
     Bytes addr;
   };
   struct FreeOrder {
+    static bool less(const FreeKey& a, const FreeKey& b) {
+      if (a.private_pool != b.private_pool) return a.private_pool < b.private_pool;
+      if (a.stream != b.stream) return a.stream < b.stream;
+      if (a.size_bytes != b.size_bytes) return a.size_bytes < b.size_bytes;
+      return a.addr < b.addr;
+    }
+    // (stream, size, address) within one pool: PyTorch's BlockComparator.
     static bool less(StreamId s1, Bytes z1, Bytes a1, StreamId s2, Bytes z2, Bytes a2) {
-      if (s1 != s2) return s1 < s2;
-      if (z1 != z2) return z1 < z2;
-      return a1 < a2;
+      return less(FreeKey{kDefaultPools, s1, z1, a1}, FreeKey{kDefaultPools, s2, z2, a2});
     }
-    bool operator()(const Block& a, const Block& b) const {
-      return less(a.stream, a.size_bytes, a.addr, b.stream, b.size_bytes, b.addr);
-    }
-    bool operator()(const FreeKey& k, const Block& b) const {
-      return less(k.stream, k.size_bytes, k.addr, b.stream, b.size_bytes, b.addr);
-    }
-    bool operator()(const Block& b, const FreeKey& k) const {
-      return less(b.stream, b.size_bytes, b.addr, k.stream, k.size_bytes, k.addr);
-    }
+    static FreeKey key(const Block& b) { return FreeKey{b.private_pool, b.stream, b.size_bytes, b.addr}; }
+    bool operator()(const Block& a, const Block& b) const { return less(key(a), key(b)); }
+    bool operator()(const FreeKey& k, const Block& b) const { return less(k, key(b)); }
+    bool operator()(const Block& b, const FreeKey& k) const { return less(key(b), k); }
+  };
+  // (private pool, stream) of an unmapped range; ranges of one key are in address order.
+  struct UnmappedKey {
+    PrivatePoolIndex private_pool;
+    StreamId stream;
   };
   struct UnmappedOrder {
     bool operator()(const Block& a, const Block& b) const {
+      if (a.private_pool != b.private_pool) return a.private_pool < b.private_pool;
       return a.stream != b.stream ? a.stream < b.stream : a.addr < b.addr;
     }
-    bool operator()(StreamId s, const Block& b) const { return s < b.stream; }
-    bool operator()(const Block& b, StreamId s) const { return b.stream < s; }
+    bool operator()(UnmappedKey k, const Block& b) const {
+      return k.private_pool != b.private_pool ? k.private_pool < b.private_pool : k.stream < b.stream;
+    }
+    bool operator()(const Block& b, UnmappedKey k) const {
+      return k.private_pool != b.private_pool ? b.private_pool < k.private_pool : b.stream < k.stream;
+    }
   };
   using Hook = boost::intrusive::member_hook<Block, decltype(Block::free_hook), &Block::free_hook>;
   using FreeSet = boost::intrusive::set<Block, Hook, boost::intrusive::compare<FreeOrder>>;
@@ -110,10 +130,11 @@ class BlockPool {
   Segment& segment(SegmentId id) { return m_segments[id]; }
   const Segment& segment(SegmentId id) const { return m_segments[id]; }
 
-  // A new segment [base, base + size) tiled by one block that is in no set yet (mapped unless expandable).
+  // A new segment [base, base + size) tiled by one block that is in no set yet (mapped unless expandable),
+  // owned by `private_pool` (0: the default pools).
   // pre: the range overlaps no live segment (checked under SIM_DEBUG_FULL).
   SegmentId add_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream, bool expandable,
-                        Bytes page_bytes);
+                        Bytes page_bytes, PrivatePoolIndex private_pool = kDefaultPools);
   // pre: the segment is a single block, in no set. Frees the block and the segment id.
   void remove_segment(SegmentId id);
 
@@ -131,13 +152,16 @@ class BlockPool {
   FreeSet& free_set(PoolKind pool) { return m_free[static_cast<int>(pool)]; }
   const FreeSet& free_set(PoolKind pool) const { return m_free[static_cast<int>(pool)]; }
   UnmappedSet& unmapped_set(PoolKind pool) { return m_unmapped[static_cast<int>(pool)]; }
-  // First free block with key >= (stream, size, 0): best fit when it is on `stream` (spec G2).
-  FreeSet::iterator lower_bound_free(PoolKind pool, StreamId stream, Bytes size_bytes) {
-    return free_set(pool).lower_bound(FreeKey{stream, size_bytes, 0}, FreeOrder{});
+  // First free block with key >= (private pool, stream, size, 0): best fit when it is in that private pool
+  // and on `stream` (spec G2).
+  FreeSet::iterator lower_bound_free(PoolKind pool, StreamId stream, Bytes size_bytes,
+                                     PrivatePoolIndex private_pool = kDefaultPools) {
+    return free_set(pool).lower_bound(FreeKey{private_pool, stream, size_bytes, 0}, FreeOrder{});
   }
-  // First unmapped range of `stream`, lowest address.
-  UnmappedSet::iterator lower_bound_unmapped(PoolKind pool, StreamId stream) {
-    return unmapped_set(pool).lower_bound(stream, UnmappedOrder{});
+  // First unmapped range of (private pool, `stream`), lowest address.
+  UnmappedSet::iterator lower_bound_unmapped(PoolKind pool, StreamId stream,
+                                             PrivatePoolIndex private_pool = kDefaultPools) {
+    return unmapped_set(pool).lower_bound(UnmappedKey{private_pool, stream}, UnmappedOrder{});
   }
   void insert_free(BlockId id);  // into the free set (mapped) or the unmapped set (unmapped)
   void erase_free(BlockId id);

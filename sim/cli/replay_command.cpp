@@ -77,6 +77,19 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
   j["capacity_bytes"] = r.capacity_bytes;
   j["capacity_refusals"] = r.capacity_refusals;
   j["inferred_capacity_below_bytes"] = r.inferred_capacity_below_bytes;
+  if (!r.private_pools.empty()) {
+    nlohmann::ordered_json pools = nlohmann::ordered_json::array();
+    for (const PrivatePool& p : r.private_pools) {
+      pools.push_back({{"pool_id", {p.id.first, p.id.second}},
+                       {"use_count", p.use_count},
+                       {"segments", p.segment_count},
+                       {"released", !p.live}});
+    }
+    j["private_pools"] = pools;
+  }
+  if (!r.warnings.empty()) {
+    j["warnings"] = r.warnings;
+  }
   if (a.check) {
     const CheckReport& c = r.check;
     j["check"] = {
@@ -136,6 +149,16 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n",
              r.stats.num_device_alloc, r.stats.num_device_free, r.stats.num_alloc_retries);
   fmt::print("OOMs             {}\n", r.stats.num_ooms);
+  if (!r.private_pools.empty()) {
+    std::string list;
+    for (const PrivatePool& p : r.private_pools) {
+      list += fmt::format("{}{} {}", list.empty() ? "" : "; ", p.id.text(),
+                          !p.live ? "released"
+                                  : fmt::format("use_count {}, {} segment{}", p.use_count, p.segment_count,
+                                                p.segment_count == 1 ? "" : "s"));
+    }
+    fmt::print("private pools    {} ({} pool events): {}\n", r.private_pools.size(), r.pool_events, list);
+  }
   if (r.capacity_bytes != 0) {
     fmt::print(
         "device limit     --capacity {} ({} cudaMalloc/map calls refused by it){}\n",
@@ -393,6 +416,9 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       const auto shared = std::make_shared<const ReplayResult>(replay_snapshot(*snapshot, options));
       const ReplayResult& r = *shared;
       const bool identical = r.check.identical(r.peaks);
+      for (const std::string& w : r.warnings) {
+        fmt::print(stderr, "vramsim: warning: {}\n", w);
+      }
       ReplayOptions again = options;
       again.device = r.device;
       const std::string title = "vramsim replay " + args.file;

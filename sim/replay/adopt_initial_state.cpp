@@ -80,7 +80,8 @@ AdoptedState adopt_initial_state(PyTorchCachingPolicy& policy, const InitialStat
       reservations[{seg.pool, seg.stream}].push_back(&seg);
       continue;
     }
-    note_adopted(seg, policy.adopt_segment(seg.base, seg.pool, seg.stream, adopted_blocks(seg)), 0, out);
+    note_adopted(seg, policy.adopt_segment(seg.base, seg.pool, seg.stream, adopted_blocks(seg), seg.pool_id),
+                 0, out);
   }
   for (const auto& [key, runs] : reservations) {
     adopt_reservation(policy, initial, runs, device_total, source, out);

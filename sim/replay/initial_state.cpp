@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "sim/alloc/size_classes.h"
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 
 namespace vramsim {
@@ -22,6 +23,7 @@ struct SegmentInfo {
   PoolKind pool = PoolKind::kLarge;
   StreamId stream = 0;
   bool expandable = false;  // a mapped run of an expandable reservation
+  MempoolId pool_id;        // segment_pool_id of a final-state segment
 };
 
 // "<file>: device_traces[d][k]", built only when an error is thrown.
@@ -114,7 +116,8 @@ void read_final_state(const Snapshot& snapshot, int device, Rebuild& st) {
     if (seg.is_expandable) {
       mapped[seg.address] = MappedRange{seg.address + seg.total_size_bytes, pool, seg.stream};
     } else {
-      segments[seg.address] = SegmentInfo{seg.total_size_bytes, pool, seg.stream};
+      segments[seg.address] = SegmentInfo{seg.total_size_bytes, pool, seg.stream, false,
+                                          MempoolId{seg.pool_id_first, seg.pool_id_second}};
     }
     for (const SnapshotBlock& b : seg.blocks) {
       if (b.state == BlockState::kInactive) {
@@ -197,6 +200,9 @@ void undo_event(const TraceEvent& e, const EventWhere& where, const CachingConfi
     case TraceAction::kOom:
     case TraceAction::kSnapshot:
       break;
+    default:  // pool and empty_cache events change no block: their segment entries are undone one by one
+      SIM_ASSERT(is_pool_event(e.action));
+      break;
   }
 }
 
@@ -253,7 +259,7 @@ InitialState tile_segments(const std::string& source, const Rebuild& st, Placeme
   InitialState state;
   auto block_it = blocks.begin();
   for (const auto& [base, info] : segments) {
-    InitialSegment seg{base, info.size_bytes, info.pool, info.stream, info.expandable, {}};
+    InitialSegment seg{base, info.size_bytes, info.pool, info.stream, info.expandable, {}, info.pool_id};
     const Bytes end = base + info.size_bytes;
     if (block_it != blocks.end() && block_it->first < base) {
       throw InputError(

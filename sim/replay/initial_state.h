@@ -43,6 +43,7 @@ struct InitialSegment {
   StreamId stream = 0;
   bool expandable = false;
   std::vector<InitialBlock> blocks;  // address order, tiling the segment; free runs merged
+  MempoolId pool_id;                 // segment_pool_id; (0, 0) also for segments rebuilt from a segment_free
 };
 
 struct InitialState {

@@ -2,7 +2,8 @@
 
 namespace vramsim {
 
-std::vector<SnapshotSegment> take_model_snapshot(const BlockPool& pool, int device) {
+std::vector<SnapshotSegment> take_model_snapshot(const BlockPool& pool, int device,
+                                                 const std::vector<PrivatePool>& private_pools) {
   std::vector<SnapshotSegment> out;
   for (SegmentId sid : pool.live_segments_by_address()) {
     const Segment& seg = pool.segment(sid);
@@ -27,6 +28,10 @@ std::vector<SnapshotSegment> take_model_snapshot(const BlockPool& pool, int devi
         cur.stream = seg.stream;
         cur.is_small_pool = seg.pool == PoolKind::kSmall;
         cur.is_expandable = seg.expandable;
+        if (seg.private_pool < private_pools.size()) {
+          cur.pool_id_first = private_pools[seg.private_pool].id.first;
+          cur.pool_id_second = private_pools[seg.private_pool].id.second;
+        }
         open = true;
       }
       SnapshotBlock sb;

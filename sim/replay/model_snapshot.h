@@ -6,10 +6,14 @@
 #include <vector>
 
 #include "sim/alloc/block_pool.h"
+#include "sim/alloc/private_pool.h"
 #include "traces/snapshot.h"
 
 namespace vramsim {
 
-std::vector<SnapshotSegment> take_model_snapshot(const BlockPool& pool, int device);
+// `private_pools` (the policy's table, PyTorchCachingPolicy::private_pools) names each segment's
+// segment_pool_id; empty: every segment is (0, 0).
+std::vector<SnapshotSegment> take_model_snapshot(const BlockPool& pool, int device,
+                                                 const std::vector<PrivatePool>& private_pools = {});
 
 }  // namespace vramsim

@@ -63,7 +63,7 @@ bool RecordedDevice::recorded_failure_next() const {
   // operation in an oom entry.
   const TraceEvent* e = peek();
   return e != nullptr ? e->action == TraceAction::kSegmentFree || e->action == TraceAction::kSegmentUnmap
-                      : m_ends_in_oom;
+                      : m_ends_in_oom || m_refuse_unrecorded;
 }
 
 bool RecordedDevice::refuse(bool recorded_failure, Bytes size_bytes) {

@@ -37,6 +37,10 @@ class RecordedDevice final : public IDeviceMemory {
   void open_window(std::size_t begin, std::size_t end, std::size_t op_index, bool ends_in_oom);
   // Unconsumed recorded events of the window count as unmatched (first one becomes a divergence).
   void close_window();
+  // A cudaMalloc / map the recording does not show is taken as refused, not as a divergence: with a
+  // use_on_oom MemPool the real allocator, refused, served the request from that pool's free blocks
+  // (try_mempool_fallback), which leaves no trace entry of the refusal.
+  void set_refuse_unrecorded(bool refuse) { m_refuse_unrecorded = refuse; }
 
   std::optional<Bytes> malloc(Bytes size_bytes, PoolKind pool, StreamId stream) override;
   void free(Bytes addr, Bytes size_bytes) override;
@@ -82,6 +86,7 @@ class RecordedDevice final : public IDeviceMemory {
   std::size_t m_end = 0;
   std::size_t m_op_index = 0;
   bool m_ends_in_oom = false;
+  bool m_refuse_unrecorded = false;
   std::size_t m_recorded = 0;
   std::size_t m_matched = 0;
   std::size_t m_model_calls = 0;

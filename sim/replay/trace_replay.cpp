@@ -1,5 +1,6 @@
 #include "sim/replay/trace_replay.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -85,7 +86,9 @@ void compare_final_state(const Snapshot& snapshot, int device, const std::vector
     bool segment_same = false;
     if (auto it = by_addr.find(rec.address); it != by_addr.end()) {
       segment_same = it->second->total_size_bytes == rec.total_size_bytes &&
-                     it->second->blocks.size() == rec.blocks.size();
+                     it->second->blocks.size() == rec.blocks.size() &&
+                     it->second->pool_id_first == rec.pool_id_first &&
+                     it->second->pool_id_second == rec.pool_id_second;
     }
     for (const SnapshotBlock& rb : rec.blocks) {
       ++check.final_blocks_recorded;
@@ -129,6 +132,37 @@ void record_recorded_peaks(const std::vector<TraceEvent>& events, std::int64_t r
     }
     check.recorded_peak_reserved_bytes = std::max(check.recorded_peak_reserved_bytes, reserved);
     check.recorded_peak_requested_bytes = std::max(check.recorded_peak_requested_bytes, requested);
+  }
+}
+
+// A pool event of the trace, told to the policy (names as in DeviceCachingAllocator).
+void apply_pool_event(PyTorchCachingPolicy& policy, const TraceEvent& e) {
+  const MempoolId id{static_cast<std::int64_t>(e.addr), static_cast<std::int64_t>(e.size_bytes)};
+  switch (e.action) {
+    case TraceAction::kPoolCreate:
+      policy.create_or_incref_pool(id);
+      break;
+    case TraceAction::kPoolUseOnOom:
+      if (e.stream > 1) {
+        throw InputError(
+            fmt::format("pool_use_on_oom: the stream field holds the flag, 0 or 1; got {}", e.stream));
+      }
+      policy.set_use_on_oom(id, e.stream == 1);
+      break;
+    case TraceAction::kCaptureBegin:
+      policy.begin_allocate_to_pool(id, e.stream);
+      break;
+    case TraceAction::kPoolBegin:
+      policy.begin_allocate_to_pool(id, std::nullopt);
+      break;
+    case TraceAction::kPoolEnd:
+      policy.end_allocate_to_pool(id);
+      break;
+    case TraceAction::kPoolRelease:
+      policy.release_pool(id);
+      break;
+    default:
+      SIM_ASSERT(false);
   }
 }
 
@@ -240,6 +274,9 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
         snapshot.source));
   }
   RecordedDevice device(events, options.capacity_bytes, initial.reserved_bytes);
+  device.set_refuse_unrecorded(std::any_of(events.begin(), events.end(), [](const TraceEvent& e) {
+    return e.action == TraceAction::kPoolUseOnOom && e.stream == 1;
+  }));
   MemoryStatsObserver stats(result.config.max_split_size_bytes == kUnlimitedSplitSize
                                 ? -1
                                 : static_cast<std::int64_t>(result.config.max_split_size_bytes));
@@ -285,7 +322,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       options.on_event(i, stats.stats());
     }
     if (!segments_taken && options.segments_after_event && i >= *options.segments_after_event) {
-      result.segments_at_event = take_model_snapshot(policy.blocks(), result.device);
+      result.segments_at_event = take_model_snapshot(policy.blocks(), result.device, policy.private_pools());
       segments_taken = true;
     }
   };
@@ -298,8 +335,36 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
     return fmt::format("{}: device_traces[{}][{}]", snapshot.source, result.device, i);
   };
 
+  std::size_t retry_bursts = 0;  // release bursts read as an alloc's OOM retry
+  std::size_t explicit_empty_caches = 0;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const TraceEvent& e = events[i];
+    if (e.action == TraceAction::kEmptyCache) {
+      // Its segment_free / segment_unmap entries follow it: they are the device's answers to it.
+      ++explicit_empty_caches;
+      std::size_t j = i + 1;
+      while (j < events.size() && is_segment_release(events[j].action)) {
+        ++j;
+      }
+      device.open_window(i + 1, j, i, false);
+      policy.empty_cache(
+          MempoolId{static_cast<std::int64_t>(e.addr), static_cast<std::int64_t>(e.size_bytes)});
+      device.close_window();
+      took(i);
+      window_begin = window_end = j;
+      i = j - 1;
+      continue;
+    }
+    if (is_pool_event(e.action)) {
+      ++result.pool_events;
+      try {
+        apply_pool_event(policy, e);
+      } catch (const InputError& err) {
+        throw InputError(fmt::format("{}: {}: {}", where(i), trace_action_name(e.action), err.what()));
+      }
+      took(i);
+      continue;
+    }
     if (is_segment_event(e.action)) {
       if (i < window_end) {
         continue;  // already assigned to the coming alloc / oom
@@ -316,6 +381,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
       }
       const bool leading_empty_cache = !any_op_yet && releases_end > i;
       if (feeds_op && !leading_empty_cache) {
+        retry_bursts += releases_end > i ? 1 : 0;
         window_begin = i;
         window_end = j;
         continue;
@@ -437,6 +503,21 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
     took(i);
     SIM_ASSERT_EXPENSIVE(policy.blocks().check_invariants().empty());
   }
+  if (retry_bursts > 0 && explicit_empty_caches == 0) {
+    result.warnings.push_back(
+        fmt::format("{}: {} burst{} of segment_free/segment_unmap right before an alloc {} read as that "
+                    "alloc's OOM retry "
+                    "(release_cached_blocks); a recording cannot tell {} from torch.cuda.empty_cache() "
+                    "called just before "
+                    "the alloc. In .vtrace, an empty_cache event says which",
+                    snapshot.source, retry_bursts, retry_bursts == 1 ? "" : "s",
+                    retry_bursts == 1 ? "was" : "were", retry_bursts == 1 ? "it" : "them"));
+  }
+  for (const PrivatePool& pool : policy.private_pools()) {
+    if (!pool.id.is_default()) {
+      result.private_pools.push_back(pool);
+    }
+  }
   if (const std::string broken = policy.blocks().check_invariants(); !broken.empty()) {
     throw std::logic_error("vramsim: model state broken after replay: " + broken);
   }
@@ -451,7 +532,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   result.capacity_refusals = device.refused_for_capacity();
   result.inferred_capacity_below_bytes = device.failed_total_bytes();
   result.capacity_bytes = options.capacity_bytes;
-  result.final_segments = take_model_snapshot(policy.blocks(), result.device);
+  result.final_segments = take_model_snapshot(policy.blocks(), result.device, policy.private_pools());
   check.has_final_state = snapshot.has_final_state;
   if (snapshot.has_final_state) {
     compare_final_state(snapshot, result.device, result.final_segments, check);

@@ -7,7 +7,15 @@
 //                       the free is deferred until that free_completed (spec ST3)
 //   oom              -> allocate, with the device refusing as it did on the GPU
 //   a burst of segment_free / segment_unmap not followed by an alloc -> empty_cache(); a burst at the very
-//                       start of a trace is an empty_cache too (the usual recipe: record, empty_cache, run)
+//                       start of a trace is an empty_cache too (the usual recipe: record, empty_cache, run);
+//                       a burst right before an alloc is that alloc's OOM retry, and a warning says that the
+//                       reading is ambiguous unless the trace has explicit empty_cache events
+//   empty_cache (vtrace) -> empty_cache(pool); the segment_free / segment_unmap entries after it are its
+//   answers pool_create, pool_use_on_oom, capture_begin, pool_begin, pool_end, pool_release (vtrace)
+//                    -> createOrIncrefPool, setUseOnOOM, beginAllocateToPool(stream / every stream),
+//                       endAllocateToPool, releasePool (sim/alloc/private_pool.h); with a use_on_oom pool in the trace, a
+//                       cudaMalloc the recording does not show counts as refused (try_mempool_fallback served
+//                       the request, which PyTorch does not trace)
 #pragma once
 
 #include <cstdint>
@@ -18,6 +26,7 @@
 
 #include "sim/alloc/alloc_observer.h"
 #include "sim/alloc/caching_config.h"
+#include "sim/alloc/private_pool.h"
 #include "sim/replay/recorded_device.h"
 #include "sim/report/memory_stats.h"
 #include "sim/report/peak_tracker.h"
@@ -88,6 +97,10 @@ struct ReplayResult {
   // With ReplayOptions::segments_after_event: the model's state after that event (empty when the trace ends
   // before it).
   std::vector<SnapshotSegment> segments_at_event;
+  std::size_t pool_events = 0;  // pool_* / capture_begin events taken
+  std::vector<PrivatePool>
+      private_pools;                  // every private pool the replay made, in creation order, at the end
+  std::vector<std::string> warnings;  // one line each, naming the file
 };
 
 // The allocator settings a replay uses: --alloc-conf when given, else the recording's allocator_settings,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "sim/alloc/size_classes.h"
 #include "sim/core/assert.h"
@@ -49,6 +50,7 @@ AllocResult PyTorchCachingPolicy::allocate(const AllocRequest& request) {
   }
   p.size_bytes = round_size(request.size_bytes, m_config);
   p.pool = get_pool(p.size_bytes);
+  p.private_pool = get_private_pool(p.stream);
   p.alloc_bytes = get_allocation_size(p.size_bytes);
 
   bool block_found = get_free_block(p);
@@ -56,8 +58,11 @@ AllocResult PyTorchCachingPolicy::allocate(const AllocRequest& request) {
     if (gc_enabled()) {
       garbage_collect_cached_blocks();
     }
-    block_found = alloc_block(p, false) || (release_available_cached_blocks(p) && alloc_block(p, false)) ||
-                  (release_cached_blocks() && alloc_block(p, true));
+    // DeviceCachingAllocator::malloc: the use_on_oom pools are tried before any cached memory is freed, and
+    // the last retry (release_cached_blocks) is skipped while a capture or use_mem_pool is under way.
+    block_found = alloc_block(p, false) || try_mempool_fallback(p) ||
+                  (release_available_cached_blocks(p) && alloc_block(p, false)) ||
+                  (m_captures_underway.empty() && release_cached_blocks(MempoolId{}) && alloc_block(p, true));
   }
   if (!block_found) {
     m_events.on_oom(OomInfo{p.size_bytes, p.alloc_bytes, m_device.free_bytes(),
@@ -72,8 +77,10 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
     ++m_lookup_count[static_cast<int>(p.pool)];
   }
   auto& free_set = m_pool.free_set(p.pool);
-  auto it = m_pool.lower_bound_free(p.pool, p.stream, p.size_bytes);
-  if (it == free_set.end() || it->stream != p.stream) {
+  auto it = m_pool.lower_bound_free(p.pool, p.stream, p.size_bytes, p.private_pool);
+  // Same pool and stream, as PyTorch's per-pool BlockPool search (Note [Free-set order]).
+  auto same = [&p](const Block& b) { return b.private_pool == p.private_pool && b.stream == p.stream; };
+  if (it == free_set.end() || !same(*it)) {
     return false;
   }
   if (it->expandable) {
@@ -86,7 +93,7 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
                (b.next != kNoBlock && !m_pool.block(b.next).mapped ? m_pool.block(b.next).size_bytes : 0);
       };
       auto next = std::next(it);
-      while (it->expandable && next != free_set.end() && next->stream == p.stream &&
+      while (it->expandable && next != free_set.end() && same(*next) &&
              expandable_size(next->id) < expandable_size(it->id)) {
         it = next++;
       }
@@ -94,8 +101,8 @@ bool PyTorchCachingPolicy::get_free_block(AllocParams& p) {
       // Expandable segments were turned off after some were created: honour it, skip them.
       do {
         ++it;
-      } while (it != free_set.end() && it->expandable && it->stream == p.stream);
-      if (it == free_set.end() || it->stream != p.stream) {
+      } while (it != free_set.end() && it->expandable && same(*it));
+      if (it == free_set.end() || !same(*it)) {
         return false;
       }
     }
@@ -128,7 +135,7 @@ bool PyTorchCachingPolicy::alloc_block(AllocParams& p, bool is_retry) {
     return false;
   }
   m_total_allocated_bytes += p.alloc_bytes;
-  const SegmentId sid = m_pool.add_segment(*ptr, p.alloc_bytes, p.pool, p.stream, false, 0);
+  const SegmentId sid = add_pool_segment(*ptr, p.alloc_bytes, p.pool, p.stream, false, 0, p.private_pool);
   p.block = m_pool.segment(sid).first;
   m_events.on_segment_alloc(SegmentEventInfo{*ptr, p.alloc_bytes, p.pool, p.stream,
                                              p.alloc_bytes >= m_config.max_split_size_bytes, p.time_ns});
@@ -214,9 +221,16 @@ void PyTorchCachingPolicy::complete_stream_events(BlockId block) {
   free_block(block, 0);
 }
 
-void PyTorchCachingPolicy::synchronize_and_free_events() {
+void PyTorchCachingPolicy::synchronize_and_free_events(std::optional<PrivatePoolIndex> only_pool) {
   std::vector<BlockId> pending;
-  pending.swap(m_pending_frees);
+  if (only_pool) {
+    // synchronize_and_free_events(context, pool): only that pool's blocks.
+    auto of_pool = [&](BlockId b) { return m_pool.block(b).private_pool == *only_pool; };
+    std::copy_if(m_pending_frees.begin(), m_pending_frees.end(), std::back_inserter(pending), of_pool);
+    std::erase_if(m_pending_frees, of_pool);
+  } else {
+    pending.swap(m_pending_frees);
+  }
   for (BlockId block : pending) {
     m_pool.block(block).event_count = 0;
     free_block(block, 0);
@@ -270,7 +284,7 @@ void PyTorchCachingPolicy::release_block(BlockId block) {
       b.addr, b.size_bytes, b.pool, b.stream, b.size_bytes >= m_config.max_split_size_bytes, 0};
   m_events.on_segment_free(seg);
   m_pool.erase_free(block);
-  m_pool.remove_segment(b.segment);
+  remove_pool_segment(b.segment);
   m_device.free(seg.addr, seg.size_bytes);
   m_total_allocated_bytes -= seg.size_bytes;
 }
@@ -282,8 +296,9 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
   }
   auto& free_set = m_pool.free_set(p.pool);
   const Bytes key_size = std::max(p.size_bytes, max_split);
-  auto it = m_pool.lower_bound_free(p.pool, p.stream, key_size);
-  if (it != free_set.end() && it->stream == p.stream && !it->expandable) {
+  auto it = m_pool.lower_bound_free(p.pool, p.stream, key_size, p.private_pool);
+  auto same = [&p](const Block& b) { return b.private_pool == p.private_pool && b.stream == p.stream; };
+  if (it != free_set.end() && same(*it) && !it->expandable) {
     release_block(it->id);  // RA3: the smallest single block that covers the request
     return true;
   }
@@ -293,7 +308,7 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
   }
   --it;
   Bytes released = 0;
-  while (released < key_size && it->size_bytes >= max_split && it->stream == p.stream) {
+  while (released < key_size && it->size_bytes >= max_split && same(*it)) {
     const auto cur = it;
     const bool is_first = cur == free_set.begin();
     if (!is_first) {
@@ -310,18 +325,12 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
   return released >= key_size;
 }
 
-bool PyTorchCachingPolicy::release_cached_blocks() {
-  synchronize_and_free_events();
-  m_events.on_sync_all_streams();
-  release_blocks(PoolKind::kLarge);
-  release_blocks(PoolKind::kSmall);
-  return true;
-}
-
-void PyTorchCachingPolicy::release_blocks(PoolKind pool) {
+void PyTorchCachingPolicy::release_blocks(PoolKind pool, PrivatePoolIndex private_pool) {
   std::vector<BlockId> to_unmap;
   auto& free_set = m_pool.free_set(pool);
-  for (auto it = free_set.begin(); it != free_set.end();) {
+  // The pool's run of the free set (Note [Free-set order]).
+  for (auto it = m_pool.lower_bound_free(pool, 0, 0, private_pool);
+       it != free_set.end() && it->private_pool == private_pool;) {
     const BlockId id = it->id;
     ++it;  // release_block erases `id` from the set
     const Block& b = m_pool.block(id);
@@ -348,6 +357,9 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
   std::int64_t freeable = 0;
   for (const auto& key : free_set) {
     const Block& b = m_pool.block(key.id);
+    if (b.private_pool != kDefaultPools) {
+      break;  // large_blocks only: private pools follow the default ones in the set
+    }
     if (!b.is_split() && !b.expandable) {
       total_age += gc_age(b);
       ++freeable;
@@ -362,6 +374,9 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
       const BlockId id = it->id;
       ++it;
       const Block& b = m_pool.block(id);
+      if (b.private_pool != kDefaultPools) {
+        break;
+      }
       if (!b.is_split() && !b.expandable && static_cast<double>(gc_age(b)) >= age_threshold) {
         block_freed = true;
         reclaimed += b.size_bytes;
@@ -376,12 +391,13 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
 // ---- adopting a recorded state ---------------------------------------------------------------------------
 
 std::vector<BlockId> PyTorchCachingPolicy::adopt_segment(Bytes base, PoolKind pool, StreamId stream,
-                                                         const std::vector<AdoptedBlock>& blocks) {
+                                                         const std::vector<AdoptedBlock>& blocks,
+                                                         MempoolId owner) {
   Bytes total = 0;
   for (const AdoptedBlock& ab : blocks) {
     total += ab.size_bytes;
   }
-  const SegmentId sid = m_pool.add_segment(base, total, pool, stream, false, 0);
+  const SegmentId sid = add_pool_segment(base, total, pool, stream, false, 0, adopted_pool(owner));
   m_total_allocated_bytes += total;
   std::vector<BlockId> ids;
   BlockId rest = m_pool.segment(sid).first;

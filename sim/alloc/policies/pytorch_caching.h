@@ -17,11 +17,17 @@
 //   free                     O(log n)            empty_cache             O(n + k log n)
 //   garbage collection       O(n) per pass
 //
-// Not modelled (spec §10): CUDA-graph private pools, IPC, multi-threaded interleavings.
+// Private pools (CUDA-graph pools, torch.cuda.MemPool): sim/alloc/private_pool.h states the rules; the
+// functions below carry PyTorch's names (beginAllocateToPool, ...).
+//
+// Not modelled (spec §10): IPC, multi-threaded interleavings, MemPools with a custom (pluggable) allocator,
+// MemPool(no_split=True), graph_capture_record_stream_reuse.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sim/alloc/alloc_observer.h"
@@ -29,6 +35,7 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/alloc/device_memory.h"
 #include "sim/alloc/i_allocator_policy.h"
+#include "sim/alloc/private_pool.h"
 
 namespace vramsim {
 
@@ -57,7 +64,28 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   void free(BlockId block, TimeNs time_ns) override;
   void record_stream(BlockId block, StreamId stream) override;
   void complete_stream_events(BlockId block) override;
-  void empty_cache() override { release_cached_blocks(); }
+  void empty_cache() override { release_cached_blocks(MempoolId{}); }
+
+  // ---- private pools (names as in DeviceCachingAllocator). Misuse PyTorch refuses (ending a capture that
+  // is not under way, releasing a pool nobody holds) throws InputError with PyTorch's message.
+  // createOrIncrefPool: make the pool (use_count 1) or add a holder.
+  void create_or_incref_pool(MempoolId id);
+  // beginAllocateToPool: route requests to `id` (created or increfed) while it is under way; `stream` is a
+  // graph capture's stream, nullopt = every stream (use_mem_pool's thread filter).
+  void begin_allocate_to_pool(MempoolId id, std::optional<StreamId> stream);
+  // endAllocateToPool: stop routing requests to `id` (its use_count is unchanged).
+  void end_allocate_to_pool(MempoolId id);
+  // releasePool: one holder fewer; at 0 the pool becomes freeable.
+  void release_pool(MempoolId id);
+  // setUseOnOOM.
+  void set_use_on_oom(MempoolId id, bool use_on_oom);
+  // emptyCache(mempool_id): (0, 0) is torch.cuda.empty_cache().
+  void empty_cache(MempoolId id) { release_cached_blocks(id); }
+  // getPoolUseCount; nullopt when there is no such pool.
+  std::optional<int> pool_use_count(MempoolId id) const;
+  // The id of the pool a segment or block belongs to ((0, 0) for the default pools).
+  MempoolId mempool_id(PrivatePoolIndex index) const { return m_private_pools[index].id; }
+  const std::vector<PrivatePool>& private_pools() const { return m_private_pools; }
   const BlockPool& blocks() const override { return m_pool; }
 
   // torch.cuda.set_per_process_memory_fraction: allowed = floor(fraction * device total) (spec F1).
@@ -71,13 +99,13 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   // caller passes them maximal, spec M3). Emits no events: observers seed themselves from blocks().
   // Returns the ids of the blocks, in order.
   std::vector<BlockId> adopt_segment(Bytes base, PoolKind pool, StreamId stream,
-                                     const std::vector<AdoptedBlock>& blocks);
+                                     const std::vector<AdoptedBlock>& blocks, MempoolId owner = {});
   // Installs an expandable reservation [base, base + size_bytes) that existed before the replay started (spec
   // E1): `runs` are its mapped runs, in address order, page aligned, inside the reservation and not touching
   // each other; every byte outside them is unmapped. Emits no events. Returns the ids of the runs' blocks, in
   // order.
   std::vector<BlockId> adopt_expandable_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream,
-                                                const std::vector<AdoptedRun>& runs);
+                                                const std::vector<AdoptedRun>& runs, MempoolId owner = {});
 
  private:
   struct AllocParams {
@@ -85,6 +113,7 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
     Bytes size_bytes = 0;   // round_size(orig)
     Bytes alloc_bytes = 0;  // get_allocation_size(size)
     PoolKind pool = PoolKind::kLarge;
+    PrivatePoolIndex private_pool = kDefaultPools;
     StreamId stream = 0;
     TimeNs time_ns = 0;
     BlockId block = kNoBlock;
@@ -97,8 +126,16 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   void free_block(BlockId block, TimeNs time_ns);
   Bytes try_merge_blocks(BlockId dst, BlockId src);
   bool release_available_cached_blocks(const AllocParams& p);
-  bool release_cached_blocks();
-  void release_blocks(PoolKind pool);
+  bool release_cached_blocks(MempoolId id);
+  void release_blocks(PoolKind pool, PrivatePoolIndex private_pool);
+  bool try_mempool_fallback(AllocParams& p);
+  PrivatePoolIndex get_private_pool(StreamId stream) const;
+  PrivatePoolIndex find_pool(MempoolId id) const;  // kDefaultPools when there is none
+  // The pool of a segment adopted from a snapshot: made live (held once) when the replay starts.
+  PrivatePoolIndex adopted_pool(MempoolId owner);
+  SegmentId add_pool_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream, bool expandable,
+                             Bytes page_bytes, PrivatePoolIndex private_pool);
+  void remove_pool_segment(SegmentId sid);
   void release_block(BlockId block);
   void garbage_collect_cached_blocks();
   BlockId try_allocate_expandable_block(const AllocParams& p);
@@ -106,7 +143,7 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   bool map_block(BlockId to_map, Bytes size_bytes, TimeNs time_ns);
   void unmap_block(BlockId block);
   void insert_events(BlockId block);
-  void synchronize_and_free_events();
+  void synchronize_and_free_events(std::optional<PrivatePoolIndex> only_pool = std::nullopt);
 
   bool gc_enabled() const { return m_set_fraction && m_config.garbage_collection_threshold > 0.0; }
   std::uint64_t gc_age(const Block& b) const {
@@ -125,6 +162,10 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   std::uint64_t m_lookup_count[kNumPools] = {0, 0};                  // get_free_blocks_call_count (GC ages)
   std::vector<BlockId> m_pending_frees;                              // blocks waiting for stream events, FIFO
   std::unordered_map<BlockId, std::vector<StreamId>> m_stream_uses;  // record_stream targets (ST2)
+  std::vector<PrivatePool> m_private_pools{PrivatePool{}};           // [0]: the default pools (never live)
+  // captures_underway: (pool, stream filter; nullopt = every stream), in begin order.
+  std::vector<std::pair<PrivatePoolIndex, std::optional<StreamId>>> m_captures_underway;
+  std::vector<PrivatePoolIndex> m_use_on_oom;  // use_on_oom_pools, in the order they were set
 };
 
 }  // namespace vramsim

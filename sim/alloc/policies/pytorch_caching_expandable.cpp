@@ -28,8 +28,8 @@ BlockId PyTorchCachingPolicy::find_expandable_block(const AllocParams& p) {
     return bytes >= p.size_bytes;
   };
   auto& unmapped = m_pool.unmapped_set(p.pool);
-  for (auto it = m_pool.lower_bound_unmapped(p.pool, p.stream);
-       it != unmapped.end() && it->stream == p.stream; ++it) {
+  for (auto it = m_pool.lower_bound_unmapped(p.pool, p.stream, p.private_pool);
+       it != unmapped.end() && it->stream == p.stream && it->private_pool == p.private_pool; ++it) {
     BlockId candidate = it->id;
     if (allocatable(m_pool.block(candidate).prev)) {
       candidate = m_pool.block(candidate).prev;  // a free mapped block right before the hole counts too
@@ -44,7 +44,7 @@ BlockId PyTorchCachingPolicy::find_expandable_block(const AllocParams& p) {
   const Bytes want = total + total / 8;
   const Bytes reservation = (want + page - 1) / page * page;
   const Bytes base = m_device.reserve(reservation, p.pool, p.stream);
-  const SegmentId sid = m_pool.add_segment(base, reservation, p.pool, p.stream, true, page);
+  const SegmentId sid = add_pool_segment(base, reservation, p.pool, p.stream, true, page, p.private_pool);
   const BlockId block = m_pool.segment(sid).first;
   insert_into_blocks(block);  // unmapped set
   return block;
@@ -132,7 +132,7 @@ void PyTorchCachingPolicy::unmap_block(BlockId block) {
     // The whole reservation is unmapped again: release the address space (no trace entry).
     const Segment& s = m_pool.segment(sid);
     m_device.release_reservation(s.base, s.size_bytes);
-    m_pool.remove_segment(sid);
+    remove_pool_segment(sid);
   } else {
     m_pool.insert_free(block);
   }
@@ -140,9 +140,10 @@ void PyTorchCachingPolicy::unmap_block(BlockId block) {
 
 std::vector<BlockId> PyTorchCachingPolicy::adopt_expandable_segment(Bytes base, Bytes size_bytes,
                                                                     PoolKind pool, StreamId stream,
-                                                                    const std::vector<AdoptedRun>& runs) {
+                                                                    const std::vector<AdoptedRun>& runs,
+                                                                    MempoolId owner) {
   const Bytes page = pool == PoolKind::kSmall ? kSmallBuffer : kLargeBuffer;
-  const SegmentId sid = m_pool.add_segment(base, size_bytes, pool, stream, true, page);
+  const SegmentId sid = add_pool_segment(base, size_bytes, pool, stream, true, page, adopted_pool(owner));
   BlockId rest = m_pool.segment(sid).first;  // unmapped, in no set; shrinks from the front
   std::vector<BlockId> ids;
   // Carves the next `bytes` off the front of `rest`; the last piece is `rest` itself.
