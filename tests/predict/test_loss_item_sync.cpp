@@ -59,7 +59,7 @@ std::vector<std::int64_t> segments_on(const Snapshot& trace, StreamId stream) {
 
 }  // namespace
 
-TEST_CASE("--loss-item: after a synchronize the next step's all-gathers reuse the step before's blocks",
+TEST_CASE("loss.item() sync: after a synchronize the next step's all-gathers reuse the step before's blocks",
           "[quick][predict]") {
   // One step holds the root's unshard-stream segment and three layers' (test_fsdp_streams.cpp: two
   // all-gathers in flight, the backward prefetch needs a third). Reading the loss on the host after
@@ -83,7 +83,7 @@ TEST_CASE("--loss-item: after a synchronize the next step's all-gathers reuse th
   CHECK(std::count(segments.begin(), segments.end(), kRootSegment) >= 2);
 }
 
-TEST_CASE("--loss-item: one synchronize per micro-batch after backward, one per step after the step",
+TEST_CASE("loss.item() sync: one synchronize per micro-batch after backward, one per step after the step",
           "[quick][predict]") {
   // The op graph: `loss.item` on the compute stream, then a no-kernel op whose host waits for it.
   for (const auto& [where, expected] : {std::pair{"after-backward", 2 * 3}, std::pair{"after-step", 2}}) {
@@ -106,7 +106,7 @@ TEST_CASE("--loss-item: one synchronize per micro-batch after backward, one per 
   }
 }
 
-TEST_CASE("--loss-item and --dp: errors name the option", "[quick][predict]") {
+TEST_CASE("loss.item() sync and dp degree: errors name the option", "[quick][predict]") {
   RequestArgs a = tinyllama_fsdp1_over_8(1, "sometimes");
   CHECK_THROWS_WITH(make_request(a),
                     "--loss-item: unknown value 'sometimes' (known: none, after-backward, after-step)");
@@ -128,7 +128,7 @@ TEST_CASE("--loss-item and --dp: errors name the option", "[quick][predict]") {
   CHECK_THROWS_WITH(make_request(a), "--dp: 0 is not in 1..1048576 (or --cp 1 not in 1..4096)");
 }
 
-TEST_CASE("--dp: the GPUs are dp x cp x tp x pp (Megatron's and torchtitan's ParallelDims)",
+TEST_CASE("dp degree: the GPUs are dp x cp x tp x pp (Megatron's and torchtitan's ParallelDims)",
           "[quick][predict]") {
   // Megatron-LM's initialize_model_parallel: data_parallel_size = world_size / (tp x pp x cp); torchtitan's
   // ParallelDims._validate: dp_replicate x dp_shard x cp x tp x pp == world_size. vramsim's data-parallel
