@@ -57,6 +57,11 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag("--free-logits-before-backward", a.free_logits,
                 "the training loop deletes the logits before loss.backward() (torchtitan's `del pred`); by "
                 "default they live through backward, as Hugging Face's outputs.logits do");
+  cmd->add_option("--loss-item", a.loss_item,
+                  "none|after-backward|after-step: where the loop reads the loss on the host (loss.item(), a "
+                  "synchronize that lets the allocator reuse blocks freed with record_stream): fsdp_qlora's "
+                  "train.py and the HF Trainer after backward, torchtune after the step")
+      ->capture_default_str();
   cmd->add_option("--master-weights", a.master_weights,
                   "with --precision bf16: fp32 (master weights and fp32 optimizer states: DeepSpeed, "
                   "Megatron; under FSDP a model built in fp32 with MixedPrecision: fp32 shards, no master "
@@ -270,6 +275,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--world-size,--gpus", a.world_size,
                   "GPUs in all (data-parallel x tensor-parallel); the report is one rank's")
       ->capture_default_str();
+  cmd->add_option(
+      "--dp", a.dp,
+      "data-parallel degree (Megatron's data-parallel size, torchtitan's "
+      "data_parallel_shard_degree): the GPUs are dp x cp x tp x pp (--gpus, if given, must agree)");
   cmd->add_option("--tp", a.tp, "Megatron tensor parallelism: GPUs per model replica (divides --world-size)")
       ->capture_default_str();
   cmd->add_flag(
@@ -348,6 +357,13 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--gradient-as-bucket-view", a.gradient_as_bucket_view,
       "DDP's gradient_as_bucket_view=True: each .grad is a view of its all-reduce bucket, so a rank "
       "holds its gradients once");
+  cmd->add_flag(
+      "--find-unused-parameters", a.find_unused_parameters,
+      "DDP's find_unused_parameters=True (a graph walk on the host each forward; the same buckets)");
+  cmd->add_flag(
+      "--static-graph", a.static_graph,
+      "DDP's static_graph=True (the first step's all-reduce delayed to the end of backward; the same "
+      "buckets)");
   cmd->add_flag(
       "--zero-redundancy-optimizer", a.zero_redundancy_optimizer,
       "DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer keeps states "

@@ -567,6 +567,21 @@ AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& 
 
 static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& options);
 
+// `loss.item()` (LossItemSync): aten::_local_scalar_dense copies the loss to the host on the current
+// (compute) stream and calls cudaStreamSynchronize, so the host issues nothing more until every op before it
+// on that stream has run; the caching allocator's next malloc then completes the deferred frees whose
+// record_stream events that work recorded (process_events). FSDP1's _post_backward_final_callback made the
+// compute stream wait for the post-backward stream first.
+static void read_loss_on_host(EagerTape& tape, VarId loss) {
+  const StreamId stream = tape.stream();
+  tape.set_stream(0);
+  const OpId copy = tape.begin_op("loss.item", "_local_scalar_dense");
+  tape.use(tape.storage(loss));
+  tape.begin_op("loss.item.synchronize", "noop");
+  tape.host_wait_for(copy);
+  tape.set_stream(stream);
+}
+
 OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& options) {
   if (is_prompt_learning(options.lora)) {
     // the decoder, head and loss run on the virtual tokens and the input's (PeftModelForCausalLM.forward)
@@ -777,6 +792,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       dp->begin_backward(tape);
       tape.backward(loss);
       dp->end_backward(tape, units.back());
+      if (options.loss_item_sync == LossItemSync::kAfterBackward) {
+        read_loss_on_host(tape, loss);
+      }
     }
     if (forward_only) {
       continue;
@@ -805,6 +823,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
           tape.set_grad_to_none(p);
         }
       }
+    }
+    if (options.loss_item_sync == LossItemSync::kAfterStep && held_loss != kNoVar) {
+      read_loss_on_host(tape, held_loss);
     }
   }
   // The script ends: its variables go away.

@@ -123,7 +123,7 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
       m_aside.erase(aside);
     }
   }
-  const bool fsdp2 = m_path != ReduceScatterPath::kComputeStream && !m_to_host;
+  const bool fsdp2 = m_path != ReduceScatterPath::kComputeStream;
   const bool copy_in_on_rs_stream = m_path == ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream;
   if (copy_in_on_rs_stream) {
     tape.set_stream(kReduceScatterStream);
@@ -199,6 +199,15 @@ void GradientShards::reduce_output(EagerTape& tape, const ParameterUnit& unit,
                       grad_dtype, TensorCategory::kGradient);
     tape.release(out);
     out = cast;
+  }
+  if (m_to_host) {
+    // FSDP2's CPUOffloadPolicy (_fsdp_collectives.py foreach_reduce): new_sharded_grad.to("cpu",
+    // non_blocking=True), the host's sharded_param.grad; the GPU's reduce_output goes with its last
+    // reference, ordered on the reduce-scatter stream after the copy.
+    tape.begin_op(std::string(op_name) + ".to_cpu", "_to_copy");
+    tape.use(out);
+    tape.release(out);
+    return;
   }
   for (VarId p : fresh) {
     const auto aside = m_aside.find(p);

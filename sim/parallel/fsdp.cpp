@@ -56,9 +56,18 @@
 // the fp32 shard into it (with CPU offload the shard's `.to(device)` is an fp32 device copy first); after the
 // all-gather, post_unshard's _free_low_precision_sharded_param record_streams it to the unshard stream and
 // frees it. The reduced gradient shard is cast to the FlatParameter's dtype, fp32
-// (_cast_grad_to_param_dtype). Not modelled so: NO_SHARD, which keeps the tape's parameters whole, in their
-// dtype, with the optimizer's master copy (2 bytes per parameter more than an fp32 FlatParameter, and no
-// full-size _mp_shard).
+// (_cast_grad_to_param_dtype).
+// NO_SHARD under the same MixedPrecision: each rank keeps the whole FlatParameter in fp32 and the optimizer
+// steps it (no master copy). pre_unshard's _use_low_precision_shard makes the bf16 _mp_shard of the whole
+// FlatParameter on the pre-unshard stream and the unit computes with it (FlatParamHandle.unshard: nothing
+// to gather, needs_unshard() is False; _use_unsharded_flat_param(self.flat_param)); post_unshard keeps it
+// (it frees the low-precision shard only `if self.uses_sharded_strategy`), and every _reshard's
+// post_reshard frees it (`self._uses_param_mixed_precision and not self.uses_sharded_strategy`,
+// record_stream to the compute stream): after each unit's forward, the root's too (_post_forward_reshard
+// runs for every handle; only the freeing of the unsharded parameter is skipped), and after its backward.
+// No free event is queued (NO_SHARD frees no unsharded parameter), so limit_all_gathers never waits for it.
+// The flat gradient is all-reduced in place and cast to fp32 (_reduce_grad_no_shard). Construction
+// transients are not modelled for NO_SHARD: the fp32 FlatParameters are made at once.
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -95,14 +104,14 @@ class Fsdp final : public DataParallelScheme {
         m_grads(strategy != "no-shard" ? m_shard_ranks : 1, o.offload_params, o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
   void set_fp32_sharded_parameters(bool fp32) override {
-    m_fp32_shards = fp32 && m_shard;
+    m_fp32_shards = fp32 && (m_shard || !m_offload);
     m_grads.set_fp32_sharded_parameters(m_fp32_shards);
   }
   bool fp32_sharded_parameters() const override { return m_fp32_shards; }
   // CPUOffload(offload_params=True): the flat parameter's shard lives on the host.
   // A sharded strategy's shards are the units' sharded FlatParameters, which construct() makes.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
-    if (m_offload || models_construction()) {
+    if (m_offload || models_construction() || no_shard_mixed_precision()) {
       return 0;
     }
     return m_shard ? shard_numel(numel, m_shard_ranks) : numel;
@@ -130,6 +139,22 @@ class Fsdp final : public DataParallelScheme {
     for (const ParameterUnit& unit : units) {
       validate_flat_param(tape, unit);
     }
+    if (no_shard_mixed_precision()) {  // each FlatParameter whole, in the module's dtype (fp32)
+      tape.begin_op("fsdp.init.flat_params", "cat");
+      for (const ParameterUnit& unit : units) {
+        for (const std::vector<VarId>& flat : flat_params_of(tape, unit)) {
+          std::int64_t elements = 0;
+          for (VarId p : flat) {
+            elements += numel(tape.shape(p));
+          }
+          const DType dtype = kept_dtype(tape, flat.front());
+          m_flat_shards.push_back(tape.allocate(unit_name(unit) + ".flat_param",
+                                                storage_bytes(elements, dtype, {elements}), dtype,
+                                                TensorCategory::kParameter));
+        }
+      }
+      return;
+    }
     if (!models_construction()) {
       return;
     }
@@ -147,7 +172,7 @@ class Fsdp final : public DataParallelScheme {
     wait_for_unshard(tape, unit);
   }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
-    if (m_reshard_after_forward && unit.layer >= 0) {
+    if ((m_reshard_after_forward && unit.layer >= 0) || no_shard_mixed_precision()) {
       reshard(tape, unit);
     }
   }
@@ -175,6 +200,8 @@ class Fsdp final : public DataParallelScheme {
  private:
   // Construction is modelled for the sharded strategies with the shards on the GPU.
   bool models_construction() const { return m_shard && !m_offload; }
+  // NO_SHARD with MixedPrecision on a model built in fp32 (see the header comment).
+  bool no_shard_mixed_precision() const { return !m_shard && m_fp32_shards; }
   // The FlatParameter's dtype: the module's (fp32 under mixed precision), not the tape's compute copy.
   DType kept_dtype(const EagerTape& tape, VarId p) const {
     return sharded_parameter_dtype(tape, p, m_fp32_shards);
@@ -339,6 +366,13 @@ class Fsdp final : public DataParallelScheme {
     }
   }
   void unshard(EagerTape& tape, const ParameterUnit& unit, std::string_view when) {
+    if (no_shard_mixed_precision() && !unit.params.empty() && m_unsharded.count(unit.layer) == 0) {
+      // pre_unshard's _mp_shard is the whole FlatParameter in bf16; unshard() gathers nothing.
+      const TensorId mp_shard = use_low_precision_shard(tape, unit, padded_flat_numel(tape, unit, 1), when);
+      tape.set_stream(kComputeStream);
+      m_unsharded[unit.layer] = mp_shard;
+      return;
+    }
     if (!m_shard || unit.params.empty() || m_unsharded.count(unit.layer) != 0) {
       return;
     }

@@ -36,7 +36,14 @@
 // dtype=param_dtype), _foreach_copy_), copies that into the all-gather output's slice and drops it
 // (foreach_all_gather: `del param_all_gather_inputs`); foreach_reduce casts the reduce-scatter output to
 // orig_dtype (fp32), so the gradient shards are fp32 too.
-// Not modelled: CPU offload (OffloadPolicy) and reshard_after_forward as an int.
+// CPUOffloadPolicy (--offload params; fully_shard(offload_policy=CPUOffloadPolicy()), PyTorch 2.4+): the
+// sharded parameters live on the host, pinned (FSDPParam._init_sharded_param: .cpu(), .pin_memory()), and
+// the optimizer steps them there. unshard() copies each parameter's shard to the GPU on the copy-in stream
+// (FSDPParam.all_gather_inputs: sharded_param_data.to(self.device, non_blocking=True), then
+// _to_dtype_if_needed to param_dtype; the foreach fast path of _get_param_all_gather_inputs excludes
+// offload_to_cpu) and drops them after the copy-in (`del param_all_gather_inputs`); foreach_reduce copies
+// each gradient shard to the host (new_sharded_grad.to("cpu")) and the GPU keeps no gradient.
+// Not modelled: reshard_after_forward as an int.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -58,18 +65,36 @@ class Fsdp2 final : public DataParallelScheme {
       : m_name(fmt::format("fsdp2-{}", strategy)),
         m_reshard_after_forward(strategy != "shard-grad-op"),
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
-        m_grads(m_shard_ranks, false,
+        m_offload(o.offload_params),
+        m_grads(m_shard_ranks, o.offload_params,
                 o.fsdp2_copy_in_on_reduce_scatter_stream
                     ? ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream
                     : ReduceScatterPath::kFsdp2ReduceScatterStream,
                 o.fsdp_reduce_dtype),
         m_grads_reduce_dtype(o.fsdp_reduce_dtype) {}
   std::string_view name() const override { return m_name; }
-  // With fp32 shards the parameters' tape storage is empty: construct() makes the shards.
+  // With fp32 shards the parameters' tape storage is empty: construct() makes the shards. With
+  // CPUOffloadPolicy the shards are on the host.
   std::int64_t resident_parameter_numel(std::int64_t numel) const override {
-    return m_fp32_shards ? 0 : shard_numel(numel, m_shard_ranks);
+    return m_fp32_shards || m_offload ? 0 : shard_numel(numel, m_shard_ranks);
   }
   int optimizer_state_shards() const override { return m_shard_ranks; }
+  bool optimizer_on_host() const override { return m_offload; }
+  bool host_optimizer_fp32() const override { return false; }
+  // CPUOffloadPolicy: each parameter's padded shard in its sharded dtype, and its gradient shard.
+  void add_host_model_states(const EagerTape& tape, const std::vector<VarId>& params,
+                             HostMemory& host) const override {
+    if (!m_offload) {
+      return;
+    }
+    for (VarId p : params) {
+      const DType dtype = sharded_parameter_dtype(tape, p, m_fp32_shards);
+      const Bytes shard =
+          static_cast<Bytes>(shard_numel(padded_numel(tape, p), m_shard_ranks)) * dtype_size_bytes(dtype);
+      host.parameters += shard;
+      host.gradients += tape.requires_grad(p) ? shard : 0;
+    }
+  }
   void set_fp32_sharded_parameters(bool fp32) override {
     m_fp32_shards = fp32;
     m_grads.set_fp32_sharded_parameters(fp32);
@@ -78,7 +103,7 @@ class Fsdp2 final : public DataParallelScheme {
 
   void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {
     m_units = units;
-    if (!m_fp32_shards) {
+    if (!m_fp32_shards || m_offload) {
       return;
     }
     tape.begin_op("fully_shard.init_sharded_param", "new_zeros");
@@ -160,8 +185,12 @@ class Fsdp2 final : public DataParallelScheme {
     const DType dtype = tape.dtype(unit.params.front());
     AllGatherResult r;
     tape.set_stream(kAllGatherCopyInStream);
+    std::vector<TensorId> inputs;  // CPUOffloadPolicy: param_all_gather_inputs, one per parameter
+    if (m_offload) {
+      copy_shards_to_device(tape, unit, inputs);
+    }
     TensorId cast = kNoTensor;  // the shards cast to param_dtype (fp32 shards only)
-    if (m_fp32_shards && sharded_parameter_dtype(tape, unit.params.front(), true) != dtype) {
+    if (!m_offload && m_fp32_shards && sharded_parameter_dtype(tape, unit.params.front(), true) != dtype) {
       tape.begin_op(unit_name(unit) + ".fsdp.all_gather_inputs", "_foreach_copy_");
       cast = tape.allocate(unit_name(unit) + ".flat_foreach_copy_input",
                            bytes / static_cast<Bytes>(m_shard_ranks), dtype, TensorCategory::kCommunication);
@@ -173,12 +202,37 @@ class Fsdp2 final : public DataParallelScheme {
       tape.use(cast);
       tape.release(cast);  // del param_all_gather_inputs, on the copy-in stream
     }
+    for (TensorId t : inputs) {
+      tape.use(t);
+      tape.release(t);
+    }
     tape.set_stream(kAllGatherStream);
     r.all_gather = tape.begin_op(unit_name(unit) + ".fsdp.all_gather", "all_gather_into_tensor");
     tape.wait_for(r.output);
     tape.set_comm_bytes(bytes - bytes / static_cast<Bytes>(m_shard_ranks));
     tape.set_stream(kComputeStream);
     m_results[unit.layer] = r;
+  }
+
+  // FSDPParam.all_gather_inputs under CPUOffloadPolicy: each shard's device copy, then its cast to
+  // param_dtype when that differs (the device copy goes once cast).
+  void copy_shards_to_device(EagerTape& tape, const ParameterUnit& unit, std::vector<TensorId>& inputs) {
+    tape.begin_op(unit_name(unit) + ".fsdp.all_gather_inputs.to_device", "_to_copy");
+    for (VarId p : unit.params) {
+      const std::int64_t elements = shard_numel(padded_numel(tape, p), m_shard_ranks);
+      const DType sharded = sharded_parameter_dtype(tape, p, m_fp32_shards);
+      TensorId t = tape.allocate(tape.name(p) + ".sharded.to(device)",
+                                 static_cast<Bytes>(elements) * dtype_size_bytes(sharded), sharded,
+                                 TensorCategory::kCommunication);
+      if (sharded != tape.dtype(p)) {  // _to_dtype_if_needed(..., param_dtype)
+        const TensorId cast = tape.allocate(tape.name(p) + ".sharded.to(param_dtype)",
+                                            static_cast<Bytes>(elements) * dtype_size_bytes(tape.dtype(p)),
+                                            tape.dtype(p), TensorCategory::kCommunication);
+        tape.release(t);
+        t = cast;
+      }
+      inputs.push_back(t);
+    }
   }
 
   void wait_for_unshard(EagerTape& tape, const ParameterUnit& unit, bool forward) {
@@ -293,6 +347,7 @@ class Fsdp2 final : public DataParallelScheme {
   std::string m_name;
   bool m_reshard_after_forward;
   int m_shard_ranks;
+  bool m_offload;  // CPUOffloadPolicy
   bool m_fp32_shards = false;
   std::vector<TensorId> m_sharded;  // the fp32 sharded parameters construct() made
   GradientShards m_grads;

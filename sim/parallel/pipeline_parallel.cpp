@@ -187,6 +187,16 @@ PipelineSchedule parse_pipeline_schedule(std::string_view text, std::string_view
       return s;
     }
   }
+  if (text == "zero-bubble" || text == "interleaved-zero-bubble" || text == "zbv") {
+    // torch/distributed/pipelining/schedules.py ScheduleInterleavedZeroBubble / ScheduleZBVZeroBubble: each
+    // backward is split into the input gradient (stage.py backward_one_chunk with full_backward=False) and
+    // the weight gradient, run later (backward_weight_one_chunk), so what the weight gradients need stays
+    // alive between the two actions; vramsim's backward computes both at once.
+    throw InputError(
+        fmt::format("{} {}: zero-bubble schedules (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble) "
+                    "defer each weight gradient to a later action: not modelled (vramsim)",
+                    option, text));
+  }
   throw InputError(fmt::format("{}: unknown schedule '{}' (known: 1f1b, interleaved, gpipe)", option, text));
 }
 

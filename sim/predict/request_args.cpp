@@ -56,7 +56,7 @@ void parse_offload(const std::string& text, DataParallelOptions& d) {
     return;  // activations alone: any layout
   }
   const bool zero = d.scheme.starts_with("zero");
-  const bool fsdp = d.scheme.starts_with("fsdp-");
+  const bool fsdp = d.scheme.starts_with("fsdp-") || d.scheme.starts_with("fsdp2-");
   if (zero) {
     if (d.offload_optimizer && (d.scheme == "zero1")) {
       throw InputError("--offload optimizer: modelled with --zero 2 or 3 (ZeRO-Offload)");
@@ -68,7 +68,7 @@ void parse_offload(const std::string& text, DataParallelOptions& d) {
     if (!d.offload_params) {
       throw InputError(
           "--offload optimizer: FSDP moves the optimizer to the host only with its parameters "
-          "(CPUOffload(offload_params=True)): use --offload params");
+          "(FSDP1's CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy): use --offload params");
     }
     d.offload_optimizer = true;  // the optimizer steps on the host-resident shards
   } else {
@@ -87,8 +87,23 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   if (a.pp < 1 || a.pp > 1024) {
     throw InputError(fmt::format("--pp: {} is not in 1..1024", a.pp));
   }
-  const int replica = a.tp * a.pp;                               // GPUs per model replica
-  const int world = a.world_size == 1 ? replica : a.world_size;  // --tp / --pp alone: one replica
+  const int replica = a.tp * a.pp;                         // GPUs per model replica
+  int world = a.world_size == 1 ? replica : a.world_size;  // --tp / --pp alone: one replica
+  if (a.dp) {  // Megatron's world = dp x cp x tp x pp (torchtitan's ParallelDims: dp_shard x cp x tp x pp)
+    if (*a.dp < 1 || *a.dp > (1 << 20) || a.cp < 1 || a.cp > 4096) {
+      throw InputError(fmt::format("--dp: {} is not in 1..1048576 (or --cp {} not in 1..4096)", *a.dp, a.cp));
+    }
+    const std::int64_t implied = std::int64_t{*a.dp} * a.cp * replica;
+    if (implied > (1 << 20)) {
+      throw InputError(fmt::format("--dp {} x --cp {} x --tp {} x --pp {}: {} GPUs, more than 1048576", *a.dp,
+                                   a.cp, a.tp, a.pp, implied));
+    }
+    if (a.world_size != 1 && a.world_size != implied) {
+      throw InputError(fmt::format("--dp {} x --cp {} x --tp {} x --pp {} is {} GPUs, but --gpus is {}",
+                                   *a.dp, a.cp, a.tp, a.pp, implied, a.world_size));
+    }
+    world = static_cast<int>(implied);
+  }
   if (world % replica != 0) {
     throw InputError(
         a.pp == 1 ? fmt::format("--tp: {} does not divide --world-size {}", a.tp, world)
@@ -116,6 +131,20 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     throw InputError("--gradient-as-bucket-view: DDP's option (--gpus N without --zero or --fsdp)");
   }
   d.ddp_gradient_as_bucket_view = a.gradient_as_bucket_view;
+  // DDP's find_unused_parameters and static_graph change what the Reducer does on the host, not what it
+  // allocates (torch/csrc/distributed/c10d/reducer.cpp): find_unused_parameters walks the autograd graph from
+  // the outputs after each forward (prepare_for_backward / search_unused_parameters) and marks unused
+  // parameters ready, zero-filling their part of the same bucket (its only allocation, the per-tensor int32
+  // local_used_map on the host and its device copy, is 4 B per parameter tensor: not modelled); static_graph
+  // delays the first iteration's all-reduce to the end of backward (delay_all_reduce), over the same buckets
+  // and .grad tensors. Both also decide whether the buckets are rebuilt after the first iteration
+  // (should_rebuild_buckets), which vramsim does not model either way: it keeps the construction's buckets.
+  for (const auto& [set, flag] : {std::pair{a.find_unused_parameters, "--find-unused-parameters"},
+                                  std::pair{a.static_graph, "--static-graph"}}) {
+    if (set && d.scheme != "ddp") {
+      throw InputError(fmt::format("{}: DDP's option (--gpus N without --zero or --fsdp)", flag));
+    }
+  }
   if (a.bucket_cap_mb) {
     if (!(*a.bucket_cap_mb > 0 && *a.bucket_cap_mb <= 1e6)) {
       throw InputError("--bucket-cap-mb: must be in (0, 1e6]");
@@ -438,6 +467,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         "--logits-dtype fp32: modelled for --loss ce over transformers-style models (vramsim: not with "
         "--loss chunked-ce or --model-code cs336-basics)");
   }
+  o.loss_item_sync = parse_loss_item_sync(a.loss_item);
   o.attention =
       a.attention.empty()
           ? (layer_code(r.model.code).follows_transformers() ? AttentionKind::kSdpa : AttentionKind::kEager)
@@ -635,6 +665,14 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     o.pipeline.stage = *a.pp_stage;
   }
   r.every_pipeline_stage = !a.pp_stage.has_value();
+  if (o.loss_item_sync != LossItemSync::kNone && (o.inference || o.forward_only)) {
+    throw InputError(
+        "--loss-item: the loop reads a training loss; there is none with --forward-only, "
+        "--inference or --generate");
+  }
+  if (o.loss_item_sync != LossItemSync::kNone && o.pipeline.stages > 1) {
+    throw InputError("--loss-item with --pp: not modelled (vramsim): only the last stage holds the loss");
+  }
   if (!(a.host_op_us >= 0 && a.host_op_us <= 1e6)) {
     throw InputError(fmt::format("--host-op-us: {} is not in 0..1000000", a.host_op_us));
   }

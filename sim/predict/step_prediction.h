@@ -356,6 +356,11 @@ struct RequestArgs {
   int loss_chunks = 8;                 // --loss-chunks: chunked-ce's num_output_chunks
   bool free_logits = false;            // --free-logits-before-backward (torchtitan's `del pred`)
   std::string logits_dtype = "model";  // --logits-dtype model|fp32 (LogitsDtype)
+  std::string loss = "ce";             // --loss ce|chunked-ce
+  int loss_chunks = 8;                 // --loss-chunks: chunked-ce's num_output_chunks
+  bool free_logits = false;            // --free-logits-before-backward (torchtitan's `del pred`)
+  // --loss-item none|after-backward|after-step (LossItemSync)
+  std::string loss_item = "none";
   // "" : the code's own default -- sdpa for torch-modules (transformers' default attn_implementation with
   // PyTorch >= 2.1.1), eager (the code's own attention) for the CS336 codes
   std::string attention;
@@ -426,6 +431,9 @@ struct RequestArgs {
   // Data parallelism: --world-size (--gpus) ranks; --zero 0..3 (0: DDP) or --fsdp STRATEGY; DDP when
   // neither is given and world_size > 1.
   int world_size = 1;
+  // --dp: the data-parallel degree (Megatron's data-parallel size, torchtitan's data_parallel_shard_degree):
+  // the GPUs are dp x cp x tp x pp; with --gpus too, the two must agree.
+  std::optional<int> dp;
   int tp = 1;  // --tp: Megatron tensor parallelism; the data-parallel group is world_size / (tp * pp)
   // --pp: pipeline stages; --pp-schedule 1f1b|interleaved|gpipe with --virtual-stages chunks per GPU;
   // --pp-split megatron|torchtitan with torchtitan's --pp-first/last-stage-less-layers;
@@ -463,6 +471,10 @@ struct RequestArgs {
   std::string activation_offload = "save-on-cpu";     // --activation-offload save-on-cpu|torchtune
   bool optimizer_in_backward = false;      // --optimizer-in-backward (torchtune's optimizer_in_bwd)
   bool zero_redundancy_optimizer = false;  // --zero-redundancy-optimizer (with DDP)
+  // DDP's find_unused_parameters / static_graph: accepted; they change no allocation vramsim models
+  // (request_args.cpp)
+  bool find_unused_parameters = false;
+  bool static_graph = false;
   std::optional<std::string> alloc_conf;
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).

@@ -75,6 +75,12 @@ constexpr std::array<std::pair<std::string_view, LossKind>, 2> kLosses{{
     {"chunked-ce", LossKind::kChunkedCrossEntropy},
 }};
 
+constexpr std::array<std::pair<std::string_view, LossItemSync>, 3> kLossItemSyncs{{
+    {"none", LossItemSync::kNone},
+    {"after-backward", LossItemSync::kAfterBackward},
+    {"after-step", LossItemSync::kAfterStep},
+}};
+
 // Canonical names first: attention_name() returns the first match.
 constexpr std::array<std::pair<std::string_view, AttentionKind>, 8> kAttention{{
     {"eager", AttentionKind::kEager},
@@ -400,6 +406,10 @@ Checkpointing parse_checkpointing(std::string_view text, std::string_view option
 
 LossKind parse_loss(std::string_view text, std::string_view option) {
   return parse_enum(kLosses, text, option);
+}
+
+LossItemSync parse_loss_item_sync(std::string_view text, std::string_view option) {
+  return parse_enum(kLossItemSyncs, text, option);
 }
 
 AttentionKind parse_attention(std::string_view text, std::string_view option) {

@@ -321,6 +321,16 @@ struct ContextParallelOptions {
   CpRotate rotate = CpRotate::kAllGather;  // torchtitan's context_parallel_rotate_method (default allgather)
 };
 
+// Where the training loop reads the loss on the host (`loss.item()`, or `if torch.isnan(loss)`): a copy to
+// the host on the compute stream and a stream synchronize, so the host stops running ahead and the caching
+// allocator's next malloc finds every deferred free (record_stream) of the work before it completed
+// (process_events). kNone: the loop never reads it between log steps (torchtitan, log_freq 10);
+// kAfterBackward: after each micro-batch's loss.backward(), before optimizer.step() (fsdp_qlora's train.py
+// `loss.item()`, the Hugging Face Trainer's logging_nan_inf_filter check `torch.isnan(tr_loss_step)`);
+// kAfterStep: after the optimizer step (torchtune's recipes log `running_loss.item()` every step,
+// log_every_n_steps 1).
+enum class LossItemSync : std::uint8_t { kNone, kAfterBackward, kAfterStep };
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -363,6 +373,8 @@ struct TrainingOptions {
   bool inference = false;
   bool zero_grad_set_to_none = true;  // optimizer.zero_grad() default since PyTorch 2.0
   bool autocast_whole_step = false;   // autocast context around backward and step too (weight cache lives on)
+  // Where the loop reads the loss on the host (see LossItemSync).
+  LossItemSync loss_item_sync = LossItemSync::kNone;
   // Count saved activations exactly as Korthikanti et al. 2022 do (gpt2 family only): fused LayerNorm and
   // scale-mask-softmax kernels that save nothing beyond the paper's tensors. See Note [Megatron accounting].
   bool megatron_accounting = false;
@@ -459,6 +471,7 @@ OptimizerImpl parse_optimizer_impl(std::string_view text, OptimizerImpl fallback
                                    std::string_view option = "--optimizer");
 Checkpointing parse_checkpointing(std::string_view text, std::string_view option = "--checkpointing");
 LossKind parse_loss(std::string_view text, std::string_view option = "--loss");
+LossItemSync parse_loss_item_sync(std::string_view text, std::string_view option = "--loss-item");
 AttentionKind parse_attention(std::string_view text, std::string_view option = "--attention");
 WarmProcess parse_warm(std::string_view text, std::string_view option = "--warm");
 CompileMode parse_compile_mode(std::string_view text, std::string_view option = "--compile-mode");

@@ -345,8 +345,12 @@ TEST_CASE(
   require_input_error(run_vramsim(run + "--pp 0"), "--pp: 0 is not in 1..1024");
   require_input_error(run_vramsim(run + "--pp 4"), "--pp: 22 layers do not split evenly over 4 stages");
   require_input_error(run_vramsim(run + "--pp 2 --pp-stage 2"), "--pp-stage: 2 is not a stage of 2");
-  require_input_error(run_vramsim(run + "--pp 2 --pp-schedule zero-bubble"),
-                      "--pp-schedule: unknown schedule 'zero-bubble'");
+  require_input_error(run_vramsim(run + "--pp 2 --pp-schedule zero-bubbles"),
+                      "--pp-schedule: unknown schedule 'zero-bubbles'");
+  require_input_error(
+      run_vramsim(run + "--pp 2 --pp-schedule zbv"),
+      "--pp-schedule zbv: zero-bubble schedules (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble) defer "
+      "each weight gradient to a later action: not modelled (vramsim)");
   require_input_error(run_vramsim(run + "--pp 2 --pp-split even"), "--pp-split: unknown split 'even'");
   // torchtitan's split of 22 layers over 32 stages: its ValueError, quoted.
   require_input_error(run_vramsim(run + "--pp 32 --gpus 32 --pp-split torchtitan"),

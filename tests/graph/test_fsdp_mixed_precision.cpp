@@ -116,3 +116,61 @@ TEST_CASE("fsdp mixed precision composes with LoRA: the adapters' shards are fp3
   CHECK(test::persistent_bytes(g, TensorCategory::kGradient) == 4 * kAdapters);
   CHECK(test::persistent_bytes(g, TensorCategory::kOptimizerState) == 8 * kAdapters);
 }
+
+TEST_CASE("fsdp1 NO_SHARD mixed precision: whole fp32 FlatParameters, a whole bf16 _mp_shard per use",
+          "[quick][graph]") {
+  // torch/distributed/fsdp/_flat_param.py (PyTorch 2.2-2.5): with NO_SHARD the FlatParameter is the whole
+  // fp32 module (227,136 elements per rank: 2 layers of 49,536 and the root's 128,064); pre_unshard's
+  // _use_low_precision_shard makes _mp_shard, bf16, of the whole FlatParameter (2 B x 49,536 for a layer);
+  // unshard() gathers nothing (needs_unshard() is False); post_unshard keeps it; post_reshard frees it after
+  // the unit's forward (_post_forward_reshard runs for every handle, the root's too) and after its
+  // backward. _reduce_grad_no_shard all-reduces the flat gradient in place and _cast_grad_to_param_dtype
+  // makes it fp32. So a rank keeps 4 + 4 + 8 B per parameter of the whole model, no master copy.
+  constexpr std::int64_t kWhole = 2 * kLayer + kRoot;
+  const OpGraph g = build("fsdp-no-shard", MasterWeights::kFp32);
+  CHECK(test::persistent_bytes(g, TensorCategory::kParameter) == 4 * kWhole);
+  CHECK(test::persistent_bytes(g, TensorCategory::kGradient) == 4 * kWhole);
+  CHECK(test::persistent_bytes(g, TensorCategory::kOptimizerState) == 8 * kWhole);
+  CHECK(test::sizes_named(g, "model.layers.0.self_attn.q_proj.weight.master").empty());
+  // Layer 0's _mp_shard: made for its forward and again for its backward, in each of the 2 steps.
+  CHECK(test::sizes_named(g, "layers.0._mp_shard") == std::vector<Bytes>(4, 2 * kLayer));
+  CHECK(test::sizes_named(g, "root._mp_shard") == std::vector<Bytes>(4, 2 * kRoot));
+  CHECK(test::sizes_named(g, "layers.0.flat_param.unsharded").empty());  // nothing is all-gathered
+  test::check_schedule_invariants(g, build_allocation_schedule(g));
+}
+
+TEST_CASE("fsdp2 CPUOffloadPolicy: shards, gradients and the optimizer on the host, shards copied per gather",
+          "[quick][graph]") {
+  // torch/distributed/_composable/fsdp/_fsdp_param.py (PyTorch 2.4-2.6): _init_sharded_param moves each
+  // padded shard to the host (.cpu(), pinned); all_gather_inputs copies it back for every all-gather
+  // (sharded_param_data.to(self.device, non_blocking=True)), then _to_dtype_if_needed casts it to
+  // param_dtype; _get_param_all_gather_inputs' foreach fast path excludes offload_to_cpu, so each parameter
+  // gets its own copies, dropped after the copy-in. _fsdp_collectives.py foreach_reduce copies each gradient
+  // shard to the host. layers.0 q_proj: 64 x 64 over 4 ranks = 1,024 elements per shard, gathered for the
+  // forward and the backward of each of the 2 steps.
+  for (const MasterWeights master : {MasterWeights::kNone, MasterWeights::kFp32}) {
+    const bool fp32 = master == MasterWeights::kFp32;
+    INFO("master weights " << (fp32 ? "fp32" : "none"));
+    TrainingOptions o = test::small_options();
+    o.precision = Precision::kBf16;
+    o.master_weights = master;
+    o.zero_grad_set_to_none = false;
+    o.data_parallel.scheme = "fsdp2-full-shard";
+    o.data_parallel.world_size = 4;
+    o.data_parallel.offload_params = true;
+    o.data_parallel.offload_optimizer = true;
+    const OpGraph g = build_training_steps(test::tiny_model("llama-2-7b"), o);
+    CHECK(test::persistent_bytes(g, TensorCategory::kParameter) == 0);
+    CHECK(test::persistent_bytes(g, TensorCategory::kGradient) == 0);
+    CHECK(test::persistent_bytes(g, TensorCategory::kOptimizerState) == 0);
+    const Bytes element = fp32 ? 4 : 2;  // the shards' dtype: the module's
+    CHECK(g.host_memory.parameters == element * kPerRank);
+    CHECK(g.host_memory.gradients == element * kPerRank);
+    CHECK(g.host_memory.optimizer_states == 2 * element * kPerRank);  // AdamW's moments, the shards' dtype
+    CHECK(test::sizes_named(g, "model.layers.0.self_attn.q_proj.weight.sharded.to(device)") ==
+          std::vector<Bytes>(4, element * 1'024));
+    CHECK(test::sizes_named(g, "model.layers.0.self_attn.q_proj.weight.sharded.to(param_dtype)") ==
+          (fp32 ? std::vector<Bytes>(4, 2 * 1'024) : std::vector<Bytes>{}));
+    test::check_schedule_invariants(g, build_allocation_schedule(g));
+  }
+}
