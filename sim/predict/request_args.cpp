@@ -562,6 +562,19 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
         "them (torchtitan's dp_shard x cp), so --cp must divide their number",
         a.cp, data_parallel.world_size));
   }
+  if (a.images_per_sample < 0 || a.images_per_sample > 4096) {
+    throw InputError(fmt::format("--images-per-sample: expected 0..4096, got {}", a.images_per_sample));
+  }
+  if (a.image_size < 0 || a.image_size > 65536) {
+    throw InputError(fmt::format("--image-size: expected 0..65536 pixels, got {}", a.image_size));
+  }
+  if (a.freeze_vision_tower != "true" && a.freeze_vision_tower != "false") {
+    throw InputError(
+        fmt::format("--freeze-vision-tower: expected true or false, got '{}'", a.freeze_vision_tower));
+  }
+  o.vision.images_per_sample = a.images_per_sample;
+  o.vision.image_size = a.image_size;
+  o.vision.freeze_tower = a.freeze_vision_tower == "true";
   o.pipeline.stages = a.pp;
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;
