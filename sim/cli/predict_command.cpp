@@ -424,8 +424,8 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
   if (p.vision.simulated()) {
     // llava: the tower, projector and the image tokens' merge are part of the step (vision_tower.h)
     fmt::print(
-        "vision part      {} {} ({} parameters, {}) + projector {} ({}); {} image(s) per sample, {} tokens "
-        "each\n",
+        "vision part      {} of {} parameters ({} layers, {}) + projector of {} ({}); {} image(s) per "
+        "sample, {} tokens each\n",
         p.vision.model_type, p.vision.tower_parameters, p.vision.clip.layers,
         p.vision_tower_frozen ? "frozen" : "trained", p.vision.projector_parameters,
         p.trainable_parameters > 0 && p.lora_rank == 0 && p.peft_method.empty() ? "trained" : "frozen",

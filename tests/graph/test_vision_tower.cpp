@@ -187,8 +187,8 @@ TEST_CASE("llava: what the vision part refuses", "[quick][graph]") {
                     "--generate with a vision-language model (llava): not modelled (vramsim)");
   // config.json errors name the file and key
   CHECK_THROWS_WITH(
-      model_from_hf_config_json(R"({"model_type": "llava", "vision_feature_layer": 40})", "c.json"),
-      "c.json: key 'vision_feature_layer' must be in -25..25, got 40");
+      model_from_hf_config_json(R"({"model_type": "llava", "vision_feature_layer": -40})", "c.json"),
+      "c.json: key 'vision_feature_layer' must be in -25..25, got -40");
   CHECK_THROWS_WITH(
       model_from_hf_config_json(
           R"({"model_type": "llava", "vision_config": {"model_type": "siglip_vision_model"}})", "c.json"),
