@@ -303,6 +303,19 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--cp-rotate-method", a.cp_rotate,
                   "how ring attention passes keys and values: allgather (torchtitan's default) or alltoall")
       ->capture_default_str();
+  cmd->add_option("--images-per-sample", a.images_per_sample,
+                  "vision-language models (llava): images per sample, each tokens_per_image of --seq's "
+                  "tokens (LlavaProcessor expands every <image>)")
+      ->capture_default_str();
+  cmd->add_option("--image-size", a.image_size,
+                  "vision-language models: pixels per image side (0: vision_config.image_size; CLIP refuses "
+                  "any other)")
+      ->capture_default_str();
+  cmd->add_option("--freeze-vision-tower", a.freeze_vision_tower,
+                  "vision-language models: true (LLaVA's fine-tune scripts, LLaMA-Factory's "
+                  "freeze_vision_tower) trains only the projector and language model; false trains the "
+                  "vision tower too")
+      ->capture_default_str();
   cmd->add_option(
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
@@ -444,7 +457,16 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
                describe(checkpoint->weights),
                checkpoint->warnings.empty() ? "" : "; differs from config.json (see the warning)");
   }
-  if (p.vision.total() > 0) {
+  if (p.vision.simulated()) {
+    // llava: the tower, projector and the image tokens' merge are part of the step (vision_tower.h)
+    fmt::print(
+        "vision part      {} of {} parameters ({} layers, {}) + projector of {} ({}); {} image(s) per "
+        "sample, {} tokens each\n",
+        p.vision.model_type, p.vision.tower_parameters, p.vision.clip.layers,
+        p.vision_tower_frozen ? "frozen" : "trained", p.vision.projector_parameters,
+        p.trainable_parameters > 0 && p.lora_rank == 0 && p.peft_method.empty() ? "trained" : "frozen",
+        p.images_per_sample, p.vision.clip.tokens_per_image());
+  } else if (p.vision.total() > 0) {
     // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
     fmt::print(
         "vision part      {} parameters from vision_config ({} {} + projector {}): counted, not "

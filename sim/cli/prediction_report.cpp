@@ -298,7 +298,15 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                         {"per_node_bytes", per_node}};
   }
   j["total_parameters"] = p.total_parameters;
-  if (p.vision.total() > 0) {
+  if (p.vision.simulated()) {
+    j["vision_part"] = {{"model_type", p.vision.model_type},
+                        {"tower_parameters", p.vision.tower_parameters},
+                        {"tower_layers", p.vision.clip.layers},
+                        {"tower_frozen", p.vision_tower_frozen},
+                        {"projector_parameters", p.vision.projector_parameters},
+                        {"images_per_sample", p.images_per_sample},
+                        {"tokens_per_image", p.vision.clip.tokens_per_image()}};
+  } else if (p.vision.total() > 0) {
     j["vision_part_not_simulated"] = {{"model_type", p.vision.model_type},
                                       {"tower_parameters", p.vision.tower_parameters},
                                       {"projector_parameters", p.vision.projector_parameters},

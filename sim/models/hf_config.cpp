@@ -126,6 +126,38 @@ class JsonReader {
     static const nlohmann::json kEmpty = nlohmann::json::object();
     return has(key) ? child(key) : JsonReader(kEmpty, m_source);
   }
+  // The JSON object under `key` as it is (an empty object when absent), for a reader that merges class
+  // defaults into it.
+  nlohmann::json object_or_empty(const char* key) const {
+    if (!has(key)) {
+      return nlohmann::json::object();
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_object()) {
+      throw InputError(fmt::format("{}: key '{}' must be an object, got {}", m_source, key, v.type_name()));
+    }
+    return v;
+  }
+  // An integer of either sign (vision_feature_layer: -2 counts from the end).
+  std::int64_t signed_integer_or(const char* key, std::int64_t fallback, std::int64_t limit) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_number_integer()) {
+      throw InputError(fmt::format("{}: key '{}' must be an integer, got {}", m_source, key, v.type_name()));
+    }
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(limit)) {
+      throw InputError(fmt::format("{}: key '{}' must be in -{}..{}", m_source, key, limit, limit));
+    }
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x < -limit || x > limit) {
+      throw InputError(
+          fmt::format("{}: key '{}' must be in -{}..{}, got {}", m_source, key, limit, limit, x));
+    }
+    return x;
+  }
+  std::string_view source() const { return m_source; }
   [[noreturn]] void fail(const char* key, const std::string& what) const {
     throw InputError(fmt::format("{}: key '{}': {}", m_source, key, what));
   }
@@ -445,6 +477,129 @@ ModelConfig gemma3(const JsonReader& r) {
   return m;
 }
 
+// CLIPVisionConfig (transformers' models/clip/configuration_clip.py; class defaults for missing keys, as
+// LlavaConfig builds it from a vision_config dict): the CLIPVisionModel vision_tower.py simulates.
+ModelConfig::VisionPart::Clip clip_vision(const JsonReader& v) {
+  ModelConfig::VisionPart::Clip c;
+  c.hidden = v.integer_or("hidden_size", 768);
+  c.intermediate = v.integer_or("intermediate_size", 3072);
+  c.layers = v.integer_or("num_hidden_layers", 12, kMaxLayers);
+  c.heads = v.integer_or("num_attention_heads", 12);
+  c.channels = v.integer_or("num_channels", 3, 64);
+  c.image_size = v.integer_or("image_size", 224);
+  c.patch_size = v.integer_or("patch_size", 32);
+  if (c.image_size % c.patch_size != 0) {
+    v.fail("vision_config.image_size",
+           fmt::format("{} is not a multiple of patch_size {}", c.image_size, c.patch_size));
+  }
+  if (c.hidden % c.heads != 0 || (c.hidden / c.heads) % 2 != 0) {
+    v.fail("vision_config.num_attention_heads",
+           fmt::format("{} heads do not split hidden_size {} into even head sizes", c.heads, c.hidden));
+  }
+  const std::string act = v.string_or("hidden_act", "quick_gelu");
+  if (act != "quick_gelu") {
+    v.fail("vision_config.hidden_act", fmt::format("'{}' is not modelled (quick_gelu is)", act));
+  }
+  return c;
+}
+
+// The parameters CLIPVisionModel registers (modeling_clip.py, CLIPVisionTransformer): CLIPVisionEmbeddings
+// (class_embedding [h], patch_embedding Conv2d(channels, h, patch, stride patch, bias=False),
+// position_embedding of (image_size / patch_size)^2 + 1 positions), pre_layrnorm, num_hidden_layers
+// CLIPEncoderLayers (k/v/q/out_proj with biases, layer_norm1, fc1 / fc2 with biases, layer_norm2),
+// post_layernorm. Counted with overflow checks (sim/core/checked.h).
+std::int64_t clip_vision_parameters(const ModelConfig::VisionPart::Clip& c, const JsonReader& v) {
+  const auto mul = [&](std::int64_t a, std::int64_t b) {
+    const auto x = checked_mul(a, b);
+    if (!x) {
+      v.fail("vision_config", "the vision tower's parameter count overflows");
+    }
+    return *x;
+  };
+  const auto add = [&](std::initializer_list<std::int64_t> xs) {
+    std::int64_t sum = 0;
+    for (std::int64_t x : xs) {
+      const auto y = checked_add(sum, x);
+      if (!y) {
+        v.fail("vision_config", "the vision tower's parameter count overflows");
+      }
+      sum = *y;
+    }
+    return sum;
+  };
+  const std::int64_t h = c.hidden, ff = c.intermediate;
+  const std::int64_t positions = add({mul(c.patches_per_side(), c.patches_per_side()), 1});
+  const std::int64_t embeddings =
+      add({h, mul(mul(h, c.channels), mul(c.patch_size, c.patch_size)), mul(positions, h)});
+  const std::int64_t layer =
+      add({mul(4, add({mul(h, h), h})), 2 * h, add({mul(h, ff), ff}), add({mul(ff, h), h}), 2 * h});
+  return add({embeddings, 2 * h, mul(c.layers, layer), 2 * h});
+}
+
+ModelConfig text_model(const nlohmann::json& text, std::string_view source);
+
+// LlavaConfig (LlavaForConditionalGeneration, transformers' models/llava): the language model of
+// text_config (model_type "llama" when absent; a llama text_config takes LlamaConfig's class defaults for
+// the keys it leaves out, as CONFIG_MAPPING["llama"](**text_config) does), the CLIP vision tower of
+// vision_config, and LlavaMultiModalProjector (linear_1 vision hidden -> text hidden, projector_hidden_act,
+// linear_2 text hidden -> text hidden, biases with multimodal_projector_bias). All three are simulated
+// (vision_tower.h).
+ModelConfig llava(const JsonReader& r) {
+  nlohmann::json text = r.object_or_empty("text_config");
+  if (!text.contains("model_type")) {
+    text["model_type"] = "llama";
+  }
+  if (text["model_type"] == "llama") {
+    // LlamaConfig.__init__'s defaults (configuration_llama.py)
+    const nlohmann::json defaults = {{"vocab_size", 32000},        {"hidden_size", 4096},
+                                     {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                                     {"num_attention_heads", 32},  {"max_position_embeddings", 2048}};
+    for (const auto& [key, value] : defaults.items()) {
+      if (!text.contains(key) || text.at(key).is_null()) {
+        text[key] = value;
+      }
+    }
+  }
+  ModelConfig m = text_model(text, r.source());
+  m.vision.wrapper_model_type = "llava";
+  const JsonReader v = r.child_or_empty("vision_config");
+  // LlavaConfig's own vision defaults when vision_config is absent: CLIP ViT-L/14 at 336 pixels
+  ModelConfig::VisionPart::Clip clip;
+  if (r.has("vision_config")) {
+    const std::string vision_type = v.string_or("model_type", "clip_vision_model");
+    if (vision_type != "clip_vision_model") {
+      v.fail("vision_config.model_type",
+             fmt::format("'{}' is not modelled (clip_vision_model is)", vision_type));
+    }
+    clip = clip_vision(v);
+  } else {
+    clip = {1024, 4096, 24, 16, 336, 14};
+  }
+  // hidden_states has num_hidden_layers + 1 entries (the embeddings, then each layer's output)
+  clip.feature_layer = r.signed_integer_or("vision_feature_layer", -2, clip.layers + 1);
+  if (clip.feature_layer > clip.layers) {
+    r.fail("vision_feature_layer", fmt::format("{} is past the {} hidden states of the vision tower",
+                                               clip.feature_layer, clip.layers + 1));
+  }
+  const std::string strategy = r.string_or("vision_feature_select_strategy", "default");
+  if (strategy != "default" && strategy != "full") {
+    r.fail("vision_feature_select_strategy", fmt::format("'{}' is not 'default' or 'full'", strategy));
+  }
+  clip.drop_cls = strategy == "default";
+  clip.projector_bias = r.boolean_or("multimodal_projector_bias", true);
+  const std::string act = r.string_or("projector_hidden_act", "gelu");
+  if (act != "gelu") {
+    r.fail("projector_hidden_act", fmt::format("'{}' is not modelled (gelu is)", act));
+  }
+  m.vision.model_type = "clip_vision_model";
+  m.vision.clip = clip;
+  m.vision.tower_parameters = clip_vision_parameters(clip, v);
+  const std::int64_t bias = clip.projector_bias ? 1 : 0;
+  m.vision.projector_parameters =
+      clip.hidden * m.d_model + bias * m.d_model + m.d_model * m.d_model + bias * m.d_model;
+  return m;
+}
+
 // Olmo2Config: Llama's shapes; q_norm / k_norm over the whole q / k projections; the two norms after
 // attention and MLP instead of before.
 ModelConfig olmo2(const JsonReader& r) {
@@ -664,6 +819,7 @@ constexpr HfModelType kModelTypes[] = {
     {"llama4_text", "Llama4ForCausalLM", llama4_text},
     {"llama4", "Llama4ForConditionalGeneration", llama4},
     {"deepseek_v3", "DeepseekV3ForCausalLM", deepseek_v3},
+    {"llava", "LlavaForConditionalGeneration", llava},
 };
 
 // model_type decides (it is what transformers' AutoConfig dispatches on); a config.json with only
@@ -698,6 +854,20 @@ const HfModelType& model_type_of(const nlohmann::json& root, std::string_view so
                     source, a.at(0).get<std::string>(), fmt::join(supported_model_types(), ", ")));
   }
   throw InputError(fmt::format("{}: missing key 'model_type'", source));
+}
+
+// A multimodal wrapper's text_config read by its own model_type's reader (llava): not another wrapper.
+ModelConfig text_model(const nlohmann::json& text, std::string_view source) {
+  const HfModelType& type = model_type_of(text, source);
+  if (type.read == llava || type.read == gemma3 || type.read == llama4) {
+    throw InputError(
+        fmt::format("{}: key 'text_config': model_type '{}' is a multimodal wrapper, not a "
+                    "language model",
+                    source, type.model_type));
+  }
+  ModelConfig m = type.read(JsonReader(text, source));
+  m.model_type = type.model_type;
+  return m;
 }
 
 void check_shapes(const ModelConfig& m, std::string_view source) {

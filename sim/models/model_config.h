@@ -162,6 +162,33 @@ struct ModelConfig {
     std::int64_t tower_parameters = 0;      // SiglipVisionModel
     std::int64_t projector_parameters = 0;  // Gemma3MultiModalProjector
     std::int64_t total() const { return tower_parameters + projector_parameters; }
+    // A vision encoder vramsim simulates (vision_tower.h): llava's CLIPVisionModel and
+    // LlavaMultiModalProjector. layers == 0: the vision part is counted only (gemma3, llama4).
+    struct Clip {
+      std::int64_t hidden = 0;        // vision_config.hidden_size
+      std::int64_t intermediate = 0;  // vision_config.intermediate_size
+      std::int64_t layers = 0;        // vision_config.num_hidden_layers
+      std::int64_t heads = 0;         // vision_config.num_attention_heads
+      std::int64_t image_size = 0;    // vision_config.image_size (pixels per side)
+      std::int64_t patch_size = 0;    // vision_config.patch_size
+      std::int64_t channels = 3;      // vision_config.num_channels
+      // vision_feature_layer: the index into the encoder's hidden_states (0: the embeddings after
+      // pre_layrnorm; -1: the last layer's output) whose features the projector reads.
+      std::int64_t feature_layer = -2;
+      bool drop_cls = true;        // vision_feature_select_strategy "default": features[:, 1:]; "full": all
+      bool projector_bias = true;  // multimodal_projector_bias
+      std::int64_t patches_per_side() const { return image_size / patch_size; }
+      // Tokens each image becomes in the language model's sequence.
+      std::int64_t tokens_per_image() const {
+        return patches_per_side() * patches_per_side() + (drop_cls ? 0 : 1);
+      }
+      // The encoder layers that run before the selected hidden state exists (all of them run).
+      std::int64_t feature_layers_run() const {
+        return feature_layer < 0 ? layers + 1 + feature_layer : feature_layer;
+      }
+    };
+    Clip clip;
+    bool simulated() const { return clip.layers > 0; }
   };
   VisionPart vision;
 

@@ -15,6 +15,7 @@
 #include "sim/inference/hf_generate.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
+#include "sim/models/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/training/optimizer.h"
@@ -85,6 +86,7 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
           attention_name(o.attention), attention_name(kernel)));
     }
   }
+  check_vision_options(m, o);
   if (o.bnb.format != BnbFormat::kNone && !layer_code(m.code).follows_transformers()) {
     throw InputError(fmt::format(
         "--base-weights: bitsandbytes quantizes the nn.Linear layers of transformers' model code; "
@@ -177,7 +179,8 @@ TrainingOptions context_parallel_rank_options(const TrainingOptions& requested) 
 // The embeddings' output: with sequence parallelism each rank keeps its slice of the sequence
 // (scatter_to_sequence_parallel_region in Megatron's LanguageModelEmbedding).
 VarId embeddings(EmitContext& ctx, VarId ids) {
-  VarId x = emit_embeddings(ctx, ids);
+  // LlavaModel.forward: the image features scattered into the image tokens' embeddings
+  VarId x = merge_image_features(ctx, emit_embeddings(ctx, ids));
   if (!ctx.params.peft_prompt.empty()) {  // PeftModelForCausalLM.forward: the prompts in front
     const VarId with_prompts = peft_prompt_embeddings(ctx.ops, ctx.params.peft_prompt, x, ctx.options.lora);
     ctx.ops.tape().drop(x);
@@ -641,10 +644,19 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   lora.base_gradients_computed = lora.enabled() && options.data_parallel.scheme.starts_with("fsdp-") &&
                                  !options.data_parallel.fsdp_peft_wrap &&
                                  options.data_parallel.fsdp_use_orig_params;
-  const ModelParams params = create_parameters(
-      tape, model, param_dtype, [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); }, lora,
-      options.bnb, keep);
+  const auto resident = [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); };
+  // A vision-language model registers its vision tower and projector before the language model (LlavaModel)
+  VisionParams vision =
+      create_vision_parameters(tape, model, param_dtype, options.vision,
+                               lora.enabled() || options.bnb.format != BnbFormat::kNone, resident);
+  ModelParams params = create_parameters(tape, model, param_dtype, resident, lora, options.bnb, keep);
+  if (!vision.all.empty()) {
+    params.trainable.insert(params.trainable.begin(), vision.trainable.begin(), vision.trainable.end());
+    params.vision = std::move(vision);
+  }
   std::vector<ParameterUnit> units = parameter_units(model, params, keep);
+  // the vision part belongs to the root unit (wrapped, gathered and reduced with the embeddings and head)
+  units.back().params.insert(units.back().params.end(), params.vision.all.begin(), params.vision.all.end());
   if (options.float8.fsdp_float8_all_gather) {  // WeightWithDynamicFloat8CastTensor's all-gather
     const Float8Weights gathered = float8_weights(model, params, keep, options.float8);
     for (ParameterUnit& unit : units) {
@@ -665,6 +677,14 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   tape.begin_op("batch.to(device)", "_to_copy");
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
+  VarId pixel_values = kNoVar;
+  if (model.vision.simulated() &&
+      options.vision.images_per_sample > 0) {  // the image processor's fp32 pixels, moved with the batch
+    const ModelConfig::VisionPart::Clip& clip = model.vision.clip;
+    pixel_values = tape.input(
+        "pixel_values", {images_in_micro_batch(options), clip.channels, clip.image_size, clip.image_size},
+        DType::kFloat32);
+  }
   OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
                            dp->optimizer_on_host(), dp->host_optimizer_fp32(), dp->fp32_sharded_parameters());
   if (options.data_parallel.zero_redundancy_optimizer) {  // rank 0 (the greedy gives it the largest first)
@@ -726,6 +746,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       EmitContext ctx{ops,    model,  options, params,    buffers, {},
                       kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
       ctx.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
+      ctx.pixel_values = pixel_values;
       tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
       tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
       // --compile-scope model-and-loss: the model returns its loss (labels passed); the loop keeps no logits

@@ -51,6 +51,24 @@ struct LayerParams {
         kv_b_w = kNoVar;
 };
 
+// A vision-language model's vision part (vision_tower.h): the CLIP tower's parameters by role and the
+// projector's, in model.parameters() order in `all`.
+struct VisionParams {
+  struct Layer {
+    VarId k_w = kNoVar, k_b = kNoVar, v_w = kNoVar, v_b = kNoVar, q_w = kNoVar, q_b = kNoVar, o_w = kNoVar,
+          o_b = kNoVar;
+    VarId ln1_w = kNoVar, ln1_b = kNoVar, fc1_w = kNoVar, fc1_b = kNoVar, fc2_w = kNoVar, fc2_b = kNoVar,
+          ln2_w = kNoVar, ln2_b = kNoVar;
+  };
+  VarId class_embedding = kNoVar, patch_w = kNoVar, position_w = kNoVar, pre_ln_w = kNoVar, pre_ln_b = kNoVar;
+  std::vector<Layer> layers;
+  VarId post_ln_w = kNoVar, post_ln_b = kNoVar;
+  VarId proj1_w = kNoVar, proj1_b = kNoVar, proj2_w = kNoVar, proj2_b = kNoVar;
+  VarId position_ids = kNoVar;  // CLIPVisionEmbeddings' buffer (int64, 1 x positions)
+  std::vector<VarId> all;
+  std::vector<VarId> trainable;  // the projector, and the tower unless it is frozen
+};
+
 struct ModelParams {
   VarId embed = kNoVar, pos = kNoVar;
   std::vector<LayerParams> layers;
@@ -64,6 +82,7 @@ struct ModelParams {
   std::vector<VarId> peft_prompt;
   std::vector<VarId> trainable;
   BnbWeights bnb;  // bitsandbytes: the quantized weights (the rest of their quantization state is untracked)
+  VisionParams vision;  // a vision-language model's tower and projector (empty for a text-only model)
 };
 
 // Creates the parameters (in registration order) in the current op; `resident_numel` (optional) says how many
@@ -120,6 +139,9 @@ struct EmitContext {
   std::vector<VarId> logit_chunks = {};
   // --compile: the process's Inductor state (kernels tuned so far); nullptr: eager.
   InductorProcess* inductor = nullptr;
+  // A vision-language model's batch of images (b x images_per_sample, channels, side, side), fp32 as the
+  // image processor makes them; kNoVar: a text-only forward.
+  VarId pixel_values = kNoVar;
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);

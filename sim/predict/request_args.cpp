@@ -656,6 +656,19 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.vllm.pipeline_parallel = vllm_pipeline ? a.pp : 1;
   r.vllm.data_parallel = vllm_pipeline ? data_parallel.world_size : 1;
   o.pipeline.stages = vllm_pipeline ? 1 : a.pp;
+  if (a.images_per_sample < 0 || a.images_per_sample > 4096) {
+    throw InputError(fmt::format("--images-per-sample: expected 0..4096, got {}", a.images_per_sample));
+  }
+  if (a.image_size < 0 || a.image_size > 65536) {
+    throw InputError(fmt::format("--image-size: expected 0..65536 pixels, got {}", a.image_size));
+  }
+  if (a.freeze_vision_tower != "true" && a.freeze_vision_tower != "false") {
+    throw InputError(
+        fmt::format("--freeze-vision-tower: expected true or false, got '{}'", a.freeze_vision_tower));
+  }
+  o.vision.images_per_sample = a.images_per_sample;
+  o.vision.image_size = a.image_size;
+  o.vision.freeze_tower = a.freeze_vision_tower == "true";
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;
   o.pipeline.split = parse_pipeline_split(a.pp_split);

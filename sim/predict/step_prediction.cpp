@@ -327,7 +327,17 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.tensor_parallel = request.tensor_parallel;
   p.pipeline_stage_simulated = request.options.pipeline.stage;
   p.sequence_parallel = request.options.sequence_parallel;
-  const ParameterCount count = count_parameters(request.model, request.options.lora);
+  ParameterCount count = count_parameters(request.model, request.options.lora);
+  if (request.model.vision.simulated()) {
+    // LlavaForConditionalGeneration's vision tower and projector (vision_tower.h): trained unless frozen; a
+    // PEFT method or quantized base freezes both
+    const ModelConfig::VisionPart& v = request.model.vision;
+    count.total += v.total();
+    if (!request.options.lora.enabled() && request.options.bnb.format == BnbFormat::kNone) {
+      count.trainable +=
+          v.projector_parameters + (request.options.vision.freeze_tower ? 0 : v.tower_parameters);
+    }
+  }
   p.lora_rank = request.options.lora.rank_based() ? request.options.lora.rank : 0;
   if (request.options.lora.enabled()) {
     p.peft_method = peft_method_info(request.options.lora.method).name;
@@ -352,6 +362,10 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   }
   p.total_parameters = count.total;
   p.vision = request.model.vision;
+  if (p.vision.simulated()) {
+    p.images_per_sample = request.options.vision.images_per_sample;
+    p.vision_tower_frozen = request.options.vision.freeze_tower || request.options.lora.enabled();
+  }
   p.attention_asked = std::string(attention_name(request.options.attention));
   p.attention_kernel = std::string(attention_name(attention_kernel(request.model, request.options)));
   p.precision_regime = precision_regime(request.options);

@@ -161,13 +161,17 @@ struct Prediction {
   bool bnb_prepare_kbit_training = false;
   bool bnb_saves_input = false;  // MatMul4Bit keeps A (older bitsandbytes)
   std::int64_t total_parameters = 0;
-  ModelConfig::VisionPart vision;  // a multimodal checkpoint's vision part, not simulated (model_config.h)
-  std::string attention_asked;     // attention_name() of the requested implementation (default resolved)
-  std::string attention_kernel;    // attention_name() of the kernel the run uses (SDPA's backend resolved)
-  std::string precision_regime;    // precision_regime(): what is kept in which dtype, master weights or not
-  bool compiled_loss = false;      // TrainingOptions::compile_loss as resolved (--compile-loss auto)
-  std::string gpu_name;            // "" with --capacity
-  std::int64_t total_bytes = 0;    // GPU total (cudaMemGetInfo) or --capacity
+  // A multimodal checkpoint's vision part (model_config.h): simulated for llava (vision_tower.h), with the
+  // request's images per sample and whether the tower was frozen; counted only otherwise.
+  ModelConfig::VisionPart vision;
+  std::int64_t images_per_sample = 0;
+  bool vision_tower_frozen = true;
+  std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
+  std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
+  std::string precision_regime;  // precision_regime(): what is kept in which dtype, master weights or not
+  bool compiled_loss = false;    // TrainingOptions::compile_loss as resolved (--compile-loss auto)
+  std::string gpu_name;          // "" with --capacity
+  std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
   std::string cuda_context_source;  // GpuMemory::context_source
   // total - context: what the allocator may cudaMalloc; less when per_process_memory_fraction is set
@@ -446,6 +450,11 @@ struct RequestArgs {
   bool float8_all_gather = false;
   int cp = 1;
   std::string cp_rotate = "allgather";
+  // A vision-language model's images (vision_tower.h): --images-per-sample, --image-size (0: the
+  // vision_config's), --freeze-vision-tower true|false
+  std::int64_t images_per_sample = 1;
+  std::int64_t image_size = 0;
+  std::string freeze_vision_tower = "true";
   int pp = 1;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 2;

@@ -331,6 +331,16 @@ struct ContextParallelOptions {
 // log_every_n_steps 1).
 enum class LossItemSync : std::uint8_t { kNone, kAfterBackward, kAfterStep };
 
+// The images of a vision-language model's samples (vision_tower.h): how many per sample, at what side in
+// pixels (0: vision_config's image_size), and whether the vision tower is frozen (LLaVA's fine-tune scripts
+// and LLaMA-Factory's freeze_vision_tower default: the tower's parameters get requires_grad_(False), the
+// projector and the language model train). A text-only model ignores them.
+struct VisionInputs {
+  std::int64_t images_per_sample = 1;  // --images-per-sample
+  std::int64_t image_size = 0;         // --image-size
+  bool freeze_tower = true;            // --freeze-vision-tower
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -422,6 +432,7 @@ struct TrainingOptions {
   CompileScope compile_scope = CompileScope::kModel;
   Float8Options float8;                     // torchao float8 linears (recipe kNone: none)
   ContextParallelOptions context_parallel;  // degree 1: none; `seq` is the whole sequence of all CP ranks
+  VisionInputs vision;                      // a vision-language model's images (text-only: unused)
 };
 
 // Limits on what a user can type, checked by validate() before any size is computed from them: far beyond

@@ -275,3 +275,29 @@ TEST_CASE("LoRA takes PEFT's default target_modules for qwen3, gemma3_text, phi 
   CHECK(oss.exit_code == 2);
   CHECK_THAT(oss.err, Catch::Matchers::Contains("no default target_modules for model_type 'gpt_oss'"));
 }
+
+TEST_CASE("llava: the vision tower, projector and language model in the step, frozen or trained", "[cli]") {
+  // llava-1.5-7b-hf, counted by hand in tests/graph/test_vision_tower.cpp: language model 6,738,939,904, CLIP
+  // tower 303,507,456, projector 20,979,712. A frozen tower (the default) leaves the projector and the
+  // language model to train; every parameter is in the bill (bf16: 2 bytes each).
+  const std::string model = "--model " + stored("llava-hf__llava-1.5-7b-hf.config.json") +
+                            " --capacity 2000GiB --precision bf16 --batch 1 --seq 640 --checkpointing full";
+  const nlohmann::json frozen = predict_json(model);
+  CHECK(frozen.at("total_parameters").get<std::int64_t>() == 7'063'427'072);
+  CHECK(frozen.at("trainable_parameters").get<std::int64_t>() == 6'738'939'904 + 20'979'712);
+  CHECK(frozen.at("bill").at("parameters").get<std::int64_t>() == 2 * 7'063'427'072LL);
+  const nlohmann::json& v = frozen.at("vision_part");
+  CHECK(v.at("tokens_per_image") == 576);
+  CHECK(v.at("tower_frozen") == true);
+  const nlohmann::json trained = predict_json(model + " --freeze-vision-tower false");
+  CHECK(trained.at("trainable_parameters").get<std::int64_t>() == 7'063'427'072);
+  CHECK(trained.at("vision_part").at("tower_frozen") == false);
+  // the tower's gradients and AdamW states (fp32 master weights) come on top
+  CHECK(trained.at("peak_allocated_bytes").get<std::int64_t>() >
+        frozen.at("peak_allocated_bytes").get<std::int64_t>() + 303'507'456LL * 2);
+  // --seq counts the image tokens: two images of 576 need 1152 of its 640
+  const auto r = run_vramsim("predict " + model + " --images-per-sample 2");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Matchers::Contains(
+                        "--images-per-sample 2: 1152 image tokens (576 per image) do not fit in --seq 640"));
+}

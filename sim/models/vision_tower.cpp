@@ -1,0 +1,414 @@
+#include "sim/models/vision_tower.h"
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/finetune/peft_lora.h"
+#include "sim/finetune/peft_method.h"
+#include "sim/finetune/peft_prompt.h"
+
+namespace vramsim {
+namespace {
+
+using Kind = GradRule::Kind;
+using Clip = ModelConfig::VisionPart::Clip;
+
+constexpr const char* kTower = "model.vision_tower.vision_model.";
+constexpr const char* kProjector = "model.multi_modal_projector.";
+
+std::int64_t positions(const Clip& c) { return c.patches_per_side() * c.patches_per_side() + 1; }
+
+// CLIPVisionEmbeddings.patch_embedding: Conv2d(channels, hidden, kernel_size=patch, stride=patch, bias=False)
+// on (n, channels, side, side) -> (n, hidden, side / patch, side / patch). cudnn's convolution saves its
+// input when the weight needs a gradient and the weight when the input does (derivatives.yaml convolution);
+// its workspace is not modelled.
+VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w, const Clip& c) {
+  EagerTape& t = ops.tape();
+  const VarId xa = ops.autocast_operand(name, x);  // conv2d is on autocast's lower-precision list
+  const VarId wa = ops.autocast_operand(name, w);
+  const std::int64_t n = t.shape(x)[0], g = c.patches_per_side();
+  OpCall call;
+  call.name = name;
+  call.kind = "convolution";
+  call.inputs = {xa, wa};
+  call.outputs = {OutputSpec{"", {n, c.hidden, g, g}, ops.autocast() ? *ops.autocast() : t.dtype(wa)}};
+  if (t.requires_grad(wa)) {
+    call.saved.inputs.push_back(0);
+  }
+  if (t.requires_grad(xa)) {
+    call.saved.inputs.push_back(1);
+  }
+  call.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}};
+  call.flops = 2.0 * static_cast<double>(n * g * g) * static_cast<double>(c.hidden * c.channels) *
+               static_cast<double>(c.patch_size * c.patch_size);
+  const VarId y = t.op1(call);
+  ops.first_matmul_workspace();
+  t.drop({xa, wa});
+  return y;
+}
+
+// CLIPVisionEmbeddings.forward: patch_embedding(pixel_values.to(dtype=target_dtype)).flatten(2).transpose(1,
+// 2), torch.cat([class_embedding.expand(n, 1, -1), patch_embeds], dim=1), + position_embedding(position_ids).
+VarId clip_embeddings(EmitContext& ctx, const VisionParams& p, VarId pixels, VarId position_ids) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const Clip& c = ctx.model.vision.clip;
+  const std::string n = "vision.embeddings";
+  const VarId cast = ops.to(n + ".pixel_values_to_dtype", pixels, t.dtype(p.patch_w));
+  const VarId conv = patch_convolution(ops, n + ".patch_embedding", cast, p.patch_w, c);
+  t.drop(cast);
+  const std::int64_t images = t.shape(pixels)[0], g = c.patches_per_side();
+  const VarId patches = t.view(conv, {images, g * g, c.hidden}, n + ".flatten_transpose");
+  t.drop(conv);
+  const VarId cls = t.view(p.class_embedding, {images, 1, c.hidden}, n + ".class_embedding_expand");
+  const VarId cat = ops.cat_dim(n + ".cat", cls, patches, 1);
+  t.drop({cls, patches});
+  const VarId pos = ops.embedding(n + ".position_embedding", p.position_w, position_ids);
+  const VarId sum = ops.add(n + ".add_positions", cat, pos);
+  t.drop({cat, pos});
+  return sum;
+}
+
+// CLIPAttention.forward with the SDPA interface (or flash_attention_2): q/k/v_proj, view + transpose to
+// heads, the contiguous copies sdpa_attention_forward makes, the non-causal kernel, transpose + reshape back
+// and out_proj. The eager interface (softmax of materialized scores) is approximated by SDPA's math kernel.
+VarId clip_attention(EmitContext& ctx, const VisionParams::Layer& p, const std::string& n, VarId x) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const Clip& c = ctx.model.vision.clip;
+  const Shape& in = t.shape(x);
+  const std::int64_t b = in[0], s = in[1], heads = c.heads, hd = c.hidden / c.heads;
+  const VarId q = ops.linear(n + ".q_proj", x, p.q_w, p.q_b);
+  const VarId k = ops.linear(n + ".k_proj", x, p.k_w, p.k_b);
+  const VarId v = ops.linear(n + ".v_proj", x, p.v_w, p.v_b);
+  const Shape per_head{b, heads, s, hd};
+  const VarId qh = t.view(q, per_head, n + ".q_heads");
+  const VarId kh = t.view(k, per_head, n + ".k_heads");
+  const VarId vh = t.view(v, per_head, n + ".v_heads");
+  t.drop({q, k, v});
+  const bool flash = ctx.attention == AttentionKind::kFlashAttention2;
+  VarId core;
+  if (flash) {  // flash_attn_func reads the (b, s, h, d) projections as they are
+    core = ops.sdpa_flash(n + ".flash_attn", qh, kh, vh);
+  } else {
+    const VarId qc = ops.contiguous(n + ".q_contiguous", qh);
+    const VarId kc = ops.contiguous(n + ".k_contiguous", kh);
+    const VarId vc = ops.contiguous(n + ".v_contiguous", vh);
+    switch (ctx.attention) {
+      case AttentionKind::kSdpaFlash:
+        core = ops.sdpa_flash(n + ".sdpa", qc, kc, vc);
+        break;
+      case AttentionKind::kSdpaEfficient:
+        core = ops.sdpa_efficient(n + ".sdpa", qc, kc, vc);
+        break;
+      default:
+        core = ops.sdpa_math(n + ".sdpa", qc, kc, vc, 0.0);
+        break;
+    }
+    t.drop({qc, kc, vc});
+  }
+  t.drop({qh, kh, vh});
+  const VarId transposed = t.view(core, {b, s, c.hidden}, n + ".transpose");
+  const VarId merged =
+      ops.contiguous(n + ".merge_heads", transposed, flash || attention_kernel_writes_bshd(ctx.attention));
+  t.drop({transposed, core});
+  const VarId out = ops.linear(n + ".out_proj", merged, p.o_w, p.o_b);
+  t.drop(merged);
+  return out;
+}
+
+// CLIPMLP with QuickGELUActivation: fc2(input * torch.sigmoid(1.702 * input)) of fc1(x).
+VarId clip_mlp(EmitContext& ctx, const VisionParams::Layer& p, const std::string& n, VarId x) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const VarId h = ops.linear(n + ".fc1", x, p.fc1_w, p.fc1_b);
+  const VarId scaled = ops.scale(n + ".quick_gelu.scale", h);
+  const VarId gate = ops.sigmoid(n + ".quick_gelu.sigmoid", scaled);
+  t.drop(scaled);
+  const VarId act = ops.mul(n + ".quick_gelu.mul", h, gate);
+  t.drop({h, gate});
+  const VarId out = ops.linear(n + ".fc2", act, p.fc2_w, p.fc2_b);
+  t.drop(act);
+  return out;
+}
+
+// CLIPEncoderLayer.forward: residual + self_attn(layer_norm1(x)), then residual + mlp(layer_norm2(x)).
+VarId clip_layer(EmitContext& ctx, const VisionParams::Layer& p, int l, VarId x) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const std::string n = fmt::format("vision.layers.{}", l);
+  const VarId h1 = ops.layer_norm(n + ".layer_norm1", x, p.ln1_w, p.ln1_b);
+  const VarId attn = clip_attention(ctx, p, n + ".self_attn", h1);
+  t.drop(h1);
+  const VarId r1 = ops.add(n + ".residual1", x, attn);
+  t.drop(attn);
+  const VarId h2 = ops.layer_norm(n + ".layer_norm2", r1, p.ln2_w, p.ln2_b);
+  const VarId mlp = clip_mlp(ctx, p, n + ".mlp", h2);
+  t.drop(h2);
+  const VarId out = ops.add(n + ".residual2", r1, mlp);
+  t.drop({r1, mlp});
+  return out;
+}
+
+// One encoder layer, inside torch.utils.checkpoint when the tower trains under --checkpointing full
+// (gradient_checkpointing_enable() covers CLIPEncoder too); a frozen tower saves nothing either way.
+VarId run_clip_layer(EmitContext& ctx, const VisionParams& p, int l, VarId x) {
+  const VisionParams::Layer& layer = p.layers[static_cast<std::size_t>(l)];
+  if (ctx.options.checkpointing == Checkpointing::kFull && !ctx.options.vision.freeze_tower &&
+      ctx.ops.tape().grad_enabled()) {
+    return ctx.ops.tape().checkpoint(
+        fmt::format("vision.layers.{}.checkpoint", l), {x},
+        [&ctx, &layer, l](const std::vector<VarId>& in) { return clip_layer(ctx, layer, l, in[0]); });
+  }
+  return clip_layer(ctx, layer, l, x);
+}
+
+// LlavaModel.get_image_features: vision_tower(pixel_values, output_hidden_states=True) -- the embeddings,
+// then pre_layrnorm, each encoder layer; every hidden state stays in the output tuple until the function
+// returns; pooled_output = post_layernorm(last_hidden_state[:, 0, :]) --,
+// hidden_states[vision_feature_layer], [:, 1:] under the "default" strategy, multi_modal_projector. The
+// layers after the selected one and the pooled output feed nothing the loss reads: their autograd graph dies
+// when the outputs do, so they run without recording one here.
+VarId image_features(EmitContext& ctx, const VisionParams& p) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const Clip& c = ctx.model.vision.clip;
+  const bool grad = t.grad_enabled();
+  VarId x = clip_embeddings(ctx, p, ctx.pixel_values, p.position_ids);
+  const VarId pre = ops.layer_norm("vision.pre_layrnorm", x, p.pre_ln_w, p.pre_ln_b);
+  t.drop(x);
+  std::vector<VarId> hidden_states{pre};  // encoder_states: (embeddings, layer 0 output, ...)
+  const std::int64_t selected = c.feature_layers_run();
+  for (int l = 0; l < static_cast<int>(c.layers); ++l) {
+    t.set_grad_enabled(grad && l < selected);
+    hidden_states.push_back(run_clip_layer(ctx, p, l, hidden_states.back()));
+  }
+  const std::int64_t images = t.shape(pre)[0];
+  const VarId cls = t.view(hidden_states.back(), {images, c.hidden}, "vision.pooled_select");
+  const VarId pooled = ops.layer_norm("vision.post_layernorm", cls, p.post_ln_w, p.post_ln_b);
+  t.drop(cls);
+  t.set_grad_enabled(grad);
+  const VarId chosen = hidden_states[static_cast<std::size_t>(selected)];
+  const std::int64_t tokens = c.tokens_per_image();
+  // selected_image_feature[:, 1:]: a strided slice; F.linear folds it into rows, a copy when several images
+  // make it non-contiguous
+  VarId features = t.view(chosen, {images, tokens, c.hidden}, "vision.select_features",
+                          GradRule{c.drop_cls ? Kind::kAlloc : Kind::kPassThrough});
+  if (c.drop_cls && images > 1) {
+    const VarId copied = ops.contiguous("vision.select_features_reshape", features);
+    t.drop(features);
+    features = copied;
+  }
+  const VarId h1 = ops.linear("multi_modal_projector.linear_1", features, p.proj1_w, p.proj1_b);
+  t.drop(features);
+  const VarId act = ops.gelu("multi_modal_projector.act", h1);
+  t.drop(h1);
+  const VarId out = ops.linear("multi_modal_projector.linear_2", act, p.proj2_w, p.proj2_b);
+  t.drop(act);
+  t.drop(pooled);
+  for (const VarId h : hidden_states) {  // image_outputs goes away
+    t.drop(h);
+  }
+  return out;
+}
+
+void push(std::vector<ParameterShape>& out, std::string name, std::vector<std::int64_t> shape) {
+  out.push_back(ParameterShape{std::move(name), std::move(shape), -1});
+}
+
+}  // namespace
+
+void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out) {
+  if (!model.vision.simulated()) {
+    return;
+  }
+  const Clip& c = model.vision.clip;
+  const std::string e = std::string(kTower) + "embeddings.";
+  push(out, e + "class_embedding", {c.hidden});
+  push(out, e + "patch_embedding.weight", {c.hidden, c.channels, c.patch_size, c.patch_size});
+  push(out, e + "position_embedding.weight", {positions(c), c.hidden});
+  push(out, std::string(kTower) + "pre_layrnorm.weight", {c.hidden});
+  push(out, std::string(kTower) + "pre_layrnorm.bias", {c.hidden});
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = fmt::format("{}encoder.layers.{}.", kTower, l);
+    for (const char* proj : {"k_proj", "v_proj", "q_proj", "out_proj"}) {  // CLIPAttention.__init__ order
+      push(out, p + "self_attn." + proj + ".weight", {c.hidden, c.hidden});
+      push(out, p + "self_attn." + proj + ".bias", {c.hidden});
+    }
+    push(out, p + "layer_norm1.weight", {c.hidden});
+    push(out, p + "layer_norm1.bias", {c.hidden});
+    push(out, p + "mlp.fc1.weight", {c.intermediate, c.hidden});
+    push(out, p + "mlp.fc1.bias", {c.intermediate});
+    push(out, p + "mlp.fc2.weight", {c.hidden, c.intermediate});
+    push(out, p + "mlp.fc2.bias", {c.hidden});
+    push(out, p + "layer_norm2.weight", {c.hidden});
+    push(out, p + "layer_norm2.bias", {c.hidden});
+  }
+  push(out, std::string(kTower) + "post_layernorm.weight", {c.hidden});
+  push(out, std::string(kTower) + "post_layernorm.bias", {c.hidden});
+  push(out, std::string(kProjector) + "linear_1.weight", {model.d_model, c.hidden});
+  if (c.projector_bias) {
+    push(out, std::string(kProjector) + "linear_1.bias", {model.d_model});
+  }
+  push(out, std::string(kProjector) + "linear_2.weight", {model.d_model, model.d_model});
+  if (c.projector_bias) {
+    push(out, std::string(kProjector) + "linear_2.bias", {model.d_model});
+  }
+}
+
+VisionParams create_vision_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
+                                      const VisionInputs& vision, bool base_frozen,
+                                      const std::function<std::int64_t(std::int64_t)>& resident_numel) {
+  VisionParams p;
+  std::vector<ParameterShape> shapes;
+  llava_vision_parameter_shapes(model, shapes);
+  if (shapes.empty()) {
+    return p;
+  }
+  const Clip& c = model.vision.clip;
+  p.layers.resize(static_cast<std::size_t>(c.layers));
+  for (const ParameterShape& s : shapes) {
+    const VarId v =
+        tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);
+    p.all.push_back(v);
+    const bool projector = s.name.starts_with(kProjector);
+    if (base_frozen || (!projector && vision.freeze_tower)) {
+      tape.freeze(v);
+    } else {
+      p.trainable.push_back(v);
+    }
+  }
+  // by position in llava_vision_parameter_shapes' order
+  std::size_t i = 0;
+  const auto next = [&]() { return p.all.at(i++); };
+  p.class_embedding = next();
+  p.patch_w = next();
+  p.position_w = next();
+  p.pre_ln_w = next();
+  p.pre_ln_b = next();
+  for (VisionParams::Layer& l : p.layers) {
+    l.k_w = next(), l.k_b = next(), l.v_w = next(), l.v_b = next();
+    l.q_w = next(), l.q_b = next(), l.o_w = next(), l.o_b = next();
+    l.ln1_w = next(), l.ln1_b = next(), l.fc1_w = next(), l.fc1_b = next();
+    l.fc2_w = next(), l.fc2_b = next(), l.ln2_w = next(), l.ln2_b = next();
+  }
+  p.post_ln_w = next();
+  p.post_ln_b = next();
+  p.proj1_w = next();
+  p.proj1_b = c.projector_bias ? next() : kNoVar;
+  p.proj2_w = next();
+  p.proj2_b = c.projector_bias ? next() : kNoVar;
+  // CLIPVisionEmbeddings' position_ids: register_buffer(..., persistent=False), moved with the model
+  p.position_ids =
+      tape.input("model.vision_tower.vision_model.embeddings.position_ids", {1, positions(c)}, DType::kInt64);
+  return p;
+}
+
+std::int64_t images_in_micro_batch(const TrainingOptions& options) {
+  return options.batch * options.vision.images_per_sample;
+}
+
+void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
+  if (!model.vision.simulated()) {
+    return;
+  }
+  const Clip& c = model.vision.clip;
+  const std::int64_t side = o.vision.image_size == 0 ? c.image_size : o.vision.image_size;
+  if (side != c.image_size) {
+    // CLIPVisionEmbeddings.forward without interpolate_pos_encoding (LlavaModel does not pass it)
+    throw InputError(
+        fmt::format("--image-size {}: Input image size ({}*{}) doesn't match model ({}*{}) "
+                    "(CLIPVisionEmbeddings; llava's images are resized to vision_config.image_size)",
+                    side, side, side, c.image_size, c.image_size));
+  }
+  const std::int64_t tokens = o.vision.images_per_sample * c.tokens_per_image();
+  if (tokens > o.seq) {
+    throw InputError(
+        fmt::format("--images-per-sample {}: {} image tokens ({} per image) do not fit in --seq {} "
+                    "(the language model's sequence, image tokens included)",
+                    o.vision.images_per_sample, tokens, c.tokens_per_image(), o.seq));
+  }
+  if (o.lora.enabled() && !is_prompt_learning(o.lora)) {
+    // get_peft_model runs before anything below would: PEFT's refusal of a model_type without default
+    // target_modules ("llava" has none) comes first
+    (void)lora_target_modules(o.lora, model);
+  }
+  const auto not_modelled = [](const std::string& what) {
+    throw InputError(fmt::format("{} with a vision-language model (llava): not modelled (vramsim)", what));
+  };
+  if (o.generate_tokens > 0) {
+    not_modelled("--generate");
+  }
+  if (o.pipeline.stages > 1) {
+    not_modelled("--pp");
+  }
+  if (o.tensor_parallel > 1 || o.sequence_parallel) {
+    not_modelled("--tp");
+  }
+  if (o.context_parallel.degree > 1) {
+    not_modelled("--cp");
+  }
+  if (o.compile != CompileMode::kNone) {
+    not_modelled("--compile");
+  }
+  if (o.bnb.format != BnbFormat::kNone) {
+    not_modelled("--base-weights");
+  }
+  if (o.float8.recipe != Float8Recipe::kNone) {
+    not_modelled("--float8");
+  }
+  if (is_prompt_learning(o.lora)) {
+    not_modelled(fmt::format("--peft-method {}", peft_method_info(o.lora.method).name));
+  }
+}
+
+VarId merge_image_features(EmitContext& ctx, VarId inputs_embeds) {
+  if (ctx.pixel_values == kNoVar) {
+    return inputs_embeds;
+  }
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const VarId projected = image_features(ctx, ctx.params.vision);
+  const Shape& emb = t.shape(inputs_embeds);
+  const std::int64_t images = t.shape(projected)[0], tokens = t.shape(projected)[1];
+  // torch.cat(image_features, dim=0).to(inputs_embeds.device, inputs_embeds.dtype): one new tensor
+  const VarId flat_view = t.view(projected, {images * tokens, emb[2]}, "image_features.list");
+  const VarId cat = ops.contiguous("image_features.cat", flat_view);
+  t.drop({flat_view, projected});
+  const VarId features = ops.to("image_features.to_dtype", cat, t.dtype(inputs_embeds));
+  t.drop(cat);
+  // get_placeholder_mask: input_ids == image_token_id (bools of (b, s)),
+  // unsqueeze(-1).expand_as(inputs_embeds); its check inputs_embeds[special_image_mask].numel() indexes with
+  // the expanded mask: nonzero's int64 (n, 3) indices and the selected elements, freed at once.
+  t.begin_op("get_placeholder_mask", "eq");
+  const VarId mask = t.constant("special_image_mask", "eq", {emb[0], emb[1], 1}, DType::kBool);
+  const std::int64_t selected = images * tokens * emb[2];
+  t.begin_op("get_placeholder_mask.check", "index");
+  const Bytes index_bytes = tensor_bytes({selected, 3}, DType::kInt64);
+  const TensorId indices =
+      t.allocate("special_image_mask.nonzero", index_bytes, DType::kInt64, TensorCategory::kTemporary);
+  const TensorId picked =
+      t.allocate("inputs_embeds[special_image_mask]", tensor_bytes({selected}, t.dtype(inputs_embeds)),
+                 t.dtype(inputs_embeds), TensorCategory::kTemporary);
+  t.release(picked);
+  t.release(indices);
+  // inputs_embeds.masked_scatter(mask, features): a contiguous clone, then masked_scatter__cuda
+  // (aten/src/ATen/native/cuda/IndexKernel.cpp): maskPrefixSum = at::empty(self.sizes(), kLong) and
+  // launch_masked_scatter_kernel's mask.contiguous() of the expanded mask, freed when it returns. Backward
+  // (derivatives.yaml): self's gradient grad.masked_fill(mask, 0); source's masked_scatter_backward ->
+  // grad.masked_select(mask), whose index with the bool mask makes nonzero's (n, 3) int64 indices.
+  OpCall c;
+  c.name = "inputs_embeds.masked_scatter";
+  c.kind = "masked_scatter";
+  c.inputs = {inputs_embeds, mask, features};
+  c.outputs = {OutputSpec{"", emb, t.dtype(inputs_embeds)}};
+  c.scratch_bytes = {tensor_bytes(emb, DType::kInt64), tensor_bytes(emb, DType::kBool)};
+  c.saved.inputs = {1};
+  c.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kNone}, GradRule{Kind::kAlloc}};
+  c.backward.temp_bytes = {index_bytes};
+  const VarId merged = t.op1(c);
+  t.drop({mask, features, inputs_embeds});
+  return merged;
+}
+
+}  // namespace vramsim
