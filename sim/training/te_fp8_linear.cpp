@@ -48,6 +48,9 @@ Fp8Tensor quantize(EagerTape& t, const std::string& name, VarId hp, bool rowwise
   return out;
 }
 
+// Linear.forward: cache_name = None if (is_first_microbatch is None or self.is_fsdp2) else "weight"
+bool weight_cached(const Float8Options& o) { return o.te_weight_cache && !o.te_fsdp2; }
+
 void drop(EagerTape& t, const Fp8Tensor& f) {
   for (const VarId v : {f.data, f.transpose, f.scale_inv}) {
     if (v != kNoVar) {
@@ -92,13 +95,11 @@ std::vector<VarId> create_te_module_state(EagerTape& tape, const std::string& mo
       tape.input(module + ".fp8_meta.scaling_bwd.scale", {2}, DType::kFloat32),
       tape.input(module + ".fp8_meta.scaling_bwd.amax_history", {history, 2}, DType::kFloat32),
   };
-  if (o.te_weight_cache) {  // _fp8_workspaces["weight"]: row-wise data, its transpose, scale_inv
+  if (weight_cached(o)) {  // _fp8_workspaces["weight"]: row-wise data, its transpose, scale_inv
     const Shape ws = tape.shape(weight);
     out.push_back(tape.input(module + "._fp8_workspaces.weight._data", ws, kFp8Storage));
-    if (!o.te_fsdp2) {
-      out.push_back(
-          tape.input(module + "._fp8_workspaces.weight._transpose", {ws.at(1), ws.at(0)}, kFp8Storage));
-    }
+    out.push_back(
+        tape.input(module + "._fp8_workspaces.weight._transpose", {ws.at(1), ws.at(0)}, kFp8Storage));
     out.push_back(tape.input(module + "._fp8_workspaces.weight._scale_inv", {1}, DType::kFloat32));
   }
   return out;
@@ -119,7 +120,7 @@ VarId te_linear_forward(TorchOps& ops, const std::string& name, VarId x, VarId w
   // backward needs them
   Fp8Tensor x8 = quantize(t, name + ".input", x, true, training);
   Fp8Tensor w8;
-  const bool fresh_weight = !o.te_weight_cache;
+  const bool fresh_weight = !weight_cached(o);
   if (fresh_weight) {
     w8 = quantize(t, name + ".weight", w, true, training && !o.te_fsdp2);
   }

@@ -12,13 +12,13 @@
 //     amax_history_len, 3) fp32; "scaling_bwd" with 2 (grad_output, grad_input): torch.ones(2),
 //     torch.zeros(amax_history_len, 2). Kept for the run.
 //   _Linear.forward (module/linear.py, _linear_forward_impl):
-//     the weight quantized by quantize_weight (module/base.py) with row-wise and column-wise usage: one byte
-//     per
-//       element for the data and one for its transpose, plus a one-element fp32 scale_inv. Without
-//       is_first_microbatch (TE's default) it is made anew in every forward and saved for backward
+//     the weight quantized by quantize_weight (module/base.py) with row-wise and column-wise usage: one
+//       byte per element for the data and one for its transpose, plus a one-element fp32 scale_inv.
+//       Without is_first_microbatch (TE's default) it is made anew in every forward and saved for backward
 //       (wt_save = weightmat); with it (--fp8-weight-cache) it is the module's _fp8_workspaces["weight"],
-//       kept between steps. Under FSDP2 (is_fsdp2) only the row-wise data is made and nothing is saved: the
-//       backward quantizes the gathered weight again (TE issue #2681).
+//       kept between steps (not under FSDP2: cache_name is None when is_fsdp2). Under FSDP2 only the
+//       row-wise data is made and nothing is saved: the backward quantizes the gathered weight again (TE
+//       issue #2681).
 //     the input quantized row-wise and column-wise (fused cast-transpose: no high-precision temporaries);
 //       after the GEMM inputmat.update_usage(rowwise_usage=False) drops the row-wise data, and the transposed
 //       copy, one byte per element, is what is saved (saved_inputmat).
@@ -60,7 +60,7 @@ TeLinearBytes te_linear_bytes(std::int64_t rows, std::int64_t in, std::int64_t o
 std::vector<VarId> create_te_module_state(EagerTape& tape, const std::string& module, VarId weight,
                                           const Float8Options& o);
 
-// te.Linear.forward on x [..., in] with weight w [out, in] (bias: added after, in x's dtype).
+// te.Linear.forward on x [..., in] with weight w [out, in] (the bias is added in the GEMM epilogue).
 VarId te_linear_forward(TorchOps& ops, const std::string& name, VarId x, VarId w, VarId bias,
                         const Float8Options& o);
 

@@ -173,6 +173,10 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
   if (o.float8.recipe == Float8Recipe::kTeDelayed && o.compile != CompileMode::kNone) {
     throw InputError("--float8 te: te.Linear under --compile-mode is not modelled (vramsim)");
   }
+  if (o.float8.recipe == Float8Recipe::kTeDelayed && o.checkpointing == Checkpointing::kSelectiveOp) {
+    // torch's op-level SAC chooses among aten ops; TE's GEMMs and casts are its own extension's calls
+    throw InputError("--float8 te: with --checkpointing selective-op is not modelled (vramsim)");
+  }
   if (o.float8.fsdp_float8_all_gather) {
     if (o.float8.recipe != Float8Recipe::kTensorwise) {
       // torchtitan's Float8LinearConverter: "enable_fsdp_float8_all_gather is only supported for tensorwise"

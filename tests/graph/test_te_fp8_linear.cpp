@@ -120,6 +120,10 @@ TEST_CASE("Transformer Engine: refusals", "[quick][graph][fp8]") {
                     "--float8 te: te.Linear's tensor parallelism (parallel_mode, tp_group) is not modelled "
                     "with --tp (vramsim)");
   o = te_options();
+  o.checkpointing = Checkpointing::kSelectiveOp;
+  CHECK_THROWS_WITH(build_training_steps(tiny(), o),
+                    "--float8 te: with --checkpointing selective-op is not modelled (vramsim)");
+  o = te_options();
   o.float8.amax_history_len = 0;
   CHECK_THROWS_WITH(build_training_steps(tiny(), o), "--fp8-amax-history-len: 0 is not in 1..1048576");
   o = te_options();
