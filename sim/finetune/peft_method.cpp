@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/finetune/peft_prompt.h"
+#include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/graph/eager_tape.h"
+#include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/torch/torch_ops.h"
 
@@ -69,6 +72,32 @@ const PeftLinearMethod* linear_method(const LoraOptions& o) {
     return &dora_method();
   }
   return peft_method_info(o.method).linear;
+}
+
+void check_peft_job(const ModelConfig& m, const TrainingOptions& o) {
+  if (is_trainable_tokens(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1 ||
+                                      o.tensor_parallel > 1 || o.loss == LossKind::kChunkedCrossEntropy)) {
+    throw InputError(
+        "--peft-method trainable-tokens: with --generate, --pp, --tp or --loss chunked-ce is not modelled "
+        "(vramsim)");
+  }
+  if (o.lora.method == PeftMethod::kPrefixTuning &&
+      (o.generate_tokens > 0 || o.pipeline.stages > 1 || o.tensor_parallel > 1 ||
+       o.context_parallel.degree > 1 || o.checkpointing != Checkpointing::kNone ||
+       o.compile != CompileMode::kNone || !layer_code(m.code).follows_transformers() ||
+       m.family == ModelFamily::kGpt2 || m.mla.kv_lora_rank > 0)) {
+    throw InputError(
+        "--peft-method prefix-tuning: with --generate, --pp, --tp, --cp, --checkpointing, --compile-mode, or "
+        "on a model other than Llama-style transformers code, is not modelled (vramsim)");
+  }
+  if (o.lora.method == PeftMethod::kAdalora && o.pipeline.stages > 1) {
+    // AdaLoraModel.forward adds the regulariser to the whole model's outputs.loss
+    throw InputError("--peft-method adalora: with --pp is not modelled (vramsim)");
+  }
+  if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
+    throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
+                                 peft_method_info(o.lora.method).name));
+  }
 }
 
 DType adapter_dtype(DType base, DType quantized_base, const LoraOptions& o) {

@@ -82,6 +82,10 @@ const PeftLinearMethod& adalora_method();  // peft_adalora.cpp
 const PeftLinearMethod& oft_method();      // peft_oft.cpp
 const PeftLinearMethod& boft_method();     // peft_boft.cpp
 
+// The job shapes a PEFT method is not modelled with (prefix tuning, trainable tokens, AdaLoRA, prompt
+// learning with --generate, --pp, ...): throws InputError("--peft-method X: with ... is not modelled").
+void check_peft_job(const ModelConfig& model, const TrainingOptions& options);
+
 // The adapter's dtype: fp32 under autocast_adapter_dtype for a fp16/bf16 base, else the base weight's
 // float dtype; `quantized_base` for a quantized (non-float) base weight.
 DType adapter_dtype(DType base, DType quantized_base, const LoraOptions& o);

@@ -40,30 +40,7 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
                     "(use sdpa)",
                     m.code));
   }
-  if (is_trainable_tokens(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1 ||
-                                      o.tensor_parallel > 1 || o.loss == LossKind::kChunkedCrossEntropy)) {
-    throw InputError(
-        "--peft-method trainable-tokens: with --generate, --pp, --tp or --loss chunked-ce is not modelled "
-        "(vramsim)");
-  }
-  if (o.lora.method == PeftMethod::kPrefixTuning &&
-      (o.generate_tokens > 0 || o.pipeline.stages > 1 || o.tensor_parallel > 1 ||
-       o.context_parallel.degree > 1 || o.checkpointing != Checkpointing::kNone ||
-       o.compile != CompileMode::kNone || !layer_code(m.code).follows_transformers() ||
-       m.family == ModelFamily::kGpt2 || m.mla.kv_lora_rank > 0)) {
-    throw InputError(
-        "--peft-method prefix-tuning: with --generate, --pp, --tp, --cp, --checkpointing, --compile-mode, or "
-        "on "
-        "a model other than Llama-style transformers code, is not modelled (vramsim)");
-  }
-  if (o.lora.method == PeftMethod::kAdalora && o.pipeline.stages > 1) {
-    // AdaLoraModel.forward adds the regulariser to the whole model's outputs.loss
-    throw InputError("--peft-method adalora: with --pp is not modelled (vramsim)");
-  }
-  if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
-    throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
-                                 peft_method_info(o.lora.method).name));
-  }
+  check_peft_job(m, o);  // what the PEFT catalogue composes with (peft_method.h)
   if (o.lora.enabled() && !layer_code(m.code).follows_transformers()) {
     throw InputError(
         fmt::format("--lora-rank: the {} code's layers are not torch.nn.Linear, which PEFT's LoRA "
