@@ -90,9 +90,11 @@ void check_peft_job(const ModelConfig& m, const TrainingOptions& o) {
         "--peft-method prefix-tuning: with --generate, --pp, --tp, --cp, --checkpointing, --compile-mode, or "
         "on a model other than Llama-style transformers code, is not modelled (vramsim)");
   }
-  if (o.lora.method == PeftMethod::kAdalora && o.pipeline.stages > 1) {
-    // AdaLoraModel.forward adds the regulariser to the whole model's outputs.loss
-    throw InputError("--peft-method adalora: with --pp is not modelled (vramsim)");
+  if (o.lora.method == PeftMethod::kAdalora &&
+      (o.pipeline.stages > 1 || o.data_parallel.scheme.starts_with("zero3"))) {
+    // AdaLoraModel.forward adds the regulariser to the whole model's outputs.loss; under ZeRO-3
+    // RankAllocator.update_ipt reads deepspeed.utils.safe_get_full_grad of partitioned parameters
+    throw InputError("--peft-method adalora: with --pp or --zero 3 is not modelled (vramsim)");
   }
   if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
     throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
