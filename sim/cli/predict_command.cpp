@@ -222,21 +222,49 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "--lora-targets", a.lora_targets,
       "LoRA target_modules, PEFT's names: q_proj,v_proj,... or all-linear (default: PEFT's for the "
       "model_type)");
-  cmd->add_option("--peft-method", a.peft_method,
-                  "PEFT method (peft.PeftType): lora, ia3, prompt-tuning, p-tuning, loha, lokr, vera "
-                  "(DoRA: --use-dora; LoRA-FA: --lora-fa)")
+  cmd->add_option(
+         "--peft-method", a.peft_method,
+         "PEFT method (peft.PeftType): lora, ia3, prompt-tuning, p-tuning, loha, lokr, vera, adalora, "
+         "oft, boft, trainable-tokens, prefix-tuning "
+         "(DoRA: --use-dora; LoRA-FA: --lora-fa)")
       ->capture_default_str();
   cmd->add_flag("--use-dora", a.use_dora,
                 "LoraConfig(use_dora=True): DoRA's magnitude vector and weight norm");
   cmd->add_flag("--lora-fa", a.lora_fa,
                 "peft.optimizers.create_lorafa_optimizer: lora_A frozen, only lora_B trained (LoRA-FA)");
   cmd->add_option("--num-virtual-tokens", a.num_virtual_tokens,
-                  "prompt tuning / P-tuning num_virtual_tokens (the model runs on --seq + this many)");
+                  "prompt tuning / P-tuning num_virtual_tokens (the model runs on --seq + this many); prefix "
+                  "tuning's prefix length");
   cmd->add_option("--encoder-hidden-size", a.encoder_hidden_size,
                   "P-tuning PromptEncoderConfig.encoder_hidden_size (default: the model's hidden size)");
   cmd->add_option("--feedforward-modules", a.feedforward_modules,
                   "IA3Config.feedforward_modules (with --lora-targets; default: PEFT's for the model_type)");
   cmd->add_option("--decompose-factor", a.decompose_factor, "LoKrConfig.decompose_factor (-1: PEFT's)")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--prefix-projection", a.prefix_projection,
+      "PrefixTuningConfig.prefix_projection: the prefix through a two-layer MLP (--encoder-hidden-size)");
+  cmd->add_option("--token-indices", a.token_indices,
+                  "TrainableTokensConfig.token_indices: the embedding rows trained (--peft-method "
+                  "trainable-tokens), e.g. 128000,128001");
+  cmd->add_option("--init-r", a.init_r,
+                  "AdaLoraConfig.init_r: each layer's starting rank (--lora-rank is target_r)")
+      ->capture_default_str();
+  cmd->add_option("--oft-block-size", a.oft_block_size,
+                  "OFTConfig.oft_block_size (0: from r, the number of blocks, --lora-rank)")
+      ->capture_default_str();
+  cmd->add_option("--use-cayley-neumann", a.use_cayley_neumann,
+                  "OFTConfig.use_cayley_neumann (PEFT's default true; false: torch.linalg.solve)")
+      ->capture_default_str();
+  cmd->add_option("--num-cayley-neumann-terms", a.num_cayley_neumann_terms,
+                  "OFTConfig.num_cayley_neumann_terms")
+      ->capture_default_str();
+  cmd->add_option("--boft-block-size", a.boft_block_size, "BOFTConfig.boft_block_size (PEFT's default 4)")
+      ->capture_default_str();
+  cmd->add_option("--boft-block-num", a.boft_block_num, "BOFTConfig.boft_block_num (0: from the block size)")
+      ->capture_default_str();
+  cmd->add_option("--boft-n-butterfly-factor", a.boft_n_butterfly_factor,
+                  "BOFTConfig.boft_n_butterfly_factor")
       ->capture_default_str();
   cmd->add_option("--autocast-adapter-dtype", a.autocast_adapter_dtype,
                   "get_peft_model(autocast_adapter_dtype=...): fp16/bf16 adapters cast to fp32 (PEFT's "
@@ -290,8 +318,15 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                 "parallelism) instead of the fused kernels");
   cmd->add_option("--float8", a.float8,
                   "torchao float8 training (convert_to_float8_training, torchtitan's filter): none, "
-                  "tensorwise or rowwise scaling; needs --precision bf16")
+                  "tensorwise or rowwise scaling; or te: Transformer Engine's te.Linear under "
+                  "fp8_autocast(DelayedScaling()) (Accelerate's convert_model); needs --precision bf16")
       ->capture_default_str();
+  cmd->add_option("--fp8-amax-history-len", a.fp8_amax_history_len,
+                  "Transformer Engine DelayedScaling.amax_history_len (--float8 te)")
+      ->capture_default_str();
+  cmd->add_flag("--fp8-weight-cache", a.fp8_weight_cache,
+                "Transformer Engine: te.Linear.forward(is_first_microbatch=...) keeps the fp8 weight and its "
+                "transpose between steps (_fp8_workspaces; --float8 te)");
   cmd->add_flag("--float8-all-gather", a.float8_all_gather,
                 "torchao's enable_fsdp_float8_all_gather: FSDP2 all-gathers the float8 linears' weights in "
                 "float8 (tensorwise only)");
@@ -545,7 +580,12 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
         p.trainable_parameters, p.total_parameters,
         100.0 * static_cast<double>(p.trainable_parameters) / static_cast<double>(p.total_parameters));
   }
-  if (a.float8 != "none") {
+  if (a.float8 == "te") {
+    fmt::print(
+        "float8           Transformer Engine te.Linear under fp8_autocast (DelayedScaling, amax history "
+        "{}){}\n",
+        a.fp8_amax_history_len, a.fp8_weight_cache ? "; fp8 weights cached between steps" : "");
+  } else if (a.float8 != "none") {
     fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}\n",
                a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
   }

@@ -136,7 +136,8 @@ void validate(const LoraOptions& o) {
   if (o.lora_fa && (o.method != PeftMethod::kLora || o.use_dora)) {
     throw InputError("--lora-fa: create_lorafa_optimizer trains plain LoRA adapters (--peft-method lora)");
   }
-  const bool prompt = o.method == PeftMethod::kPromptTuning || o.method == PeftMethod::kPTuning;
+  const bool prompt = o.method == PeftMethod::kPromptTuning || o.method == PeftMethod::kPTuning ||
+                      o.method == PeftMethod::kPrefixTuning;
   if (prompt && (o.num_virtual_tokens < 1 || o.num_virtual_tokens > 65536)) {
     throw InputError(fmt::format(
         "--num-virtual-tokens: {} virtual tokens (PromptLearningConfig.num_virtual_tokens; 1..65536)",
@@ -144,6 +145,21 @@ void validate(const LoraOptions& o) {
   }
   if (o.encoder_hidden_size < 0 || o.encoder_hidden_size > 1 << 20) {
     throw InputError(fmt::format("--encoder-hidden-size: {} is out of range", o.encoder_hidden_size));
+  }
+  if (o.method == PeftMethod::kTrainableTokens && o.trainable_tokens < 1) {
+    throw InputError(
+        "--token-indices: TrainableTokensConfig.token_indices is required (--peft-method "
+        "trainable-tokens)");
+  }
+  if (o.init_r < 1 || o.init_r > 65536) {
+    throw InputError(fmt::format("--init-r: {} is out of range (AdaLoraConfig.init_r, 1..65536)", o.init_r));
+  }
+  if (o.block_size < 0 || o.block_size > 65536 || o.block_num < 0 || o.block_num > 65536) {
+    throw InputError("--oft-block-size / --boft-block-size / --boft-block-num: out of range (0..65536)");
+  }
+  if (o.num_cayley_neumann_terms < 1 || o.num_cayley_neumann_terms > 64) {
+    throw InputError(
+        fmt::format("--num-cayley-neumann-terms: {} is out of range (1..64)", o.num_cayley_neumann_terms));
   }
   if (o.decompose_factor == 0 || o.decompose_factor < -1 || o.decompose_factor > 65536) {
     throw InputError(
@@ -202,6 +218,9 @@ ParameterCount count_parameters(const ModelConfig& model, const LoraOptions& lor
         (a.trainable ? trainable : frozen) += numel(a.shape);
       }
     }
+  } else if (lora.method ==
+             PeftMethod::kTrainableTokens) {  // trainable_tokens_delta; the original is a buffer
+    trainable += static_cast<std::int64_t>(lora.trainable_tokens) * model.d_model;
   } else {
     for (const AdapterTensor& a : prompt_encoder_tensors(model, lora)) {
       trainable += numel(a.shape);

@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/finetune/peft_prompt.h"
+#include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/graph/eager_tape.h"
+#include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/torch/torch_ops.h"
 
@@ -23,18 +26,23 @@ const std::vector<PeftMethodInfo>& peft_methods() {
       {PeftMethod::kPTuning, "p-tuning", "P_TUNING",
        "PromptEncoderConfig(num_virtual_tokens, encoder_hidden_size, encoder_reparameterization_type=MLP)",
        nullptr, ""},
-      {PeftMethod::kPrefixTuning, "prefix-tuning", "PREFIX_TUNING", "PrefixTuningConfig(num_virtual_tokens)",
-       nullptr, "its past_key_values (a trainable prefix in every layer's attention) are not modelled"},
+      {PeftMethod::kPrefixTuning, "prefix-tuning", "PREFIX_TUNING",
+       "PrefixTuningConfig(num_virtual_tokens, prefix_projection, encoder_hidden_size)", nullptr, ""},
       {PeftMethod::kLoha, "loha", "LOHA", "LoHaConfig(r, alpha, target_modules)", &loha_method(), ""},
       {PeftMethod::kLokr, "lokr", "LOKR", "LoKrConfig(r, alpha, target_modules, decompose_factor)",
        &lokr_method(), ""},
       {PeftMethod::kVera, "vera", "VERA", "VeraConfig(r, target_modules)", &vera_method(), ""},
-      {PeftMethod::kOft, "oft", "OFT", "OFTConfig", nullptr, "OFT is not modelled"},
-      {PeftMethod::kBoft, "boft", "BOFT", "BOFTConfig", nullptr, "BOFT is not modelled"},
-      {PeftMethod::kAdalora, "adalora", "ADALORA", "AdaLoraConfig", nullptr,
-       "AdaLoRA (its orthogonality regulariser and rank allocation) is not modelled"},
-      {PeftMethod::kTrainableTokens, "trainable-tokens", "TRAINABLE_TOKENS", "TrainableTokensConfig", nullptr,
-       "trainable tokens are not modelled"},
+      {PeftMethod::kOft, "oft", "OFT",
+       "OFTConfig(r or oft_block_size, use_cayley_neumann, num_cayley_neumann_terms, target_modules)",
+       &oft_method(), ""},
+      {PeftMethod::kBoft, "boft", "BOFT",
+       "BOFTConfig(boft_block_size or boft_block_num, boft_n_butterfly_factor, target_modules)",
+       &boft_method(), ""},
+      {PeftMethod::kAdalora, "adalora", "ADALORA",
+       "AdaLoraConfig(init_r, target_r, orth_reg_weight, target_modules); update_and_allocate each step",
+       &adalora_method(), ""},
+      {PeftMethod::kTrainableTokens, "trainable-tokens", "TRAINABLE_TOKENS",
+       "TrainableTokensConfig(token_indices, target_modules=embed_tokens)", nullptr, ""},
   };
   return kMethods;
 }
@@ -64,6 +72,34 @@ const PeftLinearMethod* linear_method(const LoraOptions& o) {
     return &dora_method();
   }
   return peft_method_info(o.method).linear;
+}
+
+void check_peft_job(const ModelConfig& m, const TrainingOptions& o) {
+  if (is_trainable_tokens(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1 ||
+                                      o.tensor_parallel > 1 || o.loss == LossKind::kChunkedCrossEntropy)) {
+    throw InputError(
+        "--peft-method trainable-tokens: with --generate, --pp, --tp or --loss chunked-ce is not modelled "
+        "(vramsim)");
+  }
+  if (o.lora.method == PeftMethod::kPrefixTuning &&
+      (o.generate_tokens > 0 || o.pipeline.stages > 1 || o.tensor_parallel > 1 ||
+       o.context_parallel.degree > 1 || o.checkpointing != Checkpointing::kNone ||
+       o.compile != CompileMode::kNone || !layer_code(m.code).follows_transformers() ||
+       m.family == ModelFamily::kGpt2 || m.mla.kv_lora_rank > 0)) {
+    throw InputError(
+        "--peft-method prefix-tuning: with --generate, --pp, --tp, --cp, --checkpointing, --compile-mode, or "
+        "on a model other than Llama-style transformers code, is not modelled (vramsim)");
+  }
+  if (o.lora.method == PeftMethod::kAdalora &&
+      (o.pipeline.stages > 1 || o.data_parallel.scheme.starts_with("zero3"))) {
+    // AdaLoraModel.forward adds the regulariser to the whole model's outputs.loss; under ZeRO-3
+    // RankAllocator.update_ipt reads deepspeed.utils.safe_get_full_grad of partitioned parameters
+    throw InputError("--peft-method adalora: with --pp or --zero 3 is not modelled (vramsim)");
+  }
+  if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
+    throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
+                                 peft_method_info(o.lora.method).name));
+  }
 }
 
 DType adapter_dtype(DType base, DType quantized_base, const LoraOptions& o) {

@@ -1,5 +1,6 @@
 // The PEFT catalogue: each tuner of peft/tuners/<method> that vramsim models, behind one interface, listed in
-// one registry (peft_methods()). A method that wraps linear layers (LoRA, DoRA, IA3, LoHa, LoKr, VeRA)
+// one registry (peft_methods()). A method that wraps linear layers (LoRA, DoRA, IA3, LoHa, LoKr, VeRA,
+// AdaLoRA, OFT, BOFT)
 // says what update_layer adds to one targeted layer (the tensors, their shapes, which are trainable) and
 // runs the wrapped layer's forward on the tape, so that what it allocates, what autograd saves for backward
 // and what the optimizer keeps follow from the ordinary rules. Prompt learning (prompt tuning, P-tuning)
@@ -71,12 +72,19 @@ PeftMethod parse_peft_method(std::string_view text);
 const PeftLinearMethod* linear_method(const LoraOptions& o);
 
 // The methods, one file each.
-const PeftLinearMethod& lora_method();  // peft_lora.cpp (LoRA, rsLoRA, LoRA-FA)
-const PeftLinearMethod& dora_method();  // peft_dora.cpp
-const PeftLinearMethod& ia3_method();   // peft_ia3.cpp
-const PeftLinearMethod& loha_method();  // peft_loha.cpp
-const PeftLinearMethod& lokr_method();  // peft_lokr.cpp
-const PeftLinearMethod& vera_method();  // peft_vera.cpp
+const PeftLinearMethod& lora_method();     // peft_lora.cpp (LoRA, rsLoRA, LoRA-FA)
+const PeftLinearMethod& dora_method();     // peft_dora.cpp
+const PeftLinearMethod& ia3_method();      // peft_ia3.cpp
+const PeftLinearMethod& loha_method();     // peft_loha.cpp
+const PeftLinearMethod& lokr_method();     // peft_lokr.cpp
+const PeftLinearMethod& vera_method();     // peft_vera.cpp
+const PeftLinearMethod& adalora_method();  // peft_adalora.cpp
+const PeftLinearMethod& oft_method();      // peft_oft.cpp
+const PeftLinearMethod& boft_method();     // peft_boft.cpp
+
+// The job shapes a PEFT method is not modelled with (prefix tuning, trainable tokens, AdaLoRA, prompt
+// learning with --generate, --pp, ...): throws InputError("--peft-method X: with ... is not modelled").
+void check_peft_job(const ModelConfig& model, const TrainingOptions& options);
 
 // The adapter's dtype: fp32 under autocast_adapter_dtype for a fp16/bf16 base, else the base weight's
 // float dtype; `quantized_base` for a quantized (non-float) base weight.

@@ -1,6 +1,8 @@
 // Prompt tuning and P-tuning (peft_prompt.h).
 #include "sim/finetune/peft_prompt.h"
 
+#include "sim/finetune/peft_prefix.h"
+
 #include "sim/graph/eager_tape.h"
 #include "sim/models/model_config.h"
 #include "sim/torch/torch_ops.h"
@@ -12,6 +14,9 @@ bool is_prompt_learning(const LoraOptions& o) {
 }
 
 std::vector<AdapterTensor> prompt_encoder_tensors(const ModelConfig& model, const LoraOptions& o) {
+  if (o.method == PeftMethod::kPrefixTuning) {
+    return prefix_encoder_tensors(model, o);
+  }
   const std::int64_t n = o.num_virtual_tokens;
   const std::int64_t d = model.d_model;  // token_dim: the model's hidden size
   if (o.method == PeftMethod::kPromptTuning) {

@@ -40,6 +40,9 @@ class KvCache {
   virtual std::pair<VarId, VarId> update(EmitContext& ctx, int layer, VarId k, VarId v) = 0;
   // The forward of `s` tokens has finished: they are cached now.
   void advance(std::int64_t s) { m_past += s; }
+  // generate() passes logits_to_keep=1: only the last position's logits. false: a training forward that
+  // hands the model a cache (PEFT's prefix tuning, peft_prefix.h) computes every position's.
+  virtual bool keeps_last_logits() const { return true; }
   // Releases the cached tensors (generate() returns and the cache goes).
   virtual void release(EagerTape& tape) = 0;
   // Bytes of keys and values held now.

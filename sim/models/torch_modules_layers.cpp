@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "sim/compile/torch_compile.h"
+#include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/layer_code.h"
 #include "sim/parallel/loss_parallel.h"
@@ -755,7 +756,15 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   EagerTape& t = ops.tape();
   const std::int64_t s = c.options.seq;
   const bool gpt2 = c.model.family == ModelFamily::kGpt2;
-  const VarId tok = ops.embedding(gpt2 ? "transformer.wte" : "model.embed_tokens", c.params.embed, ids);
+  const std::string embed_name = gpt2 ? "transformer.wte" : "model.embed_tokens";
+  VarId tok = kNoVar;
+  if (c.params.trainable_tokens.empty()) {
+    tok = ops.embedding(embed_name, c.params.embed, ids);
+  } else {  // TrainableTokensLayer: F.embedding(x, W.index_copy(...)) (peft_trainable_tokens.h)
+    const VarId merged = trainable_tokens_weight(ops, embed_name, c.params.embed, c.params.trainable_tokens);
+    tok = ops.embedding(embed_name, merged, ids);
+    t.drop(merged);
+  }
   if (c.options.bnb.format != BnbFormat::kNone && c.options.bnb.prepare_kbit_training && t.grad_enabled()) {
     // prepare_model_for_kbit_training -> model.enable_input_require_grads(): a forward hook on the input
     // embeddings calls output.requires_grad_(True) (for reentrant checkpointing)
@@ -823,7 +832,8 @@ VarId torch_modules_layer(EmitContext& c, int layer, VarId x) {
 }
 
 bool chunked_loss(const EmitContext& c) {
-  return c.options.loss == LossKind::kChunkedCrossEntropy && c.kv_cache == nullptr && !c.options.inference &&
+  return c.options.loss == LossKind::kChunkedCrossEntropy &&
+         (c.kv_cache == nullptr || !c.kv_cache->keeps_last_logits()) && !c.options.inference &&
          !c.options.forward_only;
 }
 
@@ -906,12 +916,20 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
     return torchtune_chunked_output(c, h);
   }
   VarId head_in = h;
-  if (c.kv_cache != nullptr) {  // generate's logits_to_keep=1: hidden_states[:, -1:, :]
+  if (c.kv_cache != nullptr && c.kv_cache->keeps_last_logits()) {  // generate's logits_to_keep=1
     head_in = c.ops.tape().view(h, {c.options.batch, 1, c.model.d_model}, "hidden_states[:, -1:, :]");
     c.ops.tape().drop(h);
   }
-  VarId logits = column_parallel_linear(c, "lm_head", head_in, c.params.head, c.params.head_b);
+  VarId head = c.params.head;
+  const bool tied_tokens = !c.params.trainable_tokens.empty() && head == c.params.embed;
+  if (tied_tokens) {  // the tied lm_head's TrainableTokensLayer: F.linear(x, W.index_copy(...))
+    head = trainable_tokens_weight(c.ops, "lm_head", head, c.params.trainable_tokens);
+  }
+  VarId logits = column_parallel_linear(c, "lm_head", head_in, head, c.params.head_b);
   c.ops.tape().drop(head_in);
+  if (tied_tokens) {
+    c.ops.tape().drop(head);
+  }
   if (c.model.logits_scaling != 1.0) {  // GraniteForCausalLM: logits = logits / self.config.logits_scaling
     const VarId scaled = c.ops.scale("logits_scaling", logits);
     c.ops.tape().drop(logits);

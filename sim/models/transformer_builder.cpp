@@ -10,8 +10,11 @@
 #include "sim/compile/torch_compile.h"
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
+#include "sim/finetune/peft_adalora.h"
 #include "sim/finetune/peft_method.h"
+#include "sim/finetune/peft_prefix.h"
 #include "sim/finetune/peft_prompt.h"
+#include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/inference/hf_generate.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
@@ -20,6 +23,7 @@
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/training/optimizer.h"
 #include "sim/training/selective_checkpoint.h"
+#include "sim/training/te_fp8_linear.h"
 
 namespace vramsim {
 namespace {
@@ -37,10 +41,7 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
                     "(use sdpa)",
                     m.code));
   }
-  if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
-    throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
-                                 peft_method_info(o.lora.method).name));
-  }
+  check_peft_job(m, o);  // what the PEFT catalogue composes with (peft_method.h)
   if (o.lora.enabled() && !layer_code(m.code).follows_transformers()) {
     throw InputError(
         fmt::format("--lora-rank: the {} code's layers are not torch.nn.Linear, which PEFT's LoRA "
@@ -143,6 +144,9 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
   for (const VarId v : params.peft_prompt) {
     units.back().params.push_back(v);
   }
+  if (!params.trainable_tokens.empty()) {  // a submodule of embed_tokens (the root unit's)
+    units.back().params.push_back(params.trainable_tokens.at(0));
+  }
   return units;
 }
 
@@ -158,8 +162,10 @@ Float8Weights float8_weights(const ModelConfig& model, const ModelParams& params
   if (keep) {
     std::erase_if(shapes, [&](const ParameterShape& s) { return !keep(s, parameter_role(s)); });
   }
+  const bool te = float8.recipe == Float8Recipe::kTeDelayed;
   for (std::size_t i = 0; i < shapes.size() && i < params.all.size(); ++i) {
-    if (is_float8_target(shapes[i]) && params.all[i] != params.embed) {
+    if ((te ? is_te_linear_target(shapes[i]) : is_float8_target(shapes[i])) &&
+        params.all[i] != params.embed) {
       out.insert(params.all[i]);
     }
   }
@@ -181,7 +187,7 @@ TrainingOptions context_parallel_rank_options(const TrainingOptions& requested) 
 VarId embeddings(EmitContext& ctx, VarId ids) {
   // LlavaModel.forward: the image features scattered into the image tokens' embeddings
   VarId x = merge_image_features(ctx, emit_embeddings(ctx, ids));
-  if (!ctx.params.peft_prompt.empty()) {  // PeftModelForCausalLM.forward: the prompts in front
+  if (is_prompt_learning(ctx.options.lora)) {  // PeftModelForCausalLM.forward: the prompts in front
     const VarId with_prompts = peft_prompt_embeddings(ctx.ops, ctx.params.peft_prompt, x, ctx.options.lora);
     ctx.ops.tape().drop(x);
     x = with_prompts;
@@ -565,7 +571,9 @@ void pipeline_step(PipelineStage& st, int step) {
 AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options) {
   return resolve_attention(
       options.attention, model.head_dim, options.precision, options.compute_capability, !options.inference,
-      layer_code(model.code).follows_transformers() && (model.always_builds_mask || left_padded(options)));
+      layer_code(model.code).follows_transformers() &&
+          (model.always_builds_mask || left_padded(options) ||
+           options.lora.method == PeftMethod::kPrefixTuning));  // prefix tuning: keys longer than queries
 }
 
 static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& options);
@@ -718,8 +726,21 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   tape.set_cuda_device(options.device);
   ops.set_lora(&params.lora, &options.lora, !options.inference);
   ops.set_bnb(&params.bnb, &options.bnb);
-  const Float8Weights float8 = float8_weights(model, params, keep, options.float8);
-  ops.set_float8(&float8, &options.float8);
+  Float8Options float8_options = options.float8;
+  float8_options.te_fsdp2 = options.data_parallel.scheme.starts_with("fsdp2-");
+  const Float8Weights float8 = float8_weights(model, params, keep, float8_options);
+  if (float8_options.recipe == Float8Recipe::kTeDelayed && !float8.empty()) {
+    // init_fp8_metadata at each te.Linear's first forward under fp8_autocast (before the first step's)
+    tape.begin_op("te.Linear.init_fp8_metadata", "zeros");
+    for (const VarId w : params.all) {
+      if (float8.count(w) != 0) {
+        const std::string& n = tape.name(w);
+        create_te_module_state(tape, n.substr(0, n.size() - std::string_view(".weight").size()), w,
+                               float8_options);
+      }
+    }
+  }
+  ops.set_float8(&float8, &float8_options);
   ops.set_context_parallel(&options.context_parallel);
   const std::optional<DType> low = autocast_dtype(options.precision);
   const AttentionKind attention = attention_kernel(model, options);
@@ -734,6 +755,18 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   PipelineStage stage{tape, ops,       model, options, params, buffers, *dp, units, ids,   targets,
                       low,  attention, &code, chunks,  {},     {},      {},  {},    kNoVar};
   stage.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
+  // AdaLoRA: RankAllocator's importance state over lora_A, lora_B and lora_E (peft_adalora.h)
+  const bool adalora = options.lora.method == PeftMethod::kAdalora && options.lora.enabled();
+  std::vector<VarId> adalora_params;
+  if (adalora) {
+    for (const VarId w : params.all) {
+      if (const auto it = params.lora.find(w); it != params.lora.end()) {
+        adalora_params.insert(adalora_params.end(), it->second.params.begin(), it->second.params.begin() + 3);
+      }
+    }
+  }
+  AdaloraRankAllocator rank_allocator(adalora_params);
+  std::unique_ptr<KvCache> held_prefix_cache;
   for (int step = 1; step <= options.steps; ++step) {
     if (options.pipeline.stages > 1) {
       pipeline_step(stage, step);
@@ -749,6 +782,12 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       ctx.pixel_values = pixel_values;
       tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
       tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
+      std::unique_ptr<KvCache> prefix_cache;  // prefix tuning: get_prompt's DynamicCache (peft_prefix.h)
+      if (options.lora.method == PeftMethod::kPrefixTuning) {
+        prefix_cache =
+            make_prefix_cache(ops, params.peft_prompt, model, options.lora, options.batch, param_dtype);
+        ctx.kv_cache = prefix_cache.get();
+      }
       // --compile-scope model-and-loss: the model returns its loss (labels passed); the loop keeps no logits
       const bool loss_in_graph =
           ctx.inductor != nullptr && !forward_only && options.compile_scope == CompileScope::kModelAndLoss;
@@ -778,6 +817,12 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       }
       held_logits = logits;
       held_graph_begin = graph_begin;
+      if (prefix_cache) {  // outputs.past_key_values: alive with `outputs`, until this forward replaced them
+        if (held_prefix_cache) {
+          held_prefix_cache->release(tape);
+        }
+        held_prefix_cache = std::move(prefix_cache);
+      }
       if (forward_only) {
         if (!options.autocast_whole_step) {
           ops.set_autocast(std::nullopt);
@@ -794,6 +839,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
         tape.begin_op("loss (inside the compiled graph)", "noop");
       } else {
         loss = emit_loss(ctx, logits, targets);
+        if (adalora) {  // AdaLoraModel.forward: outputs.loss += orth_reg_weight * regu_loss
+          loss = adalora_orthogonal_regularizer(ops, params.lora, params.all, loss);
+        }
       }
       if (held_loss != kNoVar) {
         tape.drop(held_loss);
@@ -830,6 +878,10 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       }
       dp->after_optimizer_step(tape);
     }
+    if (adalora) {  // model.base_model.update_and_allocate(step), after the step, before zero_grad
+      tape.begin_op("update_and_allocate", "update_ipt");
+      rank_allocator.update_ipt(tape);
+    }
     if (options.autocast_whole_step) {
       ops.set_autocast(std::nullopt);
       ops.clear_autocast_cache();
@@ -856,6 +908,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   }
   if (held_loss != kNoVar) {
     tape.drop(held_loss);
+  }
+  if (held_prefix_cache) {
+    held_prefix_cache->release(tape);
   }
   tape.release_nodes(0, tape.node_count());
   if (options.autocast_whole_step) {

@@ -12,6 +12,7 @@
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
 #include "sim/finetune/peft_prompt.h"
+#include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/models/layer_code.h"
 
 namespace vramsim {
@@ -339,12 +340,19 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     }
     p.trainable.clear();
   }
-  if (is_prompt_learning(lora)) {  // every base parameter frozen; the prompt encoder trains
+  if (is_prompt_learning(lora) || lora.method == PeftMethod::kPrefixTuning) {
+    // every base parameter frozen; the prompt (prefix) encoder trains
     for (VarId v : p.all) {
       tape.freeze(v);
     }
     p.peft_prompt = create_prompt_encoder(tape, model, lora);
     p.trainable = p.peft_prompt;
+  } else if (is_trainable_tokens(lora)) {  // the embedding's rows only
+    for (VarId v : p.all) {
+      tape.freeze(v);
+    }
+    p.trainable_tokens = create_trainable_tokens(tape, model, lora, tape.dtype(p.embed));
+    p.trainable = {p.trainable_tokens.at(0)};
   } else if (lora.enabled()) {
     create_lora_adapters(tape, model, lora, resident_numel, p,
                          bnb.format == BnbFormat::kTorchaoNf4 ? dtype : DType::kFloat32);

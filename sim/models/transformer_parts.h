@@ -80,6 +80,9 @@ struct ModelParams {
   // PEFT's prompt learning (prompt tuning, P-tuning): the prompt encoder's parameters, its embedding first
   // (peft_prompt.h); empty otherwise.
   std::vector<VarId> peft_prompt;
+  // PEFT's trainable tokens (peft_trainable_tokens.h): the embedding's TrainableTokensLayer
+  // trainable_tokens_delta (trainable) and trainable_tokens_original (a buffer); empty otherwise.
+  std::vector<VarId> trainable_tokens;
   std::vector<VarId> trainable;
   BnbWeights bnb;  // bitsandbytes: the quantized weights (the rest of their quantization state is untracked)
   VisionParams vision;  // a vision-language model's tower and projector (empty for a text-only model)

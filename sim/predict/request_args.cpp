@@ -18,6 +18,7 @@
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
+#include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/models/checkpoint_quantization.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
@@ -567,6 +568,19 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.lora.encoder_hidden_size = a.encoder_hidden_size;
   o.lora.decompose_factor = a.decompose_factor;
   o.lora.autocast_adapter_dtype = a.autocast_adapter_dtype;
+  o.lora.init_r = a.init_r;
+  o.lora.prefix_projection = a.prefix_projection;
+  if (!a.token_indices.empty()) {
+    if (o.lora.method != PeftMethod::kTrainableTokens) {
+      throw InputError("--token-indices: a TrainableTokensConfig option (--peft-method trainable-tokens)");
+    }
+    o.lora.trainable_tokens = parse_token_indices(a.token_indices, r.model.vocab_size);
+  }
+  o.lora.block_size = o.lora.method == PeftMethod::kBoft ? a.boft_block_size : a.oft_block_size;
+  o.lora.block_num = a.boft_block_num;
+  o.lora.butterfly_factor = a.boft_n_butterfly_factor;
+  o.lora.use_cayley_neumann = a.use_cayley_neumann;
+  o.lora.num_cayley_neumann_terms = a.num_cayley_neumann_terms;
   if (!a.feedforward_modules.empty()) {
     if (o.lora.method != PeftMethod::kIa3) {
       throw InputError("--feedforward-modules: an IA3Config option (--peft-method ia3)");
@@ -643,6 +657,8 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.loss_parallel = a.loss_parallel;
   o.float8.recipe = parse_float8_recipe(a.float8);
   o.float8.fsdp_float8_all_gather = a.float8_all_gather;
+  o.float8.amax_history_len = a.fp8_amax_history_len;
+  o.float8.te_weight_cache = a.fp8_weight_cache;
   o.context_parallel.degree = a.cp;
   o.context_parallel.rotate = parse_cp_rotate(a.cp_rotate);
   if (a.cp > 1 && a.cp <= 4096 && data_parallel.world_size % a.cp != 0) {

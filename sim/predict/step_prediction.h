@@ -420,6 +420,17 @@ struct RequestArgs {
   int encoder_hidden_size = 0;
   int decompose_factor = -1;
   bool autocast_adapter_dtype = true;
+  // --init-r (AdaLoRA), --oft-block-size, --use-cayley-neumann, --num-cayley-neumann-terms (OFT),
+  // --boft-block-size, --boft-block-num, --boft-n-butterfly-factor (BOFT)
+  int init_r = 12;
+  int oft_block_size = 0;
+  bool use_cayley_neumann = true;
+  int num_cayley_neumann_terms = 5;
+  int boft_block_size = 0;
+  int boft_block_num = 0;
+  int boft_n_butterfly_factor = 1;
+  std::string token_indices;       // --token-indices 128000,128001 (TrainableTokensConfig.token_indices)
+  bool prefix_projection = false;  // --prefix-projection (PrefixTuningConfig.prefix_projection)
   // bitsandbytes: --base-weights ("": the --precision dtype), --bnb-double-quant, --bnb-compute-dtype,
   // --no-prepare-kbit (skip PEFT's prepare_model_for_kbit_training fp32 cast)
   std::string base_weights;
@@ -448,6 +459,8 @@ struct RequestArgs {
   // of the data-parallel ranks, --cp-rotate-method allgather|alltoall)
   std::string float8 = "none";
   bool float8_all_gather = false;
+  int fp8_amax_history_len = 1024;  // --fp8-amax-history-len (Transformer Engine's DelayedScaling)
+  bool fp8_weight_cache = false;    // --fp8-weight-cache (te.Linear's is_first_microbatch workspaces)
   int cp = 1;
   std::string cp_rotate = "allgather";
   // A vision-language model's images (vision_tower.h): --images-per-sample, --image-size (0: the

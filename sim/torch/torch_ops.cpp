@@ -4,6 +4,7 @@
 
 #include "sim/core/assert.h"
 #include "sim/finetune/peft_method.h"
+#include "sim/training/te_fp8_linear.h"
 
 namespace vramsim {
 namespace {
@@ -92,6 +93,9 @@ void TorchOps::maybe_allocate_workspace() {
 VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
   if (m_float8 != nullptr && m_float8->count(w) != 0 && !weight_first &&
       m_tape.shape(w)[1] == m_tape.shape(x).back()) {
+    if (m_float8_options->recipe == Float8Recipe::kTeDelayed) {  // te.Linear (te_fp8_linear.h)
+      return te_linear_forward(*this, name, x, w, bias, *m_float8_options);
+    }
     return float8_linear_forward(*this, name, x, w, bias, *m_float8_options,
                                  m_float8_options->fsdp_float8_all_gather);
   }

@@ -99,10 +99,11 @@ constexpr std::array<std::pair<std::string_view, WarmProcess>, 3> kWarm{{
     {"step", WarmProcess::kStep},
 }};
 
-constexpr std::array<std::pair<std::string_view, Float8Recipe>, 3> kFloat8Recipes{{
+constexpr std::array<std::pair<std::string_view, Float8Recipe>, 4> kFloat8Recipes{{
     {"none", Float8Recipe::kNone},
     {"tensorwise", Float8Recipe::kTensorwise},
     {"rowwise", Float8Recipe::kRowwise},
+    {"te", Float8Recipe::kTeDelayed},
 }};
 
 constexpr std::array<std::pair<std::string_view, CpRotate>, 2> kCpRotate{{
@@ -158,9 +159,29 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
           "--float8: not modelled together with --lora-rank, --peft-method or --base-weights (vramsim)");
     }
     if (o.tensor_parallel > 1) {
-      throw InputError(
-          "--float8: float8 tensor parallelism (Float8ColwiseParallel) is not modelled with --tp (vramsim)");
+      throw InputError(o.float8.recipe == Float8Recipe::kTeDelayed
+                           ? "--float8 te: te.Linear's tensor parallelism (parallel_mode, tp_group) is not "
+                             "modelled with --tp (vramsim)"
+                           : "--float8: float8 tensor parallelism (Float8ColwiseParallel) is not modelled "
+                             "with --tp (vramsim)");
     }
+  }
+  if (o.float8.amax_history_len < 1 || o.float8.amax_history_len > 1048576) {
+    throw InputError(
+        fmt::format("--fp8-amax-history-len: {} is not in 1..1048576", o.float8.amax_history_len));
+  }
+  if (o.float8.te_weight_cache && o.float8.recipe != Float8Recipe::kTeDelayed) {
+    throw InputError("--fp8-weight-cache: te.Linear's weight workspaces (use it with --float8 te)");
+  }
+  if (o.float8.recipe == Float8Recipe::kTeDelayed && o.data_parallel.scheme.starts_with("zero")) {
+    throw InputError("--float8 te: with DeepSpeed ZeRO is not modelled (vramsim)");
+  }
+  if (o.float8.recipe == Float8Recipe::kTeDelayed && o.compile != CompileMode::kNone) {
+    throw InputError("--float8 te: te.Linear under --compile-mode is not modelled (vramsim)");
+  }
+  if (o.float8.recipe == Float8Recipe::kTeDelayed && o.checkpointing == Checkpointing::kSelectiveOp) {
+    // torch's op-level SAC chooses among aten ops; TE's GEMMs and casts are its own extension's calls
+    throw InputError("--float8 te: with --checkpointing selective-op is not modelled (vramsim)");
   }
   if (o.float8.fsdp_float8_all_gather) {
     if (o.float8.recipe != Float8Recipe::kTensorwise) {

@@ -260,7 +260,10 @@ struct LoraOptions {
   int encoder_hidden_size = 0;     // PrefixTuning / PromptEncoder encoder_hidden_size (0: unset)
   std::vector<std::string> feedforward_modules;  // IA3Config.feedforward_modules; empty: PEFT's default
   int block_size = 0;                            // OFT oft_block_size / BOFT boft_block_size (0: unset)
+  int block_num = 0;                             // BOFTConfig.boft_block_num (0: unset)
   int butterfly_factor = 1;                      // BOFTConfig.boft_n_butterfly_factor
+  bool use_cayley_neumann = true;                // OFTConfig.use_cayley_neumann
+  int num_cayley_neumann_terms = 5;              // OFTConfig.num_cayley_neumann_terms
   int init_r = 12;                               // AdaLoraConfig.init_r
   int trainable_tokens = 0;                      // TrainableTokensConfig: len(token_indices)
   int decompose_factor = -1;                     // LoKrConfig.decompose_factor (-1: as PEFT's factorization)
@@ -302,9 +305,21 @@ struct BnbOptions {
 //                cast to float8_e4m3fn, grad_output to float8_e5m2;
 //   rowwise    : Float8LinearConfig.from_recipe_name("rowwise"): one fp32 scale per row (axiswise), every
 //                operand in e4m3, scales rounded to powers of 2.
-enum class Float8Recipe : std::uint8_t { kNone, kTensorwise, kRowwise };
+// Transformer Engine's fp8_autocast (te_fp8_linear.h):
+//   te         : every nn.Linear a te.Linear (Accelerate's convert_model), run under
+//                fp8_autocast(fp8_recipe=DelayedScaling()): per-tensor scales from an amax history of
+//                amax_history_len steps, Format.HYBRID (e4m3 forward, e5m2 gradients).
+enum class Float8Recipe : std::uint8_t { kNone, kTensorwise, kRowwise, kTeDelayed };
 struct Float8Options {
   Float8Recipe recipe = Float8Recipe::kNone;
+  // DelayedScaling.amax_history_len (TE's default 1024): the rows of each te.Linear's amax history.
+  int amax_history_len = 1024;
+  // te.Linear.forward(is_first_microbatch=...) given (Megatron's gradient accumulation): the fp8 weight and
+  // its transpose are kept in the module's _fp8_workspaces between forwards; None (TE's default): made anew.
+  bool te_weight_cache = false;
+  // Set by the step builder under FSDP2 (te.Linear's is_fsdp2): the forward quantizes the gathered weight
+  // rowwise only and saves no fp8 weight; the backward quantizes it again (linear.py, issue #2681).
+  bool te_fsdp2 = false;
   // Float8LinearConfig.enable_fsdp_float8_all_gather (tensorwise only): FSDP2 all-gathers each converted
   // weight as float8 (torchao/float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather),
   // one byte per element in the all-gather buffer and the unsharded weight.

@@ -221,9 +221,11 @@ TEST_CASE("PEFT catalogue: what each method saves for backward in a decoder laye
 TEST_CASE("PEFT catalogue: refusals", "[quick][graph][peft]") {
   TrainingOptions o = tiny_options(method(PeftMethod::kPrefixTuning, 0, {}));
   o.lora.num_virtual_tokens = 8;
+  o.checkpointing = Checkpointing::kFull;
   CHECK_THROWS_WITH(build_training_steps(tiny(), o),
-                    "--peft-method: prefix-tuning: its past_key_values (a trainable prefix in every layer's "
-                    "attention) are not modelled (vramsim)");
+                    "--peft-method prefix-tuning: with --generate, --pp, --tp, --cp, --checkpointing, "
+                    "--compile-mode, or on a model other than Llama-style transformers code, is not modelled "
+                    "(vramsim)");
   o = tiny_options(method(PeftMethod::kIa3, 0, {}));
   o.lora.use_dora = true;
   CHECK_THROWS_WITH(build_training_steps(tiny(), o), "--use-dora: a LoraConfig option (--peft-method lora)");
