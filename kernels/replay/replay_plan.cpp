@@ -61,6 +61,17 @@ class PlanBuilder {
         case TraceAction::kSnapshot:
           ++m_plan.other_events;
           break;
+        // Private pools and an explicit empty_cache change where the caching allocator puts blocks, not
+        // which requests the program makes: the hardware replay issues the same requests and counts these.
+        case TraceAction::kPoolCreate:
+        case TraceAction::kPoolUseOnOom:
+        case TraceAction::kCaptureBegin:
+        case TraceAction::kPoolBegin:
+        case TraceAction::kPoolEnd:
+        case TraceAction::kPoolRelease:
+        case TraceAction::kEmptyCache:
+          ++m_plan.other_events;
+          break;
       }
     }
     m_plan.live_at_end = m_live.size() + m_pending.size();

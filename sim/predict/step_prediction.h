@@ -360,9 +360,6 @@ struct RequestArgs {
   int loss_chunks = 8;                 // --loss-chunks: chunked-ce's num_output_chunks
   bool free_logits = false;            // --free-logits-before-backward (torchtitan's `del pred`)
   std::string logits_dtype = "model";  // --logits-dtype model|fp32 (LogitsDtype)
-  std::string loss = "ce";             // --loss ce|chunked-ce
-  int loss_chunks = 8;                 // --loss-chunks: chunked-ce's num_output_chunks
-  bool free_logits = false;            // --free-logits-before-backward (torchtitan's `del pred`)
   // --loss-item none|after-backward|after-step (LossItemSync)
   std::string loss_item = "none";
   // "" : the code's own default -- sdpa for torch-modules (transformers' default attn_implementation with

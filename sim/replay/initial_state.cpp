@@ -187,8 +187,11 @@ void undo_event(const TraceEvent& e, const EventWhere& where, const CachingConfi
                         "new segment_alloc",
                         where.str(), e.addr));
       }
-      segments[e.addr] = SegmentInfo{
-          e.size_bytes, e.size_bytes == kSmallBuffer ? PoolKind::kSmall : PoolKind::kLarge, e.stream};
+      segments[e.addr] = SegmentInfo{e.size_bytes,
+                                     e.size_bytes == kSmallBuffer ? PoolKind::kSmall : PoolKind::kLarge,
+                                     e.stream,
+                                     false,
+                                     {}};
       break;
     }
     case TraceAction::kSegmentMap:
@@ -218,7 +221,7 @@ void add_mapped_runs(const std::string& source, Rebuild& st) {
       throw InputError(fmt::format(
           "{}: expandable pages at 0x{:x} overlap a cudaMalloc segment at trace start", source, begin));
     }
-    segments[begin] = SegmentInfo{range.end - begin, range.pool, range.stream, true};
+    segments[begin] = SegmentInfo{range.end - begin, range.pool, range.stream, true, {}};
   }
 }
 
