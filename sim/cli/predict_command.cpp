@@ -275,6 +275,27 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "how ring attention passes keys and values: allgather (torchtitan's default) or alltoall")
       ->capture_default_str();
   cmd->add_option(
+      "--moe-impl", a.moe_impl,
+      "mixture-of-experts layers as transformers' MoE block runs them (default) or as Megatron-Core's "
+      "MoELayer (megatron: AlltoAll token dispatcher, permute/unpermute, grouped GEMM; the default "
+      "with --ep)");
+  cmd->add_option(
+         "--ep", a.ep,
+         "Megatron-Core expert parallelism (--expert-model-parallel-size): the experts split over N of "
+         "the data-parallel ranks, tokens exchanged by all-to-all")
+      ->capture_default_str();
+  cmd->add_option("--moe-imbalance", a.moe_imbalance,
+                  "routing model: the busiest expert's tokens over the mean (1: an even router); the busiest "
+                  "expert-parallel rank is simulated")
+      ->capture_default_str();
+  cmd->add_option(
+         "--moe-capacity-factor", a.moe_capacity_factor,
+         "Megatron-Core's --moe-expert-capacity-factor: each expert keeps at most ceil(tokens x top-k / "
+         "experts x F) of a rank's tokens, the rest dropped (0: dropless, its default)")
+      ->capture_default_str();
+  cmd->add_flag("--moe-pad-to-capacity", a.moe_pad_to_capacity,
+                "Megatron-Core's --moe-pad-expert-input-to-capacity: every expert gets exactly its capacity");
+  cmd->add_option(
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
       ->capture_default_str();
@@ -488,6 +509,17 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
   if (a.float8 != "none") {
     fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}\n",
                a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
+  }
+  if (a.ep > 1 || !a.moe_impl.empty() || a.moe_imbalance != 1.0 || a.moe_capacity_factor > 0) {
+    const bool megatron = a.moe_impl == "megatron" || (a.moe_impl.empty() && a.ep > 1);
+    fmt::print(
+        "moe              {}{}; busiest expert {} x the mean tokens{}\n",
+        megatron ? "Megatron-Core MoELayer (AlltoAll dispatcher, grouped GEMM)" : "transformers' MoE block",
+        a.ep > 1 ? fmt::format(", expert parallel {} (the busiest rank simulated)", a.ep) : "",
+        a.moe_imbalance,
+        a.moe_capacity_factor > 0 ? fmt::format(", capacity factor {}{}", a.moe_capacity_factor,
+                                                a.moe_pad_to_capacity ? " (padded)" : " (dropping)")
+                                  : "");
   }
   if (a.cp > 1) {
     fmt::print(

@@ -17,20 +17,17 @@
 //       current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
 //       final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
 //
-// How many rows each expert receives depends on the data; the simulation routes evenly (MoeConfig). The loop
+// How many rows each expert receives depends on the data; the simulation follows the routing model of
+// expert_parallel.h (--moe-imbalance: expert 0 the busiest, the others even; 1: an even router). The loop
 // variables (idx, top_x, current_state, current_hidden_states) hold the previous expert's tensors until the
 // next iteration rebinds them, and the last expert's until the block returns.
 #include <fmt/format.h>
 
 #include "sim/models/transformer_parts.h"
+#include "sim/parallel/expert_parallel.h"
 
 namespace vramsim {
 namespace {
-
-// Rows routed to expert e of n when `assignments` (tokens x top_k) are spread evenly.
-std::int64_t expert_rows(std::int64_t assignments, std::int64_t n, std::int64_t e) {
-  return assignments / n + (e < assignments % n ? 1 : 0);
-}
 
 // One expert of a fused (three-dimensional) expert parameter, as GptOssExperts.forward writes its training
 // path: W[expert_idx] is advanced indexing (a copy of the expert's slice; IndexBackward writes the gradient
@@ -131,8 +128,10 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
   const VarId expert_hit = moe.fused_experts
                                ? t.constant(n + ".expert_hit", "nonzero", {moe.n_experts, 1}, DType::kInt64)
                                : kNoVar;
+  const std::vector<std::int64_t> routed =
+      routed_rows_per_expert(tokens, moe.top_k, moe.n_experts, c.options.moe.imbalance);
   for (std::int64_t e = 0; e < moe.n_experts; ++e) {
-    const std::int64_t rows = expert_rows(tokens * moe.top_k, moe.n_experts, e);
+    const std::int64_t rows = routed[static_cast<std::size_t>(e)];
     if (rows == 0) {
       continue;  // no token chose it: torch.where finds nothing and the expert does not run
     }

@@ -22,6 +22,7 @@
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/data_parallel.h"
+#include "sim/parallel/expert_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/cuda_context.h"
@@ -220,12 +221,10 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
     throw InputError(
         fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2", a.kv_cache_dtype));
   }
-  static constexpr std::string_view kQuantizations[] = {"fp8",       "fp8-block", "w8a8-int8",
-                                                         "w8a8-fp8",  "w4a16",     "gptq",
-                                                         "awq"};
-  if (!a.quantization.empty() &&
-      std::find(std::begin(kQuantizations), std::end(kQuantizations), a.quantization) ==
-          std::end(kQuantizations)) {
+  static constexpr std::string_view kQuantizations[] = {"fp8",   "fp8-block", "w8a8-int8", "w8a8-fp8",
+                                                        "w4a16", "gptq",      "awq"};
+  if (!a.quantization.empty() && std::find(std::begin(kQuantizations), std::end(kQuantizations),
+                                           a.quantization) == std::end(kQuantizations)) {
     throw InputError(fmt::format(
         "--quantization: '{}' is not modelled (fp8, fp8-block, w8a8-int8, w8a8-fp8, w4a16, gptq and awq are)",
         a.quantization));
@@ -357,6 +356,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.tensor_parallel = a.tp;
   r.vllm.vocab_size = r.model.vocab_size;  // vLLM pads it its own way (vllm_vocab_rows_per_rank)
   r.model = tensor_parallel_rank(r.model, a.tp);
+  r.model = expert_parallel_rank(r.model, a.ep);
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
   // MiB).
@@ -554,6 +554,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.loss_parallel = a.loss_parallel;
   o.float8.recipe = parse_float8_recipe(a.float8);
   o.float8.fsdp_float8_all_gather = a.float8_all_gather;
+  o.moe.impl = a.moe_impl.empty() ? (a.ep > 1 ? MoeImpl::kMegatron : MoeImpl::kTransformers)
+                                  : parse_moe_impl(a.moe_impl);
+  o.moe.expert_parallel = a.ep;
+  o.moe.imbalance = a.moe_imbalance;
+  o.moe.capacity_factor = a.moe_capacity_factor;
+  o.moe.pad_to_capacity = a.moe_pad_to_capacity;
   o.context_parallel.degree = a.cp;
   o.context_parallel.rotate = parse_cp_rotate(a.cp_rotate);
   if (a.cp > 1 && a.cp <= 4096 && data_parallel.world_size % a.cp != 0) {

@@ -311,6 +311,27 @@ struct ContextParallelOptions {
   CpRotate rotate = CpRotate::kAllGather;  // torchtitan's context_parallel_rotate_method (default allgather)
 };
 
+// Mixture-of-experts layers (expert_parallel.h):
+//   transformers : the model's own MoE block (hf_moe.cpp: MixtralSparseMoeBlock's loop over the experts);
+//   megatron     : Megatron-Core's MoELayer (megatron/core/transformer/moe/moe_layer.py) with its AlltoAll
+//                  token dispatcher (token_dispatcher.py MoEAlltoAllTokenDispatcher) and grouped experts
+//                  (experts.py GroupedMLP / TEGroupedMLP): permute, all-to-all over the expert-parallel
+//                  group, sort by local expert, grouped GEMMs, and back (megatron_moe.cpp).
+enum class MoeImpl : std::uint8_t { kTransformers, kMegatron };
+struct MoeOptions {
+  MoeImpl impl = MoeImpl::kTransformers;  // --moe-impl
+  int expert_parallel = 1;  // --ep: Megatron's --expert-model-parallel-size (experts split over the ranks)
+  // --moe-imbalance: the routing model. The busiest expert receives `imbalance` times the mean
+  // tokens x top_k / experts (1: an even router), the others share the rest evenly; under expert
+  // parallelism every rank routes alike, so the rank holding the busiest expert receives the most.
+  double imbalance = 1.0;
+  // Megatron's --moe-expert-capacity-factor (0: unset, dropless, its default): each expert takes at most
+  // ceil(tokens x top_k / experts x factor) of a rank's tokens (moe_utils.get_capacity), the rest dropped;
+  // --moe-pad-expert-input-to-capacity: every expert gets exactly that many rows.
+  double capacity_factor = 0.0;
+  bool pad_to_capacity = false;
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -395,6 +416,7 @@ struct TrainingOptions {
   CompileScope compile_scope = CompileScope::kModel;
   Float8Options float8;                     // torchao float8 linears (recipe kNone: none)
   ContextParallelOptions context_parallel;  // degree 1: none; `seq` is the whole sequence of all CP ranks
+  MoeOptions moe;                           // mixture-of-experts implementation, routing model, --ep
 };
 
 // Limits on what a user can type, checked by validate() before any size is computed from them: far beyond
