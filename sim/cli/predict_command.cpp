@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "sim/cli/commands.h"
+#include "sim/cli/moe_routing.h"
 #include "sim/cli/prediction_report.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
@@ -636,6 +637,12 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
   list_models = list_gpus = false;
   cmd->add_flag("--list-models", list_models, "print the model presets with their parameter counts and exit");
   cmd->add_flag("--list-gpus", list_gpus, "print the GPU table (memory, compute capability) and exit");
+  static std::string imbalance_dist;
+  imbalance_dist.clear();
+  cmd->add_option(
+      "--moe-imbalance-dist", imbalance_dist,
+      "routing model uniform:LO..HI over --moe-imbalance: the peak at four points of the range, the "
+      "largest F that fits (bisection) and the OOM probability");
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--trace-out", args.trace_out, "write the generated trace (.json / .pickle / .vtrace)");
   cmd->add_option("--perfetto", args.perfetto,
@@ -666,6 +673,22 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
     }
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
+    }
+    if (!imbalance_dist.empty()) {
+      const bool alone = !args.json && args.html.empty() && args.perfetto.empty() && args.trace_out.empty() &&
+                         result == nullptr && cmd->count("--moe-imbalance") == 0;
+      run = [alone] {
+        if (!alone) {
+          throw InputError(
+              "--moe-imbalance-dist: prints its own table; not with --moe-imbalance, --json, --html, "
+              "--perfetto or --trace-out");
+        }
+        const ImbalanceDist dist = parse_imbalance_dist(imbalance_dist);
+        const PredictRequest request = make_request(args.request);
+        print_imbalance_sweep(sweep_imbalance(request, dist), dist);
+        return 0;
+      };
+      return;
     }
     run = [result] {
       const std::optional<CheckpointReport> checkpoint = read_checkpoint(args.request.model);

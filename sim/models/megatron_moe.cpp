@@ -113,7 +113,8 @@ Routed router(EmitContext& c, const std::string& n, VarId flat, VarId weight, st
   r.probs = simple_op(t, n + ".router.topk_masked_gates", "scatter", {zeros, top_indices, probs}, {tokens, E},
                       t.dtype(logits), {1}, {0, 1});
   t.drop({zeros, probs});
-  const VarId map_int = t.constant(n + ".router.topk_map_int", "scatter", {tokens, E}, DType::kInt32);
+  // .int(): int32, 4 bytes an element (graph/dtype.h has no int32; fp32 stands in for its size)
+  const VarId map_int = t.constant(n + ".router.topk_map_int", "scatter", {tokens, E}, DType::kFloat32);
   r.map = t.constant(n + ".router.topk_map", "to", {tokens, E}, DType::kBool);
   t.drop(map_int);
   if (o.capacity_factor > 0) {

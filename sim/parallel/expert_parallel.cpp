@@ -137,8 +137,12 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   if (moe.impl != MoeImpl::kMegatron) {
     return;
   }
-  const auto refuse = [](const std::string& what) {
-    throw InputError(fmt::format("--moe-impl megatron: {}", what));
+  // --ep N chooses Megatron's layer itself: name the flag the user typed.
+  const std::string flag = moe.expert_parallel > 1
+                               ? fmt::format("--ep {} (Megatron-Core's MoE layer)", moe.expert_parallel)
+                               : "--moe-impl megatron";
+  const auto refuse = [&flag](const std::string& what) {
+    throw InputError(fmt::format("{}: {}", flag, what));
   };
   if (model.moe.fused_experts) {
     refuse(fmt::format("{}'s experts are fused three-dimensional parameters; not modelled (vramsim)",
@@ -169,10 +173,10 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   }
   const std::string& scheme = o.data_parallel.scheme;
   if (scheme != "none" && scheme != "ddp") {
-    refuse(
-        fmt::format("with --data-parallel {}: Megatron's distributed optimizer shards expert states over the "
-                    "expert-data-parallel group, not modelled (vramsim; use ddp)",
-                    scheme));
+    refuse(fmt::format(
+        "with data parallelism {}: Megatron's distributed optimizer shards expert states over the "
+        "expert-data-parallel group, not modelled (vramsim; use ddp)",
+        scheme));
   }
   const int ep = moe.expert_parallel;
   const int dp = scheme == "none" ? 1 : o.data_parallel.world_size;
@@ -180,7 +184,7 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
     throw InputError(
         fmt::format("--ep {}: does not apply to {} data-parallel rank(s): the expert-parallel "
                     "ranks are data-parallel ranks (Megatron's initialize_model_parallel), so --ep "
-                    "must divide their number (--data-parallel ddp --world-size N)",
+                    "must divide their number (--gpus N: DDP)",
                     ep, dp));
   }
 }

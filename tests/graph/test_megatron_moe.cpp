@@ -181,3 +181,43 @@ TEST_CASE("transformers' MoE loop: imbalance moves the busiest expert's rows, no
   CHECK(bytes_named(g, "layers.0.moe.experts.0.current_state") == Bytes{24 * 64 * 4});
   CHECK(bytes_named(g, "layers.0.moe.experts.7.current_state") == Bytes{14 * 64 * 4});
 }
+
+TEST_CASE("DeepseekV3MoE: the fp32 router input and weight, fp32 accumulator and weighted outputs",
+          "[quick][graph]") {
+  // modeling_deepseek_v3.py: F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32)),
+  // final_hidden_states = zeros_like(hidden_states, dtype=topk_weights.dtype) (fp32), weighted_output =
+  // expert_output (bf16) * expert_weights (fp32) -> fp32. Shrunk DeepSeek-V3: d 64, 8 experts of 96, top-2,
+  // one shared expert; 64 tokens in bf16, F = 1: 16 rows per expert.
+  ModelConfig m =
+      load_model((test::source_dir() / "tests" / "data" / "hf_configs" / "deepseek-ai__DeepSeek-V3.config.json")
+                     .string());
+  m.vocab_size = 512;
+  m.d_model = 64;
+  m.n_layers = 1;
+  m.moe.dense_layers.clear();
+  m.n_heads = 4;
+  m.n_kv_heads = 4;
+  m.mla.q_lora_rank = 32;
+  m.mla.kv_lora_rank = 32;
+  m.mla.qk_nope_head_dim = 16;
+  m.mla.qk_rope_head_dim = 8;
+  m.mla.v_head_dim = 16;
+  m.head_dim = 24;
+  m.d_ff = 96;
+  m.moe.n_experts = 8;
+  m.moe.top_k = 2;
+  m.moe.expert_d_ff = 96;
+  m.moe.shared_expert_d_ff = 96;
+  TrainingOptions o = test::small_options();
+  o.steps = 1;
+  o.precision = Precision::kBf16;
+  const OpGraph g = build_training_steps(m, o);
+  const std::string n = "layers.0.mlp";
+  CHECK(bytes_named(g, n + ".gate.hidden_states_fp32") == Bytes{64 * 64 * 4});
+  CHECK(bytes_named(g, n + ".gate.weight_fp32") == Bytes{8 * 64 * 4});
+  CHECK(bytes_named(g, n + ".gate.sigmoid") == Bytes{64 * 8 * 4});
+  CHECK(bytes_named(g, n + ".final_hidden_states") == Bytes{64 * 64 * 4});
+  CHECK(bytes_named(g, n + ".experts.0.weighted_output") == Bytes{16 * 64 * 4});
+  CHECK(bytes_named(g, n + ".experts.0.expert_input") == Bytes{16 * 64 * 2});
+  CHECK(bytes_named(g, n + ".moe_to_dtype") == Bytes{64 * 64 * 2});
+}
