@@ -13,16 +13,17 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// tiny-mixtral (4 experts, top-2: F <= 2), Megatron's layer over 2 DDP ranks of ep 2, batch 8 x 256.
+// tiny-mixtral (64 experts, top-2), Megatron's layer with ep 32 over 32 DDP ranks (2 experts a rank),
+// batch 32 x 256.
 PredictRequest request(const std::string& capacity) {
   RequestArgs a;
   a.model = test::test_data("tiny-mixtral.config.json").string();
   a.capacity = capacity;
-  a.batch = 8;
+  a.batch = 32;
   a.seq = 256;
   a.steps = 1;
-  a.world_size = 2;
-  a.ep = 2;
+  a.world_size = 32;
+  a.ep = 32;
   return make_request(a);
 }
 
@@ -45,7 +46,7 @@ TEST_CASE("--moe-imbalance-dist: uniform:LO..HI or a one-line refusal", "[quick]
 }
 
 TEST_CASE("--moe-imbalance-dist: the OOM probability brackets the largest fitting F", "[cli]") {
-  const cli::ImbalanceDist range{1.0, 2.0};
+  const cli::ImbalanceDist range{1.0, 16.0};
   SECTION("a device far larger than the run: every F fits") {
     const cli::ImbalanceSweep s = cli::sweep_imbalance(request("100GiB"), range);
     CHECK(s.oom_probability == 0.0);
@@ -57,17 +58,18 @@ TEST_CASE("--moe-imbalance-dist: the OOM probability brackets the largest fittin
     CHECK_FALSE(s.any_fits);
   }
   SECTION("in between: F fits up to the answer and not a tolerance past it") {
-    // the peak at F = 1 and F = 2, then a capacity halfway between them
+    // a byte less than F = 16 allocates at its peak: F = 16 cannot fit, F = 1 (far fewer rows) can
     const cli::ImbalanceSweep wide = cli::sweep_imbalance(request("100GiB"), range);
-    const std::int64_t lo = wide.grid.front().peak_reserved_bytes, hi = wide.grid.back().peak_reserved_bytes;
+    const std::int64_t lo = wide.grid.front().peak_allocated_bytes,
+                       hi = wide.grid.back().peak_allocated_bytes;
     REQUIRE(hi > lo);  // the busiest rank receives more rows as F grows
-    const PredictRequest r = request(std::to_string((lo + hi) / 2) + "B");
+    const PredictRequest r = request(std::to_string(hi - 1) + "B");
     const cli::ImbalanceSweep s = cli::sweep_imbalance(r, range);
     REQUIRE(s.any_fits);
     REQUIRE(s.oom_probability > 0.0);
     REQUIRE(s.oom_probability < 1.0);
     CHECK(fits_at(r, s.largest_fitting));
     CHECK_FALSE(fits_at(r, s.largest_fitting + s.tolerance));
-    CHECK(s.oom_probability == Approx((2.0 - s.largest_fitting) / 1.0));
+    CHECK(s.oom_probability == Approx((16.0 - s.largest_fitting) / 15.0));
   }
 }

@@ -230,7 +230,7 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
 }
 
 // The mixture-of-experts rows on a model that has experts (on tiny-llama they do not apply): each MoE
-// technique with every technique of another family, on a tiny Mixtral (4 experts, top-2), predicted with
+// technique with every technique of another family, on a tiny Mixtral (64 experts, top-2), predicted with
 // the invariants or refused with a reason, as above.
 TEST_CASE("composition matrix: the mixture-of-experts techniques on a Mixtral", "[predict][composition]") {
   const std::vector<Technique>& all = cli::techniques();
