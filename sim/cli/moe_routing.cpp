@@ -26,7 +26,7 @@ ImbalancePoint predict_at(const PredictRequest& request, double imbalance) {
   const Prediction p = predict(r);
   ImbalancePoint point;
   point.imbalance = imbalance;
-  point.peak_allocated_bytes = p.peak_allocated_bytes;
+  point.peak_allocated_bytes = p.peak_allocated_needed_bytes;  // without the device limit
   point.peak_reserved_bytes = p.peak_reserved_bytes;
   point.fits = p.num_ooms == 0;
   return point;
@@ -89,7 +89,7 @@ ImbalanceSweep sweep_imbalance(const PredictRequest& request, const ImbalanceDis
 
 void print_imbalance_sweep(const ImbalanceSweep& s, const ImbalanceDist& dist) {
   fmt::print("routing model    F (busiest expert's tokens / mean) uniform on [{}, {}]\n", dist.lo, dist.hi);
-  fmt::print("  {:>6}  {:>16}  {:>16}  {}\n", "F", "peak allocated", "peak reserved", "fits");
+  fmt::print("  {:>6}  {:>16}  {:>16}  {}\n", "F", "allocated needed", "peak reserved", "fits");
   for (const ImbalancePoint& p : s.grid) {
     fmt::print("  {:>6.2f}  {:>16}  {:>16}  {}\n", p.imbalance,
                format_bytes_short(static_cast<Bytes>(p.peak_allocated_bytes)),

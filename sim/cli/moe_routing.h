@@ -20,7 +20,7 @@ ImbalanceDist parse_imbalance_dist(const std::string& text);
 
 struct ImbalancePoint {
   double imbalance = 1.0;
-  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t peak_allocated_bytes = 0;  // what the run allocates at its peak without the device limit
   std::int64_t peak_reserved_bytes = 0;
   bool fits = false;  // no OOM on the device
 };
