@@ -123,6 +123,17 @@ TEST_CASE("Megatron MoE: the all-to-all, sort and grouped-GEMM buffers of the bu
     CHECK(bytes_named(g, n + ".experts.linear_fc2") == Bytes{156 * 64 * 4});
     CHECK(bytes_named(g, n + ".combine.all_to_all") == Bytes{128 * 64 * 4});
   }
+  SECTION("capacity factor 1.25 at F = 1.5: expert 0 drops 4 of 24 rows on every rank") {
+    TrainingOptions o = megatron_options(4, 1.5);
+    o.moe.capacity_factor = 1.25;  // get_capacity: ceil(128 / 8 x 1.25) = 20
+    const OpGraph g = build_training_steps(m, o);
+    // sends 20 + 6 x 15 + 14 = 124 rows; receives 4 x (20 + 15) = 140
+    CHECK(bytes_named(g, n + ".permute.permuted_input") == Bytes{124 * 64 * 4});
+    CHECK(bytes_named(g, n + ".dispatch.all_to_all") == Bytes{140 * 64 * 4});
+    // topk over dim 0: the capacity indices [20, E] int64; the capacity mask and final map [T, E] bool
+    CHECK(bytes_named(g, n + ".router.capacity_indices") == Bytes{20 * 8 * 8});
+    CHECK(bytes_named(g, n + ".router.final_map") == Bytes{64 * 8});
+  }
   SECTION("the rank keeps 2 of the 8 experts' weights, gradients and AdamW states") {
     const OpGraph g = build_training_steps(m, megatron_options(4, 1.0));
     // each expert: w1, w3 (96 x 64) and w2 (64 x 96), fp32
