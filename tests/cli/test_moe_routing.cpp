@@ -35,7 +35,7 @@ bool fits_at(const PredictRequest& r, double f) {
 
 }  // namespace
 
-TEST_CASE("--moe-imbalance-dist: uniform:LO..HI or a one-line refusal", "[quick][cli]") {
+TEST_CASE("predict --moe-imbalance-dist: uniform:LO..HI or a one-line refusal", "[quick][cli]") {
   const cli::ImbalanceDist d = cli::parse_imbalance_dist("uniform:1..2.5");
   CHECK(d.lo == 1.0);
   CHECK(d.hi == 2.5);
@@ -45,7 +45,7 @@ TEST_CASE("--moe-imbalance-dist: uniform:LO..HI or a one-line refusal", "[quick]
   CHECK_THROWS_WITH(cli::parse_imbalance_dist("uniform:2..1"), Contains("1 <= LO <= HI"));
 }
 
-TEST_CASE("--moe-imbalance-dist: the OOM probability brackets the largest fitting F", "[cli]") {
+TEST_CASE("predict --moe-imbalance-dist: the OOM probability brackets the largest fitting F", "[cli]") {
   const cli::ImbalanceDist range{1.0, 16.0};
   SECTION("a device far larger than the run: every F fits") {
     const cli::ImbalanceSweep s = cli::sweep_imbalance(request("100GiB"), range);
