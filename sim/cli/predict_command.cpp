@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "sim/cli/commands.h"
+#include "sim/cli/moe_routing.h"
 #include "sim/cli/prediction_report.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
@@ -352,6 +353,27 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "vision tower too")
       ->capture_default_str();
   cmd->add_option(
+      "--moe-impl", a.moe_impl,
+      "mixture-of-experts layers as transformers' MoE block runs them (default) or as Megatron-Core's "
+      "MoELayer (megatron: AlltoAll token dispatcher, permute/unpermute, grouped GEMM; the default "
+      "with --ep)");
+  cmd->add_option(
+         "--ep", a.ep,
+         "Megatron-Core expert parallelism (--expert-model-parallel-size): the experts split over N of "
+         "the data-parallel ranks, tokens exchanged by all-to-all")
+      ->capture_default_str();
+  cmd->add_option("--moe-imbalance", a.moe_imbalance,
+                  "routing model: the busiest expert's tokens over the mean (1: an even router); the busiest "
+                  "expert-parallel rank is simulated")
+      ->capture_default_str();
+  cmd->add_option(
+         "--moe-capacity-factor", a.moe_capacity_factor,
+         "Megatron-Core's --moe-expert-capacity-factor: each expert keeps at most ceil(tokens x top-k / "
+         "experts x F) of a rank's tokens, the rest dropped (0: dropless, its default)")
+      ->capture_default_str();
+  cmd->add_flag("--moe-pad-to-capacity", a.moe_pad_to_capacity,
+                "Megatron-Core's --moe-pad-expert-input-to-capacity: every expert gets exactly its capacity");
+  cmd->add_option(
          "--pp", a.pp,
          "Megatron pipeline stages: the layers split over --pp GPUs per replica (world = dp x tp x pp)")
       ->capture_default_str();
@@ -589,6 +611,17 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
     fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}\n",
                a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
   }
+  if (a.ep > 1 || !a.moe_impl.empty() || a.moe_imbalance != 1.0 || a.moe_capacity_factor > 0) {
+    const bool megatron = a.moe_impl == "megatron" || (a.moe_impl.empty() && a.ep > 1);
+    fmt::print(
+        "moe              {}{}; busiest expert {} x the mean tokens{}\n",
+        megatron ? "Megatron-Core MoELayer (AlltoAll dispatcher, grouped GEMM)" : "transformers' MoE block",
+        a.ep > 1 ? fmt::format(", expert parallel {} (the busiest rank simulated)", a.ep) : "",
+        a.moe_imbalance,
+        a.moe_capacity_factor > 0 ? fmt::format(", capacity factor {}{}", a.moe_capacity_factor,
+                                                a.moe_pad_to_capacity ? " (padded)" : " (dropping)")
+                                  : "");
+  }
   if (a.cp > 1) {
     fmt::print(
         "context parallel {} ranks share each sequence ({} tokens each); ring attention, {} rotation\n", a.cp,
@@ -704,6 +737,12 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
   list_models = list_gpus = false;
   cmd->add_flag("--list-models", list_models, "print the model presets with their parameter counts and exit");
   cmd->add_flag("--list-gpus", list_gpus, "print the GPU table (memory, compute capability) and exit");
+  static std::string imbalance_dist;
+  imbalance_dist.clear();
+  cmd->add_option(
+      "--moe-imbalance-dist", imbalance_dist,
+      "routing model uniform:LO..HI over --moe-imbalance: the peak at four points of the range, the "
+      "largest F that fits (bisection) and the OOM probability");
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--trace-out", args.trace_out, "write the generated trace (.json / .pickle / .vtrace)");
   cmd->add_option("--perfetto", args.perfetto,
@@ -734,6 +773,22 @@ void add_predict_command(CLI::App& app, std::function<int()>& run, CommandResult
     }
     if (cmd->count("--alloc-conf") > 0) {
       args.request.alloc_conf = args.alloc_conf;
+    }
+    if (!imbalance_dist.empty()) {
+      const bool alone = !args.json && args.html.empty() && args.perfetto.empty() && args.trace_out.empty() &&
+                         result == nullptr && cmd->count("--moe-imbalance") == 0;
+      run = [alone] {
+        if (!alone) {
+          throw InputError(
+              "--moe-imbalance-dist: prints its own table; not with --moe-imbalance, --json, --html, "
+              "--perfetto or --trace-out");
+        }
+        const ImbalanceDist dist = parse_imbalance_dist(imbalance_dist);
+        const PredictRequest request = make_request(args.request);
+        print_imbalance_sweep(sweep_imbalance(request, dist), dist);
+        return 0;
+      };
+      return;
     }
     run = [result] {
       const std::optional<CheckpointReport> checkpoint = read_checkpoint(args.request.model);

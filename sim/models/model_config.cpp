@@ -425,13 +425,13 @@ void feed_forward_shapes(const ModelConfig& m, std::vector<ParameterShape>& out,
     if (!llama4) {
       router();
     }
-    add(out, block + "experts.gate_up_proj", {moe.n_experts, d, 2 * moe.expert_d_ff}, l);
+    add(out, block + "experts.gate_up_proj", {moe.local_experts(), d, 2 * moe.expert_d_ff}, l);
     if (moe.expert_bias) {
-      add(out, block + "experts.gate_up_proj_bias", {moe.n_experts, 2 * moe.expert_d_ff}, l);
+      add(out, block + "experts.gate_up_proj_bias", {moe.local_experts(), 2 * moe.expert_d_ff}, l);
     }
-    add(out, block + "experts.down_proj", {moe.n_experts, moe.expert_d_ff, d}, l);
+    add(out, block + "experts.down_proj", {moe.local_experts(), moe.expert_d_ff, d}, l);
     if (moe.expert_bias) {
-      add(out, block + "experts.down_proj_bias", {moe.n_experts, d}, l);
+      add(out, block + "experts.down_proj_bias", {moe.local_experts(), d}, l);
     }
     if (llama4) {
       router();
@@ -445,7 +445,7 @@ void feed_forward_shapes(const ModelConfig& m, std::vector<ParameterShape>& out,
   if (!deepseek) {
     add(out, block + "gate.weight", {moe.n_experts, d}, l);
   }
-  for (std::int64_t e = 0; e < moe.n_experts; ++e) {
+  for (std::int64_t e = 0; e < moe.local_experts(); ++e) {
     gated_mlp_shapes(out, fmt::format("{}experts.{}.", block, e), d, moe.expert_d_ff, l, false, false,
                      mixtral);
   }

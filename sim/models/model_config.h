@@ -42,10 +42,10 @@ struct DropoutRates {
 };
 // A sparse mixture-of-experts block in place of the MLP (Hugging Face's MixtralSparseMoeBlock,
 // Qwen2MoeSparseMoeBlock): a router Linear (d_model -> n_experts), softmax in fp32, top-k, then each expert
-// (a gated MLP of expert_d_ff) runs on the tokens routed to it and index_add_s its weighted output. The
-// simulated router is balanced (each expert gets tokens * top_k / n_experts rows, the remainder to the first
-// experts): the rows saved for backward sum to tokens * top_k whatever the balance; only the largest
-// transient expert tensors depend on it.
+// (a gated MLP of expert_d_ff) runs on the tokens routed to it and index_add_s its weighted output. How
+// many rows each expert gets is the routing model's (expert_parallel.h, --moe-imbalance): on one GPU the
+// rows saved for backward sum to tokens * top_k whatever the balance and only the largest transient expert
+// tensors depend on it; under expert parallelism the busiest rank's saved rows grow with it.
 struct MoeConfig {
   std::int64_t n_experts = 0;  // 0: a dense model
   std::int64_t top_k = 0;
@@ -64,6 +64,10 @@ struct MoeConfig {
   bool fused_experts = false;
   bool expert_bias = false;  // gpt_oss: gate_up_proj_bias, down_proj_bias
   bool router_bias = false;  // gpt_oss: the router's bias
+  // Expert parallelism (expert_parallel.h): this rank holds experts [0, n_experts / expert_parallel) of the
+  // n_experts the router scores (Megatron's num_local_experts).
+  std::int64_t expert_parallel = 1;
+  std::int64_t local_experts() const { return n_experts / expert_parallel; }
 
   bool sparse(std::int64_t layer) const;
 };

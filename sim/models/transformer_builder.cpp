@@ -20,6 +20,7 @@
 #include "sim/models/transformer_parts.h"
 #include "sim/models/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
+#include "sim/parallel/expert_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/training/optimizer.h"
 #include "sim/training/selective_checkpoint.h"
@@ -29,6 +30,7 @@ namespace vramsim {
 namespace {
 
 void check_model(const ModelConfig& m, const TrainingOptions& o) {
+  validate_moe_options(m, o);
   if (m.n_heads <= 0 || m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0 || m.head_dim <= 0 ||
       m.head_dim % 2 != 0) {
     throw InputError(

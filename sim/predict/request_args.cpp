@@ -23,6 +23,7 @@
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/data_parallel.h"
+#include "sim/parallel/expert_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/cuda_context.h"
@@ -417,6 +418,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.tensor_parallel = a.tp;
   r.vllm.vocab_size = r.model.vocab_size;  // vLLM pads it its own way (vllm_vocab_rows_per_rank)
   r.model = tensor_parallel_rank(r.model, a.tp);
+  r.model = expert_parallel_rank(r.model, a.ep);
   r.gpu = a.gpu;
   // The cuBLAS workspaces PyTorch makes on this GPU (with --capacity there is no GPU to ask: Hopper's 32
   // MiB).
@@ -659,6 +661,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.float8.fsdp_float8_all_gather = a.float8_all_gather;
   o.float8.amax_history_len = a.fp8_amax_history_len;
   o.float8.te_weight_cache = a.fp8_weight_cache;
+  o.moe.impl = a.moe_impl.empty() ? (a.ep > 1 ? MoeImpl::kMegatron : MoeImpl::kTransformers)
+                                  : parse_moe_impl(a.moe_impl);
+  o.moe.expert_parallel = a.ep;
+  o.moe.imbalance = a.moe_imbalance;
+  o.moe.capacity_factor = a.moe_capacity_factor;
+  o.moe.pad_to_capacity = a.moe_pad_to_capacity;
   o.context_parallel.degree = a.cp;
   o.context_parallel.rotate = parse_cp_rotate(a.cp_rotate);
   if (a.cp > 1 && a.cp <= 4096 && data_parallel.world_size % a.cp != 0) {

@@ -465,6 +465,14 @@ struct RequestArgs {
   std::int64_t images_per_sample = 1;
   std::int64_t image_size = 0;
   std::string freeze_vision_tower = "true";
+  // Mixture-of-experts (expert_parallel.h): --moe-impl transformers|megatron (empty: megatron with --ep > 1),
+  // --ep N (Megatron's --expert-model-parallel-size), the routing model --moe-imbalance F, and Megatron's
+  // --moe-capacity-factor / --moe-pad-to-capacity.
+  std::string moe_impl;
+  int ep = 1;
+  double moe_imbalance = 1.0;
+  double moe_capacity_factor = 0.0;
+  bool moe_pad_to_capacity = false;
   int pp = 1;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 2;

@@ -356,6 +356,27 @@ struct VisionInputs {
   bool freeze_tower = true;            // --freeze-vision-tower
 };
 
+// Mixture-of-experts layers (expert_parallel.h):
+//   transformers : the model's own MoE block (hf_moe.cpp: MixtralSparseMoeBlock's loop over the experts);
+//   megatron     : Megatron-Core's MoELayer (megatron/core/transformer/moe/moe_layer.py) with its AlltoAll
+//                  token dispatcher (token_dispatcher.py MoEAlltoAllTokenDispatcher) and grouped experts
+//                  (experts.py GroupedMLP / TEGroupedMLP): permute, all-to-all over the expert-parallel
+//                  group, sort by local expert, grouped GEMMs, and back (megatron_moe.cpp).
+enum class MoeImpl : std::uint8_t { kTransformers, kMegatron };
+struct MoeOptions {
+  MoeImpl impl = MoeImpl::kTransformers;  // --moe-impl
+  int expert_parallel = 1;  // --ep: Megatron's --expert-model-parallel-size (experts split over the ranks)
+  // --moe-imbalance: the routing model. The busiest expert receives `imbalance` times the mean
+  // tokens x top_k / experts (1: an even router), the others share the rest evenly; under expert
+  // parallelism every rank routes alike, so the rank holding the busiest expert receives the most.
+  double imbalance = 1.0;
+  // Megatron's --moe-expert-capacity-factor (0: unset, dropless, its default): each expert takes at most
+  // ceil(tokens x top_k / experts x factor) of a rank's tokens (moe_utils.get_capacity), the rest dropped;
+  // --moe-pad-expert-input-to-capacity: every expert gets exactly that many rows.
+  double capacity_factor = 0.0;
+  bool pad_to_capacity = false;
+};
+
 struct TrainingOptions {
   std::int64_t batch = 1;
   std::int64_t seq = 128;
@@ -374,10 +395,10 @@ struct TrainingOptions {
   // chunked-ce under --compile: torchtune's recipes call training.compile_loss(loss_fn), which compiles
   // CEWithChunkedOutputLoss.compute_cross_entropy (one chunk's upcast + cross-entropy) on its own, so each
   // chunk's loss is one compiled graph and its backward saves what the partitioner picks, not the fp32
-  // log-probabilities (torchtune/training/_compile.py, compile_loss). With --loss ce and --compile-scope layer:
-  // torchtitan's build_cross_entropy_loss, `loss_fn = torch.compile(loss_fn)` when training.compile (pytorch/
-  // torchtitan#1033, April 2025, and today's CompileConfig.components ["model", "loss"]; off from #755,
-  // 2024-12-18, to #1033): the upcast and cross-entropy are one graph whose backward writes the logits'
+  // log-probabilities (torchtune/training/_compile.py, compile_loss). With --loss ce and --compile-scope
+  // layer: torchtitan's build_cross_entropy_loss, `loss_fn = torch.compile(loss_fn)` when training.compile
+  // (pytorch/ torchtitan#1033, April 2025, and today's CompileConfig.components ["model", "loss"]; off from
+  // #755, 2024-12-18, to #1033): the upcast and cross-entropy are one graph whose backward writes the logits'
   // gradient without the eager loss's fp32 log-probabilities and their gradients.
   bool compile_loss = false;
   LogitsDtype logits_dtype = LogitsDtype::kModel;  // --logits-dtype
@@ -448,6 +469,8 @@ struct TrainingOptions {
   Float8Options float8;                     // torchao float8 linears (recipe kNone: none)
   ContextParallelOptions context_parallel;  // degree 1: none; `seq` is the whole sequence of all CP ranks
   VisionInputs vision;                      // a vision-language model's images (text-only: unused)
+
+  MoeOptions moe;  // mixture-of-experts implementation, routing model, --ep
 };
 
 // Limits on what a user can type, checked by validate() before any size is computed from them: far beyond

@@ -43,9 +43,9 @@ std::vector<std::string> split_words(std::string_view flags) {
 }
 
 // The arguments `vramsim predict` parses for the base job plus these techniques' flags.
-RequestArgs parse(const std::vector<const Technique*>& picked) {
-  std::vector<std::string> words = split_words(
-      "--model " + test::test_data("tiny-llama.config.json").string() + " --gpu h100 --seq 64 --steps 2");
+RequestArgs parse(const std::vector<const Technique*>& picked, const char* model = "tiny-llama.config.json") {
+  std::vector<std::string> words =
+      split_words("--model " + test::test_data(model).string() + " --gpu h100 --seq 64 --steps 2");
   std::string offload;  // --offload takes one comma-separated list: techniques' items are joined
   for (const Technique* t : picked) {
     const std::vector<std::string> flags = split_words(t->flags);
@@ -77,10 +77,10 @@ struct Outcome {
   Prediction prediction;
 };
 
-Outcome run(const std::vector<const Technique*>& picked) {
+Outcome run(const std::vector<const Technique*>& picked, const char* model = "tiny-llama.config.json") {
   Outcome o;
   try {
-    o.prediction = predict(make_request(parse(picked)));
+    o.prediction = predict(make_request(parse(picked, model)));
     o.predicted = true;
   } catch (const InputError& e) {
     o.refusal = e.what();
@@ -223,6 +223,57 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
       picked.push_back(by_name[n]);
     }
     const Outcome o = run(picked);
+    INFO(label(picked) + (o.predicted ? "" : " -> " + o.refusal));
+    REQUIRE(o.predicted);
+    check_invariants(picked, o.prediction);
+  }
+}
+
+// The mixture-of-experts rows on a model that has experts (on tiny-llama they do not apply): each MoE
+// technique with every technique of another family, on a tiny Mixtral (64 experts, top-2), predicted with
+// the invariants or refused with a reason, as above.
+TEST_CASE("composition matrix: the mixture-of-experts techniques on a Mixtral", "[predict][composition]") {
+  const std::vector<Technique>& all = cli::techniques();
+  int predicted = 0;
+  std::vector<std::string> refused;
+  for (const Technique& moe : all) {
+    if (moe.family != "moe") {
+      continue;
+    }
+    for (const Technique& other : all) {
+      if (other.family == moe.family) {
+        continue;
+      }
+      const std::vector<const Technique*> pair{&moe, &other};
+      const Outcome o = run(pair, "tiny-mixtral.config.json");
+      if (o.predicted) {
+        ++predicted;
+        check_invariants(pair, o.prediction);
+      } else {
+        check_refusal(pair, o.refusal);
+        refused.push_back(label(pair) + ": " + o.refusal);
+      }
+    }
+  }
+  WARN(fmt::format("mixture-of-experts: {} pairs predicted, {} refused:\n{}", predicted, refused.size(),
+                   fmt::join(refused, "\n")));
+  // Megatron's MoE with DDP and with checkpointing, each technique alone, are the combinations people run.
+  std::map<std::string, const Technique*> by_name;
+  for (const Technique& t : all) {
+    by_name[std::string(t.name)] = &t;
+  }
+  for (const std::vector<std::string>& recipe :
+       std::vector<std::vector<std::string>>{{"ep", "ddp"},
+                                             {"ep", "ddp", "checkpoint-full", "bf16-master"},
+                                             {"moe-megatron", "checkpoint-full"},
+                                             {"moe-imbalance", "fsdp2"},
+                                             {"moe-imbalance", "lora"}}) {
+    std::vector<const Technique*> picked;
+    for (const std::string& n : recipe) {
+      REQUIRE(by_name.count(n) == 1);
+      picked.push_back(by_name[n]);
+    }
+    const Outcome o = run(picked, "tiny-mixtral.config.json");
     INFO(label(picked) + (o.predicted ? "" : " -> " + o.refusal));
     REQUIRE(o.predicted);
     check_invariants(picked, o.prediction);

@@ -1,0 +1,255 @@
+// Megatron-Core's MoELayer.forward (megatron/core/transformer/moe/moe_layer.py, NVIDIA/Megatron-LM at
+// 0014f13713bf), dropless or with a capacity factor, with the AlltoAll token dispatcher
+// (token_dispatcher.py MoEAlltoAllTokenDispatcher) and grouped experts (experts.py TEGroupedMLP with
+// Megatron's default bias_swiglu_fusion), statement by statement, unfused permutation (moe_permute_fusion
+// False, moe_utils.py permute / unpermute / sort_chunks_by_idxs):
+//
+//   probs, routing_map = self.router(hidden_states)         # TopKRouter: gating = F.linear(x, weight);
+//       scores, top_indices = torch.topk(logits, k, dim=1)   #   topk_softmax_with_capacity, pre-softmax off
+//       probs = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(logits)
+//       topk_masked_gates = torch.zeros_like(logits).scatter(1, top_indices, probs)      # [T, E]
+//       topk_map = torch.zeros_like(logits).int().scatter(1, top_indices, 1).bool()     # [T, E]
+//   token_permutation:                                       # permute 1 (num_out_tokens = A)
+//       routing_map = routing_map.bool().T.contiguous()      # [E, T]
+//       sorted_indices = token_indices.masked_select(routing_map)            # int64 [A]
+//       permuted_probs = probs.T.contiguous().masked_select(routing_map)     # [A]
+//       permuted_input = tokens.index_select(0, sorted_indices)             # [A, H]
+//       global_input_tokens = all_to_all(ep_group, permuted_input, ...)     # new_empty [R, H]
+//       global_probs = all_to_all(ep_group, permuted_probs, ...)            # [R]
+//       sort_chunks_by_idxs (num_local_experts > 1): torch.cat of the splits  # [R, H], [R]
+//   experts: fc1 = grouped GEMM [R, 2 ff] (saves its input); weighted_bias_swiglu_impl(fc1, probs) [R, ff]
+//            (WeightedSwiGLUFunction saves fc1 and probs); fc2 = grouped GEMM [R, H] (saves its input)
+//   token_unpermutation: sort_chunks_by_idxs back [R, H]; all_to_all [A, H];
+//       output = torch.zeros(restore_shape); output.scatter_add_(0, sorted_indices..., permuted_tokens)
+//   output = output + self.shared_experts(hidden_states)     # SharedExpertMLP (deepseek, qwen2_moe)
+//
+// A: the rows this rank sends (tokens x top_k, after drops); R: the rows it receives from the group, the
+// busiest rank's under the routing model (expert_parallel.h busiest_rank_load). Left out: the router's
+// auxiliary load-balancing loss (moe_aux_loss_coeff, default 0) and the dispatcher's small per-expert count
+// tensors; the shared expert is the model's transformers MLP (same linears and activation).
+#include "sim/models/megatron_moe.h"
+
+#include <fmt/format.h>
+
+#include "sim/models/transformer_parts.h"
+#include "sim/parallel/expert_parallel.h"
+
+namespace vramsim {
+namespace {
+
+using Kind = GradRule::Kind;
+
+// One op with `inputs`, one output, saving the inputs at `saved`; every input gets a new gradient unless
+// `no_grad` lists it.
+VarId simple_op(EagerTape& t, const std::string& name, const char* kind, std::vector<VarId> inputs,
+                const Shape& out, DType dtype, std::vector<int> saved, const std::vector<int>& no_grad = {},
+                double flops = 0.0) {
+  OpCall c;
+  c.name = name;
+  c.kind = kind;
+  c.inputs = std::move(inputs);
+  c.outputs = {OutputSpec{"", out, dtype}};
+  c.saved.inputs = std::move(saved);
+  c.backward.grads.assign(c.inputs.size(), GradRule{Kind::kAlloc});
+  for (int i : no_grad) {
+    c.backward.grads[static_cast<std::size_t>(i)] = GradRule{Kind::kNone};
+  }
+  c.flops = flops;
+  return t.op1(c);
+}
+
+// A grouped GEMM (TEGroupedMLP's linear_fc1 / linear_fc2: te.GroupedLinear; GroupedMLP: grouped_gemm's
+// gmm) of x [R, in] with each local expert's weights: saves x (and the weights), output [R, out].
+VarId grouped_gemm(EagerTape& t, const std::string& name, VarId x, const std::vector<VarId>& weights,
+                   std::int64_t out_features) {
+  std::vector<VarId> inputs{x};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  std::vector<int> saved(inputs.size());
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    saved[i] = static_cast<int>(i);
+  }
+  const std::int64_t rows = t.shape(x)[0], in = t.shape(x)[1];
+  return simple_op(
+      t, name, "grouped_gemm", inputs, {rows, out_features}, t.dtype(x), saved, {},
+      2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out_features));
+}
+
+// MoEAlltoAllTokenDispatcher's all_to_all (tensor_parallel/mappings.py _AllToAll): output =
+// input.new_empty([sum(output_split_sizes)] + ...); its backward is the reverse all-to-all (a new tensor).
+VarId all_to_all(EagerTape& t, const std::string& name, VarId x, std::int64_t rows) {
+  Shape out = t.shape(x);
+  out[0] = rows;
+  const VarId received = simple_op(t, name, "all_to_all_single", {x}, out, t.dtype(x), {});
+  t.set_category(received, TensorCategory::kCommunication);
+  return received;
+}
+
+// sort_chunks_by_idxs: torch.cat of torch.split's chunks in another order (a copy; backward: a copy).
+VarId sort_chunks(EagerTape& t, const std::string& name, VarId x) {
+  return simple_op(t, name, "cat", {x}, t.shape(x), t.dtype(x), {});
+}
+
+struct Routed {
+  VarId probs = kNoVar;  // routing probabilities [T, E] (zeros but the top-k)
+  VarId map = kNoVar;    // routing map [T, E] bool
+};
+
+// TopKRouter.forward -> routing -> topk_softmax_with_capacity (moe_utils.py).
+Routed router(EmitContext& c, const std::string& n, VarId flat, VarId weight, std::int64_t tokens) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const MoeConfig& moe = c.model.moe;
+  const MoeOptions& o = c.options.moe;
+  const std::int64_t E = moe.n_experts;
+  const VarId logits = ops.linear(n + ".router.gating", flat, weight);
+  auto [scores, top_indices] = ops.topk_last(n + ".router.topk", logits, moe.top_k);
+  const VarId probs32 = ops.softmax_last(n + ".router.softmax", scores, DType::kFloat32);
+  t.drop(scores);
+  const VarId probs = ops.to(n + ".router.type_as", probs32, t.dtype(logits));
+  t.drop(probs32);
+  // torch.zeros_like(logits).scatter(1, top_indices, probs): the gradient reaches probs by a gather
+  const VarId zeros = t.constant(n + ".router.zeros_like", "zeros_like", {tokens, E}, t.dtype(logits));
+  Routed r;
+  r.probs = simple_op(t, n + ".router.topk_masked_gates", "scatter", {zeros, top_indices, probs}, {tokens, E},
+                      t.dtype(logits), {1}, {0, 1});
+  t.drop({zeros, probs});
+  // .int(): int32, 4 bytes an element (graph/dtype.h has no int32; fp32 stands in for its size)
+  const VarId map_int = t.constant(n + ".router.topk_map_int", "scatter", {tokens, E}, DType::kFloat32);
+  r.map = t.constant(n + ".router.topk_map", "to", {tokens, E}, DType::kBool);
+  t.drop(map_int);
+  if (o.capacity_factor > 0) {
+    // torch.topk(topk_masked_gates, k=expert_capacity, dim=0): capacity_indices; capacity_mask a bool
+    // scatter; final_map (drop: logical_and) and final_probs = topk_masked_gates * final_map.
+    const std::int64_t cap = std::min(expert_capacity(tokens, moe.top_k, E, o.capacity_factor), tokens);
+    const VarId cap_idx = t.constant(n + ".router.capacity_indices", "topk", {cap, E}, DType::kInt64);
+    const VarId cap_mask = t.constant(n + ".router.capacity_mask", "scatter", {tokens, E}, DType::kBool);
+    t.drop(cap_idx);
+    VarId final_map = cap_mask;
+    if (!o.pad_to_capacity) {
+      final_map = t.constant(n + ".router.final_map", "logical_and", {tokens, E}, DType::kBool);
+      t.drop(cap_mask);
+    }
+    const VarId final_probs = simple_op(t, n + ".router.final_probs", "mul", {r.probs, final_map},
+                                        {tokens, E}, t.dtype(r.probs), {1}, {1});
+    t.drop({r.probs, r.map});
+    r.probs = final_probs;
+    r.map = final_map;
+  }
+  t.drop({logits, top_indices});
+  return r;
+}
+
+// moe_utils.permute (unfused): the tokens and probabilities sorted by expert; returns permuted_input [A, H],
+// permuted_probs [A], sorted_indices [A].
+struct Permuted {
+  VarId input = kNoVar, probs = kNoVar, sorted_indices = kNoVar;
+};
+Permuted permute(EagerTape& t, TorchOps& ops, const std::string& n, VarId flat, const Routed& r,
+                 std::int64_t tokens, std::int64_t experts, std::int64_t rows) {
+  const VarId map_t = t.constant(n + ".permute.routing_map_T", "contiguous", {experts, tokens}, DType::kBool);
+  const VarId arange = t.constant(n + ".permute.token_indices", "arange", {tokens}, DType::kInt64);
+  Permuted p;
+  p.sorted_indices = t.constant(n + ".permute.sorted_indices", "masked_select", {rows}, DType::kInt64);
+  t.drop(arange);
+  const VarId probs_view = t.view(r.probs, {experts, tokens}, n + ".permute.probs_T");
+  const VarId probs_t = ops.contiguous(n + ".permute.probs_T_contiguous", probs_view);
+  t.drop(probs_view);
+  p.probs = simple_op(t, n + ".permute.permuted_probs", "masked_select", {probs_t, map_t}, {rows},
+                      t.dtype(probs_t), {1}, {1});
+  t.drop({probs_t, map_t});
+  // index_select saves the index; its backward is zeros + index_add_ (index_select_backward)
+  p.input = simple_op(t, n + ".permute.permuted_input", "index_select", {flat, p.sorted_indices},
+                      {rows, t.shape(flat)[1]}, t.dtype(flat), {1}, {1});
+  return p;
+}
+
+// TEGroupedMLP.forward on the received rows: fc1, the weighted SwiGLU, fc2.
+VarId grouped_experts(EmitContext& c, const std::string& n, int layer, VarId tokens_in, VarId probs) {
+  EagerTape& t = c.ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const std::int64_t ff = c.model.moe.expert_d_ff, rows = t.shape(tokens_in)[0];
+  std::vector<VarId> w1, w2;
+  for (const LayerParams::Expert& e : p.experts) {  // the local experts' gate and up rows are linear_fc1's
+    w1.push_back(e.gate_w);
+    w1.push_back(e.up_w);
+    w2.push_back(e.down_w);
+  }
+  const VarId fc1 = grouped_gemm(t, n + ".experts.linear_fc1", tokens_in, w1, 2 * ff);
+  const VarId probs_col = t.view(probs, {rows, 1}, n + ".experts.probs_unsqueeze");
+  const VarId act = simple_op(t, n + ".experts.weighted_bias_swiglu", "weighted_swiglu", {fc1, probs_col},
+                              {rows, ff}, t.dtype(fc1), {0, 1});
+  t.drop({fc1, probs_col});
+  const VarId fc2 = grouped_gemm(t, n + ".experts.linear_fc2", act, w2, c.model.d_model);
+  t.drop(act);
+  return fc2;
+}
+
+}  // namespace
+
+VarId megatron_moe(EmitContext& c, int layer, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const MoeConfig& moe = c.model.moe;
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  const std::string n = layer_name(layer, "mlp");
+  const std::int64_t d = c.model.d_model, tokens = c.options.batch * c.options.seq;
+  const ExpertLoad load = busiest_rank_load(tokens, moe, c.options.moe);
+  const bool sort_by_local_expert = moe.local_experts() > 1;
+
+  const VarId flat = t.view(x, {tokens, d}, n + ".view");
+  const Routed routed = router(c, n, flat, p.router_w, tokens);
+  Permuted perm = permute(t, ops, n, flat, routed, tokens, moe.n_experts, load.sent_rows);
+  // dispatch: all-to-all over the expert-parallel group (_AllToAll.forward returns its input itself on a
+  // group of one); sort_chunks_by_idxs runs whenever a rank holds more than one expert
+  VarId tokens_in = perm.input, probs_in = perm.probs;
+  if (moe.expert_parallel > 1) {
+    tokens_in = all_to_all(t, n + ".dispatch.all_to_all", perm.input, load.received_rows());
+    probs_in = all_to_all(t, n + ".dispatch.all_to_all_probs", perm.probs, load.received_rows());
+    t.drop({perm.input, perm.probs});
+  }
+  if (sort_by_local_expert) {
+    const VarId sorted = sort_chunks(t, n + ".dispatch.sort_chunks_by_idxs", tokens_in);
+    const VarId sorted_probs = sort_chunks(t, n + ".dispatch.sort_chunks_by_idxs_probs", probs_in);
+    t.drop({tokens_in, probs_in});
+    tokens_in = sorted;
+    probs_in = sorted_probs;
+  }
+  VarId out = grouped_experts(c, n, layer, tokens_in, probs_in);
+  t.drop({tokens_in, probs_in});
+  if (sort_by_local_expert) {
+    const VarId unsorted = sort_chunks(t, n + ".combine.sort_chunks_by_idxs", out);
+    t.drop(out);
+    out = unsorted;
+  }
+  if (moe.expert_parallel > 1) {
+    const VarId back = all_to_all(t, n + ".combine.all_to_all", out, load.sent_rows);
+    t.drop(out);
+    out = back;
+  }
+  // unpermute: zeros(restore_shape).scatter_add_(0, sorted_indices.unsqueeze(1).expand(-1, H), tokens)
+  const VarId zeros = t.constant(n + ".unpermute.zeros", "zeros", {tokens, d}, t.dtype(x));
+  BackwardRule rule;
+  rule.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kNone}, GradRule{Kind::kAlloc}};
+  VarId output =
+      t.inplace(n + ".unpermute.scatter_add_", "scatter_add_", zeros, {perm.sorted_indices, out}, rule);
+  t.drop({zeros, out});
+  if (moe.shared_expert_d_ff > 0) {  // output = output + self.shared_experts(hidden_states)
+    VarId shared = hf_gated_mlp(c, n + ".shared_experts", flat, p.shared_expert);
+    if (moe.shared_expert_gated) {  // moe_shared_expert_gate (qwen2_moe)
+      const VarId gate_logit = ops.linear(n + ".shared_experts.gate", flat, p.shared_expert_gate_w);
+      const VarId gate = ops.sigmoid(n + ".shared_experts.gate_sigmoid", gate_logit);
+      t.drop(gate_logit);
+      const VarId gated = ops.mul(n + ".shared_experts.gated", gate, shared);
+      t.drop({gate, shared});
+      shared = gated;
+    }
+    const VarId sum = ops.add(n + ".add_shared_experts", output, shared);
+    t.drop({output, shared});
+    output = sum;
+  }
+  const VarId result = t.view(output, {c.options.batch, c.options.seq, d}, n + ".reshape");
+  t.drop({output, flat, routed.probs, routed.map, perm.sorted_indices});
+  return result;
+}
+
+}  // namespace vramsim

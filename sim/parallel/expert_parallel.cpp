@@ -1,0 +1,211 @@
+#include "sim/parallel/expert_parallel.h"
+
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/finetune/peft_method.h"
+
+namespace vramsim {
+
+std::vector<std::int64_t> routed_rows_per_expert(std::int64_t tokens, std::int64_t top_k,
+                                                 std::int64_t n_experts, double imbalance) {
+  // tokens <= kMaxBatch x kMaxSeq and top_k <= n_experts <= kMaxExperts (validated): no overflow here.
+  const std::int64_t assignments = tokens * top_k;
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(n_experts), 0);
+  if (n_experts == 1) {
+    rows[0] = assignments;
+    return rows;
+  }
+  const double hot_exact = imbalance * static_cast<double>(assignments) / static_cast<double>(n_experts);
+  // 1e-9: F x mean that is an integer in exact arithmetic stays that integer (1.5 x 64 / 8 = 12).
+  auto hot = static_cast<std::int64_t>(std::ceil(hot_exact - 1e-9));
+  hot = std::min({hot, tokens, assignments});
+  // The rest spread evenly over the others, none above `hot` (F >= 1 makes hot >= ceil(mean), and
+  // assignments <= n_experts x tokens keeps their share <= tokens).
+  const std::int64_t rest = assignments - hot, others = n_experts - 1;
+  rows[0] = hot;
+  for (std::int64_t e = 1; e < n_experts; ++e) {
+    rows[static_cast<std::size_t>(e)] = rest / others + (e - 1 < rest % others ? 1 : 0);
+  }
+  return rows;
+}
+
+std::int64_t expert_capacity(std::int64_t tokens, std::int64_t top_k, std::int64_t n_experts, double factor) {
+  // math.ceil((num_tokens / num_experts) * capacity_factor)
+  return static_cast<std::int64_t>(
+      std::ceil(static_cast<double>(tokens * top_k) / static_cast<double>(n_experts) * factor - 1e-9));
+}
+
+std::int64_t ExpertLoad::received_rows() const {
+  return std::accumulate(rows_per_local_expert.begin(), rows_per_local_expert.end(), std::int64_t{0});
+}
+
+ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const MoeOptions& options) {
+  std::vector<std::int64_t> rows =
+      routed_rows_per_expert(tokens, moe.top_k, moe.n_experts, options.imbalance);
+  if (options.capacity_factor > 0) {
+    const std::int64_t cap = expert_capacity(tokens, moe.top_k, moe.n_experts, options.capacity_factor);
+    for (std::int64_t& r : rows) {
+      r = options.pad_to_capacity ? cap : std::min(r, cap);
+    }
+  }
+  ExpertLoad load;
+  load.sent_rows = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
+  const std::int64_t ep = options.expert_parallel;
+  for (std::int64_t e = 0; e < moe.n_experts / ep; ++e) {  // EP rank 0's experts, from each of the ep ranks
+    load.rows_per_local_expert.push_back(rows[static_cast<std::size_t>(e)] * ep);
+  }
+  return load;
+}
+
+ModelConfig expert_parallel_rank(const ModelConfig& model, int ep) {
+  if (ep < 1 || ep > 1024) {
+    throw InputError(fmt::format("--ep: {} is not in 1..1024", ep));
+  }
+  if (ep == 1) {
+    return model;
+  }
+  if (model.moe.n_experts == 0) {
+    throw InputError(
+        fmt::format("--ep: does not apply to {}: it has no mixture-of-experts layers", model.name));
+  }
+  if (model.moe.n_experts % ep != 0) {  // Megatron's arguments.py: num_experts % expert_model_parallel_size
+    throw InputError(
+        fmt::format("--ep: {} does not divide the {} experts of {} (Megatron: \"Number of "
+                    "experts should be a multiple of expert model parallel_size.\")",
+                    ep, model.moe.n_experts, model.name));
+  }
+  ModelConfig m = model;
+  m.moe.expert_parallel = ep;
+  m.name = fmt::format("{} (expert-parallel rank of {})", model.name, ep);
+  return m;
+}
+
+namespace {
+
+void validate_routing(const ModelConfig& model, const MoeOptions& o) {
+  if (!(o.imbalance >= 1.0 && o.imbalance <= 1e6)) {
+    throw InputError(fmt::format(
+        "--moe-imbalance: {} is not >= 1 (the busiest expert's tokens over the mean)", o.imbalance));
+  }
+  const MoeConfig& moe = model.moe;
+  if (moe.n_experts == 0) {
+    const char* flag = o.imbalance != 1.0             ? "--moe-imbalance"
+                       : o.capacity_factor != 0.0     ? "--moe-capacity-factor"
+                       : o.impl == MoeImpl::kMegatron ? "--moe-impl"
+                                                      : nullptr;
+    if (flag != nullptr) {
+      throw InputError(
+          fmt::format("{}: does not apply to {}: it has no mixture-of-experts layers", flag, model.name));
+    }
+    return;
+  }
+  // One expert gets at most every token once (top-k picks distinct experts): F <= n_experts / top_k.
+  const double most = static_cast<double>(moe.n_experts) / static_cast<double>(moe.top_k);
+  if (o.imbalance > most + 1e-9) {
+    throw InputError(
+        fmt::format("--moe-imbalance: {} exceeds {} experts / top-{} = {} (an expert receives each "
+                    "token at most once)",
+                    o.imbalance, moe.n_experts, moe.top_k, most));
+  }
+  if (!(o.capacity_factor == 0.0 || (o.capacity_factor > 0.0 && o.capacity_factor <= 1e4))) {
+    throw InputError(
+        fmt::format("--moe-capacity-factor: {} is not in (0, 10000] (0: dropless)", o.capacity_factor));
+  }
+  if (o.capacity_factor > 0.0 && o.impl != MoeImpl::kMegatron) {
+    throw InputError(
+        "--moe-capacity-factor: does not apply to transformers' MoE blocks, which drop no tokens; "
+        "capacity is Megatron-Core's (--moe-impl megatron)");
+  }
+  if (o.pad_to_capacity && o.capacity_factor == 0.0) {  // MoEAlltoAllTokenDispatcher.__init__'s assert
+    throw InputError(
+        "--moe-pad-to-capacity: needs --moe-capacity-factor (Megatron asserts "
+        "moe_expert_capacity_factor is not None)");
+  }
+}
+
+void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
+  const MoeOptions& moe = o.moe;
+  if (moe.expert_parallel > 1 && moe.impl != MoeImpl::kMegatron) {
+    throw InputError(
+        "--ep: expert parallelism with transformers' MoE blocks is not modelled (vramsim models "
+        "Megatron-Core's: --moe-impl megatron)");
+  }
+  if (moe.impl != MoeImpl::kMegatron) {
+    return;
+  }
+  // --ep N chooses Megatron's layer itself: name the flag the user typed.
+  const std::string flag = moe.expert_parallel > 1
+                               ? fmt::format("--ep {} (Megatron-Core's MoE layer)", moe.expert_parallel)
+                               : "--moe-impl megatron";
+  const auto refuse = [&flag](const std::string& what) {
+    throw InputError(fmt::format("{}: {}", flag, what));
+  };
+  if (model.moe.fused_experts) {
+    refuse(fmt::format("{}'s experts are fused three-dimensional parameters; not modelled (vramsim)",
+                       model.model_type));
+  }
+  if (o.lora.enabled()) {
+    refuse(fmt::format("PEFT's {} does not apply: it wraps transformers' modules, not Megatron-Core's layers",
+                       peft_method_info(o.lora.method).name));
+  }
+  if (o.bnb.format != BnbFormat::kNone) {
+    refuse(
+        "--base-weights does not apply: bitsandbytes quantizes transformers' nn.Linear layers, not "
+        "Megatron-Core's");
+  }
+  if (o.compile != CompileMode::kNone || o.context_parallel.degree > 1 ||
+      o.float8.recipe != Float8Recipe::kNone) {
+    refuse("with --compile, --cp or --float8: not modelled (vramsim)");
+  }
+  if (o.generate_tokens > 0 || o.inference) {
+    refuse(
+        "inference and generation are not modelled (vramsim models Megatron-Core's MoE layer for "
+        "training; use --moe-impl transformers)");
+  }
+  if (o.tensor_parallel > 1) {  // megatron/training/arguments.py validate_args
+    refuse(
+        "with --tp: Megatron asserts \"When using MoE and tensor parallelism, sequence parallelism must be "
+        "used.\", and sequence parallelism with MoE layers is not modelled (vramsim)");
+  }
+  const std::string& scheme = o.data_parallel.scheme;
+  if (scheme != "none" && scheme != "ddp") {
+    refuse(fmt::format(
+        "with data parallelism {}: Megatron's distributed optimizer shards expert states over the "
+        "expert-data-parallel group, not modelled (vramsim; use ddp)",
+        scheme));
+  }
+  const int ep = moe.expert_parallel;
+  const int dp = scheme == "none" ? 1 : o.data_parallel.world_size;
+  if (ep > 1 && dp % ep != 0) {  // parallel_state.initialize_model_parallel's expert grid
+    throw InputError(
+        fmt::format("--ep {}: does not apply to {} data-parallel rank(s): the expert-parallel "
+                    "ranks are data-parallel ranks (Megatron's initialize_model_parallel), so --ep "
+                    "must divide their number (--gpus N: DDP)",
+                    ep, dp));
+  }
+}
+
+}  // namespace
+
+void validate_moe_options(const ModelConfig& model, const TrainingOptions& options) {
+  validate_routing(model, options.moe);
+  validate_megatron(model, options);
+}
+
+MoeImpl parse_moe_impl(const std::string& text) {
+  if (text == "transformers") {
+    return MoeImpl::kTransformers;
+  }
+  if (text == "megatron") {
+    return MoeImpl::kMegatron;
+  }
+  throw InputError(fmt::format("--moe-impl: unknown value '{}' (known: transformers, megatron)", text));
+}
+
+const char* moe_impl_name(MoeImpl impl) { return impl == MoeImpl::kMegatron ? "megatron" : "transformers"; }
+
+}  // namespace vramsim

@@ -1,0 +1,63 @@
+// Expert parallelism and the routing model, as Megatron-Core runs mixture-of-experts layers
+// (megatron/core/transformer/moe/: moe_layer.py MoELayer, router.py TopKRouter, token_dispatcher.py
+// MoEAlltoAllTokenDispatcher, experts.py GroupedMLP / TEGroupedMLP, moe_utils.py permute / unpermute /
+// sort_chunks_by_idxs / get_capacity; NVIDIA/Megatron-LM at 0014f13713bf).
+//
+// Partitioning. --ep N is Megatron's expert_model_parallel_size: the N ranks of an expert-parallel group
+// each hold n_experts / N of the experts (num_local_experts), whole, with their gradients and optimizer
+// states; everything else (attention, norms, embeddings, the router, shared experts) is replicated over the
+// group like any data-parallel replica. The expert-parallel ranks are data-parallel ranks
+// (parallel_state.initialize_model_parallel: world = tp x pp x dp and the expert grid
+// etp x ep x expert-dp x pp divides it), so N must divide the data-parallel size; the experts' own
+// data-parallel size is dp / N. Under tensor parallelism experts split like the dense MLP (Megatron's
+// default expert_tensor_parallel_size = tensor_model_parallel_size), which Megatron allows only with
+// sequence parallelism (transformer_config.py: "When using expert parallelism and tensor parallelism,
+// sequence parallelism must be used").
+//
+// The routing model. A rank routes tokens x top_k assignments. With --moe-imbalance F the busiest expert
+// receives ceil(F x assignments / n_experts) of them (never more than `tokens`: top-k picks distinct
+// experts), the other experts share the rest evenly (the remainder to the lowest indices). Every rank of
+// the group routes alike, so the rank holding the busiest expert (EP rank 0 here, expert 0 hot) receives
+// N x the rows its local experts get from one rank: the largest all-to-all output and grouped-GEMM
+// activations of the group. F = 1 is the even router. With Megatron's capacity factor C each expert keeps
+// at most get_capacity = ceil(assignments / n_experts x C) of a rank's rows (drop), or exactly that many
+// (--moe-pad-to-capacity: drop and pad).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/models/model_config.h"
+#include "sim/training/training_options.h"
+
+namespace vramsim {
+
+// The rows one rank's router assigns to each of the n_experts experts (tokens x top_k in all, before
+// capacity). pre: validate_moe_options passed.
+std::vector<std::int64_t> routed_rows_per_expert(std::int64_t tokens, std::int64_t top_k,
+                                                 std::int64_t n_experts, double imbalance);
+
+// moe_utils.get_capacity(num_tokens = tokens x top_k, num_experts, capacity_factor):
+// ceil(tokens x top_k / n_experts x factor).
+std::int64_t expert_capacity(std::int64_t tokens, std::int64_t top_k, std::int64_t n_experts, double factor);
+
+// What the busiest rank of an expert-parallel group of `ep` ranks sends and receives in one MoE layer.
+struct ExpertLoad {
+  std::int64_t sent_rows = 0;  // num_out_tokens: the rows it permutes and sends (after drops)
+  std::vector<std::int64_t> rows_per_local_expert;  // what each of its local experts gets from all ranks
+  std::int64_t received_rows() const;               // the all-to-all output's rows
+};
+ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const MoeOptions& options);
+
+// The rank's model: n_experts / ep experts per MoE layer (MoeConfig::expert_parallel). Throws
+// InputError("--ep: ...") when ep does not divide the experts.
+ModelConfig expert_parallel_rank(const ModelConfig& model, int ep);
+
+// Throws InputError naming the flag for what Megatron refuses and what vramsim does not model with
+// --moe-impl megatron / --ep / the routing model. `data_parallel_ranks`: the size of the data-parallel group.
+void validate_moe_options(const ModelConfig& model, const TrainingOptions& options);
+
+MoeImpl parse_moe_impl(const std::string& text);
+const char* moe_impl_name(MoeImpl impl);
+
+}  // namespace vramsim
