@@ -408,6 +408,30 @@ ModelConfig gemma3_text(const JsonReader& r) {
   return m;
 }
 
+// The products and sums of a vision tower's parameter count, with overflow checks (sim/core/checked.h): an
+// overflow is the config's error, named at its vision_config.
+auto vision_count_ops(const JsonReader& v) {
+  const auto mul = [&v](std::int64_t a, std::int64_t b) {
+    const auto x = checked_mul(a, b);
+    if (!x) {
+      v.fail("vision_config", "the vision tower's parameter count overflows");
+    }
+    return *x;
+  };
+  const auto add = [&v](std::initializer_list<std::int64_t> xs) {
+    std::int64_t sum = 0;
+    for (std::int64_t x : xs) {
+      const auto y = checked_add(sum, x);
+      if (!y) {
+        v.fail("vision_config", "the vision tower's parameter count overflows");
+      }
+      sum = *y;
+    }
+    return sum;
+  };
+  return std::pair{mul, add};
+}
+
 // The parameters SiglipVisionModel registers for a SiglipVisionConfig (transformers'
 // models/siglip/modeling_siglip.py, SiglipVisionTransformer; the config's class defaults for missing keys):
 // SiglipVisionEmbeddings (patch_embedding Conv2d(num_channels, hidden, patch, stride patch) with bias,
@@ -425,24 +449,7 @@ std::int64_t siglip_vision_parameters(const JsonReader& v) {
   if (image % patch != 0) {
     v.fail("vision_config.image_size", fmt::format("{} is not a multiple of patch_size {}", image, patch));
   }
-  const auto mul = [&](std::int64_t a, std::int64_t b) {
-    const auto x = checked_mul(a, b);
-    if (!x) {
-      v.fail("vision_config", "the vision tower's parameter count overflows");
-    }
-    return *x;
-  };
-  const auto add = [&](std::initializer_list<std::int64_t> xs) {
-    std::int64_t sum = 0;
-    for (std::int64_t x : xs) {
-      const auto y = checked_add(sum, x);
-      if (!y) {
-        v.fail("vision_config", "the vision tower's parameter count overflows");
-      }
-      sum = *y;
-    }
-    return sum;
-  };
+  const auto [mul, add] = vision_count_ops(v);
   const std::int64_t side = image / patch;
   const std::int64_t linear = add({mul(h, h), h});
   const std::int64_t mlp = add({mul(h, ff), ff, mul(ff, h), h});
@@ -509,24 +516,7 @@ ModelConfig::VisionPart::Clip clip_vision(const JsonReader& v) {
 // CLIPEncoderLayers (k/v/q/out_proj with biases, layer_norm1, fc1 / fc2 with biases, layer_norm2),
 // post_layernorm. Counted with overflow checks (sim/core/checked.h).
 std::int64_t clip_vision_parameters(const ModelConfig::VisionPart::Clip& c, const JsonReader& v) {
-  const auto mul = [&](std::int64_t a, std::int64_t b) {
-    const auto x = checked_mul(a, b);
-    if (!x) {
-      v.fail("vision_config", "the vision tower's parameter count overflows");
-    }
-    return *x;
-  };
-  const auto add = [&](std::initializer_list<std::int64_t> xs) {
-    std::int64_t sum = 0;
-    for (std::int64_t x : xs) {
-      const auto y = checked_add(sum, x);
-      if (!y) {
-        v.fail("vision_config", "the vision tower's parameter count overflows");
-      }
-      sum = *y;
-    }
-    return sum;
-  };
+  const auto [mul, add] = vision_count_ops(v);
   const std::int64_t h = c.hidden, ff = c.intermediate;
   const std::int64_t positions = add({mul(c.patches_per_side(), c.patches_per_side()), 1});
   const std::int64_t embeddings =
