@@ -2,6 +2,10 @@
 // optimizer and its implementation, activation checkpointing, attention kernel, dropout, accumulation).
 // The CLI strings are parsed here and nowhere else; every parse_* throws
 // InputError("<option>: unknown value 'x' (known: ...)").
+// Each technique's own settings live in its room, beside the technique (sim/parallel/*_options.h,
+// sim/finetune/peft_options.h and bnb_options.h, sim/training/float8_options.h, sim/compile/compile_options.h,
+// sim/models/moe_options.h and vision_inputs.h); TrainingOptions holds one of each. A new technique adds its
+// own header there, not fields here.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +13,17 @@
 #include <string>
 #include <string_view>
 
+#include "sim/compile/compile_options.h"
 #include "sim/core/types.h"
+#include "sim/finetune/bnb_options.h"
+#include "sim/finetune/peft_options.h"
+#include "sim/models/moe_options.h"
+#include "sim/models/vision_inputs.h"
+#include "sim/parallel/context_parallel_options.h"
+#include "sim/parallel/data_parallel_options.h"
+#include "sim/parallel/pipeline_options.h"
 #include "sim/torch/cuda_reduce.h"
+#include "sim/training/float8_options.h"
 
 #include <vector>
 
@@ -56,11 +69,6 @@ enum class OptimizerKind : std::uint8_t {
 // is made first (_init_group), then the loop updates one parameter at a time. for-loop is a hand-written
 // optimizer like CS336's AdamW: each parameter's states are made inside the loop, right before its update.
 enum class OptimizerImpl : std::uint8_t { kForeach, kFused, kForLoop, kSingleTensor };
-
-// How torch.distributed.optim.ZeroRedundancyOptimizer orders the parameters before its sorted-greedy
-// partition (see zero_redundancy_partition in data_parallel.h): numel() (current releases), or size()[0], the
-// first dimension (its first releases, whose run printed the ZeRO recipe's figures).
-enum class ZeroPartitionKey : std::uint8_t { kNumel, kSizeDim0 };
 
 // none: every saved activation kept. full: torch.utils.checkpoint around each decoder layer (only its input
 // is kept; the layer is recomputed in backward). selective: only the attention core (scores, softmax,
@@ -123,219 +131,6 @@ inline bool attention_kernel_writes_bshd(AttentionKind k) {
 // workspaces are allocated at setup, before the first simulated step.
 enum class WarmProcess : std::uint8_t { kNone, kForward, kStep };
 
-// torch.compile (torch_compile.h): mode, and what is compiled.
-enum class CompileMode : std::uint8_t {
-  kNone,
-  kDefault,
-  kReduceOverhead,
-  kMaxAutotune,
-  kMaxAutotuneNoCudagraphs
-};
-// torch.compile's modes (torch/_inductor/__init__.py list_mode_options): reduce-overhead and max-autotune run
-// the graphs as CUDA graphs (triton.cudagraphs); the max-autotune ones benchmark matmul kernels
-// (max_autotune).
-inline bool uses_cudagraphs(CompileMode m) {
-  return m == CompileMode::kReduceOverhead || m == CompileMode::kMaxAutotune;
-}
-inline bool autotunes_matmuls(CompileMode m) {
-  return m == CompileMode::kMaxAutotune || m == CompileMode::kMaxAutotuneNoCudagraphs;
-}
-// kModel: torch.compile(model), one graph for the whole forward, the loss computed by the training loop;
-// kModelAndLoss: the same model computing its own loss from labels, inside the graph (a Hugging Face model
-// given `labels`: the Trainer's torch_compile); kLayer: each decoder layer compiled on its own (torchtitan's
-// per-TransformerBlock compile), the embeddings, final norm and head eager.
-enum class CompileScope : std::uint8_t { kModel, kModelAndLoss, kLayer };
-
-// Data parallelism (data_parallel.h): the user's settings, with the libraries' defaults.
-struct DataParallelOptions {
-  std::string scheme = "none";  // a registry name; "none": one GPU
-  int world_size = 1;           // ranks in the data-parallel group
-  // DDP: bucket_cap_mb = 25; the first bucket is 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
-  Bytes ddp_bucket_cap_bytes = 25 * kMiB;
-  Bytes ddp_first_bucket_bytes = 1 * kMiB;
-  // DDP's gradient_as_bucket_view (default false): each .grad is a view of its bucket (ddp.cpp).
-  bool ddp_gradient_as_bucket_view = false;
-  // DeepSpeed ZeRO 1/2: reduce_bucket_size (elements; default 5e8), contiguous_gradients (default true),
-  // overlap_comm (default false; double gradient buffers when true).
-  std::int64_t reduce_bucket_elements = 500'000'000;
-  bool contiguous_gradients = true;
-  bool overlap_comm = false;
-  // ZeRO-3's stage3_max_reuse_distance, stage3_prefetch_bucket_size and stage3_max_live_parameters
-  // (elements; defaults 1e9, 5e7, 1e9): see zero3_param_coordinator.h.
-  std::int64_t stage3_max_reuse_distance = 1'000'000'000;
-  std::int64_t stage3_prefetch_bucket_size = 50'000'000;
-  std::int64_t stage3_max_live_parameters = 1'000'000'000;
-  // FSDP1's limit_all_gathers (default True): the host waits for the free event of the unit two all-gathers
-  // back before issuing the next.
-  bool fsdp_limit_all_gathers = true;
-  // FSDP's MixedPrecision.reduce_dtype / FSDP2's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
-  // reduce-scattered in (torchtitan's default: float32 under bf16 parameters). Unset: the gradients' own.
-  std::optional<DType> fsdp_reduce_dtype;
-  // FSDP2's reduce-scatter copy-in: on the compute stream, its input kept until the next reduce-scatter
-  // (current PyTorch), or on the reduce-scatter stream, dropped when the reduce-scatter is issued
-  // (the 2024 FSDP2).
-  bool fsdp2_copy_in_on_reduce_scatter_stream = false;
-  // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
-  int gpus_per_node = 8;
-  // FSDP1's auto_wrap_policy for a PEFT model: false, transformer_auto_wrap_policy (each decoder layer one
-  // unit, its adapters inside it); true, PEFT's fsdp_auto_wrap_policy (peft/utils/other.py), which the
-  // Trainer installs for a PeftModel (transformers' update_fsdp_plugin_peft): also every leaf module whose
-  // weight requires grad (each lora_A / lora_B) is a unit of its own, so the layers' FlatParameters are
-  // all frozen and get no gradient. The CLI sets it for LoRA runs (--fsdp-auto-wrap, default peft).
-  bool fsdp_peft_wrap = false;
-  // FSDP1's use_orig_params (accelerate's default: True). With adapters inside a frozen layer's unit it
-  // decides the gradients: True, the FlatParameter requires grad and its whole flat gradient is made;
-  // False, FSDP refuses to flatten parameters of mixed requires_grad.
-  bool fsdp_use_orig_params = true;
-  // FSDP1's sync_module_states (default False): each unit's parameters are broadcast from rank 0 while it is
-  // wrapped (fsdp_qlora's low_memory loading, accelerate's cpu_ram_efficient_loading), in 250 MiB buckets.
-  bool fsdp_sync_module_states = false;
-  // Offload to the host (pinned CPU memory): DeepSpeed's offload_optimizer / offload_param {device: cpu}
-  // (ZeRO-Offload, ZeRO-Infinity), FSDP's CPUOffload(offload_params=True), which also runs the optimizer on
-  // the host. The optimizer's states and master weights, and the reduced gradient shards, leave the GPU; with
-  // offload_params the parameter shards too (each layer is still gathered onto the GPU for its use).
-  bool offload_optimizer = false;
-  bool offload_params = false;
-  bool offload_activations = false;  // parsed with the others; TrainingOptions::offload_activations acts
-  // DDP with torch.distributed.optim.ZeroRedundancyOptimizer: each rank's optimizer steps (and keeps states
-  // for) only its partition of the parameters; gradients and parameters stay whole (scheme "ddp" only).
-  bool zero_redundancy_optimizer = false;
-  ZeroPartitionKey zero_partition_key = ZeroPartitionKey::kNumel;
-};
-
-// Pipeline parallelism (pipeline_parallel.h): Megatron-LM's settings, and torchtitan's on
-// torch.distributed.pipelining. The micro-batches of a step are TrainingOptions::grad_accumulation
-// (Megatron's num_microbatches, torchtitan's local batch / microbatch size).
-enum class PipelineSchedule : std::uint8_t { k1F1B, kInterleaved, kGPipe };
-// How the decoder layers are split over the (virtual) stages: Megatron evenly (it refuses layers that do not
-// divide), torchtitan by generate_llm_fqn_per_model_part (the embeddings and the output count as layers).
-enum class PipelineSplit : std::uint8_t { kMegatron, kTorchtitan };
-struct PipelineOptions {
-  int stages = 1;          // --pipeline-model-parallel-size
-  int stage = 0;           // the GPU simulated: its pipeline rank
-  int virtual_stages = 1;  // model chunks per GPU (--num-layers-per-virtual-pipeline-stage's result)
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  PipelineSplit split = PipelineSplit::kMegatron;
-  // torchtitan's pipeline_parallel_first_stage_less_layers / _last_stage_less_layers (its defaults: 1): the
-  // layers the embeddings and the norm + output weigh in the split.
-  int first_stage_less_layers = 1;
-  int last_stage_less_layers = 1;
-};
-
-// PEFT's tuner (peft.PeftType) that get_peft_model adds, each modelled in sim/finetune/peft_<method>.cpp
-// behind the interface of sim/finetune/peft_method.h.
-enum class PeftMethod : std::uint8_t {
-  kLora,            // LoraConfig (use_dora: DoRA; lora-fa: LoRA-FA's optimizer)
-  kIa3,             // IA3Config
-  kPromptTuning,    // PromptTuningConfig
-  kPrefixTuning,    // PrefixTuningConfig
-  kPTuning,         // PromptEncoderConfig
-  kLoha,            // LoHaConfig
-  kLokr,            // LoKrConfig
-  kVera,            // VeraConfig
-  kOft,             // OFTConfig
-  kBoft,            // BOFTConfig
-  kAdalora,         // AdaLoraConfig
-  kTrainableTokens  // TrainableTokensConfig
-};
-
-// The PEFT config's fields, PEFT's defaults (LoraConfig's, and the other methods' named after theirs).
-// LoRA-like methods (lora, loha, lokr, vera, adalora) with rank 0: no PEFT.
-struct LoraOptions {
-  PeftMethod method = PeftMethod::kLora;
-  int rank = 0;                      // r (AdaLoRA: target_r; OFT: r, its number of blocks)
-  double alpha = 8.0;                // lora_alpha: scaling = alpha / r (does not change memory)
-  double dropout = 0.0;              // lora_dropout
-  std::vector<std::string> targets;  // target_modules; empty: PEFT's default for the model_type
-  bool all_linear = false;           // target_modules="all-linear": every linear layer but the output layer
-  // FSDP1 with use_orig_params=True: the frozen base parameters are views of a FlatParameter that requires
-  // grad, so autograd computes and reduces their gradients anyway ("the gradient memory usage will be higher
-  // than expected (namely, equivalent to not freezing those parameters)", FSDP's docstring); only the
-  // optimizer skips them. Set by the step builder under FSDP1.
-  bool base_gradients_computed = false;
-  bool use_dora = false;           // LoraConfig.use_dora (DoraLinearLayer)
-  bool lora_fa = false;            // peft.optimizers.create_lorafa_optimizer: lora_A frozen
-  int num_virtual_tokens = 0;      // prompt / prefix tuning, P-tuning (required by PEFT)
-  bool prefix_projection = false;  // PrefixTuningConfig.prefix_projection
-  int encoder_hidden_size = 0;     // PrefixTuning / PromptEncoder encoder_hidden_size (0: unset)
-  std::vector<std::string> feedforward_modules;  // IA3Config.feedforward_modules; empty: PEFT's default
-  int block_size = 0;                            // OFT oft_block_size / BOFT boft_block_size (0: unset)
-  int block_num = 0;                             // BOFTConfig.boft_block_num (0: unset)
-  int butterfly_factor = 1;                      // BOFTConfig.boft_n_butterfly_factor
-  bool use_cayley_neumann = true;                // OFTConfig.use_cayley_neumann
-  int num_cayley_neumann_terms = 5;              // OFTConfig.num_cayley_neumann_terms
-  int init_r = 12;                               // AdaLoraConfig.init_r
-  int trainable_tokens = 0;                      // TrainableTokensConfig: len(token_indices)
-  int decompose_factor = -1;                     // LoKrConfig.decompose_factor (-1: as PEFT's factorization)
-  // get_peft_model(autocast_adapter_dtype=True): fp16/bf16 adapter weights are cast to fp32
-  // (BaseTuner._cast_adapter_dtype); the adapted inputs are then cast to fp32 in the forward.
-  bool autocast_adapter_dtype = true;
-  bool enabled() const { return rank > 0 || !rank_based(); }
-  bool rank_based() const {
-    return method == PeftMethod::kLora || method == PeftMethod::kLoha || method == PeftMethod::kLokr ||
-           method == PeftMethod::kVera || method == PeftMethod::kAdalora;
-  }
-};
-
-// Quantized base weights: bitsandbytes' (nf4, fp4, int8: bnb_quant.h), as transformers' BitsAndBytesConfig
-// sets them up, or torchao's NF4Tensor as torchtune uses it (kTorchaoNf4: torchao_nf4.h). kNone: the weights
-// stay in the --precision dtype.
-enum class BnbFormat : std::uint8_t { kNone, kNf4, kFp4, kInt8, kTorchaoNf4 };
-
-// BitsAndBytesConfig's fields, with its defaults, and whether PEFT's prepare_model_for_kbit_training ran.
-struct BnbOptions {
-  BnbFormat format = BnbFormat::kNone;    // load_in_4bit + bnb_4bit_quant_type, or load_in_8bit
-  bool double_quant = false;              // bnb_4bit_use_double_quant (default False)
-  DType compute_dtype = DType::kFloat32;  // bnb_4bit_compute_dtype (transformers: float32 when unset)
-  // prepare_model_for_kbit_training(model): every fp16/bf16 parameter that is not quantized (embeddings,
-  // norms, lm_head) is cast to fp32 after loading. Its gradient checkpointing is --checkpointing's job.
-  bool prepare_kbit_training = true;
-  // MatMul4Bit saves its input A for backward (ctx.tensors = (A, B)), as bitsandbytes releases of 2023-24
-  // did (the cranberrii recording's); current releases keep (None, B), which the backward never needed.
-  bool matmul4bit_saves_input = false;
-  // bnb_4bit_quant_storage: the dtype the packed 4-bit codes are stored as (quantize_4bit's
-  // out = torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1), dtype=quant_storage)): the same bytes,
-  // but FSDP and ZeRO-3 flatten and shard a bf16 tensor like the model's other bf16 parameters.
-  DType quant_storage = DType::kUInt8;
-};
-
-// torchao's float8 training (torchao/float8: convert_to_float8_training with a Float8LinearConfig), as
-// torchtitan's Float8 converter applies it (float8_linear.h):
-//   tensorwise : Float8LinearConfig() (the "tensorwise" recipe): one fp32 scale per tensor, input and weight
-//                cast to float8_e4m3fn, grad_output to float8_e5m2;
-//   rowwise    : Float8LinearConfig.from_recipe_name("rowwise"): one fp32 scale per row (axiswise), every
-//                operand in e4m3, scales rounded to powers of 2.
-// Transformer Engine's fp8_autocast (te_fp8_linear.h):
-//   te         : every nn.Linear a te.Linear (Accelerate's convert_model), run under
-//                fp8_autocast(fp8_recipe=DelayedScaling()): per-tensor scales from an amax history of
-//                amax_history_len steps, Format.HYBRID (e4m3 forward, e5m2 gradients).
-enum class Float8Recipe : std::uint8_t { kNone, kTensorwise, kRowwise, kTeDelayed };
-struct Float8Options {
-  Float8Recipe recipe = Float8Recipe::kNone;
-  // DelayedScaling.amax_history_len (TE's default 1024): the rows of each te.Linear's amax history.
-  int amax_history_len = 1024;
-  // te.Linear.forward(is_first_microbatch=...) given (Megatron's gradient accumulation): the fp8 weight and
-  // its transpose are kept in the module's _fp8_workspaces between forwards; None (TE's default): made anew.
-  bool te_weight_cache = false;
-  // Set by the step builder under FSDP2 (te.Linear's is_fsdp2): the forward quantizes the gathered weight
-  // rowwise only and saves no fp8 weight; the backward quantizes it again (linear.py, issue #2681).
-  bool te_fsdp2 = false;
-  // Float8LinearConfig.enable_fsdp_float8_all_gather (tensorwise only): FSDP2 all-gathers each converted
-  // weight as float8 (torchao/float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather),
-  // one byte per element in the all-gather buffer and the unsharded weight.
-  bool fsdp_float8_all_gather = false;
-};
-
-// torch.distributed.tensor.experimental.context_parallel as torchtitan runs it (context_parallel.h): the
-// sequence is split over `degree` ranks (load-balanced: each holds two chunks of seq / (2 x degree)), and
-// F.scaled_dot_product_attention becomes ring attention whose key/value rotation is an all-gather (all
-// the other ranks' chunks at once) or an all-to-all (one neighbour's chunk per step).
-enum class CpRotate : std::uint8_t { kAllGather, kAllToAll };
-struct ContextParallelOptions {
-  int degree = 1;                          // --cp: context_parallel_degree
-  CpRotate rotate = CpRotate::kAllGather;  // torchtitan's context_parallel_rotate_method (default allgather)
-};
-
 // Where the training loop reads the loss on the host (`loss.item()`, or `if torch.isnan(loss)`): a copy to
 // the host on the compute stream and a stream synchronize, so the host stops running ahead and the caching
 // allocator's next malloc finds every deferred free (record_stream) of the work before it completed
@@ -345,37 +140,6 @@ struct ContextParallelOptions {
 // kAfterStep: after the optimizer step (torchtune's recipes log `running_loss.item()` every step,
 // log_every_n_steps 1).
 enum class LossItemSync : std::uint8_t { kNone, kAfterBackward, kAfterStep };
-
-// The images of a vision-language model's samples (vision_tower.h): how many per sample, at what side in
-// pixels (0: vision_config's image_size), and whether the vision tower is frozen (LLaVA's fine-tune scripts
-// and LLaMA-Factory's freeze_vision_tower default: the tower's parameters get requires_grad_(False), the
-// projector and the language model train). A text-only model ignores them.
-struct VisionInputs {
-  std::int64_t images_per_sample = 1;  // --images-per-sample
-  std::int64_t image_size = 0;         // --image-size
-  bool freeze_tower = true;            // --freeze-vision-tower
-};
-
-// Mixture-of-experts layers (expert_parallel.h):
-//   transformers : the model's own MoE block (hf_moe.cpp: MixtralSparseMoeBlock's loop over the experts);
-//   megatron     : Megatron-Core's MoELayer (megatron/core/transformer/moe/moe_layer.py) with its AlltoAll
-//                  token dispatcher (token_dispatcher.py MoEAlltoAllTokenDispatcher) and grouped experts
-//                  (experts.py GroupedMLP / TEGroupedMLP): permute, all-to-all over the expert-parallel
-//                  group, sort by local expert, grouped GEMMs, and back (megatron_moe.cpp).
-enum class MoeImpl : std::uint8_t { kTransformers, kMegatron };
-struct MoeOptions {
-  MoeImpl impl = MoeImpl::kTransformers;  // --moe-impl
-  int expert_parallel = 1;  // --ep: Megatron's --expert-model-parallel-size (experts split over the ranks)
-  // --moe-imbalance: the routing model. The busiest expert receives `imbalance` times the mean
-  // tokens x top_k / experts (1: an even router), the others share the rest evenly; under expert
-  // parallelism every rank routes alike, so the rank holding the busiest expert receives the most.
-  double imbalance = 1.0;
-  // Megatron's --moe-expert-capacity-factor (0: unset, dropless, its default): each expert takes at most
-  // ceil(tokens x top_k / experts x factor) of a rank's tokens (moe_utils.get_capacity), the rest dropped;
-  // --moe-pad-expert-input-to-capacity: every expert gets exactly that many rows.
-  double capacity_factor = 0.0;
-  bool pad_to_capacity = false;
-};
 
 struct TrainingOptions {
   std::int64_t batch = 1;
