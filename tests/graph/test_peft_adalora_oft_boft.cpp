@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph_test_util.h"
+#include "graph/peft_test_util.h"
 #include "sim/core/error.h"
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
@@ -21,55 +21,15 @@ using namespace vramsim;
 
 namespace {
 
-constexpr std::int64_t kLlama32Base = 3212749824;
+using test::kLlama32Base;
+using test::llama32_3b;
+using test::saved_by;
 
-ModelConfig llama32_3b() {
-  return load_model(
-      (test::source_dir() / "tests" / "data" / "hf_configs" / "meta-llama__Llama-3.2-3B.config.json")
-          .string());
-}
+LoraOptions method(PeftMethod m, int rank) { return test::peft_method(m, rank, {"q_proj", "v_proj"}); }
 
-LoraOptions method(PeftMethod m, int rank) {
-  LoraOptions o;
-  o.method = m;
-  o.rank = rank;
-  o.targets = {"q_proj", "v_proj"};
-  return o;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Bytes of saved-for-backward tensors (kActivation) made by ops whose name ends with one of `suffixes`, in
-// decoder layer `layer` (any layer: -2).
-Bytes saved_by(const OpGraph& g, int layer, const std::vector<std::string>& suffixes) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.category != TensorCategory::kActivation || (layer != -2 && t.layer != layer)) {
-      continue;
-    }
-    for (const std::string& s : suffixes) {
-      if (ends_with(g.op(t.producer).name, s)) {
-        total += t.size_bytes;
-        break;
-      }
-    }
-  }
-  return total;
-}
-
-// The tiny Llama of test_peft_catalogue.cpp: width 64, q_proj 64 -> 64, v_proj 64 -> 32, bf16, 2 x 32 tokens.
-constexpr std::int64_t kT = 64, kD = 64, kKv = 32;
-ModelConfig tiny() { return test::tiny_model("tinyllama-1.1b", 2); }
-TrainingOptions tiny_options(const LoraOptions& lora) {
-  TrainingOptions o = test::small_options();
-  o.precision = Precision::kBf16;
-  o.master_weights = MasterWeights::kNone;
-  o.steps = 1;
-  o.lora = lora;
-  return o;
-}
+constexpr std::int64_t kT = test::kTinyTokens, kD = test::kTinyWidth, kKv = test::kTinyKv;
+ModelConfig tiny() { return test::tiny_peft_model(); }
+TrainingOptions tiny_options(const LoraOptions& lora) { return test::tiny_peft_options(lora); }
 
 }  // namespace
 
@@ -126,7 +86,7 @@ TEST_CASE("PEFT catalogue II: what AdaLoRA, OFT and BOFT save for backward and k
     CHECK(saved_by(g, 1, {".lora_A*lora_E"}) == 2 * 8 * kD * 4);
     // the orthogonality regulariser: torch.norm(para_cov - I) keeps its (8, 8) fp32 input, for each lora_A
     // and lora_B of the 4 adapted layers
-    CHECK(saved_by(g, -2, {".orth_reg.para_cov-I"}) == 4 * 2 * 8 * 8 * 4);
+    CHECK(saved_by(g, test::kAnyLayer, {".orth_reg.para_cov-I"}) == 4 * 2 * 8 * 8 * 4);
     // AdamW's two states and RankAllocator's ipt, exp_avg_ipt, exp_avg_unc for lora_A, lora_B, lora_E:
     // per layer q: 8 x 64 + 64 x 8 + 8 = 1032, v: 8 x 64 + 32 x 8 + 8 = 776; 2 layers
     CHECK(test::persistent_bytes(g, TensorCategory::kOptimizerState) == (2 + 3) * 2 * (1032 + 776) * 4);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph_test_util.h"
+#include "graph/peft_test_util.h"
 #include "sim/core/error.h"
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
@@ -24,53 +24,18 @@ using namespace vramsim;
 
 namespace {
 
-constexpr std::int64_t kLlama32Base = 3212749824;
-
-ModelConfig llama32_3b() {
-  return load_model(
-      (test::source_dir() / "tests" / "data" / "hf_configs" / "meta-llama__Llama-3.2-3B.config.json")
-          .string());
-}
+using test::kLlama32Base;
+using test::llama32_3b;
+using test::saved_by;
 
 LoraOptions method(PeftMethod m, int rank, std::vector<std::string> targets) {
-  LoraOptions o;
-  o.method = m;
-  o.rank = rank;
-  o.targets = std::move(targets);
-  return o;
+  return test::peft_method(m, rank, std::move(targets));
 }
 
-// Bytes of the saved-for-backward tensors (category kActivation) made by ops whose name ends with one of
-// `suffixes`, in decoder layer `layer`.
-Bytes saved_by(const OpGraph& g, int layer, const std::vector<std::string>& suffixes) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.category != TensorCategory::kActivation || t.layer != layer) {
-      continue;
-    }
-    const std::string& op = g.op(t.producer).name;
-    for (const std::string& s : suffixes) {
-      if (op.size() >= s.size() && op.compare(op.size() - s.size(), s.size(), s) == 0) {
-        total += t.size_bytes;
-        break;
-      }
-    }
-  }
-  return total;
-}
-
-// A 2-layer Llama of width 64 with 4 query heads and 2 key/value heads of 16 (q_proj 64 -> 64, v_proj and
-// k_proj 64 -> 32, MLP 172), bf16, batch 2 x 32 tokens.
-constexpr std::int64_t kT = 64, kD = 64, kKv = 32, kFf = 172;
-ModelConfig tiny() { return test::tiny_model("tinyllama-1.1b", 2); }
-TrainingOptions tiny_options(const LoraOptions& lora) {
-  TrainingOptions o = test::small_options();
-  o.precision = Precision::kBf16;
-  o.master_weights = MasterWeights::kNone;
-  o.steps = 1;
-  o.lora = lora;
-  return o;
-}
+constexpr std::int64_t kT = test::kTinyTokens, kD = test::kTinyWidth, kKv = test::kTinyKv,
+                       kFf = test::kTinyFf;
+ModelConfig tiny() { return test::tiny_peft_model(); }
+TrainingOptions tiny_options(const LoraOptions& lora) { return test::tiny_peft_options(lora); }
 
 }  // namespace
 

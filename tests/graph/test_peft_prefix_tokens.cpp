@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph_test_util.h"
+#include "graph/peft_test_util.h"
 #include "sim/core/error.h"
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
@@ -22,46 +22,18 @@ using namespace vramsim;
 
 namespace {
 
-constexpr std::int64_t kLlama32Base = 3212749824;
+using test::kLlama32Base;
+using test::llama32_3b;
 
-ModelConfig llama32_3b() {
-  return load_model(
-      (test::source_dir() / "tests" / "data" / "hf_configs" / "meta-llama__Llama-3.2-3B.config.json")
-          .string());
-}
+LoraOptions method(PeftMethod m) { return test::peft_method(m); }
 
-LoraOptions method(PeftMethod m) {
-  LoraOptions o;
-  o.method = m;
-  return o;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Bytes of saved-for-backward tensors made by ops whose name ends with `suffix`.
+// Bytes of saved-for-backward tensors made by ops whose name ends with `suffix`, in any layer.
 Bytes saved_by(const OpGraph& g, const std::string& suffix) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.category == TensorCategory::kActivation && ends_with(g.op(t.producer).name, suffix)) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
+  return test::saved_by(g, test::kAnyLayer, {suffix});
 }
 
-// The tiny Llama: width 64, 4 query heads and 2 key/value heads of 16, 2 layers, vocabulary 1000, bf16,
-// batch 2 x 32 tokens.
-ModelConfig tiny() { return test::tiny_model("tinyllama-1.1b", 2); }
-TrainingOptions tiny_options(const LoraOptions& lora) {
-  TrainingOptions o = test::small_options();
-  o.precision = Precision::kBf16;
-  o.master_weights = MasterWeights::kNone;
-  o.steps = 1;
-  o.lora = lora;
-  return o;
-}
+ModelConfig tiny() { return test::tiny_peft_model(); }
+TrainingOptions tiny_options(const LoraOptions& lora) { return test::tiny_peft_options(lora); }
 
 }  // namespace
 
