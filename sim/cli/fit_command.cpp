@@ -6,6 +6,7 @@
 #include "sim/cli/commands.h"
 #include "sim/core/size_format.h"
 #include "sim/parallel/pipeline_parallel.h"
+#include "sim/predict/sglang_serving_fit.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/predict/vllm_serving_fit.h"
 
@@ -155,6 +156,123 @@ int print_serving_tp(const ServingTpPlan& p, bool json) {
   return 0;
 }
 
+// SGLang's "%.2f GB" (GB = 2^30 B, as its log prints K size)
+std::string gb2(std::int64_t bytes) {
+  return fmt::format("{:.2f} GB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+int print_sglang_fit(const SglangFitResult& r, bool json) {
+  const char* names[] = {"max-model-len", "max-num-seqs", "mem-fraction-static"};
+  const char* what = names[static_cast<int>(r.question)];
+  const Prediction::Generation::Paged::Sglang& s = r.pool;
+  if (json) {
+    nlohmann::ordered_json j;
+    j["vary"] = what;
+    j["serving_engine"] = "sglang";
+    j["mem_fraction_static"] = s.mem_fraction_static;
+    j["default_mem_fraction_static"] = r.default_fraction;
+    j["context_len"] = s.context_len;
+    j["max_total_num_tokens"] = r.refusal.empty() ? s.max_total_num_tokens : 0;
+    j["max_running_requests"] = s.max_running_requests;
+    j["refusal"] = r.refusal;
+    if (r.question == SglangQuestion::kMemFractionStatic) {
+      j["best"] = r.answer_fraction;
+    } else {
+      j["best"] = r.answer;
+    }
+    fmt::print("{}\n", json_text(j));
+    return 0;
+  }
+  fmt::print("SGLang           mem_fraction_static {}{}, context_len {}: rest_memory {}, ",
+             s.mem_fraction_static,
+             s.default_fraction ? fmt::format(" (SGLang {}'s default)", s.version) : std::string(),
+             s.context_len, gb2(s.rest_bytes));
+  if (!r.refusal.empty()) {
+    fmt::print("refused: {}\n", r.refusal);
+  } else {
+    fmt::print("#tokens {}\n", s.max_total_num_tokens);
+  }
+  switch (r.question) {
+    case SglangQuestion::kMaxModelLen:
+      if (r.answer > 0) {
+        fmt::print(
+            "answer           largest context length whose longest request fits the pool whole: {} "
+            "(max_req_len = min(context_len - 1, max_total_num_tokens - 1){})\n",
+            r.answer, r.max_position_embeddings > 0 ? ", at most max_position_embeddings" : "");
+      } else {
+        fmt::print("answer           no context length: the pool holds no token\n");
+      }
+      break;
+    case SglangQuestion::kMaxNumSeqs:
+      fmt::print(
+          "answer           requests of {} tokens the pool holds at once: {} (max_total_num_tokens // "
+          "context_len, at most max_running_requests {})\n",
+          s.context_len, r.answer, s.max_running_requests);
+      break;
+    case SglangQuestion::kMemFractionStatic:
+      if (r.answer_fraction > 0.0) {
+        fmt::print(
+            "answer           smallest mem_fraction_static whose pool holds one request of {} tokens: {:.4f} "
+            "(SGLang's default here: {}); what a larger fraction leaves for activations and CUDA graphs is "
+            "not modelled\n",
+            s.context_len, r.answer_fraction, r.default_fraction);
+      } else {
+        fmt::print("answer           none below 1: the weights leave no room for one request of {} tokens\n",
+                   s.context_len);
+      }
+      break;
+  }
+  return 0;
+}
+
+int print_sglang_tp(const SglangTpPlan& p, bool json) {
+  if (json) {
+    nlohmann::ordered_json j;
+    j["vary"] = "tp";
+    j["serving_engine"] = "sglang";
+    j["context_len"] = p.context_len;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const SglangTpRow& r : p.rows) {
+      rows.push_back({{"tp", r.tp},
+                      {"error", r.error},
+                      {"mem_fraction_static", r.mem_fraction_static},
+                      {"weights_bytes", r.weights_bytes},
+                      {"max_total_num_tokens", r.max_total_num_tokens},
+                      {"max_running_requests", r.max_running_requests},
+                      {"refusal", r.refusal},
+                      {"holds_one_request", r.holds_one_request}});
+    }
+    j["rows"] = rows;
+    j["best"] = p.smallest_tp_that_holds;
+    fmt::print("{}\n", json_text(j));
+    return 0;
+  }
+  fmt::print(
+      "SGLang           one rank at each tensor-parallel size, its default mem_fraction_static; context_len "
+      "{}\n",
+      p.context_len);
+  for (const SglangTpRow& r : p.rows) {
+    if (!r.error.empty()) {
+      fmt::print("  tp {}   {}\n", r.tp, r.error);
+      continue;
+    }
+    fmt::print("  tp {}   mem_fraction_static {:<5}   Load weight end {:>9}   #tokens {:>9}   {}\n", r.tp,
+               r.mem_fraction_static, gb2(r.weights_bytes), r.max_total_num_tokens,
+               !r.refusal.empty()    ? "refused"
+               : r.holds_one_request ? "holds one context_len request"
+                                     : "starts; one context_len request does not fit");
+  }
+  if (p.smallest_tp_that_holds == 0) {
+    fmt::print("answer           no tensor-parallel size up to 8 holds one request of {} tokens\n",
+               p.context_len);
+  } else {
+    fmt::print(
+        "answer           the smallest tensor-parallel size whose pool holds one request of {} tokens: {}\n",
+        p.context_len, p.smallest_tp_that_holds);
+  }
+  return 0;
+}
+
 struct FitArgs {
   RequestArgs request;
   std::string alloc_conf;
@@ -179,7 +297,8 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--vary", args.vary,
                   "batch|seq, or with --kv-cache paged (vLLM V1): max-model-len|max-num-seqs|"
-                  "gpu-memory-utilization|tp")
+                  "gpu-memory-utilization|tp; with --serving-engine sglang: max-model-len|max-num-seqs|"
+                  "mem-fraction-static|tp")
       ->capture_default_str();
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->callback([&run, cmd] {
@@ -188,6 +307,14 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
     }
     run = [] {
       const double margin = parse_margin(args.margin);
+      if (args.request.kv_cache == "paged" && args.request.serving_engine == "sglang") {
+        if (args.vary == "tp") {
+          return print_sglang_tp(plan_sglang_tensor_parallel(args.request), args.json);
+        }
+        if (const std::optional<SglangQuestion> q = parse_sglang_question(args.vary)) {
+          return print_sglang_fit(fit_sglang_serving(make_request(args.request), *q), args.json);
+        }
+      }
       if (args.vary == "tp" && args.request.kv_cache == "paged") {
         return print_serving_tp(plan_vllm_tensor_parallel(args.request), args.json);
       }

@@ -198,12 +198,16 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "vLLM: a measured 'non-torch forward increase memory' (e.g. 2.1GiB) in place of the "
                   "modelled communication buffers (v1)");
   cmd->add_option("--serving-engine", a.serving_engine,
-                  "vllm|sglang: whose start-up sizes the paged KV cache (--kv-cache paged; sglang: SGLang "
-                  "0.4.x's ModelRunner.profile_max_num_token)")
+                  "vllm|sglang: whose start-up sizes the paged KV cache (--kv-cache paged; sglang: SGLang's "
+                  "ModelRunner.profile_max_num_token)")
       ->capture_default_str();
   cmd->add_option("--mem-fraction-static", a.mem_fraction_static,
-                  "SGLang: the fraction of GPU memory for weights and KV pool (default: SGLang's by TP size, "
-                  "0.88 at TP 1 .. 0.79 at 16)");
+                  "SGLang: the fraction of GPU memory for weights and KV pool (default: SGLang's, see "
+                  "--sglang-version)");
+  cmd->add_option("--sglang-version", a.sglang_version,
+                  "0.5|0.4: whose default --mem-fraction-static: SGLang 0.5.3+'s _handle_gpu_memory_settings "
+                  "(from the GPU's memory, 0.834 on an H100 at TP 1) or 0.4.x's by TP size (0.88 .. 0.79)")
+      ->capture_default_str();
   cmd->add_option("--vllm-pp-layer-partition", a.vllm_pp_layer_partition,
                   "vLLM: VLLM_PP_LAYER_PARTITION, decoder layers per pipeline stage (e.g. 16,16; with --pp; "
                   "default: get_pp_indices' even split, the remainder to the stages before the last)");

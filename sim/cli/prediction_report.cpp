@@ -135,9 +135,14 @@ void print_v0(const Prediction::Generation& g);
 void print_sglang(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
   const Prediction::Generation::Paged::Sglang& s = *v.sglang;
+  const std::string why =
+      !s.default_fraction ? std::string()
+      : s.reserved_mem_mib > 0
+          ? fmt::format(" (SGLang {}'s default: 1 - reserved_mem {:.0f} MiB / the GPU's memory)", s.version,
+                        s.reserved_mem_mib)
+          : fmt::format(" (SGLang {}'s default at this TP size)", s.version);
   fmt::print("  SGLang           mem_fraction_static {}{}, context_len {}, page_size 1\n",
-             s.mem_fraction_static, s.default_fraction ? " (its default at this TP size)" : "",
-             thousands(s.context_len));
+             s.mem_fraction_static, why, thousands(s.context_len));
   const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
     fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
   };
@@ -352,6 +357,8 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
         const Prediction::Generation::Paged::Sglang& s = *v.sglang;
         j["generation"]["paged"]["sglang"] = {{"mem_fraction_static", s.mem_fraction_static},
                                               {"default_fraction", s.default_fraction},
+                                              {"sglang_version", s.version},
+                                              {"reserved_mem_mib", s.reserved_mem_mib},
                                               {"total_gpu_memory_bytes", s.total_gpu_memory_bytes},
                                               {"weights_bytes", s.weights_bytes},
                                               {"available_after_load_bytes", s.available_after_load_bytes},

@@ -25,6 +25,40 @@ double sglang_default_mem_fraction_static(int tp) {
   return 0.88;
 }
 
+SglangGpuMemorySettings sglang_gpu_memory_settings(double gpu_mem_mib, int tp, int pp) {
+  SIM_ASSERT(gpu_mem_mib > 0.0 && tp >= 1 && pp >= 1);
+  SglangGpuMemorySettings s;
+  // The if/elif chain on gpu_mem (MiB), CUDA branches: T4/4080, A10/4090/5090, A100-40GB/L40, H100/A100-80GB,
+  // H20/H200, then B200/MI300.
+  const bool small_tp = tp < 4;
+  if (gpu_mem_mib < 20 * 1024) {
+    s.chunked_prefill_size = 2048;
+    s.cuda_graph_max_bs = 8;
+  } else if (gpu_mem_mib < 35 * 1024) {
+    s.chunked_prefill_size = 2048;
+    s.cuda_graph_max_bs = small_tp ? 24 : 80;
+  } else if (gpu_mem_mib < 60 * 1024) {
+    s.chunked_prefill_size = 4096;
+    s.cuda_graph_max_bs = small_tp ? 32 : 160;
+  } else if (gpu_mem_mib < 160 * 1024) {  // the < 90 GiB and < 160 GiB branches set the same values
+    s.chunked_prefill_size = 8192;
+    s.cuda_graph_max_bs = small_tp ? 256 : 512;
+  } else {
+    s.chunked_prefill_size = 16384;
+    s.cuda_graph_max_bs = 512;
+  }
+  double reserved = 512.0;  // constant metadata (attention backend)
+  reserved += static_cast<double>(std::max<std::int64_t>(s.chunked_prefill_size, 2048)) * 1.5;
+  reserved += static_cast<double>(s.cuda_graph_max_bs) * 2.0;
+  reserved += static_cast<double>(tp) * static_cast<double>(pp) / 8.0 * 1024.0;
+  if (gpu_mem_mib > 60 * 1024) {
+    reserved = std::max(reserved, 10.0 * 1024.0);
+  }
+  s.reserved_mem_mib = reserved;
+  s.mem_fraction_static = std::nearbyint((gpu_mem_mib - reserved) / gpu_mem_mib * 1000.0) / 1000.0;
+  return s;
+}
+
 SglangPool sglang_profile_max_num_token(const SglangPoolInputs& in) {
   SIM_ASSERT(in.kv_heads > 0 && in.head_dim > 0 && in.layers > 0 && in.page_size > 0 && in.context_len > 0);
   SglangPool p;

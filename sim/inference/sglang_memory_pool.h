@@ -11,9 +11,18 @@
 //   max_running_requests  min(max(int(max_total_num_tokens / context_len x 512), 2048), 4096)
 //   "KV Cache is allocated. #tokens: N, K size: X GB, V size: X GB"  MHATokenToKVPool: per layer
 //                       k_buffer and v_buffer of (N + page_size) x heads x head_dim, GB = 2^30 B
-// mem_fraction_static's default (ServerArgs.__post_init__, server_args.py, SGLang 0.4.x): 0.88 at TP 1,
-// 0.87 at TP >= 2, 0.85 at >= 4, 0.81 at >= 8, 0.79 at >= 16. (Later SGLang versions derive it from the
-// GPU's memory and reserved activation memory; not modelled.) All sizes are bytes of one GPU.
+// mem_fraction_static's default, two rules:
+//   SGLang 0.4.x  ServerArgs.__post_init__ (server_args.py): 0.88 at TP 1, 0.87 at TP >= 2, 0.85 at >= 4,
+//                 0.81 at >= 8, 0.79 at >= 16.
+//   SGLang 0.5.3+ ServerArgs._handle_gpu_memory_settings (server_args.py; sgl-project/sglang PR #10975,
+//                 merged 2025-09-27): from the GPU's memory gpu_mem in MiB (get_device_memory_capacity),
+//                 chunked_prefill_size and cuda_graph_max_bs by gpu_mem, then reserved_mem (MiB) = 512 +
+//                 max(chunked_prefill_size, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024, at
+//                 least 10 x 1024 when gpu_mem > 60 x 1024, and mem_fraction_static =
+//                 round((gpu_mem - reserved_mem) / gpu_mem, 3). (Not modelled: the speculative-decoding and
+//                 DP-attention terms, the later piecewise-CUDA-graph term, which is off by default, and
+//                 adjust_mem_fraction_for_vlm.)
+// All sizes are bytes of one GPU.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +32,18 @@
 
 namespace vramsim {
 
+// SGLang 0.4.x's default by TP size.
 double sglang_default_mem_fraction_static(int tp);
+
+// SGLang 0.5.3+'s _handle_gpu_memory_settings for a GPU of `gpu_mem_mib` MiB (CUDA, not NPU), with the
+// values it sets on the way.
+struct SglangGpuMemorySettings {
+  std::int64_t chunked_prefill_size = 0;
+  std::int64_t cuda_graph_max_bs = 0;
+  double reserved_mem_mib = 0.0;
+  double mem_fraction_static = 0.0;  // rounded to three decimals, as round(x, 3)
+};
+SglangGpuMemorySettings sglang_gpu_memory_settings(double gpu_mem_mib, int tp, int pp);
 
 struct SglangPoolInputs {
   std::int64_t total_gpu_memory_bytes = 0;  // free after the process groups are made

@@ -267,8 +267,15 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
         "--vllm-* options are vLLM's (SGLang takes --mem-fraction-static; its pipeline stages are not "
         "modelled)");
   }
+  if (a.sglang_version != "0.5" && a.sglang_version != "0.4") {
+    throw InputError(fmt::format("--sglang-version: '{}' is not 0.5 or 0.4", a.sglang_version));
+  }
+  if (a.sglang_version != defaults.sglang_version && !sglang) {
+    throw InputError("--sglang-version: SGLang's default mem_fraction_static, for --serving-engine sglang");
+  }
   v.engine = a.serving_engine;
   v.mem_fraction_static = a.mem_fraction_static;
+  v.sglang_version = a.sglang_version;
   const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype ||
                        a.quantization != defaults.quantization ||
                        a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||

@@ -21,8 +21,18 @@ Paged size_sglang_pool(const PredictRequest& request) {
   const Paged vllm = size_vllm_v1_cache(request);
   Paged::Sglang s;
   s.default_fraction = v.mem_fraction_static <= 0.0;
-  s.mem_fraction_static = s.default_fraction ? sglang_default_mem_fraction_static(request.tensor_parallel)
-                                             : v.mem_fraction_static;
+  s.version = v.sglang_version;
+  s.mem_fraction_static = v.mem_fraction_static;
+  if (s.default_fraction && v.sglang_version == "0.4") {
+    s.mem_fraction_static = sglang_default_mem_fraction_static(request.tensor_parallel);
+  } else if (s.default_fraction) {
+    // get_device_memory_capacity reads nvidia-smi's memory.total (MiB); the device's cudaMemGetInfo total is
+    // taken here (on an H100 SXM 81,106 MiB against nvidia-smi's 81,559: the fraction moves by <= 0.001).
+    const SglangGpuMemorySettings gs = sglang_gpu_memory_settings(
+        static_cast<double>(gpu.total_bytes) / 1048576.0, request.tensor_parallel, 1);
+    s.mem_fraction_static = gs.mem_fraction_static;
+    s.reserved_mem_mib = gs.reserved_mem_mib;
+  }
   // total_gpu_memory: the free memory after init_torch_distributed; the communicators' own buffers made
   // there are not sized (the CUDA context is), so it is total - context.
   s.total_gpu_memory_bytes = gpu.total_bytes - gpu.context_bytes;

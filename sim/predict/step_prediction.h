@@ -58,9 +58,11 @@ struct VllmServing {
   std::string dtype;
   // --serving-engine sglang: SGLang's KV pool (sim/inference/sglang_memory_pool.h) in place of vLLM's
   // start-up;
-  // --mem-fraction-static (0: SGLang's default by TP size).
+  // --mem-fraction-static (0: SGLang's default); --sglang-version "0.5" (0.5.3+: the default from the GPU's
+  // memory) or "0.4" (by TP size), sglang_memory_pool.h.
   std::string engine = "vllm";
   double mem_fraction_static = 0.0;
+  std::string sglang_version = "0.5";
 };
 
 struct PredictRequest {
@@ -294,7 +296,9 @@ struct Prediction {
       // SGLang's start-up (--serving-engine sglang), as ModelRunner logs it (sglang_memory_pool.h).
       struct Sglang {
         double mem_fraction_static = 0.0;
-        bool default_fraction = false;            // SGLang's default by TP size
+        bool default_fraction = false;  // SGLang's default (by TP size in 0.4, from the GPU's memory in 0.5)
+        std::string version;            // "0.5" | "0.4" (--sglang-version)
+        double reserved_mem_mib = 0.0;  // 0.5's reserved_mem behind its default (0: not used)
         std::int64_t total_gpu_memory_bytes = 0;  // free at init (total - CUDA context)
         std::int64_t weights_bytes = 0;
         std::int64_t available_after_load_bytes = 0;
@@ -401,7 +405,8 @@ struct RequestArgs {
   std::string vllm_cudagraph_memory;    // --vllm-cudagraph-memory SIZE ("" : captured after the KV cache)
   std::string vllm_pp_layer_partition;  // --vllm-pp-layer-partition "16,16" (VLLM_PP_LAYER_PARTITION)
   std::string serving_engine = "vllm";  // --serving-engine vllm|sglang (with --kv-cache paged)
-  double mem_fraction_static = 0.0;     // --mem-fraction-static (SGLang; 0: its default by TP size)
+  double mem_fraction_static = 0.0;     // --mem-fraction-static (SGLang; 0: its default)
+  std::string sglang_version = "0.5";   // --sglang-version 0.5|0.4: whose default mem_fraction_static
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

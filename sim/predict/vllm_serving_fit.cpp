@@ -16,9 +16,8 @@ using Paged = Prediction::Generation::Paged;
 void require_v1_serving(const PredictRequest& r) {
   if (r.vllm.engine != "vllm") {
     throw InputError(
-        "--vary max-model-len / max-num-seqs / gpu-memory-utilization / tp: vLLM's serving questions; with "
-        "--serving-engine sglang predict prints SGLang's answers (max_total_num_tokens, "
-        "max_running_requests)");
+        "--vary gpu-memory-utilization: vLLM's serving question; with --serving-engine sglang ask "
+        "--vary mem-fraction-static (or max-model-len, max-num-seqs, tp)");
   }
   if (r.options.generate_tokens <= 0 || r.options.kv_cache != "paged" || r.vllm.version != "v1") {
     throw InputError(

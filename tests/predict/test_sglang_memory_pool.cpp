@@ -1,9 +1,11 @@
 // SGLang's KV pool at start-up (sim/inference/sglang_memory_pool.h, sim/predict/sglang_sizing.h): each
 // expected value is worked by hand below from SGLang 0.4.x's python/sglang/srt/model_executor/
-// model_runner.py (profile_max_num_token, init_memory_pool) and server_args.py (ServerArgs.__post_init__).
+// model_runner.py (profile_max_num_token, init_memory_pool) and server_args.py (ServerArgs.__post_init__),
+// and SGLang 0.5.3+'s server_args.py (ServerArgs._handle_gpu_memory_settings, sgl-project/sglang PR #10975).
 // A public SGLang log is compared in docs/serving.md with its error, not asserted here.
 #include <catch2/catch.hpp>
 
+#include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/inference/sglang_memory_pool.h"
 #include "sim/predict/step_prediction.h"
@@ -13,14 +15,7 @@ using namespace vramsim;
 namespace {
 
 RequestArgs sglang_llama31_8b_h100() {
-  RequestArgs a;
-  a.model = "llama-3.1-8b";
-  a.gpu = "h100-80gb";
-  a.batch = 1;
-  a.seq = 128;
-  a.generate = 2;
-  a.kv_cache = "paged";
-  a.precision = "bf16";
+  RequestArgs a = test::served_on_h100();
   a.serving_engine = "sglang";
   return a;
 }
@@ -35,6 +30,45 @@ TEST_CASE("sglang: mem_fraction_static's default by tensor-parallel size", "[qui
   CHECK(sglang_default_mem_fraction_static(4) == 0.85);
   CHECK(sglang_default_mem_fraction_static(8) == 0.81);
   CHECK(sglang_default_mem_fraction_static(16) == 0.79);
+}
+
+TEST_CASE("sglang 0.5: mem_fraction_static from the GPU's memory (_handle_gpu_memory_settings)",
+          "[quick][predict]") {
+  // reserved_mem (MiB) = 512 + max(chunked_prefill_size, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x
+  // 1024; mem_fraction_static = round((gpu_mem - reserved_mem) / gpu_mem, 3).
+  // An H100 (81,105.6875 MiB, the < 90 GiB branch: chunked_prefill_size 8192, cuda_graph_max_bs 256 below
+  // TP 4): 512 + 12,288 + 512 + 128 = 13,440 MiB; 67,665.6875 / 81,105.6875 = 0.83429 -> 0.834.
+  constexpr double kH100 = 85045477376.0 / 1048576.0;
+  SglangGpuMemorySettings s = sglang_gpu_memory_settings(kH100, 1, 1);
+  CHECK(s.chunked_prefill_size == 8192);
+  CHECK(s.cuda_graph_max_bs == 256);
+  CHECK(s.reserved_mem_mib == 13440.0);
+  CHECK(s.mem_fraction_static == 0.834);
+  // TP 2: + 128 MiB: 13,568; 67,537.6875 / 81,105.6875 = 0.83271 -> 0.833.
+  CHECK(sglang_gpu_memory_settings(kH100, 2, 1).mem_fraction_static == 0.833);
+  // TP 4: cuda_graph_max_bs 512: 512 + 12,288 + 1,024 + 512 = 14,336; 0.82324 -> 0.823.
+  s = sglang_gpu_memory_settings(kH100, 4, 1);
+  CHECK(s.cuda_graph_max_bs == 512);
+  CHECK(s.reserved_mem_mib == 14336.0);
+  CHECK(s.mem_fraction_static == 0.823);
+  // TP 8: 512 + 12,288 + 1,024 + 1,024 = 14,848; 66,257.6875 / 81,105.6875 = 0.81693 -> 0.817.
+  CHECK(sglang_gpu_memory_settings(kH100, 8, 1).mem_fraction_static == 0.817);
+  // 40 GiB (40,960 MiB, the < 60 GiB branch: 4096 and 32): 512 + 6,144 + 64 + 128 = 6,848; 34,112 / 40,960 =
+  // 0.83281 -> 0.833. 24 GiB (< 35 GiB: 2048 and 24): 512 + 3,072 + 48 + 128 = 3,760; 20,816 / 24,576 =
+  // 0.84701
+  // -> 0.847. 16 GiB (< 20 GiB: 2048 and 8): 512 + 3,072 + 16 + 128 = 3,728; 12,656 / 16,384 = 0.77246 ->
+  // 0.772.
+  s = sglang_gpu_memory_settings(40960.0, 1, 1);
+  CHECK(s.chunked_prefill_size == 4096);
+  CHECK(s.mem_fraction_static == 0.833);
+  CHECK(sglang_gpu_memory_settings(24576.0, 1, 1).mem_fraction_static == 0.847);
+  CHECK(sglang_gpu_memory_settings(16384.0, 1, 1).mem_fraction_static == 0.772);
+  // 180,000 MiB (B200 branch: 16384 and 512 at any TP): 512 + 24,576 + 1,024 + 128 = 26,240; 153,760 /
+  // 180,000 = 0.85422 -> 0.854.
+  s = sglang_gpu_memory_settings(180000.0, 1, 1);
+  CHECK(s.chunked_prefill_size == 16384);
+  CHECK(s.cuda_graph_max_bs == 512);
+  CHECK(s.mem_fraction_static == 0.854);
 }
 
 TEST_CASE("sglang: profile_max_num_token, the pool and max_running_requests", "[quick][predict]") {
@@ -74,7 +108,9 @@ TEST_CASE("sglang: profile_max_num_token, the pool and max_running_requests", "[
 }
 
 TEST_CASE("sglang: predict --serving-engine sglang sizes the pool and serves from it", "[quick][predict]") {
-  const Prediction p = predict(make_request(sglang_llama31_8b_h100()));
+  RequestArgs v04 = sglang_llama31_8b_h100();
+  v04.sglang_version = "0.4";
+  const Prediction p = predict(make_request(v04));
   REQUIRE(p.generation);
   REQUIRE(p.generation->paged);
   REQUIRE(p.generation->paged->sglang);
@@ -88,7 +124,18 @@ TEST_CASE("sglang: predict --serving-engine sglang sizes the pool and serves fro
   CHECK(g.block_bytes == 131072);
   CHECK(p.generation->kv_cache_bytes == std::int64_t{444437} * 131072);
   CHECK(g.refusal.empty());
+  // SGLang 0.5's default (the default --sglang-version): 0.834 on this H100 (worked above). rest_memory =
+  // 68,391,460,864 - 0.166 x 84,485,537,792 = 54,366,861,590.5 B: 414,786.3 -> 414,786 tokens.
+  const Prediction p05 = predict(make_request(sglang_llama31_8b_h100()));
+  REQUIRE(p05.generation->paged->sglang);
+  CHECK(p05.generation->paged->sglang->default_fraction);
+  CHECK(p05.generation->paged->sglang->mem_fraction_static == 0.834);
+  CHECK(p05.generation->paged->sglang->reserved_mem_mib == 13440.0);
+  CHECK(p05.generation->paged->sglang->max_total_num_tokens == 414786);
   RequestArgs a = sglang_llama31_8b_h100();
+  a.sglang_version = "0.3";
+  CHECK_THROWS_WITH(make_request(a), "--sglang-version: '0.3' is not 0.5 or 0.4");
+  a = sglang_llama31_8b_h100();
   a.mem_fraction_static = 0.15;
   const Prediction refused = predict(make_request(a));
   CHECK(refused.generation->paged->refusal ==

@@ -4,6 +4,7 @@
 // are compared in docs/serving.md with their errors, not asserted here.
 #include <catch2/catch.hpp>
 
+#include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
@@ -14,25 +15,14 @@ using namespace vramsim;
 
 namespace {
 
+using test::v1_of;
+
+// vLLM's --pipeline-parallel-size pp, one engine replica: world size pp.
 RequestArgs served(const char* model, int pp) {
-  RequestArgs a;
-  a.model = model;
-  a.gpu = "h100-80gb";
-  a.batch = 1;
-  a.seq = 128;
-  a.generate = 2;
-  a.kv_cache = "paged";
-  a.precision = "bf16";
+  RequestArgs a = test::served_on_h100(model);
   a.pp = pp;
   a.world_size = pp;
   return a;
-}
-
-const Prediction::Generation::Paged::V1& v1_of(const Prediction& p) {
-  REQUIRE(p.generation);
-  REQUIRE(p.generation->paged);
-  REQUIRE(p.generation->paged->v1);
-  return *p.generation->paged->v1;
 }
 
 std::vector<std::int64_t> layers_of(std::int64_t layers, int pp, const std::string& partition = "") {

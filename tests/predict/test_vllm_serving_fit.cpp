@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_prediction.h"
@@ -15,26 +16,15 @@ using namespace vramsim;
 namespace {
 
 constexpr std::int64_t kH100Total = 85045477376;
-constexpr std::int64_t kLlamaWeights = 16094076928;  // 8,030,261,248 x 2 B + cos_sin_cache 131,072 x 128 x 2 B
-constexpr std::int64_t kCublas = 33554432;           // Hopper's cuBLAS workspace, through the allocator
-
-RequestArgs llama31_8b_h100() {
-  RequestArgs a;
-  a.model = "llama-3.1-8b";
-  a.gpu = "h100-80gb";
-  a.batch = 1;
-  a.seq = 128;
-  a.generate = 2;
-  a.kv_cache = "paged";
-  a.precision = "bf16";
-  return a;
-}
+constexpr std::int64_t kLlamaWeights =
+    16094076928;                            // 8,030,261,248 x 2 B + cos_sin_cache 131,072 x 128 x 2 B
+constexpr std::int64_t kCublas = 33554432;  // Hopper's cuBLAS workspace, through the allocator
 
 }  // namespace
 
 TEST_CASE("vllm serving fit: the largest max_model_len that starts is vLLM's estimate_max_model_len",
           "[quick][predict]") {
-  RequestArgs a = llama31_8b_h100();
+  RequestArgs a = test::served_on_h100();
   a.gpu_memory_utilization = 0.3;
   // Worker.determine_available_memory: floor(85,045,477,376 x 0.3) = 25,513,643,212 B requested, less the
   // weights, the sampler's 1,914,175,488 B (1,024 requests, test_vllm_v1_startup.cpp) and the cuBLAS
@@ -46,12 +36,13 @@ TEST_CASE("vllm serving fit: the largest max_model_len that starts is vLLM's est
   // The default max_model_len (131,072) is refused with the same estimate in vLLM's words.
   CHECK_THAT(r.refusal, Catch::Contains("the estimated maximum model length is 56992"));
   // At 0.9 the whole trained context fits: the answer stops at max_position_embeddings.
-  CHECK(fit_vllm_serving(make_request(llama31_8b_h100()), ServingQuestion::kMaxModelLen, 0.1).answer == 131072);
+  CHECK(fit_vllm_serving(make_request(test::served_on_h100()), ServingQuestion::kMaxModelLen, 0.1).answer ==
+        131072);
 }
 
 TEST_CASE("vllm serving fit: the largest max_num_seqs at a context, the sampler growing with it",
           "[quick][predict]") {
-  RequestArgs a = llama31_8b_h100();
+  RequestArgs a = test::served_on_h100();
   a.max_model_len = 32768;
   // Up to 465 sequences the dummy forward (905,969,664 B) is above the sampler (67,108,864 + s x 1,803,776 B:
   // the sampled row 8,192 B, bf16 logits 256,512 B and three float32 copies 1,539,072 B per request), so the
@@ -79,19 +70,19 @@ TEST_CASE("vllm serving fit: the gpu_memory_utilization that leaves a stated hea
   const double context = static_cast<double>(h100.context_bytes);
   const double total = static_cast<double>(kH100Total);
   ServingFitResult r =
-      fit_vllm_serving(make_request(llama31_8b_h100()), ServingQuestion::kGpuMemoryUtilization, 0.1);
+      fit_vllm_serving(make_request(test::served_on_h100()), ServingQuestion::kGpuMemoryUtilization, 0.1);
   CHECK(r.answer_utilization == Approx(std::floor((0.9 * total - context) / total * 1e4) / 1e4).margin(1e-9));
   // TP 2 on H100: what vLLM 0.19 allocates before its snapshot too: custom all-reduce 2 x 8 MiB
   // (custom_all_reduce.py), the 64 MiB symmetric-memory buffer (symm_mem.py), pynccl's ring 24 x 10 MiB:
   // 16,777,216 + 67,108,864 + 251,658,240 = 335,544,320 B.
-  RequestArgs a = llama31_8b_h100();
+  RequestArgs a = test::served_on_h100();
   a.tp = 2;
   a.world_size = 2;
   r = fit_vllm_serving(make_request(a), ServingQuestion::kGpuMemoryUtilization, 0.1);
   CHECK(r.answer_utilization ==
         Approx(std::floor((0.9 * total - context - 335544320.0) / total * 1e4) / 1e4).margin(1e-9));
   // 70 % free leaves less than one 131,072-token request needs: no answer.
-  CHECK(fit_vllm_serving(make_request(llama31_8b_h100()), ServingQuestion::kGpuMemoryUtilization, 0.7)
+  CHECK(fit_vllm_serving(make_request(test::served_on_h100()), ServingQuestion::kGpuMemoryUtilization, 0.7)
             .answer_utilization == 0.0);
   // Not a serving request: an error naming the flags.
   RequestArgs training;
@@ -105,10 +96,10 @@ TEST_CASE("vllm v1: 0.21's CUDA-graph estimate comes out of the KV cache, with i
           "[quick][predict]") {
   // A public vLLM 0.21+ start-up log (find_string id 61222544093, 2026-08-23): "Free memory on device
   // (112.26/119.63 GiB)", "Estimated CUDA graph memory: 1.94 GiB total", "The current
-  // --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9038 without CUDA graph memory
-  // profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to
-  // 0.9362": 0.92 -/+ 1.94 / 119.63 (gpu_worker.py).
-  RequestArgs a = llama31_8b_h100();
+  // --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9038 without CUDA graph
+  // memory profiling. To maintain the same effective KV cache size as before, increase
+  // --gpu-memory-utilization to 0.9362": 0.92 -/+ 1.94 / 119.63 (gpu_worker.py).
+  RequestArgs a = test::served_on_h100();
   a.gpu.clear();
   a.capacity = "119.63GiB";
   a.max_model_len = 8192;
@@ -127,14 +118,15 @@ TEST_CASE("vllm v1: 0.21's CUDA-graph estimate comes out of the KV cache, with i
   CHECK_THROWS_WITH(make_request(a), Catch::Contains("--vllm-cudagraph-memory"));
 }
 
-TEST_CASE("vllm serving fit: the smallest tensor-parallel size that starts Llama-3.1-70B", "[quick][predict]") {
+TEST_CASE("vllm serving fit: the smallest tensor-parallel size that starts Llama-3.1-70B",
+          "[quick][predict]") {
   // Llama-3.1-70B in bf16: 70,553,706,496 parameters x 2 B = 141,107,412,992 B, above the H100's requested
   // 76,540,929,638 B at TP 1. At TP 2 a rank holds at least half of it, 70,553,706,496 B, leaving under
   // 5,987,223,142 B, less than one 131,072-token request needs: 131,072 x 80 layers x 2 x 4 KV heads x 128 x
   // 2 B = 21,474,836,480 B (check_enough_kv_cache_memory refuses). At TP 4 a rank holds about a quarter
   // (35.3 GB) plus the sampler (1.9 GB), leaving some 39 GB, and the request needs half as much per token
   // (2 KV heads a rank): 10,737,418,240 B: it starts.
-  RequestArgs a = llama31_8b_h100();
+  RequestArgs a = test::served_on_h100();
   a.model = "llama-3.1-70b";
   const ServingTpPlan p = plan_vllm_tensor_parallel(a);
   REQUIRE(p.rows.size() == 4);
@@ -152,14 +144,14 @@ TEST_CASE("vllm serving fit: the smallest tensor-parallel size that starts Llama
 }
 
 TEST_CASE("vllm v1: W4A16 weights (GPTQ / AWQ, 4-bit, group 128) in Marlin's layout", "[quick][predict]") {
-  // Llama-3.1-8B's decoder linears per layer, in x out: q and o 4,096 x 4,096, k and v 4,096 x 1,024, gate and
-  // up 4,096 x 14,336, down 14,336 x 4,096: 218,103,808 weights, x 32 layers = 6,979,321,856 (n).
+  // Llama-3.1-8B's decoder linears per layer, in x out: q and o 4,096 x 4,096, k and v 4,096 x 1,024, gate
+  // and up 4,096 x 14,336, down 14,336 x 4,096: 218,103,808 weights, x 32 layers = 6,979,321,856 (n).
   // gptq_marlin.py GPTQMarlinLinearMethod.create_weights + MarlinLinearKernel.process_weights_after_loading:
   // qweight int32 [in / 8, out] = n / 2 = 3,489,660,928 B; scales bf16 [in / 128, out] = n / 64 =
   // 109,051,904 B; g_idx and qzeros emptied (desc_act off, symmetric). The rest in bf16: embed_tokens and
-  // lm_head 2 x 128,256 x 4,096 x 2 = 2,101,346,304 B, the norms 266,240 x 2 = 532,480 B, RoPE's cos_sin_cache
-  // 33,554,432 B. In all 5,734,146,048 B.
-  RequestArgs a = llama31_8b_h100();
+  // lm_head 2 x 128,256 x 4,096 x 2 = 2,101,346,304 B, the norms 266,240 x 2 = 532,480 B, RoPE's
+  // cos_sin_cache 33,554,432 B. In all 5,734,146,048 B.
+  RequestArgs a = test::served_on_h100();
   a.quantization = "gptq";
   const Prediction gptq = predict(make_request(a));
   CHECK(gptq.generation->paged->v1->weights_bytes == 5734146048);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/inference/vllm_v1_startup.h"
 #include "sim/predict/non_torch_memory.h"
@@ -14,26 +15,9 @@ using namespace vramsim;
 
 namespace {
 
+using test::v1_paged_of;
+
 constexpr std::int64_t kGiBi = std::int64_t{1} << 30;
-
-RequestArgs llama31_8b_h100() {
-  RequestArgs a;
-  a.model = "llama-3.1-8b";
-  a.gpu = "h100-80gb";
-  a.batch = 1;
-  a.seq = 128;
-  a.generate = 2;
-  a.kv_cache = "paged";
-  a.precision = "bf16";
-  return a;
-}
-
-const Prediction::Generation::Paged& paged_of(const Prediction& p) {
-  REQUIRE(p.generation);
-  REQUIRE(p.generation->paged);
-  REQUIRE(p.generation->paged->v1);
-  return *p.generation->paged;
-}
 
 }  // namespace
 
@@ -118,8 +102,8 @@ TEST_CASE("vllm v1: the profile run's peak, the dummy forward and the sampler", 
 }
 
 TEST_CASE("vllm v1: predict prints Llama-3.1-8B's start-up on an H100", "[quick][predict]") {
-  const Prediction p = predict(make_request(llama31_8b_h100()));
-  const Prediction::Generation::Paged& g = paged_of(p);
+  const Prediction p = predict(make_request(test::served_on_h100()));
+  const Prediction::Generation::Paged& g = v1_paged_of(p);
   const Prediction::Generation::Paged::V1& v = *g.v1;
   // EngineArgs._set_default_args: an 80 GB H100 (not an A100) -> 8,192 tokens, 1,024 sequences.
   CHECK(g.max_num_batched_tokens == 8192);
@@ -143,12 +127,12 @@ TEST_CASE("vllm v1: predict prints Llama-3.1-8B's start-up on an H100", "[quick]
 }
 
 TEST_CASE("vllm v1: tensor parallelism, fp8 cache and fp8 weights", "[quick][predict]") {
-  const Prediction one = predict(make_request(llama31_8b_h100()));
-  RequestArgs a = llama31_8b_h100();
+  const Prediction one = predict(make_request(test::served_on_h100()));
+  RequestArgs a = test::served_on_h100();
   a.tp = 2;
   a.world_size = 2;
   const Prediction two = predict(make_request(a));
-  const Prediction::Generation::Paged& g2 = paged_of(two);
+  const Prediction::Generation::Paged& g2 = v1_paged_of(two);
   // Per rank at TP 2: embed and lm_head 64,128 x 4,096 each, 525,336,576 together; a layer's q 4,096 x 2,048
   // and o 2,048 x 4,096 (16,777,216), k and v 4,096 x 512 (4,194,304), gate/up/down 3 x 4,096 x 7,168
   // (88,080,384), two norms 8,192: 109,060,096 x 32 = 3,489,923,072; final norm 4,096: 4,015,263,744
@@ -167,14 +151,14 @@ TEST_CASE("vllm v1: tensor parallelism, fp8 cache and fp8 weights", "[quick][pre
   // Half the weights and half the page: more than twice the tokens of TP 1 on each rank.
   CHECK(g2.v1->kv_cache_tokens > 2 * one.generation->paged->v1->kv_cache_tokens);
 
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.kv_cache_dtype = "fp8";
   const Prediction fp8 = predict(make_request(a));
   CHECK(fp8.generation->paged->v1->page_size_bytes == 32768);
   CHECK(fp8.generation->paged->num_gpu_blocks == one.generation->paged->available_bytes / 32768 / 32);
   CHECK(fp8.generation->kv_cache_bytes == fp8.generation->paged->num_gpu_blocks * 32768 * 32);
 
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.quantization = "fp8";
   const Prediction w8 = predict(make_request(a));
   // Fp8LinearMethod: the 32 layers' seven linear weights, 218,103,808 elements a layer, one byte each plus a
@@ -186,15 +170,15 @@ TEST_CASE("vllm v1: tensor parallelism, fp8 cache and fp8 weights", "[quick][pre
 
 TEST_CASE("vllm v1: chunked prefill accepts max_model_len above the token budget, and the refusals",
           "[quick][predict]") {
-  RequestArgs a = llama31_8b_h100();
+  RequestArgs a = test::served_on_h100();
   a.max_num_batched_tokens = 2048;  // below max_model_len 131,072: V1's chunked prefill takes it
   const Prediction p = predict(make_request(a));
-  CHECK(paged_of(p).max_num_batched_tokens == 2048);
+  CHECK(v1_paged_of(p).max_num_batched_tokens == 2048);
   CHECK(p.generation->paged->refusal.empty());
   // Utilization 0.22: requested 0.22 x 85,045,477,376 = 18,710,005,022 B; less 16,094,076,928 + 1,914,175,488
   // + 33,554,432 leaves 668,198,174 B = 318 blocks of 2 MiB (5,088 tokens), below 131,072: refused, with
   // vLLM's estimate 5,088.
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.gpu_memory_utilization = 0.22;
   const Prediction low = predict(make_request(a));
   CHECK(low.generation->paged->v1->estimated_max_model_len == 5088);
@@ -202,32 +186,32 @@ TEST_CASE("vllm v1: chunked prefill accepts max_model_len above the token budget
         std::string::npos);
   CHECK_FALSE(low.fits);
   // SchedulerConfig._verify_args: the token budget must cover max_num_seqs.
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.max_num_batched_tokens = 512;
   CHECK_THROWS_WITH(
       predict(make_request(a)),
       Catch::StartsWith("--max-num-batched-tokens: max_num_batched_tokens (512) must be greater"));
   // ModelConfig: a max_model_len above max_position_embeddings.
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.max_model_len = 262144;
   CHECK_THROWS_WITH(predict(make_request(a)), Catch::StartsWith("--max-model-len: 262144 is greater than"));
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.kv_cache_dtype = "int4";
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--kv-cache-dtype: 'int4' is not"));
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.vllm_version = "v2";
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--vllm-version: 'v2' is not v1 or v0"));
-  a = llama31_8b_h100();
+  a = test::served_on_h100();
   a.vllm_version = "v0";
   a.kv_cache_dtype = "fp8";
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--kv-cache-dtype / --quantization"));
 }
 
 TEST_CASE("vllm v1: a measured non-torch increase replaces the bill's", "[quick][predict]") {
-  RequestArgs a = llama31_8b_h100();
+  RequestArgs a = test::served_on_h100();
   a.vllm_non_torch_increase = "256MiB";
   const Prediction p = predict(make_request(a));
-  const Prediction one = predict(make_request(llama31_8b_h100()));
+  const Prediction one = predict(make_request(test::served_on_h100()));
   CHECK(p.generation->paged->v1->non_torch_increase_bytes == 268435456);
   CHECK(p.generation->paged->v1->non_torch_measured);
   CHECK(one.generation->paged->available_bytes - p.generation->paged->available_bytes == 268435456);

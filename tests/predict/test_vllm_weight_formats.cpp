@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/predict/step_prediction.h"
 
@@ -13,14 +14,7 @@ using namespace vramsim;
 namespace {
 
 RequestArgs llama31_8b_h100(const std::string& quantization) {
-  RequestArgs a;
-  a.model = "llama-3.1-8b";
-  a.gpu = "h100-80gb";
-  a.batch = 1;
-  a.seq = 128;
-  a.generate = 2;
-  a.kv_cache = "paged";
-  a.precision = "bf16";
+  RequestArgs a = test::served_on_h100();
   a.quantization = quantization;
   return a;
 }
