@@ -217,7 +217,9 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
     tape.set_layer(l);
     dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
     VarId y;
-    const auto run_layer = [&]() { return layer_forward(ctx, tape, l, x, units[static_cast<std::size_t>(l)]); };
+    const auto run_layer = [&]() {
+      return layer_forward(ctx, tape, l, x, units[static_cast<std::size_t>(l)]);
+    };
     if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kLayer && !tape.capturing()) {
       y = compiled_call(tape, layer_name(l, "compiled"), run_layer, *ctx.inductor);
     } else {

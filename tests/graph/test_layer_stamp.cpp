@@ -59,27 +59,28 @@ std::vector<Case> grid() {
   add("ZeRO-1", true, [](RequestArgs& a) { a.world_size = 8, a.zero = 1; });
   add("ZeRO-2", true, [](RequestArgs& a) { a.world_size = 8, a.zero = 2; });
   add("ZeRO-3 (parameter hooks: direct)", false, [](RequestArgs& a) { a.world_size = 8, a.zero = 3; });
-  add("FSDP1", false, [](RequestArgs& a) { a.world_size = 8, a.fsdp = "full-shard"; });
-  add("FSDP2", false, [](RequestArgs& a) { a.world_size = 8, a.fsdp = "full-shard", a.fsdp2 = true; });
-  add("TP 2 + SP", false, [](RequestArgs& a) { a.world_size = 2, a.tp = 2, a.sequence_parallel = true; });
-  add("TP 2", false, [](RequestArgs& a) { a.world_size = 2, a.tp = 2; });
-  add("PP 2", false, [](RequestArgs& a) { a.world_size = 2, a.pp = 2, a.grad_accumulation = 4; });
-  add("CP 2", false, [](RequestArgs& a) { a.world_size = 2, a.cp = 2; });
-  add("LoRA", false, [](RequestArgs& a) { a.lora_rank = 16; });
-  add("QLoRA", false, [](RequestArgs& a) { a.lora_rank = 16, a.base_weights = "nf4"; });
-  add("float8", false, [](RequestArgs& a) { a.float8 = "tensorwise"; });
-  add("compile", false, [](RequestArgs& a) { a.compile_mode = "default"; });
-  add("activation offload", false, [](RequestArgs& a) { a.offload = "activations"; });
+  add("FSDP1", true, [](RequestArgs& a) { a.world_size = 8, a.fsdp = "full-shard"; });
+  add("FSDP2", true, [](RequestArgs& a) { a.world_size = 8, a.fsdp = "full-shard", a.fsdp2 = true; });
+  add("TP 2 + SP", true, [](RequestArgs& a) { a.world_size = 2, a.tp = 2, a.sequence_parallel = true; });
+  add("TP 2", true, [](RequestArgs& a) { a.world_size = 2, a.tp = 2; });
+  add("PP 2", true, [](RequestArgs& a) { a.world_size = 2, a.pp = 2, a.grad_accumulation = 4; });
+  add("CP 2", true, [](RequestArgs& a) { a.world_size = 2, a.cp = 2; });
+  add("LoRA", true, [](RequestArgs& a) { a.lora_rank = 16; });
+  add("QLoRA", true, [](RequestArgs& a) { a.lora_rank = 16, a.base_weights = "nf4"; });
+  add("float8", true, [](RequestArgs& a) { a.float8 = "tensorwise"; });
+  add("compile (captured: direct)", false, [](RequestArgs& a) { a.compile_mode = "default"; });
+  add("activation offload", true, [](RequestArgs& a) { a.offload = "activations"; });
   add("grad accumulation 3", true, [](RequestArgs& a) { a.grad_accumulation = 3; });
-  add("mixtral (MoE)", false, [](RequestArgs& a) { a.model = "mixtral-8x7b", a.seq = 128, a.batch = 1; });
-  add("qwen1.5-moe", false, [](RequestArgs& a) { a.model = "qwen1.5-moe", a.seq = 128, a.batch = 1; });
-  add("gemma-2-2b (two kinds of layers)", false, [](RequestArgs& a) { a.model = "gemma-2-2b"; });
-  add("gpt2", false, [](RequestArgs& a) { a.model = "gpt2"; });
+  add("mixtral (MoE)", true, [](RequestArgs& a) { a.model = "mixtral-8x7b", a.seq = 128, a.batch = 1; });
+  add("qwen1.5-moe", true, [](RequestArgs& a) { a.model = "qwen1.5-moe", a.seq = 128, a.batch = 1; });
+  add("gemma-2-2b (two kinds of layers)", true, [](RequestArgs& a) { a.model = "gemma-2-2b"; });
+  add("gpt2", true, [](RequestArgs& a) { a.model = "gpt2"; });
   for (const char* ckpt : {"none", "selective", "selective-op"}) {
-    add(std::string("checkpointing ") + ckpt, false, [&](RequestArgs& a) { a.checkpointing = ckpt; });
+    add(std::string("checkpointing ") + ckpt + " (grad mode: direct)", false,
+        [&](RequestArgs& a) { a.checkpointing = ckpt; });
   }
   add("inference", true, [](RequestArgs& a) { a.checkpointing = "none", a.inference = true; });
-  add("generation", false,
+  add("generation (its own loop: direct)", false,
       [](RequestArgs& a) { a.checkpointing = "none", a.inference = true, a.generate = 8, a.seq = 64; });
   return out;
 }
@@ -169,17 +170,22 @@ TEST_CASE("layer stamp: the same op graph and the same predict --json as the dir
     INFO("layers stamped: " << stamped_layers);
     if (c.stamps) {
       CHECK(stamped_layers > 0);
+    } else {
+      CHECK(stamped_layers == 0);  // the stamp's conditions (layer_stamp.h) keep this configuration direct
     }
     check_same_graph(stamped, direct);
     CHECK(stamped_json == direct_json);
     ++compared;
   }
-  CHECK(compared == 29);
+  CHECK(compared == 28);
 }
 
 // Under full checkpointing every forward pass emits its first two layers directly (the second one checks
-// that the first one's template repeats) and stamps the rest: Llama-3.2-1B has 16 decoder layers, so two
-// steps stamp 2 x 14 layers.
+// that the first one's template repeats) and stamps the rest. Llama-3.2-1B has 16 decoder layers. In the
+// first step, layer 0's q_proj is the process's first matmul and allocates the main thread's cuBLAS
+// workspace (TorchOps::maybe_allocate_workspace, as cuBLAS does at a handle's first GEMM), so layer 0's
+// region is not layer 1's: layers 0, 1 and 2 are emitted directly (1 and 2 agree) and 3..15 stamped, 13
+// layers; the second step stamps 2..15, 14 layers: 27 in all.
 TEST_CASE("layer stamp: every layer after the first two of each forward pass is stamped", "[graph][stamp]") {
   StampingSwitch restore;
   set_layer_stamping(true);
@@ -187,7 +193,7 @@ TEST_CASE("layer stamp: every layer after the first two of each forward pass is 
   REQUIRE(request.model.n_layers == 16);
   const std::uint64_t before = layers_stamped();
   (void)build_training_steps(request.model, request.options);
-  CHECK(layers_stamped() - before == 2 * 14);
+  CHECK(layers_stamped() - before == 13 + 14);
 }
 
 }  // namespace vramsim
