@@ -247,24 +247,17 @@ int layer_class(const ModelConfig& model, int l) {
   return key;
 }
 
-// emit_layer(ctx, l, x), through the layer stamp when the tape is in no_grad (a checkpointed layer's
-// forward, an inference forward) and the context has one. The stamp's externals: what a layer reads that
-// exists before it, in the same order for every layer (its input, the shared mask and rotary tables, its
-// parameters and adapters).
+// emit_layer(ctx, l, x), through the layer stamp when the context has one and the tape allows it
+// (LayerStamp::eligible; autocast's weight-cast cache and the KV cache are state outside the tape: direct).
+// The stamp's externals: what a layer reads that exists before it, in the same order for every layer (its
+// input, the shared mask and rotary tables, its parameters and adapters).
 VarId emit_layer_stamped(EmitContext& ctx, int l, VarId x, const std::vector<VarId>* params) {
   LayerStamp* stamp = ctx.stamp;
   if (stamp == nullptr || ctx.kv_cache != nullptr || ctx.ops.autocast() || !stamp->eligible()) {
     return emit_layer(ctx, l, x);
   }
-  const EagerTape& tape = ctx.ops.tape();
-  std::vector<TensorId> externals;
-  externals.reserve(4 + params->size());
-  for (const VarId v : {x, ctx.additive_mask, ctx.rope_cos, ctx.rope_sin}) {
-    externals.push_back(v != kNoVar ? tape.storage(v) : kNoTensor);
-  }
-  for (const VarId p : *params) {
-    externals.push_back(tape.storage(p));
-  }
+  std::vector<VarId> externals{x, ctx.additive_mask, ctx.rope_cos, ctx.rope_sin};
+  externals.insert(externals.end(), params->begin(), params->end());
   const std::size_t locals = ctx.forward_locals.size();
   const int key = layer_class(ctx.model, l);
   const VarId out = stamp->run(l, key, externals, [&] { return emit_layer(ctx, l, x); });

@@ -146,8 +146,8 @@ struct EmitContext {
   // A vision-language model's batch of images (b x images_per_sample, channels, side, side), fp32 as the
   // image processor makes them; kNoVar: a text-only forward.
   VarId pixel_values = kNoVar;
-  // Structure once, sizes many (layer_stamp.h): decoder layers run under no_grad are stamped from the
-  // first periodic one; nullptr: every layer emitted directly.
+  // Structure once, sizes many (layer_stamp.h): decoder layers stamped from the first periodic ones;
+  // nullptr: every layer emitted directly.
   LayerStamp* stamp = nullptr;
 };
 

@@ -8,8 +8,7 @@
 // (float8 training, 8-bit AdamW), torch.compile, checkpointing full / selective / selective-op / none,
 // activation offload, mixed precision, inference and generation, mixture-of-experts and Gemma 2 (layers
 // of two kinds), GPT-2. A test that compared a road with itself could not fail, so it also requires that
-// the stamp ran (layers_stamped() grew) where it applies: every layer after the first two of each forward
-// pass under full checkpointing and in inference.
+// the stamp ran (layers_stamped() grew) where it applies, and did not where its conditions exclude it.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -75,8 +74,9 @@ std::vector<Case> grid() {
   add("qwen1.5-moe", true, [](RequestArgs& a) { a.model = "qwen1.5-moe", a.seq = 128, a.batch = 1; });
   add("gemma-2-2b (two kinds of layers)", true, [](RequestArgs& a) { a.model = "gemma-2-2b"; });
   add("gpt2", true, [](RequestArgs& a) { a.model = "gpt2"; });
-  for (const char* ckpt : {"none", "selective", "selective-op"}) {
-    add(std::string("checkpointing ") + ckpt + " (grad mode: direct)", false,
+  add("checkpointing none (forward with autograd)", true, [](RequestArgs& a) { a.checkpointing = "none"; });
+  for (const char* ckpt : {"selective", "selective-op"}) {  // a selective-checkpoint region: direct
+    add(std::string("checkpointing ") + ckpt + " (direct)", false,
         [&](RequestArgs& a) { a.checkpointing = ckpt; });
   }
   add("inference", true, [](RequestArgs& a) { a.checkpointing = "none", a.inference = true; });
@@ -180,20 +180,23 @@ TEST_CASE("layer stamp: the same op graph and the same predict --json as the dir
   CHECK(compared == 28);
 }
 
-// Under full checkpointing every forward pass emits its first two layers directly (the second one checks
-// that the first one's template repeats) and stamps the rest. Llama-3.2-1B has 16 decoder layers. In the
-// first step, layer 0's q_proj is the process's first matmul and allocates the main thread's cuBLAS
-// workspace (TorchOps::maybe_allocate_workspace, as cuBLAS does at a handle's first GEMM), so layer 0's
-// region is not layer 1's: layers 0, 1 and 2 are emitted directly (1 and 2 agree) and 3..15 stamped, 13
-// layers; the second step stamps 2..15, 14 layers: 27 in all.
-TEST_CASE("layer stamp: every layer after the first two of each forward pass is stamped", "[graph][stamp]") {
+// Under full checkpointing every forward pass (no_grad) and every backward (each layer recomputed with
+// autograd, in reverse order) emits its first two layers directly (the second one checks that the first
+// one's template repeats) and stamps the rest. Llama-3.2-1B has 16 decoder layers. In the first step's
+// forward, layer 0's q_proj is the process's first matmul and allocates the main thread's cuBLAS workspace
+// (TorchOps::maybe_allocate_workspace, as cuBLAS does at a handle's first GEMM), so layer 0's region is not
+// layer 1's: layers 0, 1 and 2 are emitted directly (1 and 2 agree) and 3..15 stamped, 13 layers; the
+// second step's forward stamps 2..15, 14 layers. Each backward recomputes layers 15 and 14 directly and
+// stamps 13..0, 14 layers (the autograd thread's workspace is made by a backward node, outside the
+// recomputed layer). In all 13 + 14 + 2 x 14 = 55.
+TEST_CASE("layer stamp: every layer after the first two of each pass is stamped", "[graph][stamp]") {
   StampingSwitch restore;
   set_layer_stamping(true);
   const PredictRequest request = make_request(small("full"));
   REQUIRE(request.model.n_layers == 16);
   const std::uint64_t before = layers_stamped();
   (void)build_training_steps(request.model, request.options);
-  CHECK(layers_stamped() - before == 13 + 14);
+  CHECK(layers_stamped() - before == 13 + 14 + 2 * 14);
 }
 
 }  // namespace vramsim
