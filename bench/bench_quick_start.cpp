@@ -23,6 +23,7 @@
 #include "sim/alloc/registry.h"
 #include "sim/engine/gpu_table.h"
 #include "sim/engine/roofline.h"
+#include "sim/graph/layer_stamp.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
@@ -47,17 +48,52 @@ RequestArgs quick_start_args() {
   return a;
 }
 
+// Arg 1: decoder layers stamped from a recorded one (layer_stamp.h, the default); Arg 0: every layer emitted
+// by its code (set_layer_stamping(false), the direct road).
 void BM_QuickStart_Predict(benchmark::State& state) {
   const PredictRequest request = make_request(quick_start_args());
+  set_layer_stamping(state.range(0) == 1);
   Prediction p;
   for (auto _ : state) {
     p = predict(request);
     benchmark::DoNotOptimize(p.peak_reserved_bytes);
   }
+  set_layer_stamping(true);
   state.counters["ops"] = static_cast<double>(p.ops);
   state.counters["requests"] = static_cast<double>(p.requests);
 }
-BENCHMARK(BM_QuickStart_Predict)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuickStart_Predict)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// The op graph alone (build_training_steps), both roads.
+void BM_QuickStart_Graph(benchmark::State& state) {
+  const PredictRequest request = make_request(quick_start_args());
+  set_layer_stamping(state.range(0) == 1);
+  std::size_t ops = 0;
+  for (auto _ : state) {
+    const OpGraph graph = build_training_steps(request.model, request.options);
+    ops = graph.op_count();
+    benchmark::DoNotOptimize(ops);
+  }
+  set_layer_stamping(true);
+  state.counters["ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_QuickStart_Graph)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// The README's quick-start fit (`vramsim fit ... --batch 4`: the largest batch that fits, 10 % margin),
+// both roads; the target is 50 ms.
+void BM_QuickStart_Fit(benchmark::State& state) {
+  const PredictRequest request = make_request(quick_start_args());
+  set_layer_stamping(state.range(0) == 1);
+  FitResult r;
+  for (auto _ : state) {
+    r = fit(request, FitVary::kBatch, 0.1);
+    benchmark::DoNotOptimize(r.best);
+  }
+  set_layer_stamping(true);
+  state.counters["trials"] = static_cast<double>(r.trials.size());
+  state.counters["best"] = static_cast<double>(r.best);
+}
+BENCHMARK(BM_QuickStart_Fit)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // The workload predict hands the allocator (the engine's schedule), built once outside the loop.
 void BM_QuickStart_Allocator(benchmark::State& state) {

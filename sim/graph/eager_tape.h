@@ -351,6 +351,8 @@ class EagerTape {
   void finish();
 
  private:
+  friend class LayerStamp;  // layer_stamp.h: appends a recorded layer's region for the next layers
+
   struct Var {
     TensorId storage = kNoTensor;
     Shape shape;

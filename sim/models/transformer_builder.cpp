@@ -15,6 +15,7 @@
 #include "sim/finetune/peft_prefix.h"
 #include "sim/finetune/peft_prompt.h"
 #include "sim/finetune/peft_trainable_tokens.h"
+#include "sim/graph/layer_stamp.h"
 #include "sim/inference/hf_generate.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
@@ -203,17 +204,22 @@ VarId embeddings(EmitContext& ctx, VarId ids) {
   return shard;
 }
 
-VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x);
+VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x, const ParameterUnit& unit);
 
 // Decoder layers [first, first + count) on x; takes over the caller's reference to x and returns the last
 // layer's output.
 VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int count, DataParallelScheme& dp,
                  const std::vector<ParameterUnit>& units) {
+  if (ctx.stamp != nullptr) {
+    ctx.stamp->reset();  // each forward pass checks its layers' periodicity afresh
+  }
   for (int l = first; l < first + count; ++l) {
     tape.set_layer(l);
     dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
     VarId y;
-    const auto run_layer = [&]() { return layer_forward(ctx, tape, l, x); };
+    const auto run_layer = [&]() {
+      return layer_forward(ctx, tape, l, x, units[static_cast<std::size_t>(l)]);
+    };
     if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kLayer && !tape.capturing()) {
       y = compiled_call(tape, layer_name(l, "compiled"), run_layer, *ctx.inductor);
     } else {
@@ -227,9 +233,44 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
   return x;
 }
 
+// The layers whose code takes another road than their neighbours' (torch_modules_layers.cpp): a
+// mixture-of-experts layer (ModelConfig::MoE::sparse) and Gemma 2's sliding-window layers (the even ones,
+// which build a mask of their own). Layers of different classes are never stamped from each other.
+int layer_class(const ModelConfig& model, int l) {
+  int key = 0;
+  if (model.moe.n_experts > 0 && model.moe.sparse(l)) {
+    key |= 1;
+  }
+  if (model.model_type == "gemma2" && l % 2 == 0) {
+    key |= 2;
+  }
+  return key;
+}
+
+// emit_layer(ctx, l, x), through the layer stamp when the context has one and the tape allows it
+// (LayerStamp::eligible; autocast's weight-cast cache and the KV cache are state outside the tape: direct).
+// The stamp's externals: what a layer reads that exists before it, in the same order for every layer (its
+// input, the shared mask and rotary tables, its parameters and adapters).
+VarId emit_layer_stamped(EmitContext& ctx, int l, VarId x, const std::vector<VarId>* params) {
+  LayerStamp* stamp = ctx.stamp;
+  if (stamp == nullptr || ctx.kv_cache != nullptr || ctx.ops.autocast() || !stamp->eligible()) {
+    return emit_layer(ctx, l, x);
+  }
+  std::vector<VarId> externals{x, ctx.additive_mask, ctx.rope_cos, ctx.rope_sin};
+  externals.insert(externals.end(), params->begin(), params->end());
+  const std::size_t locals = ctx.forward_locals.size();
+  const int key = layer_class(ctx.model, l);
+  const VarId out = stamp->run(l, key, externals, [&] { return emit_layer(ctx, l, x); });
+  if (ctx.forward_locals.size() != locals) {
+    stamp->discard(key);  // the layer changed the forward's state: not reproducible from the tape alone
+  }
+  return out;
+}
+
 // One decoder layer on x, checkpointed as --checkpointing says.
-VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x) {
+VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x, const ParameterUnit& unit) {
   {
+    const std::vector<VarId>* params = &unit.params;
     VarId y;
     if (ctx.options.checkpointing == Checkpointing::kFull ||
         ctx.options.checkpointing == Checkpointing::kSelectiveOp) {
@@ -253,7 +294,7 @@ VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x) {
       const std::optional<DType> forward_autocast = ctx.ops.autocast();
       y = tape.checkpoint(
           layer_name(l, "checkpoint"), inputs,
-          [&ctx, l, rope, mask, forward_autocast](const std::vector<VarId>& in) {
+          [&ctx, l, rope, mask, forward_autocast, params](const std::vector<VarId>& in) {
             const std::optional<DType> outer = ctx.ops.autocast();
             ctx.ops.set_autocast(forward_autocast);
             std::size_t k = 1;
@@ -264,7 +305,7 @@ VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x) {
               ctx.rope_cos = in[k++];
               ctx.rope_sin = in[k++];
             }
-            const VarId out = emit_layer(ctx, l, in[0]);
+            const VarId out = emit_layer_stamped(ctx, l, in[0], params);
             if (forward_autocast && !outer) {
               ctx.ops.clear_autocast_cache();
             }
@@ -273,7 +314,7 @@ VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x) {
           },
           selective_checkpoint_policy(ctx.options.checkpointing), tensor_args);
     } else {
-      y = emit_layer(ctx, l, x);
+      y = emit_layer_stamped(ctx, l, x, params);
     }
     return y;
   }
@@ -347,6 +388,7 @@ struct PipelineStage {
   std::vector<TensorId> input_grads;     // the receive buffers' .grad, kept until the next step
   VarId head_output = kNoVar;            // the last virtual stage's latest output (the logits)
   InductorProcess* inductor = nullptr;   // --compile: torchtitan compiles each TransformerBlock
+  LayerStamp* stamp = nullptr;           // layer_stamp.h (EmitContext::stamp)
 };
 
 // One chunk's forward on one micro-batch: what its backward needs.
@@ -446,6 +488,7 @@ InFlight pipeline_forward(PipelineStage& st, const PipelineChunk& chunk, std::si
                                                     nullptr});
   EmitContext& ctx = *f.ctx;
   ctx.inductor = st.inductor;
+  ctx.stamp = st.stamp;
   VarId x = kNoVar;
   if (chunk.embeddings) {
     st.dp.pre_forward(tape, st.units.back());
@@ -757,6 +800,8 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   PipelineStage stage{tape, ops,       model, options, params, buffers, *dp, units, ids,   targets,
                       low,  attention, &code, chunks,  {},     {},      {},  {},    kNoVar};
   stage.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
+  LayerStamp stamp(tape);
+  stage.stamp = &stamp;
   // AdaLoRA: RankAllocator's importance state over lora_A, lora_B and lora_E (peft_adalora.h)
   const bool adalora = options.lora.method == PeftMethod::kAdalora && options.lora.enabled();
   std::vector<VarId> adalora_params;
@@ -782,6 +827,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
                       kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
       ctx.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
       ctx.pixel_values = pixel_values;
+      ctx.stamp = &stamp;
       tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
       tape.set_activation_offload(activation_offload(options));  // `with save_on_cpu(...)` too
       std::unique_ptr<KvCache> prefix_cache;  // prefix tuning: get_prompt's DynamicCache (peft_prefix.h)

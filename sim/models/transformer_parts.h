@@ -22,6 +22,7 @@ namespace vramsim {
 class LayerCode;         // layer_code.h
 class KvCache;           // hf_kv_cache.h
 struct InductorProcess;  // torch_compile.h
+class LayerStamp;        // layer_stamp.h
 
 // A decoder layer's parameters by role; kNoVar where the architecture has none.
 struct LayerParams {
@@ -145,6 +146,9 @@ struct EmitContext {
   // A vision-language model's batch of images (b x images_per_sample, channels, side, side), fp32 as the
   // image processor makes them; kNoVar: a text-only forward.
   VarId pixel_values = kNoVar;
+  // Structure once, sizes many (layer_stamp.h): decoder layers stamped from the first periodic ones;
+  // nullptr: every layer emitted directly.
+  LayerStamp* stamp = nullptr;
 };
 
 VarId emit_embeddings(EmitContext& ctx, VarId ids);

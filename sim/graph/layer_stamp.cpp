@@ -1,0 +1,639 @@
+#include "sim/graph/layer_stamp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+namespace vramsim {
+
+namespace {
+
+std::atomic<bool> g_stamping{true};
+std::atomic<std::uint64_t> g_stamped{0};
+
+// The fields of Op, Tensor and EagerTape::Var that the template encodes: a new field must be added to the
+// encoding (and to these sizes), or stamping would drop it.
+static_assert(sizeof(Op) == 120, "Op changed: encode its new field in LayerStamp::Template");
+static_assert(sizeof(Tensor) == 104, "Tensor changed: encode its new field in LayerStamp::Template");
+
+// A name with the layer's "layers.<l>." cut out: head + "layers.<l>." + tail when `layered`.
+struct NameCode {
+  std::string head;
+  std::string tail;
+  bool layered = false;
+  bool operator==(const NameCode&) const = default;
+};
+
+std::string layer_token(int layer) { return "layers." + std::to_string(layer) + "."; }
+
+NameCode encode_name(const std::string& name, const std::string& token) {
+  NameCode c;
+  const std::size_t pos = name.find(token);
+  if (pos == std::string::npos) {
+    c.head = name;
+    return c;
+  }
+  c.head = name.substr(0, pos);
+  c.tail = name.substr(pos + token.size());
+  c.layered = true;
+  return c;
+}
+
+std::string decode_name(const NameCode& c, const std::string& token) {
+  if (!c.layered) {
+    return c.head;
+  }
+  std::string out;
+  out.reserve(c.head.size() + token.size() + c.tail.size());
+  out += c.head;
+  out += token;
+  out += c.tail;
+  return out;
+}
+
+// An id in the region: relative to the region's start (kInternal), an index into the externals
+// (kExternal), or the value itself (kLiteral: ids that are not the region's, kNo* included).
+struct Ref {
+  enum class Kind : std::uint8_t { kInternal, kExternal, kLiteral };
+  Kind kind = Kind::kLiteral;
+  std::uint32_t value = 0;
+  bool operator==(const Ref&) const = default;
+};
+
+// A layer number: relative to the layer being run (a tensor of the previous layer is -1), or -1 itself
+// (outside the layers).
+struct LayerCode {
+  bool relative = false;
+  int value = -1;
+  bool operator==(const LayerCode&) const = default;
+};
+
+LayerCode encode_layer(int value, int layer) {
+  return value >= 0 ? LayerCode{true, value - layer} : LayerCode{false, value};
+}
+int decode_layer(const LayerCode& c, int layer) { return c.relative ? layer + c.value : c.value; }
+
+// A backward rule, compared field by field (its structs have no operator==).
+bool same_steps(const std::vector<ScratchStep>& a, const std::vector<ScratchStep>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const ScratchStep& x, const ScratchStep& y) {
+    return x.alloc_bytes == y.alloc_bytes && x.free_step == y.free_step;
+  });
+}
+bool same_rule(const BackwardRule& a, const BackwardRule& b) {
+  const auto same_grad = [](const GradRule& x, const GradRule& y) {
+    return x.kind == y.kind && x.sum_to_input == y.sum_to_input && x.view == y.view && x.layout == y.layout;
+  };
+  return std::equal(a.grads.begin(), a.grads.end(), b.grads.begin(), b.grads.end(), same_grad) &&
+         a.temp_bytes == b.temp_bytes && a.order == b.order &&
+         same_steps(a.scratch_before_grads, b.scratch_before_grads) &&
+         same_steps(a.scratch_after_grads, b.scratch_after_grads) &&
+         same_steps(a.scratch_after_grads_strided, b.scratch_after_grads_strided);
+}
+struct RuleCode {
+  BackwardRule rule;
+  bool operator==(const RuleCode& o) const { return same_rule(rule, o.rule); }
+};
+static_assert(sizeof(GradRule) == 4, "GradRule changed: compare its new field in same_rule");
+static_assert(sizeof(ScratchStep) == 16, "ScratchStep changed: compare its new field in same_steps");
+
+}  // namespace
+
+// An external variable as the region's code sees it: requires_grad, is_parameter, has a grad_fn, view,
+// dtype, shape (kNoVar: all defaults).
+using VarState = std::tuple<bool, bool, bool, bool, DType, Shape>;
+
+namespace {
+template <typename Vars>
+std::vector<VarState> var_states(const Vars& all, const std::vector<VarId>& vars) {
+  std::vector<VarState> out;
+  out.reserve(vars.size());
+  for (const VarId v : vars) {
+    if (v == kNoVar) {
+      out.emplace_back();
+      continue;
+    }
+    const auto& x = all[v];
+    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, x.shape);
+  }
+  return out;
+}
+}  // namespace
+
+struct LayerStamp::Template {
+  struct OpCode {
+    NameCode name;
+    std::string kind;
+    int step = 0;
+    int micro_batch = 0;
+    LayerCode layer;
+    Phase phase = Phase::kForward;
+    double flops = 0.0;
+    Bytes bytes_moved = 0;
+    StreamId stream = 0;
+    Ref host_waits_for;
+    Ref stream_waits_for;
+    Bytes comm_bytes = 0;
+    bool operator==(const OpCode&) const = default;
+  };
+  struct TensorCode {
+    NameCode name;
+    Bytes size_bytes = 0;
+    DType dtype = DType::kFloat32;
+    TensorCategory category = TensorCategory::kTemporary;
+    std::uint32_t producer = 0;         // relative op
+    bool consumed_by_producer = false;  // consumers[0] == producer (a consumer without an edge)
+    bool persistent = false;
+    LayerCode layer;
+    StreamId record_stream = kNoRecordStream;
+    bool graph_pool = false;
+    int refs = 0;  // the tape's reference count at the region's end
+    bool freed = false;
+    bool operator==(const TensorCode&) const = default;
+  };
+  struct EdgeCode {
+    Ref tensor;            // kInternal or kExternal
+    std::uint32_t op = 0;  // relative consumer op
+    EdgeKind kind = EdgeKind::kData;
+    bool operator==(const EdgeCode&) const = default;
+  };
+  struct VarCode {
+    Ref storage;
+    Shape shape;
+    DType dtype = DType::kFloat32;
+    bool requires_grad = false;
+    bool is_parameter = false;
+    bool view = false;
+    MemoryOrder order = MemoryOrder::kContiguous;
+    Ref node;  // kInternal (relative node) or kLiteral -1
+    NameCode name;
+    bool operator==(const VarCode&) const = default;
+  };
+  // An autograd node the region recorded (grad mode on).
+  struct NodeCode {
+    NameCode name;
+    std::string kind;
+    LayerCode layer;
+    double flops = 0.0;
+    std::vector<Ref> inputs;  // variables: kInternal or kExternal
+    std::vector<Ref> outputs;
+    std::vector<Ref> saved;  // storages
+    ActivationOffload offload = ActivationOffload::kNone;
+    RuleCode rule;
+    bool done = false;
+    bool operator==(const NodeCode&) const = default;
+  };
+  // A tensor that existed before the region and whose fields the region changed (autograd saving the
+  // layer's input): the state it must be in, and the state it is left in.
+  struct ExternalChange {
+    std::uint32_t index = 0;  // into the externals
+    int refs_delta = 0;
+    bool fields_changed = false;  // else `before` and `after` are not kept (and not checked)
+    std::tuple<TensorCategory, LayerCode, bool, StreamId, bool> before{}, after{};
+    bool operator==(const ExternalChange&) const = default;
+  };
+  std::vector<OpCode> ops;
+  std::vector<TensorCode> tensors;
+  std::vector<EdgeCode> edges;
+  std::vector<VarCode> vars;
+  std::vector<NodeCode> nodes;
+  std::vector<ExternalChange> changes;
+  // What the region saw of its external variables at its start: the code takes other roads for an input
+  // that does not require grad (a first layer over frozen embeddings) or a frozen weight.
+  std::vector<VarState> external_states;
+  std::uint32_t output = 0;  // relative variable
+  Ref current_op;            // the tape's current op at the region's end
+  std::size_t externals = 0;
+  bool operator==(const Template&) const = default;
+};
+
+// What a region must leave as it found it (or only append to, or change only in its externals).
+struct LayerStamp::Before {
+  std::size_t ops = 0, tensors = 0, edges = 0, vars = 0, nodes = 0;
+  std::vector<int> refs;
+  std::vector<bool> freed;
+  // per tensor: category, layer, persistent, record_stream, graph_pool
+  std::vector<std::tuple<TensorCategory, int, bool, StreamId, bool>> tensor_fields;
+  // per variable: storage, grad, node, requires_grad, order
+  std::vector<std::tuple<TensorId, TensorId, int, bool, MemoryOrder>> var_fields;
+  std::unordered_map<VarId, int> pending_parameter_uses;
+  OpId current_op = kNoOp;
+  std::tuple<Bytes, OpId, OpId, Bytes> current_op_fields{};
+  // the tape's other state, by size or value
+  std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::uint64_t, std::size_t, std::size_t,
+             Bytes, std::size_t, int, int, int, Phase, StreamId, bool, ActivationOffload>
+      tape_state{};
+};
+
+void set_layer_stamping(bool on) { g_stamping.store(on); }
+bool layer_stamping() { return g_stamping.load(); }
+std::uint64_t layers_stamped() { return g_stamped.load(); }
+
+LayerStamp::LayerStamp(EagerTape& tape) : m_tape(tape) {}
+LayerStamp::~LayerStamp() = default;
+
+void LayerStamp::reset() { m_classes.clear(); }
+
+// A layer's forward under no_grad, its forward with autograd and its recomputation in backward are
+// different regions, and so are the regions of different steps and micro-batches (a pipeline schedule
+// interleaves micro-batches): never stamped from one another.
+LayerStamp::ClassKey LayerStamp::class_key(int key) const {
+  return {key, m_tape.m_grad_enabled, m_tape.m_phase, m_tape.m_step, m_tape.m_micro_batch};
+}
+
+void LayerStamp::discard(int key) {
+  Class& c = m_classes[class_key(key)];
+  c.last = nullptr;
+  c.verified = false;
+  c.recorded = kMaxRecorded;
+}
+
+bool LayerStamp::eligible() const {
+  const EagerTape& t = m_tape;
+  return layer_stamping() && !t.m_capturing && !t.m_before_parameter_use && t.m_sac.policy == nullptr &&
+         (!t.m_grad_enabled || t.m_offload == ActivationOffload::kNone);
+}
+
+LayerStamp::Before LayerStamp::snapshot() const {
+  const EagerTape& t = m_tape;
+  const OpGraph& g = t.m_graph;
+  Before b;
+  b.ops = g.op_count();
+  b.tensors = g.tensors().size();
+  b.edges = g.edges().size();
+  b.vars = t.m_vars.size();
+  b.nodes = t.m_nodes.size();
+  b.refs = t.m_refs;
+  b.freed = t.m_freed;
+  b.tensor_fields.reserve(b.tensors);
+  for (const Tensor& x : g.tensors()) {
+    b.tensor_fields.emplace_back(x.category, x.layer, x.persistent, x.record_stream, x.graph_pool);
+  }
+  b.var_fields.reserve(b.vars);
+  for (const EagerTape::Var& v : t.m_vars) {
+    b.var_fields.emplace_back(v.storage, v.grad, v.node, v.requires_grad, v.order);
+  }
+  b.pending_parameter_uses = t.m_pending_parameter_uses;
+  b.current_op = t.m_current_op;
+  if (b.current_op != kNoOp) {
+    const Op& op = g.op(b.current_op);
+    b.current_op_fields = {op.bytes_moved, op.host_waits_for, op.stream_waits_for, op.comm_bytes};
+  }
+  b.tape_state = {t.m_grad_buffer.size(),
+                  t.m_parameter_of_storage.size(),
+                  t.m_sac.cache.size(),
+                  t.m_sac.occurrences.size(),
+                  t.m_pack_id,
+                  t.m_fwd_stash.size(),
+                  t.m_bwd_stash.size(),
+                  t.m_backward_workspace_bytes,
+                  t.m_captured.size(),
+                  t.m_step,
+                  t.m_micro_batch,
+                  t.m_layer,
+                  t.m_phase,
+                  t.m_stream,
+                  t.m_grad_enabled,
+                  t.m_offload};
+  return b;
+}
+
+std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, int layer,
+                                                         const std::vector<VarId>& external_vars,
+                                                         VarId output) const {
+  const EagerTape& t = m_tape;
+  const OpGraph& g = t.m_graph;
+  const std::vector<TensorId> externals = storages(external_vars);
+  const Before after = snapshot();
+  if (after.tape_state != before.tape_state || after.ops == before.ops || output == kNoVar ||
+      output < before.vars || !std::equal(before.freed.begin(), before.freed.end(), after.freed.begin()) ||
+      !std::equal(before.var_fields.begin(), before.var_fields.end(), after.var_fields.begin())) {
+    return nullptr;
+  }
+  if (before.current_op != kNoOp) {
+    const Op& op = g.op(before.current_op);
+    if (std::tuple<Bytes, OpId, OpId, Bytes>{op.bytes_moved, op.host_waits_for, op.stream_waits_for,
+                                             op.comm_bytes} != before.current_op_fields) {
+      return nullptr;
+    }
+  }
+  auto out = std::make_unique<Template>();
+  out->externals = externals.size();
+  // Tensors that existed before: only the externals may have changed (references, autograd's saving).
+  const auto external_index = [&](TensorId id) -> std::ptrdiff_t {
+    const auto it = std::find(externals.begin(), externals.end(), id);
+    return it == externals.end() ? -1 : it - externals.begin();
+  };
+  for (std::size_t i = 0; i < before.tensors; ++i) {
+    const bool same = before.refs[i] == after.refs[i] && before.tensor_fields[i] == after.tensor_fields[i];
+    if (same) {
+      continue;
+    }
+    const std::ptrdiff_t e = external_index(static_cast<TensorId>(i));
+    if (e < 0) {
+      return nullptr;
+    }
+    const auto code = [&](const std::tuple<TensorCategory, int, bool, StreamId, bool>& f) {
+      return std::tuple<TensorCategory, LayerCode, bool, StreamId, bool>{
+          std::get<0>(f), encode_layer(std::get<1>(f), layer), std::get<2>(f), std::get<3>(f),
+          std::get<4>(f)};
+    };
+    Template::ExternalChange c{static_cast<std::uint32_t>(e), after.refs[i] - before.refs[i], false, {}, {}};
+    if (before.tensor_fields[i] != after.tensor_fields[i]) {
+      c.fields_changed = true;
+      c.before = code(before.tensor_fields[i]);
+      c.after = code(after.tensor_fields[i]);
+    }
+    out->changes.push_back(c);
+  }
+  std::sort(out->changes.begin(), out->changes.end(),
+            [](const auto& a, const auto& b) { return a.index < b.index; });
+  const auto op_ref = [&](OpId id) {
+    return id != kNoOp && id >= before.ops
+               ? Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - before.ops)}
+               : Ref{Ref::Kind::kLiteral, id};
+  };
+  bool ok = true;
+  const auto tensor_ref = [&](TensorId id) {
+    if (id != kNoTensor && id >= before.tensors) {
+      return Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - before.tensors)};
+    }
+    const std::ptrdiff_t e = id != kNoTensor ? external_index(id) : -1;
+    if (e >= 0) {
+      return Ref{Ref::Kind::kExternal, static_cast<std::uint32_t>(e)};
+    }
+    ok = ok && id == kNoTensor;  // a tensor the caller did not name: not reproducible for another layer
+    return Ref{Ref::Kind::kLiteral, id};
+  };
+  const auto var_ref = [&](VarId id) {
+    if (id >= before.vars) {
+      return Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - before.vars)};
+    }
+    const auto it = std::find(external_vars.begin(), external_vars.end(), id);
+    if (it != external_vars.end()) {
+      return Ref{Ref::Kind::kExternal, static_cast<std::uint32_t>(it - external_vars.begin())};
+    }
+    ok = false;
+    return Ref{Ref::Kind::kLiteral, id};
+  };
+  const std::string token = layer_token(layer);
+  for (std::size_t i = before.ops; i < after.ops; ++i) {
+    const Op& op = g.op(static_cast<OpId>(i));
+    out->ops.push_back(Template::OpCode{encode_name(op.name, token), op.kind, op.step, op.micro_batch,
+                                        encode_layer(op.layer, layer), op.phase, op.flops, op.bytes_moved,
+                                        op.stream, op_ref(op.host_waits_for), op_ref(op.stream_waits_for),
+                                        op.comm_bytes});
+  }
+  for (std::size_t i = before.tensors; i < after.tensors; ++i) {
+    const Tensor& x = g.tensor(static_cast<TensorId>(i));
+    if (x.producer < before.ops) {
+      return nullptr;  // allocated by an op before the region
+    }
+    out->tensors.push_back(Template::TensorCode{encode_name(x.name, token), x.size_bytes, x.dtype, x.category,
+                                                static_cast<std::uint32_t>(x.producer - before.ops),
+                                                !x.consumers.empty() && x.consumers[0] == x.producer,
+                                                x.persistent, encode_layer(x.layer, layer), x.record_stream,
+                                                x.graph_pool, t.m_refs[i], t.m_freed[i]});
+  }
+  for (std::size_t i = before.edges; i < after.edges; ++i) {
+    const OpGraph::Edge& e = g.edges()[i];
+    if (e.target < before.ops) {
+      return nullptr;
+    }
+    out->edges.push_back(Template::EdgeCode{tensor_ref(e.dependency.tensor),
+                                            static_cast<std::uint32_t>(e.target - before.ops),
+                                            e.dependency.kind});
+  }
+  for (std::size_t i = before.vars; i < after.vars; ++i) {
+    const EagerTape::Var& v = t.m_vars[i];
+    if (v.grad != kNoTensor || (v.node != -1 && static_cast<std::size_t>(v.node) < before.nodes)) {
+      return nullptr;
+    }
+    const Ref node = v.node == -1
+                         ? Ref{Ref::Kind::kLiteral, static_cast<std::uint32_t>(-1)}
+                         : Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(v.node - before.nodes)};
+    out->vars.push_back(Template::VarCode{tensor_ref(v.storage), v.shape, v.dtype, v.requires_grad,
+                                          v.is_parameter, v.view, v.order, node, encode_name(v.name, token)});
+  }
+  // Autograd nodes: plain op nodes only; add_node's parameter-use counts are checked against the map.
+  std::unordered_map<VarId, int> expected = before.pending_parameter_uses;
+  for (std::size_t i = before.nodes; i < t.m_nodes.size(); ++i) {
+    const EagerTape::Node& n = t.m_nodes[i];
+    if (!n.packed.empty() || n.checkpoint_body || n.function_backward || !n.function_slots.empty() ||
+        n.sac != nullptr || !n.sac_cache.empty()) {
+      return nullptr;
+    }
+    Template::NodeCode c{
+        encode_name(n.name, token), n.kind, encode_layer(n.layer, layer), n.flops, {}, {}, {}, n.offload,
+        RuleCode{n.rule},           n.done};
+    bool counts = false;
+    for (const VarId in : n.inputs) {
+      c.inputs.push_back(var_ref(in));
+      if (t.m_vars[in].is_parameter && t.m_vars[in].requires_grad) {
+        ++expected[in];
+        counts = true;
+      }
+    }
+    for (const VarId o : n.outputs) {
+      c.outputs.push_back(var_ref(o));
+    }
+    for (const TensorId sv : n.saved) {
+      c.saved.push_back(tensor_ref(sv));
+    }
+    if (counts != n.counts_parameter_uses) {
+      return nullptr;
+    }
+    out->nodes.push_back(std::move(c));
+  }
+  if (expected != t.m_pending_parameter_uses) {
+    return nullptr;
+  }
+  out->external_states = var_states(t.m_vars, external_vars);  // as at the start: var_fields unchanged
+  out->output = static_cast<std::uint32_t>(output - before.vars);
+  out->current_op = op_ref(t.m_current_op);
+  if (!ok) {
+    return nullptr;
+  }
+  return out;
+}
+
+std::vector<TensorId> LayerStamp::storages(const std::vector<VarId>& vars) const {
+  std::vector<TensorId> out;
+  out.reserve(vars.size());
+  for (const VarId v : vars) {
+    out.push_back(v != kNoVar ? m_tape.m_vars[v].storage : kNoTensor);
+  }
+  return out;
+}
+
+bool LayerStamp::applies(const Template& tmpl, int layer, const std::vector<VarId>& external_vars,
+                         const std::vector<TensorId>& externals) const {
+  if (tmpl.externals != externals.size() ||
+      var_states(m_tape.m_vars, external_vars) != tmpl.external_states) {
+    return false;
+  }
+  for (const Template::ExternalChange& c : tmpl.changes) {
+    const TensorId id = externals[c.index];
+    if (id == kNoTensor) {
+      return false;
+    }
+    if (m_tape.m_freed[id]) {
+      return false;
+    }
+    if (!c.fields_changed) {
+      continue;
+    }
+    const Tensor& x = m_tape.m_graph.tensor(id);
+    if (std::tuple<TensorCategory, LayerCode, bool, StreamId, bool>{x.category, encode_layer(x.layer, layer),
+                                                                    x.persistent, x.record_stream,
+                                                                    x.graph_pool} != c.before) {
+      return false;
+    }
+  }
+  return true;
+}
+
+VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId>& external_vars,
+                        const std::vector<TensorId>& externals) {
+  EagerTape& t = m_tape;
+  OpGraph& g = t.m_graph;
+  const std::string token = layer_token(layer);
+  const auto op_id = [&](const Ref& r, std::size_t base) {
+    return r.kind == Ref::Kind::kInternal ? static_cast<OpId>(base + r.value) : static_cast<OpId>(r.value);
+  };
+  const std::size_t ops = g.op_count();
+  const std::size_t tensors = g.tensors().size();
+  const std::size_t vars = t.m_vars.size();
+  const std::size_t nodes = t.m_nodes.size();
+  const auto tensor_id = [&](const Ref& r) {
+    switch (r.kind) {
+      case Ref::Kind::kInternal:
+        return static_cast<TensorId>(tensors + r.value);
+      case Ref::Kind::kExternal:
+        return externals[r.value];
+      case Ref::Kind::kLiteral:
+        break;
+    }
+    return static_cast<TensorId>(r.value);
+  };
+  const auto var_id = [&](const Ref& r) {
+    return r.kind == Ref::Kind::kInternal ? static_cast<VarId>(vars + r.value) : external_vars[r.value];
+  };
+  for (const Template::OpCode& c : tmpl.ops) {
+    Op op;
+    op.name = decode_name(c.name, token);
+    op.kind = c.kind;
+    op.step = c.step;
+    op.micro_batch = c.micro_batch;
+    op.layer = decode_layer(c.layer, layer);
+    op.phase = c.phase;
+    op.flops = c.flops;
+    op.bytes_moved = c.bytes_moved;
+    op.stream = c.stream;
+    op.host_waits_for = op_id(c.host_waits_for, ops);
+    op.stream_waits_for = op_id(c.stream_waits_for, ops);
+    op.comm_bytes = c.comm_bytes;
+    g.add_op(std::move(op));
+  }
+  for (const Template::TensorCode& c : tmpl.tensors) {
+    Tensor x;
+    x.name = decode_name(c.name, token);
+    x.size_bytes = c.size_bytes;
+    x.dtype = c.dtype;
+    x.category = c.category;
+    x.producer = static_cast<OpId>(ops + c.producer);
+    if (c.consumed_by_producer) {
+      x.consumers.push_back(x.producer);
+    }
+    x.persistent = c.persistent;
+    x.layer = decode_layer(c.layer, layer);
+    x.record_stream = c.record_stream;
+    x.graph_pool = c.graph_pool;
+    g.add_tensor(std::move(x));
+    t.m_refs.push_back(c.refs);
+    t.m_freed.push_back(c.freed);
+  }
+  for (const Template::EdgeCode& c : tmpl.edges) {
+    g.add_consumer(tensor_id(c.tensor), static_cast<OpId>(ops + c.op), c.kind);
+  }
+  for (const Template::ExternalChange& c : tmpl.changes) {
+    const TensorId id = externals[c.index];
+    t.m_refs[id] += c.refs_delta;
+    if (!c.fields_changed) {
+      continue;
+    }
+    Tensor& x = g.tensor(id);
+    x.category = std::get<0>(c.after);
+    x.layer = decode_layer(std::get<1>(c.after), layer);
+    x.persistent = std::get<2>(c.after);
+    x.record_stream = std::get<3>(c.after);
+    x.graph_pool = std::get<4>(c.after);
+  }
+  for (const Template::VarCode& c : tmpl.vars) {
+    EagerTape::Var v;
+    v.storage = tensor_id(c.storage);
+    v.shape = c.shape;
+    v.dtype = c.dtype;
+    v.requires_grad = c.requires_grad;
+    v.is_parameter = c.is_parameter;
+    v.view = c.view;
+    v.order = c.order;
+    v.node = c.node.kind == Ref::Kind::kInternal ? static_cast<int>(nodes + c.node.value) : -1;
+    v.name = decode_name(c.name, token);
+    t.m_vars.push_back(std::move(v));
+  }
+  for (const Template::NodeCode& c : tmpl.nodes) {
+    EagerTape::Node n;
+    n.name = decode_name(c.name, token);
+    n.kind = c.kind;
+    n.layer = decode_layer(c.layer, layer);
+    n.flops = c.flops;
+    for (const Ref& r : c.inputs) {
+      n.inputs.push_back(var_id(r));
+    }
+    std::vector<VarId> outputs;
+    for (const Ref& r : c.outputs) {
+      outputs.push_back(var_id(r));
+    }
+    for (const Ref& r : c.saved) {
+      n.saved.push_back(tensor_id(r));
+    }
+    n.offload = c.offload;
+    n.rule = c.rule.rule;
+    n.done = c.done;
+    t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
+  }
+  t.m_current_op = op_id(tmpl.current_op, ops);
+  g_stamped.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<VarId>(vars + tmpl.output);
+}
+
+VarId LayerStamp::run(int layer, int key, const std::vector<VarId>& external_vars,
+                      const std::function<VarId()>& body) {
+  if (!eligible()) {
+    return body();
+  }
+  Class& c = m_classes[class_key(key)];
+  if (c.verified) {
+    const std::vector<TensorId> externals = storages(external_vars);
+    if (applies(*c.last, layer, external_vars, externals)) {
+      return stamp(*c.last, layer, external_vars, externals);
+    }
+    return body();
+  }
+  if (c.recorded >= kMaxRecorded) {  // not periodic in this pass: direct, without the snapshots' cost
+    return body();
+  }
+  const Before before = snapshot();
+  const VarId out = body();
+  std::unique_ptr<Template> tmpl = encode(before, layer, external_vars, out);
+  ++c.recorded;
+  c.verified = tmpl != nullptr && c.last != nullptr && *tmpl == *c.last;
+  c.last = std::move(tmpl);
+  return out;
+}
+
+}  // namespace vramsim
