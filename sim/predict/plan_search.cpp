@@ -63,20 +63,31 @@ PlanEvaluation evaluate_exact(const PlanRequest& r, const PlanConfig& c, std::in
 // monotonicity on small models.
 int probe_micro_batches(const PlanConfig& c) { return c.pp > 1 ? c.pp + 1 : 2; }
 
+// The probe of `c` alone: the configuration's evaluation when the probe does not fit (or is refused);
+// nothing when it fits or `c` has too few micro-batches for a probe.
+std::optional<PlanEvaluation> failed_probe(const PlanRequest& r, const PlanConfig& c,
+                                           std::int64_t limit_bytes) {
+  const int probe = probe_micro_batches(c);
+  if (c.grad_accumulation <= probe) {
+    return std::nullopt;
+  }
+  PlanConfig q = c;
+  q.grad_accumulation = probe;
+  PlanEvaluation e = evaluate_exact(r, q, limit_bytes);
+  if (e.error.empty() && e.fits) {
+    return std::nullopt;
+  }
+  e.config = c;
+  e.probe_micro_batches = e.error.empty() ? probe : 0;
+  e.tokens_per_s = 0.0;
+  return e;
+}
+
 }  // namespace
 
 PlanEvaluation evaluate(const PlanRequest& r, const PlanConfig& c, std::int64_t limit_bytes) {
-  const int probe = probe_micro_batches(c);
-  if (c.grad_accumulation > probe) {
-    PlanConfig q = c;
-    q.grad_accumulation = probe;
-    PlanEvaluation e = evaluate_exact(r, q, limit_bytes);
-    if (!e.error.empty() || !e.fits) {
-      e.config = c;
-      e.probe_micro_batches = e.error.empty() ? probe : 0;
-      e.tokens_per_s = 0.0;
-      return e;
-    }
+  if (std::optional<PlanEvaluation> e = failed_probe(r, c, limit_bytes)) {
+    return *e;
   }
   return evaluate_exact(r, c, limit_bytes);
 }
@@ -184,6 +195,22 @@ class FamilySearch {
     }
   }
 
+  // Whether the smallest micro-batch of `b` does not fit, found cheaply: its probe (a few micro-batches) when
+  // it has one, else its prediction (then in its slot either way). Where memory is tight most blocks fit
+  // nothing, and one cheap prediction settles them.
+  bool nothing_fits(const Block& b) {
+    const PlanConfig& c = b.configs.front();
+    if (known_.count(key_of(c)) > 0 || c.grad_accumulation <= probe_micro_batches(c)) {
+      predict(b, 0);
+      return !slot(b, 0).fits;
+    }
+    if (std::optional<PlanEvaluation> e = failed_probe(r_, c, limit_)) {
+      slot(b, 0) = *e;
+      return true;
+    }
+    return false;
+  }
+
   // Whether one of the group's blocks pruned by speed fits (its smallest micro-batch does).
   bool resolve_unknown(GroupState& g) {
     for (const Block* b : g.unknown) {
@@ -243,6 +270,10 @@ class FamilySearch {
         }
       }
       skip(b, i + 1, n, "micro-batch");
+      return std::nullopt;
+    }
+    if (n > 1 && nothing_fits(b)) {
+      skip(b, 1, n, "micro-batch");
       return std::nullopt;
     }
     predict(b, n - 1);
