@@ -269,7 +269,7 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
   print_ties(p);
   fmt::print("command          {}\n", predict_command(r, b.config));
   fmt::print("Hugging Face     {}\n", trainer_settings(r, b.config));
-  fmt::print("\npareto (configurations that fit: less memory, or faster than every one with less)\n");
+  fmt::print("\npareto (the predicted configurations that fit: less memory, or faster than every one with less)\n");
   for (std::size_t i : p.pareto) {
     const PlanEvaluation& e = p.grid[i];
     fmt::print("  {:>10}  {:>8.0f} tokens/s  {}{}\n", gib(e.needed_bytes), e.tokens_per_s, describe(e.config),
