@@ -70,7 +70,7 @@ PlanResult check_against_exhaustive(const PlanRequest& r) {
 }  // namespace
 
 // One T4 (16 GB) and GPT-2 at 16 x 1024 with offload allowed: the larger micro-batches do not fit without
-// checkpointing, so the bisection has a boundary to find; 2 precisions x 3 checkpointing modes x 2
+// checkpointing, so there is a boundary to find (the speed bounds skip the blocks before it is); 2 precisions x 3 checkpointing modes x 2
 // optimizers x 3 offloads (none, activations, optimizer with ZeRO-2) x 5 micro-batches = 180 configurations.
 TEST_CASE("plan search: the bounded search finds the exhaustive search's best on one GPU", "[predict]") {
   PlanRequest r = request("gpt2", "t4", 1, 16, 1024);
@@ -78,7 +78,6 @@ TEST_CASE("plan search: the bounded search finds the exhaustive search's best on
   const PlanResult p = check_against_exhaustive(r);
   CHECK(p.grid.size() == 180);
   CHECK(p.pruned_throughput > 0);
-  CHECK(p.pruned_micro_batch > 0);
 }
 
 // Four T4s, two per node, GPT-2 medium at 8 x 1024: the layouts (1, 1), TP 2 and TP 2 x PP 2 (a pipeline,
