@@ -96,6 +96,42 @@ void BM_Plan_Gpt2Large_4090(benchmark::State& state) {
 }
 BENCHMARK(BM_Plan_Gpt2Large_4090)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Issue 40's plans. Arg 0: Llama-3-8B on one RTX 4090, global batch 16 x 2,048, LoRA, QLoRA and offload
+// allowed, one thread (target <= 10 s). Arg 1: Llama-3-8B on 8 x H100, global batch 64 x 4,096, every lever
+// allowed (LoRA, QLoRA, offload, torch.compile), two threads (target: >= 10,000 configurations in <= 60 s).
+// Second argument 1: --exhaustive, the reference (one GPU only: the eight-GPU grid predicted whole takes
+// hours). Counters: the grid's size, predicted and skipped.
+void BM_Plan_Issue40(benchmark::State& state) {
+  PlanRequest r;
+  r.model = "llama-3-8b";
+  const bool eight = state.range(0) == 1;
+  r.gpu = eight ? "h100" : "rtx-4090";
+  r.gpus = eight ? 8 : 1;
+  r.global_batch = eight ? 64 : 16;
+  r.seq = eight ? 4096 : 2048;
+  r.allow = {"lora", "qlora", "offload"};
+  if (eight) {
+    r.allow.emplace_back("compile");
+  }
+  r.threads = eight ? 2 : 1;
+  r.exhaustive = state.range(1) == 1;
+  PlanResult p;
+  for (auto _ : state) {
+    p = plan(r);
+    benchmark::DoNotOptimize(p.best);
+  }
+  state.counters["grid"] = static_cast<double>(p.grid.size());
+  state.counters["predicted"] = p.configurations_evaluated;
+  state.counters["skipped"] = p.configurations_pruned;
+}
+BENCHMARK(BM_Plan_Issue40)
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({1, 0})
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+
 // The largest preset: Llama-2-70B (80 layers, grouped-query attention), 2 steps at batch 1 x 4096 in pure
 // bf16 with 8-bit AdamW, SDPA (the default attention), no checkpointing, on an H200 (it does not fit; the
 // prediction replays the unlimited run as well, so this is the slow path).

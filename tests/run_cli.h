@@ -1,4 +1,4 @@
-// Runs the vramsim binary the tests were built with (VRAMSIM_BINARY) and captures what it prints.
+// Runs the vramsim binary the tests were built with (vramsim_binary()) and captures what it prints.
 #pragma once
 
 #include <sys/wait.h>
@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <string>
 
+#include "test_paths.h"
+
 namespace vramsim::test {
 
 // `args` appended to the binary's path and run by the shell, stderr merged into stdout. `status`, when
 // given, receives the exit status.
 inline std::string run_cli(const std::string& args, int* status = nullptr) {
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = vramsim_binary() + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];

@@ -8,9 +8,18 @@
 
 namespace vramsim::test {
 
-inline std::filesystem::path source_dir() { return VRAMSIM_SOURCE_DIR; }
-inline std::filesystem::path test_data(const std::string& name) { return source_dir() / "tests" / "data" / name; }
-inline std::filesystem::path shared_real_traces() { return std::filesystem::path(VRAMSIM_SHARED_DIR) / "traces" / "real"; }
+// The checkout and its ../shared (test_paths.cpp, the one source compiled with their paths: a path on every
+// test source's command line would make each checkout's and build folder's objects differ, and ccache would
+// never share them).
+std::filesystem::path source_dir();
+std::filesystem::path shared_dir();
+// The vramsim binary the tests were built with (test_binary.cpp; vramsim_tests only).
+std::string vramsim_binary();
+
+inline std::filesystem::path test_data(const std::string& name) {
+  return source_dir() / "tests" / "data" / name;
+}
+inline std::filesystem::path shared_real_traces() { return shared_dir() / "traces" / "real"; }
 
 // True when ../shared/traces/real exists; otherwise prints a skip notice naming the test.
 inline bool shared_or_skip(const std::string& test_name) {

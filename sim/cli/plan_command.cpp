@@ -237,6 +237,7 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
     j["pruned_model_states"] = p.pruned_model_states;
     j["pruned_micro_batch"] = p.pruned_micro_batch;
     j["pruned_layout"] = p.pruned_layout;
+    j["pruned_throughput"] = p.pruned_throughput;
     j["errors"] = p.errors;
     fmt::print("{}\n", json_text(j));
     return 0;
@@ -246,9 +247,11 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
              gib(p.total_bytes));
   fmt::print(
       "configurations   {} predicted, {} refused; {} skipped: {} with model states alone over the limit, "
-      "{} after a smaller micro-batch did not fit, {} after a smaller parallel layout fit\n\n",
+      "{} after a smaller micro-batch did not fit, {} after a smaller parallel layout fit, {} slower than "
+      "one "
+      "that fits\n\n",
       p.configurations_evaluated, p.errors, p.configurations_pruned, p.pruned_model_states,
-      p.pruned_micro_batch, p.pruned_layout);
+      p.pruned_micro_batch, p.pruned_layout, p.pruned_throughput);
   fmt::print("decision path (the levers in order of their cost in speed)\n");
   for (std::size_t k = 0; k < p.decision_path.size(); ++k) {
     const PlanStep& s = p.decision_path[k];
@@ -266,7 +269,7 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
   print_ties(p);
   fmt::print("command          {}\n", predict_command(r, b.config));
   fmt::print("Hugging Face     {}\n", trainer_settings(r, b.config));
-  fmt::print("\npareto (configurations that fit: less memory, or faster than every one with less)\n");
+  fmt::print("\npareto (the predicted configurations that fit: less memory, or faster than every one with less)\n");
   for (std::size_t i : p.pareto) {
     const PlanEvaluation& e = p.grid[i];
     fmt::print("  {:>10}  {:>8.0f} tokens/s  {}{}\n", gib(e.needed_bytes), e.tokens_per_s, describe(e.config),
@@ -297,6 +300,9 @@ void add_plan_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--margin", args.margin, "fraction of the GPU kept free, e.g. 10%")->capture_default_str();
   cmd->add_option("--threads", r.threads, "threads predicting configurations (0: every core)")
       ->capture_default_str();
+  cmd->add_flag("--exhaustive", r.exhaustive,
+                "predict every configuration, no bound on memory or speed (slow; the reference the bounded "
+                "search is checked against)");
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->add_option("--csv", args.csv, "write every configuration to this CSV file");
   cmd->add_option(

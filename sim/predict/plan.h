@@ -6,16 +6,21 @@
 // from the engine's roofline), and reports the fastest that fits with the margin, the decision path in the
 // levers' order, and the Pareto front of memory against estimated tokens/s.
 //
-// Pruning, all of it within one group (one setting of every lever but the layout and the micro-batch), so
-// shards stay independent. Two rules skip only what cannot fit: a layout whose model states alone (a lower
-// bound: parameters, gradients and optimizer states per rank under its sharding and layout,
-// model_states_lower_bound()) are over the limit is not predicted; memory is monotone in the micro-batch, so
-// the micro-batches are predicted smallest first and the larger ones skipped once one does not fit. The
-// third is a choice of the search, not a memory rule: once a layout fits, the larger layouts of the group are
-// not tried, though they may fit (the simulator gives their communication no time, so their speed would be
-// an artefact; Narayanan et al. 2021, Takeaway #2). Configurations are predicted on `threads` threads; the
-// result does not depend on their number. A configuration the simulator refuses (an InputError: LoRA on code
-// that has no nn.Linear, ...) is reported and the search goes on.
+// Pruning needs no simulation of what it prunes, and a family (the groups that differ only in checkpointing
+// and offload, plan_grid.h) is searched on one thread and in one shard, so shards stay independent. Memory
+// rules skip only what cannot fit: a layout whose model states alone (a lower bound: parameters, gradients
+// and optimizer states per rank under its sharding and layout, model_states_lower_bound()) are over the
+// limit is not predicted; memory is monotone in the micro-batch, so a bisection finds each layout's largest
+// micro-batch that fits and the larger ones are skipped. Speed rules skip only what cannot be the fastest
+// (Note [Bounds on speed], plan_search.cpp): the smaller micro-batches of a layout whose larger one fits, and
+// every configuration whose bound on tokens/s is below the fastest fitting one found so far. The layout rule
+// is a choice of the search, not a bound: once a layout fits, the larger layouts of the group are not tried,
+// though they may fit (the simulator gives their communication no time, so their speed would be an
+// artefact; Narayanan et al. 2021, Takeaway #2). --exhaustive predicts every configuration but the layout
+// rule's (the reference the bounds are checked against, test_plan_search.cpp). Configurations are predicted
+// on `threads` threads; the result depends neither on their number nor on --shard. A configuration the
+// simulator refuses (an InputError: LoRA on code that has no nn.Linear, ...) is reported and the search
+// goes on.
 //
 // Note [Parallel layouts]: a layout is (tp, pp), with data-parallel degree gpus / (tp x pp) and the global
 // batch divided over that. Tensor parallelism goes up to the node (--gpus-per-node) before any pipeline
@@ -60,6 +65,9 @@ struct PlanRequest {
   // decision path; merge_plan_shards() puts the shards' parts together into the result of one run.
   int shard = 0;
   int shards = 1;
+  // Predict every configuration of the grid (only the layout rule skips any): no bound, slow; the reference
+  // the bounded search is checked against.
+  bool exhaustive = false;
 };
 
 // One configuration: the settings the levers choose.
@@ -86,7 +94,8 @@ struct PlanEvaluation {
   bool evaluated = false;  // false: not predicted, for the reason `skipped` gives
   // Why an entry of this shard was not predicted: "model states" (alone over the limit), "micro-batch" (a
   // smaller micro-batch of the same settings and layout did not fit), "layout" (a smaller parallel layout of
-  // the same settings fits)
+  // the same settings fits), "throughput" (it cannot be the fastest that fits: a larger micro-batch of the
+  // same settings fits, or a bound on its tokens/s is below a configuration found to fit)
   std::string skipped;
   std::string error;  // the simulator refused the configuration
   // > 0: predicted with this many micro-batches per step instead of grad_accumulation, which did not fit
@@ -126,11 +135,12 @@ struct PlanResult {
   int pruned_model_states = 0;       // of those: their model states alone are over the limit
   int pruned_micro_batch = 0;        // a smaller micro-batch of the same settings did not fit
   int pruned_layout = 0;             // a smaller parallel layout of the same settings fits
+  int pruned_throughput = 0;         // cannot be the fastest (Note [Bounds on speed], plan_search.cpp)
   int errors = 0;
 };
 
-// Called once per grid entry (predicted or skipped), one call at a time (under a lock); `done` counts the
-// entries finished so far, which threads may report out of order.
+// Called as grid entries are finished (predicted or skipped), one call at a time (under a lock); `done`
+// counts the entries finished so far and reaches `total` once.
 using PlanProgress = std::function<void(int done, int total)>;
 
 // The progress line `vramsim plan` redraws on a terminal (stderr): a bar of `width` cells filled in

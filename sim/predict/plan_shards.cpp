@@ -12,10 +12,12 @@ namespace vramsim {
 namespace {
 
 nlohmann::ordered_json request_json(const PlanRequest& r) {
-  return {
-      {"model", r.model}, {"model_code", r.model_code},       {"gpu", r.gpu},      {"attention", r.attention},
-      {"gpus", r.gpus},   {"global_batch", r.global_batch},   {"seq", r.seq},      {"margin", r.margin},
-      {"allow", r.allow}, {"gpus_per_node", r.gpus_per_node}, {"shards", r.shards}};
+  return {{"model", r.model},   {"model_code", r.model_code},
+          {"gpu", r.gpu},       {"attention", r.attention},
+          {"gpus", r.gpus},     {"global_batch", r.global_batch},
+          {"seq", r.seq},       {"margin", r.margin},
+          {"allow", r.allow},   {"gpus_per_node", r.gpus_per_node},
+          {"shards", r.shards}, {"exhaustive", r.exhaustive}};
 }
 
 nlohmann::ordered_json config_json(const PlanConfig& c) {
@@ -140,6 +142,7 @@ PlanResult merge_plan_shards(const std::vector<nlohmann::json>& parts, const std
         request.margin = req.at("margin");
         request.allow = req.at("allow").get<std::vector<std::string>>();
         request.gpus_per_node = req.at("gpus_per_node");
+        request.exhaustive = req.value("exhaustive", false);
         request.shards = 1;
         request.shard = 0;
         out.total_bytes = json_int(j, "total_bytes", 0, kMaxJsonNumber);

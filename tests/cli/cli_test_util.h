@@ -34,7 +34,7 @@ inline std::filesystem::path scratch(const std::string& name) {
 // `args` run by the shell after the binary's path (so they may redirect stdout), stderr kept apart.
 inline CliRun run_vramsim(const std::string& args) {
   const std::filesystem::path err_file = scratch("stderr.txt");
-  const std::string cmd = std::string(VRAMSIM_BINARY) + " " + args + " 2>" + err_file.string();
+  const std::string cmd = vramsim_binary() + " " + args + " 2>" + err_file.string();
   CliRun r;
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);

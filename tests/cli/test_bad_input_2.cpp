@@ -261,7 +261,7 @@ std::string fake_python(const std::string& name, const std::string& body) {
 
 // A whole shell line ({V} stands for the binary), its stderr captured.
 Run run_line(std::string line) {
-  const std::string v = VRAMSIM_BINARY;
+  const std::string v = vramsim::test::vramsim_binary();
   for (std::size_t at = 0; (at = line.find("{V}", at)) != std::string::npos; at += v.size()) {
     line.replace(at, 3, v);
   }

@@ -64,9 +64,12 @@ void check_states_below_peaks(const PlanResult& p) {
 
 // One H100, global batch 16: the grid is 2 precisions (amp-bf16, bf16) x 5 micro-batches (the divisors of 16)
 // x 3 checkpointing modes x 2 optimizers = 60 configurations, all of which fit GPT-2 small at 256 tokens; the
-// decision path is the fp32 baseline alone (it fits), one more prediction.
+// decision path is the fp32 baseline alone (it fits), one more prediction. Exhaustive: every configuration
+// predicted (the bounded search's own test is test_plan_search.cpp).
 TEST_CASE("plan: the grid, the best and the Pareto front on a GPU everything fits", "[predict]") {
-  const PlanResult p = plan(gpt2("h100", 16, 256));
+  PlanRequest r = gpt2("h100", 16, 256);
+  r.exhaustive = true;
+  const PlanResult p = plan(r);
   CHECK(p.grid.size() == 60);
   CHECK(p.configurations_pruned == 0);
   CHECK(p.configurations_evaluated == 61);
@@ -92,9 +95,12 @@ TEST_CASE("plan: the grid, the best and the Pareto front on a GPU everything fit
   CHECK(p.pareto.back() == *p.best);
 }
 
-// A T4 (16 GB) and GPT-2 at 32 x 1024: the large micro-batches do not fit. A configuration is skipped only
-// when a smaller micro-batch of the same settings was predicted and did not fit; the decision path tries the
-// levers in the seeds' order and stops at the first configuration that fits.
+// A T4 (16 GB) and GPT-2 at 32 x 1024: the large micro-batches do not fit. A configuration is skipped for its
+// micro-batch only when a smaller micro-batch of the same settings was predicted and did not fit, and for
+// throughput only when a larger micro-batch of the same settings was predicted and fits or the tokens/s of a
+// predicted configuration with the same settings but checkpointing (or itself) at the largest micro-batch are
+// below the best's; the decision path tries the levers in the seeds' order and stops at the first
+// configuration that fits.
 TEST_CASE("plan: pruning by micro-batch and the decision path on a tight GPU", "[predict]") {
   const PlanResult p = plan(gpt2("t4", 32, 1024));
   CHECK(p.grid.size() == 2 * 6 * 3 * 2);  // divisors of 32: 1, 2, 4, 8, 16, 32
@@ -103,14 +109,28 @@ TEST_CASE("plan: pruning by micro-batch and the decision path on a tight GPU", "
     if (p.grid[i].evaluated) {
       continue;
     }
-    CHECK(p.grid[i].skipped == "micro-batch");  // GPT-2's model states fit a T4 many times over
-    bool smaller_failed = false;
+    const PlanConfig& c = p.grid[i].config;
+    INFO(describe(c) << ": " << p.grid[i].skipped);
+    // GPT-2's model states fit a T4 many times over; no parallel layout on one GPU
+    REQUIRE((p.grid[i].skipped == "micro-batch" || p.grid[i].skipped == "throughput"));
+    bool reason = false;
     for (const PlanEvaluation& e : p.grid) {
-      smaller_failed =
-          smaller_failed || (e.evaluated && !e.fits && same_settings_but_micro(e.config, p.grid[i].config) &&
-                             e.config.micro_batch < p.grid[i].config.micro_batch);
+      if (!e.evaluated) {
+        continue;
+      }
+      if (p.grid[i].skipped == "micro-batch") {
+        reason = reason ||
+                 (!e.fits && same_settings_but_micro(e.config, c) && e.config.micro_batch < c.micro_batch);
+        continue;
+      }
+      PlanConfig fastest = c;  // the family's bound: no checkpointing, the largest micro-batch
+      fastest.checkpointing = "none";
+      reason = reason ||
+               (e.fits && same_settings_but_micro(e.config, c) && e.config.micro_batch > c.micro_batch) ||
+               (e.config.micro_batch == 32 && e.tokens_per_s <= p.grid[*p.best].tokens_per_s &&
+                (same_settings_but_micro(e.config, c) || same_settings_but_micro(e.config, fastest)));
     }
-    CHECK(smaller_failed);
+    CHECK(reason);
   }
   REQUIRE(p.decision_path.size() >= 2);
   CHECK(p.decision_path.front().lever == "baseline");
@@ -162,7 +182,7 @@ TEST_CASE("plan: refused configurations are reported and the search goes on", "[
   r.allow = {"lora"};
   const PlanResult p = plan(r);
   CHECK(p.grid.size() ==
-        2 * 2 * 3 * 2 * 2);      // precisions x divisors of 2 x checkpointing x optimizers x adapters
+        2 * 2 * 3 * 2 * 2);  // precisions x divisors of 2 x checkpointing x optimizers x adapters
   CHECK(p.errors == 2 * 3 * 2);  // the LoRA groups, one prediction each (then skipped)
   REQUIRE(p.best.has_value());
   CHECK(p.grid[*p.best].config.adapters.empty());

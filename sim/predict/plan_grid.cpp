@@ -1,0 +1,225 @@
+// The grid `vramsim plan` searches: the parallel layouts, the levers' settings in grid order, cut into
+// groups and families (plan_grid.h), and the request's checks.
+#include "sim/predict/plan_grid.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/core/thread_pool.h"
+#include "sim/models/layer_code.h"
+#include "sim/models/model_config.h"
+#include "sim/training/training_options.h"
+
+namespace vramsim {
+namespace plan_detail {
+
+bool allowed(const PlanRequest& r, std::string_view lever) {
+  return std::find(r.allow.begin(), r.allow.end(), lever) != r.allow.end();
+}
+
+std::string key_of(const PlanConfig& c) {
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch, c.grad_accumulation,
+                     c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer, c.adapters, c.offload,
+                     c.compile);
+}
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) {
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+std::vector<Layout> layouts(const PlanRequest& r) {
+  const ModelConfig m = load_model(r.model);
+  const bool megatron_code = layer_code(r.model_code.empty() ? m.code : r.model_code).follows_transformers();
+  std::vector<Layout> out{{1, 1}};
+  if (!megatron_code || m.moe.n_experts > 0) {
+    return out;  // predict models tp (with sequence parallelism) and pp only over transformers' code
+  }
+  // Every condition fails for all larger powers of two once it fails for one, so the first failure ends it.
+  int tp_max = 1;
+  for (int t = 2; t <= std::min(r.gpus_per_node, r.gpus); t *= 2) {
+    const bool splits =
+        r.gpus % t == 0 && m.n_heads % t == 0 && m.n_kv_heads % t == 0 && m.d_ff % t == 0 && r.seq % t == 0;
+    if (!splits) {
+      break;
+    }
+    out.push_back({t, 1});
+    tp_max = t;
+  }
+  for (int p = 2; p <= r.gpus / tp_max; ++p) {
+    if ((r.gpus / tp_max) % p == 0 && m.n_layers % p == 0) {
+      out.push_back({tp_max, p});
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Whether the simulator (or the libraries) run `c` with this layout at all.
+bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) {
+  const bool model_parallel = l.tp > 1 || l.pp > 1;
+  if (model_parallel && (!c.adapters.empty() || c.compile)) {
+    return false;  // predict models LoRA/QLoRA and torch.compile without tp/pp
+  }
+  if (l.pp > 1 && c.zero >= 2) {
+    return false;  // DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+                   // parallelism"
+  }
+  const bool sharded = c.zero > 0 || !c.fsdp.empty();
+  return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
+}
+
+}  // namespace
+
+std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total) {
+  struct Sharding {
+    int zero;
+    const char* fsdp;
+  };
+  std::vector<Sharding> shardings{{0, ""}};
+  if (r.gpus > 1) {
+    shardings = {{0, ""}, {1, ""}, {2, ""}, {3, ""}, {0, "fsdp2"}};
+  }
+  std::vector<std::string> adapters{""};
+  for (const char* a : {"lora", "qlora"}) {
+    if (allowed(r, a)) {
+      adapters.emplace_back(a);
+    }
+  }
+  std::vector<std::string> offloads{""};
+  if (allowed(r, "offload")) {
+    offloads = {"", "activations", "optimizer"};
+  }
+  std::vector<bool> compiles{false};
+  if (allowed(r, "compile")) {
+    compiles.push_back(true);
+  }
+  const std::vector<Layout> all_layouts = layouts(r);
+  std::vector<Family> families;
+  std::map<std::string, std::size_t> family_of;  // by the settings a family shares
+  total = 0;
+  for (const char* precision : {"amp-bf16", "bf16"}) {
+    for (const char* ckpt : {"none", "selective-op", "full"}) {
+      for (const Sharding& sharding : shardings) {
+        for (const char* optimizer : {"adamw", "adamw-8bit"}) {
+          for (const std::string& adapter : adapters) {
+            for (const std::string& offload : offloads) {
+              // ZeRO-Offload moves the optimizer with ZeRO stage 2 or 3 (on one GPU too); FSDP moves it with
+              // the parameters (CPUOffload(offload_params=True))
+              const bool fsdp = sharding.fsdp[0] != '\0';
+              const int z = offload == "optimizer" && !fsdp ? std::max(sharding.zero, 2) : sharding.zero;
+              if (offload == "optimizer" && z != sharding.zero && r.gpus > 1) {
+                continue;  // the same as the stage-2 group
+              }
+              for (bool compile : compiles) {
+                PlanConfig base;
+                base.precision = precision;
+                base.checkpointing = ckpt;
+                base.zero = z;
+                base.fsdp = sharding.fsdp;
+                base.optimizer = optimizer;
+                base.adapters = adapter;
+                base.offload = offload == "optimizer" && fsdp ? "params" : offload;
+                base.compile = compile;
+                Group group;
+                for (const Layout& l : all_layouts) {
+                  if (!layout_applies(r, base, l)) {
+                    continue;
+                  }
+                  const std::int64_t local_batch = r.global_batch / (r.gpus / (l.tp * l.pp));
+                  Block block{l, total, {}};
+                  for (std::int64_t micro : divisors(local_batch)) {
+                    PlanConfig c = base;
+                    c.tp = l.tp;
+                    c.pp = l.pp;
+                    c.micro_batch = micro;
+                    c.grad_accumulation = static_cast<int>(local_batch / micro);
+                    block.configs.push_back(c);
+                  }
+                  total += block.configs.size();
+                  group.blocks.push_back(std::move(block));
+                }
+                if (group.blocks.empty()) {
+                  continue;
+                }
+                const std::string family = fmt::format("{}|{}|{}|{}|{}|{}", precision, sharding.zero,
+                                                       sharding.fsdp, optimizer, adapter, compile);
+                const auto [it, added] = family_of.emplace(family, families.size());
+                if (added) {
+                  families.emplace_back();
+                }
+                families[it->second].groups.push_back(std::move(group));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return families;
+}
+
+void validate_request(const PlanRequest& r) {
+  if (r.gpu.empty()) {
+    throw InputError("--gpu: plan needs a GPU (the step time ranks the configurations)");
+  }
+  if (r.gpus < 1 || r.gpus > 65536) {
+    throw InputError(fmt::format("--gpus: must be in 1..65536, got {}", r.gpus));
+  }
+  if (r.gpus_per_node < 1 || r.gpus_per_node > 1024) {
+    throw InputError(fmt::format("--gpus-per-node: must be in 1..1024, got {}", r.gpus_per_node));
+  }
+  if (r.global_batch < 1 || r.global_batch > kMaxBatch) {
+    throw InputError(fmt::format("--global-batch: must be in 1..{}, got {}", kMaxBatch, r.global_batch));
+  }
+  if (r.global_batch % r.gpus != 0) {
+    throw InputError(
+        fmt::format("--global-batch: {} sequences do not divide over {} GPUs", r.global_batch, r.gpus));
+  }
+  if (r.global_batch / r.gpus > 4096) {
+    throw InputError(fmt::format("--global-batch: {} sequences per GPU, more than plan searches (4096)",
+                                 r.global_batch / r.gpus));
+  }
+  if (!(r.margin >= 0.0 && r.margin < 1.0)) {
+    throw InputError(fmt::format("--margin: must be in [0, 100%), got {}", r.margin));
+  }
+  if (r.threads < 0 || r.threads > kMaxThreads) {
+    throw InputError(fmt::format("--threads: must be in 0..{}, got {}", kMaxThreads, r.threads));
+  }
+  if (r.shards < 1 || r.shards > 100000 || r.shard < 0 || r.shard >= r.shards) {
+    throw InputError(
+        fmt::format("--shard: {}/{} is not a shard K/N with 1 <= K <= N", r.shard + 1, r.shards));
+  }
+  for (const std::string& lever : r.allow) {
+    if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile") {
+      throw InputError(
+          fmt::format("--allow: unknown lever '{}' (known: lora, qlora, offload, compile)", lever));
+    }
+  }
+}
+
+// One group on one thread: its layouts in order, skipped when their model states alone are over the limit
+// and no longer tried once one fits (Note [Parallel layouts]); each layout's micro-batches in order, the
+
+}  // namespace plan_detail
+
+int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }
+
+std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
+  std::vector<std::pair<int, int>> out;
+  for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
+    out.emplace_back(l.tp, l.pp);
+  }
+  return out;
+}
+
+}  // namespace vramsim

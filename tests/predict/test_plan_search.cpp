@@ -1,0 +1,110 @@
+// The bounded search of `vramsim plan` (Note [Bounds on speed], sim/predict/plan_search.cpp) against
+// --exhaustive, which predicts every configuration of the same grid: the same best configuration with the
+// same figures, every configuration both predicted with the same figures, and every configuration the bounded
+// search skipped skipped for a reason the exhaustive predictions confirm (the memory rules: it does not fit;
+// the speed rules: it does not fit or is not faster than the best).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "sim/predict/plan.h"
+
+using namespace vramsim;
+
+namespace {
+
+PlanRequest request(const std::string& model, const std::string& gpu, int gpus, std::int64_t global_batch,
+                    std::int64_t seq) {
+  PlanRequest r;
+  r.model = model;
+  r.gpu = gpu;
+  r.gpus = gpus;
+  r.global_batch = global_batch;
+  r.seq = seq;
+  r.threads = 2;
+  return r;
+}
+
+// Runs `r` bounded and exhaustive and compares them; returns the bounded result.
+PlanResult check_against_exhaustive(const PlanRequest& r) {
+  PlanRequest all_request = r;
+  all_request.exhaustive = true;
+  const PlanResult fast = plan(r);
+  const PlanResult all = plan(all_request);
+  REQUIRE(fast.grid.size() == all.grid.size());
+  REQUIRE(all.best.has_value());
+  REQUIRE(fast.best.has_value());
+  const PlanEvaluation& best = all.grid[*all.best];
+  CHECK(*fast.best == *all.best);
+  CHECK(describe(fast.grid[*fast.best].config) == describe(best.config));
+  CHECK(fast.grid[*fast.best].needed_bytes == best.needed_bytes);
+  CHECK(fast.grid[*fast.best].tokens_per_s == best.tokens_per_s);
+  CHECK(fast.configurations_evaluated < all.configurations_evaluated);
+  CHECK(all.configurations_pruned == all.pruned_layout);  // exhaustive: only the layout rule skips
+  for (std::size_t i = 0; i < fast.grid.size(); ++i) {
+    const PlanEvaluation& f = fast.grid[i];
+    const PlanEvaluation& a = all.grid[i];
+    INFO(describe(f.config) << " skipped '" << f.skipped << "', exhaustive: skipped '" << a.skipped
+                            << "', fits " << a.fits << ", " << a.tokens_per_s << " tokens/s (best "
+                            << best.tokens_per_s << ")");
+    REQUIRE(describe(f.config) == describe(a.config));
+    if (f.evaluated) {
+      CHECK(a.evaluated);
+      CHECK(f.fits == a.fits);
+      CHECK(f.needed_bytes == a.needed_bytes);
+      CHECK(f.tokens_per_s == a.tokens_per_s);
+    } else if (f.skipped == "model states" || f.skipped == "micro-batch") {
+      CHECK_FALSE(a.fits);
+    } else if (f.skipped == "throughput") {
+      CHECK((!a.fits || a.tokens_per_s <= best.tokens_per_s));
+      CHECK(i != *all.best);
+    } else {
+      CHECK(f.skipped == "layout");
+      CHECK(a.skipped == "layout");
+    }
+  }
+  return fast;
+}
+
+}  // namespace
+
+// One T4 (16 GB) and GPT-2 at 16 x 1024 with offload allowed: the larger micro-batches do not fit without
+// checkpointing, so there is a boundary to find (the speed bounds skip the blocks before it is); 2 precisions x 3 checkpointing modes x 2
+// optimizers x 3 offloads (none, activations, optimizer with ZeRO-2) x 5 micro-batches = 180 configurations.
+TEST_CASE("plan search: the bounded search finds the exhaustive search's best on one GPU", "[predict]") {
+  PlanRequest r = request("gpt2", "t4", 1, 16, 1024);
+  r.allow = {"offload"};
+  const PlanResult p = check_against_exhaustive(r);
+  CHECK(p.grid.size() == 180);
+  CHECK(p.pruned_throughput > 0);
+}
+
+// Four T4s, two per node, GPT-2 medium at 8 x 1024: the layouts (1, 1), TP 2 and TP 2 x PP 2 (a pipeline,
+// searched micro-batch by micro-batch), five shardings, every memory and speed rule at work.
+TEST_CASE("plan search: the bounded search finds the exhaustive search's best with parallel layouts",
+          "[predict]") {
+  PlanRequest r = request("gpt2-medium", "t4", 4, 8, 1024);
+  r.gpus_per_node = 2;
+  const std::vector<std::pair<int, int>> layouts = parallel_layouts(r);
+  REQUIRE(layouts == std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {2, 2}});
+  const PlanResult p = check_against_exhaustive(r);
+  CHECK(p.pruned_throughput > 0);
+}
+
+// On a GPU everything fits, each block's largest micro-batch fits, so no smaller one is predicted: of GPT-2's
+// 60 configurations at 16 x 256 on an H100 (12 groups of 5 micro-batches, plan's first test) the bounded
+// search predicts at most one a group, and at least the first group of each of the 4 families (precision x
+// optimizer), whose bound covers the family's checkpointing groups.
+TEST_CASE("plan search: where everything fits only the largest micro-batches are predicted", "[predict]") {
+  const PlanResult p = check_against_exhaustive(request("gpt2", "h100", 1, 16, 256));
+  const int in_grid = p.configurations_evaluated - 1;  // the decision path's fp32 baseline is not in the grid
+  CHECK(in_grid <= 12);
+  CHECK(in_grid >= 4);
+  CHECK(p.configurations_pruned == 60 - in_grid);
+  for (const PlanEvaluation& e : p.grid) {
+    if (e.evaluated) {
+      CHECK(e.config.micro_batch == 16);
+    }
+  }
+}
