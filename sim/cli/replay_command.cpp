@@ -15,6 +15,7 @@
 #include "sim/predict/html_report.h"
 #include "sim/predict/perfetto_trace.h"
 #include "sim/replay/memory_timeline.h"
+#include "sim/replay/recorded_annotations.h"
 #include "sim/replay/trace_replay.h"
 #include "sim/report/memory_stats.h"
 #include "traces/trace_io.h"
@@ -51,7 +52,18 @@ nlohmann::ordered_json divergence_json(const std::optional<Divergence>& d) {
   return {{"event_index", d->event_index}, {"expected", d->expected}, {"model", d->got}};
 }
 
-nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+nlohmann::ordered_json annotations_json(const RecordedAnnotations& n) {
+  return {{"record_function_marks", n.external},
+          {"annotate_entries", n.annotate_entries},
+          {"events_with_user_metadata", n.events_with_metadata},
+          {"distinct_user_metadata", n.distinct_metadata},
+          {"events_with_compile_context", n.events_with_compile_context},
+          {"open_ranges_at_reserved_peak", n.open_ranges},
+          {"user_metadata_at_reserved_peak", n.metadata}};
+}
+
+nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool identical,
+                               const RecordedAnnotations* notes) {
   nlohmann::ordered_json j;
   j["file"] = r.source;
   j["device"] = r.device;
@@ -87,6 +99,9 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
     }
     j["private_pools"] = pools;
   }
+  if (notes != nullptr && notes->any()) {
+    j["annotations"] = annotations_json(*notes);
+  }
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
   }
@@ -114,8 +129,9 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
 }
 
 // --json's document: to_json's, with torch.cuda.memory_stats() of the model at the end under --stats.
-nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, bool identical) {
-  nlohmann::ordered_json j = to_json(r, a, identical);
+nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, bool identical,
+                                   const RecordedAnnotations* notes = nullptr) {
+  nlohmann::ordered_json j = to_json(r, a, identical, notes);
   if (a.stats) {
     nlohmann::ordered_json stats;
     for (const auto& [k, v] : flatten_stats(r.stats)) {
@@ -126,7 +142,29 @@ nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, b
   return j;
 }
 
-void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+// "annotations" line: what the recording says about itself, and where the reserved peak falls in it.
+void print_annotations(const RecordedAnnotations& n) {
+  std::string at_peak;
+  if (!n.open_ranges.empty()) {
+    std::string ranges;
+    for (const std::string& name : n.open_ranges) {
+      ranges += fmt::format("{}\"{}\"", ranges.empty() ? "" : " > ", name);
+    }
+    at_peak += fmt::format("; at the reserved peak inside {}", ranges);
+  }
+  if (!n.metadata.empty()) {
+    at_peak +=
+        fmt::format("{} user_metadata \"{}\"", at_peak.empty() ? "; at the reserved peak" : ",", n.metadata);
+  }
+  fmt::print(
+      "annotations      {} record_function marks, {} annotate entries, user_metadata on {} events ({} "
+      "distinct), compile_context on {}{}\n",
+      n.external, n.annotate_entries, n.events_with_metadata, n.distinct_metadata,
+      n.events_with_compile_context, at_peak);
+}
+
+void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical,
+                const RecordedAnnotations* notes) {
   fmt::print("trace            {}: device {}, {} events\n", r.source, r.device, r.events);
   if (r.starts_mid_run) {
     fmt::print(
@@ -149,6 +187,9 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n",
              r.stats.num_device_alloc, r.stats.num_device_free, r.stats.num_alloc_retries);
   fmt::print("OOMs             {}\n", r.stats.num_ooms);
+  if (notes != nullptr && notes->any()) {
+    print_annotations(*notes);
+  }
   if (!r.private_pools.empty()) {
     std::string list;
     for (const PrivatePool& p : r.private_pools) {
@@ -220,6 +261,35 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   }
   fmt::print("verdict          {}\n",
              identical ? "IDENTICAL to the recording" : "DIVERGES from the recording");
+}
+
+// --snapshot-out: when the model reproduced the recording, the recorded trace leads to the model's final
+// state, so the file keeps it with all it carries (annotate entries, user_metadata, compile_context, the
+// device's record_function marks) and, without --alloc-conf, the recorded allocator_settings: a snapshot read
+// back is the one replayed. Otherwise that trace would contradict the state written with it: left out, said.
+void carry_recording(const Snapshot& recorded, int device, bool identical, bool alloc_conf_given,
+                     Snapshot& out) {
+  const auto d = static_cast<std::size_t>(device);
+  if (!identical) {
+    fmt::print(
+        stderr,
+        "vramsim: warning: --snapshot-out: the model diverged from {}, so its trace (and the annotations "
+        "and metadata on it) is not written with the model's final state\n",
+        recorded.source);
+    return;
+  }
+  if (d < recorded.device_traces.size()) {
+    out.device_traces[d] = recorded.device_traces[d];
+  }
+  out.strings = recorded.strings;
+  for (const ExternalAnnotation& a : recorded.external_annotations) {
+    if (a.device == device) {
+      out.external_annotations.push_back(a);
+    }
+  }
+  if (!alloc_conf_given) {
+    out.allocator_settings = recorded.allocator_settings;
+  }
 }
 
 // Natural order of file names, so that rank10 follows rank9: digit runs compare as numbers.
@@ -416,6 +486,8 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       const auto shared = std::make_shared<const ReplayResult>(replay_snapshot(*snapshot, options));
       const ReplayResult& r = *shared;
       const bool identical = r.check.identical(r.peaks);
+      const auto notes = std::make_shared<const RecordedAnnotations>(recorded_annotations(
+          *snapshot, r.device, static_cast<std::size_t>(r.peaks.reserved_peak_event_index)));
       for (const std::string& w : r.warnings) {
         fmt::print(stderr, "vramsim: warning: {}\n", w);
       }
@@ -423,10 +495,10 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       again.device = r.device;
       const std::string title = "vramsim replay " + args.file;
       if (result != nullptr) {
-        result->json = replay_json(r, args, identical);
+        result->json = replay_json(r, args, identical, notes.get());
         result->summary = [shared] { return memory_summary(shared->stats, shared->device); };
-        result->text = [shared, text_args = args, identical] {
-          return capture_stdout([&] { print_text(*shared, text_args, identical); });
+        result->text = [shared, notes, text_args = args, identical] {
+          return capture_stdout([&] { print_text(*shared, text_args, identical, notes.get()); });
         };
         result->html = [snapshot, shared, again, title] {
           return replay_html(*shared, observe_memory_timeline(*snapshot, again), title);
@@ -435,9 +507,9 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
           return perfetto_json({}, observe_memory_timeline(*snapshot, again), title) + "\n";
         };
       } else if (args.json) {
-        fmt::print("{}\n", json_text(replay_json(r, args, identical)));
+        fmt::print("{}\n", json_text(replay_json(r, args, identical, notes.get())));
       } else {
-        print_text(r, args, identical);
+        print_text(r, args, identical, notes.get());
         if (args.stats) {
           fmt::print("\nmemory_stats\n");
           for (const auto& [k, v] : flatten_stats(r.stats)) {
@@ -453,6 +525,7 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
         out.source = args.snapshot_out;
         out.segments = r.final_segments;
         out.device_traces.resize(static_cast<std::size_t>(r.device) + 1);
+        carry_recording(*snapshot, r.device, identical, args.alloc_conf_given, out);
         save_snapshot(out, args.snapshot_out, format_from_path(args.snapshot_out));
       }
       if (!args.html.empty() || !args.perfetto.empty()) {
