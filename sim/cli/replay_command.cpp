@@ -10,6 +10,7 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
+#include "sim/cli/rank_files.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/html_report.h"
@@ -292,67 +293,6 @@ void carry_recording(const Snapshot& recorded, int device, bool identical, bool 
   }
 }
 
-// Natural order of file names, so that rank10 follows rank9: digit runs compare as numbers.
-bool natural_less(const std::string& a, const std::string& b) {
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) != 0 &&
-        std::isdigit(static_cast<unsigned char>(b[j])) != 0) {
-      std::size_t ie = i, je = j;
-      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie])) != 0) {
-        ++ie;
-      }
-      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je])) != 0) {
-        ++je;
-      }
-      std::string_view x(a.data() + i, ie - i), y(b.data() + j, je - j);
-      while (x.size() > 1 && x.front() == '0') {
-        x.remove_prefix(1);
-      }
-      while (y.size() > 1 && y.front() == '0') {
-        y.remove_prefix(1);
-      }
-      if (x.size() != y.size() || x != y) {
-        return x.size() != y.size() ? x.size() < y.size() : x < y;
-      }
-      i = ie;
-      j = je;
-      continue;
-    }
-    if (a[i] != b[j]) {
-      return a[i] < b[j];
-    }
-    ++i;
-    ++j;
-  }
-  return a.size() - i < b.size() - j;
-}
-
-// The files FILE... names: each file as given; a folder's .pickle / .json / .vtrace files in natural order.
-std::vector<std::string> rank_files(const std::vector<std::string>& given) {
-  std::vector<std::string> out;
-  for (const std::string& g : given) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(g, ec)) {
-      out.push_back(g);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const auto& entry : std::filesystem::directory_iterator(g, ec)) {
-      const std::string ext = entry.path().extension().string();
-      if (entry.is_regular_file(ec) && (ext == ".pickle" || ext == ".json" || ext == ".vtrace")) {
-        found.push_back(entry.path().string());
-      }
-    }
-    if (found.empty()) {
-      throw InputError(fmt::format("{}: a folder with no .pickle, .json or .vtrace file", g));
-    }
-    std::sort(found.begin(), found.end(), natural_less);
-    out.insert(out.end(), found.begin(), found.end());
-  }
-  return out;
-}
-
 // The ranks of one job, each replayed as `replay FILE` would, and the largest of each peak over them (what
 // torchtitan's and Megatron's memory logs report: each rank's torch.cuda.max_memory_*, and their maximum).
 int replay_ranks(const std::vector<std::string>& files, const ReplayOptions& options, const ReplayArgs& a,
@@ -500,8 +440,8 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
         result->text = [shared, notes, text_args = args, identical] {
           return capture_stdout([&] { print_text(*shared, text_args, identical, notes.get()); });
         };
-        result->html = [snapshot, shared, again, title] {
-          return replay_html(*shared, observe_memory_timeline(*snapshot, again), title);
+        result->html = [snapshot, shared, notes, again, title] {
+          return replay_html(*shared, observe_memory_timeline(*snapshot, again), title, notes.get());
         };
         result->perfetto = [snapshot, again, title] {
           return perfetto_json({}, observe_memory_timeline(*snapshot, again), title) + "\n";
@@ -531,7 +471,7 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       if (!args.html.empty() || !args.perfetto.empty()) {
         const MemoryTimeline t = observe_memory_timeline(*snapshot, again);
         if (!args.html.empty()) {
-          write_output_file(args.html, replay_html(r, t, title), "page");
+          write_output_file(args.html, replay_html(r, t, title, notes.get()), "page");
         }
         if (!args.perfetto.empty()) {
           write_output_file(args.perfetto, perfetto_json({}, t, title) + "\n", "trace");

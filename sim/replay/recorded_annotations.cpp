@@ -27,6 +27,7 @@ RecordedAnnotations recorded_annotations(const Snapshot& snapshot, int device, s
     if (a.metadata_tag != kNoTag) {
       texts.insert(a.metadata_tag);
     }
+    out.annotated.push_back({a.before_event, a.addr, snapshot.strings[a.metadata_tag]});
   }
   out.distinct_metadata = texts.size();
 

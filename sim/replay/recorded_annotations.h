@@ -24,6 +24,13 @@ struct RecordedAnnotations {
   // user_metadata of the last event up to it that carried one ("" = none).
   std::vector<std::string> open_ranges;
   std::string metadata;
+  // The annotate entries' texts, in recorded order: the allocation (its base address) and what was said of it.
+  struct Annotated {
+    std::size_t before_event = 0;
+    Bytes addr = 0;
+    std::string text;
+  };
+  std::vector<Annotated> annotated;
 
   bool any() const {
     return external + annotate_entries + events_with_metadata + events_with_compile_context > 0;
