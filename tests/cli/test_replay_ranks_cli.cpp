@@ -151,6 +151,14 @@ TEST_CASE("replay reports a recording's annotations and where the reserved peak 
       text.out.find("annotations      5 record_function marks, 1 annotate entries, user_metadata on 3 events "
                     "(3 distinct), compile_context on 1; at the reserved peak inside \"outer\" > \"inner\", "
                     "user_metadata \"step 1\"\n") != std::string::npos);
+  // --html: the same in an Annotations section, with every annotate entry.
+  const fs::path page = dir / "a.html";
+  REQUIRE(run_vramsim("replay " + (dir / "a.vtrace").string() + " --html " + page.string()).exit_code == 0);
+  std::ifstream in(page);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(html.find("<h2>Annotations</h2>") != std::string::npos);
+  CHECK(html.find("<td>outer &gt; inner</td>") != std::string::npos);
+  CHECK(html.find("<tr><td>2</td><td>0x7f0000000000</td><td>kept</td></tr>") != std::string::npos);
   // A recording without any: no line.
   std::ofstream(dir / "plain.vtrace") << kSmall;
   CHECK(run_vramsim("replay " + (dir / "plain.vtrace").string()).out.find("annotations") ==
