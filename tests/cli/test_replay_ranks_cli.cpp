@@ -161,6 +161,6 @@ TEST_CASE("replay reports a recording's annotations and where the reserved peak 
   CHECK(html.find("<tr><td>2</td><td>0x7f0000000000</td><td>kept</td></tr>") != std::string::npos);
   // A recording without any: no line.
   std::ofstream(dir / "plain.vtrace") << kSmall;
-  CHECK(run_vramsim("replay " + (dir / "plain.vtrace").string()).out.find("annotations") ==
+  CHECK(run_vramsim("replay " + (dir / "plain.vtrace").string()).out.find("\nannotations ") ==
         std::string::npos);
 }
