@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,9 +57,52 @@ struct RecordedAllocatorSettings {
   bool operator==(const RecordedAllocatorSettings&) const = default;
 };
 
+// An "annotate" trace entry: torch.cuda.memory._annotate_memory(data_ptr, metadata) / _annotate_tensor
+// (pytorch/pytorch#190575, TraceEntry::ANNOTATE): text attached to a live allocation after the fact. It moves
+// no memory, so it is kept beside the events rather than among them (a replay never sees it).
+struct TraceAnnotation {
+  std::size_t before_event = 0;  // recorded just before events[before_event]; events.size() = after the last
+  Bytes addr = 0;                // the live allocation's base address
+  Bytes size_bytes = 0;          // as recorded (0 when the entry has none)
+  StreamId stream = 0;
+  TimeNs time_ns = 0;
+  std::uint32_t metadata_tag = kNoTag;  // index into Snapshot::strings: the entry's user_metadata
+  std::uint32_t context_tag = kNoTag;   // index into Snapshot::strings: its compile_context
+
+  bool operator==(const TraceAnnotation&) const = default;
+};
+
+// The text PyTorch stamps on a trace entry as it records it: `user_metadata`
+// (torch.cuda.memory._set_memory_metadata, pytorch/pytorch#165490; thread-local, on every entry recorded
+// while set) and `compile_context` (_record_memory_history(compile_context=True): the torch.compile frame
+// being compiled, "N/A" outside one). Sparse: one note per event that has either, so files without them cost
+// nothing.
+struct EventNote {
+  std::size_t event = 0;                // index into DeviceTrace::events, increasing
+  std::uint32_t metadata_tag = kNoTag;  // index into Snapshot::strings
+  std::uint32_t context_tag = kNoTag;   // index into Snapshot::strings
+
+  bool operator==(const EventNote&) const = default;
+};
+
 struct DeviceTrace {
-  std::vector<TraceEvent> events;  // oldest first
+  std::vector<TraceEvent> events;            // oldest first
+  std::vector<TraceAnnotation> annotations;  // in recorded order (before_event non-decreasing)
+  std::vector<EventNote> notes;              // event indices increasing
   bool operator==(const DeviceTrace&) const = default;
+};
+
+// One entry of the snapshot's top-level "external_annotations" list (PyTorch 2.5+, pytorch/pytorch#130964:
+// AnnotationEntry in NativeCachingAllocator::annotation_buffer): a record_function range boundary recorded
+// while _record_memory_history is on, e.g. {stage: "START", name: "## forward ##", device: 0, time_us: ...}
+// (torch.compile's dynamo_timed regions land here too). `metadata` holds every key but device and time_us;
+// a dict's key order is not data, so they are kept sorted.
+struct ExternalAnnotation {
+  int device = 0;
+  TimeNs time_ns = 0;
+  std::map<std::string, std::string> metadata;
+
+  bool operator==(const ExternalAnnotation&) const = default;
 };
 
 struct Snapshot {
@@ -67,7 +111,8 @@ struct Snapshot {
   std::vector<SnapshotSegment> segments;   // all devices, each device's sorted by address
   std::vector<DeviceTrace> device_traces;  // index = device
   std::optional<RecordedAllocatorSettings> allocator_settings;
-  std::vector<std::string> strings{""};  // tag string table for TraceEvent::op_tag/category_tag/phase_tag
+  std::vector<std::string> strings{""};  // tag string table: TraceEvent's op/category/phase tags, notes
+  std::vector<ExternalAnnotation> external_annotations;  // in recorded order
 
   bool operator==(const Snapshot&) const = default;
 };

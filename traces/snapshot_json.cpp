@@ -1,8 +1,8 @@
 // The snapshot dict of torch.cuda.memory._snapshot() (spec §8.2-§8.5) <-> Snapshot.
 //
 // Reading accepts
-//   * the dict form {segments, device_traces?, allocator_settings?, ...}; other keys (external_annotations,
-//     _source, ...) are ignored;
+//   * the dict form {segments, device_traces?, allocator_settings?, external_annotations?, ...}; other keys
+//     (_source, a pinned-host section, ...) are ignored;
 //   * the legacy form, a bare list of segments (what torch.cuda.memory_snapshot() returns): no traces.
 // Every value is type- and range-checked; the first problem throws InputError
 // "<source>: <json path>: <problem>", e.g. "x.json: segments[3].blocks[0].size: expected a non-negative
@@ -19,8 +19,12 @@
 //   * Sizes must be below 2^60 (PyTorch's allocation ceiling), addresses below 2^63, device indices below
 //     kMaxDevices. Segments are sorted by (device, address); same-device segments must not overlap.
 //   * device_traces is padded with empty traces so that every segment's device has one.
-//   * "annotate" trace entries (newest PyTorch; user markers, no memory) are skipped; other unknown actions
-//     are errors.
+//   * "annotate" trace entries (torch.cuda.memory._annotate_memory, pytorch/pytorch#190575; no memory moves)
+//     are kept in DeviceTrace::annotations, and the `user_metadata` / `compile_context` strings of every
+//     entry in DeviceTrace::notes (an empty or null value counts as absent); other unknown actions are
+//     errors.
+//   * external_annotations (PyTorch 2.5+): a list of {device, time_us, <text keys>}; every value but device
+//     and time_us must be a string.
 //   * Written only for MemoryViz: an empty top-level "categores" list when trace entries carry categories and
 //     none is "unknown" (see categories_need_unknown); reading ignores it like any other unknown key.
 //   * Keys of our own: "vramsim_has_final_state": false marks a generated trace with no final state, and
@@ -256,6 +260,9 @@ class SnapshotReader {
       if (const std::optional<V> settings = obj.find("allocator_settings")) {
         read_settings(*settings, root_path / "allocator_settings");
       }
+      if (const std::optional<V> annotations = obj.find("external_annotations")) {
+        read_external_annotations(*annotations, root_path / "external_annotations");
+      }
       if (const std::optional<V> flag = obj.find("vramsim_has_final_state")) {
         out_.has_final_state = in_.boolean(*flag, root_path / "vramsim_has_final_state");
       }
@@ -411,10 +418,10 @@ class SnapshotReader {
     out_.device_traces.resize(devices.size());
     for (std::size_t d = 0; d < devices.size(); ++d) {
       const V entries = in_.array(devices.at(d), path[d]);
-      std::vector<TraceEvent>& events = out_.device_traces[d].events;
-      events.reserve(entries.size());
+      DeviceTrace& trace = out_.device_traces[d];
+      trace.events.reserve(entries.size());
       for (std::size_t i = 0; i < entries.size(); ++i) {
-        read_event(entries.at(i), path[d][i], events);
+        read_event(entries.at(i), path[d][i], trace);
       }
     }
   }
@@ -422,7 +429,8 @@ class SnapshotReader {
   // The members of a trace entry that are read, gathered in one pass over it: a trace has tens of thousands
   // of entries, and a lookup per key would scan each one ten times. A repeated key: the last one counts.
   struct EntryFields {
-    std::optional<V> action, addr, device_free, size, stream, time_us, op, category, phase, layer;
+    std::optional<V> action, addr, device_free, size, stream, time_us, op, category, phase, layer,
+        user_metadata, compile_context;
 
     explicit EntryFields(const V& entry) {
       entry.for_each_member([this](std::string_view key, const V& value) {
@@ -442,7 +450,9 @@ class SnapshotReader {
           {"op", &EntryFields::op},
           {"category", &EntryFields::category},
           {"phase", &EntryFields::phase},
-          {"layer", &EntryFields::layer}};
+          {"layer", &EntryFields::layer},
+          {"user_metadata", &EntryFields::user_metadata},
+          {"compile_context", &EntryFields::compile_context}};
       for (const auto& [name, slot] : kSlots) {
         if (name == key) {
           return &(this->*slot);
@@ -459,16 +469,18 @@ class SnapshotReader {
     return *field;
   }
 
-  void read_event(const V& value, const JsonPath& path, std::vector<TraceEvent>& events) {
+  void read_event(const V& value, const JsonPath& path, DeviceTrace& trace) {
     const EntryFields fields(in_.object(value, path));
     const std::string_view name = in_.string(required(fields.action, path, "action"), path / "action");
     const std::optional<TraceAction> action = parse_trace_action(name);
     if (!action) {
-      if (name == "annotate") {  // newest PyTorch: user annotation markers, no memory involved
+      if (name == "annotate") {
+        read_annotate(fields, path, trace);
         return;
       }
       in_.fail(path / "action", fmt::format("unknown action {}", quote_text(name)));
     }
+    std::vector<TraceEvent>& events = trace.events;
     TraceEvent event;
     event.action = *action;
     const bool device_free = *action == TraceAction::kOom && fields.device_free;
@@ -496,7 +508,70 @@ class SnapshotReader {
     if (fields.layer) {
       event.layer = static_cast<std::int32_t>(in_.uint(*fields.layer, path / "layer", kLayerLimit));
     }
+    const EventNote note{events.size(), read_text(fields.user_metadata, path / "user_metadata"),
+                         read_text(fields.compile_context, path / "compile_context")};
+    if (note.metadata_tag != kNoTag || note.context_tag != kNoTag) {
+      trace.notes.push_back(note);
+    }
     events.push_back(event);
+  }
+
+  // An "annotate" entry (pytorch/pytorch#190575): addr = the live allocation's base; its text is in
+  // user_metadata. size and stream are kept when present.
+  void read_annotate(const EntryFields& fields, const JsonPath& path, DeviceTrace& trace) {
+    TraceAnnotation a;
+    a.before_event = trace.events.size();
+    a.addr = in_.uint(required(fields.addr, path, "addr"), path / "addr", kAddressLimit);
+    if (fields.size) {
+      a.size_bytes = in_.uint(*fields.size, path / "size", kSizeLimit);
+    }
+    if (fields.stream) {
+      a.stream = in_.uint(*fields.stream, path / "stream", kNoLimit);
+    }
+    a.time_ns = read_time(fields.time_us, path / "time_us");
+    a.metadata_tag = read_text(fields.user_metadata, path / "user_metadata");
+    a.context_tag = read_text(fields.compile_context, path / "compile_context");
+    trace.annotations.push_back(a);
+  }
+
+  TimeNs read_time(const std::optional<V>& value, const JsonPath& path) const {
+    if (!value) {
+      return 0;
+    }
+    return static_cast<TimeNs>(in_.uint(*value, path, static_cast<std::uint64_t>(kMaxTimeUs) + 1)) * 1000;
+  }
+
+  // A string stored in Snapshot::strings; absent, null or empty -> kNoTag; any other type is an error.
+  std::uint32_t read_text(const std::optional<V>& value, const JsonPath& path) {
+    if (!value || value->is_null()) {
+      return kNoTag;
+    }
+    const std::string_view text = in_.string(*value, path);
+    return text.empty() ? kNoTag : intern(text);
+  }
+
+  void read_external_annotations(const V& value, const JsonPath& path) {
+    const auto& list = in_.array(value, path);
+    out_.external_annotations.reserve(list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const JsonPath entry_path = path[i];
+      ExternalAnnotation a;
+      bool has_device = false;
+      in_.object(list.at(i), entry_path).for_each_member([&](std::string_view key, const V& v) {
+        if (key == "device") {
+          a.device = read_device(v, entry_path / "device");
+          has_device = true;
+        } else if (key == "time_us") {
+          a.time_ns = read_time(v, entry_path / "time_us");
+        } else {
+          a.metadata.insert_or_assign(std::string(key), std::string(in_.string(v, entry_path / key)));
+        }
+      });
+      if (!has_device) {
+        in_.fail(entry_path, "missing key \"device\"");
+      }
+      out_.external_annotations.push_back(std::move(a));
+    }
   }
 
   // Optional free-text labels; a non-string value (profiler files may hold null) is treated as absent.
@@ -660,6 +735,54 @@ json segment_to_json(const SnapshotSegment& seg) {
               {"blocks", std::move(blocks)}};
 }
 
+json event_to_json(const TraceEvent& event, const std::vector<std::string>& strings);
+
+// user_metadata / compile_context of an entry, written only when set.
+void notes_to_json(json& entry, std::uint32_t metadata_tag, std::uint32_t context_tag,
+                   const std::vector<std::string>& strings) {
+  if (metadata_tag != kNoTag) {
+    SIM_ASSERT(metadata_tag < strings.size());
+    entry["user_metadata"] = strings[metadata_tag];
+  }
+  if (context_tag != kNoTag) {
+    SIM_ASSERT(context_tag < strings.size());
+    entry["compile_context"] = strings[context_tag];
+  }
+}
+
+json annotation_to_json(const TraceAnnotation& a, const std::vector<std::string>& strings) {
+  json entry{{"action", "annotate"},        {"addr", a.addr},
+             {"size", a.size_bytes},        {"stream", a.stream},
+             {"time_us", a.time_ns / 1000}, {"frames", json::array()}};
+  notes_to_json(entry, a.metadata_tag, a.context_tag, strings);
+  return entry;
+}
+
+// A device's trace entries in recorded order: events, with their notes, and the annotate entries between
+// them.
+json::array_t trace_to_json(const DeviceTrace& trace, const std::vector<std::string>& strings) {
+  json::array_t entries;
+  entries.reserve(trace.events.size() + trace.annotations.size());
+  std::size_t next_note = 0;
+  std::size_t next_annotation = 0;
+  for (std::size_t i = 0; i <= trace.events.size(); ++i) {
+    for (; next_annotation < trace.annotations.size() && trace.annotations[next_annotation].before_event <= i;
+         ++next_annotation) {
+      entries.push_back(annotation_to_json(trace.annotations[next_annotation], strings));
+    }
+    if (i == trace.events.size()) {
+      break;
+    }
+    json entry = event_to_json(trace.events[i], strings);
+    if (next_note < trace.notes.size() && trace.notes[next_note].event == i) {
+      notes_to_json(entry, trace.notes[next_note].metadata_tag, trace.notes[next_note].context_tag, strings);
+      ++next_note;
+    }
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
 json event_to_json(const TraceEvent& event, const std::vector<std::string>& strings) {
   json entry{{"action", trace_action_name(event.action)},
              {event.action == TraceAction::kOom ? "device_free" : "addr", event.addr},
@@ -743,12 +866,7 @@ nlohmann::json snapshot_to_json(const Snapshot& snapshot) {
   json::array_t traces;
   traces.reserve(snapshot.device_traces.size());
   for (const DeviceTrace& trace : snapshot.device_traces) {
-    json::array_t entries;
-    entries.reserve(trace.events.size());
-    for (const TraceEvent& event : trace.events) {
-      entries.push_back(event_to_json(event, snapshot.strings));
-    }
-    traces.emplace_back(std::move(entries));
+    traces.emplace_back(trace_to_json(trace, snapshot.strings));
   }
   json root{{"segments", std::move(segments)}, {"device_traces", std::move(traces)}};
   if (categories_need_unknown(snapshot)) {
@@ -759,6 +877,17 @@ nlohmann::json snapshot_to_json(const Snapshot& snapshot) {
   }
   if (!snapshot.has_final_state) {
     root["vramsim_has_final_state"] = false;
+  }
+  if (!snapshot.external_annotations.empty()) {
+    json::array_t annotations;
+    annotations.reserve(snapshot.external_annotations.size());
+    for (const ExternalAnnotation& a : snapshot.external_annotations) {
+      json entry(a.metadata);
+      entry["device"] = a.device;
+      entry["time_us"] = a.time_ns / 1000;
+      annotations.push_back(std::move(entry));
+    }
+    root["external_annotations"] = std::move(annotations);
   }
   return root;
 }

@@ -1,7 +1,10 @@
 // `vramsim compare`: every allocator policy on the same requests (a recorded snapshot or a generated step),
 // one row each, measured the same way (sim/simulate/policy_run.h). On a recording that starts mid-run, every
 // policy first gets the blocks live at trace start (sim/replay/request_sequence_from_trace.h:
-// trace_requests).
+// trace_requests). Several files (or a folder) are the ranks of one job: every policy runs on every rank,
+// and the table gives each policy's largest peak over the ranks (the rank every job must fit).
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -9,6 +12,7 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
+#include "sim/cli/rank_files.h"
 #include "sim/compare/dynamic_shapes.h"
 #include "sim/compare/html_pages.h"
 #include "sim/core/error.h"
@@ -23,7 +27,8 @@ namespace vramsim::cli {
 namespace {
 
 struct CompareArgs {
-  std::string file;
+  std::vector<std::string> files;  // as given: one file, several (the ranks of a job) or a folder
+  std::string file;                // the one compared
   RequestArgs request;
   std::string alloc_conf;
   std::string policies;
@@ -102,9 +107,118 @@ int list_policies() {
   return 0;
 }
 
+// One rank's recording: the requests every policy runs, with its own allocator settings for the native
+// policies (as `vramsim replay` reads them).
+struct RankRun {
+  std::string file;
+  std::vector<PolicyRunResult> results;  // in the policies' order
+};
+
+RankRun run_rank(const std::string& file, const std::vector<const PolicyEntry*>& policies,
+                 const CompareArgs& args, Bytes capacity_bytes) {
+  const Snapshot snapshot = load_snapshot(file);
+  PolicyRunOptions options;
+  options.capacity_bytes = capacity_bytes;
+  ReplayOptions ro;
+  ro.alloc_conf = args.request.alloc_conf;
+  std::string origin;
+  options.config = resolve_config(snapshot, ro, origin);
+  const TraceRequests recording = trace_requests(snapshot, -1, options.config);
+  options.recording = &recording;
+  RankRun out{file, {}};
+  for (const PolicyEntry* p : policies) {
+    out.results.push_back(run_policy(*p, recording.sequence, options));
+  }
+  return out;
+}
+
+// compare RANK0 RANK1 ... | FOLDER: each policy's largest peak reserved and allocated over the ranks, the
+// rank it was on, and the OOMs of all ranks. A policy over a work bound on any rank is an error here (name
+// fewer policies with --policies).
+int compare_ranks(const CompareArgs& args, const std::vector<std::string>& files) {
+  if (!args.html.empty()) {
+    throw InputError("--html: one file only (compare the rank's file alone)");
+  }
+  const std::vector<const PolicyEntry*> policies = parse_policy_list(args.policies, "--policies");
+  const AllocatorDevice device = allocator_device(args.request);
+  std::vector<RankRun> ranks;
+  for (const std::string& f : files) {
+    ranks.push_back(run_rank(f, policies, args, device.capacity_bytes));
+  }
+  struct Max {
+    std::int64_t reserved = -1, allocated = -1;
+    std::size_t reserved_rank = 0, allocated_rank = 0;
+    std::size_t ooms = 0;
+  };
+  std::vector<Max> max(policies.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    for (std::size_t p = 0; p < policies.size(); ++p) {
+      const PolicyRunResult& x = ranks[r].results[p];
+      if (x.peaks.peak_reserved_bytes > max[p].reserved) {
+        max[p].reserved = x.peaks.peak_reserved_bytes;
+        max[p].reserved_rank = r;
+      }
+      if (x.peaks.peak_allocated_bytes > max[p].allocated) {
+        max[p].allocated = x.peaks.peak_allocated_bytes;
+        max[p].allocated_rank = r;
+      }
+      max[p].ooms += x.num_ooms;
+    }
+  }
+  if (args.json) {
+    nlohmann::ordered_json j;
+    j["capacity_bytes"] = device.capacity_bytes;
+    j["ranks"] = nlohmann::ordered_json::array();
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      for (const PolicyRunResult& x : ranks[r].results) {
+        rows.push_back(row_json(x));
+      }
+      j["ranks"].push_back({{"rank", r}, {"file", ranks[r].file}, {"policies", rows}});
+    }
+    j["max"] = nlohmann::ordered_json::array();
+    for (std::size_t p = 0; p < policies.size(); ++p) {
+      j["max"].push_back({{"policy", policies[p]->name},
+                          {"peak_reserved_bytes", max[p].reserved},
+                          {"peak_reserved_rank", max[p].reserved_rank},
+                          {"peak_allocated_bytes", max[p].allocated},
+                          {"peak_allocated_rank", max[p].allocated_rank},
+                          {"num_ooms", max[p].ooms}});
+    }
+    fmt::print("{}\n", json_text(j));
+    return 0;
+  }
+  fmt::print("ranks        {}: ", ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    fmt::print("{}{} {}", r == 0 ? "" : ", ", r, ranks[r].file);
+  }
+  fmt::print("\ndevice       {}\n\n", device_label(device));
+  fmt::print("{:<20}{:>16}{:>6}{:>18}{:>6}{:>6}\n", "policy", "reserved (max)", "rank", "allocated (max)",
+             "rank", "OOMs");
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    fmt::print("{:<20}{:>16}{:>6}{:>18}{:>6}{:>6}\n", policies[p]->name, b(max[p].reserved),
+               max[p].reserved_rank, b(max[p].allocated), max[p].allocated_rank, max[p].ooms);
+  }
+  fmt::print(
+      "\nthe largest peak of each policy over the {} ranks, and the rank it is on; OOMs of all ranks\n",
+      ranks.size());
+  return 0;
+}
+
 int run_compare(CompareArgs& args) {
   if (args.list) {
     return list_policies();
+  }
+  if (!args.files.empty()) {
+    const std::vector<std::string> files = rank_files(args.files);
+    std::error_code ec;
+    if (files.size() > 1 || std::filesystem::is_directory(args.files.front(), ec)) {
+      if (!args.request.model.empty()) {
+        throw InputError("compare: give trace files or --model (not both)");
+      }
+      return compare_ranks(args, files);
+    }
+    args.file = files.front();
   }
   if (args.file.empty() == args.request.model.empty()) {
     throw InputError("compare: give a trace FILE or --model (not both)");
@@ -245,7 +359,10 @@ void add_compare_command(CLI::App& app, std::function<int()>& run) {
                                  "Run every allocator policy on the same requests (a recorded snapshot or a "
                                  "generated training step) and "
                                  "compare peak reserved memory, fragmentation, device calls and OOMs");
-  cmd->add_option("file", args.file, "snapshot (.pickle / .json / .vtrace); or use --model");
+  cmd->add_option(
+      "FILE", args.files,
+      "snapshot (.pickle / .json / .vtrace), or several (or a folder): the ranks of one job, each "
+      "policy's largest peak over them; or use --model");
   add_request_options(cmd, args.request, args.alloc_conf);
   cmd->get_option("--model")->required(false);
   cmd->get_option("--seq")->required(false);

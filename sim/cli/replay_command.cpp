@@ -10,11 +10,13 @@
 #include "sim/alloc/caching_config.h"
 #include "sim/cli/commands.h"
 #include "sim/cli/prediction_report.h"
+#include "sim/cli/rank_files.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/predict/html_report.h"
 #include "sim/predict/perfetto_trace.h"
 #include "sim/replay/memory_timeline.h"
+#include "sim/replay/recorded_annotations.h"
 #include "sim/replay/trace_replay.h"
 #include "sim/report/memory_stats.h"
 #include "traces/trace_io.h"
@@ -51,7 +53,18 @@ nlohmann::ordered_json divergence_json(const std::optional<Divergence>& d) {
   return {{"event_index", d->event_index}, {"expected", d->expected}, {"model", d->got}};
 }
 
-nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+nlohmann::ordered_json annotations_json(const RecordedAnnotations& n) {
+  return {{"record_function_marks", n.external},
+          {"annotate_entries", n.annotate_entries},
+          {"events_with_user_metadata", n.events_with_metadata},
+          {"distinct_user_metadata", n.distinct_metadata},
+          {"events_with_compile_context", n.events_with_compile_context},
+          {"open_ranges_at_reserved_peak", n.open_ranges},
+          {"user_metadata_at_reserved_peak", n.metadata}};
+}
+
+nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool identical,
+                               const RecordedAnnotations* notes) {
   nlohmann::ordered_json j;
   j["file"] = r.source;
   j["device"] = r.device;
@@ -87,6 +100,9 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
     }
     j["private_pools"] = pools;
   }
+  if (notes != nullptr && notes->any()) {
+    j["annotations"] = annotations_json(*notes);
+  }
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
   }
@@ -114,8 +130,9 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
 }
 
 // --json's document: to_json's, with torch.cuda.memory_stats() of the model at the end under --stats.
-nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, bool identical) {
-  nlohmann::ordered_json j = to_json(r, a, identical);
+nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, bool identical,
+                                   const RecordedAnnotations* notes = nullptr) {
+  nlohmann::ordered_json j = to_json(r, a, identical, notes);
   if (a.stats) {
     nlohmann::ordered_json stats;
     for (const auto& [k, v] : flatten_stats(r.stats)) {
@@ -126,7 +143,29 @@ nlohmann::ordered_json replay_json(const ReplayResult& r, const ReplayArgs& a, b
   return j;
 }
 
-void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
+// "annotations" line: what the recording says about itself, and where the reserved peak falls in it.
+void print_annotations(const RecordedAnnotations& n) {
+  std::string at_peak;
+  if (!n.open_ranges.empty()) {
+    std::string ranges;
+    for (const std::string& name : n.open_ranges) {
+      ranges += fmt::format("{}\"{}\"", ranges.empty() ? "" : " > ", name);
+    }
+    at_peak += fmt::format("; at the reserved peak inside {}", ranges);
+  }
+  if (!n.metadata.empty()) {
+    at_peak +=
+        fmt::format("{} user_metadata \"{}\"", at_peak.empty() ? "; at the reserved peak" : ",", n.metadata);
+  }
+  fmt::print(
+      "annotations      {} record_function marks, {} annotate entries, user_metadata on {} events ({} "
+      "distinct), compile_context on {}{}\n",
+      n.external, n.annotate_entries, n.events_with_metadata, n.distinct_metadata,
+      n.events_with_compile_context, at_peak);
+}
+
+void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical,
+                const RecordedAnnotations* notes) {
   fmt::print("trace            {}: device {}, {} events\n", r.source, r.device, r.events);
   if (r.starts_mid_run) {
     fmt::print(
@@ -149,6 +188,9 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
   fmt::print("device calls     {} cudaMalloc/map, {} cudaFree/unmap, {} alloc retries\n",
              r.stats.num_device_alloc, r.stats.num_device_free, r.stats.num_alloc_retries);
   fmt::print("OOMs             {}\n", r.stats.num_ooms);
+  if (notes != nullptr && notes->any()) {
+    print_annotations(*notes);
+  }
   if (!r.private_pools.empty()) {
     std::string list;
     for (const PrivatePool& p : r.private_pools) {
@@ -222,65 +264,33 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical) {
              identical ? "IDENTICAL to the recording" : "DIVERGES from the recording");
 }
 
-// Natural order of file names, so that rank10 follows rank9: digit runs compare as numbers.
-bool natural_less(const std::string& a, const std::string& b) {
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) != 0 &&
-        std::isdigit(static_cast<unsigned char>(b[j])) != 0) {
-      std::size_t ie = i, je = j;
-      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie])) != 0) {
-        ++ie;
-      }
-      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je])) != 0) {
-        ++je;
-      }
-      std::string_view x(a.data() + i, ie - i), y(b.data() + j, je - j);
-      while (x.size() > 1 && x.front() == '0') {
-        x.remove_prefix(1);
-      }
-      while (y.size() > 1 && y.front() == '0') {
-        y.remove_prefix(1);
-      }
-      if (x.size() != y.size() || x != y) {
-        return x.size() != y.size() ? x.size() < y.size() : x < y;
-      }
-      i = ie;
-      j = je;
-      continue;
-    }
-    if (a[i] != b[j]) {
-      return a[i] < b[j];
-    }
-    ++i;
-    ++j;
+// --snapshot-out: when the model reproduced the recording, the recorded trace leads to the model's final
+// state, so the file keeps it with all it carries (annotate entries, user_metadata, compile_context, the
+// device's record_function marks) and, without --alloc-conf, the recorded allocator_settings: a snapshot read
+// back is the one replayed. Otherwise that trace would contradict the state written with it: left out, said.
+void carry_recording(const Snapshot& recorded, int device, bool identical, bool alloc_conf_given,
+                     Snapshot& out) {
+  const auto d = static_cast<std::size_t>(device);
+  if (!identical) {
+    fmt::print(
+        stderr,
+        "vramsim: warning: --snapshot-out: the model diverged from {}, so its trace (and the annotations "
+        "and metadata on it) is not written with the model's final state\n",
+        recorded.source);
+    return;
   }
-  return a.size() - i < b.size() - j;
-}
-
-// The files FILE... names: each file as given; a folder's .pickle / .json / .vtrace files in natural order.
-std::vector<std::string> rank_files(const std::vector<std::string>& given) {
-  std::vector<std::string> out;
-  for (const std::string& g : given) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(g, ec)) {
-      out.push_back(g);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const auto& entry : std::filesystem::directory_iterator(g, ec)) {
-      const std::string ext = entry.path().extension().string();
-      if (entry.is_regular_file(ec) && (ext == ".pickle" || ext == ".json" || ext == ".vtrace")) {
-        found.push_back(entry.path().string());
-      }
-    }
-    if (found.empty()) {
-      throw InputError(fmt::format("{}: a folder with no .pickle, .json or .vtrace file", g));
-    }
-    std::sort(found.begin(), found.end(), natural_less);
-    out.insert(out.end(), found.begin(), found.end());
+  if (d < recorded.device_traces.size()) {
+    out.device_traces[d] = recorded.device_traces[d];
   }
-  return out;
+  out.strings = recorded.strings;
+  for (const ExternalAnnotation& a : recorded.external_annotations) {
+    if (a.device == device) {
+      out.external_annotations.push_back(a);
+    }
+  }
+  if (!alloc_conf_given) {
+    out.allocator_settings = recorded.allocator_settings;
+  }
 }
 
 // The ranks of one job, each replayed as `replay FILE` would, and the largest of each peak over them (what
@@ -416,6 +426,8 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       const auto shared = std::make_shared<const ReplayResult>(replay_snapshot(*snapshot, options));
       const ReplayResult& r = *shared;
       const bool identical = r.check.identical(r.peaks);
+      const auto notes = std::make_shared<const RecordedAnnotations>(recorded_annotations(
+          *snapshot, r.device, static_cast<std::size_t>(r.peaks.reserved_peak_event_index)));
       for (const std::string& w : r.warnings) {
         fmt::print(stderr, "vramsim: warning: {}\n", w);
       }
@@ -423,21 +435,21 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       again.device = r.device;
       const std::string title = "vramsim replay " + args.file;
       if (result != nullptr) {
-        result->json = replay_json(r, args, identical);
+        result->json = replay_json(r, args, identical, notes.get());
         result->summary = [shared] { return memory_summary(shared->stats, shared->device); };
-        result->text = [shared, text_args = args, identical] {
-          return capture_stdout([&] { print_text(*shared, text_args, identical); });
+        result->text = [shared, notes, text_args = args, identical] {
+          return capture_stdout([&] { print_text(*shared, text_args, identical, notes.get()); });
         };
-        result->html = [snapshot, shared, again, title] {
-          return replay_html(*shared, observe_memory_timeline(*snapshot, again), title);
+        result->html = [snapshot, shared, notes, again, title] {
+          return replay_html(*shared, observe_memory_timeline(*snapshot, again), title, notes.get());
         };
         result->perfetto = [snapshot, again, title] {
           return perfetto_json({}, observe_memory_timeline(*snapshot, again), title) + "\n";
         };
       } else if (args.json) {
-        fmt::print("{}\n", json_text(replay_json(r, args, identical)));
+        fmt::print("{}\n", json_text(replay_json(r, args, identical, notes.get())));
       } else {
-        print_text(r, args, identical);
+        print_text(r, args, identical, notes.get());
         if (args.stats) {
           fmt::print("\nmemory_stats\n");
           for (const auto& [k, v] : flatten_stats(r.stats)) {
@@ -453,12 +465,13 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
         out.source = args.snapshot_out;
         out.segments = r.final_segments;
         out.device_traces.resize(static_cast<std::size_t>(r.device) + 1);
+        carry_recording(*snapshot, r.device, identical, args.alloc_conf_given, out);
         save_snapshot(out, args.snapshot_out, format_from_path(args.snapshot_out));
       }
       if (!args.html.empty() || !args.perfetto.empty()) {
         const MemoryTimeline t = observe_memory_timeline(*snapshot, again);
         if (!args.html.empty()) {
-          write_output_file(args.html, replay_html(r, t, title), "page");
+          write_output_file(args.html, replay_html(r, t, title, notes.get()), "page");
         }
         if (!args.perfetto.empty()) {
           write_output_file(args.perfetto, perfetto_json({}, t, title) + "\n", "trace");

@@ -151,7 +151,40 @@ std::string html_report(const Prediction& p, const MemoryTimeline& t, const std:
                         std::string(p.fits ? "." : " (the run out of memory: what the device could hold)."));
 }
 
-std::string replay_html(const ReplayResult& r, const MemoryTimeline& t, const std::string& title) {
+namespace {
+
+// The recording's own annotations, as replay's text report gives them, and every annotate entry (up to 200).
+std::string annotations_section(const RecordedAnnotations& n) {
+  std::string ranges;
+  for (const std::string& name : n.open_ranges) {
+    ranges += (ranges.empty() ? "" : " > ") + name;
+  }
+  const std::vector<std::vector<std::string>> rows = {
+      {"record_function marks (external_annotations)", std::to_string(n.external)},
+      {"annotate entries", std::to_string(n.annotate_entries)},
+      {"events with user_metadata", std::to_string(n.events_with_metadata)},
+      {"distinct user_metadata texts", std::to_string(n.distinct_metadata)},
+      {"events with compile_context", std::to_string(n.events_with_compile_context)},
+      {"record_function ranges open at the reserved peak", ranges.empty() ? "none" : ranges},
+      {"user_metadata at the reserved peak", n.metadata.empty() ? "none" : n.metadata},
+  };
+  std::string body = html::table("annotations", {"the recording", ""}, rows, false);
+  constexpr std::size_t kMaxListed = 200;
+  std::vector<std::vector<std::string>> listed;
+  for (std::size_t i = 0; i < n.annotated.size() && i < kMaxListed; ++i) {
+    const RecordedAnnotations::Annotated& a = n.annotated[i];
+    listed.push_back({std::to_string(a.before_event), fmt::format("{:#x}", a.addr), a.text});
+  }
+  if (!listed.empty()) {
+    body += html::table("annotate-entries", {"before event", "allocation", "annotation"}, listed, false);
+  }
+  return html::section("Annotations", body);
+}
+
+}  // namespace
+
+std::string replay_html(const ReplayResult& r, const MemoryTimeline& t, const std::string& title,
+                        const RecordedAnnotations* notes) {
   const std::vector<std::vector<std::string>> rows = {
       {"peak allocated", html::gib(r.peaks.peak_allocated_bytes),
        std::to_string(r.peaks.peak_allocated_bytes)},
@@ -175,6 +208,9 @@ std::string replay_html(const ReplayResult& r, const MemoryTimeline& t, const st
                                                                  html::gib(t.samples[peak].allocated_bytes),
                                                                  t.samples[peak].event_index);
   body += memory_sections(t, peak_label);
+  if (notes != nullptr && notes->any()) {
+    body += annotations_section(*notes);
+  }
   return html::page(title, body, "vramsim replay: the allocator model's state replaying the recorded trace.");
 }
 

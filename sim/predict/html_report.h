@@ -9,6 +9,7 @@
 
 #include "sim/predict/step_prediction.h"
 #include "sim/replay/memory_timeline.h"
+#include "sim/replay/recorded_annotations.h"
 #include "sim/replay/trace_replay.h"
 
 namespace vramsim {
@@ -17,8 +18,10 @@ namespace vramsim {
 // (PredictedTimeline::memory, or observe_run()).
 std::string html_report(const Prediction& p, const MemoryTimeline& t, const std::string& title);
 
-// replay: the recording replayed through the model.
-std::string replay_html(const ReplayResult& r, const MemoryTimeline& t, const std::string& title);
+// replay: the recording replayed through the model; with `notes`, a section of what the recording says about
+// itself (record_function ranges open at the reserved peak, user_metadata, annotate entries).
+std::string replay_html(const ReplayResult& r, const MemoryTimeline& t, const std::string& title,
+                        const RecordedAnnotations* notes = nullptr);
 
 // The memory sections alone: the chart over the run with the peak marked by `peak_label`, and the segment map
 // at the peak.

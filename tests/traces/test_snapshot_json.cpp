@@ -94,8 +94,10 @@ Snapshot expected_small(const std::string& source) {
                       .is_small_pool = false,
                       .blocks = {{kB, 5242880, 5000000, BlockState::kActiveAllocated},
                                  {kB + 5242880, 20971520 - 5242880, 0, BlockState::kInactive}}});
-  s.strings = {"", "linear", "activation", "forward"};
+  s.strings = {"", "linear", "activation", "forward", "N/A"};
   s.device_traces.resize(1);
+  // The tagged alloc's compile_context "N/A" (its user_metadata "" is none).
+  s.device_traces[0].notes = {EventNote{.event = 1, .metadata_tag = kNoTag, .context_tag = 4}};
   s.device_traces[0].events = {
       {TraceAction::kSegmentAlloc, kB, 20971520, 7, 1000000},
       {TraceAction::kAlloc, kB, 5000000, 7, 1001000, 1, 2, 3, 0},

@@ -193,7 +193,7 @@ TEST_CASE("pickle -> vtrace -> json -> pickle keeps op, layer, phase and categor
     }
   }
   const std::string text = file_bytes(dir.path("t.vtrace"));  // snap_small: one tagged event
-  CHECK(text.find(" op=linear layer=0 phase=forward cat=activation\n") != std::string::npos);
+  CHECK(text.find(" op=linear layer=0 phase=forward cat=activation ctx=N/A\n") != std::string::npos);
 
   save_snapshot(tagged_generated(), dir.path("g.vtrace"), TraceFormat::kVtrace);
   const std::string generated_text = file_bytes(dir.path("g.vtrace"));

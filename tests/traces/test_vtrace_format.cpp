@@ -110,6 +110,7 @@ TEST_CASE("write_vtrace writes the documented text", "[quick][traces]") {
       "tag linear\n"
       "tag activation\n"
       "tag forward\n"
+      "tag N/A\n"
       "segment 0 0x7f0000000000 2097152 0 small 0 0 0\n"
       "block 0x7f0000000000 512 500 allocated\n"
       "block 0x7f0000000200 1024 1000 pending_free\n"
@@ -118,7 +119,7 @@ TEST_CASE("write_vtrace writes the documented text", "[quick][traces]") {
       "block 0x7f0000200000 5242880 5000000 allocated\n"
       "block 0x7f0000700000 15728640 0 inactive\n"
       "0 segment_alloc 0x7f0000200000 20971520 7 1000000\n"
-      "0 alloc 0x7f0000200000 5000000 7 1001000 op=linear layer=0 phase=forward cat=activation\n"
+      "0 alloc 0x7f0000200000 5000000 7 1001000 op=linear layer=0 phase=forward cat=activation ctx=N/A\n"
       "0 alloc 0x7f0000000000 500 0 1002000\n"
       "0 alloc 0x7f0000000200 1000 0 1003000\n"
       "0 free_requested 0x7f0000000200 1000 0 1004000\n"
@@ -229,14 +230,14 @@ TEST_CASE("read_vtrace errors name the line and the problem", "[quick][traces]")
       {h + "0 alloc 0x0 512\n",
        "t.vtrace: line 2: an event line needs 6 fields (device action addr size stream time_ns), got 4"},
       {h + "0 alloc 0x0 512 0 0 x=1\n",
-       "t.vtrace: line 2: unknown event field \"x=1\" (expected op=<name>, cat=<name>, phase=<name> or "
-       "layer=<index>)"},
+       "t.vtrace: line 2: unknown event field \"x=1\" (expected op=<name>, cat=<name>, phase=<name>, "
+       "layer=<index>, meta=<text> or ctx=<text>)"},
       {h + "0 alloc 0x0 512 0 0 layers=1\n",
-       "t.vtrace: line 2: unknown event field \"layers=1\" (expected op=<name>, cat=<name>, phase=<name> or "
-       "layer=<index>)"},
+       "t.vtrace: line 2: unknown event field \"layers=1\" (expected op=<name>, cat=<name>, phase=<name>, "
+       "layer=<index>, meta=<text> or ctx=<text>)"},
       {h + "0 alloc 0x0 512 0 0 forward\n",
-       "t.vtrace: line 2: unknown event field \"forward\" (expected op=<name>, cat=<name>, phase=<name> or "
-       "layer=<index>)"},
+       "t.vtrace: line 2: unknown event field \"forward\" (expected op=<name>, cat=<name>, phase=<name>, "
+       "layer=<index>, meta=<text> or ctx=<text>)"},
       {h + "0 alloc 0x0 512 0 0 layer=abc\n",
        "t.vtrace: line 2: bad layer \"abc\" (expected a decimal or 0x-hex integer)"},
       {h + "0 alloc 0x0 512 0 0 layer=\n",
