@@ -77,9 +77,12 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option("--loss", a.loss,
                   "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "
-                  "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time)")
+                  "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time) | "
+                  "torchtitan-chunked-ce (torchtitan's chunked_cross_entropy_loss, PR 996: the whole "
+                  "logits, the loss one chunk at a time)")
       ->capture_default_str();
-  cmd->add_option("--loss-chunks", a.loss_chunks, "chunked-ce's num_output_chunks")->capture_default_str();
+  cmd->add_option("--loss-chunks", a.loss_chunks, "num_output_chunks of chunked-ce and torchtitan-chunked-ce")
+      ->capture_default_str();
   cmd->add_option(
          "--logits-dtype", a.logits_dtype,
          "model|fp32: the dtype of the logits the model returns: the output projection's (torchtitan "
@@ -560,7 +563,7 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
     fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}{}\n",
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
                a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""),
-               a.loss == "chunked-ce" ? fmt::format(", loss chunked-ce ({} chunks)", a.loss_chunks) : "");
+               a.loss != "ce" ? fmt::format(", loss {} ({} chunks)", a.loss, a.loss_chunks) : "");
   }
   if (a.precision == "bf16" && !p.generation && !a.inference && !a.forward_only) {
     fmt::print("precision        {}\n", p.precision_regime);

@@ -88,6 +88,8 @@ const std::vector<Technique>& techniques() {
       {"fp8-te", "precision", "Transformer Engine te.Linear under fp8_autocast (DelayedScaling)",
        "--precision bf16 --float8 te"},
       {"chunked-ce", "loss", "torchtune's CEWithChunkedOutputLoss", "--loss chunked-ce"},
+      {"torchtitan-chunked-ce", "loss", "torchtitan's chunked_cross_entropy_loss (pytorch/torchtitan#996)",
+       "--loss torchtitan-chunked-ce --free-logits-before-backward"},
       {"adamw-8bit", "optimizer", "bitsandbytes AdamW8bit", "--optimizer adamw-8bit"},
       {"optimizer-in-backward", "optimizer", "torchtune's optimizer_in_bwd", "--optimizer-in-backward"},
       {"generate", "inference", "transformers model.generate() (DynamicCache)", "--generate 4"},

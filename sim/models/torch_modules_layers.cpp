@@ -30,6 +30,7 @@
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/megatron_moe.h"
+#include "sim/models/torchtitan_chunked_loss.h"
 #include "sim/parallel/loss_parallel.h"
 
 namespace vramsim {
@@ -954,6 +955,9 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
 VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
   if (chunked_loss(c)) {
     return torchtune_chunked_loss(c, targets);
+  }
+  if (c.options.loss == LossKind::kTorchtitanChunkedCrossEntropy) {
+    return torchtitan_chunked_loss(c, logits, targets);
   }
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();

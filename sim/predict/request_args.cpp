@@ -461,8 +461,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (a.loss_chunks < 1 || a.loss_chunks > 4096) {
     throw InputError(fmt::format("--loss-chunks: {} is not in 1..4096", a.loss_chunks));
   }
-  if (a.loss_chunks != 8 && o.loss != LossKind::kChunkedCrossEntropy) {
-    throw InputError("--loss-chunks: chunked-ce's option (use it with --loss chunked-ce)");
+  if (a.loss_chunks != 8 && o.loss != LossKind::kChunkedCrossEntropy &&
+      o.loss != LossKind::kTorchtitanChunkedCrossEntropy) {
+    throw InputError(
+        "--loss-chunks: the chunked losses' option (use it with --loss chunked-ce or torchtitan-chunked-ce)");
   }
   o.loss_chunks = a.loss_chunks;
   o.free_logits_before_backward = a.free_logits;
@@ -472,10 +474,10 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   }
   o.logits_dtype = a.logits_dtype == "fp32" ? LogitsDtype::kFp32 : LogitsDtype::kModel;
   if (o.logits_dtype == LogitsDtype::kFp32 &&
-      (o.loss != LossKind::kCrossEntropy || !layer_code(r.model.code).follows_transformers())) {
+      (o.loss == LossKind::kChunkedCrossEntropy || !layer_code(r.model.code).follows_transformers())) {
     throw InputError(
-        "--logits-dtype fp32: modelled for --loss ce over transformers-style models (vramsim: not with "
-        "--loss chunked-ce or --model-code cs336-basics)");
+        "--logits-dtype fp32: modelled for --loss ce or torchtitan-chunked-ce over transformers-style models "
+        "(vramsim: not with --loss chunked-ce or --model-code cs336-basics)");
   }
   o.loss_item_sync = parse_loss_item_sync(a.loss_item);
   o.attention =
@@ -494,15 +496,17 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.steps = a.steps;
   o.forward_only = a.forward_only;
   o.inference = a.inference;
-  if (o.loss == LossKind::kChunkedCrossEntropy) {
+  if (o.loss != LossKind::kCrossEntropy) {
+    const std::string_view name =
+        o.loss == LossKind::kChunkedCrossEntropy ? "chunked-ce" : "torchtitan-chunked-ce";
     if (!layer_code(r.model.code).follows_transformers()) {
-      throw InputError(
-          "--loss chunked-ce: torchtune's loss over transformers-style models (not with --model-code "
-          "cs336-basics)");
+      throw InputError(fmt::format(
+          "--loss {}: {}'s loss over transformers-style models (not with --model-code cs336-basics)", name,
+          o.loss == LossKind::kChunkedCrossEntropy ? "torchtune" : "torchtitan"));
     }
     if (a.inference || a.forward_only || a.generate > 0) {
-      throw InputError(
-          "--loss chunked-ce: a training loss does not apply to --inference, --forward-only or --generate");
+      throw InputError(fmt::format(
+          "--loss {}: a training loss does not apply to --inference, --forward-only or --generate", name));
     }
   }
   validate(o);
@@ -544,7 +548,8 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     throw InputError(
         "--compile-loss on: needs --compile with --loss chunked-ce (torchtune's compile_loss compiles "
         "CEWithChunkedOutputLoss.compute_cross_entropy) or with --compile-scope layer and --loss ce "
-        "(torchtitan's compiled loss_fn; not modelled with --loss-parallel or --pp)");
+        "(torchtitan's compiled loss_fn; not modelled with --loss-parallel or --pp; torchtitan-chunked-ce "
+        "ran eager: torchtitan removed it when it compiled the loss, pytorch/torchtitan#1033)");
   }
   o.compile_loss = (compiled_chunked_loss || compiled_torchtitan_loss) && a.compile_loss != "off";
   if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {

@@ -70,9 +70,10 @@ constexpr std::array<std::pair<std::string_view, Checkpointing>, 4> kCheckpointi
     {"selective-op", Checkpointing::kSelectiveOp},
 }};
 
-constexpr std::array<std::pair<std::string_view, LossKind>, 2> kLosses{{
+constexpr std::array<std::pair<std::string_view, LossKind>, 3> kLosses{{
     {"ce", LossKind::kCrossEntropy},
     {"chunked-ce", LossKind::kChunkedCrossEntropy},
+    {"torchtitan-chunked-ce", LossKind::kTorchtitanChunkedCrossEntropy},
 }};
 
 constexpr std::array<std::pair<std::string_view, LossItemSync>, 3> kLossItemSyncs{{
@@ -255,6 +256,13 @@ void validate(const TrainingOptions& o) {
     if (o.loss == LossKind::kChunkedCrossEntropy && o.compile_scope != CompileScope::kLayer) {
       refuse("--loss chunked-ce unless --compile-scope layer (the model's output is a list of chunks)");
     }
+    // torchtitan's train step calls its loss_fn on the model's output, outside the compiled model
+    if (o.loss == LossKind::kTorchtitanChunkedCrossEntropy &&
+        o.compile_scope == CompileScope::kModelAndLoss) {
+      refuse(
+          "--loss torchtitan-chunked-ce and --compile-scope model-and-loss (torchtitan's train step runs "
+          "its loss_fn outside the compiled model)");
+    }
   }
   validate_float8_and_context_parallel(o);
   if (o.generate_tokens < 0 || o.generate_tokens > kMaxPasses) {
@@ -356,8 +364,8 @@ void validate(const TrainingOptions& o) {
   }
   if (o.loss_parallel && o.loss != LossKind::kCrossEntropy) {
     throw InputError(
-        "--loss-parallel: with --loss chunked-ce is not modelled (vramsim; torchtitan's "
-        "loss_parallel runs F.cross_entropy over the whole logits)");
+        "--loss-parallel: with --loss chunked-ce or torchtitan-chunked-ce is not modelled (vramsim; "
+        "torchtitan's loss_parallel runs F.cross_entropy over the whole logits)");
   }
   if (o.loss_parallel && (o.forward_only || o.inference || o.generate_tokens > 0)) {
     throw InputError(

@@ -3,9 +3,9 @@
 // The CLI strings are parsed here and nowhere else; every parse_* throws
 // InputError("<option>: unknown value 'x' (known: ...)").
 // Each technique's own settings live in its room, beside the technique (sim/parallel/*_options.h,
-// sim/finetune/peft_options.h and bnb_options.h, sim/training/float8_options.h, sim/compile/compile_options.h,
-// sim/models/moe_options.h and vision_inputs.h); TrainingOptions holds one of each. A new technique adds its
-// own header there, not fields here.
+// sim/finetune/peft_options.h and bnb_options.h, sim/training/float8_options.h,
+// sim/compile/compile_options.h, sim/models/moe_options.h and vision_inputs.h); TrainingOptions holds one of
+// each. A new technique adds its own header there, not fields here.
 #pragma once
 
 #include <cstdint>
@@ -86,7 +86,12 @@ enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective, kSelectiveOp
 //                and the recipe deletes the chunk list before backward (`del logits`). The full logits are
 //                never materialized in fp32: only one chunk's fp32 copy is alive at a time, but in eager
 //                mode every chunk's fp32 log-probabilities are saved for backward (compiled: compile_loss).
-enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy };
+//   torchtitan-chunked-ce : torchtitan's chunked_cross_entropy_loss (pytorch/torchtitan#996;
+//   num_output_chunks,
+//                default 8): the model returns the whole logits, the loss chunks them AFTER the output
+//                projection and upcasts and cross-entropies one chunk at a time (torchtitan_chunked_loss.h);
+//                the loop's `del pred` is --free-logits-before-backward.
+enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy, kTorchtitanChunkedCrossEntropy };
 
 // The dtype of the logits the model's forward returns (and the training loop holds):
 //   model : the output projection's dtype; the loss upcasts a copy of its own (torchtitan since
@@ -155,7 +160,7 @@ struct TrainingOptions {
   // avoid peaking memory"); false: it keeps it through backward (Hugging Face's `outputs.logits`).
   // torchtune's chunked loss always deletes it (`del logits`).
   bool free_logits_before_backward = false;
-  int loss_chunks = 8;  // chunked-ce: torchtune's num_output_chunks
+  int loss_chunks = 8;  // chunked-ce, torchtitan-chunked-ce: num_output_chunks
   // chunked-ce under --compile: torchtune's recipes call training.compile_loss(loss_fn), which compiles
   // CEWithChunkedOutputLoss.compute_cross_entropy (one chunk's upcast + cross-entropy) on its own, so each
   // chunk's loss is one compiled graph and its backward saves what the partitioner picks, not the fp32

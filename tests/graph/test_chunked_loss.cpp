@@ -27,8 +27,9 @@ struct Run {
   AllocationSchedule schedule;
 };
 
-Run run(LossKind loss, bool compile_loss = false) {
+Run run(LossKind loss, bool compile_loss = false, bool free_logits = false) {
   TrainingOptions o;
+  o.free_logits_before_backward = free_logits;
   if (compile_loss) {  // torchtune's recipe with compile=True: per-layer compile and compile_loss
     o.compile = CompileMode::kDefault;
     o.compile_scope = CompileScope::kLayer;
@@ -175,10 +176,13 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   a.model = "tinyllama-1.1b";
   a.gpu = "h100";
   a.loss = "chunked";
-  CHECK_THROWS_WITH(make_request(a), "--loss: unknown value 'chunked' (known: ce, chunked-ce)");
+  CHECK_THROWS_WITH(make_request(a),
+                    "--loss: unknown value 'chunked' (known: ce, chunked-ce, torchtitan-chunked-ce)");
   a.loss = "ce";
   a.loss_chunks = 4;
-  CHECK_THROWS_WITH(make_request(a), "--loss-chunks: chunked-ce's option (use it with --loss chunked-ce)");
+  CHECK_THROWS_WITH(
+      make_request(a),
+      "--loss-chunks: the chunked losses' option (use it with --loss chunked-ce or torchtitan-chunked-ce)");
   a.loss = "chunked-ce";
   a.loss_chunks = 0;
   CHECK_THROWS_WITH(make_request(a), "--loss-chunks: 0 is not in 1..4096");
@@ -204,4 +208,99 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   CHECK(make_request(a).options.compile_loss);
   a.compile_loss = "off";
   CHECK_FALSE(make_request(a).options.compile_loss);
+}
+
+// --loss torchtitan-chunked-ce: torchtitan's chunked_cross_entropy_loss (pytorch/torchtitan#996, e23bb707d,
+// torchtitan/components/loss.py), counted by hand on the small model above (logits 2 x 64 x 1000 bf16 =
+// 256,000 B; 8 chunks of 2 x 8 x 1000):
+//   * the model returns the whole logits (lm_head, 256,000 B), which the loop holds until `del pred`;
+//   * logits.chunk(8, dim=1) of a batch of 2 is not contiguous, so pred.flatten(0, 1) copies each chunk
+//     (2 x 8 x 1000 x 2 = 32,000 B), freed once `.float()` (64,000 B) has read it: one of each alive at a
+//     time;
+//   * F.cross_entropy saves each chunk's fp32 log-probabilities: 8 x 64,000 = 512,000 B at backward;
+//     labels.flatten(0, 1) copies each labels chunk (2 x 8 int64 = 128 B), which nll_loss saves;
+//   * backward: SplitBackward0 gets all 8 chunk gradients (bf16, 32,000 B each) before split_backward's
+//     at::cat makes the logits' gradient (256,000 B): 8 x 32,000 + 256,000 = 512,000 B together.
+TEST_CASE("torchtitan-chunked-ce: whole logits, one chunk upcast at a time, chunk gradients cat at once",
+          "[quick][graph]") {
+  const Run tt = run(LossKind::kTorchtitanChunkedCrossEntropy, false, /*free_logits=*/true);
+  const std::size_t backward = tt.schedule.phase_begin(1, Phase::kBackward)->event_index;
+  const std::size_t loss = tt.schedule.phase_begin(1, Phase::kLoss)->event_index;
+
+  const auto logits = [](const std::string& n) { return n == "lm_head"; };
+  CHECK(alive(tt, logits, loss).bytes_at == 256'000);
+  CHECK(alive(tt, logits, backward).count_at == 0);  // del pred
+  const Alive copies = alive(
+      tt, [](const std::string& n) { return starts_with(n, "loss.chunk") && ends_with(n, ".flatten.clone"); },
+      backward);
+  CHECK(copies.most == 1);
+  CHECK(test::sizes_named(tt.graph, "loss.chunk3.flatten.clone") == std::vector<Bytes>{kChunkBf16});
+  const Alive fp32 = alive(
+      tt, [](const std::string& n) { return starts_with(n, "loss.chunk") && ends_with(n, ".logits_float"); },
+      backward);
+  CHECK(fp32.most == 1);
+  CHECK(fp32.count_at == 0);
+  CHECK(test::sizes_named(tt.graph, "loss.chunk3.logits_float") == std::vector<Bytes>{kChunkFp32});
+  const Alive saved = alive(
+      tt,
+      [](const std::string& n) {
+        return starts_with(n, "loss.chunk") && ends_with(n, ".cross_entropy.log_softmax");
+      },
+      backward);
+  CHECK(saved.count_at == 8);
+  CHECK(saved.bytes_at == 8 * kChunkFp32);
+  const Alive labels = alive(
+      tt,
+      [](const std::string& n) {
+        return starts_with(n, "loss.chunk") && ends_with(n, ".labels_flatten.clone");
+      },
+      backward);
+  CHECK(labels.count_at == 8);
+  CHECK(labels.bytes_at == 8 * 128);
+
+  // SplitBackward0: the event that allocates the logits' gradient finds the 8 chunk gradients alive.
+  std::size_t cat = 0;
+  for (std::size_t i = 0; i < tt.schedule.events.size(); ++i) {
+    if (tt.schedule.events[i].action == TraceAction::kAlloc &&
+        tt.graph.tensor(tt.schedule.event_tensor[i]).name == "lm_head.chunk.grad") {
+      cat = i;
+    }
+  }
+  REQUIRE(cat > backward);
+  CHECK(tt.schedule.events[cat].size_bytes == 256'000);
+  const Alive chunk_grads = alive(
+      tt, [](const std::string& n) { return starts_with(n, "loss.chunk") && ends_with(n, ".flatten.grad"); },
+      cat + 1);
+  CHECK(chunk_grads.count_at == 8);
+  CHECK(chunk_grads.bytes_at == 8 * kChunkBf16);
+  const Alive after = alive(
+      tt, [](const std::string& n) { return starts_with(n, "loss.chunk") && ends_with(n, ".flatten.grad"); },
+      tt.schedule.phase_begin(1, Phase::kOptimizer)->event_index);
+  CHECK(after.count_at == 0);
+
+  // Without `del pred` the loop's logits live through backward.
+  const Run kept = run(LossKind::kTorchtitanChunkedCrossEntropy);
+  CHECK(alive(kept, logits, kept.schedule.phase_begin(1, Phase::kBackward)->event_index).count_at == 1);
+}
+
+TEST_CASE("torchtitan-chunked-ce: options and refusals", "[quick][predict]") {
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.gpu = "h100";
+  a.loss = "torchtitan-chunked-ce";
+  a.loss_chunks = 4;
+  CHECK(make_request(a).options.loss_chunks == 4);
+  a.logits_dtype = "fp32";  // torchtitan before #642: `self.output(h).float()`
+  CHECK_NOTHROW(make_request(a));
+  a.compile_loss = "on";  // torchtitan never compiled this loss
+  CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--compile-loss on: needs --compile"));
+  a.compile_loss = "auto";
+  a.compile_mode = "default";
+  a.compile_scope = "model-and-loss";
+  CHECK_THROWS_WITH(make_request(a), Catch::Contains("torchtitan's train step runs its loss_fn outside"));
+  a.compile_scope = "layer";
+  CHECK_FALSE(make_request(a).options.compile_loss);
+  a.model = "cs336-small";
+  a.logits_dtype = "model";
+  CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--loss torchtitan-chunked-ce: torchtitan's loss"));
 }
