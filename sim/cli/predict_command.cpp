@@ -421,6 +421,10 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
          "FSDP2's reduce-scatter copy-in stream: compute (current PyTorch: the input kept until the next "
          "reduce-scatter) or reduce-scatter (the 2024 FSDP2: freed once the reduce-scatter is issued)")
       ->capture_default_str();
+  cmd->add_option("--fsdp2-last-layer", a.fsdp2_last_layer,
+                  "FSDP2's last decoder layer after forward: reshard (fully_shard's default) or keep "
+                  "(torchtitan's apply_fsdp without PP: reshard_after_forward=False for the last block)")
+      ->capture_default_str();
   cmd->add_flag("--no-limit-all-gathers", a.no_limit_all_gathers,
                 "FSDP1 with limit_all_gathers=False: the host issues all-gathers without waiting for frees");
   cmd->add_flag(

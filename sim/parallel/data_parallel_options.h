@@ -46,6 +46,11 @@ struct DataParallelOptions {
   // (current PyTorch), or on the reduce-scatter stream, dropped when the reduce-scatter is issued
   // (the 2024 FSDP2).
   bool fsdp2_copy_in_on_reduce_scatter_stream = false;
+  // FSDP2 applied as torchtitan does without pipeline parallelism (parallelize_llama.py apply_fsdp:
+  // reshard_after_forward = int(layer_id) < len(model.layers) - 1, "do not reshard after forward for the last
+  // transformer block since FSDP would prefetch it immediately"): the last decoder layer keeps its unsharded
+  // parameters from its forward until its backward. Off: fully_shard's default on every layer.
+  bool fsdp2_keep_last_layer_unsharded = false;
   // FSDP HYBRID_SHARD: the ranks of one node, which shard a unit among themselves.
   int gpus_per_node = 8;
   // FSDP1's auto_wrap_policy for a PEFT model: false, transformer_auto_wrap_policy (each decoder layer one

@@ -43,6 +43,10 @@
 // _to_dtype_if_needed to param_dtype; the foreach fast path of _get_param_all_gather_inputs excludes
 // offload_to_cpu) and drops them after the copy-in (`del param_all_gather_inputs`); foreach_reduce copies
 // each gradient shard to the host (new_sharded_grad.to("cpu")) and the GPU keeps no gradient.
+// torchtitan's apply_fsdp without pipeline parallelism (--fsdp2-last-layer keep,
+// fsdp2_keep_last_layer_unsharded) passes reshard_after_forward=False for the last decoder layer only ("FSDP
+// would prefetch it immediately"): its unsharded parameters stay from its forward through the loss until its
+// backward, whose pre_backward then finds them gathered (no all-gather), and post_backward reshards them.
 // Not modelled: reshard_after_forward as an int.
 #include <algorithm>
 #include <map>
@@ -64,6 +68,7 @@ class Fsdp2 final : public DataParallelScheme {
   Fsdp2(const DataParallelOptions& o, std::string_view strategy)
       : m_name(fmt::format("fsdp2-{}", strategy)),
         m_reshard_after_forward(strategy != "shard-grad-op"),
+        m_keep_last_layer(o.fsdp2_keep_last_layer_unsharded),
         m_shard_ranks(strategy == "hybrid-shard" ? std::min(o.world_size, o.gpus_per_node) : o.world_size),
         m_offload(o.offload_params),
         m_grads(m_shard_ranks, o.offload_params,
@@ -103,6 +108,9 @@ class Fsdp2 final : public DataParallelScheme {
 
   void construct(EagerTape& tape, const std::vector<ParameterUnit>& units) override {
     m_units = units;
+    for (const ParameterUnit& unit : units) {
+      m_last_layer = std::max(m_last_layer, unit.layer);
+    }
     if (!m_fp32_shards || m_offload) {
       return;
     }
@@ -122,7 +130,8 @@ class Fsdp2 final : public DataParallelScheme {
     wait_for_unshard(tape, unit, /*forward=*/true);
   }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
-    if (m_reshard_after_forward && unit.layer >= 0) {
+    const bool kept = m_keep_last_layer && unit.layer == m_last_layer;  // torchtitan's last block
+    if (m_reshard_after_forward && unit.layer >= 0 && !kept) {
       reshard(tape, unit);
     }
     if (unit.layer < 0 && m_state) {  // the root's _post_forward frees the last unit's kept output
@@ -346,6 +355,8 @@ class Fsdp2 final : public DataParallelScheme {
 
   std::string m_name;
   bool m_reshard_after_forward;
+  bool m_keep_last_layer;  // --fsdp2-last-layer keep: no reshard after the last decoder layer's forward
+  int m_last_layer = -1;   // the highest decoder-layer unit of this rank (the root is -1)
   int m_shard_ranks;
   bool m_offload;  // CPUOffloadPolicy
   bool m_fp32_shards = false;

@@ -192,6 +192,20 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
     throw InputError("--fsdp2-copy-in: FSDP2's option (use it with --fsdp2)");
   }
   d.fsdp2_copy_in_on_reduce_scatter_stream = a.fsdp2_copy_in == "reduce-scatter";
+  if (a.fsdp2_last_layer != "reshard" && a.fsdp2_last_layer != "keep") {
+    throw InputError(
+        fmt::format("--fsdp2-last-layer: unknown value '{}' (known: reshard, keep)", a.fsdp2_last_layer));
+  }
+  if (a.fsdp2_last_layer != "reshard" && !d.scheme.starts_with("fsdp2-")) {
+    throw InputError("--fsdp2-last-layer: FSDP2's option (use it with --fsdp2)");
+  }
+  if (a.fsdp2_last_layer == "keep" && a.pp > 1) {
+    // torchtitan's apply_fsdp: "For PP, do not reshard after forward" for every block (--fsdp shard-grad-op)
+    throw InputError(
+        "--fsdp2-last-layer keep: torchtitan's rule without pipeline parallelism (under --pp it "
+        "keeps every block: --fsdp shard-grad-op)");
+  }
+  d.fsdp2_keep_last_layer_unsharded = a.fsdp2_last_layer == "keep";
   if (!a.reduce_dtype.empty()) {
     if (!d.scheme.starts_with("fsdp")) {
       throw InputError("--reduce-dtype: FSDP's MixedPrecision reduce_dtype (use it with --fsdp)");

@@ -490,6 +490,7 @@ struct RequestArgs {
   bool fsdp2 = false;        // --fsdp2: fully_shard (FSDP2) with --fsdp's strategy (default full-shard)
   std::string reduce_dtype;  // --reduce-dtype: fp32|bf16|fp16, FSDP's reduce_dtype ("": the gradients')
   std::string fsdp2_copy_in = "compute";            // --fsdp2-copy-in compute|reduce-scatter
+  std::string fsdp2_last_layer = "reshard";         // --fsdp2-last-layer reshard|keep
   bool no_limit_all_gathers = false;                // --no-limit-all-gathers: FSDP1's limit_all_gathers=False
   std::optional<double> bucket_cap_mb;              // DDP's bucket_cap_mb
   bool gradient_as_bucket_view = false;             // DDP's gradient_as_bucket_view

@@ -177,3 +177,56 @@ TEST_CASE(
     CHECK(alive.empty());  // the last one goes at the end of backward
   }
 }
+
+TEST_CASE("FSDP2 as torchtitan applies it: the last decoder layer is not resharded after forward",
+          "[quick][predict]") {
+  // torchtitan's apply_fsdp (torchtitan/parallelisms/parallelize_llama.py at 9dec370, and the FSDP2
+  // parallelize_llama.py of pull request 165, 83c879f): reshard_after_forward = layer_id < n_layers - 1, so
+  // the last block's unsharded bf16 parameters (one TinyLlama layer: 44,044,288 elements x 2 B = 88,088,576
+  // B, nothing padded over 8 ranks) stay from its forward until its backward.
+  constexpr std::int64_t kLayerUnsharded = 88'088'576;
+  const auto run = [](const char* last_layer, Snapshot* trace) {
+    RequestArgs a = tinyllama_over_8(true);
+    a.fsdp2_last_layer = last_layer;
+    return predict(make_request(a), trace);
+  };
+  Snapshot resharded_trace;
+  Snapshot kept_trace;
+  const Prediction resharded = run("reshard", &resharded_trace);
+  const Prediction kept = run("keep", &kept_trace);
+  // Where the forward ends (the loss about to start), exactly that layer's parameters more are alive
+  // (requested bytes: the allocated ones also carry where the blocks fell).
+  REQUIRE(resharded.phases_requested.after_forward.has_value());
+  REQUIRE(kept.phases_requested.after_forward.has_value());
+  CHECK(*kept.phases_requested.after_forward - *resharded.phases_requested.after_forward == kLayerUnsharded);
+  // The backward frees them again: after it, both runs hold the same.
+  CHECK(kept.phases_requested.after_backward == resharded.phases_requested.after_backward);
+  // Each all-gather allocates the unit's flat output (the same 88,088,576 B): fully_shard's default gathers
+  // every layer in forward and again in backward (2 x 22); torchtitan's last layer is still gathered when its
+  // backward starts, so its pre_backward issues none (2 x 22 - 1).
+  const auto gathers = [](const Snapshot& trace) {
+    std::size_t n = 0;
+    for (const TraceEvent& e : trace.device_traces.at(0).events) {
+      n += e.action == TraceAction::kAlloc && static_cast<std::int64_t>(e.size_bytes) == kLayerUnsharded &&
+           e.stream == StreamId{3};  // the all-gather copy-in stream
+    }
+    return n;
+  };
+  CHECK(gathers(resharded_trace) == 2U * kLayers);
+  CHECK(gathers(kept_trace) == 2U * kLayers - 1U);
+}
+
+TEST_CASE("--fsdp2-last-layer: errors name the option", "[quick][predict]") {
+  RequestArgs a = tinyllama_over_8(true);
+  a.fsdp2_last_layer = "sometimes";
+  CHECK_THROWS_WITH(make_request(a), "--fsdp2-last-layer: unknown value 'sometimes' (known: reshard, keep)");
+  a = tinyllama_over_8(false);
+  a.fsdp2_last_layer = "keep";
+  CHECK_THROWS_WITH(make_request(a), "--fsdp2-last-layer: FSDP2's option (use it with --fsdp2)");
+  a = tinyllama_over_8(true);
+  a.fsdp2_last_layer = "keep";
+  a.pp = 2;
+  CHECK_THROWS_WITH(make_request(a),
+                    "--fsdp2-last-layer keep: torchtitan's rule without pipeline parallelism (under --pp it "
+                    "keeps every block: --fsdp shard-grad-op)");
+}
