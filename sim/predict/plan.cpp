@@ -28,9 +28,9 @@ bool allowed(const PlanRequest& r, std::string_view lever) {
 }
 
 std::string key_of(const PlanConfig& c) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch, c.grad_accumulation,
-                     c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer, c.adapters, c.offload,
-                     c.compile);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch,
+                     c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer,
+                     c.adapters, c.offload, c.compile, c.ep);
 }
 
 }  // namespace
@@ -61,6 +61,7 @@ RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
   a.tp = c.tp;
   a.sequence_parallel = c.tp > 1;
   a.pp = c.pp;
+  a.ep = c.ep;
   a.gpus_per_node = r.gpus_per_node;
   if (!c.adapters.empty()) {
     a.lora_rank = kLoraRank;
@@ -147,6 +148,7 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 struct Layout {
   int tp = 1;
   int pp = 1;
+  int ep = 1;  // expert parallelism (torchtitan's over FSDP2), for a model with mixture-of-experts layers
 };
 
 // Note [Parallel layouts] (plan.h): tp = 1, 2, 4, ... within a node, then the largest with pp > 1.
@@ -154,6 +156,13 @@ std::vector<Layout> layouts(const PlanRequest& r) {
   const ModelConfig m = load_model(r.model);
   const bool megatron_code = layer_code(r.model_code.empty() ? m.code : r.model_code).follows_transformers();
   std::vector<Layout> out{{1, 1}};
+  if (m.moe.n_experts > 0 && megatron_code && !m.moe.fused_experts) {
+    // torchtitan's expert parallelism over FSDP2: ep = 2, 4, ... dividing the GPUs and the experts
+    for (int e = 2; e <= r.gpus && r.gpus % e == 0 && m.moe.n_experts % e == 0; e *= 2) {
+      out.push_back({1, 1, e});
+    }
+    return out;
+  }
   if (!megatron_code || m.moe.n_experts > 0) {
     return out;  // predict models tp (with sequence parallelism) and pp only over transformers' code
   }
@@ -189,6 +198,10 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
   if (l.pp > 1 && c.zero >= 2) {
     return false;  // DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
                    // parallelism"
+  }
+  if (l.ep > 1 && (c.fsdp != "fsdp2" || c.precision != "bf16" || !c.adapters.empty() || !c.offload.empty() ||
+                   c.compile)) {
+    return false;  // predict models expert parallelism as torchtitan runs it: FSDP2, fp32 shards, bf16
   }
   const bool sharded = c.zero > 0 || !c.fsdp.empty();
   return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
@@ -253,6 +266,7 @@ std::vector<Group> grid_groups(const PlanRequest& r) {
                     PlanConfig c = base;
                     c.tp = l.tp;
                     c.pp = l.pp;
+                    c.ep = l.ep;
                     c.micro_batch = micro;
                     c.grad_accumulation = static_cast<int>(local_batch / micro);
                     block.push_back(c);
@@ -409,7 +423,19 @@ std::string plan_progress_line(int done, int total, double elapsed_s, int width)
 std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
   std::vector<std::pair<int, int>> out;
   for (const Layout& l : layouts(r)) {
-    out.emplace_back(l.tp, l.pp);
+    if (l.ep == 1) {
+      out.emplace_back(l.tp, l.pp);
+    }
+  }
+  return out;
+}
+
+std::vector<int> expert_parallel_layouts(const PlanRequest& r) {
+  std::vector<int> out;
+  for (const Layout& l : layouts(r)) {
+    if (l.ep > 1) {
+      out.push_back(l.ep);
+    }
   }
   return out;
 }
@@ -465,6 +491,9 @@ std::string describe(const PlanConfig& c) {
   if (c.pp > 1) {
     s += fmt::format(", PP {}", c.pp);
   }
+  if (c.ep > 1) {
+    s += fmt::format(", EP {}", c.ep);
+  }
   s += ", " + c.optimizer;
   if (!c.adapters.empty()) {
     s += fmt::format(", {} r={}", c.adapters == "qlora" ? "QLoRA (nf4)" : "LoRA", kLoraRank);
@@ -499,6 +528,9 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
   }
   if (c.pp > 1) {
     s += fmt::format(" --pp {}", c.pp);
+  }
+  if (c.ep > 1) {
+    s += fmt::format(" --ep {}", c.ep);
   }
   if (c.zero > 0) {
     s += fmt::format(" --zero {}", c.zero);
@@ -611,7 +643,12 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   if (c.offload == "activations") {
     s += "; torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward";
   }
-  if (c.tp > 1 || c.pp > 1) {
+  if (c.ep > 1) {  // torchtitan/config/job_config.py Parallelism.expert_parallel_degree
+    s += fmt::format(
+        "; expert parallelism is not a Trainer setting: torchtitan --parallelism.expert_parallel_degree {} "
+        "--parallelism.data_parallel_shard_degree {} --training.local_batch_size {}",
+        c.ep, data_parallel_degree(r, c), c.micro_batch);
+  } else if (c.tp > 1 || c.pp > 1) {
     s += layout_settings(r, c);
   } else if (r.gpus > 1 && c.zero == 0 && c.fsdp.empty()) {
     s += fmt::format("; DDP over {} GPUs (torchrun --nproc_per_node {})", r.gpus, r.gpus);
@@ -805,21 +842,23 @@ void decide(const PlanRequest& r, PlanResult& out) {
     const std::vector<Layout> all = layouts(r);
     for (auto it = all.begin() + 1; it < all.end(); ++it) {
       const Layout l = *it;
-      options.emplace_back(
-          l.pp > 1 ? fmt::format("TP {} + SP, PP {}", l.tp, l.pp) : fmt::format("TP {} + SP", l.tp),
-          with([&r, l](PlanConfig& c) {
-            c.tp = l.tp;
-            c.pp = l.pp;
-            const int dp = data_parallel_degree(r, c);
-            c.grad_accumulation = static_cast<int>(r.global_batch / dp / c.micro_batch);
-            if (l.pp > 1 && c.zero >= 2) {
-              c.zero = 1;
-            }
-            if (dp == 1) {
-              c.zero = 0;
-              c.fsdp.clear();
-            }
-          }));
+      options.emplace_back(l.ep > 1   ? fmt::format("EP {}", l.ep)
+                           : l.pp > 1 ? fmt::format("TP {} + SP, PP {}", l.tp, l.pp)
+                                      : fmt::format("TP {} + SP", l.tp),
+                           with([&r, l](PlanConfig& c) {
+                             c.tp = l.tp;
+                             c.pp = l.pp;
+                             c.ep = l.ep;
+                             const int dp = data_parallel_degree(r, c);
+                             c.grad_accumulation = static_cast<int>(r.global_batch / dp / c.micro_batch);
+                             if (l.pp > 1 && c.zero >= 2) {
+                               c.zero = 1;
+                             }
+                             if (dp == 1) {
+                               c.zero = 0;
+                               c.fsdp.clear();
+                             }
+                           }));
     }
     if (!options.empty() && lever("parallel layout", options)) {
       return;

@@ -18,6 +18,7 @@
 #include "sim/core/error.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
+#include "test_paths.h"
 
 using namespace vramsim;
 
@@ -517,6 +518,18 @@ TEST_CASE("plan: the parallel layouts of odd shapes, by hand", "[quick][predict]
   r.gpus = 8;
   r.gpus_per_node = 8;
   CHECK(parallel_layouts(r) == Layouts{{1, 1}});
+  CHECK(expert_parallel_layouts(r).empty());  // no experts
+  // A mixture-of-experts model: no tp/pp layout, expert parallelism 2, 4, ... dividing the GPUs and the
+  // experts. tiny-mixtral has 64 experts: on 8 GPUs ep 2, 4, 8; on 6 GPUs only 2 (4 does not divide 6);
+  // Mixtral-8x7B's 8 experts on 16 GPUs: 2, 4, 8 (16 does not divide 8).
+  r.model = test::test_data("tiny-mixtral.config.json").string();
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}});
+  CHECK(expert_parallel_layouts(r) == std::vector<int>{2, 4, 8});
+  r.gpus = 6;
+  CHECK(expert_parallel_layouts(r) == std::vector<int>{2});
+  r.model = "mixtral-8x7b";
+  r.gpus = 16;
+  CHECK(expert_parallel_layouts(r) == std::vector<int>{2, 4, 8});
 }
 
 // model_states_lower_bound() is a lower bound of what the simulator holds: at the end of the second step's
