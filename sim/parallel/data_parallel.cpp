@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 
 namespace vramsim {
