@@ -715,8 +715,9 @@ TEST_CASE("plan's progress line fills its bar in proportion and estimates the ti
 
 // Expert parallelism as a layout of a model with experts: the config reaches predict as --ep (torchtitan's
 // MoE over FSDP2) and torchtitan's flags. tiny-mixtral (64 experts of 3 x 512 x 256 bf16 weights, 2 layers)
-// on 8 GPUs: under FSDP2 without EP a layer's all-gather holds all 64 experts (50 MB), with EP 4 its 16 (12.6
-// MB); the all-to-all buffers of 256 routed rows x 256 x 2 B are far smaller, so EP 4's peak is the lower.
+// on 8 GPUs: under FSDP2 without EP (predict's default, transformers' MoE block) a layer's all-gather holds
+// all 64 experts (50 MB), with EP 4 its 16 (12.6 MB); the routed activations of 2 x 64 tokens x top-2 = 256
+// rows x 256 x 2 B (128 KiB a buffer) are far smaller either way, so EP 4's peak is the lower.
 TEST_CASE("plan: expert parallelism as a layout reaches predict and torchtitan's settings", "[predict]") {
   PlanRequest r = gpt2("h100", 16, 64);
   r.model = test::test_data("tiny-mixtral.config.json").string();
