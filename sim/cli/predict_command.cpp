@@ -361,13 +361,15 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       ->capture_default_str();
   cmd->add_option(
       "--moe-impl", a.moe_impl,
-      "mixture-of-experts layers as transformers' MoE block runs them (default) or as Megatron-Core's "
+      "mixture-of-experts layers as transformers' MoE block runs them (default), as Megatron-Core's "
       "MoELayer (megatron: AlltoAll token dispatcher, permute/unpermute, grouped GEMM; the default "
-      "with --ep)");
+      "with --ep over DDP) or as torchtitan's MoE (torchtitan: GroupedExperts, ExpertParallel over "
+      "FSDP2; the default with --ep and --fsdp2)");
   cmd->add_option(
          "--ep", a.ep,
-         "Megatron-Core expert parallelism (--expert-model-parallel-size): the experts split over N of "
-         "the data-parallel ranks, tokens exchanged by all-to-all")
+         "expert parallelism (Megatron-Core's --expert-model-parallel-size, torchtitan's "
+         "expert_parallel_degree): the experts split over N of the data-parallel ranks, tokens exchanged "
+         "by all-to-all")
       ->capture_default_str();
   cmd->add_option("--moe-imbalance", a.moe_imbalance,
                   "routing model: the busiest expert's tokens over the mean (1: an even router); the busiest "
@@ -623,15 +625,21 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
                a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "");
   }
   if (a.ep > 1 || !a.moe_impl.empty() || a.moe_imbalance != 1.0 || a.moe_capacity_factor > 0) {
-    const bool megatron = a.moe_impl == "megatron" || (a.moe_impl.empty() && a.ep > 1);
-    fmt::print(
-        "moe              {}{}; busiest expert {} x the mean tokens{}\n",
-        megatron ? "Megatron-Core MoELayer (AlltoAll dispatcher, grouped GEMM)" : "transformers' MoE block",
-        a.ep > 1 ? fmt::format(", expert parallel {} (the busiest rank simulated)", a.ep) : "",
-        a.moe_imbalance,
-        a.moe_capacity_factor > 0 ? fmt::format(", capacity factor {}{}", a.moe_capacity_factor,
-                                                a.moe_pad_to_capacity ? " (padded)" : " (dropping)")
-                                  : "");
+    // request_args.cpp: --ep alone is torchtitan's MoE under FSDP2, Megatron-Core's otherwise
+    const bool by_ep = a.moe_impl.empty() && a.ep > 1;
+    const bool torchtitan =
+        a.moe_impl == "torchtitan" || (by_ep && std::string_view(p.data_parallel).starts_with("fsdp2-"));
+    const bool megatron = !torchtitan && (a.moe_impl == "megatron" || by_ep);
+    const char* impl = torchtitan ? "torchtitan MoE (GroupedExperts, grouped_mm; experts FSDP-sharded over "
+                                    "the ranks outside their expert-parallel group)"
+                       : megatron ? "Megatron-Core MoELayer (AlltoAll dispatcher, grouped GEMM)"
+                                  : "transformers' MoE block";
+    fmt::print("moe              {}{}; busiest expert {} x the mean tokens{}\n", impl,
+               a.ep > 1 ? fmt::format(", expert parallel {} (the busiest rank simulated)", a.ep) : "",
+               a.moe_imbalance,
+               a.moe_capacity_factor > 0 ? fmt::format(", capacity factor {}{}", a.moe_capacity_factor,
+                                                       a.moe_pad_to_capacity ? " (padded)" : " (dropping)")
+                                         : "");
   }
   if (a.cp > 1) {
     fmt::print(

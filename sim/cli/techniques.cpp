@@ -37,7 +37,12 @@ const std::vector<Technique>& techniques() {
        "--cp 2 --attention sdpa"},
       {"moe-megatron", "moe", "Megatron-Core MoELayer (AlltoAll token dispatcher, grouped GEMM)",
        "--moe-impl megatron"},
-      {"ep", "moe", "Megatron-Core expert parallelism (expert_model_parallel_size)", "--ep 2"},
+      {"moe-torchtitan", "moe", "torchtitan's MoE (GroupedExperts, grouped_mm, ExpertParallel under FSDP2)",
+       "--moe-impl torchtitan"},
+      {"ep", "moe",
+       "expert parallelism (Megatron-Core's expert_model_parallel_size over DDP, torchtitan's "
+       "expert_parallel_degree over FSDP2)",
+       "--ep 2"},
       {"moe-imbalance", "moe", "routing model: the busiest expert gets 1.5 x the mean tokens",
        "--moe-imbalance 1.5"},
       {"lora", "peft", "PEFT LoRA", "--lora-rank 8"},

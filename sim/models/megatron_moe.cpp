@@ -31,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/models/moe_tape_ops.h"
 #include "sim/models/transformer_parts.h"
 #include "sim/parallel/expert_parallel.h"
 
@@ -39,54 +40,9 @@ namespace {
 
 using Kind = GradRule::Kind;
 
-// One op with `inputs`, one output, saving the inputs at `saved`; every input gets a new gradient unless
-// `no_grad` lists it.
-VarId simple_op(EagerTape& t, const std::string& name, const char* kind, std::vector<VarId> inputs,
-                const Shape& out, DType dtype, std::vector<int> saved, const std::vector<int>& no_grad = {},
-                double flops = 0.0) {
-  OpCall c;
-  c.name = name;
-  c.kind = kind;
-  c.inputs = std::move(inputs);
-  c.outputs = {OutputSpec{"", out, dtype}};
-  c.saved.inputs = std::move(saved);
-  c.backward.grads.assign(c.inputs.size(), GradRule{Kind::kAlloc});
-  for (int i : no_grad) {
-    c.backward.grads[static_cast<std::size_t>(i)] = GradRule{Kind::kNone};
-  }
-  c.flops = flops;
-  return t.op1(c);
-}
-
-// A grouped GEMM (TEGroupedMLP's linear_fc1 / linear_fc2: te.GroupedLinear; GroupedMLP: grouped_gemm's
-// gmm) of x [R, in] with each local expert's weights: saves x (and the weights), output [R, out].
-VarId grouped_gemm(EagerTape& t, const std::string& name, VarId x, const std::vector<VarId>& weights,
-                   std::int64_t out_features) {
-  std::vector<VarId> inputs{x};
-  inputs.insert(inputs.end(), weights.begin(), weights.end());
-  std::vector<int> saved(inputs.size());
-  for (std::size_t i = 0; i < saved.size(); ++i) {
-    saved[i] = static_cast<int>(i);
-  }
-  const std::int64_t rows = t.shape(x)[0], in = t.shape(x)[1];
-  return simple_op(
-      t, name, "grouped_gemm", inputs, {rows, out_features}, t.dtype(x), saved, {},
-      2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out_features));
-}
-
-// MoEAlltoAllTokenDispatcher's all_to_all (tensor_parallel/mappings.py _AllToAll): output =
-// input.new_empty([sum(output_split_sizes)] + ...); its backward is the reverse all-to-all (a new tensor).
-VarId all_to_all(EagerTape& t, const std::string& name, VarId x, std::int64_t rows) {
-  Shape out = t.shape(x);
-  out[0] = rows;
-  const VarId received = simple_op(t, name, "all_to_all_single", {x}, out, t.dtype(x), {});
-  t.set_category(received, TensorCategory::kCommunication);
-  return received;
-}
-
 // sort_chunks_by_idxs: torch.cat of torch.split's chunks in another order (a copy; backward: a copy).
 VarId sort_chunks(EagerTape& t, const std::string& name, VarId x) {
-  return simple_op(t, name, "cat", {x}, t.shape(x), t.dtype(x), {});
+  return moe_op(t, name, "cat", {x}, t.shape(x), t.dtype(x), {});
 }
 
 struct Routed {
@@ -110,8 +66,8 @@ Routed router(EmitContext& c, const std::string& n, VarId flat, VarId weight, st
   // torch.zeros_like(logits).scatter(1, top_indices, probs): the gradient reaches probs by a gather
   const VarId zeros = t.constant(n + ".router.zeros_like", "zeros_like", {tokens, E}, t.dtype(logits));
   Routed r;
-  r.probs = simple_op(t, n + ".router.topk_masked_gates", "scatter", {zeros, top_indices, probs}, {tokens, E},
-                      t.dtype(logits), {1}, {0, 1});
+  r.probs = moe_op(t, n + ".router.topk_masked_gates", "scatter", {zeros, top_indices, probs}, {tokens, E},
+                   t.dtype(logits), {1}, {0, 1});
   t.drop({zeros, probs});
   // .int(): int32, 4 bytes an element (graph/dtype.h has no int32; fp32 stands in for its size)
   const VarId map_int = t.constant(n + ".router.topk_map_int", "scatter", {tokens, E}, DType::kFloat32);
@@ -129,8 +85,8 @@ Routed router(EmitContext& c, const std::string& n, VarId flat, VarId weight, st
       final_map = t.constant(n + ".router.final_map", "logical_and", {tokens, E}, DType::kBool);
       t.drop(cap_mask);
     }
-    const VarId final_probs = simple_op(t, n + ".router.final_probs", "mul", {r.probs, final_map},
-                                        {tokens, E}, t.dtype(r.probs), {1}, {1});
+    const VarId final_probs = moe_op(t, n + ".router.final_probs", "mul", {r.probs, final_map}, {tokens, E},
+                                     t.dtype(r.probs), {1}, {1});
     t.drop({r.probs, r.map});
     r.probs = final_probs;
     r.map = final_map;
@@ -154,12 +110,12 @@ Permuted permute(EagerTape& t, TorchOps& ops, const std::string& n, VarId flat, 
   const VarId probs_view = t.view(r.probs, {experts, tokens}, n + ".permute.probs_T");
   const VarId probs_t = ops.contiguous(n + ".permute.probs_T_contiguous", probs_view);
   t.drop(probs_view);
-  p.probs = simple_op(t, n + ".permute.permuted_probs", "masked_select", {probs_t, map_t}, {rows},
-                      t.dtype(probs_t), {1}, {1});
+  p.probs = moe_op(t, n + ".permute.permuted_probs", "masked_select", {probs_t, map_t}, {rows},
+                   t.dtype(probs_t), {1}, {1});
   t.drop({probs_t, map_t});
   // index_select saves the index; its backward is zeros + index_add_ (index_select_backward)
-  p.input = simple_op(t, n + ".permute.permuted_input", "index_select", {flat, p.sorted_indices},
-                      {rows, t.shape(flat)[1]}, t.dtype(flat), {1}, {1});
+  p.input = moe_op(t, n + ".permute.permuted_input", "index_select", {flat, p.sorted_indices},
+                   {rows, t.shape(flat)[1]}, t.dtype(flat), {1}, {1});
   return p;
 }
 
@@ -176,8 +132,8 @@ VarId grouped_experts(EmitContext& c, const std::string& n, int layer, VarId tok
   }
   const VarId fc1 = grouped_gemm(t, n + ".experts.linear_fc1", tokens_in, w1, 2 * ff);
   const VarId probs_col = t.view(probs, {rows, 1}, n + ".experts.probs_unsqueeze");
-  const VarId act = simple_op(t, n + ".experts.weighted_bias_swiglu", "weighted_swiglu", {fc1, probs_col},
-                              {rows, ff}, t.dtype(fc1), {0, 1});
+  const VarId act = moe_op(t, n + ".experts.weighted_bias_swiglu", "weighted_swiglu", {fc1, probs_col},
+                           {rows, ff}, t.dtype(fc1), {0, 1});
   t.drop({fc1, probs_col});
   const VarId fc2 = grouped_gemm(t, n + ".experts.linear_fc2", act, w2, c.model.d_model);
   t.drop(act);
@@ -203,8 +159,8 @@ VarId megatron_moe(EmitContext& c, int layer, VarId x) {
   // group of one); sort_chunks_by_idxs runs whenever a rank holds more than one expert
   VarId tokens_in = perm.input, probs_in = perm.probs;
   if (moe.expert_parallel > 1) {
-    tokens_in = all_to_all(t, n + ".dispatch.all_to_all", perm.input, load.received_rows());
-    probs_in = all_to_all(t, n + ".dispatch.all_to_all_probs", perm.probs, load.received_rows());
+    tokens_in = expert_all_to_all(t, n + ".dispatch.all_to_all", perm.input, load.received_rows());
+    probs_in = expert_all_to_all(t, n + ".dispatch.all_to_all_probs", perm.probs, load.received_rows());
     t.drop({perm.input, perm.probs});
   }
   if (sort_by_local_expert) {
@@ -222,7 +178,7 @@ VarId megatron_moe(EmitContext& c, int layer, VarId x) {
     out = unsorted;
   }
   if (moe.expert_parallel > 1) {
-    const VarId back = all_to_all(t, n + ".combine.all_to_all", out, load.sent_rows);
+    const VarId back = expert_all_to_all(t, n + ".combine.all_to_all", out, load.sent_rows);
     t.drop(out);
     out = back;
   }

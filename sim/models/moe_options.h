@@ -12,11 +12,17 @@ namespace vramsim {
 //   megatron     : Megatron-Core's MoELayer (megatron/core/transformer/moe/moe_layer.py) with its AlltoAll
 //                  token dispatcher (token_dispatcher.py MoEAlltoAllTokenDispatcher) and grouped experts
 //                  (experts.py GroupedMLP / TEGroupedMLP): permute, all-to-all over the expert-parallel
-//                  group, sort by local expert, grouped GEMMs, and back (megatron_moe.cpp).
-enum class MoeImpl : std::uint8_t { kTransformers, kMegatron };
+//                  group, sort by local expert, grouped GEMMs, and back (megatron_moe.cpp);
+//   torchtitan   : torchtitan's MoE (torchtitan/models/moe/moe.py MoE, GroupedExperts) with its
+//                  ExpertParallel dispatch and combine (torchtitan/distributed/expert_parallel.py) under
+//                  FSDP2: the routed experts sharded over the expert-parallel group and FSDP over the rest
+//                  (torchtitan_moe.cpp; fsdp2.cpp's expert parameters).
+enum class MoeImpl : std::uint8_t { kTransformers, kMegatron, kTorchtitan };
 struct MoeOptions {
   MoeImpl impl = MoeImpl::kTransformers;  // --moe-impl
-  int expert_parallel = 1;  // --ep: Megatron's --expert-model-parallel-size (experts split over the ranks)
+  // --ep: Megatron's --expert-model-parallel-size, torchtitan's parallelism.expert_parallel_degree (experts
+  // split over the ranks)
+  int expert_parallel = 1;
   // --moe-imbalance: the routing model. The busiest expert receives `imbalance` times the mean
   // tokens x top_k / experts (1: an even router), the others share the rest evenly; under expert
   // parallelism every rank routes alike, so the rank holding the busiest expert receives the most.

@@ -31,6 +31,7 @@
 #include "sim/models/layer_code.h"
 #include "sim/models/megatron_moe.h"
 #include "sim/models/torchtitan_chunked_loss.h"
+#include "sim/models/torchtitan_moe.h"
 #include "sim/parallel/loss_parallel.h"
 
 namespace vramsim {
@@ -505,7 +506,15 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
     return maybe_dropout(c, n + ".dropout", y, DropoutSite::kResidual);
   }
   if (c.model.moe.sparse(layer)) {
-    return c.options.moe.impl == MoeImpl::kMegatron ? megatron_moe(c, layer, x) : hf_sparse_moe(c, layer, x);
+    switch (c.options.moe.impl) {
+      case MoeImpl::kMegatron:
+        return megatron_moe(c, layer, x);
+      case MoeImpl::kTorchtitan:
+        return torchtitan_moe(c, layer, x);
+      case MoeImpl::kTransformers:
+        break;
+    }
+    return hf_sparse_moe(c, layer, x);
   }
   if (p.gate_up_w != kNoVar) {
     // Phi3MLP: up_states = self.gate_up_proj(hidden_states); gate, up_states = up_states.chunk(2, dim=-1);

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -151,6 +152,30 @@ std::vector<ParameterUnit> parameter_units(const ModelConfig& model, const Model
     units.back().params.push_back(params.trainable_tokens.at(0));
   }
   return units;
+}
+
+// torchtitan's expert parallelism: the routed experts' parameters (GroupedExperts' w1, w2, w3 of every MoE
+// layer), which its apply_fsdp shards over the efsdp mesh (DataParallelScheme::set_expert_parameters);
+// empty otherwise.
+std::set<VarId> routed_expert_parameters(const ModelConfig& model, const ModelParams& params,
+                                         const TrainingOptions& options) {
+  std::set<VarId> out;
+  if (options.moe.impl != MoeImpl::kTorchtitan || options.moe.expert_parallel <= 1) {
+    return out;
+  }
+  for (int l = 0; l < model.n_layers; ++l) {
+    if (!model.moe.sparse(l) || static_cast<std::size_t>(l) >= params.layers.size()) {
+      continue;
+    }
+    for (const LayerParams::Expert& e : params.layers[static_cast<std::size_t>(l)].experts) {
+      for (const VarId v : {e.gate_w, e.up_w, e.down_w}) {
+        if (v != kNoVar) {
+          out.insert(v);
+        }
+      }
+    }
+  }
+  return out;
 }
 
 // The linears torchao's convert_to_float8_training swaps for Float8Linear under torchtitan's filter
@@ -721,6 +746,8 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
     }
   }
   const ModelBuffers buffers = create_buffers(tape, model, options);
+  const std::set<VarId> experts = routed_expert_parameters(model, params, options);
+  dp->set_expert_parameters(experts, options.moe.expert_parallel);
   dp->construct(tape, units);
   tape.set_backward_layer_hooks(
       [&](int l) { dp->pre_backward(tape, units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1]); },
@@ -744,6 +771,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
     optimizer.set_zero_redundancy_partition(
         zero_redundancy_partition(tape, params.trainable, options.data_parallel.world_size, 0,
                                   options.data_parallel.zero_partition_key));
+  }
+  for (const VarId p : experts) {  // torchtitan's experts: their states sharded over efsdp
+    optimizer.set_state_shards(p, dp->parameter_state_shards(p));
   }
   const bool forward_only = options.forward_only || options.inference;
   if (!forward_only) {

@@ -1,9 +1,11 @@
 #include "sim/parallel/data_parallel.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 
 namespace vramsim {
@@ -55,6 +57,21 @@ std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions
   }
   throw InputError(
       fmt::format("{}: unknown data-parallel scheme '{}' (known: {})", option, s, fmt::join(names(), ", ")));
+}
+
+void DataParallelScheme::set_expert_parameters(const std::set<VarId>& experts, int ep) {
+  if (experts.empty()) {
+    return;
+  }
+  throw InputError(fmt::format(
+      "--ep {}: expert parallelism with data parallelism {} is not modelled (vramsim: torchtitan's MoE runs "
+      "it over FSDP2, --fsdp2; Megatron-Core's over DDP, --moe-impl megatron)",
+      ep, name()));
+}
+
+int GradientShards::world_of(VarId p) const {
+  const auto it = m_world_of.find(p);
+  return it == m_world_of.end() ? m_world : it->second;
 }
 
 std::string unit_name(const ParameterUnit& unit) {
@@ -133,14 +150,20 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     tape.set_stream(kReduceScatterStream);
   }
   const OpId rs = tape.begin_op(std::string(op_name), "reduce_scatter_tensor");
-  Bytes reduced = 0;
+  Bytes reduced = 0, sent = 0;  // sent: what leaves the rank, (world - 1) / world of each group's gradients
+  std::map<int, Bytes> by_world;
   for (VarId p : fresh) {
-    reduced += tensor_bytes(tape.shape(p), m_reduce_dtype.value_or(tape.dtype(p)));
+    by_world[world_of(p)] += tensor_bytes(tape.shape(p), m_reduce_dtype.value_or(tape.dtype(p)));
   }
+  for (const auto& [world, bytes] : by_world) {
+    reduced += bytes;
+    sent += bytes - bytes / static_cast<Bytes>(world);
+  }
+  SIM_ASSERT(sent <= reduced);
   if (fsdp2) {
     tape.use(input);
     reduce_output(tape, unit, fresh, op_name);
-    tape.set_comm_bytes(reduced - reduced / static_cast<Bytes>(m_world));
+    tape.set_comm_bytes(sent);
     tape.set_stream(0);
     if (copy_in_on_rs_stream) {
       tape.release(input);
@@ -166,7 +189,7 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
       tape.use(shard);  // shard += the reduced gradient
     } else {
       const Bytes bytes =
-          storage_bytes(shard_numel(numel(tape.shape(p)), m_world), tape.dtype(p), tape.shape(p));
+          storage_bytes(shard_numel(numel(tape.shape(p)), world_of(p)), tape.dtype(p), tape.shape(p));
       shard = tape.allocate(tape.name(p) + ".grad_shard", bytes, tape.dtype(p), TensorCategory::kGradient);
     }
     tape.attach_grad(p, shard);
@@ -182,7 +205,7 @@ void GradientShards::reduce_output(EagerTape& tape, const ParameterUnit& unit,
   // Each numel is at most 2^50 elements, so the sum over a unit's parameters cannot overflow.
   std::int64_t elements = 0;
   for (VarId p : fresh) {
-    elements += shard_numel(numel(tape.shape(p)), m_world);
+    elements += shard_numel(numel(tape.shape(p)), world_of(p));
   }
   // foreach_reduce's orig_dtype is the sharded parameter's (FSDPParam.orig_dtype): fp32 under mixed
   // precision on a model built in fp32, whatever dtype the unsharded gradient had.
@@ -232,7 +255,8 @@ TensorId GradientShards::copy_in(EagerTape& tape, const ParameterUnit& unit, con
   DType dtype = DType::kFloat32;
   for (VarId p : fresh) {  // the padded unsharded gradients, cast to reduce_dtype by the copy
     dtype = m_reduce_dtype.value_or(tape.dtype(p));
-    bytes += storage_bytes(shard_numel(numel(tape.shape(p)), m_world) * m_world, dtype, tape.shape(p));
+    bytes +=
+        storage_bytes(shard_numel(numel(tape.shape(p)), world_of(p)) * world_of(p), dtype, tape.shape(p));
     tape.use(tape.grad(p));
   }
   const TensorId input =

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,16 @@ class DataParallelScheme {
   // model.parameters() order) to `host`; the host optimizer's states are the optimizer's.
   virtual void add_host_model_states(const EagerTape&, const std::vector<VarId>& /*params*/,
                                      HostMemory& /*host*/) const {}
+  // Expert parallelism over FSDP2 as torchtitan runs it (torchtitan/models/llama4/infra/parallelize.py
+  // apply_fsdp at 1e8f9acd1): the routed experts `experts` (this rank's n_experts / ep, already split over
+  // the `ep` expert-parallel ranks) are sharded by FSDP over the rest of the shard group only (torchtitan's
+  // efsdp mesh: dp_shard x cp / ep), the other parameters over the whole group; forward prefetches the next
+  // layer (set_modules_to_forward_prefetch). Throws InputError when the scheme does not run it or `ep` does
+  // not divide the shard group; the default (every scheme but FSDP2) throws unless `experts` is empty.
+  // Call before construct().
+  virtual void set_expert_parameters(const std::set<VarId>& experts, int ep);
+  // The ranks parameter `p`'s optimizer states are sharded over (optimizer_state_shards() but for experts).
+  virtual int parameter_state_shards(VarId /*p*/) const { return optimizer_state_shards(); }
 
   // After the model is on the device (DDP's constructor).
   virtual void construct(EagerTape&, const std::vector<ParameterUnit>&) {}
@@ -149,6 +160,9 @@ class GradientShards {
   void finish_backward(EagerTape& tape);
   // FSDP2 mixed precision: the sharded parameters are fp32 (orig_dtype), their gradient shards too.
   void set_fp32_sharded_parameters(bool fp32) { m_fp32_shards = fp32; }
+  // Parameters reduce-scattered over a smaller group than `world_size` (torchtitan's routed experts over
+  // efsdp: set_expert_parameters).
+  void set_parameter_world(VarId p, int world) { m_world_of[p] = world; }
 
   static constexpr StreamId kReduceScatterStream = 2;  // FSDP2's reduce-scatter / FSDP1's post-backward
 
@@ -162,7 +176,9 @@ class GradientShards {
                    std::string_view op_name);
   void free_held_input(EagerTape& tape);
 
+  int world_of(VarId p) const;
   int m_world;
+  std::map<VarId, int> m_world_of;
   bool m_to_host = false;
   ReduceScatterPath m_path;
   std::optional<DType> m_reduce_dtype;

@@ -75,7 +75,8 @@ ModelConfig expert_parallel_rank(const ModelConfig& model, int ep) {
   if (model.moe.n_experts % ep != 0) {  // Megatron's arguments.py: num_experts % expert_model_parallel_size
     throw InputError(
         fmt::format("--ep: {} does not divide the {} experts of {} (Megatron: \"Number of "
-                    "experts should be a multiple of expert model parallel_size.\")",
+                    "experts should be a multiple of expert model parallel_size.\"; torchtitan's "
+                    "ExpertParallel._token_dispatch views the counts as [ep, experts / ep])",
                     ep, model.moe.n_experts, model.name));
   }
   ModelConfig m = model;
@@ -93,10 +94,10 @@ void validate_routing(const ModelConfig& model, const MoeOptions& o) {
   }
   const MoeConfig& moe = model.moe;
   if (moe.n_experts == 0) {
-    const char* flag = o.imbalance != 1.0             ? "--moe-imbalance"
-                       : o.capacity_factor != 0.0     ? "--moe-capacity-factor"
-                       : o.impl == MoeImpl::kMegatron ? "--moe-impl"
-                                                      : nullptr;
+    const char* flag = o.imbalance != 1.0                 ? "--moe-imbalance"
+                       : o.capacity_factor != 0.0         ? "--moe-capacity-factor"
+                       : o.impl != MoeImpl::kTransformers ? "--moe-impl"
+                                                          : nullptr;
     if (flag != nullptr) {
       throw InputError(
           fmt::format("{}: does not apply to {}: it has no mixture-of-experts layers", flag, model.name));
@@ -117,7 +118,7 @@ void validate_routing(const ModelConfig& model, const MoeOptions& o) {
   }
   if (o.capacity_factor > 0.0 && o.impl != MoeImpl::kMegatron) {
     throw InputError(
-        "--moe-capacity-factor: does not apply to transformers' MoE blocks, which drop no tokens; "
+        "--moe-capacity-factor: does not apply to transformers' or torchtitan's MoE, which drop no tokens; "
         "capacity is Megatron-Core's (--moe-impl megatron)");
   }
   if (o.pad_to_capacity && o.capacity_factor == 0.0) {  // MoEAlltoAllTokenDispatcher.__init__'s assert
@@ -129,10 +130,10 @@ void validate_routing(const ModelConfig& model, const MoeOptions& o) {
 
 void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   const MoeOptions& moe = o.moe;
-  if (moe.expert_parallel > 1 && moe.impl != MoeImpl::kMegatron) {
+  if (moe.expert_parallel > 1 && moe.impl == MoeImpl::kTransformers) {
     throw InputError(
         "--ep: expert parallelism with transformers' MoE blocks is not modelled (vramsim models "
-        "Megatron-Core's: --moe-impl megatron)");
+        "Megatron-Core's, --moe-impl megatron, and torchtitan's, --moe-impl torchtitan)");
   }
   if (moe.impl != MoeImpl::kMegatron) {
     return;
@@ -175,7 +176,8 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   if (scheme != "none" && scheme != "ddp") {
     refuse(fmt::format(
         "with data parallelism {}: Megatron's distributed optimizer shards expert states over the "
-        "expert-data-parallel group, not modelled (vramsim; use ddp)",
+        "expert-data-parallel group, not modelled (vramsim; use ddp, or torchtitan's MoE over FSDP2: "
+        "--moe-impl torchtitan --fsdp2)",
         scheme));
   }
   const int ep = moe.expert_parallel;
@@ -189,11 +191,55 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   }
 }
 
+// torchtitan's MoE (torchtitan_moe.cpp) and its expert parallelism over FSDP2: what torchtitan refuses and
+// what vramsim does not model.
+void validate_torchtitan(const ModelConfig& model, const TrainingOptions& o) {
+  if (o.moe.impl != MoeImpl::kTorchtitan) {
+    return;
+  }
+  const int ep = o.moe.expert_parallel;
+  const std::string flag = ep > 1 ? fmt::format("--ep {} (torchtitan's MoE)", ep) : "--moe-impl torchtitan";
+  const auto refuse = [&flag](const std::string& what) {
+    throw InputError(fmt::format("{}: {}", flag, what));
+  };
+  if (model.moe.fused_experts) {
+    refuse(fmt::format("{}'s experts are fused three-dimensional parameters; not modelled (vramsim)",
+                       model.model_type));
+  }
+  if (o.lora.enabled() || o.bnb.format != BnbFormat::kNone) {
+    refuse("PEFT and bitsandbytes wrap transformers' modules, not torchtitan's; not modelled (vramsim)");
+  }
+  if (o.compile != CompileMode::kNone || o.float8.recipe != Float8Recipe::kNone) {
+    refuse(
+        "with --compile or --float8: torchtitan's compiled MoE blocks and float8 grouped GEMMs are not "
+        "modelled (vramsim)");
+  }
+  if (o.generate_tokens > 0 || o.inference) {
+    refuse("inference and generation are not modelled (vramsim models torchtitan's MoE for training)");
+  }
+  if (o.tensor_parallel > 1 || o.pipeline.stages > 1) {
+    // torchtitan runs EP with TP (apply_moe_ep_tp: ExpertTensorParallel, or EP borrowing the TP ranks
+    // when etp = 1) and with PP; vramsim models neither with its MoE
+    refuse("with --tp or pipeline stages: not modelled (vramsim)");
+  }
+  const std::string& scheme = o.data_parallel.scheme;
+  const bool fsdp2 = scheme.starts_with("fsdp2-");
+  if (!fsdp2 && !(scheme == "none" && ep == 1)) {
+    // torchtitan wraps the model in FSDP2 whenever EP is on (parallelize_deepseekv3: `if
+    // parallel_dims.fsdp_enabled or parallel_dims.ep_enabled: apply_fsdp(...)`)
+    refuse(fmt::format(
+        "needs FSDP2 (--fsdp2): torchtitan applies fully_shard whenever expert parallelism is on, and its "
+        "MoE with data parallelism {} is not modelled (vramsim)",
+        scheme));
+  }
+}
+
 }  // namespace
 
 void validate_moe_options(const ModelConfig& model, const TrainingOptions& options) {
   validate_routing(model, options.moe);
   validate_megatron(model, options);
+  validate_torchtitan(model, options);
 }
 
 MoeImpl parse_moe_impl(const std::string& text) {
@@ -203,9 +249,23 @@ MoeImpl parse_moe_impl(const std::string& text) {
   if (text == "megatron") {
     return MoeImpl::kMegatron;
   }
-  throw InputError(fmt::format("--moe-impl: unknown value '{}' (known: transformers, megatron)", text));
+  if (text == "torchtitan") {
+    return MoeImpl::kTorchtitan;
+  }
+  throw InputError(
+      fmt::format("--moe-impl: unknown value '{}' (known: transformers, megatron, torchtitan)", text));
 }
 
-const char* moe_impl_name(MoeImpl impl) { return impl == MoeImpl::kMegatron ? "megatron" : "transformers"; }
+const char* moe_impl_name(MoeImpl impl) {
+  switch (impl) {
+    case MoeImpl::kMegatron:
+      return "megatron";
+    case MoeImpl::kTorchtitan:
+      return "torchtitan";
+    case MoeImpl::kTransformers:
+      break;
+  }
+  return "transformers";
+}
 
 }  // namespace vramsim

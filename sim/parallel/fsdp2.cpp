@@ -47,13 +47,27 @@
 // fsdp2_keep_last_layer_unsharded) passes reshard_after_forward=False for the last decoder layer only ("FSDP
 // would prefetch it immediately"): its unsharded parameters stay from its forward through the loss until its
 // backward, whose pre_backward then finds them gathered (no all-gather), and post_backward reshards them.
+// Expert parallelism (set_expert_parameters), as torchtitan's apply_fsdp runs it
+// (torchtitan/models/llama4/infra/parallelize.py at 1e8f9acd1, used by deepseek_v3 and qwen3 too): the routed
+// experts of each MoE layer, already split over the ep ranks (ExpertParallel._partition_fn: Shard(0) on the
+// ep mesh), are fully_shard-ed over the efsdp mesh (dp_shard x cp / ep ranks; Shard(1) when efsdp x ep >
+// num_experts), every other parameter over the whole shard group; torchtitan then sets explicit forward
+// prefetching (each block prefetches the next block and its experts: set_modules_to_forward_prefetch, "as
+// D2H syncs in EP could interfere with implicit prefetching in FSDP"), and the same backward prefetching
+// FSDP2 does on its own. Here the experts are each expert's own tensors sharded along their rows (the
+// bytes of torchtitan's Shard(1) of the [experts, ff, d] w1/w2/w3; Shard(0) of whole experts differs only
+// in padding), gathered, reduce-scattered and resharded with their block's other parameters rather than as
+// a separate FSDP unit: in backward torchtitan reduce-scatters the experts' gradients when their own
+// backward ends, before the block's attention backward.
 // Not modelled: reshard_after_forward as an int.
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
+#include "sim/core/error.h"
 #include "sim/parallel/data_parallel.h"
 
 namespace vramsim {
@@ -84,6 +98,35 @@ class Fsdp2 final : public DataParallelScheme {
     return m_fp32_shards || m_offload ? 0 : shard_numel(numel, m_shard_ranks);
   }
   int optimizer_state_shards() const override { return m_shard_ranks; }
+  int parameter_state_shards(VarId p) const override { return ranks(p); }
+  void set_expert_parameters(const std::set<VarId>& experts, int ep) override {
+    if (ep <= 1 || experts.empty()) {
+      return;
+    }
+    if (m_shard_ranks % ep != 0) {  // ParallelDims.build_mesh: efsdp = fsdp x tp / (etp x ep) ranks
+      throw InputError(fmt::format(
+          "--ep {}: does not divide the {} ranks FSDP2 shards over (torchtitan's expert-parallel ranks are "
+          "some of the dp_shard x cp ranks: efsdp = dp_shard x cp / ep)",
+          ep, m_shard_ranks));
+    }
+    if (m_offload) {
+      throw InputError(
+          fmt::format("--ep {}: with CPUOffloadPolicy (--offload params): not modelled (vramsim)", ep));
+    }
+    if (!m_fp32_shards) {  // torchtitan builds the model in fp32: MixedPrecisionPolicy(param_dtype=bf16)
+      throw InputError(fmt::format(
+          "--ep {}: FSDP2 expert parallelism without fp32 sharded parameters is not modelled (torchtitan "
+          "builds the model in fp32 and computes in bf16 through MixedPrecisionPolicy: give --precision "
+          "bf16 with its fp32 master weights, the default)",
+          ep));
+    }
+    m_experts = experts;
+    m_expert_ranks = m_shard_ranks / ep;
+    m_forward_prefetch = true;
+    for (const VarId p : experts) {
+      m_grads.set_parameter_world(p, m_expert_ranks);
+    }
+  }
   bool optimizer_on_host() const override { return m_offload; }
   bool host_optimizer_fp32() const override { return false; }
   // CPUOffloadPolicy: each parameter's padded shard in its sharded dtype, and its gradient shard.
@@ -95,7 +138,7 @@ class Fsdp2 final : public DataParallelScheme {
     for (VarId p : params) {
       const DType dtype = sharded_parameter_dtype(tape, p, m_fp32_shards);
       const Bytes shard =
-          static_cast<Bytes>(shard_numel(padded_numel(tape, p), m_shard_ranks)) * dtype_size_bytes(dtype);
+          static_cast<Bytes>(shard_numel(padded_numel(tape, p), ranks(p))) * dtype_size_bytes(dtype);
       host.parameters += shard;
       host.gradients += tape.requires_grad(p) ? shard : 0;
     }
@@ -118,7 +161,7 @@ class Fsdp2 final : public DataParallelScheme {
     for (const ParameterUnit& unit : units) {  // each unit's FSDPParams, the sharded DTensors' local tensors
       for (VarId p : unit.params) {
         const DType dtype = sharded_parameter_dtype(tape, p, true);
-        const std::int64_t elements = shard_numel(padded_numel(tape, p), m_shard_ranks);
+        const std::int64_t elements = shard_numel(padded_numel(tape, p), ranks(p));
         m_sharded.push_back(tape.allocate(tape.name(p) + ".sharded",
                                           static_cast<Bytes>(elements) * dtype_size_bytes(dtype), dtype,
                                           TensorCategory::kParameter));
@@ -128,6 +171,12 @@ class Fsdp2 final : public DataParallelScheme {
   void pre_forward(EagerTape& tape, const ParameterUnit& unit) override {
     unshard(tape, unit);
     wait_for_unshard(tape, unit, /*forward=*/true);
+    // torchtitan's explicit forward prefetch under expert parallelism (FSDPState._pre_forward then
+    // _prefetch_unshard of _states_to_forward_prefetch): the embeddings prefetch layer 0, each layer the next
+    const auto next = static_cast<std::size_t>(unit.layer + 1);
+    if (m_forward_prefetch && next + 1 < m_units.size()) {
+      unshard(tape, m_units[next]);
+    }
   }
   void post_forward(EagerTape& tape, const ParameterUnit& unit) override {
     const bool kept = m_keep_last_layer && unit.layer == m_last_layer;  // torchtitan's last block
@@ -187,9 +236,11 @@ class Fsdp2 final : public DataParallelScheme {
     if (unit.params.empty() || m_unsharded.count(unit.layer) != 0 || m_results.count(unit.layer) != 0) {
       return;
     }
-    Bytes bytes = 0;
+    Bytes bytes = 0, local = 0;  // the unit's all-gather output, and this rank's slice of it
     for (VarId p : unit.params) {
-      bytes += static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p);
+      const Bytes b = static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p);
+      bytes += b;
+      local += b / static_cast<Bytes>(ranks(p));  // padded_numel is a multiple of ranks(p)
     }
     const DType dtype = tape.dtype(unit.params.front());
     AllGatherResult r;
@@ -201,8 +252,8 @@ class Fsdp2 final : public DataParallelScheme {
     TensorId cast = kNoTensor;  // the shards cast to param_dtype (fp32 shards only)
     if (!m_offload && m_fp32_shards && sharded_parameter_dtype(tape, unit.params.front(), true) != dtype) {
       tape.begin_op(unit_name(unit) + ".fsdp.all_gather_inputs", "_foreach_copy_");
-      cast = tape.allocate(unit_name(unit) + ".flat_foreach_copy_input",
-                           bytes / static_cast<Bytes>(m_shard_ranks), dtype, TensorCategory::kCommunication);
+      cast = tape.allocate(unit_name(unit) + ".flat_foreach_copy_input", local, dtype,
+                           TensorCategory::kCommunication);
     }
     tape.begin_op(unit_name(unit) + ".fsdp.all_gather_copy_in", "all_gather_copy_in");
     r.output =
@@ -218,7 +269,7 @@ class Fsdp2 final : public DataParallelScheme {
     tape.set_stream(kAllGatherStream);
     r.all_gather = tape.begin_op(unit_name(unit) + ".fsdp.all_gather", "all_gather_into_tensor");
     tape.wait_for(r.output);
-    tape.set_comm_bytes(bytes - bytes / static_cast<Bytes>(m_shard_ranks));
+    tape.set_comm_bytes(bytes - local);
     tape.set_stream(kComputeStream);
     m_results[unit.layer] = r;
   }
@@ -228,7 +279,7 @@ class Fsdp2 final : public DataParallelScheme {
   void copy_shards_to_device(EagerTape& tape, const ParameterUnit& unit, std::vector<TensorId>& inputs) {
     tape.begin_op(unit_name(unit) + ".fsdp.all_gather_inputs.to_device", "_to_copy");
     for (VarId p : unit.params) {
-      const std::int64_t elements = shard_numel(padded_numel(tape, p), m_shard_ranks);
+      const std::int64_t elements = shard_numel(padded_numel(tape, p), ranks(p));
       const DType sharded = sharded_parameter_dtype(tape, p, m_fp32_shards);
       TensorId t = tape.allocate(tape.name(p) + ".sharded.to(device)",
                                  static_cast<Bytes>(elements) * dtype_size_bytes(sharded), sharded,
@@ -335,6 +386,8 @@ class Fsdp2 final : public DataParallelScheme {
     m_unsharded.erase(it);
   }
 
+  // The ranks parameter p is sharded over: the shard group, or efsdp for a routed expert.
+  int ranks(VarId p) const { return m_experts.count(p) != 0 ? m_expert_ranks : m_shard_ranks; }
   // Dim 0 padded to a multiple of the shard group (FSDPParam's padded sharded size x the group).
   std::int64_t padded_numel(const EagerTape& tape, VarId p) const {
     const Shape& shape = tape.shape(p);
@@ -342,8 +395,8 @@ class Fsdp2 final : public DataParallelScheme {
     if (shape.empty() || shape.front() == 0) {
       return n;
     }
-    const std::int64_t rows = shape.front();
-    return shard_numel(rows, m_shard_ranks) * m_shard_ranks * (n / rows);
+    const std::int64_t rows = shape.front(), group = ranks(p);
+    return shard_numel(rows, static_cast<int>(group)) * group * (n / rows);
   }
   // Bytes per element of the parameter's all-gather: one for a float8-gathered weight (torchao's
   // fsdp_pre_all_gather casts the shard to float8; mixed dtypes go through the all-gather as bytes).
@@ -358,6 +411,9 @@ class Fsdp2 final : public DataParallelScheme {
   bool m_keep_last_layer;  // --fsdp2-last-layer keep: no reshard after the last decoder layer's forward
   int m_last_layer = -1;   // the highest decoder-layer unit of this rank (the root is -1)
   int m_shard_ranks;
+  std::set<VarId> m_experts;  // set_expert_parameters: the routed experts, sharded over efsdp
+  int m_expert_ranks = 1;     // efsdp = the shard group / ep
+  bool m_forward_prefetch = false;
   bool m_offload;  // CPUOffloadPolicy
   bool m_fp32_shards = false;
   std::vector<TensorId> m_sharded;  // the fp32 sharded parameters construct() made

@@ -31,8 +31,12 @@
 // with pp = each divisor of the layers and of gpus / tp; tp > 1 always runs Megatron's sequence parallelism
 // (torchtitan and Megatron's recipes do). Pipeline layouts use ZeRO-0/1 or FSDP2 only (DeepSpeed's
 // PipelineEngine asserts ZeRO stage < 2); LoRA/QLoRA and torch.compile are not combined with tp/pp (predict
-// refuses them), and a model with mixture-of-experts layers or code that is not transformers' gets no layout
-// (predict's sequence parallelism and pipeline split need transformers' code without experts).
+// refuses them), and a model with mixture-of-experts layers or code that is not transformers' gets no tp/pp
+// layout (predict's sequence parallelism and pipeline split need transformers' code without experts). A
+// model with experts gets expert-parallel layouts instead: ep = 2, 4, ... dividing the GPUs and the experts,
+// in the FSDP2 groups in bf16 (torchtitan's expert parallelism, which predict models over FSDP2 with fp32
+// shards: sim/parallel/fsdp2.cpp); the data-parallel degree stays gpus (the expert-parallel ranks are
+// data-parallel ranks).
 #pragma once
 
 #include <cstdint>
@@ -80,6 +84,7 @@ struct PlanConfig {
   std::string fsdp;  // "": none; "fsdp2": FSDP2 full shard (fully_shard per decoder layer and the root)
   int tp = 1;        // tensor-parallel degree (Megatron, with sequence parallelism when > 1)
   int pp = 1;        // pipeline stages (Megatron's 1F1B schedule)
+  int ep = 1;        // expert parallelism (torchtitan's MoE over FSDP2) for a model with experts
   std::string optimizer = "adamw";
   std::string adapters;  // "", "lora", "qlora"
   // "", "optimizer" (ZeRO-Offload), "params" (FSDP's CPUOffload: parameters, gradients and optimizer),
@@ -172,6 +177,9 @@ int data_parallel_degree(const PlanRequest& request, const PlanConfig& config);
 // heads, the MLP and the sequence, then the largest such tp with pp = each divisor > 1 of gpus / tp that
 // divides the layers. Only (1, 1) for code that is not transformers' or a mixture-of-experts model.
 std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& request);
+// The expert-parallel degrees the grid tries for a model with mixture-of-experts layers (Note [Parallel
+// layouts]): 2, 4, ... while each divides the GPUs and the experts; none for a dense model.
+std::vector<int> expert_parallel_layouts(const PlanRequest& request);
 
 // The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).
 RequestArgs predict_args(const PlanRequest& request, const PlanConfig& config);

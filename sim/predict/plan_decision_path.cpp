@@ -105,21 +105,23 @@ void decide(const PlanRequest& r, PlanResult& out) {
     const std::vector<Layout> all = layouts(r);
     for (auto it = all.begin() + 1; it < all.end(); ++it) {
       const Layout l = *it;
-      options.emplace_back(
-          l.pp > 1 ? fmt::format("TP {} + SP, PP {}", l.tp, l.pp) : fmt::format("TP {} + SP", l.tp),
-          with([&r, l](PlanConfig& c) {
-            c.tp = l.tp;
-            c.pp = l.pp;
-            const int dp = data_parallel_degree(r, c);
-            c.grad_accumulation = static_cast<int>(r.global_batch / dp / c.micro_batch);
-            if (l.pp > 1 && c.zero >= 2) {
-              c.zero = 1;
-            }
-            if (dp == 1) {
-              c.zero = 0;
-              c.fsdp.clear();
-            }
-          }));
+      options.emplace_back(l.ep > 1   ? fmt::format("EP {}", l.ep)
+                           : l.pp > 1 ? fmt::format("TP {} + SP, PP {}", l.tp, l.pp)
+                                      : fmt::format("TP {} + SP", l.tp),
+                           with([&r, l](PlanConfig& c) {
+                             c.tp = l.tp;
+                             c.pp = l.pp;
+                             c.ep = l.ep;
+                             const int dp = data_parallel_degree(r, c);
+                             c.grad_accumulation = static_cast<int>(r.global_batch / dp / c.micro_batch);
+                             if (l.pp > 1 && c.zero >= 2) {
+                               c.zero = 1;
+                             }
+                             if (dp == 1) {
+                               c.zero = 0;
+                               c.fsdp.clear();
+                             }
+                           }));
     }
     if (!options.empty() && lever("parallel layout", options)) {
       return;

@@ -21,9 +21,9 @@ bool allowed(const PlanRequest& r, std::string_view lever) {
 }
 
 std::string key_of(const PlanConfig& c) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch, c.grad_accumulation,
-                     c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer, c.adapters, c.offload,
-                     c.compile);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch,
+                     c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer,
+                     c.adapters, c.offload, c.compile, c.ep);
 }
 
 std::vector<std::int64_t> divisors(std::int64_t n) {
@@ -40,6 +40,13 @@ std::vector<Layout> layouts(const PlanRequest& r) {
   const ModelConfig m = load_model(r.model);
   const bool megatron_code = layer_code(r.model_code.empty() ? m.code : r.model_code).follows_transformers();
   std::vector<Layout> out{{1, 1}};
+  if (m.moe.n_experts > 0 && megatron_code && !m.moe.fused_experts) {
+    // torchtitan's expert parallelism over FSDP2: ep = 2, 4, ... dividing the GPUs and the experts
+    for (int e = 2; e <= r.gpus && r.gpus % e == 0 && m.moe.n_experts % e == 0; e *= 2) {
+      out.push_back({1, 1, e});
+    }
+    return out;
+  }
   if (!megatron_code || m.moe.n_experts > 0) {
     return out;  // predict models tp (with sequence parallelism) and pp only over transformers' code
   }
@@ -73,6 +80,10 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
   if (l.pp > 1 && c.zero >= 2) {
     return false;  // DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
                    // parallelism"
+  }
+  if (l.ep > 1 && (c.fsdp != "fsdp2" || c.precision != "bf16" || !c.adapters.empty() || !c.offload.empty() ||
+                   c.compile)) {
+    return false;  // predict models expert parallelism as torchtitan runs it: FSDP2, fp32 shards, bf16
   }
   const bool sharded = c.zero > 0 || !c.fsdp.empty();
   return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
@@ -141,6 +152,7 @@ std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total) {
                     PlanConfig c = base;
                     c.tp = l.tp;
                     c.pp = l.pp;
+                    c.ep = l.ep;
                     c.micro_batch = micro;
                     c.grad_accumulation = static_cast<int>(local_batch / micro);
                     block.configs.push_back(c);
@@ -217,7 +229,19 @@ int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.g
 std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
   std::vector<std::pair<int, int>> out;
   for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
-    out.emplace_back(l.tp, l.pp);
+    if (l.ep == 1) {
+      out.emplace_back(l.tp, l.pp);
+    }
+  }
+  return out;
+}
+
+std::vector<int> expert_parallel_layouts(const PlanRequest& r) {
+  std::vector<int> out;
+  for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
+    if (l.ep > 1) {
+      out.push_back(l.ep);
+    }
   }
   return out;
 }

@@ -26,6 +26,7 @@ std::vector<std::int64_t> divisors(std::int64_t n);
 struct Layout {
   int tp = 1;
   int pp = 1;
+  int ep = 1;  // expert parallelism (torchtitan's over FSDP2), for a model with mixture-of-experts layers
 };
 
 // Note [Parallel layouts] (plan.h): tp = 1, 2, 4, ... within a node, then the largest with pp > 1.

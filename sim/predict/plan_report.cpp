@@ -39,6 +39,7 @@ RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
   a.tp = c.tp;
   a.sequence_parallel = c.tp > 1;
   a.pp = c.pp;
+  a.ep = c.ep;
   a.gpus_per_node = r.gpus_per_node;
   if (!c.adapters.empty()) {
     a.lora_rank = kLoraRank;
@@ -89,6 +90,9 @@ std::string describe(const PlanConfig& c) {
   if (c.pp > 1) {
     s += fmt::format(", PP {}", c.pp);
   }
+  if (c.ep > 1) {
+    s += fmt::format(", EP {}", c.ep);
+  }
   s += ", " + c.optimizer;
   if (!c.adapters.empty()) {
     s += fmt::format(", {} r={}", c.adapters == "qlora" ? "QLoRA (nf4)" : "LoRA", kLoraRank);
@@ -123,6 +127,9 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
   }
   if (c.pp > 1) {
     s += fmt::format(" --pp {}", c.pp);
+  }
+  if (c.ep > 1) {
+    s += fmt::format(" --ep {}", c.ep);
   }
   if (c.zero > 0) {
     s += fmt::format(" --zero {}", c.zero);
@@ -235,7 +242,12 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   if (c.offload == "activations") {
     s += "; torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward";
   }
-  if (c.tp > 1 || c.pp > 1) {
+  if (c.ep > 1) {  // torchtitan/config/job_config.py Parallelism.expert_parallel_degree
+    s += fmt::format(
+        "; expert parallelism is not a Trainer setting: torchtitan --parallelism.expert_parallel_degree {} "
+        "--parallelism.data_parallel_shard_degree {} --training.local_batch_size {}",
+        c.ep, data_parallel_degree(r, c), c.micro_batch);
+  } else if (c.tp > 1 || c.pp > 1) {
     s += layout_settings(r, c);
   } else if (r.gpus > 1 && c.zero == 0 && c.fsdp.empty()) {
     s += fmt::format("; DDP over {} GPUs (torchrun --nproc_per_node {})", r.gpus, r.gpus);

@@ -687,8 +687,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   o.float8.fsdp_float8_all_gather = a.float8_all_gather;
   o.float8.amax_history_len = a.fp8_amax_history_len;
   o.float8.te_weight_cache = a.fp8_weight_cache;
-  o.moe.impl = a.moe_impl.empty() ? (a.ep > 1 ? MoeImpl::kMegatron : MoeImpl::kTransformers)
-                                  : parse_moe_impl(a.moe_impl);
+  // --ep alone picks the library that runs expert parallelism with the data parallelism asked for:
+  // torchtitan's MoE over FSDP2, Megatron-Core's over DDP
+  const MoeImpl ep_impl =
+      o.data_parallel.scheme.starts_with("fsdp2-") ? MoeImpl::kTorchtitan : MoeImpl::kMegatron;
+  o.moe.impl =
+      a.moe_impl.empty() ? (a.ep > 1 ? ep_impl : MoeImpl::kTransformers) : parse_moe_impl(a.moe_impl);
   o.moe.expert_parallel = a.ep;
   o.moe.imbalance = a.moe_imbalance;
   o.moe.capacity_factor = a.moe_capacity_factor;

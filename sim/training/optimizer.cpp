@@ -44,7 +44,14 @@ DType OptimizerModel::stepped_dtype(std::size_t i) const {
 // The elements this rank updates: its shard (ceil(numel / shards)) when states are partitioned.
 std::int64_t OptimizerModel::param_numel(std::size_t i) const {
   const std::int64_t n = numel(m_tape.shape(m_params[i]));
-  return m_state_shards <= 1 ? n : (n + m_state_shards - 1) / m_state_shards;
+  const auto it = m_param_state_shards.find(m_params[i]);
+  const std::int64_t shards = it == m_param_state_shards.end() ? m_state_shards : it->second;
+  return shards <= 1 ? n : (n + shards - 1) / shards;
+}
+
+void OptimizerModel::set_state_shards(VarId p, int shards) {
+  SIM_ASSERT(std::find(m_params.begin(), m_params.end(), p) != m_params.end() && shards >= 1);
+  m_param_state_shards[p] = shards;
 }
 
 Bytes OptimizerModel::param_bytes(std::size_t i, DType dtype) const {

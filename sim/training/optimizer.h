@@ -27,6 +27,7 @@
 //   zero_grad(set_to_none=True) releases every .grad; set_to_none=False zeroes them in place.
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "sim/graph/eager_tape.h"
@@ -53,6 +54,10 @@ class OptimizerModel {
   // those, then the updated parameters are broadcast in place (no allocation); zero_grad() still covers every
   // parameter. pre: `local` is a subset of the constructor's params; call before construct().
   void set_zero_redundancy_partition(const std::vector<VarId>& local);
+  // Parameter `p`'s states and master copy are sharded over `shards` ranks instead of the constructor's
+  // `state_shards` (torchtitan's routed experts under expert parallelism: DataParallelScheme::
+  // parameter_state_shards). pre: p is one of the constructor's params; call before construct().
+  void set_state_shards(VarId p, int shards);
 
   void construct();  // torch.optim.X(model.parameters()): bf16 master weights; call in the setup phase
   void step();       // optimizer.step()
@@ -91,6 +96,7 @@ class OptimizerModel {
   TensorId m_flat_grad = kNoTensor;             // during step_flat()
   bool m_flat_grad_read = false;
   int m_state_shards = 1;
+  std::map<VarId, int> m_param_state_shards;  // set_state_shards
   bool m_on_host = false;
   bool m_host_fp32 = true;
   bool m_fp32_sharded_params = false;

@@ -257,17 +257,24 @@ TEST_CASE("composition matrix: the mixture-of-experts techniques on a Mixtral", 
   }
   WARN(fmt::format("mixture-of-experts: {} pairs predicted, {} refused:\n{}", predicted, refused.size(),
                    fmt::join(refused, "\n")));
-  // Megatron's MoE with DDP and with checkpointing, each technique alone, are the combinations people run.
+  // Megatron's MoE with DDP, torchtitan's EP over FSDP2 and with checkpointing, each technique alone, are the
+  // combinations people run.
   std::map<std::string, const Technique*> by_name;
   for (const Technique& t : all) {
     by_name[std::string(t.name)] = &t;
   }
-  for (const std::vector<std::string>& recipe :
-       std::vector<std::vector<std::string>>{{"ep", "ddp"},
-                                             {"ep", "ddp", "checkpoint-full", "bf16-master"},
-                                             {"moe-megatron", "checkpoint-full"},
-                                             {"moe-imbalance", "fsdp2"},
-                                             {"moe-imbalance", "lora"}}) {
+  for (const std::vector<std::string>& recipe : std::vector<std::vector<std::string>>{
+           {"ep", "ddp"},
+           {"ep", "ddp", "checkpoint-full", "bf16-master"},
+           // torchtitan's EP over FSDP2 (its MoE, fp32 shards, bf16 compute)
+           {"ep", "fsdp2", "bf16-master"},
+           {"ep", "fsdp2", "bf16-master", "checkpoint-full"},
+           {"ep", "fsdp2", "bf16-master", "checkpoint-op"},
+           {"ep", "fsdp2", "bf16-master", "cp"},
+           {"moe-torchtitan", "fsdp2", "checkpoint-full"},
+           {"moe-megatron", "checkpoint-full"},
+           {"moe-imbalance", "fsdp2"},
+           {"moe-imbalance", "lora"}}) {
     std::vector<const Technique*> picked;
     for (const std::string& n : recipe) {
       REQUIRE(by_name.count(n) == 1);

@@ -18,6 +18,7 @@
 #include "sim/core/error.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/step_prediction.h"
+#include "test_paths.h"
 
 using namespace vramsim;
 
@@ -35,7 +36,7 @@ PlanRequest gpt2(const std::string& gpu, std::int64_t global_batch, std::int64_t
 
 bool same_settings_but_micro(const PlanConfig& a, const PlanConfig& b) {
   return a.precision == b.precision && a.checkpointing == b.checkpointing && a.zero == b.zero &&
-         a.fsdp == b.fsdp && a.tp == b.tp && a.pp == b.pp && a.optimizer == b.optimizer &&
+         a.fsdp == b.fsdp && a.tp == b.tp && a.pp == b.pp && a.ep == b.ep && a.optimizer == b.optimizer &&
          a.adapters == b.adapters && a.offload == b.offload && a.compile == b.compile;
 }
 
@@ -537,6 +538,18 @@ TEST_CASE("plan: the parallel layouts of odd shapes, by hand", "[quick][predict]
   r.gpus = 8;
   r.gpus_per_node = 8;
   CHECK(parallel_layouts(r) == Layouts{{1, 1}});
+  CHECK(expert_parallel_layouts(r).empty());  // no experts
+  // A mixture-of-experts model: no tp/pp layout, expert parallelism 2, 4, ... dividing the GPUs and the
+  // experts. tiny-mixtral has 64 experts: on 8 GPUs ep 2, 4, 8; on 6 GPUs only 2 (4 does not divide 6);
+  // Mixtral-8x7B's 8 experts on 16 GPUs: 2, 4, 8 (16 does not divide 8).
+  r.model = test::test_data("tiny-mixtral.config.json").string();
+  CHECK(parallel_layouts(r) == Layouts{{1, 1}});
+  CHECK(expert_parallel_layouts(r) == std::vector<int>{2, 4, 8});
+  r.gpus = 6;
+  CHECK(expert_parallel_layouts(r) == std::vector<int>{2});
+  r.model = "mixtral-8x7b";
+  r.gpus = 16;
+  CHECK(expert_parallel_layouts(r) == std::vector<int>{2, 4, 8});
 }
 
 // model_states_lower_bound() is a lower bound of what the simulator holds: at the end of the second step's
@@ -718,4 +731,28 @@ TEST_CASE("plan's progress line fills its bar in proportion and estimates the ti
   CHECK(plan_progress_line(3, 4, 3.0, 8) == "plan [######..] 3 / 4 configurations, 3.0 s, about 1 s left");
   CHECK(plan_progress_line(0, 0, 0.0, 4) ==
         "plan [####] 0 / 0 configurations, 0.0 s");  // an empty grid is done
+}
+
+// Expert parallelism as a layout of a model with experts: the config reaches predict as --ep (torchtitan's
+// MoE over FSDP2) and torchtitan's flags. tiny-mixtral (64 experts of 3 x 512 x 256 bf16 weights, 2 layers)
+// on 8 GPUs: under FSDP2 without EP (predict's default, transformers' MoE block) a layer's all-gather holds
+// all 64 experts (50 MB), with EP 4 its 16 (12.6 MB); the routed activations of 2 x 64 tokens x top-2 = 256
+// rows x 256 x 2 B (128 KiB a buffer) are far smaller either way, so EP 4's peak is the lower.
+TEST_CASE("plan: expert parallelism as a layout reaches predict and torchtitan's settings", "[predict]") {
+  PlanRequest r = gpt2("h100", 16, 64);
+  r.model = test::test_data("tiny-mixtral.config.json").string();
+  r.gpus = 8;
+  PlanConfig c = config("bf16", 0, "fsdp2", 1, "adamw");
+  c.micro_batch = 2;
+  c.ep = 4;
+  CHECK(describe(c) == "bf16, micro-batch 2, no checkpointing, FSDP2, EP 4, adamw");
+  CHECK_THAT(predict_command(r, c), Catch::Contains("--ep 4"));
+  CHECK_THAT(trainer_settings(r, c), Catch::Contains("torchtitan --parallelism.expert_parallel_degree 4 "
+                                                     "--parallelism.data_parallel_shard_degree 8"));
+  const RequestArgs a = predict_args(r, c);
+  CHECK(a.ep == 4);
+  const Prediction ep4 = predict(make_request(a));
+  c.ep = 1;
+  const Prediction ep1 = predict(make_request(predict_args(r, c)));
+  CHECK(ep4.peak_allocated_bytes < ep1.peak_allocated_bytes);
 }
