@@ -20,7 +20,10 @@ RecordedAnnotations recorded_annotations(const Snapshot& snapshot, int device, s
         out.metadata = snapshot.strings[note.metadata_tag];
       }
     }
-    out.events_with_compile_context += note.context_tag != kNoTag ? 1 : 0;
+    // PyTorch writes compile_context "N/A" on every entry recorded outside torch.compile
+    // (CUDACachingAllocator.cpp's TraceEntry default): it says nothing, so it is not counted.
+    out.events_with_compile_context +=
+        note.context_tag != kNoTag && snapshot.strings[note.context_tag] != "N/A" ? 1 : 0;
   }
   for (const TraceAnnotation& a : trace.annotations) {
     ++out.annotate_entries;

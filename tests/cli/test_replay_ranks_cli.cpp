@@ -121,12 +121,13 @@ TEST_CASE("replay reports a recording's annotations and where the reserved peak 
           "[cli][replay]") {
   // A 4 MiB request in a 20 MiB segment at t=1000 ns (the reserved peak: nothing later grows it), inside
   // record_function "outer" > "inner" (opened at 900 and 950; "done" closed before); user_metadata "step 1"
-  // in force; one annotate entry; compile_context on one event.
+  // in force; one annotate entry; compile_context on one event (a compiled frame's "0/0"; "N/A", what
+  // PyTorch writes outside torch.compile, is not counted).
   const fs::path dir = scratch("annotations");
   fs::create_directories(dir);
   std::ofstream(dir / "a.vtrace") << "vramsim-trace 1\n"
                                      "0 segment_alloc 0x7f0000000000 20971520 0 1000 meta=step%201\n"
-                                     "0 alloc 0x7f0000000000 4194304 0 1000 meta=step%201 ctx=N/A\n"
+                                     "0 alloc 0x7f0000000000 4194304 0 1000 meta=step%201 ctx=0/0\n"
                                      "0 annotate 0x7f0000000000 4194304 0 1100 meta=kept\n"
                                      "0 free_requested 0x7f0000000000 4194304 0 1200 meta=step%202\n"
                                      "0 free_completed 0x7f0000000000 4194304 0 1200\n"

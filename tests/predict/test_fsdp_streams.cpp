@@ -216,7 +216,7 @@ TEST_CASE("FSDP2 as torchtitan applies it: the last decoder layer is not reshard
   CHECK(gathers(kept_trace) == 2U * kLayers - 1U);
 }
 
-TEST_CASE("--fsdp2-last-layer: errors name the option", "[quick][predict]") {
+TEST_CASE("fsdp2 last-layer flag: errors name the option", "[quick][predict]") {
   RequestArgs a = tinyllama_over_8(true);
   a.fsdp2_last_layer = "sometimes";
   CHECK_THROWS_WITH(make_request(a), "--fsdp2-last-layer: unknown value 'sometimes' (known: reshard, keep)");
