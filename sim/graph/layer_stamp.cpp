@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -16,9 +17,12 @@ std::atomic<bool> g_stamping{true};
 std::atomic<std::uint64_t> g_stamped{0};
 
 // The fields of Op, Tensor and EagerTape::Var that the template encodes: a new field must be added to the
-// encoding (and to these sizes), or stamping would drop it.
+// encoding (and to these sizes), or stamping would drop it. The sizes are those of a 64-bit libstdc++ build
+// (the CLI's and CI's); a 32-bit target such as the WebAssembly page lays the same fields out smaller.
+#if defined(__GLIBCXX__) && UINTPTR_MAX == UINT64_MAX
 static_assert(sizeof(Op) == 120, "Op changed: encode its new field in LayerStamp::Template");
 static_assert(sizeof(Tensor) == 104, "Tensor changed: encode its new field in LayerStamp::Template");
+#endif
 
 // A name with the layer's "layers.<l>." cut out: head + "layers.<l>." + tail when `layered`.
 struct NameCode {
