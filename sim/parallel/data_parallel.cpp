@@ -142,6 +142,15 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
   }
   const bool fsdp2 = m_path != ReduceScatterPath::kComputeStream;
   const bool copy_in_on_rs_stream = m_path == ReduceScatterPath::kFsdp2CopyInOnReduceScatterStream;
+  if (fsdp2 && fresh.empty()) {
+    return;  // post_backward: `if len(fsdp_params_with_grad) == 0: return`
+  }
+  if (fsdp2) {
+    // FSDPParamGroup.post_backward (_fsdp_param_group.py, since pytorch/pytorch#129721): the compute stream
+    // waits for the previous reduce-scatter's event and drops comm_ctx.reduce_scatter_state before
+    // foreach_reduce allocates this unit's input, so one input is alive at a time.
+    free_held_input(tape);
+  }
   if (copy_in_on_rs_stream) {
     tape.set_stream(kReduceScatterStream);
   }
@@ -167,8 +176,7 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     tape.set_stream(0);
     if (copy_in_on_rs_stream) {
       tape.release(input);
-    } else {
-      free_held_input(tape);  // the previous unit's, now that this reduce-scatter is issued
+    } else {  // comm_ctx.reduce_scatter_state: kept until the next unit's post_backward or the end of backward
       m_held_input = input;
       m_held_after = rs;
     }

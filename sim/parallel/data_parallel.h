@@ -125,10 +125,11 @@ std::int64_t padded_flat_numel(const EagerTape& tape, const ParameterUnit& unit,
 enum class ReduceScatterPath : std::uint8_t {
   // On the compute stream, reading the gradients in place (DeepSpeed ZeRO here).
   kComputeStream,
-  // FSDP2 (foreach_reduce): the gradients are copied into one reduce-scatter input on the compute stream and
-  // freed at once; the reduce-scatter runs on its own stream with its output allocated there; the input is
-  // kept until the next unit's reduce-scatter (or the end of backward), whose wait on this one's event orders
-  // its free.
+  // FSDP2 (foreach_reduce, pytorch/pytorch#129721 on): the gradients are copied into one reduce-scatter
+  // input on the compute stream and freed at once; the reduce-scatter runs on its own stream with its output
+  // allocated there; the input is kept (comm_ctx.reduce_scatter_state) until the next unit's post_backward,
+  // which waits on this one's event and drops it before allocating its own input (or the end of backward):
+  // one input alive at a time.
   kFsdp2ReduceScatterStream,
   // FSDP2 as first released (2024; the torchtitan PR 165 comparison ran it): the copy-in runs on the
   // reduce-scatter stream, whose pool holds the input (the compute stream waits for the copy-in before the

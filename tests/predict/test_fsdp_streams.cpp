@@ -144,10 +144,12 @@ TEST_CASE(
     "FSDP2 reduce-scatter input: where it is allocated and how long it lives, current vs the 2024 FSDP2",
     "[quick][predict]") {
   // foreach_reduce with reduce_dtype fp32: one layer's input is the padded unsharded gradients in fp32,
-  // 44,044,288 x 4 = 176,177,152 B (nothing to pad over 8 ranks). Current PyTorch allocates it on the compute
-  // stream and keeps it (reduce_scatter_state) until the next unit's reduce-scatter is issued: when the next
-  // input is allocated, the previous one is still alive (two at once). The 2024 FSDP2 allocated it on the
-  // reduce-scatter stream and dropped it when foreach_reduce returned: one at a time.
+  // 44,044,288 x 4 = 176,177,152 B (nothing to pad over 8 ranks). Current PyTorch (since
+  // pytorch/pytorch#129721) allocates it on the compute stream and keeps it (comm_ctx.reduce_scatter_state)
+  // until the next unit's FSDPParamGroup.post_backward, which waits on its event and sets the state to None
+  // before foreach_reduce allocates the next input (_fsdp_param_group.py): one alive at a time, the previous
+  // freed before the next is allocated. The 2024 FSDP2 allocated it on the reduce-scatter stream and
+  // dropped it when foreach_reduce_scatter returned: one at a time too.
   constexpr std::int64_t kLayerInput = 176'177'152;
   for (const char* copy_in : {"compute", "reduce-scatter"}) {
     INFO("--fsdp2-copy-in " << copy_in);
@@ -172,9 +174,26 @@ TEST_CASE(
     }
     CHECK(inputs == kLayers);  // one per decoder layer per backward
     const bool current = std::string(copy_in) == "compute";
-    CHECK(most_alive == (current ? 2U : 1U));
+    CHECK(most_alive == 1U);
     CHECK(streams == std::vector<StreamId>(kLayers, current ? StreamId{0} : StreamId{2}));
     CHECK(alive.empty());  // the last one goes at the end of backward
+    // The segments that hold the inputs, each a cudaMalloc of the block rounded up to 2 MiB (spec: requests
+    // over 10 MiB): the first layer's input gets one of 84.008 -> 85 x 2 MiB = 178,257,920 B that every later
+    // layer's input reuses (one alive at a time, on one stream); the root's input (embeddings, final norm,
+    // lm_head: 131,074,048 x 4 = 524,296,192 B, 250.004 -> 251 x 2 MiB) finds the layers' block too small
+    // and gets its own. Nothing else on these streams is as large (the root's bf16 all-gather output,
+    // 262,148,096 B, is on the copy-in stream; the unsharded parameters, gradients and states are one
+    // tensor per parameter, at most 131,072,000 B), so a second input alive at once, or an input on the
+    // other stream, changes these lists.
+    const std::vector<std::int64_t> inputs_segments{251 * 2'097'152, 85 * 2'097'152};
+    const auto large = [&](StreamId stream) {
+      std::vector<std::int64_t> out = segments_on(trace, stream);
+      out.erase(std::remove_if(out.begin(), out.end(), [](std::int64_t b) { return b < 150 * 1'048'576; }),
+                out.end());
+      return out;
+    };
+    CHECK(large(current ? 0 : 2) == inputs_segments);
+    CHECK(large(current ? 2 : 0).empty());
   }
 }
 
