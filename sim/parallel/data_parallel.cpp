@@ -176,7 +176,7 @@ void GradientShards::reduce_scatter(EagerTape& tape, const ParameterUnit& unit, 
     tape.set_stream(0);
     if (copy_in_on_rs_stream) {
       tape.release(input);
-    } else {  // comm_ctx.reduce_scatter_state: kept until the next unit's post_backward or the end of backward
+    } else {  // comm_ctx.reduce_scatter_state: kept until the next post_backward or the end of backward
       m_held_input = input;
       m_held_after = rs;
     }
