@@ -421,7 +421,8 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option(
          "--fsdp2-copy-in", a.fsdp2_copy_in,
          "FSDP2's reduce-scatter copy-in stream: compute (current PyTorch: the input kept until the next "
-         "reduce-scatter) or reduce-scatter (the 2024 FSDP2: freed once the reduce-scatter is issued)")
+         "unit's post_backward, one alive at a time) or reduce-scatter (the 2024 FSDP2: freed once the "
+         "reduce-scatter is issued)")
       ->capture_default_str();
   cmd->add_option("--fsdp2-last-layer", a.fsdp2_last_layer,
                   "FSDP2's last decoder layer after forward: reshard (fully_shard's default) or keep "

@@ -42,9 +42,9 @@ struct DataParallelOptions {
   // FSDP's MixedPrecision.reduce_dtype / FSDP2's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
   // reduce-scattered in (torchtitan's default: float32 under bf16 parameters). Unset: the gradients' own.
   std::optional<DType> fsdp_reduce_dtype;
-  // FSDP2's reduce-scatter copy-in: on the compute stream, its input kept until the next reduce-scatter
-  // (current PyTorch), or on the reduce-scatter stream, dropped when the reduce-scatter is issued
-  // (the 2024 FSDP2).
+  // FSDP2's reduce-scatter copy-in: on the compute stream, its input kept until the next unit's
+  // post_backward drops it before allocating its own (current PyTorch, pytorch/pytorch#129721 on), or on the
+  // reduce-scatter stream, dropped when foreach_reduce_scatter returns (the 2024 FSDP2).
   bool fsdp2_copy_in_on_reduce_scatter_stream = false;
   // FSDP2 applied as torchtitan does without pipeline parallelism (parallelize_llama.py apply_fsdp:
   // reshard_after_forward = int(layer_id) < len(model.layers) - 1, "do not reshard after forward for the last
