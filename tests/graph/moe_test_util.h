@@ -1,14 +1,16 @@
 // The setup the mixture-of-experts graph tests share (test_megatron_moe.cpp, test_torchtitan_moe.cpp): a
 // Mixtral-shaped model small enough to count by hand, and the byte totals the tests compare with their hand
-// calculations. Each test sets its own TrainingOptions (the library whose MoE layer it checks).
+// calculations, and the options every MoE test starts from (each test adds its library's precision).
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <string>
 
+#include "graph/graph_test_util.h"
 #include "sim/graph/op_graph.h"
 #include "sim/models/model_config.h"
+#include "sim/training/training_options.h"
 #include "test_paths.h"
 
 namespace vramsim::test {
@@ -26,6 +28,20 @@ inline ModelConfig tiny_mixtral(int layers = 1) {
   m.head_dim = 16;
   m.d_ff = m.moe.expert_d_ff = 96;
   return m;
+}
+
+// batch 2 x seq 32 = 64 tokens (small_options), one forward-and-backward step, `impl`'s MoE layer with expert
+// parallelism `ep` and the routing model's imbalance, data parallelism `scheme` over `world_size` ranks.
+inline TrainingOptions moe_options(MoeImpl impl, int ep, double imbalance, const std::string& scheme,
+                                   int world_size) {
+  TrainingOptions o = small_options();
+  o.steps = 1;
+  o.moe.impl = impl;
+  o.moe.expert_parallel = ep;
+  o.moe.imbalance = imbalance;
+  o.data_parallel.scheme = scheme;
+  o.data_parallel.world_size = world_size;
+  return o;
 }
 
 // size_bytes summed over the tensors named exactly `name` (0 when there is none).

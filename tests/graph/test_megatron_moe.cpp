@@ -23,14 +23,7 @@ namespace {
 
 // batch 2 x seq 32 = 64 tokens, fp32, one forward-and-backward step, Megatron's MoE over `ep` of 4 DDP ranks.
 TrainingOptions megatron_options(int ep, double imbalance) {
-  TrainingOptions o = test::small_options();
-  o.steps = 1;
-  o.moe.impl = MoeImpl::kMegatron;
-  o.moe.expert_parallel = ep;
-  o.moe.imbalance = imbalance;
-  o.data_parallel.scheme = "ddp";
-  o.data_parallel.world_size = 4;
-  return o;
+  return test::moe_options(MoeImpl::kMegatron, ep, imbalance, "ddp", 4);
 }
 
 }  // namespace

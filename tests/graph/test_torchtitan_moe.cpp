@@ -29,15 +29,9 @@ namespace {
 // batch 2 x seq 32 = 64 tokens; bf16 compute over fp32 sharded parameters (torchtitan's
 // MixedPrecisionPolicy); torchtitan's MoE with expert parallelism `ep` over FSDP2 on 8 ranks.
 TrainingOptions torchtitan_options(int ep, double imbalance) {
-  TrainingOptions o = test::small_options();
-  o.steps = 1;
+  TrainingOptions o = test::moe_options(MoeImpl::kTorchtitan, ep, imbalance, "fsdp2-full-shard", 8);
   o.precision = Precision::kBf16;
   o.master_weights = MasterWeights::kFp32;
-  o.moe.impl = MoeImpl::kTorchtitan;
-  o.moe.expert_parallel = ep;
-  o.moe.imbalance = imbalance;
-  o.data_parallel.scheme = "fsdp2-full-shard";
-  o.data_parallel.world_size = 8;
   return o;
 }
 
