@@ -43,7 +43,12 @@ bool natural_less(const std::string& a, const std::string& b) {
     ++i;
     ++j;
   }
-  return a.size() - i < b.size() - j;
+  if (a.size() - i != b.size() - j) {
+    return a.size() - i < b.size() - j;
+  }
+  // Equal as numbers ("rank01" and "rank1"): byte order decides, so that std::sort's result does not
+  // depend on the order the directory listing gave (a strict weak ordering needs a tie to be equality).
+  return a < b;
 }
 
 std::vector<std::string> rank_files(const std::vector<std::string>& given) {

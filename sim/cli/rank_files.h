@@ -7,7 +7,8 @@
 
 namespace vramsim::cli {
 
-// Natural order of file names: digit runs compare as numbers.
+// Natural order of file names: digit runs compare as numbers; names equal as numbers (rank01, rank1) in
+// byte order, so a folder lists the same on every file system.
 bool natural_less(const std::string& a, const std::string& b);
 
 // The files FILE... names: each file as given; a folder's .pickle / .json / .vtrace files in natural order.

@@ -305,6 +305,284 @@ LayerStamp::Before LayerStamp::snapshot() const {
   return b;
 }
 
+namespace {
+
+using Template = LayerStamp::Template;
+
+// The tape's ids as a template's Refs, for the region recorded from `ops`, `tensors` and `vars` on (the
+// tape's sizes when it began): the region's own ids relative to its start, the externals by their index.
+// `ok` turns false at a tensor or variable that is neither: such a region is not reproducible for another
+// layer.
+struct Encoder {
+  std::size_t ops = 0, tensors = 0, vars = 0;
+  const std::vector<TensorId>& externals;
+  const std::vector<VarId>& external_vars;
+  bool ok = true;
+
+  std::ptrdiff_t external_index(TensorId id) const {
+    const auto it = std::find(externals.begin(), externals.end(), id);
+    return it == externals.end() ? -1 : it - externals.begin();
+  }
+  Ref op(OpId id) const {
+    return id != kNoOp && id >= ops ? Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - ops)}
+                                    : Ref{Ref::Kind::kLiteral, id};
+  }
+  Ref tensor(TensorId id) {
+    if (id != kNoTensor && id >= tensors) {
+      return Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - tensors)};
+    }
+    const std::ptrdiff_t e = id != kNoTensor ? external_index(id) : -1;
+    if (e >= 0) {
+      return Ref{Ref::Kind::kExternal, static_cast<std::uint32_t>(e)};
+    }
+    ok = ok && id == kNoTensor;
+    return Ref{Ref::Kind::kLiteral, id};
+  }
+  Ref var(VarId id) {
+    if (id >= vars) {
+      return Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - vars)};
+    }
+    const auto it = std::find(external_vars.begin(), external_vars.end(), id);
+    if (it != external_vars.end()) {
+      return Ref{Ref::Kind::kExternal, static_cast<std::uint32_t>(it - external_vars.begin())};
+    }
+    ok = false;
+    return Ref{Ref::Kind::kLiteral, id};
+  }
+};
+
+// Encoder's inverse: a template's Refs as the tape's ids, for a region appended from `ops`, `tensors`,
+// `vars` and `nodes` on, with this layer's externals.
+struct Rebase {
+  std::size_t ops = 0, tensors = 0, vars = 0, nodes = 0;
+  const std::vector<TensorId>& externals;
+  const std::vector<VarId>& external_vars;
+
+  OpId op(const Ref& r) const {
+    return r.kind == Ref::Kind::kInternal ? static_cast<OpId>(ops + r.value) : static_cast<OpId>(r.value);
+  }
+  TensorId tensor(const Ref& r) const {
+    switch (r.kind) {
+      case Ref::Kind::kInternal:
+        return static_cast<TensorId>(tensors + r.value);
+      case Ref::Kind::kExternal:
+        return externals[r.value];
+      case Ref::Kind::kLiteral:
+        break;
+    }
+    return static_cast<TensorId>(r.value);
+  }
+  VarId var(const Ref& r) const {
+    return r.kind == Ref::Kind::kInternal ? static_cast<VarId>(vars + r.value) : external_vars[r.value];
+  }
+  int node(const Ref& r) const {
+    return r.kind == Ref::Kind::kInternal ? static_cast<int>(nodes + r.value) : -1;
+  }
+};
+
+// Each record of the region and its code, both ways: the encoder and the decoder of a kind stand together
+// so that a field added to one is seen missing from the other (and the static_asserts above name them).
+
+Template::OpCode encode_op(const Op& op, const std::string& token, int layer, const Encoder& refs) {
+  return Template::OpCode{encode_name(op.name, token),
+                          op.kind,
+                          op.step,
+                          op.micro_batch,
+                          encode_layer(op.layer, layer),
+                          op.phase,
+                          op.flops,
+                          op.bytes_moved,
+                          op.stream,
+                          refs.op(op.host_waits_for),
+                          refs.op(op.stream_waits_for),
+                          op.comm_bytes};
+}
+
+Op decode_op(const Template::OpCode& c, const std::string& token, int layer, const Rebase& at) {
+  Op op;
+  op.name = decode_name(c.name, token);
+  op.kind = c.kind;
+  op.step = c.step;
+  op.micro_batch = c.micro_batch;
+  op.layer = decode_layer(c.layer, layer);
+  op.phase = c.phase;
+  op.flops = c.flops;
+  op.bytes_moved = c.bytes_moved;
+  op.stream = c.stream;
+  op.host_waits_for = at.op(c.host_waits_for);
+  op.stream_waits_for = at.op(c.stream_waits_for);
+  op.comm_bytes = c.comm_bytes;
+  return op;
+}
+
+// `refs` and `freed`: the tape's reference count and freed flag of the tensor at the region's end.
+Template::TensorCode encode_tensor(const Tensor& x, const std::string& token, int layer, std::size_t first_op,
+                                   int refs, bool freed) {
+  return Template::TensorCode{encode_name(x.name, token),
+                              x.size_bytes,
+                              x.dtype,
+                              x.category,
+                              static_cast<std::uint32_t>(x.producer - first_op),
+                              !x.consumers.empty() && x.consumers[0] == x.producer,
+                              x.persistent,
+                              encode_layer(x.layer, layer),
+                              x.record_stream,
+                              x.graph_pool,
+                              refs,
+                              freed};
+}
+
+Tensor decode_tensor(const Template::TensorCode& c, const std::string& token, int layer, const Rebase& at) {
+  Tensor x;
+  x.name = decode_name(c.name, token);
+  x.size_bytes = c.size_bytes;
+  x.dtype = c.dtype;
+  x.category = c.category;
+  x.producer = static_cast<OpId>(at.ops + c.producer);
+  if (c.consumed_by_producer) {
+    x.consumers.push_back(x.producer);
+  }
+  x.persistent = c.persistent;
+  x.layer = decode_layer(c.layer, layer);
+  x.record_stream = c.record_stream;
+  x.graph_pool = c.graph_pool;
+  return x;
+}
+
+// EagerTape::Var and EagerTape::Node are the tape's private types (LayerStamp is its friend): the
+// functions that code them are templates on them, as var_states is.
+template <typename Var>
+Template::VarCode encode_var(const Var& v, const std::string& token, std::size_t first_node, Encoder& refs) {
+  const Ref node = v.node == -1 ? Ref{Ref::Kind::kLiteral, static_cast<std::uint32_t>(-1)}
+                                : Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(v.node - first_node)};
+  return Template::VarCode{
+      refs.tensor(v.storage),    v.shape, v.dtype, v.requires_grad, v.is_parameter, v.view, v.order, node,
+      encode_name(v.name, token)};
+}
+
+template <typename Var>
+Var decode_var(const Template::VarCode& c, const std::string& token, const Rebase& at) {
+  Var v;
+  v.storage = at.tensor(c.storage);
+  v.shape = c.shape;
+  v.dtype = c.dtype;
+  v.requires_grad = c.requires_grad;
+  v.is_parameter = c.is_parameter;
+  v.view = c.view;
+  v.order = c.order;
+  v.node = at.node(c.node);
+  v.name = decode_name(c.name, token);
+  return v;
+}
+
+// The region's autograd nodes, plain op nodes only (false otherwise). add_node's parameter-use counts are
+// replayed on `expected` (the map before the region), for the caller to compare with the map after it.
+template <typename Node, typename Var>
+bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const std::vector<Var>& vars,
+                  const std::string& token, int layer, Encoder& refs,
+                  std::unordered_map<VarId, int>& expected, std::vector<Template::NodeCode>& out) {
+  for (std::size_t i = first_node; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (!n.packed.empty() || n.checkpoint_body || n.function_backward || !n.function_slots.empty() ||
+        n.sac != nullptr || !n.sac_cache.empty()) {
+      return false;
+    }
+    Template::NodeCode c{
+        encode_name(n.name, token), n.kind, encode_layer(n.layer, layer), n.flops, {}, {}, {}, n.offload,
+        RuleCode{n.rule},           n.done};
+    bool counts = false;
+    for (const VarId in : n.inputs) {
+      c.inputs.push_back(refs.var(in));
+      if (vars[in].is_parameter && vars[in].requires_grad) {
+        ++expected[in];
+        counts = true;
+      }
+    }
+    for (const VarId o : n.outputs) {
+      c.outputs.push_back(refs.var(o));
+    }
+    for (const TensorId sv : n.saved) {
+      c.saved.push_back(refs.tensor(sv));
+    }
+    if (counts != n.counts_parameter_uses) {
+      return false;
+    }
+    out.push_back(std::move(c));
+  }
+  return true;
+}
+
+// Fills `n` from `c` and returns its output variables (add_node takes them apart).
+template <typename Node>
+std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& token, int layer,
+                               const Rebase& at, Node& n) {
+  n.name = decode_name(c.name, token);
+  n.kind = c.kind;
+  n.layer = decode_layer(c.layer, layer);
+  n.flops = c.flops;
+  for (const Ref& r : c.inputs) {
+    n.inputs.push_back(at.var(r));
+  }
+  std::vector<VarId> outputs;
+  for (const Ref& r : c.outputs) {
+    outputs.push_back(at.var(r));
+  }
+  for (const Ref& r : c.saved) {
+    n.saved.push_back(at.tensor(r));
+  }
+  n.offload = c.offload;
+  n.rule = c.rule.rule;
+  n.done = c.done;
+  return outputs;
+}
+
+// The tensors that existed before the region and that it changed (their references, the fields autograd's
+// saving sets), sorted by external index; false when one of them is not an external. `State` is
+// LayerStamp::Before.
+template <typename State>
+bool encode_changes(const State& before, const State& after, int layer, const Encoder& refs,
+                    std::vector<Template::ExternalChange>& out) {
+  const auto code = [&](const std::tuple<TensorCategory, int, bool, StreamId, bool>& f) {
+    return std::tuple<TensorCategory, LayerCode, bool, StreamId, bool>{
+        std::get<0>(f), encode_layer(std::get<1>(f), layer), std::get<2>(f), std::get<3>(f), std::get<4>(f)};
+  };
+  for (std::size_t i = 0; i < before.tensors; ++i) {
+    if (before.refs[i] == after.refs[i] && before.tensor_fields[i] == after.tensor_fields[i]) {
+      continue;
+    }
+    const std::ptrdiff_t e = refs.external_index(static_cast<TensorId>(i));
+    if (e < 0) {
+      return false;
+    }
+    Template::ExternalChange c{static_cast<std::uint32_t>(e), after.refs[i] - before.refs[i], false, {}, {}};
+    if (before.tensor_fields[i] != after.tensor_fields[i]) {
+      c.fields_changed = true;
+      c.before = code(before.tensor_fields[i]);
+      c.after = code(after.tensor_fields[i]);
+    }
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  return true;
+}
+
+// Applies a recorded change to external tensor `id` of the layer being stamped; `refs`: the tape's counts.
+void apply_change(const Template::ExternalChange& c, TensorId id, int layer, OpGraph& g,
+                  std::vector<int>& refs) {
+  refs[id] += c.refs_delta;
+  if (!c.fields_changed) {
+    return;
+  }
+  Tensor& x = g.tensor(id);
+  x.category = std::get<0>(c.after);
+  x.layer = decode_layer(std::get<1>(c.after), layer);
+  x.persistent = std::get<2>(c.after);
+  x.record_stream = std::get<3>(c.after);
+  x.graph_pool = std::get<4>(c.after);
+}
+
+}  // namespace
+
 std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, int layer,
                                                          const std::vector<VarId>& external_vars,
                                                          VarId output) const {
@@ -326,88 +604,27 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
   }
   auto out = std::make_unique<Template>();
   out->externals = externals.size();
-  // Tensors that existed before: only the externals may have changed (references, autograd's saving).
-  const auto external_index = [&](TensorId id) -> std::ptrdiff_t {
-    const auto it = std::find(externals.begin(), externals.end(), id);
-    return it == externals.end() ? -1 : it - externals.begin();
-  };
-  for (std::size_t i = 0; i < before.tensors; ++i) {
-    const bool same = before.refs[i] == after.refs[i] && before.tensor_fields[i] == after.tensor_fields[i];
-    if (same) {
-      continue;
-    }
-    const std::ptrdiff_t e = external_index(static_cast<TensorId>(i));
-    if (e < 0) {
-      return nullptr;
-    }
-    const auto code = [&](const std::tuple<TensorCategory, int, bool, StreamId, bool>& f) {
-      return std::tuple<TensorCategory, LayerCode, bool, StreamId, bool>{
-          std::get<0>(f), encode_layer(std::get<1>(f), layer), std::get<2>(f), std::get<3>(f),
-          std::get<4>(f)};
-    };
-    Template::ExternalChange c{static_cast<std::uint32_t>(e), after.refs[i] - before.refs[i], false, {}, {}};
-    if (before.tensor_fields[i] != after.tensor_fields[i]) {
-      c.fields_changed = true;
-      c.before = code(before.tensor_fields[i]);
-      c.after = code(after.tensor_fields[i]);
-    }
-    out->changes.push_back(c);
+  Encoder refs{before.ops, before.tensors, before.vars, externals, external_vars};
+  if (!encode_changes(before, after, layer, refs, out->changes)) {
+    return nullptr;
   }
-  std::sort(out->changes.begin(), out->changes.end(),
-            [](const auto& a, const auto& b) { return a.index < b.index; });
-  const auto op_ref = [&](OpId id) {
-    return id != kNoOp && id >= before.ops
-               ? Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - before.ops)}
-               : Ref{Ref::Kind::kLiteral, id};
-  };
-  bool ok = true;
-  const auto tensor_ref = [&](TensorId id) {
-    if (id != kNoTensor && id >= before.tensors) {
-      return Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - before.tensors)};
-    }
-    const std::ptrdiff_t e = id != kNoTensor ? external_index(id) : -1;
-    if (e >= 0) {
-      return Ref{Ref::Kind::kExternal, static_cast<std::uint32_t>(e)};
-    }
-    ok = ok && id == kNoTensor;  // a tensor the caller did not name: not reproducible for another layer
-    return Ref{Ref::Kind::kLiteral, id};
-  };
-  const auto var_ref = [&](VarId id) {
-    if (id >= before.vars) {
-      return Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(id - before.vars)};
-    }
-    const auto it = std::find(external_vars.begin(), external_vars.end(), id);
-    if (it != external_vars.end()) {
-      return Ref{Ref::Kind::kExternal, static_cast<std::uint32_t>(it - external_vars.begin())};
-    }
-    ok = false;
-    return Ref{Ref::Kind::kLiteral, id};
-  };
   const std::string token = layer_token(layer);
   for (std::size_t i = before.ops; i < after.ops; ++i) {
-    const Op& op = g.op(static_cast<OpId>(i));
-    out->ops.push_back(Template::OpCode{encode_name(op.name, token), op.kind, op.step, op.micro_batch,
-                                        encode_layer(op.layer, layer), op.phase, op.flops, op.bytes_moved,
-                                        op.stream, op_ref(op.host_waits_for), op_ref(op.stream_waits_for),
-                                        op.comm_bytes});
+    out->ops.push_back(encode_op(g.op(static_cast<OpId>(i)), token, layer, refs));
   }
   for (std::size_t i = before.tensors; i < after.tensors; ++i) {
     const Tensor& x = g.tensor(static_cast<TensorId>(i));
     if (x.producer < before.ops) {
       return nullptr;  // allocated by an op before the region
     }
-    out->tensors.push_back(Template::TensorCode{encode_name(x.name, token), x.size_bytes, x.dtype, x.category,
-                                                static_cast<std::uint32_t>(x.producer - before.ops),
-                                                !x.consumers.empty() && x.consumers[0] == x.producer,
-                                                x.persistent, encode_layer(x.layer, layer), x.record_stream,
-                                                x.graph_pool, t.m_refs[i], t.m_freed[i]});
+    out->tensors.push_back(encode_tensor(x, token, layer, before.ops, t.m_refs[i], t.m_freed[i]));
   }
   for (std::size_t i = before.edges; i < after.edges; ++i) {
     const OpGraph::Edge& e = g.edges()[i];
     if (e.target < before.ops) {
       return nullptr;
     }
-    out->edges.push_back(Template::EdgeCode{tensor_ref(e.dependency.tensor),
+    out->edges.push_back(Template::EdgeCode{refs.tensor(e.dependency.tensor),
                                             static_cast<std::uint32_t>(e.target - before.ops),
                                             e.dependency.kind});
   }
@@ -416,49 +633,17 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
     if (v.grad != kNoTensor || (v.node != -1 && static_cast<std::size_t>(v.node) < before.nodes)) {
       return nullptr;
     }
-    const Ref node = v.node == -1
-                         ? Ref{Ref::Kind::kLiteral, static_cast<std::uint32_t>(-1)}
-                         : Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(v.node - before.nodes)};
-    out->vars.push_back(Template::VarCode{tensor_ref(v.storage), v.shape, v.dtype, v.requires_grad,
-                                          v.is_parameter, v.view, v.order, node, encode_name(v.name, token)});
+    out->vars.push_back(encode_var(v, token, before.nodes, refs));
   }
-  // Autograd nodes: plain op nodes only; add_node's parameter-use counts are checked against the map.
   std::unordered_map<VarId, int> expected = before.pending_parameter_uses;
-  for (std::size_t i = before.nodes; i < t.m_nodes.size(); ++i) {
-    const EagerTape::Node& n = t.m_nodes[i];
-    if (!n.packed.empty() || n.checkpoint_body || n.function_backward || !n.function_slots.empty() ||
-        n.sac != nullptr || !n.sac_cache.empty()) {
-      return nullptr;
-    }
-    Template::NodeCode c{
-        encode_name(n.name, token), n.kind, encode_layer(n.layer, layer), n.flops, {}, {}, {}, n.offload,
-        RuleCode{n.rule},           n.done};
-    bool counts = false;
-    for (const VarId in : n.inputs) {
-      c.inputs.push_back(var_ref(in));
-      if (t.m_vars[in].is_parameter && t.m_vars[in].requires_grad) {
-        ++expected[in];
-        counts = true;
-      }
-    }
-    for (const VarId o : n.outputs) {
-      c.outputs.push_back(var_ref(o));
-    }
-    for (const TensorId sv : n.saved) {
-      c.saved.push_back(tensor_ref(sv));
-    }
-    if (counts != n.counts_parameter_uses) {
-      return nullptr;
-    }
-    out->nodes.push_back(std::move(c));
-  }
-  if (expected != t.m_pending_parameter_uses) {
+  if (!encode_nodes(t.m_nodes, before.nodes, t.m_vars, token, layer, refs, expected, out->nodes) ||
+      expected != t.m_pending_parameter_uses) {
     return nullptr;
   }
   out->external_states = var_states(t.m_vars, external_vars);  // as at the start: var_fields unchanged
   out->output = static_cast<std::uint32_t>(output - before.vars);
-  out->current_op = op_ref(t.m_current_op);
-  if (!ok) {
+  out->current_op = refs.op(t.m_current_op);
+  if (!refs.ok) {
     return nullptr;
   }
   return out;
@@ -505,114 +690,33 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
   EagerTape& t = m_tape;
   OpGraph& g = t.m_graph;
   const std::string token = layer_token(layer);
-  const auto op_id = [&](const Ref& r, std::size_t base) {
-    return r.kind == Ref::Kind::kInternal ? static_cast<OpId>(base + r.value) : static_cast<OpId>(r.value);
-  };
-  const std::size_t ops = g.op_count();
-  const std::size_t tensors = g.tensors().size();
-  const std::size_t vars = t.m_vars.size();
-  const std::size_t nodes = t.m_nodes.size();
-  const auto tensor_id = [&](const Ref& r) {
-    switch (r.kind) {
-      case Ref::Kind::kInternal:
-        return static_cast<TensorId>(tensors + r.value);
-      case Ref::Kind::kExternal:
-        return externals[r.value];
-      case Ref::Kind::kLiteral:
-        break;
-    }
-    return static_cast<TensorId>(r.value);
-  };
-  const auto var_id = [&](const Ref& r) {
-    return r.kind == Ref::Kind::kInternal ? static_cast<VarId>(vars + r.value) : external_vars[r.value];
-  };
+  const Rebase at{g.op_count(),     g.tensors().size(), t.m_vars.size(),
+                  t.m_nodes.size(), externals,          external_vars};
   for (const Template::OpCode& c : tmpl.ops) {
-    Op op;
-    op.name = decode_name(c.name, token);
-    op.kind = c.kind;
-    op.step = c.step;
-    op.micro_batch = c.micro_batch;
-    op.layer = decode_layer(c.layer, layer);
-    op.phase = c.phase;
-    op.flops = c.flops;
-    op.bytes_moved = c.bytes_moved;
-    op.stream = c.stream;
-    op.host_waits_for = op_id(c.host_waits_for, ops);
-    op.stream_waits_for = op_id(c.stream_waits_for, ops);
-    op.comm_bytes = c.comm_bytes;
-    g.add_op(std::move(op));
+    g.add_op(decode_op(c, token, layer, at));
   }
   for (const Template::TensorCode& c : tmpl.tensors) {
-    Tensor x;
-    x.name = decode_name(c.name, token);
-    x.size_bytes = c.size_bytes;
-    x.dtype = c.dtype;
-    x.category = c.category;
-    x.producer = static_cast<OpId>(ops + c.producer);
-    if (c.consumed_by_producer) {
-      x.consumers.push_back(x.producer);
-    }
-    x.persistent = c.persistent;
-    x.layer = decode_layer(c.layer, layer);
-    x.record_stream = c.record_stream;
-    x.graph_pool = c.graph_pool;
-    g.add_tensor(std::move(x));
+    g.add_tensor(decode_tensor(c, token, layer, at));
     t.m_refs.push_back(c.refs);
     t.m_freed.push_back(c.freed);
   }
   for (const Template::EdgeCode& c : tmpl.edges) {
-    g.add_consumer(tensor_id(c.tensor), static_cast<OpId>(ops + c.op), c.kind);
+    g.add_consumer(at.tensor(c.tensor), static_cast<OpId>(at.ops + c.op), c.kind);
   }
   for (const Template::ExternalChange& c : tmpl.changes) {
-    const TensorId id = externals[c.index];
-    t.m_refs[id] += c.refs_delta;
-    if (!c.fields_changed) {
-      continue;
-    }
-    Tensor& x = g.tensor(id);
-    x.category = std::get<0>(c.after);
-    x.layer = decode_layer(std::get<1>(c.after), layer);
-    x.persistent = std::get<2>(c.after);
-    x.record_stream = std::get<3>(c.after);
-    x.graph_pool = std::get<4>(c.after);
+    apply_change(c, externals[c.index], layer, g, t.m_refs);
   }
   for (const Template::VarCode& c : tmpl.vars) {
-    EagerTape::Var v;
-    v.storage = tensor_id(c.storage);
-    v.shape = c.shape;
-    v.dtype = c.dtype;
-    v.requires_grad = c.requires_grad;
-    v.is_parameter = c.is_parameter;
-    v.view = c.view;
-    v.order = c.order;
-    v.node = c.node.kind == Ref::Kind::kInternal ? static_cast<int>(nodes + c.node.value) : -1;
-    v.name = decode_name(c.name, token);
-    t.m_vars.push_back(std::move(v));
+    t.m_vars.push_back(decode_var<EagerTape::Var>(c, token, at));
   }
   for (const Template::NodeCode& c : tmpl.nodes) {
     EagerTape::Node n;
-    n.name = decode_name(c.name, token);
-    n.kind = c.kind;
-    n.layer = decode_layer(c.layer, layer);
-    n.flops = c.flops;
-    for (const Ref& r : c.inputs) {
-      n.inputs.push_back(var_id(r));
-    }
-    std::vector<VarId> outputs;
-    for (const Ref& r : c.outputs) {
-      outputs.push_back(var_id(r));
-    }
-    for (const Ref& r : c.saved) {
-      n.saved.push_back(tensor_id(r));
-    }
-    n.offload = c.offload;
-    n.rule = c.rule.rule;
-    n.done = c.done;
+    const std::vector<VarId> outputs = decode_node(c, token, layer, at, n);
     t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
   }
-  t.m_current_op = op_id(tmpl.current_op, ops);
+  t.m_current_op = at.op(tmpl.current_op);
   g_stamped.fetch_add(1, std::memory_order_relaxed);
-  return static_cast<VarId>(vars + tmpl.output);
+  return static_cast<VarId>(at.vars + tmpl.output);
 }
 
 VarId LayerStamp::run(int layer, int key, const std::vector<VarId>& external_vars,

@@ -36,8 +36,12 @@
 // division, argsort's sorted values, and the D2H copy of the splits (host memory).
 #include "sim/models/torchtitan_moe.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
+#include "sim/core/checked.h"
+#include "sim/core/error.h"
 #include "sim/models/moe_tape_ops.h"
 #include "sim/models/transformer_parts.h"
 #include "sim/parallel/expert_parallel.h"
@@ -54,11 +58,21 @@ struct Routing {
   VarId sorted_scores = kNoVar;   // top_scores_experts_sorted, fp32 [A]
 };
 
+// A = T x top_k routed rows. T <= 2^32 (kMaxTokens, training_options.h) and top_k <= 4096 experts
+// (hf_config.cpp) keep it far inside int64; checked all the same, as every size from user input.
+std::int64_t routed_rows(std::int64_t tokens, std::int64_t top_k) {
+  const std::optional<std::int64_t> rows = checked_mul(tokens, top_k);
+  if (!rows) {
+    throw InputError(fmt::format("--batch x --seq: {} tokens x top-{} routed rows overflow", tokens, top_k));
+  }
+  return *rows;
+}
+
 // TokenChoiceTopKRouter.forward and TokenReorderer.forward.
 Routing route(EmitContext& c, const std::string& n, VarId flat, VarId gate_w, std::int64_t tokens) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
-  const std::int64_t E = c.model.moe.n_experts, k = c.model.moe.top_k, A = tokens * k;
+  const std::int64_t E = c.model.moe.n_experts, k = c.model.moe.top_k, A = routed_rows(tokens, k);
   const VarId logits = ops.linear(n + ".router.gate", flat, gate_w);
   const VarId logits32 = ops.to(n + ".router.to_float32", logits, DType::kFloat32);
   t.drop(logits);
@@ -161,7 +175,8 @@ VarId torchtitan_moe(EmitContext& c, int layer, VarId x) {
   const MoeConfig& moe = c.model.moe;
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const std::string n = layer_name(layer, "moe");
-  const std::int64_t H = c.model.d_model, T = c.options.batch * c.options.seq, k = moe.top_k, A = T * k;
+  const std::int64_t H = c.model.d_model, T = c.options.batch * c.options.seq, k = moe.top_k;
+  const std::int64_t A = routed_rows(T, k);
   const ExpertLoad load = busiest_rank_load(T, moe, c.options.moe);
   const bool before = score_before_experts(c.model);
 

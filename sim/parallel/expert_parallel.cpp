@@ -90,7 +90,7 @@ namespace {
 void validate_routing(const ModelConfig& model, const MoeOptions& o) {
   if (!(o.imbalance >= 1.0 && o.imbalance <= 1e6)) {
     throw InputError(fmt::format(
-        "--moe-imbalance: {} is not >= 1 (the busiest expert's tokens over the mean)", o.imbalance));
+        "--moe-imbalance: {} is not in 1..1e6 (the busiest expert's tokens over the mean)", o.imbalance));
   }
   const MoeConfig& moe = model.moe;
   if (moe.n_experts == 0) {

@@ -1,8 +1,13 @@
 // The bounds `vramsim plan` prunes by before any simulation (plan.h): the model states every rank holds at
 // least. The bounds on speed (a family's fastest configuration, a block's largest micro-batch) are the
 // search's (Note [Bounds on speed], plan_search.cpp).
+#include <optional>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "sim/core/checked.h"
+#include "sim/core/error.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/parallel/tensor_parallel.h"
@@ -31,15 +36,24 @@ std::int64_t model_states_lower_bound(const PlanRequest& r, const PlanConfig& c)
     o = c.precision != "bf16" ? 8 : (master ? 12 : 4);
   }
   const std::int64_t n = data_parallel_degree(r, c);
+  // at most 16 B x 2^46 parameters (hf_config.cpp's kMaxParameters): far inside int64, checked all the same
+  const auto bytes_of = [&](std::int64_t per_parameter) {
+    const std::optional<std::int64_t> b = checked_mul(per_parameter, per_rank);
+    if (!b) {
+      throw InputError(
+          fmt::format("{}: {} parameters a rank: the model states' bytes overflow", r.model, per_rank));
+    }
+    return *b;
+  };
   std::int64_t bytes = 0;
   if (!c.fsdp.empty() || c.zero == 3) {
-    bytes = (p + p + o) * per_rank / n;
+    bytes = bytes_of(p + p + o) / n;
   } else if (c.zero == 2) {
-    bytes = p * per_rank + (p + o) * per_rank / n;
+    bytes = bytes_of(p) + bytes_of(p + o) / n;
   } else if (c.zero == 1) {
-    bytes = (p + p) * per_rank + o * per_rank / n;
+    bytes = bytes_of(p + p) + bytes_of(o) / n;
   } else {
-    bytes = (p + p + o) * per_rank;
+    bytes = bytes_of(p + p + o);
   }
   return bytes;
 }

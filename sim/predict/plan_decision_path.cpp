@@ -15,79 +15,54 @@
 
 namespace vramsim::plan_detail {
 
-void decide(const PlanRequest& r, PlanResult& out) {
-  const std::int64_t local_batch = r.global_batch / r.gpus;
-  std::map<std::string, PlanEvaluation> cache;
-  const auto eval_cached = [&](const PlanConfig& c) {
-    auto it = cache.find(key_of(c));
-    if (it == cache.end()) {
-      it = cache.emplace(key_of(c), evaluate(r, c, out.limit_bytes)).first;
+namespace {
+
+// The decision path's state: the configuration reached so far and the predictions made (one per distinct
+// configuration). Each lever method tries its settings in order and returns true once the run fits.
+class DecisionPath {
+ public:
+  DecisionPath(const PlanRequest& r, PlanResult& out)
+      : m_r(r), m_out(out), m_local_batch(r.global_batch / r.gpus) {
+    m_state.precision = "fp32";
+    m_state.micro_batch = m_local_batch;
+  }
+
+  bool baseline() { return step("baseline", describe(m_state), m_state); }
+
+  bool mixed_precision() {
+    Options options;
+    for (const char* p : {"amp-bf16", "bf16"}) {
+      options.emplace_back(p, with([p](PlanConfig& c) { c.precision = p; }));
     }
-    return it->second;
-  };
-  PlanConfig state;
-  state.precision = "fp32";
-  state.micro_batch = local_batch;
-  const auto step = [&](const std::string& lever, const std::string& setting, const PlanConfig& c) {
-    out.decision_path.push_back(PlanStep{lever, setting, eval_cached(c)});
-    return out.decision_path.back().result.fits;
-  };
-  if (step("baseline", describe(state), state)) {
-    return;
+    return lever("mixed precision", options);
   }
-  // Each lever: its settings in order, from the cheapest in speed; a lever that did not make the run fit
-  // stays at its last setting the simulator accepted, the lever's strongest by design (bf16, which with the
-  // later levers holds 2 bytes a parameter where amp-bf16 holds 4; full sharding, FSDP2 last so that the
-  // layouts after it can add pipeline stages; the most model parallelism), which is not always the one that
-  // needed least at that point (bf16's fp32 master weights can need more than amp-bf16 while the optimizer is
-  // AdamW), and the next lever is added on top.
-  const auto lever = [&](const std::string& name,
-                         const std::vector<std::pair<std::string, PlanConfig>>& options) {
-    for (const auto& [setting, c] : options) {
-      if (step(name, setting, c)) {
-        return true;
-      }
-      if (out.decision_path.back().result.error.empty()) {
-        state = c;
-      }
+
+  bool micro_batch() {
+    Options options;
+    const std::int64_t local_batch = m_local_batch;
+    std::vector<std::int64_t> micros = divisors(local_batch);
+    for (auto it = micros.rbegin() + 1; it < micros.rend(); ++it) {
+      const std::int64_t m = *it;
+      options.emplace_back(fmt::format("micro-batch {} x {} accumulation", m, local_batch / m),
+                           with([m, local_batch](PlanConfig& c) {
+                             c.micro_batch = m;
+                             c.grad_accumulation = static_cast<int>(local_batch / m);
+                           }));
     }
-    return false;
-  };
-  const auto with = [&state](const std::function<void(PlanConfig&)>& f) {
-    PlanConfig c = state;
-    f(c);
-    return c;
-  };
-  std::vector<std::pair<std::string, PlanConfig>> options;
-  for (const char* p : {"amp-bf16", "bf16"}) {
-    options.emplace_back(p, with([p](PlanConfig& c) { c.precision = p; }));
+    return lever("micro-batch with accumulation", options);
   }
-  if (lever("mixed precision", options)) {
-    return;
+
+  bool checkpointing() {
+    Options options;
+    for (const char* ck : {"selective-op", "full"}) {
+      options.emplace_back(std::string("checkpointing ") + ck,
+                           with([ck](PlanConfig& c) { c.checkpointing = ck; }));
+    }
+    return lever("activation checkpointing", options);
   }
-  options.clear();
-  std::vector<std::int64_t> micros = divisors(local_batch);
-  for (auto it = micros.rbegin() + 1; it < micros.rend(); ++it) {
-    const std::int64_t m = *it;
-    options.emplace_back(fmt::format("micro-batch {} x {} accumulation", m, local_batch / m),
-                         with([m, local_batch](PlanConfig& c) {
-                           c.micro_batch = m;
-                           c.grad_accumulation = static_cast<int>(local_batch / m);
-                         }));
-  }
-  if (lever("micro-batch with accumulation", options)) {
-    return;
-  }
-  options.clear();
-  for (const char* ck : {"selective-op", "full"}) {
-    options.emplace_back(std::string("checkpointing ") + ck,
-                         with([ck](PlanConfig& c) { c.checkpointing = ck; }));
-  }
-  if (lever("activation checkpointing", options)) {
-    return;
-  }
-  if (r.gpus > 1) {
-    options.clear();
+
+  bool sharding() {
+    Options options;
     for (int z : {1, 2, 3}) {
       options.emplace_back(fmt::format("ZeRO-{}", z), with([z](PlanConfig& c) { c.zero = z; }));
     }
@@ -95,13 +70,15 @@ void decide(const PlanRequest& r, PlanResult& out) {
                            c.zero = 0;
                            c.fsdp = "fsdp2";
                          }));
-    if (lever("ZeRO stage / FSDP", options)) {
-      return;
-    }
-    // The parallel layouts after (1, 1), the micro-batch kept: the local batch grows as the data-parallel
-    // degree falls, so the accumulation does. A pipeline runs ZeRO-1 where the state has ZeRO-2/3
-    // (DeepSpeed's PipelineEngine), and one replica shards nothing.
-    options.clear();
+    return lever("ZeRO stage / FSDP", options);
+  }
+
+  // The parallel layouts after (1, 1), the micro-batch kept: the local batch grows as the data-parallel
+  // degree falls, so the accumulation does. A pipeline runs ZeRO-1 where the state has ZeRO-2/3
+  // (DeepSpeed's PipelineEngine), and one replica shards nothing.
+  bool parallel_layout() {
+    Options options;
+    const PlanRequest& r = m_r;
     const std::vector<Layout> all = layouts(r);
     for (auto it = all.begin() + 1; it < all.end(); ++it) {
       const Layout l = *it;
@@ -123,37 +100,98 @@ void decide(const PlanRequest& r, PlanResult& out) {
                              }
                            }));
     }
-    if (!options.empty() && lever("parallel layout", options)) {
-      return;
+    return !options.empty() && lever("parallel layout", options);
+  }
+
+  bool optimizer_8bit() {
+    return lever("8-bit optimizer",
+                 {{"adamw-8bit", with([](PlanConfig& c) { c.optimizer = "adamw-8bit"; })}});
+  }
+
+  bool adapters() {
+    Options options;
+    for (const char* a : {"lora", "qlora"}) {
+      if (allowed(m_r, a)) {
+        options.emplace_back(std::string(a == std::string("lora") ? "LoRA" : "QLoRA (nf4)"),
+                             with([a](PlanConfig& c) { c.adapters = a; }));
+      }
     }
+    return !options.empty() && lever("LoRA / QLoRA", options);
   }
-  options = {{"adamw-8bit", with([](PlanConfig& c) { c.optimizer = "adamw-8bit"; })}};
-  if (lever("8-bit optimizer", options)) {
-    return;
-  }
-  options.clear();
-  for (const char* a : {"lora", "qlora"}) {
-    if (allowed(r, a)) {
-      options.emplace_back(std::string(a == std::string("lora") ? "LoRA" : "QLoRA (nf4)"),
-                           with([a](PlanConfig& c) { c.adapters = a; }));
+
+  bool offload() {
+    if (!allowed(m_r, "offload")) {
+      return false;
     }
-  }
-  if (!options.empty() && lever("LoRA / QLoRA", options)) {
-    return;
-  }
-  if (allowed(r, "offload")) {
-    options = {{"offload activations", with([](PlanConfig& c) { c.offload = "activations"; })}};
-    if (!state.fsdp.empty()) {
+    Options options = {{"offload activations", with([](PlanConfig& c) { c.offload = "activations"; })}};
+    if (!m_state.fsdp.empty()) {
       options.emplace_back("offload parameters (FSDP CPUOffload)",
                            with([](PlanConfig& c) { c.offload = "params"; }));
-    } else if (state.pp == 1) {
+    } else if (m_state.pp == 1) {
       options.emplace_back("offload optimizer (ZeRO-Offload)", with([](PlanConfig& c) {
                              c.offload = "optimizer";
                              c.zero = std::max(c.zero, 2);
                            }));
     }
-    lever("offload", options);
+    return lever("offload", options);
   }
+
+ private:
+  using Options = std::vector<std::pair<std::string, PlanConfig>>;
+
+  PlanEvaluation eval_cached(const PlanConfig& c) {
+    auto it = m_cache.find(key_of(c));
+    if (it == m_cache.end()) {
+      it = m_cache.emplace(key_of(c), evaluate(m_r, c, m_out.limit_bytes)).first;
+    }
+    return it->second;
+  }
+
+  bool step(const std::string& lever, const std::string& setting, const PlanConfig& c) {
+    m_out.decision_path.push_back(PlanStep{lever, setting, eval_cached(c)});
+    return m_out.decision_path.back().result.fits;
+  }
+
+  // A lever that did not make the run fit stays at its last setting the simulator accepted, the lever's
+  // strongest by design (bf16, which with the later levers holds 2 bytes a parameter where amp-bf16 holds 4;
+  // full sharding, FSDP2 last so that the layouts after it can add pipeline stages; the most model
+  // parallelism), which is not always the one that needed least at that point (bf16's fp32 master weights
+  // can need more than amp-bf16 while the optimizer is AdamW), and the next lever is added on top.
+  bool lever(const std::string& name, const Options& options) {
+    for (const auto& [setting, c] : options) {
+      if (step(name, setting, c)) {
+        return true;
+      }
+      if (m_out.decision_path.back().result.error.empty()) {
+        m_state = c;
+      }
+    }
+    return false;
+  }
+
+  // The state reached so far with `f` applied: the settings of a lever are built before it runs, from the
+  // state the previous levers left.
+  PlanConfig with(const std::function<void(PlanConfig&)>& f) const {
+    PlanConfig c = m_state;
+    f(c);
+    return c;
+  }
+
+  const PlanRequest& m_r;
+  PlanResult& m_out;
+  const std::int64_t m_local_batch;
+  std::map<std::string, PlanEvaluation> m_cache;
+  PlanConfig m_state;
+};
+
+}  // namespace
+
+void decide(const PlanRequest& r, PlanResult& out) {
+  DecisionPath path(r, out);
+  // The levers in the order of their cost in speed; the first that makes the run fit ends the path.
+  (void)(path.baseline() || path.mixed_precision() || path.micro_batch() || path.checkpointing() ||
+         (r.gpus > 1 && (path.sharding() || path.parallel_layout())) || path.optimizer_8bit() ||
+         path.adapters() || path.offload());
 }
 
 }  // namespace vramsim::plan_detail

@@ -787,8 +787,9 @@ FitVary parse_fit_vary(std::string_view text, std::string_view option) {
     return FitVary::kSeq;
   }
   throw InputError(
-      fmt::format("{}: unknown value '{}' (expected batch or seq; max-model-len, max-num-seqs or "
-                  "gpu-memory-utilization with --kv-cache paged)",
+      fmt::format("{}: unknown value '{}' (expected batch or seq; max-model-len, max-num-seqs, "
+                  "gpu-memory-utilization or tp with --kv-cache paged; mem-fraction-static with "
+                  "--serving-engine sglang)",
                   option, text));
 }
 

@@ -8,52 +8,22 @@
 #include <string>
 
 #include "graph/graph_test_util.h"
+#include "graph/moe_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/expert_parallel.h"
-#include "test_paths.h"
 
 using namespace vramsim;
 using Catch::Matchers::Contains;
+using test::bytes_named;
+using test::tiny_mixtral;
 
 namespace {
 
-// A Mixtral-shaped model (real config.json, then shrunk): d 64, expert ff 96, 8 experts, top-2, 1 layer.
-ModelConfig tiny_mixtral() {
-  ModelConfig m = load_model(
-      (test::source_dir() / "tests" / "data" / "hf_configs" / "mistralai__Mixtral-8x7B-v0.1.config.json")
-          .string());
-  m.vocab_size = 512;
-  m.d_model = 64;
-  m.n_layers = 1;
-  m.n_heads = 4;
-  m.n_kv_heads = 4;
-  m.head_dim = 16;
-  m.d_ff = m.moe.expert_d_ff = 96;
-  return m;
-}
-
 // batch 2 x seq 32 = 64 tokens, fp32, one forward-and-backward step, Megatron's MoE over `ep` of 4 DDP ranks.
 TrainingOptions megatron_options(int ep, double imbalance) {
-  TrainingOptions o = test::small_options();
-  o.steps = 1;
-  o.moe.impl = MoeImpl::kMegatron;
-  o.moe.expert_parallel = ep;
-  o.moe.imbalance = imbalance;
-  o.data_parallel.scheme = "ddp";
-  o.data_parallel.world_size = 4;
-  return o;
-}
-
-Bytes bytes_named(const OpGraph& g, const std::string& name) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.name == name) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
+  return test::moe_options(MoeImpl::kMegatron, ep, imbalance, "ddp", 4);
 }
 
 }  // namespace
@@ -199,9 +169,9 @@ TEST_CASE("DeepseekV3MoE: the fp32 router input and weight, fp32 accumulator and
   // final_hidden_states = zeros_like(hidden_states, dtype=topk_weights.dtype) (fp32), weighted_output =
   // expert_output (bf16) * expert_weights (fp32) -> fp32. Shrunk DeepSeek-V3: d 64, 8 experts of 96, top-2,
   // one shared expert; 64 tokens in bf16, F = 1: 16 rows per expert.
-  ModelConfig m =
-      load_model((test::source_dir() / "tests" / "data" / "hf_configs" / "deepseek-ai__DeepSeek-V3.config.json")
-                     .string());
+  ModelConfig m = load_model(
+      (test::source_dir() / "tests" / "data" / "hf_configs" / "deepseek-ai__DeepSeek-V3.config.json")
+          .string());
   m.vocab_size = 512;
   m.d_model = 64;
   m.n_layers = 1;

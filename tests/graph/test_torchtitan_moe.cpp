@@ -11,69 +11,28 @@
 #include <string>
 
 #include "graph/graph_test_util.h"
+#include "graph/moe_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/torchtitan_moe.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/expert_parallel.h"
-#include "test_paths.h"
 
 using namespace vramsim;
 using Catch::Matchers::Contains;
+using test::bytes_matching;
+using test::bytes_named;
+using test::tiny_mixtral;
 
 namespace {
-
-// A Mixtral-shaped model (real config.json, then shrunk): d 64, expert ff 96, 8 experts, top-2, `layers`
-// layers, 4 heads of 16.
-ModelConfig tiny_mixtral(int layers = 1) {
-  ModelConfig m = load_model(
-      (test::source_dir() / "tests" / "data" / "hf_configs" / "mistralai__Mixtral-8x7B-v0.1.config.json")
-          .string());
-  m.vocab_size = 512;
-  m.d_model = 64;
-  m.n_layers = layers;
-  m.n_heads = 4;
-  m.n_kv_heads = 4;
-  m.head_dim = 16;
-  m.d_ff = m.moe.expert_d_ff = 96;
-  return m;
-}
 
 // batch 2 x seq 32 = 64 tokens; bf16 compute over fp32 sharded parameters (torchtitan's
 // MixedPrecisionPolicy); torchtitan's MoE with expert parallelism `ep` over FSDP2 on 8 ranks.
 TrainingOptions torchtitan_options(int ep, double imbalance) {
-  TrainingOptions o = test::small_options();
-  o.steps = 1;
+  TrainingOptions o = test::moe_options(MoeImpl::kTorchtitan, ep, imbalance, "fsdp2-full-shard", 8);
   o.precision = Precision::kBf16;
   o.master_weights = MasterWeights::kFp32;
-  o.moe.impl = MoeImpl::kTorchtitan;
-  o.moe.expert_parallel = ep;
-  o.moe.imbalance = imbalance;
-  o.data_parallel.scheme = "fsdp2-full-shard";
-  o.data_parallel.world_size = 8;
   return o;
-}
-
-Bytes bytes_named(const OpGraph& g, const std::string& name) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.name == name) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
-}
-
-// The bytes of the tensors whose name holds both `part` and `suffix` at its end.
-Bytes bytes_matching(const OpGraph& g, const std::string& part, const std::string& suffix) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.name.find(part) != std::string::npos && t.name.size() >= suffix.size() &&
-        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
 }
 
 }  // namespace

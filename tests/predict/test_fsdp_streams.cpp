@@ -233,6 +233,28 @@ TEST_CASE("FSDP2 as torchtitan applies it: the last decoder layer is not reshard
   };
   CHECK(gathers(resharded_trace) == 2U * kLayers);
   CHECK(gathers(kept_trace) == 2U * kLayers - 1U);
+  // And the one all-gather saved is the last layer's: the trace names each allocation's op
+  // (layers.<l>.fsdp.all_gather_copy_in), and every other layer is gathered twice, layer 21 once.
+  const auto gathers_by_layer = [](const Snapshot& trace) {
+    std::map<std::string, int> n;
+    for (const TraceEvent& e : trace.device_traces.at(0).events) {
+      if (e.action == TraceAction::kAlloc && static_cast<std::int64_t>(e.size_bytes) == kLayerUnsharded &&
+          e.stream == StreamId{3} && e.op_tag != kNoTag) {
+        ++n[trace.strings.at(e.op_tag)];
+      }
+    }
+    return n;
+  };
+  const auto gather_op = [](int layer) {
+    return "layers." + std::to_string(layer) + ".fsdp.all_gather_copy_in";
+  };
+  std::map<std::string, int> expected;
+  for (int l = 0; l < kLayers; ++l) {
+    expected[gather_op(l)] = 2;
+  }
+  CHECK(gathers_by_layer(resharded_trace) == expected);
+  expected[gather_op(kLayers - 1)] = 1;
+  CHECK(gathers_by_layer(kept_trace) == expected);
 }
 
 TEST_CASE("fsdp2 last-layer flag: errors name the option", "[quick][predict]") {
