@@ -33,7 +33,7 @@ std::string refusal(std::string_view conf, TorchVersion version) {
 
 }  // namespace
 
-TEST_CASE("parse_torch_version: X.Y with a patch, local or pre-release part; the modelled range",
+TEST_CASE("parse_torch_version: X.Y with a patch, local or pre-release part, and the modelled range",
           "[quick][alloc][torch-version]") {
   CHECK(parse_torch_version("2.6", "v") == TorchVersion{2, 6});
   CHECK(parse_torch_version("2.6.0+cu124", "v") == TorchVersion{2, 6});  // torch.__version__ of a wheel
