@@ -48,6 +48,7 @@
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "traces/pickle/pickle_reader.h"
+#include "traces/segment_blocks.h"
 #include "traces/trace_io.h"
 
 namespace vramsim {
@@ -338,13 +339,6 @@ class SnapshotReader {
       SnapshotBlock block;
       block.address = seg.address + offset;
       block.size_bytes = in_.uint(in_.require(obj, block_path, "size"), block_path / "size", kSizeLimit);
-      if (block.size_bytes == 0) {
-        in_.fail(block_path / "size", "a block cannot be empty");
-      }
-      if (block.size_bytes > seg.total_size_bytes - offset) {
-        in_.fail(block_path / "size", fmt::format("block ends at offset {}, past the segment's total_size {}",
-                                                  offset + block.size_bytes, seg.total_size_bytes));
-      }
       if (const std::optional<V> address = obj.find("address")) {
         const Bytes recorded = in_.uint(*address, block_path / "address", kAddressLimit);
         if (recorded != block.address) {
@@ -358,19 +352,12 @@ class SnapshotReader {
         block.requested_bytes = in_.uint(*requested, block_path / "requested_size", kSizeLimit);
       }
       block.state = read_state(in_.require(obj, block_path, "state"), block_path / "state");
-      offset += block.size_bytes;
-      if (block.state != BlockState::kInactive) {
-        seg.active_bytes += block.size_bytes;
-        seg.requested_bytes += block.requested_bytes;
-        if (block.state == BlockState::kActiveAllocated) {
-          seg.allocated_bytes += block.size_bytes;
-        }
+      if (const std::string problem = append_segment_block(seg, block, offset); !problem.empty()) {
+        in_.fail(block_path / "size", problem);
       }
-      seg.blocks.push_back(block);
     }
-    if (offset != seg.total_size_bytes) {
-      in_.fail(path, fmt::format("block sizes add up to {}, but the segment's total_size is {}", offset,
-                                 seg.total_size_bytes));
+    if (const std::string problem = segment_coverage_problem(seg, offset); !problem.empty()) {
+      in_.fail(path, problem);
     }
   }
 

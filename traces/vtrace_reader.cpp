@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "traces/segment_blocks.h"
 #include "traces/trace_io.h"
 #include "traces/utf8.h"
 #include "traces/vtrace_reader.h"
@@ -323,22 +324,9 @@ void VtraceReader::read_block() {
     fail(fmt::format("block at {:#x} does not start where the previous block of its segment ends ({:#x})",
                      block.address, seg.address + segment_offset_));
   }
-  if (block.size_bytes == 0) {
-    fail("a block cannot be empty");
+  if (const std::string problem = append_segment_block(seg, block, segment_offset_); !problem.empty()) {
+    fail(problem);
   }
-  if (block.size_bytes > seg.total_size_bytes - segment_offset_) {
-    fail(fmt::format("block {:#x} + {} extends past the end of its segment ({:#x})", block.address,
-                     block.size_bytes, seg.address + seg.total_size_bytes));
-  }
-  segment_offset_ += block.size_bytes;
-  if (block.state != BlockState::kInactive) {
-    seg.active_bytes += block.size_bytes;
-    seg.requested_bytes += block.requested_bytes;
-    if (block.state == BlockState::kActiveAllocated) {
-      seg.allocated_bytes += block.size_bytes;
-    }
-  }
-  seg.blocks.push_back(block);
 }
 
 void VtraceReader::close_segment() {
@@ -346,10 +334,9 @@ void VtraceReader::close_segment() {
     return;
   }
   segment_open_ = false;
-  const SnapshotSegment& seg = out_.segments.back();
-  if (segment_offset_ != seg.total_size_bytes) {
-    fail_at(segment_lines_.back(), fmt::format("the blocks of segment {:#x} cover {} of its {} bytes",
-                                               seg.address, segment_offset_, seg.total_size_bytes));
+  if (const std::string problem = segment_coverage_problem(out_.segments.back(), segment_offset_);
+      !problem.empty()) {
+    fail_at(segment_lines_.back(), problem);
   }
 }
 

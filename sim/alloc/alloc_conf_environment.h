@@ -26,9 +26,11 @@ struct AllocConfEnvironment {
   std::string cuda;
   std::string cuda_origin;
 };
-// nullopt when neither variable is set (pass std::getenv's results).
+// nullopt when neither variable is set (pass std::getenv's results). Releases before 2.9 read
+// PYTORCH_CUDA_ALLOC_CONF only (TorchRule::kAllocConfEnvironment): PYTORCH_ALLOC_CONF alone is then nullopt.
 std::optional<AllocConfEnvironment> alloc_conf_environment(const char* alloc_conf,
-                                                           const char* cuda_alloc_conf);
+                                                           const char* cuda_alloc_conf,
+                                                           TorchVersion version = kNewestModelledTorch);
 CachingConfig parse_alloc_conf_environment(const AllocConfEnvironment& e, const CachingConfig& base = {});
 
 }  // namespace vramsim

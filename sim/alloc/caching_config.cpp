@@ -103,7 +103,20 @@ bool one_of(std::string_view key, const auto& keys) {
 // ConfigTokenizer's accessors with PyTorch's failures as InputError "<origin>: <key>: <PyTorch's reason>".
 class Parser {
  public:
-  Parser(std::string_view conf, std::string_view origin) : m_tok(tokenize(conf)), m_origin(origin) {}
+  Parser(std::string_view conf, std::string_view origin, TorchVersion version)
+      : m_tok(tokenize(conf)), m_origin(origin), m_version(version) {}
+
+  TorchVersion version() const { return m_version; }
+  // A key the release does not know yet: its parser's "Unrecognized CachingAllocator option" (every release
+  // before 2.9 has one parser, CUDAAllocatorConfig::parseArgs, which refuses what it does not know).
+  void require_release_has(std::string_view key, TorchRule rule) const {
+    if (!torch_has(m_version, rule)) {
+      const TorchRuleInfo& info = torch_rule_info(rule);
+      fail(key,
+           fmt::format("Unrecognized CachingAllocator option: {} (PyTorch {}; the key arrived in {}: {})",
+                       key, m_version.text(), info.since.text(), info.source));
+    }
+  }
 
   [[noreturn]] void fail(std::string_view key, std::string_view why) const {
     throw InputError(fmt::format("{}: {}: {}", m_origin, key.empty() ? "alloc-conf" : key, why));
@@ -173,6 +186,7 @@ class Parser {
  private:
   std::vector<std::string> m_tok;
   std::string_view m_origin;
+  TorchVersion m_version;
 };
 
 // AcceleratorAllocatorConfig::parseRoundUpPower2Divisions; `i` is the key's index, the value's is returned.
@@ -186,6 +200,13 @@ std::size_t parse_divisions(const Parser& p, std::size_t i, CachingConfig& cfg) 
     }
     cfg.roundup_power2_divisions.fill(v);
     return i;
+  }
+  if (!torch_has(p.version(), TorchRule::kRoundupDivisionsList)) {
+    // Before 2.0 the value is read with std::stoi, which throws on the '['.
+    const TorchRuleInfo& info = torch_rule_info(TorchRule::kRoundupDivisionsList);
+    p.fail(key, fmt::format("'[' is not an integer (std::stoi: invalid_argument; PyTorch {} has only the "
+                            "single-number form, the list arrived in {}: {})",
+                            p.version().text(), info.since.text(), info.source));
   }
   bool first = true;
   std::size_t last_index = 0;
@@ -229,18 +250,41 @@ std::size_t parse_divisions(const Parser& p, std::size_t i, CachingConfig& cfg) 
 }
 
 // max_split_size_mb / max_non_split_rounding_mb: at least kLargeBuffer / kMB = 20, clamped to SIZE_MAX / kMB.
+// Before 2.9 (CUDAAllocatorConfig::parseMaxSplitSize) the value must exceed 20.
 Bytes megabytes(const Parser& p, std::size_t i, std::string_view key) {
   const std::uint64_t mb = p.size_t_at(i, key);
+  if (!torch_has(p.version(), TorchRule::kSplitSizeMinimumInclusive) && mb <= 20) {
+    p.fail(key, fmt::format("CachingAllocator option {} too small, must be > 20 (got {}; PyTorch {}, >= 20 "
+                            "from {})",
+                            key, mb, p.version().text(),
+                            torch_rule_info(TorchRule::kSplitSizeMinimumInclusive).since.text()));
+  }
   if (mb < 20) {
     p.fail(key, fmt::format("CachingAllocator option {} too small, must be >= 20 (got {})", key, mb));
   }
   return std::min<std::uint64_t>(mb, std::numeric_limits<std::uint64_t>::max() / kMiB) * kMiB;
 }
 
+// The keys that arrived after the oldest modelled release (torch_version.h).
+void require_key_in_release(const Parser& p, std::string_view key) {
+  if (key == "garbage_collection_threshold") {
+    p.require_release_has(key, TorchRule::kGarbageCollectionThresholdKey);
+  } else if (key == "roundup_power2_divisions") {
+    p.require_release_has(key, TorchRule::kRoundupDivisionsKey);
+  } else if (key == "expandable_segments") {
+    p.require_release_has(key, TorchRule::kExpandableSegmentsKey);
+  } else if (key == "max_non_split_rounding_mb") {
+    p.require_release_has(key, TorchRule::kMaxNonSplitRoundingKey);
+  } else if (key == "pinned_use_cuda_host_register" || key == "pinned_num_register_threads") {
+    p.require_release_has(key, TorchRule::kPinnedRegisterKeys);
+  }
+}
+
 // AcceleratorAllocatorConfig::parseArgs: the device-generic keys; the others are skipped unread.
 void parse_generic(const Parser& p, CachingConfig& cfg) {
   for (std::size_t i = 0; i < p.size(); i++) {
     const std::string key = p.at(i, "");
+    require_key_in_release(p, key);
     if (key == "max_split_size_mb" || key == "max_non_split_rounding_mb") {
       p.separator(++i, key);
       (key == "max_split_size_mb" ? cfg.max_split_size_bytes : cfg.max_non_split_rounding_bytes) =
@@ -273,6 +317,7 @@ void parse_generic(const Parser& p, CachingConfig& cfg) {
 void parse_cuda(const Parser& p, CachingConfig& cfg) {
   for (std::size_t i = 0; i < p.size(); i++) {
     const std::string key = p.at(i, "");
+    require_key_in_release(p, key);
     if (key == "backend") {
       p.separator(++i, key);
       const std::string& v = p.at(++i, key);
@@ -339,13 +384,46 @@ CachingConfig parse_alloc_conf_pair(std::string_view generic, std::string_view g
   cfg.roundup_power2_divisions.fill(0);
   cfg.garbage_collection_threshold = 0.0;
   cfg.text = generic == cuda ? std::string(generic) : fmt::format("{} | {}", generic, cuda);
-  parse_generic(Parser(generic, generic_origin), cfg);
-  parse_cuda(Parser(cuda, cuda_origin), cfg);
+  parse_generic(Parser(generic, generic_origin, cfg.torch_version), cfg);
+  parse_cuda(Parser(cuda, cuda_origin, cfg.torch_version), cfg);
   return cfg;
 }
 
+CachingConfig with_torch_version(CachingConfig config, TorchVersion version, std::string_view origin) {
+  config.torch_version = version;
+  auto refuse = [&](TorchRule rule, std::string_view what) {
+    const TorchRuleInfo& info = torch_rule_info(rule);
+    throw InputError(fmt::format("{}: PyTorch {} has no {} (it arrived in {}: {})", origin, version.text(),
+                                 what, info.since.text(), info.source));
+  };
+  if (config.expandable_segments && !torch_has(version, TorchRule::kExpandableSegmentsKey)) {
+    refuse(TorchRule::kExpandableSegmentsKey, "expandable segments");
+  }
+  if (config.max_non_split_rounding_bytes != 20 * kMiB &&
+      !torch_has(version, TorchRule::kMaxNonSplitRoundingKey)) {
+    refuse(TorchRule::kMaxNonSplitRoundingKey, "max_non_split_rounding_mb");
+  }
+  const auto& d = config.roundup_power2_divisions;
+  const bool uniform = std::all_of(d.begin(), d.end(), [&d](std::uint64_t v) { return v == d.front(); });
+  if (!uniform && !torch_has(version, TorchRule::kRoundupDivisionsList)) {
+    refuse(TorchRule::kRoundupDivisionsList, "per-interval roundup_power2_divisions");
+  }
+  if (d.front() != 0 && !torch_has(version, TorchRule::kRoundupDivisionsKey)) {
+    refuse(TorchRule::kRoundupDivisionsKey, "roundup_power2_divisions");
+  }
+  if (config.garbage_collection_threshold > 0.0 &&
+      !torch_has(version, TorchRule::kGarbageCollectionThresholdKey)) {
+    refuse(TorchRule::kGarbageCollectionThresholdKey, "garbage_collection_threshold");
+  }
+  return config;
+}
+
 std::optional<AllocConfEnvironment> alloc_conf_environment(const char* alloc_conf,
-                                                           const char* cuda_alloc_conf) {
+                                                           const char* cuda_alloc_conf,
+                                                           TorchVersion version) {
+  if (!torch_has(version, TorchRule::kAllocConfEnvironment)) {
+    alloc_conf = nullptr;  // CUDAAllocatorConfig::instance() before 2.9: getenv("PYTORCH_CUDA_ALLOC_CONF")
+  }
   if (alloc_conf == nullptr && cuda_alloc_conf == nullptr) {
     return std::nullopt;
   }

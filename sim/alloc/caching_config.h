@@ -5,9 +5,10 @@
 //
 // Version: the rules follow PyTorch 2.5-2.6 (the releases that recorded the real snapshots we validate on),
 // which differ from the older eb42ad6 reading in spec §11 in: roundup_power2_divisions:1 means "off" (plain
-// 512-byte rounding), max_split_size_mb must be >= 20, max_non_split_rounding_mb exists, and GC / RA skip
-// expandable blocks. What is refused, and why, follows the newest parsers (AcceleratorAllocatorConfig and
-// CUDAAllocatorConfig of PyTorch 2.9+), whose messages vramsim repeats.
+// 512-byte rounding), max_non_split_rounding_mb exists, and GC / RA skip expandable blocks. What is refused,
+// and why, follows the newest parsers (AcceleratorAllocatorConfig and CUDAAllocatorConfig of PyTorch 2.9+),
+// whose messages vramsim repeats; `torch_version` (the base's, in parse_alloc_conf) turns on the rules of an
+// older release where they differ (torch_version.h lists each difference and its source).
 #pragma once
 
 #include <array>
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/alloc/torch_version.h"
 #include "sim/core/types.h"
 
 namespace vramsim {
@@ -31,7 +33,8 @@ struct CachingConfig {
   bool expandable_segments = false;
   std::array<std::uint64_t, kRoundupIntervals> roundup_power2_divisions{};  // 0 = no power-of-two rounding
   double per_process_memory_fraction = 0.0;  // 0 = not set (newer releases accept it as a config key)
-  std::string text;                          // the string this came from, for reports
+  TorchVersion torch_version = kNewestModelledTorch;  // whose rules parse and run (torch_version.h)
+  std::string text;                                   // the string this came from, for reports
 
   bool operator==(const CachingConfig&) const = default;
 };
@@ -58,6 +61,12 @@ const std::vector<CachingOption>& caching_options();
 // which PyTorch accepts, are refused as not modelled.
 CachingConfig parse_alloc_conf(std::string_view conf, std::string_view origin,
                                const CachingConfig& base = {});
+
+// The same settings under another release's rules: `config` with torch_version = `version`, or InputError
+// ("<origin>: PyTorch X.Y has no ...") where `config` uses something that release does not have (expandable
+// segments before 2.1, a divisions table that only the list form writes before 2.0, a G5 tolerance other
+// than 20 MiB before 2.6). For settings read from a snapshot, whose string was already parsed by PyTorch.
+CachingConfig with_torch_version(CachingConfig config, TorchVersion version, std::string_view origin);
 
 // The recorded-settings form of a divisions table as the index used by round_size.
 std::size_t roundup_interval_index(Bytes size_bytes);

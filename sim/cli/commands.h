@@ -66,6 +66,9 @@ std::string json_text(const Json& j) {
 // The model, device and training flags of predict, fit, compare and sweep (predict_command.cpp). `alloc_conf`
 // receives --alloc-conf; copy it into `a` when the option was given.
 void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf);
+// --torch-version X.Y (sim/alloc/torch_version.h) of replay and of the request options, into `text`; parse it
+// with parse_torch_version(text, "--torch-version").
+void add_torch_version_option(CLI::App* cmd, std::string& text);
 
 // The device compare and sweep run every policy on (compare_command.cpp): --gpu's memory less its CUDA
 // context, or --capacity, or unlimited. Throws InputError on an unknown GPU or a bad/zero --capacity.

@@ -37,6 +37,13 @@ struct CompareArgs {
   std::string html;
 };
 
+std::optional<TorchVersion> compare_torch_version(const CompareArgs& args) {
+  if (args.request.torch_version.empty()) {
+    return std::nullopt;
+  }
+  return parse_torch_version(args.request.torch_version, "--torch-version");
+}
+
 std::string b(std::int64_t v) { return format_bytes_short(static_cast<Bytes>(v < 0 ? 0 : v)); }
 
 // "unlimited", "4.00 GiB", or "H100-80GB (78.72 GiB for the allocator after a 500.00 MiB CUDA context)".
@@ -121,6 +128,7 @@ RankRun run_rank(const std::string& file, const std::vector<const PolicyEntry*>&
   options.capacity_bytes = capacity_bytes;
   ReplayOptions ro;
   ro.alloc_conf = args.request.alloc_conf;
+  ro.torch_version = compare_torch_version(args);
   std::string origin;
   options.config = resolve_config(snapshot, ro, origin);
   const TraceRequests recording = trace_requests(snapshot, -1, options.config);
@@ -237,6 +245,7 @@ int run_compare(CompareArgs& args) {
     // A recording's own allocator settings apply to the native policies, as in `vramsim replay`.
     ReplayOptions ro;
     ro.alloc_conf = args.request.alloc_conf;
+    ro.torch_version = compare_torch_version(args);
     std::string origin;
     options.config = resolve_config(snapshot, ro, origin);
     recording = trace_requests(snapshot, -1, options.config);
@@ -248,8 +257,9 @@ int run_compare(CompareArgs& args) {
       throw InputError("--seq: a positive sequence length is required with --model");
     }
     const PredictRequest request = make_request(args.request, /*require_device=*/false);
-    options.config =
-        request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
+    CachingConfig base;
+    base.torch_version = request.torch_version;
+    options.config = request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf", base) : base;
     DynamicRun run = fixed_shape_run(request.model, request.options);
     generated = std::move(run.sequence);
     options.step_ends = std::move(run.step_ends);
@@ -363,7 +373,7 @@ void add_compare_command(CLI::App& app, std::function<int()>& run) {
       "FILE", args.files,
       "snapshot (.pickle / .json / .vtrace), or several (or a folder): the ranks of one job, each "
       "policy's largest peak over them; or use --model");
-  add_request_options(cmd, args.request, args.alloc_conf);
+  add_request_options(cmd, args.request, args.alloc_conf);  // --torch-version among them
   cmd->get_option("--model")->required(false);
   cmd->get_option("--seq")->required(false);
   args.request.seq = 0;

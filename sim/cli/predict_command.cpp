@@ -122,6 +122,7 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_flag("--inference", a.inference,
                 "forward passes under torch.no_grad()/inference_mode(): nothing saved for backward");
   cmd->add_option("--alloc-conf", alloc_conf, "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax");
+  add_torch_version_option(cmd, a.torch_version);
   cmd->add_option("--module-loading", a.module_loading,
                   "lazy|eager: how CUDA loads kernels (eager: CUDA < 11.7, PyTorch <= 1.12, or "
                   "CUDA_MODULE_LOADING=EAGER); sets the CUDA context figure")

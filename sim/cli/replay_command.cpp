@@ -30,6 +30,7 @@ struct ReplayArgs {
   int device = -1;
   std::string alloc_conf;
   bool alloc_conf_given = false;
+  std::string torch_version;
   std::string capacity;
   bool check = false;
   bool stats = false;
@@ -72,6 +73,8 @@ nlohmann::ordered_json to_json(const ReplayResult& r, const ReplayArgs& a, bool 
   j["policy"] = r.policy;
   j["alloc_conf"] = r.config.text;
   j["alloc_conf_origin"] = r.config_origin;
+  j["torch_version"] = r.config.torch_version.text();
+  j["torch_version_origin"] = r.torch_version_origin;
   j["starts_mid_run"] = r.starts_mid_run;
   j["reserved_at_start_bytes"] = r.reserved_at_start_bytes;
   j["inferred_block_sizes"] = r.guessed_block_sizes;
@@ -176,6 +179,9 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical,
     fmt::print("start state      empty allocator\n");
   }
   fmt::print("allocator        {} \"{}\" ({})\n", r.policy, r.config.text, r.config_origin);
+  if (r.torch_version_origin == "--torch-version") {  // the default (newest modelled) is not repeated
+    fmt::print("torch version    {} (--torch-version)\n", r.config.torch_version.text());
+  }
   fmt::print("peak allocated   {}\n", bytes_and_human(r.peaks.peak_allocated_bytes));
   fmt::print("peak reserved    {}\n", bytes_and_human(r.peaks.peak_reserved_bytes));
   fmt::print("peak active      {}\n", bytes_and_human(r.peaks.peak_active_bytes));
@@ -366,6 +372,15 @@ int replay_ranks(const std::vector<std::string>& files, const ReplayOptions& opt
 
 }  // namespace
 
+void add_torch_version_option(CLI::App* cmd, std::string& text) {
+  cmd->add_option(
+      "--torch-version", text,
+      fmt::format("the PyTorch release whose caching-allocator rules apply, {} to {} (default: the "
+                  "newest, {}: snapshots do not record their release); docs/replay.md lists what "
+                  "differs",
+                  kOldestModelledTorch.text(), kNewestModelledTorch.text(), kNewestModelledTorch.text()));
+}
+
 void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult* result) {
   static ReplayArgs args;
   args = ReplayArgs{};
@@ -383,6 +398,7 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
   cmd->add_option(
       "--alloc-conf", args.alloc_conf,
       "allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (default: the snapshot's allocator_settings)");
+  add_torch_version_option(cmd, args.torch_version);
   cmd->add_option(
       "--capacity", args.capacity,
       "device memory available to the allocator, e.g. 80GiB (default: follow the recorded cudaMalloc "
@@ -412,6 +428,9 @@ void add_replay_command(CLI::App& app, std::function<int()>& run, CommandResult*
       options.device = args.device;
       if (args.alloc_conf_given) {
         options.alloc_conf = args.alloc_conf;
+      }
+      if (!args.torch_version.empty()) {
+        options.torch_version = parse_torch_version(args.torch_version, "--torch-version");
       }
       if (!args.capacity.empty()) {
         options.capacity_bytes = parse_size(args.capacity, "--capacity");

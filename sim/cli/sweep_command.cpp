@@ -268,8 +268,10 @@ int run_sweep(SweepArgs& args) {
   } else if (!base.capacity.empty()) {
     report.device = b(static_cast<std::int64_t>(target.capacity_bytes));
   }
+  CachingConfig versioned;
+  versioned.torch_version = request.torch_version;
   options.config =
-      request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf") : CachingConfig{};
+      request.alloc_conf ? parse_alloc_conf(*request.alloc_conf, "--alloc-conf", versioned) : versioned;
 
   report.shapes = draw_shapes(batch, seq, static_cast<std::size_t>(args.request.steps), args.seed);
   DynamicRun run = build_dynamic_run(request.model, request.options, report.shapes);

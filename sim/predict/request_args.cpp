@@ -524,8 +524,13 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     }
   }
   validate(o);
+  if (!a.torch_version.empty()) {
+    r.torch_version = parse_torch_version(a.torch_version, "--torch-version");
+  }
   if (a.alloc_conf) {
-    (void)parse_alloc_conf(*a.alloc_conf, "--alloc-conf");
+    CachingConfig base;
+    base.torch_version = r.torch_version;
+    (void)parse_alloc_conf(*a.alloc_conf, "--alloc-conf", base);
     r.alloc_conf = a.alloc_conf;
   }
   r.context.module_loading = parse_module_loading(a.module_loading);

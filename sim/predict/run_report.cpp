@@ -269,21 +269,25 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
 }
 
 CachingConfig run_alloc_config(const RunDevice& device) {
+  CachingConfig base;
+  base.torch_version = device.torch_version;
   if (device.alloc_conf) {
-    return parse_alloc_conf(*device.alloc_conf, "--alloc-conf");
+    return parse_alloc_conf(*device.alloc_conf, "--alloc-conf", base);
   }
-  return device.alloc_conf_environment ? parse_alloc_conf_environment(*device.alloc_conf_environment)
-                                       : CachingConfig{};
+  return device.alloc_conf_environment ? parse_alloc_conf_environment(*device.alloc_conf_environment, base)
+                                       : base;
 }
 
 MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
                            const std::optional<std::string>& alloc_conf,
-                           const std::optional<AllocConfEnvironment>& environment) {
+                           const std::optional<AllocConfEnvironment>& environment,
+                           TorchVersion torch_version) {
   PolicyRunOptions options;
   options.capacity_bytes = static_cast<Bytes>(p.allocator_capacity_bytes);
   RunDevice device;
   device.alloc_conf = alloc_conf;
   device.alloc_conf_environment = environment;
+  device.torch_version = torch_version;
   options.config = run_alloc_config(device);
   options.config.per_process_memory_fraction = 0.0;  // already in allocator_capacity_bytes (explain_run)
   return observe_workload_timeline(workload, options);

@@ -23,7 +23,8 @@ struct RunDevice {
   std::string gpu;           // GPU table name; empty = capacity_bytes
   Bytes capacity_bytes = 0;  // --capacity (no CUDA context counted)
   std::optional<std::string> alloc_conf;
-  ContextOptions context;  // --module-loading, --cuda-context
+  ContextOptions context;                             // --module-loading, --cuda-context
+  TorchVersion torch_version = kNewestModelledTorch;  // whose allocator rules parse alloc_conf and run
   // Without alloc_conf: the environment's PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, read as PyTorch reads
   // them (alloc_conf_environment.h), where the run is a script PyTorch would run in this environment (trace).
   std::optional<AllocConfEnvironment> alloc_conf_environment = std::nullopt;
@@ -47,6 +48,7 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
 // --perfetto). Throws InputError.
 MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
                            const std::optional<std::string>& alloc_conf,
-                           const std::optional<AllocConfEnvironment>& environment = std::nullopt);
+                           const std::optional<AllocConfEnvironment>& environment = std::nullopt,
+                           TorchVersion torch_version = kNewestModelledTorch);
 
 }  // namespace vramsim

@@ -400,7 +400,9 @@ PredictRequest size_serving(const PredictRequest& original,
   }
   validate(sized.options);
   if (sized.alloc_conf) {
-    (void)parse_alloc_conf(*sized.alloc_conf, "--alloc-conf");
+    CachingConfig base;
+    base.torch_version = sized.torch_version;
+    (void)parse_alloc_conf(*sized.alloc_conf, "--alloc-conf", base);
   }
   return sized;
 }
@@ -463,8 +465,10 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
     const Tensor& t = graph.tensor(request_tensor[request_index]);
     return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
   };
-  Prediction p = explain_run(
-      workload, RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf, request.context}, name_of);
+  Prediction p = explain_run(workload,
+                             RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf,
+                                       request.context, request.torch_version},
+                             name_of);
   // 4. The report: what was asked, what the graph says, the time axis, generation.
   describe_request(request, p);
   describe_graph(graph, request, p);
@@ -481,7 +485,8 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   }
   if (request.keep_timeline) {
     p.timeline = std::make_shared<const PredictedTimeline>(
-        PredictedTimeline{op_slices(graph, engine.timeline), observe_run(workload, p, request.alloc_conf)});
+        PredictedTimeline{op_slices(graph, engine.timeline),
+                          observe_run(workload, p, request.alloc_conf, std::nullopt, request.torch_version)});
   }
   if (trace_out != nullptr) {  // the edge: the run in the recording format (--trace-out)
     *trace_out = schedule_to_snapshot(engine.schedule, workload.source);
@@ -513,7 +518,10 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     out.limit_bytes =
         static_cast<std::int64_t>(std::floor((1.0 - margin) * static_cast<double>(d.total_bytes)));
     if (request.alloc_conf) {
-      out.memory_fraction = parse_alloc_conf(*request.alloc_conf, "--alloc-conf").per_process_memory_fraction;
+      CachingConfig base;
+      base.torch_version = request.torch_version;
+      out.memory_fraction =
+          parse_alloc_conf(*request.alloc_conf, "--alloc-conf", base).per_process_memory_fraction;
       out.limit_bytes =
           std::min(out.limit_bytes, d.context_bytes + allocator_limit_bytes(d, out.memory_fraction));
     }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/alloc/torch_version.h"
 #include "sim/graph/op_graph.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/model_config.h"
@@ -71,7 +72,8 @@ struct PredictRequest {
   std::string gpu;           // GPU name for find_gpu(); empty = use capacity_bytes
   Bytes capacity_bytes = 0;  // --capacity: memory for the allocator when no GPU is named (context 0)
   std::optional<std::string> alloc_conf;
-  ContextOptions context;   // --module-loading, --cuda-context
+  TorchVersion torch_version = kNewestModelledTorch;  // --torch-version: whose allocator rules apply
+  ContextOptions context;                             // --module-loading, --cuda-context
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
@@ -509,6 +511,7 @@ struct RequestArgs {
   bool find_unused_parameters = false;
   bool static_graph = false;
   std::optional<std::string> alloc_conf;
+  std::string torch_version;  // --torch-version X.Y; "" = the newest modelled release
 };
 // `require_device` false: neither --gpu nor --capacity is fine (for commands with their own device default).
 PredictRequest make_request(const RequestArgs& args, bool require_device = true);

@@ -186,15 +186,22 @@ bool recorded_expandable_segments(const Snapshot& snapshot, int device) {
 }
 
 CachingConfig resolve_config(const Snapshot& snapshot, const ReplayOptions& options, std::string& origin) {
+  const TorchVersion version = options.torch_version.value_or(kNewestModelledTorch);
   if (options.alloc_conf) {
     origin = "--alloc-conf";
-    return parse_alloc_conf(*options.alloc_conf, "--alloc-conf");
+    CachingConfig base;
+    base.torch_version = version;
+    return parse_alloc_conf(*options.alloc_conf, "--alloc-conf", base);
   }
   CachingConfig c = resolve_recorded_config(snapshot, origin);
   if (!c.expandable_segments &&
       recorded_expandable_segments(snapshot, replay_device(snapshot, options.device))) {
     c.expandable_segments = true;  // the segments say so, whatever the settings string says (spec E9)
     origin += "; expandable_segments from the recorded segments";
+  }
+  if (options.torch_version) {
+    c = with_torch_version(c, version,
+                           fmt::format("--torch-version {}: {}", version.text(), snapshot.source));
   }
   return c;
 }
@@ -229,6 +236,9 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   result.source = snapshot.source;
   result.device = replay_device(snapshot, options.device);
   result.config = resolve_config(snapshot, options, result.config_origin);
+  result.torch_version_origin = options.torch_version
+                                    ? "--torch-version"
+                                    : "newest modelled (the snapshot does not record its PyTorch release)";
   if (result.config.per_process_memory_fraction > 0.0 && options.capacity_bytes == 0) {
     throw InputError(
         "--alloc-conf: per_process_memory_fraction needs --capacity: the fraction is of the device "

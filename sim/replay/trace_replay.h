@@ -13,9 +13,9 @@
 //   empty_cache (vtrace) -> empty_cache(pool); the segment_free / segment_unmap entries after it are its
 //   answers pool_create, pool_use_on_oom, capture_begin, pool_begin, pool_end, pool_release (vtrace)
 //                    -> createOrIncrefPool, setUseOnOOM, beginAllocateToPool(stream / every stream),
-//                       endAllocateToPool, releasePool (sim/alloc/private_pool.h); with a use_on_oom pool in the trace, a
-//                       cudaMalloc the recording does not show counts as refused (try_mempool_fallback served
-//                       the request, which PyTorch does not trace)
+//                       endAllocateToPool, releasePool (sim/alloc/private_pool.h); with a use_on_oom pool in
+//                       the trace, a cudaMalloc the recording does not show counts as refused
+//                       (try_mempool_fallback served the request, which PyTorch does not trace)
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,12 @@ struct ReplayOptions {
   int device = -1;  // -1: the first device whose trace has events (else 0); a device without a trace is an
                     // InputError listing the devices that have one
   std::optional<std::string> alloc_conf;  // overrides the recorded allocator_settings
-  Bytes capacity_bytes = 0;               // 0: follow the recorded cudaMalloc outcomes
+  // The PyTorch release whose allocator rules the replay follows (--torch-version). nullopt: the snapshot's
+  // release where it records one, else the newest modelled. No snapshot format records the release (PyTorch's
+  // torch.cuda.memory._snapshot() returns segments, device_traces, allocator_settings and
+  // external_annotations: none carries torch.__version__), so nullopt is the newest modelled release.
+  std::optional<TorchVersion> torch_version;
+  Bytes capacity_bytes = 0;  // 0: follow the recorded cudaMalloc outcomes
   // Called after the model has taken each event of the trace (index into the device's events; an
   // alloc's own free_completed and the segment events that feed an alloc are reported with it), with the
   // model's statistics at that point. Reports observe the allocator through this, not a re-count.
@@ -78,7 +83,8 @@ struct ReplayResult {
   std::size_t events = 0;
   std::string policy = "pytorch";
   CachingConfig config;
-  std::string config_origin;  // "recorded allocator_settings", "--alloc-conf", "default"
+  std::string config_origin;         // "recorded allocator_settings", "--alloc-conf", "default"
+  std::string torch_version_origin;  // "--torch-version" or why the default was taken (config.torch_version)
   bool starts_mid_run = false;
   Bytes reserved_at_start_bytes = 0;
   std::int64_t requested_at_start_bytes = 0;  // requested bytes of the blocks live at trace start

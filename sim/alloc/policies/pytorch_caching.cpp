@@ -4,8 +4,11 @@
 #include <cmath>
 #include <iterator>
 
+#include <fmt/format.h>
+
 #include "sim/alloc/size_classes.h"
 #include "sim/core/assert.h"
+#include "sim/core/error.h"
 
 namespace vramsim {
 
@@ -58,11 +61,15 @@ AllocResult PyTorchCachingPolicy::allocate(const AllocRequest& request) {
     if (gc_enabled()) {
       garbage_collect_cached_blocks();
     }
-    // DeviceCachingAllocator::malloc: the use_on_oom pools are tried before any cached memory is freed, and
-    // the last retry (release_cached_blocks) is skipped while a capture or use_mem_pool is under way.
-    block_found = alloc_block(p, false) || try_mempool_fallback(p) ||
-                  (release_available_cached_blocks(p) && alloc_block(p, false)) ||
-                  (m_captures_underway.empty() && release_cached_blocks(MempoolId{}) && alloc_block(p, true));
+    // DeviceCachingAllocator::malloc: the last retry (release_cached_blocks) is skipped while a capture or
+    // use_mem_pool is under way; the use_on_oom pools are tried before any cached memory is freed (2.11+,
+    // pytorch#169699), after all of it before.
+    const bool fallback_first = torch_has(m_config.torch_version, TorchRule::kMemPoolFallbackFirst);
+    block_found =
+        alloc_block(p, false) || (fallback_first && try_mempool_fallback(p)) ||
+        (release_available_cached_blocks(p) && alloc_block(p, false)) ||
+        (m_captures_underway.empty() && release_cached_blocks(MempoolId{}) && alloc_block(p, true)) ||
+        (!fallback_first && try_mempool_fallback(p));
   }
   if (!block_found) {
     m_events.on_oom(OomInfo{p.size_bytes, p.alloc_bytes, m_device.free_bytes(),
@@ -302,6 +309,9 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
     release_block(it->id);  // RA3: the smallest single block that covers the request
     return true;
   }
+  if (it != free_set.end() && same(*it)) {
+    refuse_expandable_release_before_2_5("release_available_cached_blocks");
+  }
   // RA4: free oversize blocks from the largest down until enough was released.
   if (it == free_set.begin()) {
     return false;
@@ -317,6 +327,8 @@ bool PyTorchCachingPolicy::release_available_cached_blocks(const AllocParams& p)
     if (!cur->expandable) {
       released += cur->size_bytes;
       release_block(cur->id);
+    } else {
+      refuse_expandable_release_before_2_5("release_available_cached_blocks");
     }
     if (is_first) {
       break;
@@ -353,6 +365,11 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
   }
   const Bytes target = m_total_allocated_bytes - gc_threshold_bytes;
   auto& free_set = m_pool.free_set(PoolKind::kLarge);
+  // Whole free segments; expandable ones only before 2.5, where releasing one asserts (RA5).
+  const bool skip_expandable = torch_has(m_config.torch_version, TorchRule::kReleaseSkipsExpandable);
+  auto gc_candidate = [skip_expandable](const Block& b) {
+    return !b.is_split() && !(b.expandable && skip_expandable);
+  };
   std::uint64_t total_age = 0;
   std::int64_t freeable = 0;
   for (const auto& key : free_set) {
@@ -360,7 +377,7 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
     if (b.private_pool != kDefaultPools) {
       break;  // large_blocks only: private pools follow the default ones in the set
     }
-    if (!b.is_split() && !b.expandable) {
+    if (gc_candidate(b)) {
       total_age += gc_age(b);
       ++freeable;
     }
@@ -377,7 +394,10 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
       if (b.private_pool != kDefaultPools) {
         break;
       }
-      if (!b.is_split() && !b.expandable && static_cast<double>(gc_age(b)) >= age_threshold) {
+      if (gc_candidate(b) && static_cast<double>(gc_age(b)) >= age_threshold) {
+        if (b.expandable) {
+          refuse_expandable_release_before_2_5("garbage_collect_cached_blocks");
+        }
         block_freed = true;
         reclaimed += b.size_bytes;
         total_age -= gc_age(b);
@@ -385,6 +405,20 @@ void PyTorchCachingPolicy::garbage_collect_cached_blocks() {
         release_block(id);
       }
     }
+  }
+}
+
+void PyTorchCachingPolicy::refuse_expandable_release_before_2_5(std::string_view where) const {
+  // Before pytorch#134338 (2.5) release_available_cached_blocks and garbage_collect_cached_blocks did not
+  // skip expandable blocks; release_block's TORCH_INTERNAL_ASSERT(!block->expandable_segment_) then stops
+  // the program (spec RA5). No later state exists to model.
+  if (!torch_has(m_config.torch_version, TorchRule::kReleaseSkipsExpandable)) {
+    throw InputError(fmt::format(
+        "PyTorch {}: {} reaches an expandable-segment block and fails an internal assert (fixed in {}: {}); "
+        "this run cannot go on under that release",
+        m_config.torch_version.text(), where,
+        torch_rule_info(TorchRule::kReleaseSkipsExpandable).since.text(),
+        torch_rule_info(TorchRule::kReleaseSkipsExpandable).source));
   }
 }
 

@@ -138,6 +138,9 @@ class PyTorchCachingPolicy final : public IAllocatorPolicy {
   void remove_pool_segment(SegmentId sid);
   void release_block(BlockId block);
   void garbage_collect_cached_blocks();
+  // Releases before 2.5 assert where release_available_cached_blocks or GC meets an expandable block:
+  // throws InputError naming the release and the fix (TorchRule::kReleaseSkipsExpandable); no-op from 2.5.
+  void refuse_expandable_release_before_2_5(std::string_view where) const;
   BlockId try_allocate_expandable_block(const AllocParams& p);
   BlockId find_expandable_block(const AllocParams& p);
   bool map_block(BlockId to_map, Bytes size_bytes, TimeNs time_ns);

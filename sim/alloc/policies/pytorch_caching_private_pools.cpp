@@ -72,6 +72,12 @@ void PyTorchCachingPolicy::release_pool(MempoolId id) {
 }
 
 void PyTorchCachingPolicy::set_use_on_oom(MempoolId id, bool use_on_oom) {
+  if (use_on_oom && !torch_has(m_config.torch_version, TorchRule::kMemPoolUseOnOom)) {
+    const TorchRuleInfo& info = torch_rule_info(TorchRule::kMemPoolUseOnOom);
+    throw InputError(
+        fmt::format("setUseOnOOM: PyTorch {} has no MemPool(use_on_oom=True) (it arrived in {}: {})",
+                    m_config.torch_version.text(), info.since.text(), info.source));
+  }
   const PrivatePoolIndex index = find_pool(id);
   if (index == kDefaultPools) {
     throw InputError(fmt::format("setUseOnOOM: no mempool {}", id.text()));
