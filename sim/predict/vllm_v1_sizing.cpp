@@ -71,7 +71,12 @@ Bytes one_byte_linear_bytes(const ParameterShape& s, const std::string& quantiza
     return n + 4;
   }
   if (quantization == "fp8-block") {
-    if (tp > 1 && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
+    // MLA's down-projections (q_a_proj, kv_a_proj_with_mqa: deepseek_v2.py ReplicatedLinear) are whole on
+    // every rank, not partitioned, so validate_fp8_block_shape has no partition to check (576 rows of
+    // DeepSeek-V3's kv_a_proj_with_mqa are not a multiple of 128).
+    const bool replicated = s.name.find("kv_a_proj_with_mqa") != std::string::npos ||
+                            s.name.find("q_a_proj") != std::string::npos;
+    if (tp > 1 && !replicated && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
       throw InputError(fmt::format(
           "--quantization fp8-block: {} of this rank is {} x {}, not divisible by the weight quantization "
           "block 128 x 128 (vLLM's validate_fp8_block_shape refuses it)",
@@ -228,6 +233,42 @@ void describe_groups(const VllmKvCacheGroups& groups, Paged::V1& out) {
   }
 }
 
+// The stage's KV cache from its available memory (g.available_bytes): the page of its attention (MLA or not),
+// its layers' KV-cache groups, the blocks, what one max_model_len request needs, vLLM's refusal when that
+// does not fit (unless g.refusal is already set), and the longest length served.
+void size_kv_cache(const ModelConfig& m, Bytes kv_bytes, const VllmPipelineStage& stage, Paged& g,
+                   Paged::V1& out) {
+  out.mla = m.mla.kv_lora_rank > 0;
+  out.page_size_bytes = static_cast<std::int64_t>(
+      out.mla
+          ? vllm_v1_mla_page_size_bytes(g.block_size, m.mla.kv_lora_rank + m.mla.qk_rope_head_dim, kv_bytes)
+          : vllm_v1_page_size_bytes(g.block_size, m.n_kv_heads, m.head_dim, kv_bytes));
+  const VllmKvCacheGroups groups =
+      vllm_project_kv_cache_groups(model_kv_cache_groups(m), stage.start_layer, stage.end_layer);
+  describe_groups(groups, out);
+  const VllmKvCacheLimits limits{g.block_size, g.max_model_len, g.max_num_batched_tokens,
+                                 static_cast<Bytes>(out.page_size_bytes)};
+  g.block_bytes = out.page_size_bytes * groups.group_size;
+  g.num_gpu_blocks =
+      vllm_kv_cache_num_blocks(groups, g.available_bytes, static_cast<Bytes>(out.page_size_bytes));
+  const auto needed = static_cast<std::int64_t>(vllm_kv_cache_request_bytes(groups, limits, g.max_model_len));
+  out.kv_cache_needed_bytes = needed;
+  out.blocks_per_request = needed / (out.page_size_bytes * groups.group_size);
+  if (g.refusal.empty()) {
+    const std::int64_t estimated =
+        needed > g.available_bytes ? vllm_kv_cache_estimate_max_model_len(groups, limits, g.available_bytes)
+                                   : 0;
+    const VllmCacheCheck c = vllm_v1_kv_cache_refusal(g.available_bytes, needed, g.max_model_len, estimated);
+    g.refusal = c.refusal;
+    out.estimated_max_model_len = c.estimated_max_model_len;
+  }
+  // The serving questions, with estimate_max_model_len's search up to the model's max_position_embeddings.
+  const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
+  VllmKvCacheLimits longest = limits;
+  longest.max_model_len = derived;
+  out.largest_max_model_len = vllm_kv_cache_estimate_max_model_len(groups, longest, g.available_bytes);
+}
+
 // Worker.init_device's request_memory: the engine asks for total x utilization and refuses when less is free.
 std::string check_requested(const GpuMemory& gpu, std::int64_t before_snapshot, const Paged& g,
                             std::int64_t requested) {
@@ -288,37 +329,9 @@ Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Page
   g.available_bytes = out.requested_bytes - out.non_kv_cache_bytes - out.cudagraph_memory_bytes;
   g.profile_peak_allocated_bytes = out.weights_bytes + out.torch_peak_increase_bytes;
   g.non_torch_bytes = out.non_torch_increase_bytes;
-  const Bytes kv_bytes = kv_dtype_bytes(v.kv_cache_dtype, dtype_bytes);
-  out.mla = m.mla.kv_lora_rank > 0;
-  out.page_size_bytes = static_cast<std::int64_t>(
-      out.mla
-          ? vllm_v1_mla_page_size_bytes(g.block_size, m.mla.kv_lora_rank + m.mla.qk_rope_head_dim, kv_bytes)
-          : vllm_v1_page_size_bytes(g.block_size, m.n_kv_heads, m.head_dim, kv_bytes));
-  const VllmKvCacheGroups groups =
-      vllm_project_kv_cache_groups(model_kv_cache_groups(m), stage.start_layer, stage.end_layer);
-  describe_groups(groups, out);
-  const VllmKvCacheLimits limits{g.block_size, g.max_model_len, g.max_num_batched_tokens,
-                                 static_cast<Bytes>(out.page_size_bytes)};
-  g.block_bytes = out.page_size_bytes * groups.group_size;
-  g.num_gpu_blocks =
-      vllm_kv_cache_num_blocks(groups, g.available_bytes, static_cast<Bytes>(out.page_size_bytes));
   g.refusal = check_requested(gpu, before_snapshot, g, out.requested_bytes);
-  const auto needed = static_cast<std::int64_t>(vllm_kv_cache_request_bytes(groups, limits, g.max_model_len));
-  out.kv_cache_needed_bytes = needed;
-  out.blocks_per_request = needed / (out.page_size_bytes * groups.group_size);
-  if (g.refusal.empty()) {
-    const std::int64_t estimated =
-        needed > g.available_bytes ? vllm_kv_cache_estimate_max_model_len(groups, limits, g.available_bytes)
-                                   : 0;
-    const VllmCacheCheck c = vllm_v1_kv_cache_refusal(g.available_bytes, needed, g.max_model_len, estimated);
-    g.refusal = c.refusal;
-    out.estimated_max_model_len = c.estimated_max_model_len;
-  }
-  // The serving questions, with estimate_max_model_len's search up to the model's max_position_embeddings.
-  const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
-  VllmKvCacheLimits longest = limits;
-  longest.max_model_len = derived;
-  out.largest_max_model_len = vllm_kv_cache_estimate_max_model_len(groups, longest, g.available_bytes);
+  size_kv_cache(m, kv_dtype_bytes(v.kv_cache_dtype, dtype_bytes), stage, g, out);
+  const std::int64_t needed = out.kv_cache_needed_bytes;
   out.min_gpu_memory_utilization =
       std::ceil(static_cast<double>(out.non_kv_cache_bytes + out.cudagraph_memory_bytes + needed) /
                 static_cast<double>(gpu.total_bytes) * 1e4) /

@@ -62,6 +62,32 @@ TEST_CASE("vllm kv cache groups: gemma-3's 5:1 pattern pads the sliding groups",
   CHECK(vllm_kv_cache_tokens(g, 16384, 16) == 37440);
 }
 
+TEST_CASE("vllm kv cache groups: gemma-3-27b's logged tokens from its logged available memory",
+          "[quick][predict]") {
+  // Two public vLLM V1 logs of Gemma-3-27B's architecture (62 layers, 16 KV heads of 128: page 2 x 16 x 16 x
+  // 128 x 2 = 131,072 B), each printing "Add 8 padding layers, may waste at most 15.38% KV cache memory".
+  std::vector<std::int64_t> w(62, 1024);
+  for (std::int64_t l = 5; l < 62; l += 6) {
+    w[static_cast<std::size_t>(l)] = 0;
+  }
+  const VllmKvCacheGroups g = vllm_kv_cache_groups(w);
+  REQUIRE(g.padding_layers == 8);  // 8 / 52 = 15.38 %
+  // google/medgemma-27b-it on one RTX PRO 6000 (public deployment notes, find_string id 57700282700):
+  // "Available KV cache memory: 35.31 GiB", "GPU KV cache size: 66,112 tokens". 35.31 GiB = 37,913,823,805 B
+  // // 131,072 // 10 = 28,925 blocks; // 7 groups = 4,132; x 16 = 66,112. (As full attention in all 62
+  // layers it would be 4,665 blocks, 74,640 tokens: +12.9 %.)
+  const std::int64_t available = 37913823805;
+  CHECK(vllm_kv_cache_num_blocks(g, available, 131072) == 28925);
+  CHECK(vllm_kv_cache_tokens(g, 28925, 16) == 66112);
+  // A public docker-compose log (find_string id 9297248278): "num_gpu_blocks is: 89994", "GPU KV cache size:
+  // 205,696 tokens", "Maximum concurrency for 4,096 tokens per request: 50.05x". 89,994 // 7 x 16 = 205,696.
+  // Concurrency: full cdiv(4,096, 16) = 256 pages; each of the 6 sliding groups cdiv(min(1,023 + batched
+  // tokens, 4,096), 16) + 1 = 257 (with at least 3,073 batched tokens; the default is 8,192):
+  // 89,994 / (256 + 6 x 257) = 89,994 / 1,798 = 50.05.
+  CHECK(vllm_kv_cache_tokens(g, 89994, 16) == 205696);
+  CHECK(vllm_kv_cache_max_concurrency(g, 89994, {16, 4096, 8192, 131072}) == Approx(50.05).epsilon(1e-4));
+}
+
 TEST_CASE("vllm kv cache groups: gpt-oss-120b's request needs what vLLM's refusal printed",
           "[quick][predict]") {
   // vllm-project/vllm issue #27508 (2025-10-31, H100, `vllm serve openai/gpt-oss-120b
@@ -80,10 +106,10 @@ TEST_CASE("vllm kv cache groups: gpt-oss-120b's request needs what vLLM's refusa
   CHECK(vllm_kv_cache_request_bytes(g, k, 131072) == 4874895360);
   // Concurrency: blocks / (8,192 + 73); 16,530 blocks serve 2.0 requests.
   CHECK(vllm_kv_cache_max_concurrency(g, 16530, k) == Approx(2.0));
-  // _estimate_max_model_len_from_groups from 1.71 GiB = 1,836,098,191 B: 18 x 32,768 B a page of both
+  // _estimate_max_model_len_from_groups from 1.71 GiB = 1,836,098,519 B: 18 x 32,768 B a page of both
   // groups, so 3,112 pages a request; past 1,151 tokens the sliding group takes 73 of them, the full group
   // the other 3,039: 3,039 x 16 = 48,624 tokens.
-  const std::int64_t available = 1836098191;
+  const std::int64_t available = 1836098519;
   CHECK(vllm_kv_cache_estimate_max_model_len(g, k, available) == 3039 * 16);
 }
 
