@@ -3,9 +3,11 @@
 // (vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py) or quoted from a vLLM log (cited).
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <vector>
 
 #include "predict/serving_request.h"
+#include "sim/core/error.h"
 #include "sim/inference/vllm_kv_cache_groups.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/step_prediction.h"
@@ -180,4 +182,26 @@ TEST_CASE("vllm kv cache groups: gemma-2's even layers slide through predict", "
   // max_model_len 8,192 (max_position_embeddings), 8,192 batched tokens: full 512 pages, sliding
   // cdiv(min(4,095 + 8,192, 8,192), 16) + 1 = 513: concurrency = blocks / 1,025.
   CHECK(v.max_concurrency == Approx(static_cast<double>(paged.num_gpu_blocks) / 1025.0));
+}
+
+TEST_CASE("vllm kv cache groups: config.json's layer_types decides the windowed layers", "[quick][predict]") {
+  // A gemma2 config whose layer_types (transformers' list) puts the window on layers 1 and 2 only.
+  const std::string json = R"({"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304,
+      "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+      "intermediate_size": 9216, "sliding_window": 4096,
+      "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]})";
+  const ModelConfig m = model_from_hf_config_json(json, "config.json");
+  CHECK(m.sliding_window_layers == std::vector<std::int64_t>{1, 2});
+  // Without the key, Gemma2Config's default: the even layers.
+  const std::string plain = R"({"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304,
+      "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+      "intermediate_size": 9216})";
+  CHECK(model_from_hf_config_json(plain, "config.json").sliding_window_layers ==
+        std::vector<std::int64_t>{0, 2});
+  // A list of the wrong length is the file's error, named at its key.
+  const std::string wrong = R"({"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304,
+      "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+      "intermediate_size": 9216, "layer_types": ["full_attention"]})";
+  CHECK_THROWS_WITH(model_from_hf_config_json(wrong, "config.json"),
+                    "config.json: key 'layer_types': 1 entries for 4 layers");
 }
