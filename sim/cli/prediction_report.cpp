@@ -43,7 +43,8 @@ std::string gib(std::int64_t bytes) {
 }
 
 // With --pp (or engine replicas): every stage's own start-up and the one the lines below are of.
-void print_v1_stages(const Prediction::Generation::Paged::V1& s, std::int64_t block_size) {
+void print_v1_stages(const Prediction::Generation::Paged::V1& s, std::int64_t block_size,
+                     std::int64_t num_blocks) {
   if (s.pipeline_parallel == 1 && s.data_parallel == 1) {
     return;
   }
@@ -60,7 +61,7 @@ void print_v1_stages(const Prediction::Generation::Paged::V1& s, std::int64_t bl
     fmt::print(
         "  stage {} below   the fewest blocks: every stage keeps {} blocks of {} tokens "
         "(get_kv_cache_configs: the smallest num_blocks among the workers){}\n",
-        s.stage, thousands(s.kv_cache_tokens / block_size), block_size,
+        s.stage, thousands(num_blocks), block_size,
         s.intermediate_bytes > 0
             ? fmt::format("; its received hidden_states + residual {}", gib(s.intermediate_bytes))
             : std::string());
@@ -80,7 +81,7 @@ void print_v1(const Prediction::Generation& g) {
   const auto row = [](std::string_view name, std::int64_t bytes, std::string_view note) {
     fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
   };
-  print_v1_stages(s, v.block_size);
+  print_v1_stages(s, v.block_size, v.num_gpu_blocks);
   row("Model loading took", s.weights_bytes, "this rank's weights and buffers");
   row("torch peak memory increase", s.torch_peak_increase_bytes,
       fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}", gib(s.forward_peak_bytes),
@@ -94,8 +95,17 @@ void print_v1(const Prediction::Generation& g) {
       fmt::format("requested {} (total x {}) - total non KV cache memory{}", gib(s.requested_bytes),
                   v.gpu_memory_utilization,
                   s.cudagraph_memory_bytes > 0 ? " - estimated CUDA graph memory" : ""));
-  fmt::print("  GPU KV cache size: {} tokens  ({} blocks of {} B per layer)\n", thousands(s.kv_cache_tokens),
-             thousands(v.num_gpu_blocks), s.page_size_bytes);
+  fmt::print("  GPU KV cache size: {} tokens  ({} blocks of {} B per layer{})\n",
+             thousands(s.kv_cache_tokens), thousands(v.num_gpu_blocks), s.page_size_bytes,
+             s.mla ? ", MLA: one latent + rotary key a token" : "");
+  if (s.kv_cache_groups > 1 || s.sliding_window > 0) {
+    fmt::print(
+        "  KV cache groups  {}: {} full attention, {} sliding window {} ({} layers); {} layers a group{}; "
+        "tokens = blocks // groups x block_size\n",
+        s.kv_cache_groups, s.full_attention_groups, s.kv_cache_groups - s.full_attention_groups,
+        s.sliding_window, s.sliding_window_layers, s.layers_per_group,
+        s.padding_layers > 0 ? fmt::format(", {} padding", s.padding_layers) : std::string());
+  }
   fmt::print("  Maximum concurrency for {} tokens per request: {:.2f}x\n", thousands(v.max_model_len),
              s.max_concurrency);
   fmt::print(
@@ -393,6 +403,12 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"requested_bytes", s.requested_bytes},
                                                {"available_kv_cache_bytes", v.available_bytes},
                                                {"page_size_bytes", s.page_size_bytes},
+                                               {"mla", s.mla},
+                                               {"kv_cache_groups", s.kv_cache_groups},
+                                               {"layers_per_group", s.layers_per_group},
+                                               {"padding_layers", s.padding_layers},
+                                               {"sliding_window", s.sliding_window},
+                                               {"kv_cache_needed_bytes", s.kv_cache_needed_bytes},
                                                {"gpu_kv_cache_tokens", s.kv_cache_tokens},
                                                {"max_concurrency", s.max_concurrency},
                                                {"estimated_max_model_len", s.estimated_max_model_len},

@@ -117,6 +117,19 @@ std::string vllm_gib(std::int64_t bytes) {
 VllmCacheCheck vllm_v1_check_enough_kv_cache_memory(std::int64_t available_bytes, Bytes page_size_bytes,
                                                     std::int64_t layers, std::int64_t block_size,
                                                     std::int64_t max_model_len) {
+  const Bytes per_block = mul(page_size_bytes, static_cast<Bytes>(layers));
+  const std::int64_t blocks = (max_model_len + block_size - 1) / block_size;
+  const Bytes needed = mul(per_block, static_cast<Bytes>(blocks));
+  // estimate_max_model_len's binary search over 1..max_model_len finds the longest length whose
+  // cdiv(length, block_size) blocks fit: every block that fits, full.
+  const std::int64_t fitting_blocks =
+      available_bytes > 0 ? static_cast<std::int64_t>(static_cast<Bytes>(available_bytes) / per_block) : 0;
+  return vllm_v1_kv_cache_refusal(available_bytes, static_cast<std::int64_t>(needed), max_model_len,
+                                  std::min(max_model_len, fitting_blocks * block_size));
+}
+
+VllmCacheCheck vllm_v1_kv_cache_refusal(std::int64_t available_bytes, std::int64_t needed_bytes,
+                                        std::int64_t max_model_len, std::int64_t estimated_max_model_len) {
   VllmCacheCheck c;
   if (available_bytes <= 0) {
     c.refusal =
@@ -124,16 +137,10 @@ VllmCacheCheck vllm_v1_check_enough_kv_cache_memory(std::int64_t available_bytes
         "the engine.";
     return c;
   }
-  const Bytes per_block = mul(page_size_bytes, static_cast<Bytes>(layers));
-  const std::int64_t blocks = (max_model_len + block_size - 1) / block_size;
-  const Bytes needed = mul(per_block, static_cast<Bytes>(blocks));
-  if (needed <= static_cast<Bytes>(available_bytes)) {
+  if (needed_bytes <= available_bytes) {
     return c;
   }
-  // estimate_max_model_len's binary search over 1..max_model_len finds the longest length whose
-  // cdiv(length, block_size) blocks fit: every block that fits, full.
-  const auto fitting_blocks = static_cast<std::int64_t>(static_cast<Bytes>(available_bytes) / per_block);
-  c.estimated_max_model_len = std::min(max_model_len, fitting_blocks * block_size);
+  c.estimated_max_model_len = estimated_max_model_len;
   const std::string estimated =
       c.estimated_max_model_len > 0
           ? fmt::format("Based on the available memory, the estimated maximum model length is {}.",
@@ -144,7 +151,7 @@ VllmCacheCheck vllm_v1_check_enough_kv_cache_memory(std::int64_t available_bytes
       "is "
       "larger than the available KV cache memory ({} GiB). {} Try increasing `gpu_memory_utilization` or "
       "decreasing `max_model_len` when initializing the engine.",
-      max_model_len, vllm_gib(static_cast<std::int64_t>(needed)), vllm_gib(available_bytes), estimated);
+      max_model_len, vllm_gib(needed_bytes), vllm_gib(available_bytes), estimated);
   return c;
 }
 

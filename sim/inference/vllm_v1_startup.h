@@ -85,6 +85,11 @@ VllmCacheCheck vllm_v1_check_enough_kv_cache_memory(std::int64_t available_bytes
                                                     std::int64_t layers, std::int64_t block_size,
                                                     std::int64_t max_model_len);
 
+// _check_enough_kv_cache_memory's message from the bytes one max_model_len request needs (for models with
+// several KV-cache groups, vllm_kv_cache_groups.h) and estimate_max_model_len's answer (0: none fits).
+VllmCacheCheck vllm_v1_kv_cache_refusal(std::int64_t available_bytes, std::int64_t needed_bytes,
+                                        std::int64_t max_model_len, std::int64_t estimated_max_model_len);
+
 // get_num_blocks: available // page_size // layers (0 when nothing is available).
 std::int64_t vllm_v1_num_blocks(std::int64_t available_bytes, Bytes page_size_bytes, std::int64_t layers);
 

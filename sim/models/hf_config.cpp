@@ -113,6 +113,24 @@ class JsonReader {
     }
     return out;
   }
+  // A list of strings (layer_types), empty when absent.
+  std::vector<std::string> strings_or_empty(const char* key) const {
+    std::vector<std::string> out;
+    if (!has(key)) {
+      return out;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_array() || v.size() > 4096) {
+      throw InputError(fmt::format("{}: key '{}' must be a list of strings", m_source, key));
+    }
+    for (const nlohmann::json& x : v) {
+      if (!x.is_string()) {
+        throw InputError(fmt::format("{}: key '{}' must hold strings", m_source, key));
+      }
+      out.push_back(x.get<std::string>());
+    }
+    return out;
+  }
   // The JSON object under `key` (text_config of a multimodal checkpoint), read with the same source name.
   JsonReader child(const char* key) const {
     const nlohmann::json& v = required(key);
@@ -280,16 +298,52 @@ ModelConfig llama_like(const JsonReader& r, const LlamaDefaults& d) {
   return m;
 }
 
+// ModelConfig::sliding_window_layers: config.json's layer_types when it has the key (transformers writes the
+// list into the configs it saves; "sliding_attention" marks a windowed layer), else is_sliding(layer), the
+// configuration class's default list. None without a window.
+template <typename IsSliding>
+std::vector<std::int64_t> sliding_layers(const JsonReader& r, const ModelConfig& m, IsSliding is_sliding) {
+  std::vector<std::int64_t> out;
+  if (m.sliding_window <= 0) {
+    return out;
+  }
+  const std::vector<std::string> types = r.strings_or_empty("layer_types");
+  if (!types.empty() && static_cast<std::int64_t>(types.size()) != m.n_layers) {
+    r.fail("layer_types", fmt::format("{} entries for {} layers", types.size(), m.n_layers));
+  }
+  for (std::int64_t l = 0; l < m.n_layers; ++l) {
+    if (types.empty() ? is_sliding(l) : types[static_cast<std::size_t>(l)] == "sliding_attention") {
+      out.push_back(l);
+    }
+  }
+  return out;
+}
+
+// Qwen2Config / Qwen3Config: with use_sliding_window (false by default, and in every released checkpoint)
+// the layers from max_window_layers on use sliding_window (layer_types' default).
+void qwen_sliding_window(const JsonReader& r, ModelConfig& m) {
+  if (!r.boolean_or("use_sliding_window", false)) {
+    return;
+  }
+  m.sliding_window = r.integer_or("sliding_window", 4096);
+  const std::int64_t from = r.integer_or("max_window_layers", 28, kMaxLayers);
+  m.sliding_window_layers = sliding_layers(r, m, [from](std::int64_t l) { return l >= from; });
+}
+
 ModelConfig llama(const JsonReader& r) { return llama_like(r, {}); }
+// MistralConfig: sliding_window (4096 in Mistral-7B-v0.1, null from v0.2 on) on every layer.
 ModelConfig mistral(const JsonReader& r) {
   ModelConfig m = llama_like(r, {});
   m.mistral_mask = true;
+  m.sliding_window = r.integer_or("sliding_window", 0);
+  m.sliding_window_layers = sliding_layers(r, m, [](std::int64_t) { return true; });
   return m;
 }
 
 ModelConfig qwen2(const JsonReader& r) {
   ModelConfig m = llama_like(r, {.attention_bias_key = false});
   m.qkv_bias = true;
+  qwen_sliding_window(r, m);
   return m;
 }
 
@@ -310,6 +364,9 @@ ModelConfig gemma2(const JsonReader& r) {
   m.always_builds_mask = true;
   m.attn_logit_softcapping = r.number_or("attn_logit_softcapping", 50.0);
   m.final_logit_softcapping = r.number_or("final_logit_softcapping", 30.0);
+  // layer_types' default: "sliding_attention" if bool((i + 1) % 2), the even layers.
+  m.sliding_window = r.integer_or("sliding_window", 4096);
+  m.sliding_window_layers = sliding_layers(r, m, [](std::int64_t l) { return (l + 1) % 2 != 0; });
   return m;
 }
 
@@ -359,9 +416,7 @@ ModelConfig qwen2_moe(const JsonReader& r) {
 ModelConfig qwen3(const JsonReader& r) {
   ModelConfig m = llama_like(r, {});
   m.qk_norm = ModelConfig::QkNorm::kPerHead;
-  if (r.boolean_or("use_sliding_window", false)) {
-    m.sliding_window = r.integer_or("sliding_window", 4096);
-  }
+  qwen_sliding_window(r, m);
   return m;
 }
 
@@ -405,6 +460,10 @@ ModelConfig gemma3_text(const JsonReader& r) {
   m.attn_logit_softcapping = r.number_or("attn_logit_softcapping", 0.0);
   m.final_logit_softcapping = r.number_or("final_logit_softcapping", 0.0);
   m.sliding_window = r.integer_or("sliding_window", 4096);
+  // layer_types' default: "sliding_attention" if bool((i + 1) % sliding_window_pattern), pattern 6.
+  const std::int64_t pattern = std::max<std::int64_t>(1, r.integer_or("sliding_window_pattern", 6));
+  m.sliding_window_layers =
+      sliding_layers(r, m, [pattern](std::int64_t l) { return (l + 1) % pattern != 0; });
   return m;
 }
 
@@ -646,6 +705,7 @@ ModelConfig starcoder2(const JsonReader& r) {
   if (r.has("sliding_window")) {
     m.sliding_window = r.integer("sliding_window");
   }
+  m.sliding_window_layers = sliding_layers(r, m, [](std::int64_t) { return true; });
   return m;
 }
 
@@ -688,6 +748,8 @@ ModelConfig gpt_oss(const JsonReader& r) {
   m.bias = r.boolean_or("attention_bias", true);
   m.attention_sinks = true;
   m.sliding_window = r.integer_or("sliding_window", 128);
+  // layer_types' default (GptOssConfig): "sliding_attention" if bool((i + 1) % 2), the even layers.
+  m.sliding_window_layers = sliding_layers(r, m, [](std::int64_t l) { return (l + 1) % 2 != 0; });
   m.moe.n_experts = r.integer_or("num_local_experts", 128, kMaxExperts);
   m.moe.top_k = r.integer_or("num_experts_per_tok", r.integer_or("experts_per_token", 4));
   m.moe.expert_d_ff = m.d_ff;

@@ -145,6 +145,13 @@ struct ModelConfig {
   double logits_scaling = 1.0;
   bool attention_sinks = false;     // gpt_oss: a learned sink logit per head (self_attn.sinks)
   std::int64_t sliding_window = 0;  // the local layers' window as config.json gives it (0: none); see README
+  // The decoder layers whose attention is that sliding window, in increasing order (empty: none), as
+  // config.json's layer_types lists them ("sliding_attention") or, without the key, as the model's
+  // configuration class writes its default list (transformers' Gemma2Config, Gemma3TextConfig, GptOssConfig,
+  // Qwen2Config / Qwen3Config with use_sliding_window: layers from max_window_layers on; Mistral and
+  // Starcoder2 with a sliding_window: every layer). vLLM's V1 KV-cache manager gives these layers their own
+  // KV-cache groups (vllm_kv_cache_groups.h); the training and transformers-generation graphs do not read it.
+  std::vector<std::int64_t> sliding_window_layers;
   // deepseek_v3 multi-head latent attention: queries through a q_lora_rank bottleneck (0: a plain q_proj),
   // keys and values from a kv_lora_rank latent plus one shared rotary key of qk_rope_head_dim.
   struct Mla {

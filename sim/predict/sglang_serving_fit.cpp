@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/core/error.h"
+#include "sim/predict/serving_tp_sweep.h"
 #include "sim/predict/sglang_sizing.h"
 
 namespace vramsim {
@@ -80,34 +81,24 @@ SglangFitResult fit_sglang_serving(const PredictRequest& request, SglangQuestion
 
 SglangTpPlan plan_sglang_tensor_parallel(const RequestArgs& args) {
   SglangTpPlan plan;
-  for (const int tp : {1, 2, 4, 8}) {
-    RequestArgs a = args;
-    a.tp = tp;
-    a.world_size = tp;
-    SglangTpRow row;
-    row.tp = tp;
-    try {
-      const PredictRequest r = make_request(a);
-      require_sglang_serving(r);
-      const Paged g = size_sglang_pool(r);
-      const Paged::Sglang& s = *g.sglang;
-      plan.context_len = s.context_len;
-      row.mem_fraction_static = s.mem_fraction_static;
-      row.weights_bytes = s.weights_bytes;
-      row.refusal = g.refusal;
-      row.max_total_num_tokens = g.refusal.empty() ? s.max_total_num_tokens : 0;
-      row.max_running_requests = s.max_running_requests;
-      row.holds_one_request = g.refusal.empty() && s.max_total_num_tokens >= s.context_len;
-      if (row.holds_one_request && plan.smallest_tp_that_holds == 0) {
-        plan.smallest_tp_that_holds = tp;
-      }
-    } catch (const InputError& e) {
-      if (tp == 1) {
-        throw;  // the request itself is wrong
-      }
-      row.error = e.what();
+  plan.rows =
+      sweep_serving_tensor_parallel<SglangTpRow>(args, [&](const PredictRequest& r, SglangTpRow& row) {
+        require_sglang_serving(r);
+        const Paged g = size_sglang_pool(r);
+        const Paged::Sglang& s = *g.sglang;
+        plan.context_len = s.context_len;
+        row.mem_fraction_static = s.mem_fraction_static;
+        row.weights_bytes = s.weights_bytes;
+        row.refusal = g.refusal;
+        row.max_total_num_tokens = g.refusal.empty() ? s.max_total_num_tokens : 0;
+        row.max_running_requests = s.max_running_requests;
+        row.holds_one_request = g.refusal.empty() && s.max_total_num_tokens >= s.context_len;
+      });
+  for (const SglangTpRow& row : plan.rows) {
+    if (row.holds_one_request) {
+      plan.smallest_tp_that_holds = row.tp;
+      break;
     }
-    plan.rows.push_back(std::move(row));
   }
   return plan;
 }

@@ -396,6 +396,18 @@ PredictRequest size_serving(const PredictRequest& original,
       paged = size_vllm_cache(original);
     }
     sized.options.num_gpu_blocks = paged->num_gpu_blocks;
+    if (paged->v1) {
+      // The served batch's cache is one tensor a layer of blocks of 2 x KV heads x head_dim a token; it is
+      // given the bytes of vLLM's pool, layers_per_group tensors of num_gpu_blocks pages (KV-cache groups,
+      // MLA's latent pages), so the memory after start-up is the engine's.
+      const Bytes served_block = vllm_cache_block_bytes(
+          static_cast<int>(sized.model.n_layers), sized.model.n_kv_heads, sized.model.head_dim,
+          sized.options.block_size,
+          sized.options.kv_cache_fp8 ? DType::kUInt8 : parameter_dtype(sized.options.precision));
+      const Bytes pool = static_cast<Bytes>(std::max<std::int64_t>(0, paged->num_gpu_blocks)) *
+                         static_cast<Bytes>(paged->block_bytes);
+      sized.options.num_gpu_blocks = served_block > 0 ? static_cast<std::int64_t>(pool / served_block) : 0;
+    }
     serve_from_blocks(sized.options, *paged);
   }
   validate(sized.options);

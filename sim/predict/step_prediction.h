@@ -259,6 +259,19 @@ struct Prediction {
         std::int64_t non_kv_cache_bytes = 0;         // weights + torch peak increase + non-torch increase
         std::int64_t requested_bytes = 0;            // total x gpu_memory_utilization
         std::int64_t page_size_bytes = 0;            // one layer's block (AttentionSpec.page_size_bytes)
+        // The KV-cache manager's groups (vllm_kv_cache_groups.h): one of every layer for full attention;
+        // sliding-window layers beside full ones make several, of layers_per_group layers each.
+        bool mla = false;                    // MLAAttentionSpec: one latent a token, not split by TP
+        std::int64_t kv_cache_groups = 1;    // len(kv_cache_config.kv_cache_groups)
+        std::int64_t full_attention_groups = 1;
+        std::int64_t layers_per_group = 0;   // group_size: the pool's tensors
+        std::int64_t padding_layers = 0;     // group slots no layer fills
+        std::int64_t sliding_window = 0;     // the sliding layers' window (0: none)
+        std::int64_t sliding_window_layers = 0;
+        // One max_model_len request's cache (_max_memory_usage_bytes_from_groups): the "X GiB KV cache is
+        // needed" of vLLM's refusal.
+        std::int64_t kv_cache_needed_bytes = 0;
+        std::int64_t blocks_per_request = 0;  // the same in blocks of the pool (all groups' pages)
         std::int64_t kv_cache_tokens = 0;            // "GPU KV cache size: N tokens"
         double max_concurrency = 0.0;                // "Maximum concurrency for max_model_len tokens"
         std::int64_t estimated_max_model_len = 0;    // vLLM's suggestion when it refuses (0: none)

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "sim/core/error.h"
+#include "sim/predict/serving_tp_sweep.h"
 #include "sim/predict/vllm_v1_sizing.h"
 
 namespace vramsim {
@@ -25,8 +26,6 @@ void require_v1_serving(const PredictRequest& r) {
         "--generate N --kv-cache paged (--vllm-version v1)");
   }
 }
-
-std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void copy_settings(const Paged& g, ServingFitResult& out) {
   out.gpu_memory_utilization = g.gpu_memory_utilization;
@@ -52,7 +51,7 @@ void largest_max_num_seqs(const PredictRequest& request, ServingFitResult& out) 
     ServingTrial t;
     t.value = seqs;
     t.num_gpu_blocks = g.num_gpu_blocks;
-    t.needed_blocks = seqs * cdiv(g.max_model_len, g.block_size);
+    t.needed_blocks = seqs * g.v1->blocks_per_request;  // cdiv(max_model_len, block_size) without windows
     t.starts = g.refusal.empty();
     t.fits = t.starts && t.num_gpu_blocks >= t.needed_blocks;
     out.trials.push_back(t);
@@ -123,32 +122,22 @@ ServingFitResult fit_vllm_serving(const PredictRequest& request, ServingQuestion
 
 ServingTpPlan plan_vllm_tensor_parallel(const RequestArgs& args) {
   ServingTpPlan plan;
-  for (const int tp : {1, 2, 4, 8}) {
-    RequestArgs a = args;
-    a.tp = tp;
-    a.world_size = tp * args.pp;  // one replica: its pipeline stages of tp GPUs each
-    ServingTpRow row;
-    row.tp = tp;
-    try {
-      const PredictRequest r = make_request(a);
-      require_v1_serving(r);
-      const Paged g = size_vllm_v1_cache(r);
-      plan.max_model_len = g.max_model_len;
-      row.weights_bytes = g.v1->weights_bytes;
-      row.available_bytes = g.available_bytes;
-      row.kv_cache_tokens = g.v1->kv_cache_tokens;
-      row.max_concurrency = g.v1->max_concurrency;
-      row.refusal = g.refusal;
-      if (row.refusal.empty() && plan.smallest_tp_that_starts == 0) {
-        plan.smallest_tp_that_starts = tp;
-      }
-    } catch (const InputError& e) {
-      if (tp == 1) {
-        throw;  // the request itself is wrong
-      }
-      row.error = e.what();
+  plan.rows =
+      sweep_serving_tensor_parallel<ServingTpRow>(args, [&](const PredictRequest& r, ServingTpRow& row) {
+        require_v1_serving(r);
+        const Paged g = size_vllm_v1_cache(r);
+        plan.max_model_len = g.max_model_len;
+        row.weights_bytes = g.v1->weights_bytes;
+        row.available_bytes = g.available_bytes;
+        row.kv_cache_tokens = g.v1->kv_cache_tokens;
+        row.max_concurrency = g.v1->max_concurrency;
+        row.refusal = g.refusal;
+      });
+  for (const ServingTpRow& row : plan.rows) {
+    if (row.error.empty() && row.refusal.empty()) {
+      plan.smallest_tp_that_starts = row.tp;
+      break;
     }
-    plan.rows.push_back(std::move(row));
   }
   return plan;
 }

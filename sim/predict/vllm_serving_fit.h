@@ -36,7 +36,7 @@ std::optional<ServingQuestion> parse_serving_question(std::string_view text);
 struct ServingTrial {
   std::int64_t value = 0;  // max_num_seqs tried
   std::int64_t num_gpu_blocks = 0;
-  std::int64_t needed_blocks = 0;  // value x cdiv(max_model_len, block_size)
+  std::int64_t needed_blocks = 0;  // value x one request's blocks (cdiv(max_model_len, block_size) per group)
   bool starts = false;             // no refusal at start-up
   bool fits = false;
 };

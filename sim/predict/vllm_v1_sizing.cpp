@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/inference/vllm_kv_cache_groups.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
 #include "sim/predict/non_torch_memory.h"
@@ -70,7 +71,12 @@ Bytes one_byte_linear_bytes(const ParameterShape& s, const std::string& quantiza
     return n + 4;
   }
   if (quantization == "fp8-block") {
-    if (tp > 1 && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
+    // MLA's down-projections (q_a_proj, kv_a_proj_with_mqa: deepseek_v2.py ReplicatedLinear) are whole on
+    // every rank, not partitioned, so validate_fp8_block_shape has no partition to check (576 rows of
+    // DeepSeek-V3's kv_a_proj_with_mqa are not a multiple of 128).
+    const bool replicated = s.name.find("kv_a_proj_with_mqa") != std::string::npos ||
+                            s.name.find("q_a_proj") != std::string::npos;
+    if (tp > 1 && !replicated && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
       throw InputError(fmt::format(
           "--quantization fp8-block: {} of this rank is {} x {}, not divisible by the weight quantization "
           "block 128 x 128 (vLLM's validate_fp8_block_shape refuses it)",
@@ -199,6 +205,70 @@ void profile(const PredictRequest& request, Bytes dtype_bytes, const VllmPipelin
   out.torch_peak_increase_bytes = static_cast<std::int64_t>(p.peak_bytes) + out.cublas_workspace_bytes;
 }
 
+// The model's KV-cache groups (vllm_kv_cache_groups.h): each decoder layer's window, 0 for full attention
+// (and for MLA, whose layers are all MLAAttentionSpec).
+VllmKvCacheGroups model_kv_cache_groups(const ModelConfig& m) {
+  std::vector<std::int64_t> windows(static_cast<std::size_t>(m.n_layers), 0);
+  for (const std::int64_t l : m.sliding_window_layers) {
+    if (l < m.n_layers) {
+      windows[static_cast<std::size_t>(l)] = m.sliding_window;
+    }
+  }
+  return vllm_kv_cache_groups(windows);
+}
+
+void describe_groups(const VllmKvCacheGroups& groups, Paged::V1& out) {
+  out.kv_cache_groups = static_cast<std::int64_t>(groups.groups.size());
+  out.layers_per_group = groups.group_size;
+  out.padding_layers = groups.padding_layers;
+  out.full_attention_groups = 0;
+  out.sliding_window = 0;
+  out.sliding_window_layers = 0;
+  for (const VllmKvCacheGroup& g : groups.groups) {
+    out.full_attention_groups += g.sliding_window == 0 ? 1 : 0;
+    if (g.sliding_window > 0) {
+      out.sliding_window = g.sliding_window;
+      out.sliding_window_layers += static_cast<std::int64_t>(g.layers.size());
+    }
+  }
+}
+
+// The stage's KV cache from its available memory (g.available_bytes): the page of its attention (MLA or not),
+// its layers' KV-cache groups, the blocks, what one max_model_len request needs, vLLM's refusal when that
+// does not fit (unless g.refusal is already set), and the longest length served.
+void size_kv_cache(const ModelConfig& m, Bytes kv_bytes, const VllmPipelineStage& stage, Paged& g,
+                   Paged::V1& out) {
+  out.mla = m.mla.kv_lora_rank > 0;
+  out.page_size_bytes = static_cast<std::int64_t>(
+      out.mla
+          ? vllm_v1_mla_page_size_bytes(g.block_size, m.mla.kv_lora_rank + m.mla.qk_rope_head_dim, kv_bytes)
+          : vllm_v1_page_size_bytes(g.block_size, m.n_kv_heads, m.head_dim, kv_bytes));
+  const VllmKvCacheGroups groups =
+      vllm_project_kv_cache_groups(model_kv_cache_groups(m), stage.start_layer, stage.end_layer);
+  describe_groups(groups, out);
+  const VllmKvCacheLimits limits{g.block_size, g.max_model_len, g.max_num_batched_tokens,
+                                 static_cast<Bytes>(out.page_size_bytes)};
+  g.block_bytes = out.page_size_bytes * groups.group_size;
+  g.num_gpu_blocks =
+      vllm_kv_cache_num_blocks(groups, g.available_bytes, static_cast<Bytes>(out.page_size_bytes));
+  const auto needed = static_cast<std::int64_t>(vllm_kv_cache_request_bytes(groups, limits, g.max_model_len));
+  out.kv_cache_needed_bytes = needed;
+  out.blocks_per_request = needed / (out.page_size_bytes * groups.group_size);
+  if (g.refusal.empty()) {
+    const std::int64_t estimated =
+        needed > g.available_bytes ? vllm_kv_cache_estimate_max_model_len(groups, limits, g.available_bytes)
+                                   : 0;
+    const VllmCacheCheck c = vllm_v1_kv_cache_refusal(g.available_bytes, needed, g.max_model_len, estimated);
+    g.refusal = c.refusal;
+    out.estimated_max_model_len = c.estimated_max_model_len;
+  }
+  // The serving questions, with estimate_max_model_len's search up to the model's max_position_embeddings.
+  const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
+  VllmKvCacheLimits longest = limits;
+  longest.max_model_len = derived;
+  out.largest_max_model_len = vllm_kv_cache_estimate_max_model_len(groups, longest, g.available_bytes);
+}
+
 // Worker.init_device's request_memory: the engine asks for total x utilization and refuses when less is free.
 std::string check_requested(const GpuMemory& gpu, std::int64_t before_snapshot, const Paged& g,
                             std::int64_t requested) {
@@ -259,24 +329,9 @@ Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Page
   g.available_bytes = out.requested_bytes - out.non_kv_cache_bytes - out.cudagraph_memory_bytes;
   g.profile_peak_allocated_bytes = out.weights_bytes + out.torch_peak_increase_bytes;
   g.non_torch_bytes = out.non_torch_increase_bytes;
-  const std::int64_t layers = stage.layers();
-  out.page_size_bytes = static_cast<std::int64_t>(vllm_v1_page_size_bytes(
-      g.block_size, m.n_kv_heads, m.head_dim, kv_dtype_bytes(v.kv_cache_dtype, dtype_bytes)));
-  g.block_bytes = out.page_size_bytes * layers;
-  g.num_gpu_blocks = vllm_v1_num_blocks(g.available_bytes, static_cast<Bytes>(out.page_size_bytes), layers);
   g.refusal = check_requested(gpu, before_snapshot, g, out.requested_bytes);
-  if (g.refusal.empty()) {
-    const VllmCacheCheck c = vllm_v1_check_enough_kv_cache_memory(
-        g.available_bytes, static_cast<Bytes>(out.page_size_bytes), layers, g.block_size, g.max_model_len);
-    g.refusal = c.refusal;
-    out.estimated_max_model_len = c.estimated_max_model_len;
-  }
-  // The serving questions, with estimate_max_model_len's arithmetic: every whole block a length can use.
-  const std::int64_t per_block = out.page_size_bytes * layers;
-  const std::int64_t fitting = g.available_bytes > 0 ? g.available_bytes / per_block : 0;
-  const std::int64_t derived = m.max_positions > 0 ? m.max_positions : g.max_model_len;
-  out.largest_max_model_len = std::min(derived, fitting * g.block_size);
-  const std::int64_t needed = per_block * ((g.max_model_len + g.block_size - 1) / g.block_size);
+  size_kv_cache(m, kv_dtype_bytes(v.kv_cache_dtype, dtype_bytes), stage, g, out);
+  const std::int64_t needed = out.kv_cache_needed_bytes;
   out.min_gpu_memory_utilization =
       std::ceil(static_cast<double>(out.non_kv_cache_bytes + out.cudagraph_memory_bytes + needed) /
                 static_cast<double>(gpu.total_bytes) * 1e4) /
@@ -291,11 +346,14 @@ Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Page
 // What the engine does with the workers' configs (get_kv_cache_configs): every worker's num_blocks becomes
 // the smallest among them and the tensors shrink to it; _report_kv_cache_config then logs "GPU KV cache
 // size" and "Maximum concurrency" from that count. A refusal is the first worker's in stage order.
-void finish(Paged& g, std::int64_t num_blocks) {
+void finish(const ModelConfig& m, Paged& g, std::int64_t num_blocks) {
   Paged::V1& out = *g.v1;
   g.num_gpu_blocks = num_blocks;
-  out.kv_cache_tokens = num_blocks * g.block_size;
-  out.max_concurrency = vllm_v1_max_concurrency(num_blocks, g.block_size, g.max_model_len);
+  const VllmKvCacheGroups groups = model_kv_cache_groups(m);
+  const VllmKvCacheLimits limits{g.block_size, g.max_model_len, g.max_num_batched_tokens,
+                                 static_cast<Bytes>(out.page_size_bytes)};
+  out.kv_cache_tokens = vllm_kv_cache_tokens(groups, num_blocks, g.block_size);
+  out.max_concurrency = vllm_kv_cache_max_concurrency(groups, num_blocks, limits);
   out.process_total_bytes = out.context_bytes + out.before_snapshot_bytes + out.non_torch_increase_bytes +
                             out.weights_bytes + num_blocks * g.block_bytes;
 }
@@ -304,12 +362,6 @@ void finish(Paged& g, std::int64_t num_blocks) {
 
 Paged size_vllm_v1_cache(const PredictRequest& request) {
   const ModelConfig& m = request.model;
-  if (m.mla.kv_lora_rank > 0) {
-    throw InputError(
-        fmt::format("--vllm-version v1: {} uses multi-head latent attention, whose KV cache "
-                    "(MLAAttentionSpec) is not modelled",
-                    m.name));
-  }
   const VllmServing& v = request.vllm;
   const GpuMemory gpu = device_memory(request.gpu, request.capacity_bytes, request.context);
   Paged settings;
@@ -345,7 +397,7 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
       break;
     }
   }
-  finish(g, sized[limiting].num_gpu_blocks);
+  finish(m, g, sized[limiting].num_gpu_blocks);
   return g;
 }
 

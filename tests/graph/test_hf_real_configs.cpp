@@ -99,6 +99,9 @@ void check_same_shapes(const ModelConfig& a, const ModelConfig& b) {
   CHECK(a.logits_scaling == b.logits_scaling);
   CHECK(a.attention_sinks == b.attention_sinks);
   CHECK(a.sliding_window == b.sliding_window);
+  // A preset has no layer_types; the stored config.json may (gpt-oss-20b): the class's default list the
+  // reader writes for the preset must be the list the checkpoint ships.
+  CHECK(a.sliding_window_layers == b.sliding_window_layers);
   CHECK(a.mla.q_lora_rank == b.mla.q_lora_rank);
   CHECK(a.mla.kv_lora_rank == b.mla.kv_lora_rank);
   CHECK(a.mla.qk_nope_head_dim == b.mla.qk_nope_head_dim);
@@ -258,6 +261,10 @@ TEST_CASE("real configs: parameter counts worked by hand", "[quick][graph]") {
                                (32LL * 2880 * 2880 + 32 * 2880) + 2 * 2880;
     const ModelConfig m = stored("openai__gpt-oss-20b.config.json");
     CHECK(m.sliding_window == 128);
+    // layer_types: "sliding_attention" on the even layers of 24, "full_attention" on the odd ones.
+    REQUIRE(m.sliding_window_layers.size() == 12);
+    CHECK(m.sliding_window_layers.front() == 0);
+    CHECK(m.sliding_window_layers.back() == 22);
     CHECK(m.parameter_count() == 2 * 201088LL * 2880 + 24 * layer + 2880);
     CHECK(m.parameter_count() == 20'914'757'184);
   }
