@@ -173,6 +173,9 @@ int run_plan(PlanArgs& args) {
   if (!args.shard.empty()) {
     std::tie(r.shard, r.shards) = parse_shard(args.shard);
   }
+  // every configuration is printed only in a CSV file or a shard's part: otherwise the plan keeps what the
+  // report prints (Note [Streaming the grid], sim/predict/plan_stream.h)
+  r.keep_grid = !args.csv.empty() || r.shards > 1;
   // A progress bar on a terminal only (never in a pipe or a file), redrawn at most every 100 ms and at the
   // end.
   const bool tty = isatty(STDERR_FILENO) != 0;
@@ -269,7 +272,8 @@ int print_plan(const PlanRequest& r, const PlanResult& p, bool json, const std::
   print_ties(p);
   fmt::print("command          {}\n", predict_command(r, b.config));
   fmt::print("Hugging Face     {}\n", trainer_settings(r, b.config));
-  fmt::print("\npareto (the predicted configurations that fit: less memory, or faster than every one with less)\n");
+  fmt::print(
+      "\npareto (the predicted configurations that fit: less memory, or faster than every one with less)\n");
   for (std::size_t i : p.pareto) {
     const PlanEvaluation& e = p.grid[i];
     fmt::print("  {:>10}  {:>8.0f} tokens/s  {}{}\n", gib(e.needed_bytes), e.tokens_per_s, describe(e.config),

@@ -72,6 +72,12 @@ struct PlanRequest {
   // Predict every configuration of the grid (only the layout rule skips any): no bound, slow; the reference
   // the bounded search is checked against.
   bool exhaustive = false;
+  // true: PlanResult::grid is every configuration of the grid (--csv, --shard, the tests). false: only those
+  // the report prints (the best, the ties, the Pareto front), and the search keeps one family's
+  // configurations at a time per thread, so the plan's memory does not grow with the grid (Note [Streaming
+  // the grid], plan_search.cpp). The report is the same either way. With shards > 1 the grid is kept
+  // regardless.
+  bool keep_grid = true;
 };
 
 // One configuration: the settings the levers choose.
@@ -125,10 +131,12 @@ struct PlanStep {
 };
 
 struct PlanResult {
-  std::int64_t total_bytes = 0;      // the GPU's memory
-  std::int64_t limit_bytes = 0;      // (1 - margin) x total
-  std::vector<PlanEvaluation> grid;  // every configuration of the grid, in enumeration order
-  std::optional<std::size_t> best;   // index into grid
+  std::int64_t total_bytes = 0;  // the GPU's memory
+  std::int64_t limit_bytes = 0;  // (1 - margin) x total
+  // every configuration of the grid, in enumeration order; with PlanRequest::keep_grid false only those that
+  // best, tied and pareto name, in grid order
+  std::vector<PlanEvaluation> grid;
+  std::optional<std::size_t> best;  // index into grid
   std::vector<PlanStep> decision_path;
   std::vector<std::size_t> pareto;  // indices into grid, by peak reserved
   // The time model's relative error the ties are judged by (kTimeModelRelativeError), and the configurations

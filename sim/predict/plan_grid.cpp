@@ -89,7 +89,39 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
   return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
 }
 
+// The sequences per step of one data-parallel replica under layout `l`.
+std::int64_t local_batch_of(const PlanRequest& r, const Layout& l) {
+  return r.global_batch / (r.gpus / (l.tp * l.pp));
+}
+
 }  // namespace
+
+std::vector<PlanConfig> block_configs(const PlanRequest& r, const PlanConfig& base, const Layout& l) {
+  const std::int64_t local_batch = local_batch_of(r, l);
+  std::vector<PlanConfig> out;
+  for (std::int64_t micro : divisors(local_batch)) {
+    PlanConfig c = base;
+    c.tp = l.tp;
+    c.pp = l.pp;
+    c.ep = l.ep;
+    c.micro_batch = micro;
+    c.grad_accumulation = static_cast<int>(local_batch / micro);
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::size_t expand_family(const PlanRequest& r, Family& f) {
+  std::size_t n = 0;
+  for (Group& g : f.groups) {
+    for (Block& b : g.blocks) {
+      b.configs = block_configs(r, g.base, b.layout);
+      b.local = n;
+      n += b.configs.size();
+    }
+  }
+  return n;
+}
 
 std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total) {
   struct Sharding {
@@ -142,22 +174,16 @@ std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total) {
                 base.offload = offload == "optimizer" && fsdp ? "params" : offload;
                 base.compile = compile;
                 Group group;
+                group.base = base;
                 for (const Layout& l : all_layouts) {
                   if (!layout_applies(r, base, l)) {
                     continue;
                   }
-                  const std::int64_t local_batch = r.global_batch / (r.gpus / (l.tp * l.pp));
-                  Block block{l, total, {}};
-                  for (std::int64_t micro : divisors(local_batch)) {
-                    PlanConfig c = base;
-                    c.tp = l.tp;
-                    c.pp = l.pp;
-                    c.ep = l.ep;
-                    c.micro_batch = micro;
-                    c.grad_accumulation = static_cast<int>(local_batch / micro);
-                    block.configs.push_back(c);
-                  }
-                  total += block.configs.size();
+                  Block block;
+                  block.layout = l;
+                  block.first = total;
+                  block.size = divisors(local_batch_of(r, l)).size();
+                  total += block.size;
                   group.blocks.push_back(std::move(block));
                 }
                 if (group.blocks.empty()) {

@@ -33,15 +33,20 @@ struct Layout {
 std::vector<Layout> layouts(const PlanRequest& r);
 
 // One layout of one group: the configurations of its micro-batches, smallest first, at grid[first ...].
+// `configs` is empty until expand_family() fills it: a plan keeps a family's configurations only while the
+// family is searched, so its memory does not grow with the grid (Note [Streaming the grid], plan_search.cpp).
 struct Block {
   Layout layout;
-  std::size_t first = 0;
+  std::size_t first = 0;  // grid index of the smallest micro-batch
+  std::size_t size = 0;   // micro-batches (configurations) of the block
+  std::size_t local = 0;  // expand_family(): index of the first in the family's own results
   std::vector<PlanConfig> configs;
 };
 
 // One group: one setting of every lever but the layout and the micro-batch; its layouts in the lever's
 // order.
 struct Group {
+  PlanConfig base;  // the group's settings (layout and micro-batch unset)
   std::vector<Block> blocks;
 };
 
@@ -53,8 +58,15 @@ struct Family {
   std::vector<Group> groups;
 };
 
-// The grid's families in grid order of their first group; `total` is set to the number of grid entries.
+// The grid's families in grid order of their first group, their blocks' configurations not filled in;
+// `total` is set to the number of grid entries.
 std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total);
+// The configurations of the block of layout `l` in the group of settings `base`: each micro-batch that
+// divides the layout's local batch, smallest first.
+std::vector<PlanConfig> block_configs(const PlanRequest& r, const PlanConfig& base, const Layout& l);
+// Fills every block's `configs` and `local` (blocks numbered in family order); returns the family's number of
+// configurations.
+std::size_t expand_family(const PlanRequest& r, Family& f);
 
 // Throws InputError for bad requests (no GPU, a global batch the GPUs do not divide, an unknown lever).
 void validate_request(const PlanRequest& r);

@@ -20,6 +20,7 @@
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/plan.h"
 #include "sim/predict/plan_grid.h"
+#include "sim/predict/plan_stream.h"
 #include "sim/predict/time_model_error.h"
 
 namespace vramsim {
@@ -129,13 +130,15 @@ namespace {
 class FamilySearch {
  public:
   FamilySearch(const PlanRequest& r, std::int64_t limit_bytes, std::int64_t context_bytes,
-               const std::map<std::string, PlanEvaluation>& known, std::vector<PlanEvaluation>& grid,
-               double seed)
-      : r_(r), limit_(limit_bytes), context_(context_bytes), known_(known), grid_(grid), best_(seed) {}
+               const std::map<std::string, PlanEvaluation>& known, double seed)
+      : r_(r), limit_(limit_bytes), context_(context_bytes), known_(known), best_(seed) {}
 
   // The family's groups, layout by layout (a group's layouts in order: the layout rule), each layout's
-  // groups in grid order (the first bounds the others).
-  void run(const Family& f, const std::function<void(std::size_t)>& tick) {
+  // groups in grid order (the first bounds the others). `f` has its configurations (expand_family(), `size`
+  // of them); returns the family's entries, block b's at [b.local, b.local + its configurations).
+  std::vector<PlanEvaluation> run(const Family& f, std::size_t size,
+                                  const std::function<void(std::size_t)>& tick) {
+    results_.assign(size, PlanEvaluation{});
     std::vector<GroupState> state(f.groups.size());
     std::size_t layouts = 0;
     for (const Group& g : f.groups) {
@@ -155,6 +158,7 @@ class FamilySearch {
         tick(b.configs.size());
       }
     }
+    return std::move(results_);
   }
 
  private:
@@ -176,7 +180,7 @@ class FamilySearch {
     std::vector<const Block*> unknown;  // earlier blocks pruned by speed: whether they fit is not known
   };
 
-  PlanEvaluation& slot(const Block& b, std::size_t i) { return grid_[b.first + i]; }
+  PlanEvaluation& slot(const Block& b, std::size_t i) { return results_[b.local + i]; }
 
   void predict(const Block& b, std::size_t i) {
     const auto it = known_.find(key_of(b.configs[i]));
@@ -309,13 +313,13 @@ class FamilySearch {
   std::int64_t limit_;
   std::int64_t context_;
   const std::map<std::string, PlanEvaluation>& known_;
-  std::vector<PlanEvaluation>& grid_;
+  std::vector<PlanEvaluation> results_;  // the family's entries (slot())
   double best_;  // tokens/s of the fastest grid configuration found to fit (-1: none yet)
 };
 
 // The fastest configuration of the decision path that fits and is a grid configuration: every shard
 // predicts the path alike, so it is where every family's search starts.
-double seed_of(const PlanResult& out, const std::vector<Family>& families) {
+double seed_of(const PlanRequest& r, const PlanResult& out, const std::vector<Family>& families) {
   std::set<std::string> in_grid;
   for (const PlanStep& s : out.decision_path) {
     if (s.result.fits) {
@@ -326,7 +330,7 @@ double seed_of(const PlanResult& out, const std::vector<Family>& families) {
   for (const Family& f : families) {
     for (const Group& g : f.groups) {
       for (const Block& b : g.blocks) {
-        for (const PlanConfig& c : b.configs) {
+        for (const PlanConfig& c : block_configs(r, g.base, b.layout)) {
           if (in_grid.count(key_of(c)) > 0) {
             found.insert(key_of(c));
           }
@@ -343,47 +347,79 @@ double seed_of(const PlanResult& out, const std::vector<Family>& families) {
   return seed;
 }
 
-// Runs every family of this shard on `threads` threads (a family on one of them, Note [Bounds on speed]).
+// Runs every family of this shard on `threads` threads (a family on one of them, Note [Bounds on speed]). A
+// family's entries go into out.grid (PlanRequest::keep_grid) or through a PlanStream into the report's
+// figures once the family is searched (Note [Streaming the grid], plan_stream.h); either way only the
+// families being searched hold their configurations.
 void search_grid(const PlanRequest& r, std::int64_t context_bytes, PlanResult& out,
                  const PlanProgress& progress) {
   std::size_t total = 0;
   const std::vector<Family> families = grid_families(r, total);
-  out.grid.assign(total, PlanEvaluation{});
+  const bool keep = r.keep_grid || r.shards > 1;
+  if (keep) {
+    out.grid.assign(total, PlanEvaluation{});
+  }
   std::map<std::string, PlanEvaluation> known;  // the decision path's predictions
   for (const PlanStep& s : out.decision_path) {
     known.emplace(key_of(s.result.config), s.result);
   }
-  const double seed = seed_of(out, families);
+  const double seed = seed_of(r, out, families);
+  PlanStream stream(out.decision_path);
   std::atomic<std::size_t> next{0};
   std::size_t done = 0;
-  std::mutex progress_mutex;
+  std::mutex mutex;  // the progress count and the stream
   const std::function<void(std::size_t)> tick = [&](std::size_t n) {
-    const std::lock_guard<std::mutex> lock(progress_mutex);
+    const std::lock_guard<std::mutex> lock(mutex);
     done += n;
     if (progress) {
       progress(static_cast<int>(done), static_cast<int>(total));
     }
   };
-  const auto worker = [&]() {
-    for (std::size_t f = next++; f < families.size(); f = next++) {
-      if (f % static_cast<std::size_t>(r.shards) == static_cast<std::size_t>(r.shard)) {
-        FamilySearch(r, out.limit_bytes, context_bytes, known, out.grid, seed).run(families[f], tick);
-        continue;
-      }
-      for (const Group& g : families[f].groups) {
-        for (const Block& b : g.blocks) {
-          for (std::size_t i = 0; i < b.configs.size(); ++i) {
-            out.grid[b.first + i].config = b.configs[i];
-            out.grid[b.first + i].in_shard = false;
+  // a family's entries into their grid slots (each thread its own: no lock) or through the stream
+  const auto emit = [&](const Family& f, std::vector<PlanEvaluation>& results) {
+    std::unique_lock<std::mutex> lock(mutex, std::defer_lock);
+    if (!keep) {
+      lock.lock();
+    }
+    for (const Group& g : f.groups) {
+      for (const Block& b : g.blocks) {
+        for (std::size_t k = 0; k < b.configs.size(); ++k) {
+          if (keep) {
+            out.grid[b.first + k] = std::move(results[b.local + k]);
+          } else {
+            stream.add(b.first + k, results[b.local + k]);
           }
-          tick(b.configs.size());
         }
       }
+    }
+  };
+  const auto worker = [&]() {
+    for (std::size_t i = next++; i < families.size(); i = next++) {
+      Family f = families[i];
+      const std::size_t size = expand_family(r, f);
+      if (i % static_cast<std::size_t>(r.shards) != static_cast<std::size_t>(r.shard)) {
+        for (const Group& g : f.groups) {
+          for (const Block& b : g.blocks) {
+            for (std::size_t k = 0; k < b.configs.size(); ++k) {
+              out.grid[b.first + k].config = b.configs[k];
+              out.grid[b.first + k].in_shard = false;
+            }
+            tick(b.configs.size());
+          }
+        }
+        continue;
+      }
+      std::vector<PlanEvaluation> results =
+          FamilySearch(r, out.limit_bytes, context_bytes, known, seed).run(f, size, tick);
+      emit(f, results);
     }
   };
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const std::size_t n = r.threads > 0 ? static_cast<std::size_t>(r.threads) : hw;
   run_on_threads(std::min(n, std::max<std::size_t>(1, families.size())), worker);
+  if (!keep) {
+    stream.finish(out);
+  }
 }
 
 }  // namespace
@@ -463,7 +499,9 @@ PlanResult plan(const PlanRequest& r, const PlanProgress& progress) {
   if (r.shard != 0) {
     out.decision_path.clear();
   }
-  finish_plan(out);
+  if (r.keep_grid || r.shards > 1) {
+    finish_plan(out);  // else search_grid() finished it as it streamed the grid
+  }
   return out;
 }
 

@@ -541,7 +541,7 @@ TEST_CASE("every file in the fuzz corpus decodes or throws InputError", "[quick]
   CHECK(files >= 10);
 }
 
-TEST_CASE("read_pickle matches the JSON conversions of the real snapshots", "[quick][traces][pickle]") {
+TEST_CASE("read_pickle matches the JSON conversions of the real snapshots", "[slow][traces][pickle]") {
   if (!vramsim::test::shared_or_skip("read_pickle matches the JSON conversions of the real snapshots")) {
     return;
   }
