@@ -401,7 +401,7 @@ VarId qwen2_vl_image_features(EmitContext& ctx, const VisionParams& p, const Qwe
                        // (self._gradient_checkpointing_func)
       y = t.checkpoint(
           fmt::format("visual.blocks.{}.checkpoint", l), {x, cos, sin},
-          [&ctx, &layer, l, &groups](const std::vector<VarId>& in) {
+          [&ctx, &layer, l, groups](const std::vector<VarId>& in) {
             return vision_block(ctx, layer, l, in[0], in[1], in[2], groups);
           },
           nullptr, 1);  // position_embeddings is a tuple: not a tensor argument

@@ -27,15 +27,20 @@ std::int64_t positions(const Clip& c) { return c.patches_per_side() * c.patches_
 // on (n, channels, side, side) -> (n, hidden, side / patch, side / patch). cudnn's convolution saves its
 // input when the weight needs a gradient and the weight when the input does (derivatives.yaml convolution);
 // its workspace is not modelled.
-VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w, const Clip& c) {
+VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w, const Clip& c,
+                        VarId bias = kNoVar) {
   EagerTape& t = ops.tape();
   const VarId xa = ops.autocast_operand(name, x);  // conv2d is on autocast's lower-precision list
   const VarId wa = ops.autocast_operand(name, w);
+  const VarId ba = bias == kNoVar ? kNoVar : ops.autocast_operand(name, bias);
   const std::int64_t n = t.shape(x)[0], g = c.patches_per_side();
   OpCall call;
   call.name = name;
   call.kind = "convolution";
   call.inputs = {xa, wa};
+  if (ba != kNoVar) {  // SigLIP's bias: its gradient is the output gradient summed (nothing saved)
+    call.inputs.push_back(ba);
+  }
   call.outputs = {OutputSpec{"", {n, c.hidden, g, g}, ops.autocast() ? *ops.autocast() : t.dtype(wa)}};
   if (t.requires_grad(wa)) {
     call.saved.inputs.push_back(0);
@@ -44,11 +49,17 @@ VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w
     call.saved.inputs.push_back(1);
   }
   call.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}};
+  if (ba != kNoVar) {
+    call.backward.grads.push_back(GradRule{Kind::kAlloc});
+  }
   call.flops = 2.0 * static_cast<double>(n * g * g) * static_cast<double>(c.hidden * c.channels) *
                static_cast<double>(c.patch_size * c.patch_size);
   const VarId y = t.op1(call);
   ops.first_matmul_workspace();
   t.drop({xa, wa});
+  if (ba != kNoVar) {
+    t.drop(ba);
+  }
   return y;
 }
 
@@ -235,10 +246,10 @@ VarId siglip_embeddings(EmitContext& ctx, const VisionParams& p) {
   const Clip& c = ctx.model.vision.clip;
   const std::string n = "vision.embeddings";
   const VarId cast = ops.to(n + ".pixel_values_to_dtype", ctx.pixel_values, t.dtype(p.patch_w));
-  const VarId conv = patch_convolution(ops, n + ".patch_embedding", cast, p.patch_w, c);
+  const VarId conv = patch_convolution(ops, n + ".patch_embedding", cast, p.patch_w, c, p.patch_b);
   t.drop(cast);
   const std::int64_t images = t.shape(ctx.pixel_values)[0], g = c.patches_per_side();
-  // the convolution's bias: added by the cudnn call's epilogue into its output (no other tensor)
+  // the convolution's bias is added into its output (no other tensor)
   const VarId patches = t.view(conv, {images, g * g, c.hidden}, n + ".flatten_transpose");
   t.drop(conv);
   const VarId pos = ops.embedding(n + ".position_embedding", p.position_w, p.position_ids);
