@@ -134,7 +134,7 @@ TEST_CASE("every model_type runs predict (training and generation), fit and plan
     CHECK(train.at("total_parameters").get<std::int64_t>() == c.parameters);
     CHECK(train.at("bill").at("parameters").get<std::int64_t>() == 2 * c.parameters);
     if (vlm) {  // generate() with images is not modelled (as for llava)
-      const auto r = run_vramsim("predict " + model + "--batch 1 --seq 16 --generate 2");
+      const auto r = run_vramsim("predict " + model + "--batch 1 --seq 300 --generate 2");
       CHECK(r.exit_code == 2);
       CHECK_THAT(r.err, Catch::Matchers::Contains("--generate with a vision-language model (gemma3): not modelled"));
       continue;
