@@ -507,8 +507,8 @@ ModelConfig gemma3(const JsonReader& r) {
   c.pooled_tokens = r.integer_or("mm_tokens_per_image", 256);
   const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(c.pooled_tokens))));
   if (side * side != c.pooled_tokens || side > c.patches_per_side() || c.patches_per_side() % side != 0) {
-    // AvgPool2d(kernel_size = patches_per_image // tokens_per_side) cannot pool this grid: transformers builds
-    // the model (counted above) but its forward fails; the vision part stays counted, not simulated
+    // AvgPool2d(kernel_size = patches_per_image // tokens_per_side) cannot pool this grid: transformers
+    // builds the model (counted above) but its forward fails; the vision part stays counted, not simulated
     return m;
   }
   m.vision.clip = c;

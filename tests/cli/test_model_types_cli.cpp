@@ -127,16 +127,18 @@ TEST_CASE("every model_type runs predict (training and generation), fit and plan
   for (const Case& c : cases()) {
     INFO(c.model_type << " " << c.config);
     const std::string model = "--model " + c.config + " --capacity 2000GiB --precision bf16 ";
-    // gemma3's vision part runs in the step (vision_tower.h): a text-only batch here (its image is 256 tokens)
+    // gemma3's vision part runs in the step (vision_tower.h): a text-only batch here (its image is 256
+    // tokens)
     const bool vlm = c.model_type == "gemma3";
-    const nlohmann::json train =
-        predict_json(model + "--batch 1 --seq 64 --checkpointing full" + (vlm ? " --images-per-sample 0" : ""));
+    const nlohmann::json train = predict_json(model + "--batch 1 --seq 64 --checkpointing full" +
+                                              (vlm ? " --images-per-sample 0" : ""));
     CHECK(train.at("total_parameters").get<std::int64_t>() == c.parameters);
     CHECK(train.at("bill").at("parameters").get<std::int64_t>() == 2 * c.parameters);
     if (vlm) {  // generate() with images is not modelled (as for llava)
       const auto r = run_vramsim("predict " + model + "--batch 1 --seq 300 --generate 2");
       CHECK(r.exit_code == 2);
-      CHECK_THAT(r.err, Catch::Matchers::Contains("--generate with a vision-language model (gemma3): not modelled"));
+      CHECK_THAT(r.err,
+                 Catch::Matchers::Contains("--generate with a vision-language model (gemma3): not modelled"));
       continue;
     }
     const nlohmann::json gen = predict_json(model + "--batch 1 --seq 16 --generate 2");

@@ -8,9 +8,9 @@
 // (peft/utils/constants.py, main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4,
 // mistral, mixtral, phi, gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises
 // "Please specify `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal
-// checkpoint's is its wrapper's: gemma3, llava, qwen2_vl and qwen2_5_vl have no entry, llama4 has one). The models are shrunk (2 layers, width
-// 64, 4 experts) after their config.json is read, so that the predictions run in seconds; what is composed is
-// the model_type's layer code, not its size.
+// checkpoint's is its wrapper's: gemma3, llava, qwen2_vl and qwen2_5_vl have no entry, llama4 has one). The
+// models are shrunk (2 layers, width 64, 4 experts) after their config.json is read, so that the predictions
+// run in seconds; what is composed is the model_type's layer code, not its size.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -149,8 +149,8 @@ void shrink(ModelConfig& m) {
     m.vision.clip.image_size = 28;
     m.vision.clip.pooled_tokens = m.vision.clip.pooled_tokens > 0 ? 4 : 0;
     m.vision.clip.window_size = m.vision.clip.window_size > 0 ? 56 : 0;
-    m.vision.clip.full_attention_layers = m.vision.clip.window_size > 0 ? std::vector<std::int64_t>{1}
-                                                                          : std::vector<std::int64_t>{};
+    m.vision.clip.full_attention_layers =
+        m.vision.clip.window_size > 0 ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{};
   }
   if (m.moe.n_experts > 0) {
     m.moe.n_experts = 4;
