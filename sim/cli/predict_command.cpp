@@ -348,12 +348,19 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "how ring attention passes keys and values: allgather (torchtitan's default) or alltoall")
       ->capture_default_str();
   cmd->add_option("--images-per-sample", a.images_per_sample,
-                  "vision-language models (llava): images per sample, each tokens_per_image of --seq's "
-                  "tokens (LlavaProcessor expands every <image>)")
+                  "vision-language models (llava, gemma3, qwen2_vl, qwen2_5_vl): images per sample, each "
+                  "tokens_per_image of --seq's tokens (the processor expands every image token)")
       ->capture_default_str();
   cmd->add_option("--image-size", a.image_size,
-                  "vision-language models: pixels per image side (0: vision_config.image_size; CLIP refuses "
-                  "any other)")
+                  "vision-language models: N or HEIGHTxWIDTH pixels (0: vision_config.image_size; CLIP and "
+                  "SigLIP refuse any other; qwen2_vl: resized by Qwen2VLImageProcessor's smart_resize, "
+                  "default 448x448)")
+      ->capture_default_str();
+  cmd->add_option("--image-min-pixels", a.image_min_pixels,
+                  "qwen2_vl: Qwen2VLImageProcessor's min_pixels for smart_resize (0: 56*56)")
+      ->capture_default_str();
+  cmd->add_option("--image-max-pixels", a.image_max_pixels,
+                  "qwen2_vl: Qwen2VLImageProcessor's max_pixels for smart_resize (0: 28*28*1280)")
       ->capture_default_str();
   cmd->add_option("--freeze-vision-tower", a.freeze_vision_tower,
                   "vision-language models: true (LLaVA's fine-tune scripts, LLaMA-Factory's "
@@ -537,7 +544,7 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
         p.vision.model_type, p.vision.tower_parameters, p.vision.clip.layers,
         p.vision_tower_frozen ? "frozen" : "trained", p.vision.projector_parameters,
         p.trainable_parameters > 0 && p.lora_rank == 0 && p.peft_method.empty() ? "trained" : "frozen",
-        p.images_per_sample, p.vision.clip.tokens_per_image());
+        p.images_per_sample, p.tokens_per_image);
   } else if (p.vision.total() > 0) {
     // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
     fmt::print(

@@ -320,7 +320,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                         {"tower_frozen", p.vision_tower_frozen},
                         {"projector_parameters", p.vision.projector_parameters},
                         {"images_per_sample", p.images_per_sample},
-                        {"tokens_per_image", p.vision.clip.tokens_per_image()}};
+                        {"tokens_per_image", p.tokens_per_image}};
   } else if (p.vision.total() > 0) {
     j["vision_part_not_simulated"] = {{"model_type", p.vision.model_type},
                                       {"tower_parameters", p.vision.tower_parameters},

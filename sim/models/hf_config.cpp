@@ -176,6 +176,7 @@ class JsonReader {
     return x;
   }
   std::string_view source() const { return m_source; }
+  const nlohmann::json& root() const { return m_root; }
   [[noreturn]] void fail(const char* key, const std::string& what) const {
     throw InputError(fmt::format("{}: key '{}': {}", m_source, key, what));
   }
@@ -540,6 +541,36 @@ ModelConfig gemma3(const JsonReader& r) {
   m.vision.model_type = vision_type;
   m.vision.tower_parameters = siglip_vision_parameters(v);
   m.vision.projector_parameters = vision_hidden * m.d_model + vision_hidden;
+  // The tower as gemma3_vision.h runs it (SiglipVisionConfig's defaults for missing keys)
+  ModelConfig::VisionPart::Clip c;
+  c.tower = ModelConfig::VisionPart::Tower::kSiglip;
+  c.hidden = vision_hidden;
+  c.intermediate = v.integer_or("intermediate_size", 3072);
+  c.layers = v.integer_or("num_hidden_layers", 12, kMaxLayers);
+  c.heads = v.integer_or("num_attention_heads", 12);
+  c.channels = v.integer_or("num_channels", 3, 64);
+  c.image_size = v.integer_or("image_size", 224);
+  c.patch_size = v.integer_or("patch_size", 16);
+  c.feature_layer = -1;  // last_hidden_state
+  c.drop_cls = false;    // SigLIP has no CLS token
+  c.pooling_head = v.boolean_or("vision_use_head", true);
+  const std::string act = v.string_or("hidden_act", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh") {
+    v.fail("vision_config.hidden_act", fmt::format("'{}' is not modelled (gelu_pytorch_tanh is)", act));
+  }
+  if (c.hidden % c.heads != 0) {
+    v.fail("vision_config.num_attention_heads",
+           fmt::format("{} heads do not split hidden_size {}", c.heads, c.hidden));
+  }
+  // Gemma3MultiModalProjector: AvgPool2d(kernel = patches per side / sqrt(mm_tokens_per_image))
+  c.pooled_tokens = r.integer_or("mm_tokens_per_image", 256);
+  const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(c.pooled_tokens))));
+  if (side * side != c.pooled_tokens || side > c.patches_per_side() || c.patches_per_side() % side != 0) {
+    // AvgPool2d(kernel_size = patches_per_image // tokens_per_side) cannot pool this grid: transformers
+    // builds the model (counted above) but its forward fails; the vision part stays counted, not simulated
+    return m;
+  }
+  m.vision.clip = c;
   return m;
 }
 
@@ -622,7 +653,12 @@ ModelConfig llava(const JsonReader& r) {
     }
     clip = clip_vision(v);
   } else {
-    clip = {1024, 4096, 24, 16, 336, 14};
+    clip.hidden = 1024;
+    clip.intermediate = 4096;
+    clip.layers = 24;
+    clip.heads = 16;
+    clip.image_size = 336;
+    clip.patch_size = 14;
   }
   // hidden_states has num_hidden_layers + 1 entries (the embeddings, then each layer's output)
   clip.feature_layer = r.signed_integer_or("vision_feature_layer", -2, clip.layers + 1);
@@ -648,6 +684,117 @@ ModelConfig llava(const JsonReader& r) {
       clip.hidden * m.d_model + bias * m.d_model + m.d_model * m.d_model + bias * m.d_model;
   return m;
 }
+
+// Qwen2VLVisionConfig / Qwen2_5_VLVisionConfig (transformers' models/qwen2_vl/configuration_qwen2_vl.py and
+// models/qwen2_5_vl/configuration_qwen2_5_vl.py; the class defaults for missing keys). 2.5-VL names the tower
+// width hidden_size and the output out_hidden_size; 2-VL names them embed_dim and hidden_size.
+ModelConfig::VisionPart::Clip qwen_vl_vision(const JsonReader& v, bool v2_5, std::int64_t text_hidden) {
+  using Tower = ModelConfig::VisionPart::Tower;
+  ModelConfig::VisionPart::Clip c;
+  c.tower = v2_5 ? Tower::kQwen25Vl : Tower::kQwen2Vl;
+  c.layers = v.integer_or("depth", 32, kMaxLayers);
+  c.heads = v.integer_or("num_heads", 16);
+  c.channels = v.integer_or("in_channels", v.integer_or("in_chans", 3, 64), 64);
+  c.patch_size = v.integer_or("patch_size", 14, 4096);
+  c.temporal_patch_size = v.integer_or("temporal_patch_size", 2, 64);
+  c.spatial_merge_size = v.integer_or("spatial_merge_size", 2, 64);
+  std::int64_t out = 0;
+  if (v2_5) {
+    c.hidden = v.integer_or("hidden_size", 3584);
+    c.intermediate = v.integer_or("intermediate_size", 3420);
+    out = v.integer_or("out_hidden_size", 3584);
+    c.window_size = v.integer_or("window_size", 112, 1 << 20);
+    c.full_attention_layers = v.has("fullatt_block_indexes") ? v.integers_or_empty("fullatt_block_indexes")
+                                                             : std::vector<std::int64_t>{7, 15, 23, 31};
+    const std::string act = v.string_or("hidden_act", "silu");
+    if (act != "silu") {
+      v.fail("vision_config.hidden_act", fmt::format("'{}' is not modelled (silu is)", act));
+    }
+    if (c.window_size % (c.spatial_merge_size * c.patch_size) != 0) {
+      v.fail("vision_config.window_size",
+             fmt::format("{} is not a multiple of spatial_merge_size x patch_size", c.window_size));
+    }
+  } else {
+    c.hidden = v.integer_or("embed_dim", 1280);
+    const double ratio = v.number_or("mlp_ratio", 4.0);
+    if (ratio <= 0.0 || ratio > 64.0) {
+      v.fail("vision_config.mlp_ratio", "must be in (0, 64]");
+    }
+    c.intermediate = static_cast<std::int64_t>(static_cast<double>(c.hidden) * ratio);  // int(dim * ratio)
+    out = v.integer_or("hidden_size", 3584);
+    const std::string act = v.string_or("hidden_act", "quick_gelu");
+    if (act != "quick_gelu") {
+      v.fail("vision_config.hidden_act", fmt::format("'{}' is not modelled (quick_gelu is)", act));
+    }
+  }
+  if (out != text_hidden) {
+    v.fail(v2_5 ? "vision_config.out_hidden_size" : "vision_config.hidden_size",
+           fmt::format("{} is not the language model's hidden_size {}", out, text_hidden));
+  }
+  if (c.hidden % c.heads != 0 || (c.hidden / c.heads) % 4 != 0) {
+    v.fail("vision_config.num_heads",
+           fmt::format("{} heads do not split {} into head sizes that are multiples of 4 (2D rotary)",
+                       c.heads, c.hidden));
+  }
+  for (const std::int64_t l : c.full_attention_layers) {
+    if (l >= c.layers) {
+      v.fail("vision_config.fullatt_block_indexes",
+             fmt::format("layer {} is past the {} blocks", l, c.layers));
+    }
+  }
+  c.drop_cls = true;
+  return c;
+}
+
+// The parameters Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel register
+// (modeling_qwen2_vl.py / modeling_qwen2_5_vl.py): PatchEmbed's Conv3d(in_channels, width, kernel
+// (temporal_patch_size, patch_size, patch_size), bias=False), depth blocks (norm1 / norm2 LayerNorms with
+// biases, or 2.5-VL's RMSNorms; attn.qkv width -> 3 width and attn.proj with biases; VisionMlp fc1 / fc2, or
+// 2.5-VL's gate_proj / up_proj / down_proj, all with biases). The PatchMerger (ln_q over the width, mlp.0
+// width m^2 -> width m^2 and mlp.2 width m^2 -> the language model's width, with biases) is the projector.
+std::pair<std::int64_t, std::int64_t> qwen_vl_vision_parameters(const ModelConfig::VisionPart::Clip& c,
+                                                                std::int64_t text_hidden,
+                                                                const JsonReader& v) {
+  const auto [mul, add] = vision_count_ops(v);
+  const bool v2_5 = c.tower == ModelConfig::VisionPart::Tower::kQwen25Vl;
+  const std::int64_t h = c.hidden, ff = c.intermediate;
+  const std::int64_t patch =
+      mul(mul(h, c.channels), mul(c.temporal_patch_size, mul(c.patch_size, c.patch_size)));
+  const std::int64_t norms = v2_5 ? 2 * h : 4 * h;
+  const std::int64_t attention = add({mul(h, 3 * h), 3 * h, mul(h, h), h});
+  const std::int64_t mlp = v2_5 ? add({mul(3, mul(h, ff)), 2 * ff, h}) : add({mul(h, ff), ff, mul(ff, h), h});
+  const std::int64_t block = add({norms, attention, mlp});
+  const std::int64_t merged = mul(h, mul(c.spatial_merge_size, c.spatial_merge_size));
+  const std::int64_t merger =
+      add({v2_5 ? h : 2 * h, mul(merged, merged), merged, mul(merged, text_hidden), text_hidden});
+  return {add({patch, mul(c.layers, block)}), merger};
+}
+
+// Qwen2VLConfig / Qwen2_5_VLConfig (Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration):
+// the vision transformer, its PatchMerger and the language model, all simulated (qwen2_vl_vision.h). The
+// language model is text_config when there is one (transformers >= 4.52 writes it), else the top-level keys
+// (the checkpoints' own files, written by 4.41.2), read as qwen2: Qwen2VLTextConfig and Qwen2_5_VLTextConfig
+// have Qwen2Config's keys. Its rotary embedding is M-RoPE (rope_scaling type "mrope",
+// Qwen2VLRotaryEmbedding).
+ModelConfig qwen_vl(const JsonReader& r, bool v2_5) {
+  nlohmann::json text = r.has("text_config") ? r.object_or_empty("text_config") : r.root();
+  text.erase("vision_config");
+  text.erase("rope_scaling");  // mrope_section: M-RoPE's split of the rotary dimensions (position ids only)
+  text["model_type"] = "qwen2";
+  ModelConfig m = text_model(text, r.source());
+  m.vision.wrapper_model_type = v2_5 ? "qwen2_5_vl" : "qwen2_vl";
+  m.vision.mrope = true;
+  const JsonReader v = r.child_or_empty("vision_config");
+  const ModelConfig::VisionPart::Clip c = qwen_vl_vision(v, v2_5, m.d_model);
+  m.vision.model_type = v2_5 ? "qwen2_5_vl_vision" : "qwen2_vl_vision";
+  m.vision.clip = c;
+  const auto [tower, merger] = qwen_vl_vision_parameters(c, m.d_model, v);
+  m.vision.tower_parameters = tower;
+  m.vision.projector_parameters = merger;
+  return m;
+}
+ModelConfig qwen2_vl(const JsonReader& r) { return qwen_vl(r, false); }
+ModelConfig qwen2_5_vl(const JsonReader& r) { return qwen_vl(r, true); }
 
 // Olmo2Config: Llama's shapes; q_norm / k_norm over the whole q / k projections; the two norms after
 // attention and MLP instead of before.
@@ -872,6 +1019,8 @@ constexpr HfModelType kModelTypes[] = {
     {"llama4", "Llama4ForConditionalGeneration", llama4},
     {"deepseek_v3", "DeepseekV3ForCausalLM", deepseek_v3},
     {"llava", "LlavaForConditionalGeneration", llava},
+    {"qwen2_vl", "Qwen2VLForConditionalGeneration", qwen2_vl},
+    {"qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", qwen2_5_vl},
 };
 
 // model_type decides (it is what transformers' AutoConfig dispatches on); a config.json with only
@@ -911,7 +1060,8 @@ const HfModelType& model_type_of(const nlohmann::json& root, std::string_view so
 // A multimodal wrapper's text_config read by its own model_type's reader (llava): not another wrapper.
 ModelConfig text_model(const nlohmann::json& text, std::string_view source) {
   const HfModelType& type = model_type_of(text, source);
-  if (type.read == llava || type.read == gemma3 || type.read == llama4) {
+  if (type.read == llava || type.read == gemma3 || type.read == llama4 || type.read == qwen2_vl ||
+      type.read == qwen2_5_vl) {
     throw InputError(
         fmt::format("{}: key 'text_config': model_type '{}' is a multimodal wrapper, not a "
                     "language model",

@@ -174,8 +174,17 @@ struct ModelConfig {
     std::int64_t projector_parameters = 0;  // Gemma3MultiModalProjector
     std::int64_t total() const { return tower_parameters + projector_parameters; }
     // A vision encoder vramsim simulates (vision_tower.h): llava's CLIPVisionModel and
-    // LlavaMultiModalProjector. layers == 0: the vision part is counted only (gemma3, llama4).
+    // LlavaMultiModalProjector, gemma3's SiglipVisionModel and Gemma3MultiModalProjector, qwen2_vl's and
+    // qwen2_5_vl's vision transformer and PatchMerger (qwen2_vl_vision.h). layers == 0: the vision part is
+    // counted only (llama4).
+    enum class Tower {
+      kClip,      // llava: CLIPVisionModel, LlavaMultiModalProjector
+      kSiglip,    // gemma3: SiglipVisionModel, Gemma3MultiModalProjector (avg pooling, RMSNorm, matmul)
+      kQwen2Vl,   // qwen2_vl: Qwen2VisionTransformerPretrainedModel (LayerNorm, QuickGELU MLP), PatchMerger
+      kQwen25Vl,  // qwen2_5_vl: Qwen2_5_VisionTransformerPretrainedModel (RMSNorm, SiLU gated MLP, windows)
+    };
     struct Clip {
+      Tower tower = Tower::kClip;
       std::int64_t hidden = 0;        // vision_config.hidden_size
       std::int64_t intermediate = 0;  // vision_config.intermediate_size
       std::int64_t layers = 0;        // vision_config.num_hidden_layers
@@ -188,9 +197,24 @@ struct ModelConfig {
       std::int64_t feature_layer = -2;
       bool drop_cls = true;        // vision_feature_select_strategy "default": features[:, 1:]; "full": all
       bool projector_bias = true;  // multimodal_projector_bias
+      // gemma3: mm_tokens_per_image (Gemma3MultiModalProjector's AvgPool2d to its square root per side)
+      std::int64_t pooled_tokens = 0;
+      bool pooling_head = false;  // SigLIP's vision_use_head: SiglipMultiheadAttentionPoolingHead registered
+      // qwen2_vl / qwen2_5_vl (Qwen2VLVisionConfig / Qwen2_5_VLVisionConfig): patch_size is the spatial
+      // patch, temporal_patch_size frames per patch (an image is repeated to fill them), spatial_merge_size^2
+      // patches per language-model token (PatchMerger); 2.5-VL's window attention: window_size pixels per
+      // window side, full attention only in full_attention_layers (fullatt_block_indexes).
+      std::int64_t temporal_patch_size = 1;
+      std::int64_t spatial_merge_size = 1;
+      std::int64_t window_size = 0;
+      std::vector<std::int64_t> full_attention_layers;
       std::int64_t patches_per_side() const { return image_size / patch_size; }
-      // Tokens each image becomes in the language model's sequence.
+      // Tokens each image becomes in the language model's sequence (fixed-size towers; qwen2_vl's depend on
+      // the image: qwen2_vl_vision.h).
       std::int64_t tokens_per_image() const {
+        if (pooled_tokens > 0) {
+          return pooled_tokens;
+        }
         return patches_per_side() * patches_per_side() + (drop_cls ? 0 : 1);
       }
       // The encoder layers that run before the selected hidden state exists (all of them run).
@@ -199,6 +223,9 @@ struct ModelConfig {
       }
     };
     Clip clip;
+    // qwen2_vl / qwen2_5_vl: the language model's rotary positions are M-RoPE's (3, batch, seq) position
+    // ids (Qwen2VLModel.get_rope_index)
+    bool mrope = false;
     bool simulated() const { return clip.layers > 0; }
   };
   VisionPart vision;

@@ -741,7 +741,10 @@ namespace {
 void torch_modules_forward_locals(EmitContext& c, DType dtype) {
   EagerTape& t = c.ops.tape();
   const std::int64_t s = c.options.seq;
-  const VarId positions = t.constant("position_ids", "arange", {1, s}, DType::kInt64);
+  // Qwen2-VL's M-RoPE: get_rope_index's (3, batch, seq) position ids (temporal, height, width)
+  const VarId positions = c.model.vision.mrope ? t.constant("position_ids", "get_rope_index",
+                                                            {3, c.options.batch, s}, DType::kInt64)
+                                               : t.constant("position_ids", "arange", {1, s}, DType::kInt64);
   c.forward_locals.push_back(positions);
   if (c.model.family == ModelFamily::kGpt2) {
     return;

@@ -760,10 +760,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   VarId pixel_values = kNoVar;
   if (model.vision.simulated() &&
       options.vision.images_per_sample > 0) {  // the image processor's fp32 pixels, moved with the batch
-    const ModelConfig::VisionPart::Clip& clip = model.vision.clip;
-    pixel_values = tape.input(
-        "pixel_values", {images_in_micro_batch(options), clip.channels, clip.image_size, clip.image_size},
-        DType::kFloat32);
+    pixel_values = tape.input("pixel_values", pixel_values_shape(model, options), DType::kFloat32);
   }
   OptimizerModel optimizer(tape, options, params.trainable, dp->optimizer_state_shards(),
                            dp->optimizer_on_host(), dp->host_optimizer_fp32(), dp->fp32_sharded_parameters());

@@ -52,19 +52,24 @@ struct LayerParams {
         kv_b_w = kNoVar;
 };
 
-// A vision-language model's vision part (vision_tower.h): the CLIP tower's parameters by role and the
-// projector's, in model.parameters() order in `all`.
+// A vision-language model's vision part (vision_tower.h): the tower's parameters by role and the
+// projector's, in model.parameters() order in `all`. Roles by tower: CLIP and SigLIP as named; qwen2_vl's
+// fused qkv is q_w / q_b, its proj o_w / o_b, norm1 / norm2 ln1 / ln2, 2.5-VL's gate_proj gate, up_proj fc1,
+// down_proj fc2; the PatchMerger's ln_q is post_ln, its mlp.0 / mlp.2 proj1 / proj2; gemma3's
+// mm_input_projection_weight is proj1_w and mm_soft_emb_norm mm_norm_w.
 struct VisionParams {
   struct Layer {
     VarId k_w = kNoVar, k_b = kNoVar, v_w = kNoVar, v_b = kNoVar, q_w = kNoVar, q_b = kNoVar, o_w = kNoVar,
           o_b = kNoVar;
     VarId ln1_w = kNoVar, ln1_b = kNoVar, fc1_w = kNoVar, fc1_b = kNoVar, fc2_w = kNoVar, fc2_b = kNoVar,
           ln2_w = kNoVar, ln2_b = kNoVar;
+    VarId gate_w = kNoVar, gate_b = kNoVar;
   };
-  VarId class_embedding = kNoVar, patch_w = kNoVar, position_w = kNoVar, pre_ln_w = kNoVar, pre_ln_b = kNoVar;
+  VarId class_embedding = kNoVar, patch_w = kNoVar, patch_b = kNoVar, position_w = kNoVar, pre_ln_w = kNoVar,
+        pre_ln_b = kNoVar;
   std::vector<Layer> layers;
   VarId post_ln_w = kNoVar, post_ln_b = kNoVar;
-  VarId proj1_w = kNoVar, proj1_b = kNoVar, proj2_w = kNoVar, proj2_b = kNoVar;
+  VarId proj1_w = kNoVar, proj1_b = kNoVar, proj2_w = kNoVar, proj2_b = kNoVar, mm_norm_w = kNoVar;
   VarId position_ids = kNoVar;  // CLIPVisionEmbeddings' buffer (int64, 1 x positions)
   std::vector<VarId> all;
   std::vector<VarId> trainable;  // the projector, and the tower unless it is frozen

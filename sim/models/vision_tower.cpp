@@ -1,17 +1,22 @@
 #include "sim/models/vision_tower.h"
 
+#include <charconv>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
 #include "sim/finetune/peft_prompt.h"
+#include "sim/models/qwen2_vl_vision.h"
 
 namespace vramsim {
 namespace {
 
 using Kind = GradRule::Kind;
 using Clip = ModelConfig::VisionPart::Clip;
+using Tower = ModelConfig::VisionPart::Tower;
 
 constexpr const char* kTower = "model.vision_tower.vision_model.";
 constexpr const char* kProjector = "model.multi_modal_projector.";
@@ -22,15 +27,20 @@ std::int64_t positions(const Clip& c) { return c.patches_per_side() * c.patches_
 // on (n, channels, side, side) -> (n, hidden, side / patch, side / patch). cudnn's convolution saves its
 // input when the weight needs a gradient and the weight when the input does (derivatives.yaml convolution);
 // its workspace is not modelled.
-VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w, const Clip& c) {
+VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w, const Clip& c,
+                        VarId bias = kNoVar) {
   EagerTape& t = ops.tape();
   const VarId xa = ops.autocast_operand(name, x);  // conv2d is on autocast's lower-precision list
   const VarId wa = ops.autocast_operand(name, w);
+  const VarId ba = bias == kNoVar ? kNoVar : ops.autocast_operand(name, bias);
   const std::int64_t n = t.shape(x)[0], g = c.patches_per_side();
   OpCall call;
   call.name = name;
   call.kind = "convolution";
   call.inputs = {xa, wa};
+  if (ba != kNoVar) {  // SigLIP's bias: its gradient is the output gradient summed (nothing saved)
+    call.inputs.push_back(ba);
+  }
   call.outputs = {OutputSpec{"", {n, c.hidden, g, g}, ops.autocast() ? *ops.autocast() : t.dtype(wa)}};
   if (t.requires_grad(wa)) {
     call.saved.inputs.push_back(0);
@@ -39,11 +49,17 @@ VarId patch_convolution(TorchOps& ops, const std::string& name, VarId x, VarId w
     call.saved.inputs.push_back(1);
   }
   call.backward.grads = {GradRule{Kind::kAlloc}, GradRule{Kind::kAlloc}};
+  if (ba != kNoVar) {
+    call.backward.grads.push_back(GradRule{Kind::kAlloc});
+  }
   call.flops = 2.0 * static_cast<double>(n * g * g) * static_cast<double>(c.hidden * c.channels) *
                static_cast<double>(c.patch_size * c.patch_size);
   const VarId y = t.op1(call);
   ops.first_matmul_workspace();
   t.drop({xa, wa});
+  if (ba != kNoVar) {
+    t.drop(ba);
+  }
   return y;
 }
 
@@ -117,11 +133,19 @@ VarId clip_attention(EmitContext& ctx, const VisionParams::Layer& p, const std::
   return out;
 }
 
-// CLIPMLP with QuickGELUActivation: fc2(input * torch.sigmoid(1.702 * input)) of fc1(x).
+// CLIPMLP with QuickGELUActivation: fc2(input * torch.sigmoid(1.702 * input)) of fc1(x); SiglipMLP's
+// gelu_pytorch_tanh is one kernel that saves its input.
 VarId clip_mlp(EmitContext& ctx, const VisionParams::Layer& p, const std::string& n, VarId x) {
   TorchOps& ops = ctx.ops;
   EagerTape& t = ops.tape();
   const VarId h = ops.linear(n + ".fc1", x, p.fc1_w, p.fc1_b);
+  if (ctx.model.vision.clip.tower == Tower::kSiglip) {
+    const VarId act = ops.gelu(n + ".activation_fn", h);
+    t.drop(h);
+    const VarId out = ops.linear(n + ".fc2", act, p.fc2_w, p.fc2_b);
+    t.drop(act);
+    return out;
+  }
   const VarId scaled = ops.scale(n + ".quick_gelu.scale", h);
   const VarId gate = ops.sigmoid(n + ".quick_gelu.sigmoid", scaled);
   t.drop(scaled);
@@ -132,7 +156,8 @@ VarId clip_mlp(EmitContext& ctx, const VisionParams::Layer& p, const std::string
   return out;
 }
 
-// CLIPEncoderLayer.forward: residual + self_attn(layer_norm1(x)), then residual + mlp(layer_norm2(x)).
+// CLIPEncoderLayer.forward (and SiglipEncoderLayer.forward, the same statements): residual +
+// self_attn(layer_norm1(x)), then residual + mlp(layer_norm2(x)).
 VarId clip_layer(EmitContext& ctx, const VisionParams::Layer& p, int l, VarId x) {
   TorchOps& ops = ctx.ops;
   EagerTape& t = ops.tape();
@@ -151,7 +176,8 @@ VarId clip_layer(EmitContext& ctx, const VisionParams::Layer& p, int l, VarId x)
 }
 
 // One encoder layer, inside torch.utils.checkpoint when the tower trains under --checkpointing full
-// (gradient_checkpointing_enable() covers CLIPEncoder too); a frozen tower saves nothing either way.
+// (gradient_checkpointing_enable() covers CLIPEncoder and SiglipEncoder too); a frozen tower saves nothing
+// either way.
 VarId run_clip_layer(EmitContext& ctx, const VisionParams& p, int l, VarId x) {
   const VisionParams::Layer& layer = p.layers[static_cast<std::size_t>(l)];
   if (ctx.options.checkpointing == Checkpointing::kFull && !ctx.options.vision.freeze_tower &&
@@ -212,8 +238,228 @@ VarId image_features(EmitContext& ctx, const VisionParams& p) {
   return out;
 }
 
+// SiglipVisionEmbeddings.forward: patch_embedding(pixel_values.to(dtype=target_dtype)) (a Conv2d with bias),
+// .flatten(2).transpose(1, 2), + position_embedding(position_ids). No class token.
+VarId siglip_embeddings(EmitContext& ctx, const VisionParams& p) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const Clip& c = ctx.model.vision.clip;
+  const std::string n = "vision.embeddings";
+  const VarId cast = ops.to(n + ".pixel_values_to_dtype", ctx.pixel_values, t.dtype(p.patch_w));
+  const VarId conv = patch_convolution(ops, n + ".patch_embedding", cast, p.patch_w, c, p.patch_b);
+  t.drop(cast);
+  const std::int64_t images = t.shape(ctx.pixel_values)[0], g = c.patches_per_side();
+  // the convolution's bias is added into its output (no other tensor)
+  const VarId patches = t.view(conv, {images, g * g, c.hidden}, n + ".flatten_transpose");
+  t.drop(conv);
+  const VarId pos = ops.embedding(n + ".position_embedding", p.position_w, p.position_ids);
+  const VarId sum = ops.add(n + ".add_positions", patches, pos);
+  t.drop({patches, pos});
+  return sum;
+}
+
+// Gemma3RMSNorm.forward: _norm(x.float()) * (1.0 + weight.float()), type_as(x).
+VarId gemma3_rms_norm(TorchOps& ops, const std::string& n, VarId x, VarId w) {
+  EagerTape& t = ops.tape();
+  const DType in_dtype = t.dtype(x);
+  const VarId x32 = ops.to(n + ".float", x, DType::kFloat32);
+  const VarId sq = ops.pow2(n + ".pow", x32);
+  const VarId var = ops.mean_last(n + ".mean", sq);
+  t.drop(sq);
+  const VarId ve = ops.add_scalar(n + ".add_eps", var);
+  t.drop(var);
+  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
+  t.drop(ve);
+  const VarId normed = ops.mul(n + ".mul_rsqrt", x32, r);
+  t.drop({x32, r});
+  const VarId w32 = ops.to(n + ".weight_float", w, DType::kFloat32);
+  const VarId one_plus = ops.add_scalar(n + ".one_plus_weight", w32);
+  t.drop(w32);
+  const VarId scaled = ops.mul(n + ".mul_weight", normed, one_plus);
+  t.drop({normed, one_plus});
+  const VarId out = ops.to(n + ".type_as", scaled, in_dtype);
+  t.drop(scaled);
+  return out;
+}
+
+// Gemma3Model.get_image_features: vision_tower(pixel_values).last_hidden_state (SiglipVisionTransformer:
+// embeddings, the encoder's layers without output_hidden_states, post_layernorm), then
+// Gemma3MultiModalProjector.forward: transpose(1, 2).reshape(b, hidden, side, side) (a copy: the transpose is
+// not contiguous), AvgPool2d(kernel), flatten(2).transpose(1, 2), mm_soft_emb_norm, matmul with
+// mm_input_projection_weight. The pooling head (vision_use_head) is not run (gemma3's configs turn it off).
+VarId siglip_image_features(EmitContext& ctx, const VisionParams& p) {
+  TorchOps& ops = ctx.ops;
+  EagerTape& t = ops.tape();
+  const Clip& c = ctx.model.vision.clip;
+  VarId x = siglip_embeddings(ctx, p);
+  for (int l = 0; l < static_cast<int>(c.layers); ++l) {
+    const VarId y = run_clip_layer(ctx, p, l, x);
+    t.drop(x);
+    x = y;
+  }
+  const VarId last = ops.layer_norm("vision.post_layernorm", x, p.post_ln_w, p.post_ln_b);
+  t.drop(x);
+  const std::int64_t images = t.shape(last)[0], side = c.patches_per_side();
+  const auto pooled_side =
+      static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(c.pooled_tokens))));
+  const std::string n = "multi_modal_projector";
+  const VarId transposed = t.view(last, {images, c.hidden, side, side}, n + ".transpose");
+  const VarId grid = ops.contiguous(n + ".reshape", transposed);
+  t.drop({transposed, last});
+  OpCall pool;  // avg_pool2d: derivatives.yaml saves self; the backward allocates the input's gradient
+  pool.name = n + ".avg_pool";
+  pool.kind = "avg_pool2d";
+  pool.inputs = {grid};
+  pool.outputs = {OutputSpec{"", {images, c.hidden, pooled_side, pooled_side}, t.dtype(grid)}};
+  pool.saved.inputs = {0};
+  pool.backward.grads = {GradRule{Kind::kAlloc}};
+  pool.flops = static_cast<double>(images * c.hidden * side * side);
+  const VarId pooled = t.op1(pool);
+  t.drop(grid);
+  const VarId tokens = t.view(pooled, {images, c.pooled_tokens, c.hidden}, n + ".flatten_transpose");
+  t.drop(pooled);
+  const VarId normed = gemma3_rms_norm(ops, n + ".mm_soft_emb_norm", tokens, p.mm_norm_w);
+  t.drop(tokens);
+  const VarId out =
+      ops.matmul(n + ".mm_input_projection", normed, p.proj1_w, {images, c.pooled_tokens, ctx.model.d_model});
+  t.drop(normed);
+  return out;
+}
+
 void push(std::vector<ParameterShape>& out, std::string name, std::vector<std::int64_t> shape) {
   out.push_back(ParameterShape{std::move(name), std::move(shape), -1});
+}
+
+// SiglipVisionModel's and Gemma3MultiModalProjector's parameters (modeling_siglip.py, modeling_gemma3.py):
+// SiglipEncoderLayer registers layer_norm1, self_attn (k, v, q, out_proj), layer_norm2, mlp.
+void siglip_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out) {
+  const Clip& c = model.vision.clip;
+  const std::int64_t h = c.hidden, ff = c.intermediate;
+  const std::string e = std::string(kTower) + "embeddings.";
+  push(out, e + "patch_embedding.weight", {h, c.channels, c.patch_size, c.patch_size});
+  push(out, e + "patch_embedding.bias", {h});
+  push(out, e + "position_embedding.weight", {c.patches_per_side() * c.patches_per_side(), h});
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = fmt::format("{}encoder.layers.{}.", kTower, l);
+    push(out, p + "layer_norm1.weight", {h});
+    push(out, p + "layer_norm1.bias", {h});
+    for (const char* proj : {"k_proj", "v_proj", "q_proj", "out_proj"}) {
+      push(out, p + "self_attn." + proj + ".weight", {h, h});
+      push(out, p + "self_attn." + proj + ".bias", {h});
+    }
+    push(out, p + "layer_norm2.weight", {h});
+    push(out, p + "layer_norm2.bias", {h});
+    push(out, p + "mlp.fc1.weight", {ff, h});
+    push(out, p + "mlp.fc1.bias", {ff});
+    push(out, p + "mlp.fc2.weight", {h, ff});
+    push(out, p + "mlp.fc2.bias", {h});
+  }
+  push(out, std::string(kTower) + "post_layernorm.weight", {h});
+  push(out, std::string(kTower) + "post_layernorm.bias", {h});
+  if (c.pooling_head) {  // SiglipMultiheadAttentionPoolingHead: registered, not run
+    const std::string hd = std::string(kTower) + "head.";
+    push(out, hd + "probe", {1, 1, h});
+    push(out, hd + "attention.in_proj_weight", {3 * h, h});
+    push(out, hd + "attention.in_proj_bias", {3 * h});
+    push(out, hd + "attention.out_proj.weight", {h, h});
+    push(out, hd + "attention.out_proj.bias", {h});
+    push(out, hd + "layernorm.weight", {h});
+    push(out, hd + "layernorm.bias", {h});
+    push(out, hd + "mlp.fc1.weight", {ff, h});
+    push(out, hd + "mlp.fc1.bias", {ff});
+    push(out, hd + "mlp.fc2.weight", {h, ff});
+    push(out, hd + "mlp.fc2.bias", {h});
+  }
+  push(out, std::string(kProjector) + "mm_input_projection_weight", {h, model.d_model});
+  push(out, std::string(kProjector) + "mm_soft_emb_norm.weight", {h});
+}
+
+// The role of a vision parameter by its name (VisionParams' comment), in the layer it belongs to.
+void assign_role(VisionParams& p, const std::string& name, VarId v) {
+  static const std::pair<const char*, VarId VisionParams::Layer::*> kLayerRoles[] = {
+      {"self_attn.k_proj.weight", &VisionParams::Layer::k_w},
+      {"self_attn.k_proj.bias", &VisionParams::Layer::k_b},
+      {"self_attn.v_proj.weight", &VisionParams::Layer::v_w},
+      {"self_attn.v_proj.bias", &VisionParams::Layer::v_b},
+      {"self_attn.q_proj.weight", &VisionParams::Layer::q_w},
+      {"self_attn.q_proj.bias", &VisionParams::Layer::q_b},
+      {"self_attn.out_proj.weight", &VisionParams::Layer::o_w},
+      {"self_attn.out_proj.bias", &VisionParams::Layer::o_b},
+      {"attn.qkv.weight", &VisionParams::Layer::q_w},
+      {"attn.qkv.bias", &VisionParams::Layer::q_b},
+      {"attn.proj.weight", &VisionParams::Layer::o_w},
+      {"attn.proj.bias", &VisionParams::Layer::o_b},
+      {"layer_norm1.weight", &VisionParams::Layer::ln1_w},
+      {"layer_norm1.bias", &VisionParams::Layer::ln1_b},
+      {"layer_norm2.weight", &VisionParams::Layer::ln2_w},
+      {"layer_norm2.bias", &VisionParams::Layer::ln2_b},
+      {"norm1.weight", &VisionParams::Layer::ln1_w},
+      {"norm1.bias", &VisionParams::Layer::ln1_b},
+      {"norm2.weight", &VisionParams::Layer::ln2_w},
+      {"norm2.bias", &VisionParams::Layer::ln2_b},
+      {"mlp.fc1.weight", &VisionParams::Layer::fc1_w},
+      {"mlp.fc1.bias", &VisionParams::Layer::fc1_b},
+      {"mlp.fc2.weight", &VisionParams::Layer::fc2_w},
+      {"mlp.fc2.bias", &VisionParams::Layer::fc2_b},
+      {"mlp.gate_proj.weight", &VisionParams::Layer::gate_w},
+      {"mlp.gate_proj.bias", &VisionParams::Layer::gate_b},
+      {"mlp.up_proj.weight", &VisionParams::Layer::fc1_w},
+      {"mlp.up_proj.bias", &VisionParams::Layer::fc1_b},
+      {"mlp.down_proj.weight", &VisionParams::Layer::fc2_w},
+      {"mlp.down_proj.bias", &VisionParams::Layer::fc2_b},
+  };
+  for (const char* layers : {"encoder.layers.", "blocks."}) {
+    const std::size_t at = name.find(layers);
+    if (at == std::string::npos || name.find("head.") != std::string::npos) {
+      continue;
+    }
+    const std::size_t index_at = at + std::string_view(layers).size();
+    const std::size_t dot = name.find('.', index_at);
+    const auto l = static_cast<std::size_t>(std::stoll(name.substr(index_at, dot - index_at)));
+    const std::string rest = name.substr(dot + 1);
+    for (const auto& [suffix, member] : kLayerRoles) {
+      if (rest == suffix) {
+        p.layers.at(l).*member = v;
+        return;
+      }
+    }
+    return;
+  }
+  static const std::pair<const char*, VarId VisionParams::*> kRoles[] = {
+      {"embeddings.class_embedding", &VisionParams::class_embedding},
+      {"embeddings.patch_embedding.weight", &VisionParams::patch_w},
+      {"embeddings.patch_embedding.bias", &VisionParams::patch_b},
+      {"embeddings.position_embedding.weight", &VisionParams::position_w},
+      {"patch_embed.proj.weight", &VisionParams::patch_w},
+      {"pre_layrnorm.weight", &VisionParams::pre_ln_w},
+      {"pre_layrnorm.bias", &VisionParams::pre_ln_b},
+      {"vision_model.post_layernorm.weight", &VisionParams::post_ln_w},
+      {"vision_model.post_layernorm.bias", &VisionParams::post_ln_b},
+      {"merger.ln_q.weight", &VisionParams::post_ln_w},
+      {"merger.ln_q.bias", &VisionParams::post_ln_b},
+      {"merger.mlp.0.weight", &VisionParams::proj1_w},
+      {"merger.mlp.0.bias", &VisionParams::proj1_b},
+      {"merger.mlp.2.weight", &VisionParams::proj2_w},
+      {"merger.mlp.2.bias", &VisionParams::proj2_b},
+      {"linear_1.weight", &VisionParams::proj1_w},
+      {"linear_1.bias", &VisionParams::proj1_b},
+      {"linear_2.weight", &VisionParams::proj2_w},
+      {"linear_2.bias", &VisionParams::proj2_b},
+      {"mm_input_projection_weight", &VisionParams::proj1_w},
+      {"mm_soft_emb_norm.weight", &VisionParams::mm_norm_w},
+  };
+  for (const auto& [suffix, member] : kRoles) {
+    if (name.ends_with(suffix)) {
+      p.*member = v;
+      return;
+    }
+  }
+}
+
+// The projector's parameters: trained unless a PEFT method freezes the base model (Qwen's PatchMerger is
+// "visual.merger"; LLaMA-Factory names it the multi-modal projector of qwen2_vl too).
+bool is_projector(const std::string& name) {
+  return name.starts_with(kProjector) || name.starts_with("model.visual.merger.");
 }
 
 }  // namespace
@@ -223,6 +469,14 @@ void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<Paramet
     return;
   }
   const Clip& c = model.vision.clip;
+  if (c.tower == Tower::kSiglip) {
+    siglip_parameter_shapes(model, out);
+    return;
+  }
+  if (c.tower == Tower::kQwen2Vl || c.tower == Tower::kQwen25Vl) {
+    qwen2_vl_vision_parameter_shapes(model, out);
+    return;
+  }
   const std::string e = std::string(kTower) + "embeddings.";
   push(out, e + "class_embedding", {c.hidden});
   push(out, e + "patch_embedding.weight", {c.hidden, c.channels, c.patch_size, c.patch_size});
@@ -271,36 +525,25 @@ VisionParams create_vision_parameters(EagerTape& tape, const ModelConfig& model,
     const VarId v =
         tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);
     p.all.push_back(v);
-    const bool projector = s.name.starts_with(kProjector);
-    if (base_frozen || (!projector && vision.freeze_tower)) {
+    if (base_frozen || (!is_projector(s.name) && vision.freeze_tower)) {
       tape.freeze(v);
     } else {
       p.trainable.push_back(v);
     }
+    assign_role(p, s.name, v);
   }
-  // by position in llava_vision_parameter_shapes' order
-  std::size_t i = 0;
-  const auto next = [&]() { return p.all.at(i++); };
-  p.class_embedding = next();
-  p.patch_w = next();
-  p.position_w = next();
-  p.pre_ln_w = next();
-  p.pre_ln_b = next();
-  for (VisionParams::Layer& l : p.layers) {
-    l.k_w = next(), l.k_b = next(), l.v_w = next(), l.v_b = next();
-    l.q_w = next(), l.q_b = next(), l.o_w = next(), l.o_b = next();
-    l.ln1_w = next(), l.ln1_b = next(), l.fc1_w = next(), l.fc1_b = next();
-    l.fc2_w = next(), l.fc2_b = next(), l.ln2_w = next(), l.ln2_b = next();
+  if (c.tower == Tower::kClip || c.tower == Tower::kSiglip) {
+    // CLIPVisionEmbeddings' / SiglipVisionEmbeddings' position_ids: register_buffer(..., persistent=False),
+    // moved with the model
+    const std::int64_t n =
+        c.tower == Tower::kClip ? positions(c) : c.patches_per_side() * c.patches_per_side();
+    p.position_ids =
+        tape.input("model.vision_tower.vision_model.embeddings.position_ids", {1, n}, DType::kInt64);
+  } else {
+    // Qwen2VisionRotaryEmbedding's inv_freq: register_buffer(persistent=False), head_dim / 4 fp32
+    p.position_ids =
+        tape.input("model.visual.rotary_pos_emb.inv_freq", {c.hidden / c.heads / 4}, DType::kFloat32);
   }
-  p.post_ln_w = next();
-  p.post_ln_b = next();
-  p.proj1_w = next();
-  p.proj1_b = c.projector_bias ? next() : kNoVar;
-  p.proj2_w = next();
-  p.proj2_b = c.projector_bias ? next() : kNoVar;
-  // CLIPVisionEmbeddings' position_ids: register_buffer(..., persistent=False), moved with the model
-  p.position_ids =
-      tape.input("model.vision_tower.vision_model.embeddings.position_ids", {1, positions(c)}, DType::kInt64);
   return p;
 }
 
@@ -308,33 +551,90 @@ std::int64_t images_in_micro_batch(const TrainingOptions& options) {
   return options.batch * options.vision.images_per_sample;
 }
 
+std::pair<std::int64_t, std::int64_t> parse_image_size(const std::string& text) {
+  const auto number = [&text](std::string_view digits) {
+    std::int64_t x = -1;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || x < 0 || x > 65536) {
+      throw InputError(
+          fmt::format("--image-size '{}': expected pixels per side (0..65536) or HEIGHTxWIDTH", text));
+    }
+    return x;
+  };
+  const std::size_t x = text.find('x');
+  if (x == std::string::npos) {
+    return {number(text), 0};
+  }
+  const std::int64_t h = number(std::string_view(text).substr(0, x));
+  const std::int64_t w = number(std::string_view(text).substr(x + 1));
+  if (h == 0 || w == 0) {
+    throw InputError(fmt::format("--image-size '{}': a height and a width of at least one pixel", text));
+  }
+  return {h, w};
+}
+
+namespace {
+bool qwen(const Clip& c) { return c.tower == Tower::kQwen2Vl || c.tower == Tower::kQwen25Vl; }
+
+QwenImageGrid qwen_image_grid(const ModelConfig& model, const VisionInputs& v) {
+  const std::int64_t h = v.image_size == 0 ? kQwenDefaultImageSide : v.image_size;
+  const std::int64_t w = v.image_width == 0 ? h : v.image_width;
+  return qwen2_vl_image_grid(model.vision.clip, h, w, v.min_pixels == 0 ? kQwenMinPixels : v.min_pixels,
+                             v.max_pixels == 0 ? kQwenMaxPixels : v.max_pixels);
+}
+}  // namespace
+
+std::int64_t vision_tokens_per_image(const ModelConfig& model, const VisionInputs& v) {
+  const Clip& c = model.vision.clip;
+  return qwen(c) ? qwen_image_grid(model, v).tokens(c.spatial_merge_size) : c.tokens_per_image();
+}
+
+Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& options) {
+  const Clip& c = model.vision.clip;
+  const std::int64_t images = images_in_micro_batch(options);
+  if (qwen(c)) {  // Qwen2VLImageProcessor's flatten_patches: one row per patch, fp32
+    return {images * qwen_image_grid(model, options.vision).patches(),
+            c.channels * c.temporal_patch_size * c.patch_size * c.patch_size};
+  }
+  return {images, c.channels, c.image_size, c.image_size};
+}
+
 void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
   if (!model.vision.simulated()) {
     return;
   }
   const Clip& c = model.vision.clip;
-  const std::int64_t side = o.vision.image_size == 0 ? c.image_size : o.vision.image_size;
-  if (side != c.image_size) {
-    // CLIPVisionEmbeddings.forward without interpolate_pos_encoding (LlavaModel does not pass it)
-    throw InputError(
-        fmt::format("--image-size {}: Input image size ({}*{}) doesn't match model ({}*{}) "
-                    "(CLIPVisionEmbeddings; llava's images are resized to vision_config.image_size)",
-                    side, side, side, c.image_size, c.image_size));
+  const std::string& wrapper = model.vision.wrapper_model_type;
+  if (!qwen(c)) {
+    const std::int64_t side = o.vision.image_size == 0 ? c.image_size : o.vision.image_size;
+    const std::int64_t width = o.vision.image_width == 0 ? side : o.vision.image_width;
+    if (side != c.image_size || width != c.image_size) {
+      // CLIPVisionEmbeddings / SiglipVisionEmbeddings.forward without interpolate_pos_encoding (LlavaModel
+      // and Gemma3Model do not pass it)
+      throw InputError(
+          fmt::format("--image-size {}x{}: Input image size ({}*{}) doesn't match model ({}*{}) ({}; {}'s "
+                      "images are resized "
+                      "to vision_config.image_size)",
+                      side, width, side, width, c.image_size, c.image_size,
+                      c.tower == Tower::kClip ? "CLIPVisionEmbeddings" : "SiglipVisionEmbeddings", wrapper));
+    }
   }
-  const std::int64_t tokens = o.vision.images_per_sample * c.tokens_per_image();
+  const std::int64_t per_image = vision_tokens_per_image(model, o.vision);
+  const std::int64_t tokens = o.vision.images_per_sample * per_image;
   if (tokens > o.seq) {
     throw InputError(
         fmt::format("--images-per-sample {}: {} image tokens ({} per image) do not fit in --seq {} "
                     "(the language model's sequence, image tokens included)",
-                    o.vision.images_per_sample, tokens, c.tokens_per_image(), o.seq));
+                    o.vision.images_per_sample, tokens, per_image, o.seq));
   }
   if (o.lora.enabled() && !is_prompt_learning(o.lora)) {
     // get_peft_model runs before anything below would: PEFT's refusal of a model_type without default
     // target_modules ("llava" has none) comes first
     (void)lora_target_modules(o.lora, model);
   }
-  const auto not_modelled = [](const std::string& what) {
-    throw InputError(fmt::format("{} with a vision-language model (llava): not modelled (vramsim)", what));
+  const auto not_modelled = [&wrapper](const std::string& what) {
+    throw InputError(
+        fmt::format("{} with a vision-language model ({}): not modelled (vramsim)", what, wrapper));
   };
   if (o.generate_tokens > 0) {
     not_modelled("--generate");
@@ -368,7 +668,11 @@ VarId merge_image_features(EmitContext& ctx, VarId inputs_embeds) {
   }
   TorchOps& ops = ctx.ops;
   EagerTape& t = ops.tape();
-  const VarId projected = image_features(ctx, ctx.params.vision);
+  const Clip& clip = ctx.model.vision.clip;
+  const VarId projected = qwen(clip)                     ? qwen2_vl_image_features(ctx, ctx.params.vision,
+                                                                                   qwen_image_grid(ctx.model, ctx.options.vision))
+                          : clip.tower == Tower::kSiglip ? siglip_image_features(ctx, ctx.params.vision)
+                                                         : image_features(ctx, ctx.params.vision);
   const Shape& emb = t.shape(inputs_embeds);
   const std::int64_t images = t.shape(projected)[0], tokens = t.shape(projected)[1];
   // torch.cat(image_features, dim=0).to(inputs_embeds.device, inputs_embeds.dtype): one new tensor

@@ -14,15 +14,18 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/models/transformer_parts.h"
 
 namespace vramsim {
 
-// The parameters CLIPVisionModel and LlavaMultiModalProjector register, in model.parameters() order
-// (LlavaModel registers vision_tower, multi_modal_projector, then language_model). Empty for a model whose
-// vision part is not simulated.
+// The parameters CLIPVisionModel and LlavaMultiModalProjector register (SiglipVisionModel and
+// Gemma3MultiModalProjector for gemma3, the vision transformer and PatchMerger for qwen2_vl), in
+// model.parameters() order (LlavaModel registers vision_tower, multi_modal_projector, then language_model).
+// Empty for a model whose vision part is not simulated.
 void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out);
 
 // Creates the vision part's parameters (and CLIPVisionEmbeddings' position_ids buffer) on the tape in
@@ -35,6 +38,18 @@ VisionParams create_vision_parameters(EagerTape& tape, const ModelConfig& model,
 
 // Images in one micro-batch: batch x images_per_sample.
 std::int64_t images_in_micro_batch(const TrainingOptions& options);
+
+// --image-size: "N" (a square side; 0: the model's default) or "HxW". Returns (height, width), width 0 for
+// "N". Throws InputError naming the flag.
+std::pair<std::int64_t, std::int64_t> parse_image_size(const std::string& text);
+
+// Tokens one image becomes in the language model's sequence: fixed for llava and gemma3, smart_resize's for
+// qwen2_vl (qwen2_vl_vision.h).
+std::int64_t vision_tokens_per_image(const ModelConfig& model, const VisionInputs& vision);
+
+// The image processor's pixel_values of one micro-batch (fp32): (images, channels, side, side), or qwen2_vl's
+// (patches, channels x temporal_patch_size x patch_size^2).
+Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& options);
 
 // Throws InputError for requests the simulated vision part cannot run: an image size CLIP's fixed position
 // embeddings refuse, more image tokens than --seq holds, and the techniques not modelled with it.

@@ -22,6 +22,7 @@
 #include "sim/models/checkpoint_quantization.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/models/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/expert_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
@@ -718,15 +719,26 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   if (a.images_per_sample < 0 || a.images_per_sample > 4096) {
     throw InputError(fmt::format("--images-per-sample: expected 0..4096, got {}", a.images_per_sample));
   }
-  if (a.image_size < 0 || a.image_size > 65536) {
-    throw InputError(fmt::format("--image-size: expected 0..65536 pixels, got {}", a.image_size));
+  const auto [image_height, image_width] = parse_image_size(a.image_size);
+  for (const auto& [flag, value] : {std::pair{"--image-min-pixels", a.image_min_pixels},
+                                    std::pair{"--image-max-pixels", a.image_max_pixels}}) {
+    if (value < 0 || value > 65536LL * 65536LL) {
+      throw InputError(fmt::format("{}: expected 0..{} pixels, got {}", flag, 65536LL * 65536LL, value));
+    }
+  }
+  if (a.image_max_pixels > 0 && a.image_min_pixels > a.image_max_pixels) {
+    throw InputError(fmt::format("--image-min-pixels {} is more than --image-max-pixels {}",
+                                 a.image_min_pixels, a.image_max_pixels));
   }
   if (a.freeze_vision_tower != "true" && a.freeze_vision_tower != "false") {
     throw InputError(
         fmt::format("--freeze-vision-tower: expected true or false, got '{}'", a.freeze_vision_tower));
   }
   o.vision.images_per_sample = a.images_per_sample;
-  o.vision.image_size = a.image_size;
+  o.vision.image_size = image_height;
+  o.vision.image_width = image_width;
+  o.vision.min_pixels = a.image_min_pixels;
+  o.vision.max_pixels = a.image_max_pixels;
   o.vision.freeze_tower = a.freeze_vision_tower == "true";
   o.pipeline.schedule = parse_pipeline_schedule(a.pp_schedule);
   o.pipeline.virtual_stages = o.pipeline.schedule == PipelineSchedule::kInterleaved ? a.virtual_stages : 1;

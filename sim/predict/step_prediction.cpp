@@ -25,6 +25,7 @@
 #include "sim/inference/vllm_paged_cache.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/models/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/parallel/tensor_parallel.h"
@@ -364,6 +365,7 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.vision = request.model.vision;
   if (p.vision.simulated()) {
     p.images_per_sample = request.options.vision.images_per_sample;
+    p.tokens_per_image = vision_tokens_per_image(request.model, request.options.vision);
     p.vision_tower_frozen = request.options.vision.freeze_tower || request.options.lora.enabled();
   }
   p.attention_asked = std::string(attention_name(request.options.attention));

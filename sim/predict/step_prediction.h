@@ -169,6 +169,7 @@ struct Prediction {
   // request's images per sample and whether the tower was frozen; counted only otherwise.
   ModelConfig::VisionPart vision;
   std::int64_t images_per_sample = 0;
+  std::int64_t tokens_per_image = 0;  // the image tokens each image becomes (vision_tokens_per_image)
   bool vision_tower_frozen = true;
   std::string attention_asked;   // attention_name() of the requested implementation (default resolved)
   std::string attention_kernel;  // attention_name() of the kernel the run uses (SDPA's backend resolved)
@@ -480,10 +481,13 @@ struct RequestArgs {
   bool fp8_weight_cache = false;    // --fp8-weight-cache (te.Linear's is_first_microbatch workspaces)
   int cp = 1;
   std::string cp_rotate = "allgather";
-  // A vision-language model's images (vision_tower.h): --images-per-sample, --image-size (0: the
-  // vision_config's), --freeze-vision-tower true|false
+  // A vision-language model's images (vision_tower.h): --images-per-sample, --image-size N or HxW (0: the
+  // vision_config's), --image-min-pixels / --image-max-pixels (qwen2_vl's smart_resize bounds; 0: the
+  // image processor's defaults), --freeze-vision-tower true|false
   std::int64_t images_per_sample = 1;
-  std::int64_t image_size = 0;
+  std::string image_size = "0";  // N or HxW
+  std::int64_t image_min_pixels = 0;
+  std::int64_t image_max_pixels = 0;
   std::string freeze_vision_tower = "true";
   // Mixture-of-experts (expert_parallel.h): --moe-impl transformers|megatron (empty: megatron with --ep > 1),
   // --ep N (Megatron's --expert-model-parallel-size), the routing model --moe-imbalance F, and Megatron's

@@ -8,9 +8,9 @@
 // (peft/utils/constants.py, main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4,
 // mistral, mixtral, phi, gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises
 // "Please specify `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal
-// checkpoint's is its wrapper's: gemma3 has no entry, llama4 has one). The models are shrunk (2 layers, width
-// 64, 4 experts) after their config.json is read, so that the predictions run in seconds; what is composed is
-// the model_type's layer code, not its size.
+// checkpoint's is its wrapper's: gemma3, llava, qwen2_vl and qwen2_5_vl have no entry, llama4 has one). The
+// models are shrunk (2 layers, width 64, 4 experts) after their config.json is read, so that the predictions
+// run in seconds; what is composed is the model_type's layer code, not its size.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -88,6 +88,8 @@ std::vector<TypeCase> type_cases() {
       {"llama4", stored("unsloth__Llama-4-Scout-17B-16E.config.json")},
       {"deepseek_v3", stored("deepseek-ai__DeepSeek-V3.config.json")},
       {"llava", stored("llava-hf__llava-1.5-7b-hf.config.json")},
+      {"qwen2_vl", stored("Qwen__Qwen2-VL-7B-Instruct.config.json")},
+      {"qwen2_5_vl", stored("Qwen__Qwen2.5-VL-7B-Instruct.config.json")},
   };
 }
 
@@ -137,12 +139,18 @@ void shrink(ModelConfig& m) {
     m.head_dim = 24;
     m.moe.dense_layers = {0};
   }
-  if (m.vision.simulated()) {  // llava's CLIP tower: 2 layers of width 32, 28-pixel images (4 tokens each)
+  if (m.vision.simulated()) {  // the vision tower: 2 layers of width 32; llava's and gemma3's 28-pixel
+    // images of 14-pixel patches (4 tokens each: gemma3's AvgPool2d of kernel 1); qwen2_vl's 56-pixel
+    // images (set in the request: 16 patches, 4 tokens) and 2.5-VL's windows of 2 x 2 merged tokens
     m.vision.clip.hidden = 32;
     m.vision.clip.intermediate = 64;
     m.vision.clip.layers = 2;
     m.vision.clip.heads = 2;
     m.vision.clip.image_size = 28;
+    m.vision.clip.pooled_tokens = m.vision.clip.pooled_tokens > 0 ? 4 : 0;
+    m.vision.clip.window_size = m.vision.clip.window_size > 0 ? 56 : 0;
+    m.vision.clip.full_attention_layers =
+        m.vision.clip.window_size > 0 ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{};
   }
   if (m.moe.n_experts > 0) {
     m.moe.n_experts = 4;
@@ -182,14 +190,20 @@ TEST_CASE(
       const bool lora = name == "lora" || name == "qlora" || name == "dora" || name == "ia3";
       const bool peft = lora || name == "prompt-tuning";
       const bool expect_refusal = lora && !kPeftDefaults.contains(c.model_type);
-      // llava's vision part is simulated (vision_tower.h) for training steps; prompt tuning (PEFT feeds
-      // inputs_embeds, with the image tokens' merge inside LlavaModel) and generate() with images are not
-      const bool not_modelled = c.model_type == "llava" && (name == "prompt-tuning" || name == "generate");
+      // the vision-language models' vision parts are simulated (vision_tower.h, qwen2_vl_vision.h) for
+      // training steps; prompt tuning (PEFT feeds inputs_embeds, with the image tokens' merge inside the
+      // wrapper's model) and generate() with images are not
+      const bool vlm = c.model_type == "llava" || c.model_type == "gemma3" || c.model_type == "qwen2_vl" ||
+                       c.model_type == "qwen2_5_vl";
+      const bool not_modelled = vlm && (name == "prompt-tuning" || name == "generate");
       std::string refusal;
       Prediction p;
       try {
         PredictRequest request = make_request(parse(c.config, t), false);
         shrink(request.model);
+        if (c.model_type == "qwen2_vl" || c.model_type == "qwen2_5_vl") {
+          request.options.vision.image_size = 56;
+        }
         p = predict(request);
       } catch (const InputError& e) {
         refusal = e.what();
@@ -204,8 +218,8 @@ TEST_CASE(
         continue;
       }
       if (not_modelled) {
-        CHECK_THAT(refusal,
-                   Catch::Matchers::EndsWith("with a vision-language model (llava): not modelled (vramsim)"));
+        CHECK_THAT(refusal, Catch::Matchers::EndsWith(fmt::format(
+                                "with a vision-language model ({}): not modelled (vramsim)", c.model_type)));
         ++refused;
         row += fmt::format(" {:<16}", name + ": n/m");
         continue;
