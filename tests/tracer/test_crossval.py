@@ -26,8 +26,8 @@ What must hold, per configuration:
     saves no such tensor, and its rows agree to a few bytes). With checkpointing the peak is the optimizer
     step's, where the rows agree to the byte (docs/known-misses.md lists the backward's own peaks).
 What is reported, not asserted: the transient allocations of backward and of the optimizer step, which
-differ for reasons stated in README.md ("Cross-validation of the generic path"): Debian's PyTorch 1.13
-differs from 2.x there (AdamW's foreach path, InputBuffer accumulating out of place), and the simulator's
+differ for reasons stated in docs/recordings.md ("Cross-validation of the generic path"): Debian's PyTorch 1.13
+differs from 2.x there (InputBuffer accumulating out of place), and the simulator's
 backward formulas are coarser than PyTorch's (issue 9).
 
     test_crossval.py PATH/TO/vramsim [--report]     (--report also prints every differing run)"""
