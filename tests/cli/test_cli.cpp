@@ -326,6 +326,11 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache, --zero-grad and --adam-foreach-
   // torch.optim's fused AdamW has no denom list at all (one kernel per parameter group)
   require_input_error(run_vramsim(run + "--optimizer adamw-fused --adam-foreach-denom out-of-place"),
                       "--adam-foreach-denom out-of-place: describes torch.optim's foreach Adam");
+  require_input_error(run_vramsim(run + "--checkpoint-early-stop sometimes"),
+                      "--checkpoint-early-stop: unknown value 'sometimes'");
+  // set_checkpoint_early_stop only changes torch.utils.checkpoint's recomputation
+  require_input_error(run_vramsim(run + "--checkpoint-early-stop off"),
+                      "--checkpoint-early-stop off: torch.utils.checkpoint's setting");
 }
 
 TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or more, its run says so",
