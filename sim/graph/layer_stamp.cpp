@@ -210,6 +210,10 @@ struct LayerStamp::Template {
   std::vector<VarState> external_states;
   std::uint32_t output = 0;  // relative variable
   Ref current_op;            // the tape's current op at the region's end
+  // Inside a checkpoint's replay: the last op that saved a tensor, and whether it saved its own output (the
+  // tape's early-stop tracking, EagerTape::save), as the region left it.
+  Ref replay_last_save;
+  bool replay_saved_output = false;
   std::size_t externals = 0;
   bool operator==(const Template&) const = default;
 };
@@ -458,6 +462,8 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
   out->external_states = var_states(t.m_vars, external_vars);  // as at the start: var_fields unchanged
   out->output = static_cast<std::uint32_t>(output - before.vars);
   out->current_op = op_ref(t.m_current_op);
+  out->replay_last_save = op_ref(t.m_replay_last_save);
+  out->replay_saved_output = t.m_replay_saved_output;
   if (!ok) {
     return nullptr;
   }
@@ -611,6 +617,10 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
     t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
   }
   t.m_current_op = op_id(tmpl.current_op, ops);
+  if (t.m_replaying) {  // what the direct road's saves would have told EagerTape::save
+    t.m_replay_last_save = op_id(tmpl.replay_last_save, ops);
+    t.m_replay_saved_output = tmpl.replay_saved_output;
+  }
   g_stamped.fetch_add(1, std::memory_order_relaxed);
   return static_cast<VarId>(vars + tmpl.output);
 }
