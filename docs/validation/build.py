@@ -153,8 +153,9 @@ FOOTER = """## Not on this page
   test results, not predictions a user can make: [recordings.md](recordings.md) has their tables.
 * **Cross-validation against PyTorch itself** (`tests/tracer/test_crossval.py`): the generic layer code's
   allocations against real PyTorch 1.13 on the CPU, request for request, and the training peaks of both
-  allocation streams (the test fails beyond 7 % without checkpointing; with full checkpointing the generic path
-  is 7.9-16.1 % under, an unexplained miss reported in [known-misses.md](known-misses.md))
+  allocation streams (the test fails beyond 7 % in every training row, told with `--adam-foreach-denom
+  out-of-place` and `--checkpoint-early-stop off` what PyTorch 1.13 does where 2.x differs; the rows with full
+  checkpointing agree to the byte: [known-misses.md](known-misses.md#generic-path-against-pytorch-113))
   ([recordings.md](recordings.md#cross-validation-of-the-generic-path-predicts-layer-code-against-pytorch-itself)).
 * **Known misses of the tests** ([known-misses.md](known-misses.md)): every comparison a test reports without
   asserting it (the QLoRA notebook step with current bitsandbytes, the compiled 2.7B forward at -6.25 %, ...),

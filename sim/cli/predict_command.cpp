@@ -73,7 +73,19 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
                   "-foreach/-fused/-for-loop/"
                   "-single-tensor (torch.optim's foreach=False loop; for-loop: a hand-written one)")
       ->capture_default_str();
+  cmd->add_option(
+         "--adam-foreach-denom", a.adam_foreach_denom,
+         "in-place|out-of-place: torch.optim's foreach Adam/AdamW adds eps to its sqrt list in place "
+         "(PyTorch >= 2.1, pytorch/pytorch#104780, #104898) or into a second list "
+         "(`denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`: PyTorch 1.13, 2.0)")
+      ->capture_default_str();
   cmd->add_option("--checkpointing", a.checkpointing, "none|full|selective|selective-op")
+      ->capture_default_str();
+  cmd->add_option(
+         "--checkpoint-early-stop", a.checkpoint_early_stop,
+         "on|off: torch.utils.checkpoint.set_checkpoint_early_stop: the recomputation stops after "
+         "the last saved tensor (PyTorch >= 2.1's default, pytorch/pytorch#96866) or reruns the whole "
+         "layer (off; PyTorch 1.13 has no early stop)")
       ->capture_default_str();
   cmd->add_option("--loss", a.loss,
                   "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "

@@ -315,6 +315,13 @@ void EagerTape::drop(VarId v) {
 }
 
 void EagerTape::save(Node& node, TensorId s) {
+  if (m_replaying) {  // the early stop counts every saved tensor, packed or kept (stop_recomputation_early)
+    if (m_replay_last_save != m_current_op) {
+      m_replay_last_save = m_current_op;
+      m_replay_saved_output = false;
+    }
+    m_replay_saved_output = m_replay_saved_output || m_graph.tensor(s).producer == m_current_op;
+  }
   // torch.utils.checkpoint saves its inputs with _NoopSaveInputs.apply(...).save_for_backward before it
   // enters its own _checkpoint_hook (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator), so
   // the outer saved-tensor hooks pack them like any saved tensor: a checkpointed layer's input is offloaded.
@@ -842,15 +849,29 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
   const std::size_t begin = m_nodes.size();
   m_sac = SacRegion{m_nodes[index].sac, true, {}, std::move(m_nodes[index].sac_cache), 0};
   m_nodes[index].sac_cache.clear();
+  const CheckpointRecompute recompute = m_nodes[index].recompute;
+  const auto ops_begin = static_cast<OpId>(m_graph.op_count());
+  const auto tensors_begin = static_cast<TensorId>(m_graph.tensors().size());
+  m_replaying = true;
+  m_replay_last_save = kNoOp;
   const VarId y = body(leaves);
+  m_replaying = false;
   SIM_ASSERT(m_sac.next == m_sac.cache.size());  // the policy decided alike in the forward and the replay
   m_sac = SacRegion{};
+  if (recompute == CheckpointRecompute::kEarlyStop) {
+    stop_recomputation_early(ops_begin, tensors_begin);
+  }
   deliver(y, grad_out);
   unref(m_vars[grad_out].storage);  // the checkpoint node's incoming reference
+  if (recompute != CheckpointRecompute::kKeepOutputs) {
+    drop(y);  // non-reentrant: nothing holds the recomputed output once the recomputation returns
+  }
   run_nodes(begin, m_nodes.size());
   release_nodes(begin, m_nodes.size());
   m_grad_enabled = was_enabled;
-  drop(y);
+  if (recompute == CheckpointRecompute::kKeepOutputs) {
+    drop(y);  // reentrant: `outputs` lived through the region's backward
+  }
   std::vector<VarId> leaf_grads;
   for (VarId x : leaves) {
     leaf_grads.push_back(take_grad(x));  // a leaf's gradient stays in the buffer: no node consumes it
@@ -879,6 +900,31 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
     unref(gs);
   }
   release_parameter_uses(index);
+}
+
+void EagerTape::stop_recomputation_early(OpId ops_begin, TensorId tensors_begin) {
+  if (m_replay_last_save == kNoOp) {
+    return;  // nothing saved: no tensor to wait for (PyTorch would not even have started the replay)
+  }
+  // torch/utils/checkpoint.py, _checkpoint_hook's pack_hook during the recomputation: once the count of
+  // recomputed tensors reaches the forward's, `raise _StopRecomputationError`. Autograd packs an op's saved
+  // inputs before its kernel runs and its saved outputs after, so an op that saved an output ran.
+  const OpId stop = m_replay_saved_output ? m_replay_last_save + 1 : m_replay_last_save;
+  for (TensorId t = tensors_begin; t < static_cast<TensorId>(m_graph.tensors().size()); ++t) {
+    Tensor& x = m_graph.tensor(t);
+    // Only what the region's own ops make: collectives a data-parallel hook issued stay as they are.
+    const bool computed =
+        x.category == TensorCategory::kTemporary || x.category == TensorCategory::kActivation;
+    if (x.producer != kNoOp && x.producer >= stop && computed) {
+      x.size_bytes = 0;
+    }
+  }
+  for (OpId op = std::max(stop, ops_begin); op < static_cast<OpId>(m_graph.op_count()); ++op) {
+    if (m_graph.op(op).comm_bytes == 0) {
+      m_graph.op(op).flops = 0.0;
+      m_graph.op(op).bytes_moved = 0;
+    }
+  }
 }
 
 void EagerTape::run_nodes(std::size_t begin, std::size_t end, bool layer_hooks) {
@@ -1139,6 +1185,7 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   node.layer = m_layer;
   node.inputs = inputs;
   node.checkpoint_body = body;
+  node.recompute = m_checkpoint_recompute;
   const ActivationOffload hooks = m_offload;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     m_offload = i < tensor_args ? hooks : ActivationOffload::kNone;  // ctx keeps the rest as they are

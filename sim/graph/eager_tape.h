@@ -104,6 +104,20 @@ struct SavedSpec {
   std::vector<int> outputs;
 };
 
+// How a checkpointed region's replay in backward ends (EagerTape::checkpoint):
+//   kKeepOutputs : reentrant checkpoint (torch.utils.checkpoint's CheckpointFunction.backward, Megatron's
+//                  tensor_parallel.checkpoint): the whole region runs again and its `outputs` live until the
+//                  region's backward (torch.autograd.backward(outputs, ...)) is done.
+//   kWhole       : non-reentrant checkpoint without early stop (PyTorch 1.13's _checkpoint_without_reentrant:
+//                  `_unused = function(*args)`; 2.x under set_checkpoint_early_stop(False): recompute_fn):
+//                  the whole region runs again; its output is dropped as the recomputation returns.
+//   kEarlyStop   : non-reentrant checkpoint with early stop (PyTorch >= 2.1's default,
+//   pytorch/pytorch#96866):
+//                  the recomputation raises _StopRecomputationError once every tensor the forward saved is
+//                  recomputed, so the ops after the last saved tensor never run (an op whose saved tensors
+//                  are all inputs is stopped while autograd packs them, before its kernel).
+enum class CheckpointRecompute : std::uint8_t { kKeepOutputs, kWhole, kEarlyStop };
+
 // Saved-tensor hooks that move what autograd saves to pinned host memory.
 enum class ActivationOffload : std::uint8_t {
   kNone,
@@ -187,6 +201,8 @@ class EagerTape {
   // them before entering its own hooks), so hooks and checkpointing nest as in PyTorch.
   void set_save_on_cpu(bool on) { m_offload = on ? ActivationOffload::kSaveOnCpu : ActivationOffload::kNone; }
   void set_activation_offload(ActivationOffload kind) { m_offload = kind; }
+  // How the replays of the checkpoints recorded next end (CheckpointRecompute; kKeepOutputs by default).
+  void set_checkpoint_recompute(CheckpointRecompute r) { m_checkpoint_recompute = r; }
   static constexpr StreamId kOffloadStream = 3;  // torchtune's OffloadActivations.s1
   void set_grad_enabled(bool on) { m_grad_enabled = on; }
 
@@ -376,8 +392,9 @@ class EagerTape {
     std::vector<TensorId> packed;  // saved to the host by save_on_cpu: the device tensor is not kept
     ActivationOffload offload = ActivationOffload::kNone;  // how `packed` was packed
     BackwardRule rule;
-    CheckpointBody checkpoint_body;      // set for checkpoint nodes
-    FunctionBackward function_backward;  // set for function nodes
+    CheckpointBody checkpoint_body;                                     // set for checkpoint nodes
+    CheckpointRecompute recompute = CheckpointRecompute::kKeepOutputs;  // checkpoint nodes
+    FunctionBackward function_backward;                                 // set for function nodes
     // Function nodes: where each of ctx.save_for_backward's tensors went, in its order: k >= 0 is saved[k]
     // (kept on the GPU), k < 0 is packed[-k - 1] (packed by saved-tensor hooks).
     std::vector<int> function_slots;
@@ -426,6 +443,10 @@ class EagerTape {
   TensorId finish_backward(std::size_t begin, std::size_t end, VarId leaf);
   void execute(std::size_t index);
   void execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked);
+  // kEarlyStop: the replay's ops after the one that saved its last tensor (from that op on when it saved only
+  // inputs) did not run: their outputs and scratch get no memory, their FLOPs none. `ops_begin` and
+  // `tensors_begin`: the replay's first op and tensor.
+  void stop_recomputation_early(OpId ops_begin, TensorId tensors_begin);
   // The replay of an op the selective policy saved: its outputs are the cached tensors; nothing runs.
   std::vector<VarId> take_cached_outputs(const OpCall& call);
   // The parameters `inputs` read (empty when no parameter-use hooks are set).
@@ -470,6 +491,11 @@ class EagerTape {
   ActivationOffload m_offload = ActivationOffload::kNone;
   SacRegion m_sac;
   bool m_capturing = false;
+  CheckpointRecompute m_checkpoint_recompute = CheckpointRecompute::kKeepOutputs;
+  // While a checkpoint's replay runs: the last op that saved a tensor, and whether it saved its own output.
+  bool m_replaying = false;
+  OpId m_replay_last_save = kNoOp;
+  bool m_replay_saved_output = false;
   bool m_capture_recompute = false;                          // capturing a checkpointed body
   const SelectiveCheckpointPolicy* m_capture_sac = nullptr;  // its selective policy
   std::map<std::string, int, std::less<>> m_capture_sac_occurrences;

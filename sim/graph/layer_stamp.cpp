@@ -210,6 +210,10 @@ struct LayerStamp::Template {
   std::vector<VarState> external_states;
   std::uint32_t output = 0;  // relative variable
   Ref current_op;            // the tape's current op at the region's end
+  // Inside a checkpoint's replay: the last op that saved a tensor, and whether it saved its own output (the
+  // tape's early-stop tracking, EagerTape::save), as the region left it.
+  Ref replay_last_save;
+  bool replay_saved_output = false;
   std::size_t externals = 0;
   bool operator==(const Template&) const = default;
 };
@@ -643,6 +647,8 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
   out->external_states = var_states(t.m_vars, external_vars);  // as at the start: var_fields unchanged
   out->output = static_cast<std::uint32_t>(output - before.vars);
   out->current_op = refs.op(t.m_current_op);
+  out->replay_last_save = refs.op(t.m_replay_last_save);
+  out->replay_saved_output = t.m_replay_saved_output;
   if (!refs.ok) {
     return nullptr;
   }
@@ -715,6 +721,10 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
     t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
   }
   t.m_current_op = at.op(tmpl.current_op);
+  if (t.m_replaying) {  // what the direct road's saves would have told EagerTape::save
+    t.m_replay_last_save = at.op(tmpl.replay_last_save);
+    t.m_replay_saved_output = tmpl.replay_saved_output;
+  }
   g_stamped.fetch_add(1, std::memory_order_relaxed);
   return static_cast<VarId>(at.vars + tmpl.output);
 }

@@ -317,6 +317,9 @@ VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x, const Par
       // torch.autocast with the saved settings), although backward itself runs outside autocast; leaving
       // that fresh autocast context clears its weight-cast cache.
       const std::optional<DType> forward_autocast = ctx.ops.autocast();
+      // Non-reentrant (torchtitan, torchtune and HF with use_reentrant=False): with or without early stop.
+      tape.set_checkpoint_recompute(ctx.options.checkpoint.early_stop ? CheckpointRecompute::kEarlyStop
+                                                                      : CheckpointRecompute::kWhole);
       y = tape.checkpoint(
           layer_name(l, "checkpoint"), inputs,
           [&ctx, l, rope, mask, forward_autocast, params](const std::vector<VarId>& in) {
@@ -338,6 +341,7 @@ VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x, const Par
             return out;
           },
           selective_checkpoint_policy(ctx.options.checkpointing), tensor_args);
+      tape.set_checkpoint_recompute(CheckpointRecompute::kKeepOutputs);  // the tape's default for the others
     } else {
       y = emit_layer_stamped(ctx, l, x, params);
     }

@@ -471,7 +471,33 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.vllm.dtype = vllm_fp16 ? "float16" : "";
   o.optimizer = parse_optimizer(a.optimizer);
   o.optimizer_impl = parse_optimizer_impl(a.optimizer, OptimizerImpl::kForeach);
+  if (a.adam_foreach_denom != "in-place" && a.adam_foreach_denom != "out-of-place") {
+    throw InputError(
+        fmt::format("--adam-foreach-denom: unknown value '{}' (expected in-place or out-of-place)",
+                    a.adam_foreach_denom));
+  }
+  if (a.adam_foreach_denom == "out-of-place" &&
+      ((o.optimizer != OptimizerKind::kAdam && o.optimizer != OptimizerKind::kAdamW) ||
+       o.optimizer_impl != OptimizerImpl::kForeach)) {
+    throw InputError(
+        "--adam-foreach-denom out-of-place: describes torch.optim's foreach Adam / AdamW "
+        "(_multi_tensor_adam); "
+        "needs --optimizer adam or adamw with the foreach implementation");
+  }
+  o.adam_foreach_denom =
+      a.adam_foreach_denom == "out-of-place" ? AdamForeachDenom::kOutOfPlace : AdamForeachDenom::kInPlace;
   o.checkpointing = parse_checkpointing(a.checkpointing);
+  if (a.checkpoint_early_stop != "on" && a.checkpoint_early_stop != "off") {
+    throw InputError(fmt::format("--checkpoint-early-stop: unknown value '{}' (expected on or off)",
+                                 a.checkpoint_early_stop));
+  }
+  if (a.checkpoint_early_stop == "off" && o.checkpointing != Checkpointing::kFull &&
+      o.checkpointing != Checkpointing::kSelectiveOp) {
+    throw InputError(
+        "--checkpoint-early-stop off: torch.utils.checkpoint's setting; needs --checkpointing full or "
+        "selective-op");
+  }
+  o.checkpoint.early_stop = a.checkpoint_early_stop == "on";
   o.loss = parse_loss(a.loss);
   if (a.loss_chunks < 1 || a.loss_chunks > 4096) {
     throw InputError(fmt::format("--loss-chunks: {} is not in 1..4096", a.loss_chunks));

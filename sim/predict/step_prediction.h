@@ -401,7 +401,9 @@ struct RequestArgs {
   // compiled loss_fn with ce (auto: on with --compile and --loss chunked-ce, as torchtune's recipes do, and
   // with --compile-scope layer and ce, as torchtitan's build_cross_entropy_loss does)
   std::string compile_loss = "auto";
-  std::string zero_grad = "set-to-none";  // --zero-grad set-to-none|zeros
+  std::string zero_grad = "set-to-none";        // --zero-grad set-to-none|zeros
+  std::string adam_foreach_denom = "in-place";  // --adam-foreach-denom in-place|out-of-place
+  std::string checkpoint_early_stop = "on";     // --checkpoint-early-stop on|off
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
   int generate = 0;                  // --generate N: model.generate() of N new tokens (0: no generation)
   std::string kv_cache = "dynamic";  // --kv-cache dynamic|static|paged

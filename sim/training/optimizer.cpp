@@ -281,6 +281,19 @@ void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
                                       param_bytes(i, pd), pd, TensorCategory::kTemporary));
     }
   }
+  if (is_adam(m_options.optimizer) && m_options.adam_foreach_denom == AdamForeachDenom::kOutOfPlace) {
+    // PyTorch 1.13 / 2.0: `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`, a second list beside the sqrt
+    // list (both locals of _multi_tensor_adam(w), freed when it returns); 2.1+ adds eps in place.
+    m_tape.begin_op(n + "._foreach_add", "_foreach_add");
+    const std::size_t sqrt_begin = temps.size() - with_grad.size();
+    for (std::size_t k = 0; k < with_grad.size(); ++k) {
+      const std::size_t i = with_grad[k];
+      const DType pd = m_master.empty() ? stepped_dtype(i) : DType::kFloat32;  // the sqrt list's dtype
+      m_tape.use(temps[sqrt_begin + k]);
+      temps.push_back(
+          m_tape.allocate(param_name(i) + ".denom", param_bytes(i, pd), pd, TensorCategory::kTemporary));
+    }
+  }
   m_tape.begin_op(n + ".update", "_foreach_addcdiv_");
   for (std::size_t i : with_grad) {
     m_tape.use(m_tape.storage(m_params[i]));

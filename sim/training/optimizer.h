@@ -19,8 +19,9 @@
 //   data-parallel scheme keeps the parameters in fp32 itself (FSDP mixed precision: `fp32_sharded_params`),
 //   whose fp32 shards and fp32 gradient shards the optimizer steps directly.
 //   temporaries:
-//     foreach      every parameter's worth at once: adam's _foreach_sqrt(exp_avg_sq) list, adafactor's
-//                  variance estimates (bf16: also the fp32 copy of the gradient list)
+//     foreach      every parameter's worth at once: adam's _foreach_sqrt(exp_avg_sq) list (PyTorch 1.13 and
+//                  2.0 also its out-of-place `denom` list: AdamForeachDenom), adafactor's variance estimates
+//                  (bf16: also the fp32 copy of the gradient list)
 //     for-loop,    one parameter at a time: adam's `denom = (exp_avg_sq.sqrt() / bc2).add_(eps)` is two
 //     single-tensor tensors, and `denom` lives until the next parameter's replaces it
 //     fused        none

@@ -23,7 +23,9 @@
 #include "sim/parallel/data_parallel_options.h"
 #include "sim/parallel/pipeline_options.h"
 #include "sim/torch/cuda_reduce.h"
+#include "sim/training/checkpoint_options.h"
 #include "sim/training/float8_options.h"
+#include "sim/training/optimizer_options.h"
 
 #include <vector>
 
@@ -154,7 +156,9 @@ struct TrainingOptions {
   MasterWeights master_weights = MasterWeights::kFp32;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;
+  AdamForeachDenom adam_foreach_denom = AdamForeachDenom::kInPlace;  // --adam-foreach-denom
   Checkpointing checkpointing = Checkpointing::kNone;
+  CheckpointOptions checkpoint;  // --checkpoint-early-stop
   LossKind loss = LossKind::kCrossEntropy;
   // The training loop deletes the model's output before backward (torchtitan's train step: `del pred` "to
   // avoid peaking memory"); false: it keeps it through backward (Hugging Face's `outputs.logits`).

@@ -304,7 +304,8 @@ TEST_CASE("text that is not UTF-8 never breaks --json or the pickle writer", "[q
                       "bad_tag.vtrace: line 4: tag is not valid UTF-8");
 }
 
-TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in one line", "[quick][cli]") {
+TEST_CASE("bad --lora-*, --generate, --kv-cache, --zero-grad and --adam-foreach-denom values end in one line",
+          "[quick][cli]") {
   const std::string run = "predict --model tinyllama-1.1b --gpu h200 --batch 1 --seq 128 ";
   require_input_error(run_vramsim(run + "--lora-rank 8 --lora-targets 'q_proj;rm'"),
                       "--lora-targets: 'q_proj;rm' is not a module name");
@@ -320,6 +321,16 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache and --zero-grad values end in on
   require_input_error(run_vramsim(run + "--generate 4000000"),
                       "--generate: 4000000 new tokens is out of range");
   require_input_error(run_vramsim(run + "--zero-grad sometimes"), "--zero-grad: unknown value 'sometimes'");
+  require_input_error(run_vramsim(run + "--adam-foreach-denom twice"),
+                      "--adam-foreach-denom: unknown value 'twice'");
+  // torch.optim's fused AdamW has no denom list at all (one kernel per parameter group)
+  require_input_error(run_vramsim(run + "--optimizer adamw-fused --adam-foreach-denom out-of-place"),
+                      "--adam-foreach-denom out-of-place: describes torch.optim's foreach Adam");
+  require_input_error(run_vramsim(run + "--checkpoint-early-stop sometimes"),
+                      "--checkpoint-early-stop: unknown value 'sometimes'");
+  // set_checkpoint_early_stop only changes torch.utils.checkpoint's recomputation
+  require_input_error(run_vramsim(run + "--checkpoint-early-stop off"),
+                      "--checkpoint-early-stop off: torch.utils.checkpoint's setting");
 }
 
 TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or more, its run says so",
@@ -337,7 +348,8 @@ TEST_CASE("predict --zero-redundancy-optimizer needs plain DDP over 2 GPUs or mo
 }
 
 TEST_CASE(
-    "bad --pp, --pp-schedule, --pp-stage, --virtual-stages, --sequence-parallel and --loss-parallel values end "
+    "bad --pp, --pp-schedule, --pp-stage, --virtual-stages, --sequence-parallel and --loss-parallel values "
+    "end "
     "in one line",
     "[quick][cli]") {
   // tinyllama-1.1b has 22 layers.
