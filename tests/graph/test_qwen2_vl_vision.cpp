@@ -223,7 +223,7 @@ TEST_CASE("qwen2_5_vl: get_window_index's windows, worked by hand", "[quick][gra
 TEST_CASE("qwen2_vl: a tiny Qwen2-VL's vision bytes, worked by hand", "[quick][graph]") {
   const ModelConfig m = tiny_qwen2_vl();
   // a 56 x 56 image: 4 x 4 patches, 4 tokens
-  REQUIRE(vision_tokens_per_image(m, TrainingOptions{}.vision) == 256);  // the 448 x 448 default
+  REQUIRE(vision_tokens_per_image(m, VisionInputs{}) == 256);  // the 448 x 448 default
   TrainingOptions o = fp32_options(false);
   o.vision.image_size = 56;
   REQUIRE(vision_tokens_per_image(m, o.vision) == 4);
