@@ -28,6 +28,7 @@
 #include "sim/compile/torch_compile.h"
 #include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/inference/hf_kv_cache.h"
+#include "sim/models/gemma_rms_norm.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/megatron_moe.h"
 #include "sim/models/torchtitan_chunked_loss.h"
@@ -93,38 +94,12 @@ VarId hf_rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
   return out;
 }
 
-// GemmaRMSNorm.forward: output = self._norm(x.float()); output = output * (1.0 + self.weight.float());
-// return output.type_as(x), with _norm(x) = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps).
-VarId gemma_rmsnorm(EmitContext& c, const std::string& n, VarId x, VarId w) {
-  TorchOps& ops = c.ops;
-  EagerTape& t = ops.tape();
-  const DType in_dtype = t.dtype(x);
-  const VarId x32 = ops.to(n + ".float", x, DType::kFloat32);
-  const VarId sq = ops.pow2(n + ".pow", x32);
-  const VarId var = ops.mean_last(n + ".mean", sq);
-  t.drop(sq);
-  const VarId ve = ops.add_scalar(n + ".add_eps", var);
-  t.drop(var);
-  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
-  t.drop(ve);
-  const VarId normed = ops.mul(n + ".mul_rsqrt", x32, r);
-  t.drop({x32, r});
-  const VarId w32 = ops.to(n + ".weight_float", w, DType::kFloat32);
-  const VarId one_plus = ops.add_scalar(n + ".one_plus_weight", w32);
-  t.drop(w32);
-  const VarId scaled = ops.mul(n + ".mul_weight", normed, one_plus);
-  t.drop({normed, one_plus});
-  const VarId out = ops.to(n + ".type_as", scaled, in_dtype);
-  t.drop(scaled);
-  return out;
-}
-
 VarId norm(EmitContext& c, const std::string& n, VarId x, VarId w, VarId b) {
   switch (c.model.norm) {
     case NormKind::kLayerNorm:
       return c.ops.layer_norm(n, x, w, b, !megatron(c));
     case NormKind::kGemmaRmsNorm:
-      return gemma_rmsnorm(c, n, x, w);
+      return gemma_rms_norm(c.ops, n, x, w);
     case NormKind::kRmsNorm:
       break;
   }

@@ -9,6 +9,7 @@
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
 #include "sim/finetune/peft_prompt.h"
+#include "sim/models/gemma_rms_norm.h"
 #include "sim/models/qwen2_vl_vision.h"
 
 namespace vramsim {
@@ -258,30 +259,6 @@ VarId siglip_embeddings(EmitContext& ctx, const VisionParams& p) {
   return sum;
 }
 
-// Gemma3RMSNorm.forward: _norm(x.float()) * (1.0 + weight.float()), type_as(x).
-VarId gemma3_rms_norm(TorchOps& ops, const std::string& n, VarId x, VarId w) {
-  EagerTape& t = ops.tape();
-  const DType in_dtype = t.dtype(x);
-  const VarId x32 = ops.to(n + ".float", x, DType::kFloat32);
-  const VarId sq = ops.pow2(n + ".pow", x32);
-  const VarId var = ops.mean_last(n + ".mean", sq);
-  t.drop(sq);
-  const VarId ve = ops.add_scalar(n + ".add_eps", var);
-  t.drop(var);
-  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
-  t.drop(ve);
-  const VarId normed = ops.mul(n + ".mul_rsqrt", x32, r);
-  t.drop({x32, r});
-  const VarId w32 = ops.to(n + ".weight_float", w, DType::kFloat32);
-  const VarId one_plus = ops.add_scalar(n + ".one_plus_weight", w32);
-  t.drop(w32);
-  const VarId scaled = ops.mul(n + ".mul_weight", normed, one_plus);
-  t.drop({normed, one_plus});
-  const VarId out = ops.to(n + ".type_as", scaled, in_dtype);
-  t.drop(scaled);
-  return out;
-}
-
 // Gemma3Model.get_image_features: vision_tower(pixel_values).last_hidden_state (SiglipVisionTransformer:
 // embeddings, the encoder's layers without output_hidden_states, post_layernorm), then
 // Gemma3MultiModalProjector.forward: transpose(1, 2).reshape(b, hidden, side, side) (a copy: the transpose is
@@ -318,7 +295,7 @@ VarId siglip_image_features(EmitContext& ctx, const VisionParams& p) {
   t.drop(grid);
   const VarId tokens = t.view(pooled, {images, c.pooled_tokens, c.hidden}, n + ".flatten_transpose");
   t.drop(pooled);
-  const VarId normed = gemma3_rms_norm(ops, n + ".mm_soft_emb_norm", tokens, p.mm_norm_w);
+  const VarId normed = gemma_rms_norm(ops, n + ".mm_soft_emb_norm", tokens, p.mm_norm_w);
   t.drop(tokens);
   const VarId out =
       ops.matmul(n + ".mm_input_projection", normed, p.proj1_w, {images, c.pooled_tokens, ctx.model.d_model});
