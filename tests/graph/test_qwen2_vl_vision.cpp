@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/graph_test_util.h"
+#include "graph/vision_test_util.h"
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
 #include "sim/models/qwen2_vl_vision.h"
@@ -24,9 +25,7 @@ using namespace vramsim;
 
 namespace {
 
-ModelConfig stored(const std::string& file) {
-  return load_model((test::source_dir() / "tests" / "data" / "hf_configs" / file).string());
-}
+ModelConfig stored(const std::string& file) { return test::stored_hf_config(file); }
 
 std::int64_t listed_vision_parameters(const ModelConfig& m) {
   std::vector<ParameterShape> shapes;
@@ -98,24 +97,13 @@ ModelConfig tiny_gemma3() {
 }
 
 TrainingOptions fp32_options(bool freeze_tower) {
-  TrainingOptions o = test::small_options();
-  o.batch = 1;
-  o.seq = 16;
-  o.steps = 1;
-  o.vision.freeze_tower = freeze_tower;
+  TrainingOptions o = test::vision_fp32_options(freeze_tower);
   o.attention = AttentionKind::kSdpaEfficient;
   return o;
 }
 
-// Bytes of the tensors of `category` whose name starts with `prefix`.
 Bytes bytes_of(const OpGraph& g, TensorCategory category, const std::string& prefix) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.category == category && t.name.starts_with(prefix)) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
+  return test::bytes_with_prefix(g, category, prefix);
 }
 
 }  // namespace

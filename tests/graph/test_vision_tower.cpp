@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/graph_test_util.h"
+#include "graph/vision_test_util.h"
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
 #include "sim/models/transformer_builder.h"
@@ -23,9 +24,7 @@ using namespace vramsim;
 
 namespace {
 
-ModelConfig stored(const std::string& file) {
-  return load_model((test::source_dir() / "tests" / "data" / "hf_configs" / file).string());
-}
+ModelConfig stored(const std::string& file) { return test::stored_hf_config(file); }
 
 // A LLaVA with the shapes small enough to count every tensor: the language model a llama of width 64, 2
 // layers, 4 heads, MLP 128, vocabulary 256; the tower CLIP of width 32, 3 layers, 2 heads, MLP 64, 28-pixel
@@ -52,24 +51,10 @@ ModelConfig tiny_llava(int feature_layer = -2, const std::string& strategy = "de
   return model_from_hf_config_json(j.dump(), "tiny_llava.json");
 }
 
-TrainingOptions fp32_options(bool freeze_tower) {
-  TrainingOptions o = test::small_options();
-  o.batch = 1;
-  o.seq = 16;
-  o.steps = 1;
-  o.vision.freeze_tower = freeze_tower;
-  return o;
-}
+TrainingOptions fp32_options(bool freeze_tower) { return test::vision_fp32_options(freeze_tower); }
 
-// Bytes of the tensors of `category` whose name starts with `prefix`.
 Bytes bytes_of(const OpGraph& g, TensorCategory category, const std::string& prefix) {
-  Bytes total = 0;
-  for (const Tensor& t : g.tensors()) {
-    if (t.category == category && t.name.starts_with(prefix)) {
-      total += t.size_bytes;
-    }
-  }
-  return total;
+  return test::bytes_with_prefix(g, category, prefix);
 }
 
 }  // namespace
