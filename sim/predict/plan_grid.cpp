@@ -248,6 +248,14 @@ void validate_request(const PlanRequest& r) {
 // One group on one thread: its layouts in order, skipped when their model states alone are over the limit
 // and no longer tried once one fits (Note [Parallel layouts]); each layout's micro-batches in order, the
 
+void count_skipped(PlanResult& counts, const PlanEvaluation& e) {
+  ++counts.configurations_pruned;
+  counts.pruned_model_states += e.skipped == "model states" ? 1 : 0;
+  counts.pruned_micro_batch += e.skipped == "micro-batch" ? 1 : 0;
+  counts.pruned_layout += e.skipped == "layout" ? 1 : 0;
+  counts.pruned_throughput += e.skipped == "throughput" ? 1 : 0;
+}
+
 }  // namespace plan_detail
 
 int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }

@@ -78,4 +78,8 @@ PlanEvaluation evaluate(const PlanRequest& r, const PlanConfig& c, std::int64_t 
 // in turn until it fits (plan_decision_path.cpp).
 void decide(const PlanRequest& r, PlanResult& out);
 
+// Counts a configuration that was not predicted under its reason (PlanEvaluation::skipped) in `counts`; the
+// one place both the kept grid (finish_plan) and the streamed one (PlanStream) count skips.
+void count_skipped(PlanResult& counts, const PlanEvaluation& e);
+
 }  // namespace vramsim::plan_detail

@@ -445,11 +445,7 @@ void finish_plan(PlanResult& out) {
   for (std::size_t i = 0; i < out.grid.size(); ++i) {
     const PlanEvaluation& e = out.grid[i];
     if (!e.evaluated) {
-      ++out.configurations_pruned;
-      out.pruned_model_states += e.skipped == "model states" ? 1 : 0;
-      out.pruned_micro_batch += e.skipped == "micro-batch" ? 1 : 0;
-      out.pruned_layout += e.skipped == "layout" ? 1 : 0;
-      out.pruned_throughput += e.skipped == "throughput" ? 1 : 0;
+      plan_detail::count_skipped(out, e);
       continue;
     }
     ++out.configurations_evaluated;

@@ -17,11 +17,7 @@ PlanStream::PlanStream(const std::vector<PlanStep>& path) {
 
 void PlanStream::add(std::size_t index, const PlanEvaluation& e) {
   if (!e.evaluated) {
-    ++counts_.configurations_pruned;
-    counts_.pruned_model_states += e.skipped == "model states" ? 1 : 0;
-    counts_.pruned_micro_batch += e.skipped == "micro-batch" ? 1 : 0;
-    counts_.pruned_layout += e.skipped == "layout" ? 1 : 0;
-    counts_.pruned_throughput += e.skipped == "throughput" ? 1 : 0;
+    plan_detail::count_skipped(counts_, e);
     return;
   }
   ++counts_.configurations_evaluated;
