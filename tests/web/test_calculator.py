@@ -12,6 +12,7 @@ the CLI's own one-line error.
 Exit 77 (CTest: skipped) without chromium or without WEB_DIR/vramsim.js (emscripten not installed, web/build.sh
 not run)."""
 
+import fcntl
 import html
 import html.parser
 import json
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 
 SKIP = 77
@@ -72,17 +74,91 @@ def browser():
     return None
 
 
-def run_page(chromium, web_dir, query):
-    """The page's DOM once its run ended (chromium --dump-dom; the virtual time budget lets the page's
-    asynchronous work finish before the DOM is written)."""
+class Chromium:
+    """Headless chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe: the browser reads
+    JSON messages ending in a NUL byte on fd 3 and writes its own on fd 4). The page's run is awaited in real
+    time, by reading <body data-state> until it says "done" or "error": a --dump-dom under a virtual time budget
+    could write the DOM while the WebAssembly was still compiling in the background (a CI run caught one page
+    still "running")."""
+
+    def __init__(self, path, profile):
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        # The child's fds 3 and 4, dup'ed apart from any pipe end that already sits at 3 or 4.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_child_r, from_child_w)]
+
+        def pipes_at_3_and_4():
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [path, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
+             "--remote-debugging-pipe", "--enable-logging=stderr", "--v=0", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, pass_fds=(3, 4),
+            preexec_fn=pipes_at_3_and_4)
+        for fd in [to_child_r, from_child_w, *high]:
+            os.close(fd)
+        self._next_id, self._buffer = 0, b""
+
+    def call(self, method, session=None, **params):
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params}
+        if session is not None:
+            message["sessionId"] = session
+        os.write(self._to_child, json.dumps(message).encode() + b"\0")
+        while True:  # events and other replies are skipped: only this call's reply is awaited
+            while b"\0" not in self._buffer:
+                chunk = os.read(self._from_child, 1 << 16)
+                if not chunk:
+                    raise RuntimeError(f"chromium closed its pipe during {method}")
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(line)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+
+    def evaluate(self, session, expression):
+        return self.call("Runtime.evaluate", session, expression=expression,
+                         returnByValue=True)["result"].get("value")
+
+    def close(self):
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_child)
+        os.close(self._from_child)
+        self.log.seek(0)
+        return self.log.read()
+
+
+def run_page(chromium, web_dir, query, timeout_s=180):
+    """The page's DOM once its run ended (or once timeout_s passed: the slowest case takes a few seconds on an idle
+    2-core machine), and chromium's log."""
     url = "file://" + os.path.join(web_dir, "index.html") + "?" + urllib.parse.urlencode(dict(query, run="1"))
     with tempfile.TemporaryDirectory() as profile:
-        out = subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             f"--user-data-dir={profile}", "--virtual-time-budget=600000", "--enable-logging=stderr", "--v=0",
-             "--dump-dom", url],
-            capture_output=True, text=True, timeout=600)
-    return out.stdout, out.stderr
+        chrome = Chromium(chromium, profile)
+        try:
+            target = chrome.call("Target.createTarget", url=url)["targetId"]
+            session = chrome.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                state = chrome.evaluate(session, "document.body ? document.body.dataset.state : null")
+                if state in ("done", "error"):
+                    break
+                time.sleep(0.2)
+            dom = chrome.evaluate(session, "document.documentElement.outerHTML")
+        finally:
+            log = chrome.close()
+    return dom or "", log
 
 
 class Dom(html.parser.HTMLParser):
