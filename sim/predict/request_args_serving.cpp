@@ -1,0 +1,153 @@
+// make_request's room for generation and serving: --generate, the KV cache, --prompt-len, and the serving
+// engines' own arguments (vLLM's engine arguments, SGLang's mem_fraction_static).
+#include <algorithm>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "sim/core/error.h"
+#include "sim/core/size_format.h"
+#include "sim/predict/request_args_parts.h"
+
+namespace vramsim::request_args {
+namespace {
+
+// --serving-engine: vLLM's or SGLang's KV pool, SGLang's with its own settings (mem_fraction_static).
+void parse_serving_engine(const RequestArgs& a, VllmServing& v) {
+  const RequestArgs defaults;
+  if (a.serving_engine != "vllm" && a.serving_engine != "sglang") {
+    throw InputError(fmt::format("--serving-engine: '{}' is not vllm or sglang", a.serving_engine));
+  }
+  const bool sglang = a.serving_engine == "sglang";
+  if ((sglang || a.mem_fraction_static != defaults.mem_fraction_static) && a.kv_cache != "paged") {
+    throw InputError(
+        "--serving-engine / --mem-fraction-static: a serving engine's KV pool, for --kv-cache paged");
+  }
+  if (a.mem_fraction_static != defaults.mem_fraction_static &&
+      (!sglang || !(a.mem_fraction_static > 0.0 && a.mem_fraction_static < 1.0))) {
+    throw InputError(fmt::format(
+        "--mem-fraction-static: SGLang's fraction, in (0, 1) with --serving-engine sglang, got {}",
+        a.mem_fraction_static));
+  }
+  if (sglang && (a.gpu_memory_utilization != defaults.gpu_memory_utilization || a.pp > 1 ||
+                 a.vllm_version != "v1" || !a.vllm_non_torch_increase.empty() ||
+                 !a.vllm_cudagraph_memory.empty() || a.block_size != defaults.block_size)) {
+    throw InputError(
+        "--serving-engine sglang: --gpu-memory-utilization, --block-size, --pp, --vllm-version and the "
+        "--vllm-* options are vLLM's (SGLang takes --mem-fraction-static; its pipeline stages are not "
+        "modelled)");
+  }
+  if (a.sglang_version != "0.5" && a.sglang_version != "0.4") {
+    throw InputError(fmt::format("--sglang-version: '{}' is not 0.5 or 0.4", a.sglang_version));
+  }
+  if (a.sglang_version != defaults.sglang_version && !sglang) {
+    throw InputError("--sglang-version: SGLang's default mem_fraction_static, for --serving-engine sglang");
+  }
+  v.engine = a.serving_engine;
+  v.mem_fraction_static = a.mem_fraction_static;
+  v.sglang_version = a.sglang_version;
+}
+
+// vLLM's engine arguments: only with --kv-cache paged (a changed one without it is an error).
+void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v) {
+  const RequestArgs defaults;
+  const bool changed = a.gpu_memory_utilization != defaults.gpu_memory_utilization ||
+                       a.block_size != defaults.block_size || a.max_model_len != defaults.max_model_len ||
+                       a.max_num_batched_tokens != defaults.max_num_batched_tokens ||
+                       a.max_num_seqs != defaults.max_num_seqs ||
+                       a.kv_cache_dtype != defaults.kv_cache_dtype ||
+                       a.quantization != defaults.quantization ||
+                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
+                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory;
+  if (changed && a.kv_cache != "paged") {
+    throw InputError(
+        "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
+        "--max-num-seqs / --kv-cache-dtype / --quantization / --vllm-non-torch-increase / "
+        "--vllm-cudagraph-memory: vLLM's settings, for --kv-cache paged");
+  }
+  if (a.vllm_version != "v1" && a.vllm_version != "v0") {
+    throw InputError(fmt::format("--vllm-version: '{}' is not v1 or v0", a.vllm_version));
+  }
+  if (!a.vllm_pp_layer_partition.empty() && (a.kv_cache != "paged" || a.pp == 1)) {
+    throw InputError(
+        "--vllm-pp-layer-partition: vLLM's VLLM_PP_LAYER_PARTITION, for --pp N --kv-cache paged");
+  }
+  if (a.kv_cache == "paged" && a.pp > 1 && a.vllm_version != "v1") {
+    throw InputError("--pp: vLLM's pipeline stages are modelled for --vllm-version v1 only");
+  }
+  v.pp_layer_partition = a.vllm_pp_layer_partition;
+  parse_serving_engine(a, v);
+  const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype ||
+                       a.quantization != defaults.quantization ||
+                       a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
+                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory;
+  if (a.vllm_version != "v1" && v1_only) {
+    throw InputError(
+        "--kv-cache-dtype / --quantization / --vllm-non-torch-increase / --vllm-cudagraph-memory: "
+        "modelled for --vllm-version v1 only");
+  }
+  if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8" && a.kv_cache_dtype != "fp8_e4m3" &&
+      a.kv_cache_dtype != "fp8_e5m2") {
+    throw InputError(
+        fmt::format("--kv-cache-dtype: '{}' is not auto, fp8, fp8_e4m3 or fp8_e5m2", a.kv_cache_dtype));
+  }
+  static constexpr std::string_view kQuantizations[] = {"fp8",   "fp8-block", "w8a8-int8", "w8a8-fp8",
+                                                        "w4a16", "gptq",      "awq"};
+  if (!a.quantization.empty() && std::find(std::begin(kQuantizations), std::end(kQuantizations),
+                                           a.quantization) == std::end(kQuantizations)) {
+    throw InputError(fmt::format(
+        "--quantization: '{}' is not modelled (fp8, fp8-block, w8a8-int8, w8a8-fp8, w4a16, gptq and awq are)",
+        a.quantization));
+  }
+  if (!a.vllm_non_torch_increase.empty()) {
+    v.non_torch_increase_bytes =
+        static_cast<std::int64_t>(parse_size(a.vllm_non_torch_increase, "--vllm-non-torch-increase"));
+  }
+  if (!a.vllm_cudagraph_memory.empty()) {
+    v.cudagraph_memory_bytes =
+        static_cast<std::int64_t>(parse_size(a.vllm_cudagraph_memory, "--vllm-cudagraph-memory"));
+  }
+  v.version = a.vllm_version;
+  v.kv_cache_dtype = a.kv_cache_dtype;
+  v.quantization = a.quantization;
+  if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
+    throw InputError(
+        fmt::format("--gpu-memory-utilization: must be in (0, 1], got {}", a.gpu_memory_utilization));
+  }
+  if (a.max_model_len < 0 || a.max_model_len > kMaxSeq) {
+    throw InputError(
+        fmt::format("--max-model-len: must be in 1..{} tokens, got {}", kMaxSeq, a.max_model_len));
+  }
+  if (a.max_num_batched_tokens < 0 || a.max_num_batched_tokens > kMaxSeq) {
+    throw InputError(fmt::format("--max-num-batched-tokens: must be in 1..{} tokens, got {}", kMaxSeq,
+                                 a.max_num_batched_tokens));
+  }
+  if (a.max_num_seqs < 0 || a.max_num_seqs > kMaxBatch) {
+    throw InputError(fmt::format("--max-num-seqs: must be in 1..{}, got {}", kMaxBatch, a.max_num_seqs));
+  }
+  o.block_size = a.block_size;  // validate() checks the range
+  v.gpu_memory_utilization = a.gpu_memory_utilization;
+  v.max_model_len = a.max_model_len;
+  v.max_num_batched_tokens = a.max_num_batched_tokens;
+  v.max_num_seqs = a.max_num_seqs;
+}
+
+}  // namespace
+
+void apply_generation_args(const RequestArgs& a, PredictRequest& r) {
+  TrainingOptions& o = r.options;
+  o.generate_tokens = a.generate;
+  o.kv_cache = a.kv_cache;
+  if (!a.prompt_len.empty()) {
+    PromptLengths lengths = parse_prompt_len(a.prompt_len, a.batch);
+    o.seq = lengths.longest;
+    o.prompt_lens = std::move(lengths.per_sequence);
+  }
+  parse_vllm_serving(a, o, r.vllm);
+  if (a.generate > 0) {
+    o.inference = true;
+    o.steps = a.generate;
+  }
+}
+
+}  // namespace vramsim::request_args
