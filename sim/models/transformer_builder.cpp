@@ -781,7 +781,13 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
     optimizer.construct();
   }
   if (options.optimizer_in_backward) {
-    tape.set_post_accumulate_grad_hook([&optimizer](VarId p) { optimizer.step_in_backward(p); });
+    // torchtune's register_optim_in_bwd_hooks registers on model.parameters(): under FSDP2 the sharded
+    // parameters, whose hooks FSDP2 calls once their gradient is reduce-scattered; autograd's AccumulateGrad
+    // fills only the unsharded parameter's gradient, which has none.
+    const auto step = [&optimizer](VarId p) { optimizer.step_in_backward(p); };
+    if (!dp->set_sharded_grad_hook(step)) {
+      tape.set_post_accumulate_grad_hook(step);
+    }
   }
   // The cuBLAS workspaces: made by the first matmul of each thread, or already there in a warm process.
   const bool main_exists = options.warm != WarmProcess::kNone;

@@ -253,6 +253,12 @@ void GradientShards::reduce_output(EagerTape& tape, const ParameterUnit& unit,
       m_shard[p] = out;
     }
   }
+  if (m_hook) {  // each sharded parameter's hooks, in the same loop as its gradient, while reduce_output
+                 // lives
+    for (VarId p : fresh) {
+      m_hook(p);
+    }
+  }
   tape.release(out);  // the views keep it
 }
 

@@ -60,6 +60,10 @@ class DataParallelScheme {
   // Schemes other than FSDP's sharded strategies ignore it.
   virtual void set_fp32_sharded_parameters(bool /*fp32*/) {}
   virtual bool fp32_sharded_parameters() const { return false; }
+  // Tensor.register_post_accumulate_grad_hook on the scheme's sharded parameters (torchtune's
+  // optimizer_in_bwd under FSDP2): the scheme calls `hook` when it assigns a parameter's sharded gradient.
+  // Returns false where the parameters are autograd's own leaves, whose AccumulateGrad calls the tape's hook.
+  virtual bool set_sharded_grad_hook(EagerTape::ParameterHook /*hook*/) { return false; }
   // Adds the model states the scheme keeps on the host (offload) for `params` (every parameter, in
   // model.parameters() order) to `host`; the host optimizer's states are the optimizer's.
   virtual void add_host_model_states(const EagerTape&, const std::vector<VarId>& /*params*/,
@@ -164,6 +168,9 @@ class GradientShards {
   // Parameters reduce-scattered over a smaller group than `world_size` (torchtitan's routed experts over
   // efsdp: set_expert_parameters).
   void set_parameter_world(VarId p, int world) { m_world_of[p] = world; }
+  // FSDP2's foreach_reduce calls the sharded parameter's post-accumulate-grad hooks on the reduce-scatter
+  // stream, right after assigning its sharded gradient (_fsdp_collectives.py; none while offloading).
+  void set_post_accumulate_grad_hook(EagerTape::ParameterHook hook) { m_hook = std::move(hook); }
 
   static constexpr StreamId kReduceScatterStream = 2;  // FSDP2's reduce-scatter / FSDP1's post-backward
 
@@ -186,6 +193,7 @@ class GradientShards {
   bool m_fp32_shards = false;
   std::map<VarId, TensorId> m_shard;  // the parameter's shard gradient, while it is its .grad
   std::map<VarId, TensorId> m_aside;  // shards set aside during the unit's backward
+  EagerTape::ParameterHook m_hook;
   TensorId m_held_input = kNoTensor;  // FSDP2's reduce_scatter_state: the last input
   OpId m_held_after = kNoOp;          // and the reduce-scatter that read it
 };

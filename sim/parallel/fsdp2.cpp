@@ -143,6 +143,10 @@ class Fsdp2 final : public DataParallelScheme {
       host.gradients += tape.requires_grad(p) ? shard : 0;
     }
   }
+  bool set_sharded_grad_hook(EagerTape::ParameterHook hook) override {
+    m_grads.set_post_accumulate_grad_hook(std::move(hook));
+    return true;
+  }
   void set_fp32_sharded_parameters(bool fp32) override {
     m_fp32_shards = fp32;
     m_grads.set_fp32_sharded_parameters(fp32);

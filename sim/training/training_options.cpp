@@ -345,10 +345,19 @@ void validate(const TrainingOptions& o) {
         "--optimizer-in-backward: torchtune refuses gradient accumulation with it (\"Gradient accumulation "
         "is not supported with optimizer in bwd\")");
   }
-  if (o.optimizer_in_backward && (o.data_parallel.scheme != "none" || o.pipeline.stages > 1)) {
+  // torchtune runs optimizer_in_bwd on one device and over FSDP2 (full_finetune_distributed.py), whose
+  // foreach_reduce calls the sharded parameters' hooks.
+  const bool fsdp2 = o.data_parallel.scheme.starts_with("fsdp2-");
+  if (o.optimizer_in_backward && ((o.data_parallel.scheme != "none" && !fsdp2) || o.pipeline.stages > 1)) {
     throw InputError(
-        "--optimizer-in-backward: not modelled with data or pipeline parallelism (vramsim models torchtune's "
-        "single-device recipes)");
+        "--optimizer-in-backward: not modelled with DDP, ZeRO, FSDP1 or --pp (vramsim; on one GPU and "
+        "over FSDP2 it is, as torchtune's recipes run it)");
+  }
+  if (o.optimizer_in_backward && fsdp2 && o.data_parallel.offload_params) {
+    throw InputError(
+        "--optimizer-in-backward with --offload params: FSDP2's CPUOffloadPolicy steps on the host's "
+        "gradient "
+        "shards; not modelled (vramsim)");
   }
   if (o.activation_offload_torchtune && (!o.offload_activations || o.pipeline.stages > 1)) {
     throw InputError(

@@ -9,6 +9,7 @@
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/parallel/data_parallel.h"
 
 using namespace vramsim;
 
@@ -113,9 +114,79 @@ TEST_CASE("optimizer in backward: a tied weight is stepped once, after its last 
   CHECK(most == 2);
 }
 
-TEST_CASE("optimizer in backward is refused with gradient accumulation and data parallelism",
+// Gradient bytes alive when step 1's backward has ended (where the next phase marker begins).
+std::int64_t gradient_bytes_after_first_backward(const OpGraph& g) {
+  const AllocationSchedule s = build_allocation_schedule(g);
+  std::size_t end = s.events.size();
+  for (std::size_t k = 0; k + 1 < s.phases.size(); ++k) {
+    if (s.phases[k].step == 1 && s.phases[k].phase == Phase::kBackward) {
+      end = s.phases[k + 1].event_index;
+    }
+  }
+  std::int64_t live = 0;
+  for (std::size_t i = 0; i < end; ++i) {
+    const Tensor& t = g.tensor(s.event_tensor[i]);
+    const std::int64_t sign = s.events[i].action == TraceAction::kAlloc           ? 1
+                              : s.events[i].action == TraceAction::kFreeCompleted ? -1
+                                                                                  : 0;
+    live += t.category == TensorCategory::kGradient ? sign * static_cast<std::int64_t>(t.size_bytes) : 0;
+  }
+  return live;
+}
+
+// torchtune's full_finetune_distributed runs optimizer_in_bwd over FSDP2: register_optim_in_bwd_hooks puts
+// the hook on model.parameters(), the sharded DTensor parameters, and FSDP2's foreach_reduce
+// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) calls a sharded parameter's
+// _post_accumulate_grad_hooks right after assigning its sharded gradient (a view of reduce_output), inside
+// `with device_handle.stream(post_reduce_stream)`. So every trainable parameter is stepped during backward on
+// the reduce-scatter stream, and no gradient shard is left when backward ends.
+TEST_CASE("optimizer in backward over FSDP2: stepped from foreach_reduce, no gradient shard left",
+          "[quick][graph]") {
+  const ModelConfig m = small_llama();
+  std::int64_t all = 0;
+  for (const ParameterShape& p : m.parameter_shapes()) {
+    all += 2 * p.numel();  // bf16; every llama-2-7b dimension is even, so the two shards are halves
+  }
+  const auto over_fsdp2 = [&](bool in_backward) {
+    TrainingOptions o = options(in_backward);
+    o.data_parallel.scheme = "fsdp2-full-shard";
+    o.data_parallel.world_size = 2;
+    o.master_weights = MasterWeights::kNone;  // torchtune: the model loaded in bf16, no MixedPrecisionPolicy
+    validate(o);
+    return build_training_steps(m, o);
+  };
+  const OpGraph plain = over_fsdp2(false);
+  const OpGraph hook = over_fsdp2(true);
+  // optimizer.step() after backward: each parameter's half of its gradient, the unsharded ones gone at
+  // copy-in.
+  CHECK(gradient_bytes_after_first_backward(plain) == all / 2);
+  CHECK(gradient_bytes_after_first_backward(hook) == 0);
+  int stepped = 0;
+  for (OpId id = 0; id < hook.op_count(); ++id) {
+    const Op& op = hook.op(id);
+    if (op.step == 1 && op.name.starts_with("optimizer_in_bwd.zero_grad.")) {
+      ++stepped;
+      CHECK(op.phase == Phase::kBackward);
+      CHECK(op.stream == GradientShards::kReduceScatterStream);
+    }
+  }
+  CHECK(stepped == static_cast<int>(m.parameter_shapes().size()));  // every parameter once
+}
+
+TEST_CASE("optimizer in backward is refused with gradient accumulation, DDP, FSDP1 and FSDP2's offload",
           "[quick][graph]") {
   TrainingOptions o = options(true);
   o.grad_accumulation = 2;
+  CHECK_THROWS_AS(validate(o), InputError);
+  o.grad_accumulation = 1;
+  o.data_parallel.world_size = 2;
+  for (const char* scheme : {"ddp", "zero2", "fsdp-full-shard"}) {
+    o.data_parallel.scheme = scheme;
+    CHECK_THROWS_AS(validate(o), InputError);
+  }
+  o.data_parallel.scheme = "fsdp2-full-shard";
+  CHECK_NOTHROW(validate(o));
+  o.data_parallel.offload_params = true;
+  o.data_parallel.offload_optimizer = true;
   CHECK_THROWS_AS(validate(o), InputError);
 }
