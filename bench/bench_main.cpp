@@ -5,8 +5,10 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_traces.h"
+#include "sim/core/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  vramsim::tune_malloc_for_graphs();  // as vramsim's main() runs predictions
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
     return 1;

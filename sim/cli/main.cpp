@@ -5,14 +5,12 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <fmt/format.h>
 
 #include "sim/cli/cli_app.h"
 #include "sim/core/error.h"
+#include "sim/core/malloc_tuning.h"
 
 namespace {
 
@@ -40,16 +38,7 @@ bool stdout_written() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A prediction builds and drops graphs of tens of megabytes (a plan does it per configuration): with
-  // glibc's defaults their large vectors are mmap'ed and unmapped each time and the heap top is trimmed after
-  // each, so every prediction faults its pages in again (a tenth of predict's time, profiled on the
-  // quick-start step). Keep freed memory in the heap instead: what a process holds stays what its largest
-  // prediction needed. (glibc's mallopt, malloc/malloc.c; no effect under other allocators.)
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  mallopt(M_TOP_PAD, 16 << 20);
-#endif
+  vramsim::tune_malloc_for_graphs();  // sim/core/malloc_tuning.h
   // Every failure ends here as one line and exit status 2: bad input (InputError), host memory, and anything
   // else a library throws (nlohmann, CLI11, the standard library) -- never an uncaught exception's abort.
   try {

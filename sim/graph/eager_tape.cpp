@@ -716,7 +716,9 @@ void EagerTape::execute_node(std::size_t index) {
   for (Bytes b : node.rule.temp_bytes) {
     temps.push_back(allocate(node.name + ".backward.scratch", b, DType::kUInt8, TensorCategory::kTemporary));
   }
-  run_scratch(node.rule.scratch_before_grads, node.name + ".backward.scratch", temps);
+  if (!node.rule.scratch_before_grads.empty()) {  // the name is built only for a rule with scratch (issue 40)
+    run_scratch(node.rule.scratch_before_grads, node.name + ".backward.scratch", temps);
+  }
   // The formulas, in the generated code's order; each result holds one reference (the returned list's).
   std::vector<VarId> computed(node.inputs.size(), kNoVar);
   const auto compute = [&](std::size_t i) {
@@ -765,10 +767,12 @@ void EagerTape::execute_node(std::size_t index) {
     }
   }
   const bool strided_grad = m_vars[primary].order != MemoryOrder::kContiguous;
-  run_scratch(strided_grad && !node.rule.scratch_after_grads_strided.empty()
-                  ? node.rule.scratch_after_grads_strided
-                  : node.rule.scratch_after_grads,
-              node.name + ".backward.scratch", temps);
+  const std::vector<ScratchStep>& scratch_after =
+      strided_grad && !node.rule.scratch_after_grads_strided.empty() ? node.rule.scratch_after_grads_strided
+                                                                     : node.rule.scratch_after_grads;
+  if (!scratch_after.empty()) {
+    run_scratch(scratch_after, node.name + ".backward.scratch", temps);
+  }
   for (TensorId s : temps) {
     unref(s);
   }

@@ -8,6 +8,9 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
+
+#include "sim/core/assert.h"
 
 namespace vramsim {
 
@@ -219,14 +222,27 @@ struct LayerStamp::Template {
 };
 
 // What a region must leave as it found it (or only append to, or change only in its externals).
+using TensorFields = std::tuple<TensorCategory, int, bool, StreamId, bool>;
+using VarFields = std::tuple<TensorId, TensorId, int, bool, MemoryOrder>;
+
+// Note [Only live tensors can change]
+// A region may change tensors that existed before it (references, the fields autograd's saving sets), and
+// encode() must see every such change. A freed tensor cannot change: EagerTape::ref() and unref() assert
+// that it is not freed and has references, it was freed with none, and nothing un-frees it. So a snapshot
+// keeps the live tensors only (tens of thousands of tensors in a long step, a few thousand live): the
+// tape's freed flags are walked once, incrementally (LiveIndex), instead of copying every tensor's state
+// at every recorded layer, which made recording quadratic in the step's length (issue 40: 22 % of a
+// 16-micro-batch plan). The variables compared are the region's externals (every variable the layer's
+// code is handed; the others are not reachable from it). With SIM_DEBUG_FULL the whole tape is also
+// copied and compared as before, and both verdicts must agree (LayerStamp::encode).
 struct LayerStamp::Before {
   std::size_t ops = 0, tensors = 0, edges = 0, vars = 0, nodes = 0;
-  std::vector<int> refs;
-  std::vector<bool> freed;
-  // per tensor: category, layer, persistent, record_stream, graph_pool
-  std::vector<std::tuple<TensorCategory, int, bool, StreamId, bool>> tensor_fields;
-  // per variable: storage, grad, node, requires_grad, order
-  std::vector<std::tuple<TensorId, TensorId, int, bool, MemoryOrder>> var_fields;
+  std::vector<TensorId> live;  // tensors not freed, in id order
+  std::vector<int> live_refs;  // their references, as `live`
+  std::vector<TensorFields>
+      live_fields;  // per live tensor: category, layer, persistent, record_stream, graph_pool
+  std::vector<VarFields>
+      external_var_fields;  // per external variable: storage, grad, node, requires_grad, order
   std::unordered_map<VarId, int> pending_parameter_uses;
   OpId current_op = kNoOp;
   std::tuple<Bytes, OpId, OpId, Bytes> current_op_fields{};
@@ -234,14 +250,53 @@ struct LayerStamp::Before {
   std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::uint64_t, std::size_t, std::size_t,
              Bytes, std::size_t, int, int, int, Phase, StreamId, bool, ActivationOffload>
       tape_state{};
+#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
+  // the whole tape, as the snapshot kept it before Note [Only live tensors can change]
+  std::vector<int> refs;
+  std::vector<bool> freed;
+  std::vector<TensorFields> tensor_fields;
+  std::vector<VarFields> var_fields;
+#endif
 };
+
+namespace {
+
+// The live tensors of one LayerStamp's tape, brought up to date at each snapshot: the tensors added since
+// the last one are appended, those freed since are dropped (ids only grow, a freed tensor stays freed).
+// Kept beside the LayerStamp (per thread: a stamp is made, used and destroyed by one thread).
+struct LiveIndex {
+  std::size_t scanned = 0;
+  std::vector<TensorId> live;
+};
+thread_local std::unordered_map<const LayerStamp*, LiveIndex> t_live_index;
+
+TensorFields tensor_fields_of(const Tensor& x) {
+  return {x.category, x.layer, x.persistent, x.record_stream, x.graph_pool};
+}
+
+template <typename Vars>
+std::vector<VarFields> var_fields_of(const Vars& all, const std::vector<VarId>& vars) {
+  std::vector<VarFields> out;
+  out.reserve(vars.size());
+  for (const VarId id : vars) {
+    if (id == kNoVar) {
+      out.emplace_back();
+      continue;
+    }
+    const auto& v = all[id];
+    out.emplace_back(v.storage, v.grad, v.node, v.requires_grad, v.order);
+  }
+  return out;
+}
+
+}  // namespace
 
 void set_layer_stamping(bool on) { g_stamping.store(on); }
 bool layer_stamping() { return g_stamping.load(); }
 std::uint64_t layers_stamped() { return g_stamped.load(); }
 
-LayerStamp::LayerStamp(EagerTape& tape) : m_tape(tape) {}
-LayerStamp::~LayerStamp() = default;
+LayerStamp::LayerStamp(EagerTape& tape) : m_tape(tape) { t_live_index.erase(this); }
+LayerStamp::~LayerStamp() { t_live_index.erase(this); }
 
 void LayerStamp::reset() { m_classes.clear(); }
 
@@ -274,16 +329,34 @@ LayerStamp::Before LayerStamp::snapshot() const {
   b.edges = g.edges().size();
   b.vars = t.m_vars.size();
   b.nodes = t.m_nodes.size();
+  LiveIndex& index = t_live_index[this];
+  SIM_ASSERT(index.scanned <= b.tensors);
+  std::erase_if(index.live, [&](TensorId id) { return t.m_freed[id]; });
+  for (std::size_t i = index.scanned; i < b.tensors; ++i) {
+    if (!t.m_freed[i]) {
+      index.live.push_back(static_cast<TensorId>(i));
+    }
+  }
+  index.scanned = b.tensors;
+  b.live = index.live;
+  b.live_refs.reserve(b.live.size());
+  b.live_fields.reserve(b.live.size());
+  for (const TensorId id : b.live) {
+    b.live_refs.push_back(t.m_refs[id]);
+    b.live_fields.push_back(tensor_fields_of(g.tensor(id)));
+  }
+#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
   b.refs = t.m_refs;
   b.freed = t.m_freed;
   b.tensor_fields.reserve(b.tensors);
   for (const Tensor& x : g.tensors()) {
-    b.tensor_fields.emplace_back(x.category, x.layer, x.persistent, x.record_stream, x.graph_pool);
+    b.tensor_fields.push_back(tensor_fields_of(x));
   }
   b.var_fields.reserve(b.vars);
   for (const EagerTape::Var& v : t.m_vars) {
     b.var_fields.emplace_back(v.storage, v.grad, v.node, v.requires_grad, v.order);
   }
+#endif
   b.pending_parameter_uses = t.m_pending_parameter_uses;
   b.current_op = t.m_current_op;
   if (b.current_op != kNoOp) {
@@ -540,35 +613,65 @@ std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& t
   return outputs;
 }
 
-// The tensors that existed before the region and that it changed (their references, the fields autograd's
-// saving sets), sorted by external index; false when one of them is not an external. `State` is
-// LayerStamp::Before.
-template <typename State>
-bool encode_changes(const State& before, const State& after, int layer, const Encoder& refs,
-                    std::vector<Template::ExternalChange>& out) {
-  const auto code = [&](const std::tuple<TensorCategory, int, bool, StreamId, bool>& f) {
+// One change of a tensor that existed before the region, as ExternalChange records it (false when the tensor
+// is not an external: such a region is not reproducible for another layer).
+bool encode_change(TensorId id, int refs_before, int refs_after, const TensorFields& before,
+                   const TensorFields& after, int layer, const Encoder& refs,
+                   std::vector<Template::ExternalChange>& out) {
+  if (refs_before == refs_after && before == after) {
+    return true;
+  }
+  const std::ptrdiff_t e = refs.external_index(id);
+  if (e < 0) {
+    return false;
+  }
+  const auto code = [&](const TensorFields& f) {
     return std::tuple<TensorCategory, LayerCode, bool, StreamId, bool>{
         std::get<0>(f), encode_layer(std::get<1>(f), layer), std::get<2>(f), std::get<3>(f), std::get<4>(f)};
   };
-  for (std::size_t i = 0; i < before.tensors; ++i) {
-    if (before.refs[i] == after.refs[i] && before.tensor_fields[i] == after.tensor_fields[i]) {
-      continue;
-    }
-    const std::ptrdiff_t e = refs.external_index(static_cast<TensorId>(i));
-    if (e < 0) {
+  Template::ExternalChange c{static_cast<std::uint32_t>(e), refs_after - refs_before, false, {}, {}};
+  if (before != after) {
+    c.fields_changed = true;
+    c.before = code(before);
+    c.after = code(after);
+  }
+  out.push_back(c);
+  return true;
+}
+
+// The tensors that existed before the region and that it changed (their references, the fields autograd's
+// saving sets), sorted by external index; false when one of them is not an external. Only the tensors live
+// at the region's start can have changed (Note [Only live tensors can change]). `State` is
+// LayerStamp::Before.
+template <typename State>
+bool encode_changes(const State& before, const std::vector<int>& refs_now, const OpGraph& g, int layer,
+                    const Encoder& refs, std::vector<Template::ExternalChange>& out) {
+  for (std::size_t k = 0; k < before.live.size(); ++k) {
+    const TensorId id = before.live[k];
+    if (!encode_change(id, before.live_refs[k], refs_now[id], before.live_fields[k],
+                       tensor_fields_of(g.tensor(id)), layer, refs, out)) {
       return false;
     }
-    Template::ExternalChange c{static_cast<std::uint32_t>(e), after.refs[i] - before.refs[i], false, {}, {}};
-    if (before.tensor_fields[i] != after.tensor_fields[i]) {
-      c.fields_changed = true;
-      c.before = code(before.tensor_fields[i]);
-      c.after = code(after.tensor_fields[i]);
-    }
-    out.push_back(c);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
   return true;
 }
+
+#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
+// encode_changes over every tensor of the tape, as before Note [Only live tensors can change].
+template <typename State>
+bool encode_changes_whole(const State& before, const State& after, int layer, const Encoder& refs,
+                          std::vector<Template::ExternalChange>& out) {
+  for (std::size_t i = 0; i < before.tensors; ++i) {
+    if (!encode_change(static_cast<TensorId>(i), before.refs[i], after.refs[i], before.tensor_fields[i],
+                       after.tensor_fields[i], layer, refs, out)) {
+      return false;
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  return true;
+}
+#endif
 
 // Applies a recorded change to external tensor `id` of the layer being stamped; `refs`: the tape's counts.
 void apply_change(const Template::ExternalChange& c, TensorId id, int layer, OpGraph& g,
@@ -594,9 +697,26 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
   const OpGraph& g = t.m_graph;
   const std::vector<TensorId> externals = storages(external_vars);
   const Before after = snapshot();
+  const bool live_unchanged = std::none_of(before.live.begin(), before.live.end(),
+                                           [&](TensorId id) { return static_cast<bool>(t.m_freed[id]); });
+  const bool externals_unchanged = before.external_var_fields == var_fields_of(t.m_vars, external_vars);
+  Encoder refs{before.ops, before.tensors, before.vars, externals, external_vars};
+  std::vector<Template::ExternalChange> changes;
+  const bool changes_ok =
+      live_unchanged && externals_unchanged && encode_changes(before, t.m_refs, g, layer, refs, changes);
+#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
+  {
+    // The whole tape gives the same verdict and the same changes (Note [Only live tensors can change]).
+    std::vector<Template::ExternalChange> whole;
+    const bool whole_ok =
+        std::equal(before.freed.begin(), before.freed.end(), after.freed.begin()) &&
+        std::equal(before.var_fields.begin(), before.var_fields.end(), after.var_fields.begin()) &&
+        encode_changes_whole(before, after, layer, refs, whole);
+    SIM_ASSERT(whole_ok == changes_ok && (!whole_ok || whole == changes));
+  }
+#endif
   if (after.tape_state != before.tape_state || after.ops == before.ops || output == kNoVar ||
-      output < before.vars || !std::equal(before.freed.begin(), before.freed.end(), after.freed.begin()) ||
-      !std::equal(before.var_fields.begin(), before.var_fields.end(), after.var_fields.begin())) {
+      output < before.vars || !changes_ok) {
     return nullptr;
   }
   if (before.current_op != kNoOp) {
@@ -608,10 +728,7 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
   }
   auto out = std::make_unique<Template>();
   out->externals = externals.size();
-  Encoder refs{before.ops, before.tensors, before.vars, externals, external_vars};
-  if (!encode_changes(before, after, layer, refs, out->changes)) {
-    return nullptr;
-  }
+  out->changes = std::move(changes);
   const std::string token = layer_token(layer);
   for (std::size_t i = before.ops; i < after.ops; ++i) {
     out->ops.push_back(encode_op(g.op(static_cast<OpId>(i)), token, layer, refs));
@@ -745,7 +862,8 @@ VarId LayerStamp::run(int layer, int key, const std::vector<VarId>& external_var
   if (c.recorded >= kMaxRecorded) {  // not periodic in this pass: direct, without the snapshots' cost
     return body();
   }
-  const Before before = snapshot();
+  Before before = snapshot();
+  before.external_var_fields = var_fields_of(m_tape.m_vars, external_vars);
   const VarId out = body();
   std::unique_ptr<Template> tmpl = encode(before, layer, external_vars, out);
   ++c.recorded;
