@@ -182,7 +182,7 @@ void settle_v1_settings(const PredictRequest& request, const GpuMemory& gpu, Pag
 // The fused-MoE workspace a stage holding a sparse MoE layer keeps from the profile run on (0 for a dense
 // model or a stage without one): the experts of every MoE family vramsim reads are gated (SiLU-and-mul;
 // gpt_oss's SwiGLU is also act-and-mul), sliced over the tensor-parallel ranks (FusedMoE's
-// intermediate_size_per_partition).
+// intermediate_size_per_partition; the request's model is already the rank's).
 std::int64_t fused_moe_workspace_bytes(const PredictRequest& request, Bytes dtype_bytes,
                                        const VllmPipelineStage& stage, const Paged& g) {
   const ModelConfig& m = request.model;
@@ -199,7 +199,7 @@ std::int64_t fused_moe_workspace_bytes(const PredictRequest& request, Bytes dtyp
   VllmFusedMoeShapes s;
   s.tokens = g.max_num_batched_tokens;
   s.hidden = m.d_model;
-  s.intermediate = m.moe.expert_d_ff / request.tensor_parallel;
+  s.intermediate = m.moe.expert_d_ff;  // the rank model's (tensor_parallel.h): already this rank's slice
   s.top_k = m.moe.top_k;
   s.activation_bytes = dtype_bytes;
   return static_cast<std::int64_t>(vllm_fused_moe_workspace(s).total_bytes);
