@@ -84,8 +84,11 @@ void print_v1(const Prediction::Generation& g) {
   print_v1_stages(s, v.block_size, v.num_gpu_blocks);
   row("Model loading took", s.weights_bytes, "this rank's weights and buffers");
   row("torch peak memory increase", s.torch_peak_increase_bytes,
-      fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}", gib(s.forward_peak_bytes),
-                  gib(s.sampler_peak_bytes), b(s.cublas_workspace_bytes)));
+      fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}{}", gib(s.forward_peak_bytes),
+                  gib(s.sampler_peak_bytes), b(s.cublas_workspace_bytes),
+                  s.fused_moe_workspace_bytes > 0
+                      ? fmt::format(", + fused-MoE workspace {}", b(s.fused_moe_workspace_bytes))
+                      : std::string()));
   row("non-torch forward increase memory", s.non_torch_increase_bytes,
       s.non_torch_measured ? "--vllm-non-torch-increase (measured)"
                            : "buffers set up during the profile run (non_torch_memory.h)");
@@ -396,6 +399,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"forward_peak_bytes", s.forward_peak_bytes},
                                                {"sampler_peak_bytes", s.sampler_peak_bytes},
                                                {"cublas_workspace_bytes", s.cublas_workspace_bytes},
+                                               {"fused_moe_workspace_bytes", s.fused_moe_workspace_bytes},
                                                {"non_torch_increase_bytes", s.non_torch_increase_bytes},
                                                {"non_torch_measured", s.non_torch_measured},
                                                {"non_torch_lines", lines},

@@ -253,7 +253,11 @@ struct Prediction {
         std::int64_t forward_peak_bytes = 0;         // the dummy forward's widest point over the weights
         std::int64_t sampler_peak_bytes = 0;         // hidden states, logits and the sampler's tensors
         std::int64_t cublas_workspace_bytes = 0;     // the first matmul's workspace (through the allocator)
-        std::int64_t torch_peak_increase_bytes = 0;  // max(forward, sampler) + cuBLAS workspace
+        // MoE models: the fused-MoE kernel's workspace the WorkspaceManager keeps from the first MoE layer on
+        // (vllm_fused_moe_workspace.h); 0 for dense models
+        std::int64_t fused_moe_workspace_bytes = 0;
+        // max(forward, sampler) + cuBLAS workspace + fused-MoE workspace
+        std::int64_t torch_peak_increase_bytes = 0;
         std::int64_t non_torch_increase_bytes = 0;   // communication buffers set up during the profile run
         bool non_torch_measured = false;             // --vllm-non-torch-increase given
         std::vector<NonTorchLine> non_torch_lines;   // the bill (non_torch_memory.h)

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/inference/vllm_fused_moe_workspace.h"
 #include "sim/inference/vllm_kv_cache_groups.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
@@ -178,8 +179,35 @@ void settle_v1_settings(const PredictRequest& request, const GpuMemory& gpu, Pag
   }
 }
 
+// The fused-MoE workspace a stage holding a sparse MoE layer keeps from the profile run on (0 for a dense
+// model or a stage without one): the experts of every MoE family vramsim reads are gated (SiLU-and-mul;
+// gpt_oss's SwiGLU is also act-and-mul), sliced over the tensor-parallel ranks (FusedMoE's
+// intermediate_size_per_partition; the request's model is already the rank's).
+std::int64_t fused_moe_workspace_bytes(const PredictRequest& request, Bytes dtype_bytes,
+                                       const VllmPipelineStage& stage, const Paged& g) {
+  const ModelConfig& m = request.model;
+  if (m.moe.n_experts == 0) {
+    return 0;
+  }
+  bool sparse_layer = false;
+  for (std::int64_t l = stage.start_layer; l < stage.end_layer && !sparse_layer; ++l) {
+    sparse_layer = m.moe.sparse(l);
+  }
+  if (!sparse_layer) {
+    return 0;
+  }
+  VllmFusedMoeShapes s;
+  s.tokens = g.max_num_batched_tokens;
+  s.hidden = m.d_model;
+  s.intermediate = m.moe.expert_d_ff;  // the rank model's (tensor_parallel.h): already this rank's slice
+  s.top_k = m.moe.top_k;
+  s.activation_bytes = dtype_bytes;
+  return static_cast<std::int64_t>(vllm_fused_moe_workspace(s).total_bytes);
+}
+
 // The profile run's peak over the weights: the widest of the dummy forward and the sampler, plus the cuBLAS
-// workspace the first matmul of the process allocates through the caching allocator.
+// workspace the first matmul of the process allocates through the caching allocator and, for MoE models, the
+// fused-MoE workspace, both kept for the rest of the run.
 void profile(const PredictRequest& request, Bytes dtype_bytes, const VllmPipelineStage& stage, Paged::V1& out,
              const Paged& g) {
   const ModelConfig& m = request.model;
@@ -202,7 +230,9 @@ void profile(const PredictRequest& request, Bytes dtype_bytes, const VllmPipelin
   out.forward_peak_bytes = static_cast<std::int64_t>(p.forward_bytes);
   out.sampler_peak_bytes = static_cast<std::int64_t>(p.sampler_bytes);
   out.cublas_workspace_bytes = static_cast<std::int64_t>(request.options.cublas_workspace_bytes);
-  out.torch_peak_increase_bytes = static_cast<std::int64_t>(p.peak_bytes) + out.cublas_workspace_bytes;
+  out.fused_moe_workspace_bytes = fused_moe_workspace_bytes(request, dtype_bytes, stage, g);
+  out.torch_peak_increase_bytes =
+      static_cast<std::int64_t>(p.peak_bytes) + out.cublas_workspace_bytes + out.fused_moe_workspace_bytes;
 }
 
 // The model's KV-cache groups (vllm_kv_cache_groups.h): each decoder layer's window, 0 for full attention
