@@ -17,7 +17,21 @@
 namespace vramsim {
 namespace pickle_detail {
 
-enum class Kind { kNone, kBool, kInt, kUint, kFloat, kStr, kList, kTuple, kDict, kSet, kFrozenSet };
+// One byte, so that a Node is 16 bytes: a snapshot decodes into millions of nodes (bench/RESULTS.md, "Peak
+// memory against file size": 8 bytes a node less took the 100 MB snapshot's heap from 141.9 to 122.0 MiB).
+enum class Kind : std::uint8_t {
+  kNone,
+  kBool,
+  kInt,
+  kUint,
+  kFloat,
+  kStr,
+  kList,
+  kTuple,
+  kDict,
+  kSet,
+  kFrozenSet
+};
 
 inline std::string_view kind_name(Kind kind) {
   constexpr std::array<std::string_view, 11> kNames = {"None", "bool",  "int",  "int", "float",    "str",
@@ -47,6 +61,7 @@ struct Node {
     std::uint32_t items;  // containers: index into PickleGraph::containers
   } v{};
 };
+static_assert(sizeof(Node) == 16, "kind, flags and offset share the union's alignment word");
 
 // A container's items: a region of PickleGraph::arena, with room to grow in place. One arena instead of a
 // vector per container: a real snapshot has tens of thousands of containers, and a malloc each cost more
