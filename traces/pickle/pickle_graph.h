@@ -41,9 +41,9 @@ inline std::string_view kind_name(Kind kind) {
 
 inline bool is_container(Kind kind) { return kind >= Kind::kList; }
 
-// One Python object. A container owns a slot in PickleGraph::containers (dicts store key, value, key,
-// value, ...), so that every reference to it - memo, DUP, membership in other containers - shares it and sees
-// its mutations.
+// One Python object. A kept container owns a slot in PickleGraph::containers (an elided one shares
+// kElidedSlot) (dicts store key, value, key, value, ...), so that every reference to it - memo, DUP,
+// membership in other containers - shares it and sees its mutations.
 struct Node {
   Kind kind = Kind::kNone;
   bool elided = false;       // a container stored under a skipped key: its items were not kept
@@ -73,6 +73,10 @@ struct Items {
 };
 
 constexpr std::uint32_t kNoNode = std::numeric_limits<std::uint32_t>::max();
+
+// The containers slot every elided container shares: it stays empty, since nothing is appended to an elided
+// container. One slot instead of one each saves an Items record per trace entry (its `frames` list).
+constexpr std::uint32_t kElidedSlot = 0;
 
 }  // namespace pickle_detail
 
