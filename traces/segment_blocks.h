@@ -1,7 +1,7 @@
 // The checks every snapshot reader applies to a segment's blocks, in one place: the pickle/JSON reader
-// (snapshot_json.cpp) and the .vtrace reader (vtrace_reader.cpp) read the same segment/block fields and must
-// refuse the same tilings with the same words. Each reader puts its own position (a JSON path, a line
-// number) in front of the problem these return.
+// (snapshot_json_reader.cpp) and the .vtrace reader (vtrace_reader.cpp) read the same segment/block fields
+// and must refuse the same tilings with the same words. Each reader puts its own position (a JSON path, a
+// line number) in front of the problem these return.
 #pragma once
 
 #include <string>

@@ -30,7 +30,7 @@ const std::vector<CachingOption>& caching_options() {
       {"expandable_segments", "False",
        "True|False: grow one virtual reservation per stream by mapping pages"},
       {"per_process_memory_fraction", "unset",
-       "limit reserved memory to this fraction of the capacity (0, 1]"},
+       "limit reserved memory to this fraction of the capacity [0, 1]; 0 refuses every cudaMalloc"},
       {"backend", "native", "native|cudaMallocAsync; only 'native' is modelled by this policy"},
       {"release_lock_on_cudamalloc", "False", "True|False; no effect in a sequential replay"},
       {"pinned_use_cuda_host_register", "False", "True|False; host memory is not modelled"},
@@ -347,9 +347,6 @@ void parse_cuda(const Parser& p, CachingConfig& cfg) {
       const double f = p.double_at(++i, key);
       if (!(f >= 0.0 && f <= 1.0)) {
         p.fail(key, fmt::format("per_process_memory_fraction is invalid, set it in [0.0, 1.0] (got {})", f));
-      }
-      if (f == 0.0) {  // accepted by PyTorch: every allocation then fails; vramsim reads 0 as "not set"
-        p.fail(key, "0 (every allocation refused) is not modelled; give a fraction in (0.0, 1.0]");
       }
       cfg.per_process_memory_fraction = f;
     } else if (one_of(key, kCudaKeys)) {  // the True/False keys

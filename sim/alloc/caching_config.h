@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,7 +33,9 @@ struct CachingConfig {
   double garbage_collection_threshold = 0.0;       // 0 = off; else in (0, 1)
   bool expandable_segments = false;
   std::array<std::uint64_t, kRoundupIntervals> roundup_power2_divisions{};  // 0 = no power-of-two rounding
-  double per_process_memory_fraction = 0.0;  // 0 = not set (newer releases accept it as a config key)
+  // Unset: no limit (PyTorch's 1.0). 0 is a limit too: DeviceCachingAllocator::setMemoryFraction allows
+  // floor(0 x total) = 0 bytes, so every cudaMalloc is refused (c10/cuda/CUDACachingAllocator.cpp).
+  std::optional<double> per_process_memory_fraction;
   TorchVersion torch_version = kNewestModelledTorch;  // whose rules parse and run (torch_version.h)
   std::string text;                                   // the string this came from, for reports
 
@@ -57,8 +60,8 @@ const std::vector<CachingOption>& caching_options();
 // the other settings keep `base`'s value unless named (spec D5). Throws InputError("<origin>: <key>:
 // <PyTorch's reason>") where PyTorch refuses: "pinned_num_register_threads:1024" ("Number of register threads
 // should be less than or equal to 128, got 1024"), "max_split_size_mb:2", "garbage_collection_threshold:1.2",
-// "expandable_segments:true", an unknown key. backend:cudaMallocAsync and per_process_memory_fraction:0,
-// which PyTorch accepts, are refused as not modelled.
+// "expandable_segments:true", an unknown key. backend:cudaMallocAsync, which PyTorch accepts, is refused as
+// not modelled.
 CachingConfig parse_alloc_conf(std::string_view conf, std::string_view origin,
                                const CachingConfig& base = {});
 

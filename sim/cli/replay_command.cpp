@@ -211,9 +211,9 @@ void print_text(const ReplayResult& r, const ReplayArgs& a, bool identical,
     fmt::print(
         "device limit     --capacity {} ({} cudaMalloc/map calls refused by it){}\n",
         format_bytes_short(r.capacity_bytes), r.capacity_refusals,
-        r.config.per_process_memory_fraction > 0.0
-            ? fmt::format("; per_process_memory_fraction {} allows {}", r.config.per_process_memory_fraction,
-                          format_bytes_short(static_cast<Bytes>(r.config.per_process_memory_fraction *
+        r.config.per_process_memory_fraction
+            ? fmt::format("; per_process_memory_fraction {} allows {}", *r.config.per_process_memory_fraction,
+                          format_bytes_short(static_cast<Bytes>(*r.config.per_process_memory_fraction *
                                                                 static_cast<double>(r.capacity_bytes))))
             : "");
   }

@@ -85,6 +85,16 @@ GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes, cons
   return {"", static_cast<std::int64_t>(capacity_bytes), 0, 0, ""};
 }
 
+double predicted_memory_fraction(std::optional<double> fraction, const GpuMemory& d) {
+  if (fraction && *fraction == 0.0) {
+    throw InputError(
+        fmt::format("--alloc-conf: per_process_memory_fraction 0 leaves nothing of {} bytes: every "
+                    "cudaMalloc would be refused",
+                    d.total_bytes));
+  }
+  return fraction.value_or(0.0);
+}
+
 std::int64_t allocator_limit_bytes(const GpuMemory& d, double fraction) {
   const std::int64_t capacity = d.total_bytes - d.context_bytes;
   if (!(fraction > 0.0)) {

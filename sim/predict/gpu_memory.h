@@ -48,4 +48,8 @@ GpuMemory device_memory(std::string_view gpu, std::uint64_t capacity_bytes,
 // and the allocator fails a cudaMalloc that would reserve more (CUDACachingAllocator.cpp, alloc_block).
 std::int64_t allocator_limit_bytes(const GpuMemory& d, double fraction);
 
+// The --alloc-conf per_process_memory_fraction a prediction runs with, 0 when unset. PyTorch accepts 0 (every
+// cudaMalloc then fails), which leaves a prediction nothing to run: InputError naming the device total.
+double predicted_memory_fraction(std::optional<double> fraction, const GpuMemory& d);
+
 }  // namespace vramsim

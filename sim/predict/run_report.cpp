@@ -212,9 +212,9 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
   // per_process_memory_fraction limits what the allocator reserves to a share of the device's total: the run
   // is simulated on a device of that size (the allocator fails the same cudaMallocs), and the verdict's
   // headroom is measured against it.
-  p.memory_fraction = config.per_process_memory_fraction;
-  p.allocator_capacity_bytes = allocator_limit_bytes(d, config.per_process_memory_fraction);
-  config.per_process_memory_fraction = 0.0;
+  p.memory_fraction = predicted_memory_fraction(config.per_process_memory_fraction, d);
+  p.allocator_capacity_bytes = allocator_limit_bytes(d, p.memory_fraction);
+  config.per_process_memory_fraction.reset();
   if (p.allocator_capacity_bytes <= 0) {
     throw InputError(fmt::format("--alloc-conf: per_process_memory_fraction {} leaves nothing of {} bytes",
                                  p.memory_fraction, d.total_bytes));
@@ -289,7 +289,7 @@ MemoryTimeline observe_run(const Workload& workload, const Prediction& p,
   device.alloc_conf_environment = environment;
   device.torch_version = torch_version;
   options.config = run_alloc_config(device);
-  options.config.per_process_memory_fraction = 0.0;  // already in allocator_capacity_bytes (explain_run)
+  options.config.per_process_memory_fraction.reset();  // already in allocator_capacity_bytes (explain_run)
   return observe_workload_timeline(workload, options);
 }
 

@@ -534,8 +534,8 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     if (request.alloc_conf) {
       CachingConfig base;
       base.torch_version = request.torch_version;
-      out.memory_fraction =
-          parse_alloc_conf(*request.alloc_conf, "--alloc-conf", base).per_process_memory_fraction;
+      out.memory_fraction = predicted_memory_fraction(
+          parse_alloc_conf(*request.alloc_conf, "--alloc-conf", base).per_process_memory_fraction, d);
       out.limit_bytes =
           std::min(out.limit_bytes, d.context_bytes + allocator_limit_bytes(d, out.memory_fraction));
     }

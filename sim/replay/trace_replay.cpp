@@ -239,7 +239,7 @@ ReplayResult replay_snapshot(const Snapshot& snapshot, const ReplayOptions& opti
   result.torch_version_origin = options.torch_version
                                     ? "--torch-version"
                                     : "newest modelled (the snapshot does not record its PyTorch release)";
-  if (result.config.per_process_memory_fraction > 0.0 && options.capacity_bytes == 0) {
+  if (result.config.per_process_memory_fraction && options.capacity_bytes == 0) {
     throw InputError(
         "--alloc-conf: per_process_memory_fraction needs --capacity: the fraction is of the device "
         "total, which a snapshot does not record");

@@ -3,7 +3,10 @@
 // T10).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include "caching_fixture.h"
+#include "sim/alloc/caching_config.h"
 
 using namespace vramsim;
 using vramsim::test::CachingFixture;
@@ -361,4 +364,35 @@ TEST_CASE("per_process_memory_fraction as a config key sets the limit at constru
   CHECK_FALSE(f.alloc(20 * kMiB).ok());
   CHECK(f.recorder.ooms.at(0).allowed_bytes == 4 * kGiB);
   check_accounting(f);
+}
+
+// PyTorch's test/test_cuda.py, TestCuda.test_allocator_memory_fraction_setting: with
+// PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:0.0, 0.5 or 1.0 the process starts and
+// get_per_process_memory_fraction reads the value back; -0.1 and 1.1 are refused ("per_process_memory_fraction
+// is invalid"). What 0 does is c10/cuda/CUDACachingAllocator.cpp's: the DeviceCachingAllocator constructor calls
+// setMemoryFraction(CUDAAllocatorConfig::per_process_memory_fraction()), which for a fraction below 1 sets
+// allowed_memory_maximum = size_t(fraction * totalGlobalMem) = 0, so alloc_block refuses every cudaMalloc (and 1
+// leaves it unset: no limit).
+TEST_CASE("test_allocator_memory_fraction_setting: fraction 0 is accepted and refuses every cudaMalloc",
+          "[quick][alloc]") {
+  for (const double fraction : {0.0, 0.5, 1.0}) {
+    const CachingConfig config =
+        parse_alloc_conf(fmt::format("per_process_memory_fraction:{}", fraction), "PYTORCH_CUDA_ALLOC_CONF");
+    REQUIRE(config.per_process_memory_fraction.has_value());
+    CHECK(*config.per_process_memory_fraction == fraction);
+  }
+  CHECK_FALSE(parse_alloc_conf("", "x").per_process_memory_fraction.has_value());
+  for (const char* bad : {"per_process_memory_fraction:-0.1", "per_process_memory_fraction:1.1"}) {
+    CHECK_THROWS_WITH(parse_alloc_conf(bad, "x"), Catch::Contains("per_process_memory_fraction is invalid"));
+  }
+
+  CachingFixture zero("per_process_memory_fraction:0", 8 * kGiB);
+  CHECK_FALSE(zero.alloc(512).ok());  // even a 2 MiB small segment: 0 + 2 MiB > 0
+  CHECK(zero.stat("num_ooms") == 1);
+  CHECK(zero.recorder.ooms.at(0).allowed_bytes == 0);
+  CHECK(zero.reserved() == 0);
+  check_accounting(zero);
+
+  CachingFixture one("per_process_memory_fraction:1", 8 * kGiB);
+  CHECK(one.alloc(8 * kGiB).ok());  // the whole device
 }

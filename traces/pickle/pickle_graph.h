@@ -17,7 +17,21 @@
 namespace vramsim {
 namespace pickle_detail {
 
-enum class Kind { kNone, kBool, kInt, kUint, kFloat, kStr, kList, kTuple, kDict, kSet, kFrozenSet };
+// One byte, so that a Node is 16 bytes: a snapshot decodes into millions of nodes (bench/RESULTS.md, "Peak
+// memory against file size": 8 bytes a node less took the 100 MB snapshot's heap from 141.9 to 122.0 MiB).
+enum class Kind : std::uint8_t {
+  kNone,
+  kBool,
+  kInt,
+  kUint,
+  kFloat,
+  kStr,
+  kList,
+  kTuple,
+  kDict,
+  kSet,
+  kFrozenSet
+};
 
 inline std::string_view kind_name(Kind kind) {
   constexpr std::array<std::string_view, 11> kNames = {"None", "bool",  "int",  "int", "float",    "str",
@@ -27,9 +41,9 @@ inline std::string_view kind_name(Kind kind) {
 
 inline bool is_container(Kind kind) { return kind >= Kind::kList; }
 
-// One Python object. A container owns a slot in PickleGraph::containers (dicts store key, value, key,
-// value, ...), so that every reference to it - memo, DUP, membership in other containers - shares it and sees
-// its mutations.
+// One Python object. A kept container owns a slot in PickleGraph::containers (an elided one shares
+// kElidedSlot) (dicts store key, value, key, value, ...), so that every reference to it - memo, DUP,
+// membership in other containers - shares it and sees its mutations.
 struct Node {
   Kind kind = Kind::kNone;
   bool elided = false;       // a container stored under a skipped key: its items were not kept
@@ -47,6 +61,7 @@ struct Node {
     std::uint32_t items;  // containers: index into PickleGraph::containers
   } v{};
 };
+static_assert(sizeof(Node) == 16, "kind, flags and offset share the union's alignment word");
 
 // A container's items: a region of PickleGraph::arena, with room to grow in place. One arena instead of a
 // vector per container: a real snapshot has tens of thousands of containers, and a malloc each cost more
@@ -58,6 +73,10 @@ struct Items {
 };
 
 constexpr std::uint32_t kNoNode = std::numeric_limits<std::uint32_t>::max();
+
+// The containers slot every elided container shares: it stays empty, since nothing is appended to an elided
+// container. One slot instead of one each saves an Items record per trace entry (its `frames` list).
+constexpr std::uint32_t kElidedSlot = 0;
 
 }  // namespace pickle_detail
 

@@ -131,6 +131,7 @@ class Decoder {
     // Real snapshots hold about one value per 10 input bytes and one item per 5 (the frame references).
     g_.nodes.reserve(data_.size() / 16 + 16);
     g_.arena.reserve(data_.size() / 8 + 16);
+    g_.containers.emplace_back();  // kElidedSlot
   }
 
   void decode() {
@@ -280,14 +281,18 @@ class Decoder {
   // key's value is being built (the key right under it) keeps no items.
   void push_container(Kind kind, std::size_t from) {
     const std::uint32_t id = add_node(kind);
-    const auto slot = static_cast<std::uint32_t>(g_.containers.size());
-    g_.nodes[id].v.items = slot;
-    g_.containers.emplace_back();
+    const bool elided = from > fence() && g_.nodes[stack_[from - 1]].skip_key;
+    g_.nodes[id].elided = elided;
+    if (elided) {
+      g_.nodes[id].v.items = kElidedSlot;
+    } else {
+      g_.nodes[id].v.items = static_cast<std::uint32_t>(g_.containers.size());
+      g_.containers.emplace_back();
+    }
     const std::size_t n = stack_.size() - from;
     if (kind == Kind::kDict) {
       check_pairs(from);
     }
-    g_.nodes[id].elided = from > fence() && g_.nodes[stack_[from - 1]].skip_key;
     append(id, stack_.data() + from, n);
     stack_.resize(from);
     push(id);

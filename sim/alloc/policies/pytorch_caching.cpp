@@ -15,8 +15,8 @@ namespace vramsim {
 PyTorchCachingPolicy::PyTorchCachingPolicy(CachingConfig config, IDeviceMemory& device,
                                            IAllocObserver& events)
     : m_config(std::move(config)), m_device(device), m_events(events) {
-  if (m_config.per_process_memory_fraction > 0.0) {
-    set_memory_fraction(m_config.per_process_memory_fraction);
+  if (m_config.per_process_memory_fraction) {
+    set_memory_fraction(*m_config.per_process_memory_fraction);
   }
 }
 
