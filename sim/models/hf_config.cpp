@@ -652,15 +652,25 @@ ModelConfig llava(const JsonReader& r) {
   if (!text.contains("model_type")) {
     text["model_type"] = "llama";
   }
+  nlohmann::json defaults = nlohmann::json::object();
   if (text["model_type"] == "llama") {
     // LlamaConfig.__init__'s defaults (configuration_llama.py)
-    const nlohmann::json defaults = {{"vocab_size", 32000},        {"hidden_size", 4096},
-                                     {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-                                     {"num_attention_heads", 32},  {"max_position_embeddings", 2048}};
-    for (const auto& [key, value] : defaults.items()) {
-      if (!text.contains(key) || text.at(key).is_null()) {
-        text[key] = value;
-      }
+    defaults = {{"vocab_size", 32000},     {"hidden_size", 4096},       {"intermediate_size", 11008},
+                {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048}};
+  } else if (text["model_type"] == "mistral") {
+    // MistralConfig.__init__'s defaults (configuration_mistral.py): llava-v1.6-mistral-7b-hf's text_config
+    // leaves the shapes to them
+    defaults = {{"vocab_size", 32000},
+                {"hidden_size", 4096},
+                {"intermediate_size", 14336},
+                {"num_hidden_layers", 32},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 8},
+                {"max_position_embeddings", 4096 * 32}};
+  }
+  for (const auto& [key, value] : defaults.items()) {
+    if (!text.contains(key) || text.at(key).is_null()) {
+      text[key] = value;
     }
   }
   ModelConfig m = text_model(text, r.source());
