@@ -642,11 +642,11 @@ std::int64_t clip_vision_parameters(const ModelConfig::VisionPart::Clip& c, cons
 ModelConfig text_model(const nlohmann::json& text, std::string_view source);
 
 // LlavaConfig (LlavaForConditionalGeneration, transformers' models/llava): the language model of
-// text_config (model_type "llama" when absent; a llama text_config takes LlamaConfig's class defaults for
-// the keys it leaves out, as CONFIG_MAPPING["llama"](**text_config) does), the CLIP vision tower of
-// vision_config, and LlavaMultiModalProjector (linear_1 vision hidden -> text hidden, projector_hidden_act,
-// linear_2 text hidden -> text hidden, biases with multimodal_projector_bias). All three are simulated
-// (vision_tower.h).
+// text_config (model_type "llama" when absent; a llama or mistral text_config takes LlamaConfig's or
+// MistralConfig's class defaults for the shape keys it leaves out, as CONFIG_MAPPING[type](**text_config)
+// does), the CLIP vision tower of vision_config, and LlavaMultiModalProjector (linear_1 vision hidden -> text
+// hidden, projector_hidden_act, linear_2 text hidden -> text hidden, biases with multimodal_projector_bias).
+// All three are simulated (vision_tower.h).
 ModelConfig llava(const JsonReader& r) {
   nlohmann::json text = r.object_or_empty("text_config");
   if (!text.contains("model_type")) {
