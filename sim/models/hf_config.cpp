@@ -113,6 +113,29 @@ class JsonReader {
     }
     return out;
   }
+  // A list of [a, b] pairs of positive integers (image_grid_pinpoints), `fallback` when absent.
+  std::vector<std::pair<std::int64_t, std::int64_t>> integer_pairs_or(
+      const char* key, std::vector<std::pair<std::int64_t, std::int64_t>> fallback) const {
+    if (!has(key)) {
+      return fallback;
+    }
+    const nlohmann::json& v = m_root.at(key);
+    if (!v.is_array() || v.empty() || v.size() > 4096) {
+      throw InputError(
+          fmt::format("{}: key '{}' must be a non-empty list of [height, width] pairs", m_source, key));
+    }
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    for (const nlohmann::json& x : v) {
+      if (!x.is_array() || x.size() != 2 || !x[0].is_number_integer() || !x[1].is_number_integer() ||
+          x[0].get<std::int64_t>() <= 0 || x[1].get<std::int64_t>() <= 0 ||
+          x[0].get<std::int64_t>() > 65536 || x[1].get<std::int64_t>() > 65536) {
+        throw InputError(
+            fmt::format("{}: key '{}' must hold [height, width] pairs of 1..65536 pixels", m_source, key));
+      }
+      out.emplace_back(x[0].get<std::int64_t>(), x[1].get<std::int64_t>());
+    }
+    return out;
+  }
   // A list of strings (layer_types), empty when absent.
   std::vector<std::string> strings_or_empty(const char* key) const {
     std::vector<std::string> out;
@@ -619,25 +642,35 @@ std::int64_t clip_vision_parameters(const ModelConfig::VisionPart::Clip& c, cons
 ModelConfig text_model(const nlohmann::json& text, std::string_view source);
 
 // LlavaConfig (LlavaForConditionalGeneration, transformers' models/llava): the language model of
-// text_config (model_type "llama" when absent; a llama text_config takes LlamaConfig's class defaults for
-// the keys it leaves out, as CONFIG_MAPPING["llama"](**text_config) does), the CLIP vision tower of
-// vision_config, and LlavaMultiModalProjector (linear_1 vision hidden -> text hidden, projector_hidden_act,
-// linear_2 text hidden -> text hidden, biases with multimodal_projector_bias). All three are simulated
-// (vision_tower.h).
+// text_config (model_type "llama" when absent; a llama or mistral text_config takes LlamaConfig's or
+// MistralConfig's class defaults for the shape keys it leaves out, as CONFIG_MAPPING[type](**text_config)
+// does), the CLIP vision tower of vision_config, and LlavaMultiModalProjector (linear_1 vision hidden -> text
+// hidden, projector_hidden_act, linear_2 text hidden -> text hidden, biases with multimodal_projector_bias).
+// All three are simulated (vision_tower.h).
 ModelConfig llava(const JsonReader& r) {
   nlohmann::json text = r.object_or_empty("text_config");
   if (!text.contains("model_type")) {
     text["model_type"] = "llama";
   }
+  nlohmann::json defaults = nlohmann::json::object();
   if (text["model_type"] == "llama") {
     // LlamaConfig.__init__'s defaults (configuration_llama.py)
-    const nlohmann::json defaults = {{"vocab_size", 32000},        {"hidden_size", 4096},
-                                     {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-                                     {"num_attention_heads", 32},  {"max_position_embeddings", 2048}};
-    for (const auto& [key, value] : defaults.items()) {
-      if (!text.contains(key) || text.at(key).is_null()) {
-        text[key] = value;
-      }
+    defaults = {{"vocab_size", 32000},     {"hidden_size", 4096},       {"intermediate_size", 11008},
+                {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048}};
+  } else if (text["model_type"] == "mistral") {
+    // MistralConfig.__init__'s defaults (configuration_mistral.py): llava-v1.6-mistral-7b-hf's text_config
+    // leaves the shapes to them
+    defaults = {{"vocab_size", 32000},
+                {"hidden_size", 4096},
+                {"intermediate_size", 14336},
+                {"num_hidden_layers", 32},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 8},
+                {"max_position_embeddings", 4096 * 32}};
+  }
+  for (const auto& [key, value] : defaults.items()) {
+    if (!text.contains(key) || text.at(key).is_null()) {
+      text[key] = value;
     }
   }
   ModelConfig m = text_model(text, r.source());
@@ -682,6 +715,31 @@ ModelConfig llava(const JsonReader& r) {
   const std::int64_t bias = clip.projector_bias ? 1 : 0;
   m.vision.projector_parameters =
       clip.hidden * m.d_model + bias * m.d_model + m.d_model * m.d_model + bias * m.d_model;
+  return m;
+}
+
+// LlavaNextConfig (LlavaNextForConditionalGeneration, transformers' models/llava_next): LlavaConfig's
+// language model, CLIP tower and projector, plus image_grid_pinpoints (LlavaNextConfig's default: 336 x 672,
+// 672 x 336, 672 x 672, 1008 x 336, 336 x 1008) and LlavaNextModel.image_newline, one vector of the text
+// hidden size (counted with the projector). Simulated with "anyres" tiling (llava_next_anyres.h).
+ModelConfig llava_next(const JsonReader& r) {
+  ModelConfig m = llava(r);
+  m.vision.wrapper_model_type = "llava_next";
+  ModelConfig::VisionPart::Clip& c = m.vision.clip;
+  c.grid_pinpoints = r.integer_pairs_or("image_grid_pinpoints",
+                                        {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}});
+  for (const auto& [h, w] : c.grid_pinpoints) {
+    if (h % c.image_size != 0 || w % c.image_size != 0) {
+      // pack_image_features views each tile's features as (h / image_size, w / image_size, side, side, -1)
+      r.fail("image_grid_pinpoints",
+             fmt::format("{}x{} is not a multiple of vision_config.image_size {}", h, w, c.image_size));
+    }
+  }
+  if (!c.drop_cls) {
+    // pack_image_features' view(num_patch_height, num_patch_width, side, side, -1) of 577 tokens per tile
+    r.fail("vision_feature_select_strategy", "'full' is not modelled for llava_next (vramsim)");
+  }
+  m.vision.projector_parameters += m.d_model;  // image_newline
   return m;
 }
 
@@ -1019,6 +1077,7 @@ constexpr HfModelType kModelTypes[] = {
     {"llama4", "Llama4ForConditionalGeneration", llama4},
     {"deepseek_v3", "DeepseekV3ForCausalLM", deepseek_v3},
     {"llava", "LlavaForConditionalGeneration", llava},
+    {"llava_next", "LlavaNextForConditionalGeneration", llava_next},
     {"qwen2_vl", "Qwen2VLForConditionalGeneration", qwen2_vl},
     {"qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", qwen2_5_vl},
 };

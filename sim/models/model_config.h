@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace vramsim {
@@ -208,6 +209,9 @@ struct ModelConfig {
       std::int64_t spatial_merge_size = 1;
       std::int64_t window_size = 0;
       std::vector<std::int64_t> full_attention_layers;
+      // llava_next: image_grid_pinpoints, the (height, width) resolutions in pixels "anyres" tiles an image
+      // into (llava_next_anyres.h); empty for every other model
+      std::vector<std::pair<std::int64_t, std::int64_t>> grid_pinpoints;
       std::int64_t patches_per_side() const { return image_size / patch_size; }
       // Tokens each image becomes in the language model's sequence (fixed-size towers; qwen2_vl's depend on
       // the image: qwen2_vl_vision.h).

@@ -70,7 +70,8 @@ struct VisionParams {
   std::vector<Layer> layers;
   VarId post_ln_w = kNoVar, post_ln_b = kNoVar;
   VarId proj1_w = kNoVar, proj1_b = kNoVar, proj2_w = kNoVar, proj2_b = kNoVar, mm_norm_w = kNoVar;
-  VarId position_ids = kNoVar;  // CLIPVisionEmbeddings' buffer (int64, 1 x positions)
+  VarId position_ids = kNoVar;   // CLIPVisionEmbeddings' buffer (int64, 1 x positions)
+  VarId image_newline = kNoVar;  // llava_next: LlavaNextModel.image_newline (text hidden size)
   std::vector<VarId> all;
   std::vector<VarId> trainable;  // the projector, and the tower unless it is frozen
 };

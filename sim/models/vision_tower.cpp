@@ -10,6 +10,7 @@
 #include "sim/finetune/peft_method.h"
 #include "sim/finetune/peft_prompt.h"
 #include "sim/models/gemma_rms_norm.h"
+#include "sim/models/llava_next_anyres.h"
 #include "sim/models/qwen2_vl_vision.h"
 
 namespace vramsim {
@@ -190,6 +191,11 @@ VarId run_clip_layer(EmitContext& ctx, const VisionParams& p, int l, VarId x) {
   return clip_layer(ctx, layer, l, x);
 }
 
+AnyresGrid anyres_grid(const ModelConfig& model, const VisionInputs& v) {
+  const std::int64_t h = v.image_size == 0 ? model.vision.clip.image_size : v.image_size;
+  return llava_next_anyres_grid(model.vision.clip, h, v.image_width == 0 ? h : v.image_width);
+}
+
 // LlavaModel.get_image_features: vision_tower(pixel_values, output_hidden_states=True) -- the embeddings,
 // then pre_layrnorm, each encoder layer; every hidden state stays in the output tuple until the function
 // returns; pooled_output = post_layernorm(last_hidden_state[:, 0, :]) --,
@@ -201,7 +207,12 @@ VarId image_features(EmitContext& ctx, const VisionParams& p) {
   EagerTape& t = ops.tape();
   const Clip& c = ctx.model.vision.clip;
   const bool grad = t.grad_enabled();
-  VarId x = clip_embeddings(ctx, p, ctx.pixel_values, p.position_ids);
+  const bool anyres = !c.grid_pinpoints.empty();  // llava_next: every tile is one batch item of the tower
+  const VarId pixels = anyres ? llava_next_flatten_pixels(ctx, ctx.pixel_values) : ctx.pixel_values;
+  VarId x = clip_embeddings(ctx, p, pixels, p.position_ids);
+  if (anyres) {
+    t.drop(pixels);
+  }
   const VarId pre = ops.layer_norm("vision.pre_layrnorm", x, p.pre_ln_w, p.pre_ln_b);
   t.drop(x);
   std::vector<VarId> hidden_states{pre};  // encoder_states: (embeddings, layer 0 output, ...)
@@ -235,6 +246,10 @@ VarId image_features(EmitContext& ctx, const VisionParams& p) {
   t.drop(pooled);
   for (const VarId h : hidden_states) {  // image_outputs goes away
     t.drop(h);
+  }
+  if (anyres) {  // torch.split by image_num_patches, pack_image_features
+    return llava_next_pack_image_features(ctx, out, anyres_grid(ctx.model, ctx.options.vision),
+                                          images_in_micro_batch(ctx.options));
   }
   return out;
 }
@@ -424,6 +439,7 @@ void assign_role(VisionParams& p, const std::string& name, VarId v) {
       {"linear_2.bias", &VisionParams::proj2_b},
       {"mm_input_projection_weight", &VisionParams::proj1_w},
       {"mm_soft_emb_norm.weight", &VisionParams::mm_norm_w},
+      {"model.image_newline", &VisionParams::image_newline},
   };
   for (const auto& [suffix, member] : kRoles) {
     if (name.ends_with(suffix)) {
@@ -436,7 +452,8 @@ void assign_role(VisionParams& p, const std::string& name, VarId v) {
 // The projector's parameters: trained unless a PEFT method freezes the base model (Qwen's PatchMerger is
 // "visual.merger"; LLaMA-Factory names it the multi-modal projector of qwen2_vl too).
 bool is_projector(const std::string& name) {
-  return name.starts_with(kProjector) || name.starts_with("model.visual.merger.");
+  return name.starts_with(kProjector) || name.starts_with("model.visual.merger.") ||
+         name == "model.image_newline";
 }
 
 }  // namespace
@@ -453,6 +470,9 @@ void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<Paramet
   if (c.tower == Tower::kQwen2Vl || c.tower == Tower::kQwen25Vl) {
     qwen2_vl_vision_parameter_shapes(model, out);
     return;
+  }
+  if (!c.grid_pinpoints.empty()) {  // named_parameters: LlavaNextModel's own image_newline comes first
+    push(out, "model.image_newline", {model.d_model});
   }
   const std::string e = std::string(kTower) + "embeddings.";
   push(out, e + "class_embedding", {c.hidden});
@@ -563,6 +583,9 @@ QwenImageGrid qwen_image_grid(const ModelConfig& model, const VisionInputs& v) {
 
 std::int64_t vision_tokens_per_image(const ModelConfig& model, const VisionInputs& v) {
   const Clip& c = model.vision.clip;
+  if (!c.grid_pinpoints.empty()) {
+    return anyres_grid(model, v).tokens();
+  }
   return qwen(c) ? qwen_image_grid(model, v).tokens(c.spatial_merge_size) : c.tokens_per_image();
 }
 
@@ -573,6 +596,9 @@ Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& option
     return {images * qwen_image_grid(model, options.vision).patches(),
             c.channels * c.temporal_patch_size * c.patch_size * c.patch_size};
   }
+  if (!c.grid_pinpoints.empty()) {  // LlavaNextImageProcessor: (images, patches, channels, side, side)
+    return {images, anyres_grid(model, options.vision).patches(), c.channels, c.image_size, c.image_size};
+  }
   return {images, c.channels, c.image_size, c.image_size};
 }
 
@@ -582,7 +608,7 @@ void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
   }
   const Clip& c = model.vision.clip;
   const std::string& wrapper = model.vision.wrapper_model_type;
-  if (!qwen(c)) {
+  if (!qwen(c) && c.grid_pinpoints.empty()) {  // llava_next's processor resizes any size into its tiles
     const std::int64_t side = o.vision.image_size == 0 ? c.image_size : o.vision.image_size;
     const std::int64_t width = o.vision.image_width == 0 ? side : o.vision.image_width;
     if (side != c.image_size || width != c.image_size) {
@@ -654,7 +680,8 @@ VarId merge_image_features(EmitContext& ctx, VarId inputs_embeds) {
   const std::int64_t images = t.shape(projected)[0], tokens = t.shape(projected)[1];
   // torch.cat(image_features, dim=0).to(inputs_embeds.device, inputs_embeds.dtype): one new tensor
   const VarId flat_view = t.view(projected, {images * tokens, emb[2]}, "image_features.list");
-  const VarId cat = ops.contiguous("image_features.cat", flat_view);
+  // llava_next's pack already made that cat (llava_next_pack_image_features)
+  const VarId cat = ops.contiguous("image_features.cat", flat_view, !clip.grid_pinpoints.empty());
   t.drop({flat_view, projected});
   const VarId features = ops.to("image_features.to_dtype", cat, t.dtype(inputs_embeds));
   t.drop(cat);

@@ -88,6 +88,7 @@ std::vector<TypeCase> type_cases() {
       {"llama4", stored("unsloth__Llama-4-Scout-17B-16E.config.json")},
       {"deepseek_v3", stored("deepseek-ai__DeepSeek-V3.config.json")},
       {"llava", stored("llava-hf__llava-1.5-7b-hf.config.json")},
+      {"llava_next", stored("llava-hf__llava-v1.6-mistral-7b-hf.config.json")},
       {"qwen2_vl", stored("Qwen__Qwen2-VL-7B-Instruct.config.json")},
       {"qwen2_5_vl", stored("Qwen__Qwen2.5-VL-7B-Instruct.config.json")},
   };
@@ -146,6 +147,11 @@ void shrink(ModelConfig& m) {
     m.vision.clip.intermediate = 64;
     m.vision.clip.layers = 2;
     m.vision.clip.heads = 2;
+    // llava_next: the same tiles per pinpoint, each of 28 pixels
+    for (auto& [h, w] : m.vision.clip.grid_pinpoints) {
+      h = h / m.vision.clip.image_size * 28;
+      w = w / m.vision.clip.image_size * 28;
+    }
     m.vision.clip.image_size = 28;
     m.vision.clip.pooled_tokens = m.vision.clip.pooled_tokens > 0 ? 4 : 0;
     m.vision.clip.window_size = m.vision.clip.window_size > 0 ? 56 : 0;
@@ -193,8 +199,8 @@ TEST_CASE(
       // the vision-language models' vision parts are simulated (vision_tower.h, qwen2_vl_vision.h) for
       // training steps; prompt tuning (PEFT feeds inputs_embeds, with the image tokens' merge inside the
       // wrapper's model) and generate() with images are not
-      const bool vlm = c.model_type == "llava" || c.model_type == "gemma3" || c.model_type == "qwen2_vl" ||
-                       c.model_type == "qwen2_5_vl";
+      const bool vlm = c.model_type == "llava" || c.model_type == "llava_next" || c.model_type == "gemma3" ||
+                       c.model_type == "qwen2_vl" || c.model_type == "qwen2_5_vl";
       const bool not_modelled = vlm && (name == "prompt-tuning" || name == "generate");
       std::string refusal;
       Prediction p;
