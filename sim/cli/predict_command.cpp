@@ -93,7 +93,7 @@ void add_request_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
       "CheckpointFunction reruns the whole layer and keeps its output through the layer's backward; "
       "saved-tensor hooks recompute on first unpack, with early stop). Default non-reentrant: "
       "checkpoint_wrapper's CheckpointImpl.NO_REENTRANT (FSDP), torchtitan, torchtune, transformers since "
-      "#43203; transformers 4.35-4.5x's gradient_checkpointing_enable() and fsdp_qlora's "
+      "#43203; transformers' gradient_checkpointing_enable() before it and fsdp_qlora's "
       "--reentrant_checkpointing True are reentrant. Vision towers: reentrant unless named");
   cmd->add_option("--loss", a.loss,
                   "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "
