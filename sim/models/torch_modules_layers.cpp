@@ -758,7 +758,8 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
   const bool reentrant = c.options.checkpoint.impl == CheckpointImpl::kReentrant &&
                          (c.options.checkpointing == Checkpointing::kFull ||
                           c.options.checkpointing == Checkpointing::kSelectiveOp);
-  if ((kbit || reentrant) && t.grad_enabled()) {
+  if ((kbit || reentrant) && t.grad_enabled() &&
+      !t.requires_grad(tok)) {  // a trained embedding's output has it
     // model.enable_input_require_grads(): a forward hook on the input embeddings calls
     // output.requires_grad_(True), so that the first reentrant checkpoint has an input that requires grad
     // (CheckpointFunction's output requires grad only then). prepare_model_for_kbit_training calls it;
