@@ -79,6 +79,14 @@ void add_training_step_options(CLI::App* cmd, RequestArgs& a) {
          "the last saved tensor (PyTorch >= 2.1's default, pytorch/pytorch#96866) or reruns the whole "
          "layer (off; PyTorch 1.13 has no early stop)")
       ->capture_default_str();
+  cmd->add_option(
+      "--checkpoint-impl", a.checkpoint_impl,
+      "reentrant|non-reentrant: torch.utils.checkpoint's use_reentrant (torch/utils/checkpoint.py: "
+      "CheckpointFunction reruns the whole layer and keeps its output through the layer's backward; "
+      "saved-tensor hooks recompute on first unpack, with early stop). Default non-reentrant: "
+      "checkpoint_wrapper's CheckpointImpl.NO_REENTRANT (FSDP), torchtitan, torchtune, transformers since "
+      "#43203; transformers' gradient_checkpointing_enable() before it and fsdp_qlora's "
+      "--reentrant_checkpointing True are reentrant. Vision towers: reentrant unless named");
   cmd->add_option("--loss", a.loss,
                   "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "
                   "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time) | "

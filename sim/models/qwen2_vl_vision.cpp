@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
+#include "sim/models/checkpoint_impl.h"
 
 namespace vramsim {
 namespace {
@@ -397,14 +398,19 @@ VarId qwen2_vl_image_features(EmitContext& ctx, const VisionParams& p, const Qwe
     const VisionParams::Layer& layer = p.layers[static_cast<std::size_t>(l)];
     const std::vector<AttentionChunks> groups = block_chunks(c, grid, images, l);
     VarId y;
-    if (checkpoint) {  // gradient_checkpointing_enable() covers the blocks
-                       // (self._gradient_checkpointing_func)
+    if (checkpoint) {
+      // gradient_checkpointing_enable() covers the blocks (self._gradient_checkpointing_func); reentrant
+      // unless --checkpoint-impl names the variant (transformers 4.x's default)
+      if (ctx.options.checkpoint.impl_explicit) {
+        t.set_checkpoint_recompute(checkpoint_recompute(ctx.options.checkpoint));
+      }
       y = t.checkpoint(
           fmt::format("visual.blocks.{}.checkpoint", l), {x, cos, sin},
           [&ctx, &layer, l, groups](const std::vector<VarId>& in) {
             return vision_block(ctx, layer, l, in[0], in[1], in[2], groups);
           },
           nullptr, 1);  // position_embeddings is a tuple: not a tensor argument
+      t.set_checkpoint_recompute(CheckpointRecompute::kKeepOutputs);  // the tape's default
     } else {
       y = vision_block(ctx, layer, l, x, cos, sin, groups);
     }

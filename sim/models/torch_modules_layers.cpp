@@ -754,9 +754,17 @@ VarId torch_modules_embeddings(EmitContext& c, VarId ids) {
     tok = ops.embedding(embed_name, merged, ids);
     t.drop(merged);
   }
-  if (c.options.bnb.format != BnbFormat::kNone && c.options.bnb.prepare_kbit_training && t.grad_enabled()) {
-    // prepare_model_for_kbit_training -> model.enable_input_require_grads(): a forward hook on the input
-    // embeddings calls output.requires_grad_(True) (for reentrant checkpointing)
+  const bool kbit = c.options.bnb.format != BnbFormat::kNone && c.options.bnb.prepare_kbit_training;
+  const bool reentrant = c.options.checkpoint.impl == CheckpointImpl::kReentrant &&
+                         (c.options.checkpointing == Checkpointing::kFull ||
+                          c.options.checkpointing == Checkpointing::kSelectiveOp);
+  if ((kbit || reentrant) && t.grad_enabled() &&
+      !t.requires_grad(tok)) {  // a trained embedding's output has it
+    // model.enable_input_require_grads(): a forward hook on the input embeddings calls
+    // output.requires_grad_(True), so that the first reentrant checkpoint has an input that requires grad
+    // (CheckpointFunction's output requires grad only then). prepare_model_for_kbit_training calls it;
+    // transformers' gradient_checkpointing_enable() calls it for PEFT models, and Answer.AI's fsdp_qlora
+    // train.py calls it under --reentrant_checkpointing True.
     t.requires_grad_(tok);
   }
   if (gpt2) {

@@ -18,6 +18,7 @@
 #include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/graph/layer_stamp.h"
 #include "sim/inference/hf_generate.h"
+#include "sim/models/checkpoint_impl.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
 #include "sim/models/vision_tower.h"
@@ -317,9 +318,9 @@ VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x, const Par
       // torch.autocast with the saved settings), although backward itself runs outside autocast; leaving
       // that fresh autocast context clears its weight-cast cache.
       const std::optional<DType> forward_autocast = ctx.ops.autocast();
-      // Non-reentrant (torchtitan, torchtune and HF with use_reentrant=False): with or without early stop.
-      tape.set_checkpoint_recompute(ctx.options.checkpoint.early_stop ? CheckpointRecompute::kEarlyStop
-                                                                      : CheckpointRecompute::kWhole);
+      // --checkpoint-impl: non-reentrant (torchtitan, torchtune, checkpoint_wrapper's default) with or
+      // without early stop, or reentrant (CheckpointFunction).
+      tape.set_checkpoint_recompute(checkpoint_recompute(ctx.options.checkpoint));
       y = tape.checkpoint(
           layer_name(l, "checkpoint"), inputs,
           [&ctx, l, rope, mask, forward_autocast, params](const std::vector<VarId>& in) {

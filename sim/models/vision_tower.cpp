@@ -9,6 +9,7 @@
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
 #include "sim/finetune/peft_prompt.h"
+#include "sim/models/checkpoint_impl.h"
 #include "sim/models/gemma_rms_norm.h"
 #include "sim/models/llava_next_anyres.h"
 #include "sim/models/qwen2_vl_vision.h"
@@ -179,14 +180,20 @@ VarId clip_layer(EmitContext& ctx, const VisionParams::Layer& p, int l, VarId x)
 
 // One encoder layer, inside torch.utils.checkpoint when the tower trains under --checkpointing full
 // (gradient_checkpointing_enable() covers CLIPEncoder and SiglipEncoder too); a frozen tower saves nothing
-// either way.
+// either way. Reentrant unless --checkpoint-impl says otherwise (transformers 4.x's default).
 VarId run_clip_layer(EmitContext& ctx, const VisionParams& p, int l, VarId x) {
   const VisionParams::Layer& layer = p.layers[static_cast<std::size_t>(l)];
   if (ctx.options.checkpointing == Checkpointing::kFull && !ctx.options.vision.freeze_tower &&
       ctx.ops.tape().grad_enabled()) {
-    return ctx.ops.tape().checkpoint(
+    EagerTape& t = ctx.ops.tape();
+    if (ctx.options.checkpoint.impl_explicit) {  // --checkpoint-impl named: the towers follow it too
+      t.set_checkpoint_recompute(checkpoint_recompute(ctx.options.checkpoint));
+    }
+    const VarId y = t.checkpoint(
         fmt::format("vision.layers.{}.checkpoint", l), {x},
         [&ctx, &layer, l](const std::vector<VarId>& in) { return clip_layer(ctx, layer, l, in[0]); });
+    t.set_checkpoint_recompute(CheckpointRecompute::kKeepOutputs);  // the tape's default
+    return y;
   }
   return clip_layer(ctx, layer, l, x);
 }

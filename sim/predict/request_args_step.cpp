@@ -43,6 +43,38 @@ void apply_optimizer_args(const RequestArgs& a, PredictRequest& r) {
       a.adam_foreach_denom == "out-of-place" ? AdamForeachDenom::kOutOfPlace : AdamForeachDenom::kInPlace;
 }
 
+// --checkpoint-impl: torch.utils.checkpoint's use_reentrant, for the checkpoints torch.utils.checkpoint makes
+// (--checkpointing full and selective-op; Megatron's selective recompute is its own reentrant
+// tensor_parallel.checkpoint). Selective-op needs the non-reentrant one: checkpoint() raises "Passing
+// `context_fn` or `debug` is only supported when use_reentrant=False." (torch/utils/checkpoint.py).
+void parse_checkpoint_impl(const RequestArgs& a, TrainingOptions& o) {
+  if (a.checkpoint_impl.empty()) {
+    return;  // CheckpointOptions' default: non-reentrant
+  }
+  if (a.checkpoint_impl != "reentrant" && a.checkpoint_impl != "non-reentrant") {
+    throw InputError(fmt::format(
+        "--checkpoint-impl: unknown value '{}' (expected reentrant or non-reentrant)", a.checkpoint_impl));
+  }
+  if (o.checkpointing != Checkpointing::kFull && o.checkpointing != Checkpointing::kSelectiveOp) {
+    throw InputError(
+        "--checkpoint-impl: torch.utils.checkpoint's use_reentrant; needs --checkpointing full or "
+        "selective-op");
+  }
+  const bool reentrant = a.checkpoint_impl == "reentrant";
+  if (reentrant && o.checkpointing == Checkpointing::kSelectiveOp) {
+    throw InputError(
+        "--checkpoint-impl reentrant with --checkpointing selective-op: torch.utils.checkpoint refuses it "
+        "(\"Passing `context_fn` or `debug` is only supported when use_reentrant=False.\")");
+  }
+  if (reentrant && a.checkpoint_early_stop == "off") {
+    throw InputError(
+        "--checkpoint-early-stop off: set_checkpoint_early_stop applies to the non-reentrant checkpoint; the "
+        "reentrant one always reruns the whole layer");
+  }
+  o.checkpoint.impl = reentrant ? CheckpointImpl::kReentrant : CheckpointImpl::kNonReentrant;
+  o.checkpoint.impl_explicit = true;
+}
+
 void apply_checkpoint_args(const RequestArgs& a, PredictRequest& r) {
   TrainingOptions& o = r.options;
   o.checkpointing = parse_checkpointing(a.checkpointing);
@@ -57,6 +89,7 @@ void apply_checkpoint_args(const RequestArgs& a, PredictRequest& r) {
         "selective-op");
   }
   o.checkpoint.early_stop = a.checkpoint_early_stop == "on";
+  parse_checkpoint_impl(a, o);
 }
 
 void apply_loss_args(const RequestArgs& a, PredictRequest& r) {

@@ -408,6 +408,7 @@ struct RequestArgs {
   std::string zero_grad = "set-to-none";        // --zero-grad set-to-none|zeros
   std::string adam_foreach_denom = "in-place";  // --adam-foreach-denom in-place|out-of-place
   std::string checkpoint_early_stop = "on";     // --checkpoint-early-stop on|off
+  std::string checkpoint_impl;                  // --checkpoint-impl reentrant|non-reentrant ("": default)
   // PEFT LoRA: --lora-rank (0: off), --lora-alpha, --lora-dropout, --lora-targets ("": PEFT's default)
   int generate = 0;                  // --generate N: model.generate() of N new tokens (0: no generation)
   std::string kv_cache = "dynamic";  // --kv-cache dynamic|static|paged

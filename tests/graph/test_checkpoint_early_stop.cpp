@@ -12,61 +12,26 @@
 // stop. Worked by hand from the sources above; the layer's backward after the recomputation is the same.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <string>
 
-#include "graph_test_util.h"
-#include "sim/models/transformer_builder.h"
+#include "checkpoint_test_util.h"
 
 using namespace vramsim;
 
 namespace {
 
-constexpr std::int64_t kHidden = 2 * 32 * 64 * 4;  // one b x s x d fp32 tensor: 16,384 B
+constexpr std::int64_t kHidden = test::kCheckpointHidden;  // one b x s x d fp32 tensor: 16,384 B
 
 OpGraph checkpointed(bool early_stop) {
-  TrainingOptions o = test::small_options();  // batch 2, seq 32, 2 steps, fp32, adamw
-  o.checkpointing = Checkpointing::kFull;
-  o.checkpoint.early_stop = early_stop;
-  return build_training_steps(test::tiny_model("llama-2-7b"), o);
+  CheckpointOptions c;
+  c.early_stop = early_stop;
+  return test::checkpointed_llama(c);
 }
 
-// The allocated bytes at most during the recomputation of decoder layer `layer` in step 1's backward: from
-// its first recomputed op (the input RMSNorm's pow) to the first op of the layer's backward.
-std::int64_t recomputation_peak(const OpGraph& g, int layer) {
-  const AllocationSchedule s = build_allocation_schedule(g);
-  test::check_schedule_invariants(g, s);
-  const std::string first = "layers." + std::to_string(layer) + ".input_layernorm.pow";
-  const std::size_t begin = s.phase_begin(1, Phase::kBackward)->event_index;
-  const std::size_t end = s.phase_begin(1, Phase::kOptimizer)->event_index;
-  std::int64_t peak = -1;
-  bool inside = false;
-  for (std::size_t i = begin; i < end; ++i) {
-    const std::string& op = s.strings[s.events[i].op_tag];
-    inside = inside || op == first;
-    if (inside && op.ends_with(".backward")) {
-      break;
-    }
-    if (inside) {
-      peak = std::max(peak, s.live_bytes_after[i]);
-    }
-  }
-  return peak;
-}
+std::int64_t recomputation_peak(const OpGraph& g, int layer) { return test::recomputation_peak(g, layer); }
 
-// Bytes allocated in step 1's backward by the op named `op`.
 std::int64_t allocated_by(const OpGraph& g, const std::string& op) {
-  const AllocationSchedule s = build_allocation_schedule(g);
-  const std::size_t begin = s.phase_begin(1, Phase::kBackward)->event_index;
-  const std::size_t end = s.phase_begin(1, Phase::kOptimizer)->event_index;
-  std::int64_t bytes = 0;
-  for (std::size_t i = begin; i < end; ++i) {
-    const TraceEvent& e = s.events[i];
-    if (e.action == TraceAction::kAlloc && s.strings[e.op_tag] == op) {
-      bytes += static_cast<std::int64_t>(e.size_bytes);
-    }
-  }
-  return bytes;
+  return test::allocated_in_backward_by(g, op);
 }
 
 }  // namespace

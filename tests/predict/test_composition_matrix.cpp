@@ -204,12 +204,16 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
     by_name[std::string(t.name)] = &t;
   }
   const std::vector<std::vector<std::string>> recipes{
-      {"fsdp", "qlora", "checkpoint-full", "bf16"},   // answer.ai's fsdp_qlora, PEFT's FSDP QLoRA
-      {"zero3", "qlora", "checkpoint-full", "bf16"},  // PEFT's DeepSpeed ZeRO-3 QLoRA
-      {"lora", "checkpoint-full", "offload-torchtune", "chunked-ce"},  // torchtune's LoRA memory flags
-      {"fsdp2", "checkpoint-op", "compile-layer", "bf16-master"},      // torchtitan
-      {"fsdp", "lora", "checkpoint-full", "bf16"},                     // PEFT's FSDP LoRA
-      {"ddp", "qlora", "checkpoint-full"},                             // QLoRA with DDP
+      // answer.ai's fsdp_qlora (--reentrant_checkpointing True)
+      {"fsdp", "qlora", "checkpoint-reentrant", "bf16"},
+      {"fsdp", "qlora", "checkpoint-full", "bf16"},                       // PEFT's FSDP QLoRA
+      {"zero3", "qlora", "checkpoint-full", "bf16"},                      // PEFT's DeepSpeed ZeRO-3 QLoRA
+      {"lora", "checkpoint-full", "offload-torchtune", "chunked-ce"},     // torchtune's LoRA memory flags
+      {"fsdp2", "checkpoint-op", "compile-layer", "bf16-master"},         // torchtitan
+      {"fsdp", "lora", "checkpoint-full", "bf16"},                        // PEFT's FSDP LoRA
+      {"ddp", "qlora", "checkpoint-full"},                                // QLoRA with DDP
+      {"lora", "checkpoint-reentrant", "offload-activations"},            // transformers 4.x + save_on_cpu
+      {"fsdp2", "checkpoint-reentrant", "compile-layer", "bf16-master"},  // traced as non-reentrant
       {"fsdp2", "pp-torchtitan", "checkpoint-full", "compile-layer", "bf16-master"},  // torchtitan with PP
       {"bf16", "checkpoint-full", "offload-activations"},             // full fine-tuning with save_on_cpu
       {"fsdp2", "checkpoint-op", "compile-layer", "float8"},          // torchtitan's float8 runs
