@@ -30,24 +30,9 @@ ModelConfig stored(const std::string& file) { return test::stored_hf_config(file
 // layers, 4 heads, MLP 128, vocabulary 256; the tower CLIP of width 32, 3 layers, 2 heads, MLP 64, 28-pixel
 // images of 14-pixel patches (2 x 2 = 4 patches, 5 positions with the CLS token).
 ModelConfig tiny_llava(int feature_layer = -2, const std::string& strategy = "default") {
-  const nlohmann::json j = {{"model_type", "llava"},
-                            {"text_config",
-                             {{"model_type", "llama"},
-                              {"hidden_size", 64},
-                              {"intermediate_size", 128},
-                              {"num_hidden_layers", 2},
-                              {"num_attention_heads", 4},
-                              {"vocab_size", 256}}},
-                            {"vision_config",
-                             {{"model_type", "clip_vision_model"},
-                              {"hidden_size", 32},
-                              {"intermediate_size", 64},
-                              {"num_hidden_layers", 3},
-                              {"num_attention_heads", 2},
-                              {"image_size", 28},
-                              {"patch_size", 14}}},
-                            {"vision_feature_layer", feature_layer},
-                            {"vision_feature_select_strategy", strategy}};
+  nlohmann::json j = test::tiny_llava_json();
+  j["vision_feature_layer"] = feature_layer;
+  j["vision_feature_select_strategy"] = strategy;
   return model_from_hf_config_json(j.dump(), "tiny_llava.json");
 }
 

@@ -5,11 +5,35 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "graph/graph_test_util.h"
 #include "sim/models/model_config.h"
 #include "test_paths.h"
 
 namespace vramsim::test {
+
+// A LLaVA small enough to count every tensor: the language model a llama of width 64, 2 layers, 4 heads, MLP
+// 128, vocabulary 256; the tower CLIP of width 32, 3 layers, 2 heads, MLP 64, 28-pixel images of 14-pixel
+// patches (2 x 2 = 4 patches, 5 positions with the CLS token). Tests add the keys they vary.
+inline nlohmann::json tiny_llava_json() {
+  return {{"model_type", "llava"},
+          {"text_config",
+           {{"model_type", "llama"},
+            {"hidden_size", 64},
+            {"intermediate_size", 128},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"vocab_size", 256}}},
+          {"vision_config",
+           {{"model_type", "clip_vision_model"},
+            {"hidden_size", 32},
+            {"intermediate_size", 64},
+            {"num_hidden_layers", 3},
+            {"num_attention_heads", 2},
+            {"image_size", 28},
+            {"patch_size", 14}}}};
+}
 
 // A config.json from tests/data/hf_configs, read as the CLI reads --model.
 inline ModelConfig stored_hf_config(const std::string& file) {
