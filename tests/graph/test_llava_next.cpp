@@ -112,12 +112,7 @@ TEST_CASE("llava_next: llava-v1.6-mistral-7b-hf's parameters counted by hand", "
         303'507'456);  // the same CLIP ViT-L/14-336 as llava-1.5 (test_vision_tower.cpp)
   // LlavaNextMultiModalProjector 1024 -> 4096 -> 4096 with biases, and LlavaNextModel.image_newline (4096)
   CHECK(m.vision.projector_parameters == (1024 * 4096 + 4096) + (4096 * 4096 + 4096) + 4096);
-  std::vector<ParameterShape> shapes;
-  llava_vision_parameter_shapes(m, shapes);
-  std::int64_t listed = 0;
-  for (const ParameterShape& s : shapes) {
-    listed += s.numel();
-  }
+  const auto [shapes, listed] = test::llava_vision_shapes(m);
   CHECK(listed == m.vision.total());
   // named_parameters() yields LlavaNextModel's own parameter before its submodules'
   CHECK(shapes.front().name == "model.image_newline");

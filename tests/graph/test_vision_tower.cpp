@@ -71,12 +71,7 @@ TEST_CASE("llava: llava-1.5-7b-hf's parameters counted by hand, the model card's
   CHECK(total == 7'063'427'072);
   CHECK(std::llround(total / 1e7) == 706);  // the model card's "7.06B params"
   // the shapes the step creates add up to the same count
-  std::vector<ParameterShape> shapes;
-  llava_vision_parameter_shapes(m, shapes);
-  std::int64_t listed = 0;
-  for (const ParameterShape& s : shapes) {
-    listed += s.numel();
-  }
+  const auto [shapes, listed] = test::llava_vision_shapes(m);
   CHECK(listed == m.vision.total());
   CHECK(shapes.front().name == "model.vision_tower.vision_model.embeddings.class_embedding");
   CHECK(shapes.back().name == "model.multi_modal_projector.linear_2.bias");

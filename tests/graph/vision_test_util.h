@@ -3,12 +3,16 @@
 // bytes of a category of tensors under a name prefix.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "graph/graph_test_util.h"
 #include "sim/models/model_config.h"
+#include "sim/models/vision_tower.h"
 #include "test_paths.h"
 
 namespace vramsim::test {
@@ -33,6 +37,17 @@ inline nlohmann::json tiny_llava_json() {
             {"num_attention_heads", 2},
             {"image_size", 28},
             {"patch_size", 14}}}};
+}
+
+// The vision parameters' shapes as the step creates them (llava_vision_parameter_shapes), and their elements.
+inline std::pair<std::vector<ParameterShape>, std::int64_t> llava_vision_shapes(const ModelConfig& m) {
+  std::vector<ParameterShape> shapes;
+  llava_vision_parameter_shapes(m, shapes);
+  std::int64_t listed = 0;
+  for (const ParameterShape& s : shapes) {
+    listed += s.numel();
+  }
+  return {shapes, listed};
 }
 
 // A config.json from tests/data/hf_configs, read as the CLI reads --model.
