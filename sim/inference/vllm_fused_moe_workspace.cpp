@@ -1,22 +1,14 @@
 #include "sim/inference/vllm_fused_moe_workspace.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "sim/core/assert.h"
-#include "sim/core/checked.h"
-#include "sim/core/error.h"
+#include "sim/core/checked_size.h"
 
 namespace vramsim {
 namespace {
 
-Bytes mul(Bytes a, Bytes b) {
-  const std::optional<Bytes> out = checked_mul(a, b);
-  if (!out) {
-    throw InputError("vLLM fused-MoE workspace: a size overflows 64 bits (shapes too large)");
-  }
-  return *out;
-}
+Bytes mul(Bytes a, Bytes b) { return size_mul(a, b, "vLLM fused-MoE workspace"); }
 
 // WorkspaceManager.get_simultaneous: round_up(actual, 256) for each part.
 Bytes round_up_256(Bytes n) {

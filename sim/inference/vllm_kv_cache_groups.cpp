@@ -1,24 +1,16 @@
 #include "sim/inference/vllm_kv_cache_groups.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "sim/core/assert.h"
-#include "sim/core/checked.h"
-#include "sim/core/error.h"
+#include "sim/core/checked_size.h"
 
 namespace vramsim {
 namespace {
 
 std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-Bytes mul(Bytes a, Bytes b) {
-  const std::optional<Bytes> out = checked_mul(a, b);
-  if (!out) {
-    throw InputError("vLLM KV cache: a size overflows 64 bits (shapes too large)");
-  }
-  return *out;
-}
+Bytes mul(Bytes a, Bytes b) { return size_mul(a, b, "vLLM KV cache"); }
 
 std::int64_t pages_per_request(const VllmKvCacheGroups& g, const VllmKvCacheLimits& k, std::int64_t len) {
   std::int64_t pages = 0;
