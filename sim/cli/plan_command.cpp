@@ -96,17 +96,18 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
   if (!f) {
     throw InputError(fmt::format("{}: cannot write the CSV file", path));
   }
-  f << "precision,micro_batch,grad_accumulation,checkpointing,zero,fsdp,tp,pp,optimizer,adapters,offload,"
+  f << "precision,micro_batch,grad_accumulation,checkpointing,zero,fsdp,tp,pp,ep,cp,optimizer,adapters,"
+       "offload,"
        "compile,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_reserved_bytes,"
        "needed_bytes,headroom_bytes,tokens_per_s,tied_with_best,command\n";
   for (const PlanEvaluation& e : p.grid) {
     const PlanConfig& c = e.config;
-    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},\"{}\"\n",
+    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},\"{}\"\n",
                      c.precision, c.micro_batch, c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp,
-                     c.pp, c.optimizer, c.adapters, c.offload, c.compile ? 1 : 0, e.evaluated ? 1 : 0,
-                     e.skipped, e.probe_micro_batches, e.fits ? 1 : 0, e.model_states_bytes,
-                     e.peak_reserved_bytes, e.needed_bytes, e.headroom_bytes, e.tokens_per_s,
-                     e.tied_with_best ? 1 : 0, predict_command(r, c));
+                     c.pp, c.ep, c.cp, c.optimizer, c.adapters, c.offload, c.compile ? 1 : 0,
+                     e.evaluated ? 1 : 0, e.skipped, e.probe_micro_batches, e.fits ? 1 : 0,
+                     e.model_states_bytes, e.peak_reserved_bytes, e.needed_bytes, e.headroom_bytes,
+                     e.tokens_per_s, e.tied_with_best ? 1 : 0, predict_command(r, c));
   }
 }
 
@@ -300,7 +301,7 @@ void add_plan_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--global-batch", r.global_batch, "sequences per optimizer step over all GPUs")->required();
   cmd->add_option("--seq", r.seq, "sequence length")->required();
   cmd->add_option("--attention", r.attention, "as predict's (default: the code's)");
-  cmd->add_option("--allow", args.allow, "more levers: lora,qlora,offload,compile (comma-separated)");
+  cmd->add_option("--allow", args.allow, "more levers: lora,qlora,offload,compile,cp (comma-separated)");
   cmd->add_option("--margin", args.margin, "fraction of the GPU kept free, e.g. 10%")->capture_default_str();
   cmd->add_option("--threads", r.threads, "threads predicting configurations (0: every core)")
       ->capture_default_str();

@@ -36,7 +36,16 @@
 // model with experts gets expert-parallel layouts instead: ep = 2, 4, ... dividing the GPUs and the experts,
 // in the FSDP2 groups in bf16 (torchtitan's expert parallelism, which predict models over FSDP2 with fp32
 // shards: sim/parallel/fsdp2.cpp); the data-parallel degree stays gpus (the expert-parallel ranks are
-// data-parallel ranks).
+// data-parallel ranks). With --allow cp a dense model of transformers' code also gets context-parallel
+// layouts, cp = 2, 4, ... dividing the GPUs with 2 x cp dividing the sequence, in the FSDP2 groups in bf16
+// without adapters or offload (torchtitan's context_parallel, which predict's --cp models): a
+// context-parallel group shares its sequences, so the batch is divided over gpus / cp replicas, while FSDP2
+// shards the model states over all the GPUs (sharding_degree()). They come after (1, 1) and before tensor
+// parallelism, because per decoder layer they move less: the key/value all-gather carries 2 x kv_heads x
+// head_dim values a token (2,048 for Llama-3-8B), once in the forward and once more in the backward, which
+// torch's ring attention can overlap with the local chunk's attention, where Megatron's sequence parallelism
+// moves the hidden size (4,096) four times in the forward (all-gather and reduce-scatter around attention and
+// MLP) and again in the backward, on the critical path.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +70,7 @@ struct PlanRequest {
   std::int64_t global_batch = 0;
   std::int64_t seq = 0;
   double margin = 0.10;
-  // Levers beyond the default ones: "lora", "qlora", "offload", "compile".
+  // Levers beyond the default ones: "lora", "qlora", "offload", "compile", "cp".
   std::vector<std::string> allow;
   int gpus_per_node = 8;  // the largest tensor-parallel degree (tensor parallelism stays within a node)
   int threads = 0;        // 0: the machine's cores
@@ -91,6 +100,7 @@ struct PlanConfig {
   int tp = 1;        // tensor-parallel degree (Megatron, with sequence parallelism when > 1)
   int pp = 1;        // pipeline stages (Megatron's 1F1B schedule)
   int ep = 1;        // expert parallelism (torchtitan's MoE over FSDP2) for a model with experts
+  int cp = 1;        // context parallelism (torchtitan's context_parallel over FSDP2), with --allow cp
   std::string optimizer = "adamw";
   std::string adapters;  // "", "lora", "qlora"
   // "", "optimizer" (ZeRO-Offload), "params" (FSDP's CPUOffload: parameters, gradients and optimizer),
@@ -177,8 +187,13 @@ std::string plan_shard_json(const PlanRequest& request, const PlanResult& result
 PlanResult merge_plan_shards(const std::vector<nlohmann::json>& parts, const std::vector<std::string>& names,
                              PlanRequest& request);
 
-// The data-parallel degree of `config`: gpus / (tp x pp).
+// The data-parallel degree of `config`, the replicas the global batch is divided over: gpus / (tp x pp x cp)
+// (the ranks of a context-parallel group share their sequences).
 int data_parallel_degree(const PlanRequest& request, const PlanConfig& config);
+// The ranks the data-parallel scheme shards the model states over: gpus / (tp x pp). Under context
+// parallelism FSDP2 shards over the data-parallel and context-parallel ranks together (torchtitan's
+// `dp_shard_cp` mesh: parallelize_llama.py applies fully_shard over world_mesh["dp_shard_cp"]).
+int sharding_degree(const PlanRequest& request, const PlanConfig& config);
 
 // The parallel layouts (tp, pp) the grid tries, in the lever's order (Note [Parallel layouts]): (1, 1), then
 // tp = 2, 4, ... up to min(gpus_per_node, gpus) while tp divides the GPUs, the attention heads, the key/value
@@ -188,6 +203,9 @@ std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& request);
 // The expert-parallel degrees the grid tries for a model with mixture-of-experts layers (Note [Parallel
 // layouts]): 2, 4, ... while each divides the GPUs and the experts; none for a dense model.
 std::vector<int> expert_parallel_layouts(const PlanRequest& request);
+// The context-parallel degrees the grid tries with --allow cp for a dense model of transformers' code (Note
+// [Parallel layouts]): 2, 4, ... while each divides the GPUs and 2 x cp divides the sequence; none otherwise.
+std::vector<int> context_parallel_layouts(const PlanRequest& request);
 
 // The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).
 RequestArgs predict_args(const PlanRequest& request, const PlanConfig& config);

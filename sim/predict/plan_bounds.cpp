@@ -35,7 +35,7 @@ std::int64_t model_states_lower_bound(const PlanRequest& r, const PlanConfig& c)
     const bool master = default_master_weights(scheme, c.tp, c.pp) == MasterWeights::kFp32;
     o = c.precision != "bf16" ? 8 : (master ? 12 : 4);
   }
-  const std::int64_t n = data_parallel_degree(r, c);
+  const std::int64_t n = sharding_degree(r, c);
   // at most 16 B x 2^46 parameters (hf_config.cpp's kMaxParameters): far inside int64, checked all the same
   const auto bytes_of = [&](std::int64_t per_parameter) {
     const std::optional<std::int64_t> b = checked_mul(per_parameter, per_rank);

@@ -83,12 +83,19 @@ class DecisionPath {
     for (auto it = all.begin() + 1; it < all.end(); ++it) {
       const Layout l = *it;
       options.emplace_back(l.ep > 1   ? fmt::format("EP {}", l.ep)
+                           : l.cp > 1 ? fmt::format("CP {}", l.cp)
                            : l.pp > 1 ? fmt::format("TP {} + SP, PP {}", l.tp, l.pp)
                                       : fmt::format("TP {} + SP", l.tp),
                            with([&r, l](PlanConfig& c) {
                              c.tp = l.tp;
                              c.pp = l.pp;
                              c.ep = l.ep;
+                             c.cp = l.cp;
+                             if (l.cp > 1) {  // as torchtitan runs it (layout_applies, plan_grid.cpp)
+                               c.precision = "bf16";
+                               c.zero = 0;
+                               c.fsdp = "fsdp2";
+                             }
                              const int dp = data_parallel_degree(r, c);
                              c.grad_accumulation = static_cast<int>(r.global_batch / dp / c.micro_batch);
                              if (l.pp > 1 && c.zero >= 2) {

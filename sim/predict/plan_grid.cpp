@@ -21,9 +21,9 @@ bool allowed(const PlanRequest& r, std::string_view lever) {
 }
 
 std::string key_of(const PlanConfig& c) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch,
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch,
                      c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer,
-                     c.adapters, c.offload, c.compile, c.ep);
+                     c.adapters, c.offload, c.compile, c.ep, c.cp);
 }
 
 std::vector<std::int64_t> divisors(std::int64_t n) {
@@ -49,6 +49,14 @@ std::vector<Layout> layouts(const PlanRequest& r) {
   }
   if (!megatron_code || m.moe.n_experts > 0) {
     return out;  // predict models tp (with sequence parallelism) and pp only over transformers' code
+  }
+  if (allowed(r, "cp")) {
+    // torchtitan's context parallelism over FSDP2, before tensor parallelism (Note [Parallel layouts]):
+    // cp = 2, 4, ... dividing the GPUs, the sequence cut into 2 x cp load-balanced chunks
+    // (context_parallel's _RoundRobinLoadBalancer, as predict's --cp requires)
+    for (int c = 2; c <= r.gpus && r.gpus % c == 0 && r.seq % (2 * c) == 0; c *= 2) {
+      out.push_back({1, 1, 1, c});
+    }
   }
   // Every condition fails for all larger powers of two once it fails for one, so the first failure ends it.
   int tp_max = 1;
@@ -85,13 +93,17 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
                    c.compile)) {
     return false;  // predict models expert parallelism as torchtitan runs it: FSDP2, fp32 shards, bf16
   }
+  if (l.cp > 1 && (c.fsdp != "fsdp2" || c.precision != "bf16" || !c.adapters.empty() || !c.offload.empty())) {
+    return false;  // context parallelism as torchtitan runs it: FSDP2 (fp32 shards, bf16 compute), compiled
+                   // or not; predict refuses it with LoRA/QLoRA, and torchtitan offloads nothing to the host
+  }
   const bool sharded = c.zero > 0 || !c.fsdp.empty();
   return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
 }
 
 // The sequences per step of one data-parallel replica under layout `l`.
 std::int64_t local_batch_of(const PlanRequest& r, const Layout& l) {
-  return r.global_batch / (r.gpus / (l.tp * l.pp));
+  return r.global_batch / (r.gpus / (l.tp * l.pp * l.cp));
 }
 
 }  // namespace
@@ -104,6 +116,7 @@ std::vector<PlanConfig> block_configs(const PlanRequest& r, const PlanConfig& ba
     c.tp = l.tp;
     c.pp = l.pp;
     c.ep = l.ep;
+    c.cp = l.cp;
     c.micro_batch = micro;
     c.grad_accumulation = static_cast<int>(local_batch / micro);
     out.push_back(c);
@@ -238,9 +251,9 @@ void validate_request(const PlanRequest& r) {
         fmt::format("--shard: {}/{} is not a shard K/N with 1 <= K <= N", r.shard + 1, r.shards));
   }
   for (const std::string& lever : r.allow) {
-    if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile") {
+    if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile" && lever != "cp") {
       throw InputError(
-          fmt::format("--allow: unknown lever '{}' (known: lora, qlora, offload, compile)", lever));
+          fmt::format("--allow: unknown lever '{}' (known: lora, qlora, offload, compile, cp)", lever));
     }
   }
 }
@@ -258,12 +271,14 @@ void count_skipped(PlanResult& counts, const PlanEvaluation& e) {
 
 }  // namespace plan_detail
 
-int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }
+int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp * c.cp); }
+
+int sharding_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp); }
 
 std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& r) {
   std::vector<std::pair<int, int>> out;
   for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
-    if (l.ep == 1) {
+    if (l.ep == 1 && l.cp == 1) {
       out.emplace_back(l.tp, l.pp);
     }
   }
@@ -275,6 +290,16 @@ std::vector<int> expert_parallel_layouts(const PlanRequest& r) {
   for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
     if (l.ep > 1) {
       out.push_back(l.ep);
+    }
+  }
+  return out;
+}
+
+std::vector<int> context_parallel_layouts(const PlanRequest& r) {
+  std::vector<int> out;
+  for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
+    if (l.cp > 1) {
+      out.push_back(l.cp);
     }
   }
   return out;

@@ -27,6 +27,7 @@ struct Layout {
   int tp = 1;
   int pp = 1;
   int ep = 1;  // expert parallelism (torchtitan's over FSDP2), for a model with mixture-of-experts layers
+  int cp = 1;  // context parallelism (torchtitan's over FSDP2), with --allow cp
 };
 
 // Note [Parallel layouts] (plan.h): tp = 1, 2, 4, ... within a node, then the largest with pp > 1.

@@ -40,6 +40,7 @@ RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
   a.sequence_parallel = c.tp > 1;
   a.pp = c.pp;
   a.ep = c.ep;
+  a.cp = c.cp;
   a.gpus_per_node = r.gpus_per_node;
   if (!c.adapters.empty()) {
     a.lora_rank = kLoraRank;
@@ -93,6 +94,9 @@ std::string describe(const PlanConfig& c) {
   if (c.ep > 1) {
     s += fmt::format(", EP {}", c.ep);
   }
+  if (c.cp > 1) {
+    s += fmt::format(", CP {}", c.cp);
+  }
   s += ", " + c.optimizer;
   if (!c.adapters.empty()) {
     s += fmt::format(", {} r={}", c.adapters == "qlora" ? "QLoRA (nf4)" : "LoRA", kLoraRank);
@@ -130,6 +134,9 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
   }
   if (c.ep > 1) {
     s += fmt::format(" --ep {}", c.ep);
+  }
+  if (c.cp > 1) {
+    s += fmt::format(" --cp {}", c.cp);
   }
   if (c.zero > 0) {
     s += fmt::format(" --zero {}", c.zero);
@@ -247,6 +254,12 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
         "; expert parallelism is not a Trainer setting: torchtitan --parallelism.expert_parallel_degree {} "
         "--parallelism.data_parallel_shard_degree {} --training.local_batch_size {}",
         c.ep, data_parallel_degree(r, c), c.micro_batch);
+  } else if (c.cp > 1) {  // torchtitan/config/job_config.py Parallelism.context_parallel_degree
+    // torchtitan's world is dp_replicate x dp_shard x cp x tp x pp: FSDP2 alone, dp_shard = gpus / cp
+    s += fmt::format(
+        "; context parallelism is not a Trainer setting: torchtitan --parallelism.context_parallel_degree {} "
+        "--parallelism.data_parallel_shard_degree {} --training.local_batch_size {} --training.seq_len {}",
+        c.cp, data_parallel_degree(r, c), c.micro_batch, r.seq);
   } else if (c.tp > 1 || c.pp > 1) {
     s += layout_settings(r, c);
   } else if (r.gpus > 1 && c.zero == 0 && c.fsdp.empty()) {

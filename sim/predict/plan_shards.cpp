@@ -29,6 +29,8 @@ nlohmann::ordered_json config_json(const PlanConfig& c) {
           {"fsdp", c.fsdp},
           {"tp", c.tp},
           {"pp", c.pp},
+          {"ep", c.ep},
+          {"cp", c.cp},
           {"optimizer", c.optimizer},
           {"adapters", c.adapters},
           {"offload", c.offload},
@@ -60,6 +62,8 @@ PlanEvaluation evaluation_from(const nlohmann::json& j) {
   e.config.fsdp = c.at("fsdp");
   e.config.tp = static_cast<int>(json_int(c, "tp", 1, 65536));
   e.config.pp = static_cast<int>(json_int(c, "pp", 1, 65536));
+  e.config.ep = static_cast<int>(json_int(c, "ep", 1, 65536));
+  e.config.cp = static_cast<int>(json_int(c, "cp", 1, 65536));
   e.config.optimizer = c.at("optimizer");
   e.config.adapters = c.at("adapters");
   e.config.offload = c.at("offload");

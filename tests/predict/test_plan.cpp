@@ -183,7 +183,7 @@ TEST_CASE("plan: refused configurations are reported and the search goes on", "[
   r.allow = {"lora"};
   const PlanResult p = plan(r);
   CHECK(p.grid.size() ==
-        2 * 2 * 3 * 2 * 2);  // precisions x divisors of 2 x checkpointing x optimizers x adapters
+        2 * 2 * 3 * 2 * 2);      // precisions x divisors of 2 x checkpointing x optimizers x adapters
   CHECK(p.errors == 2 * 3 * 2);  // the LoRA groups, one prediction each (then skipped)
   REQUIRE(p.best.has_value());
   CHECK(p.grid[*p.best].config.adapters.empty());
@@ -708,9 +708,9 @@ TEST_CASE("cli: plan --shard and merge with FSDP2 and parallel layouts", "[predi
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   };
   CHECK(read(merged_csv) == read(single_csv));
-  // FSDP2 rows, tp 4 x pp 2 rows, each reason to skip, and a pipeline probe of pp + 1 = 3 micro-batches that
-  // did not fit (evaluated, not skipped, probe 3, fits 0)
-  CHECK_THAT(read(single_csv), Catch::Contains(",fsdp2,") && Catch::Contains(",4,2,adamw") &&
+  // FSDP2 rows, tp 4 x pp 2 rows (ep and cp 1), each reason to skip, and a pipeline probe of pp + 1 = 3
+  // micro-batches that did not fit (evaluated, not skipped, probe 3, fits 0)
+  CHECK_THAT(read(single_csv), Catch::Contains(",fsdp2,") && Catch::Contains(",4,2,1,1,adamw") &&
                                    Catch::Contains(",model states,") && Catch::Contains(",micro-batch,") &&
                                    Catch::Contains(",layout,") && Catch::Contains(",1,,3,0,"));
   CHECK_THAT(single_text, Catch::Contains("over by at least"));
@@ -755,4 +755,82 @@ TEST_CASE("plan: expert parallelism as a layout reaches predict and torchtitan's
   c.ep = 1;
   const Prediction ep1 = predict(make_request(predict_args(r, c)));
   CHECK(ep4.peak_allocated_bytes < ep1.peak_allocated_bytes);
+}
+
+// --allow cp (Note [Parallel layouts]): torchtitan's context parallelism over FSDP2 as a lever. The layouts
+// by hand, the batch and the model states under it (a context-parallel group shares its sequences; FSDP2
+// shards over every GPU: torchtitan's dp_shard_cp mesh), and its commands.
+TEST_CASE("plan: context-parallel layouts, their batch, model states and commands", "[predict]") {
+  PlanRequest r;
+  r.gpu = "h100";
+  r.gpus = 8;
+  r.global_batch = 16;
+  r.seq = 256;
+  r.model = write_llama("vramsim_test_plan_cp.json", 256, 1024, 4, 8, 8, 32768, 1024);
+  CHECK(context_parallel_layouts(r).empty());  // only with --allow cp
+  r.allow = {"cp"};
+  // 8 GPUs, 256 tokens: 2 x cp divides 256 for cp 2, 4, 8
+  CHECK(context_parallel_layouts(r) == std::vector<int>{2, 4, 8});
+  // 24 tokens: 2 x 2 and 2 x 4 divide 24, 2 x 8 = 16 does not
+  r.seq = 24;
+  CHECK(context_parallel_layouts(r) == std::vector<int>{2, 4});
+  // 6 GPUs: 4 does not divide them
+  r.seq = 256;
+  r.gpus = 6;
+  r.global_batch = 12;
+  CHECK(context_parallel_layouts(r) == std::vector<int>{2});
+  // the tensor/pipeline layouts are unchanged by the lever
+  r.gpus = 8;
+  r.global_batch = 16;
+  const std::vector<std::pair<int, int>> with_cp = parallel_layouts(r);
+  r.allow.clear();
+  CHECK(parallel_layouts(r) == with_cp);
+  r.allow = {"cp"};
+
+  // FSDP2 with cp 4 on 8 GPUs: 8 / 4 = 2 replicas take 16 / 2 = 8 sequences each; FSDP2 shards over all 8.
+  PlanConfig c = config("bf16", 0, "fsdp2", 1, "adamw");
+  c.cp = 4;
+  c.micro_batch = 2;
+  c.grad_accumulation = 4;
+  CHECK(data_parallel_degree(r, c) == 2);
+  CHECK(sharding_degree(r, c) == 8);
+  PlanConfig no_cp = c;
+  no_cp.cp = 1;
+  CHECK(model_states_lower_bound(r, c) == model_states_lower_bound(r, no_cp));
+  const std::string command = predict_command(r, c);
+  CHECK_THAT(command, Catch::Contains("--gpus 8 --cp 4 --fsdp full-shard --fsdp2"));
+  CHECK_THAT(trainer_settings(r, c), Catch::Contains("torchtitan --parallelism.context_parallel_degree 4 "
+                                                     "--parallelism.data_parallel_shard_degree 2 "
+                                                     "--training.local_batch_size 2 --training.seq_len 256"));
+  CHECK_THAT(describe(c), Catch::Contains(", FSDP2, CP 4, adamw"));
+  const Prediction p = predict(make_request(predict_args(r, c)));
+  CHECK(p.num_ooms == 0);
+  REQUIRE(p.phases.after_backward.has_value());
+  CHECK(model_states_lower_bound(r, c) <= *p.phases.after_backward);
+  int status = -1;
+  test::run_cli(command.substr(std::string("vramsim ").size()), &status);
+  CHECK(status == 0);
+
+  // In the grid: only FSDP2 groups in bf16 without adapters or offload get CP blocks, and each block's
+  // micro-batches divide the replica's local batch (16 / (8 / cp)).
+  r.allow = {"cp", "lora", "offload"};
+  r.threads = 1;
+  const PlanResult result = plan(r);  // keep_grid: every configuration of the grid, predicted or skipped
+  int cp_configs = 0;
+  for (const PlanEvaluation& e : result.grid) {
+    if (e.config.cp == 1) {
+      continue;
+    }
+    ++cp_configs;
+    INFO(describe(e.config));
+    CHECK(e.config.fsdp == "fsdp2");
+    CHECK(e.config.precision == "bf16");
+    CHECK(e.config.adapters.empty());
+    CHECK(e.config.offload.empty());
+    CHECK(e.config.micro_batch * e.config.grad_accumulation == 16 / (8 / e.config.cp));
+  }
+  // 3 checkpointing x 2 optimizers FSDP2 bf16 groups; cp 2, 4, 8 give local batches 4, 8, 16: 3 + 4 + 5
+  // micro-batches (the divisors)
+  CHECK(cp_configs == 3 * 2 * (3 + 4 + 5));
+  std::remove(r.model.c_str());
 }
