@@ -300,7 +300,7 @@ VarId load_bnb_weight(EagerTape& t, const std::string& name, std::int64_t out_fe
                       std::int64_t in_features, DType load_dtype, const BnbOptions& o, BnbWeights& weights,
                       const std::function<std::int64_t(std::int64_t)>& resident_numel) {
   if (o.format == BnbFormat::kTorchaoNf4) {
-    return load_torchao_nf4_weight(t, name, out_features, in_features, load_dtype, weights);
+    return load_torchao_nf4_weight(t, name, out_features, in_features, load_dtype, weights, resident_numel);
   }
   const Shape shape{out_features, in_features};
   const std::int64_t n = numel(shape);

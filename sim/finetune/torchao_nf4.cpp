@@ -76,23 +76,63 @@ TorchaoNf4Bytes torchao_nf4_bytes(std::int64_t numel, DType dtype, const std::st
 }
 
 VarId load_torchao_nf4_weight(EagerTape& t, const std::string& name, std::int64_t out_features,
-                              std::int64_t in_features, DType dtype, BnbWeights& weights) {
+                              std::int64_t in_features, DType dtype, BnbWeights& weights,
+                              const std::function<std::int64_t(std::int64_t)>& resident_numel) {
   const Shape shape{out_features, in_features};
-  const TorchaoNf4Bytes b = torchao_nf4_bytes(numel(shape), dtype, name);
+  const std::int64_t n = numel(shape);
+  const TorchaoNf4Bytes b = torchao_nf4_bytes(n, dtype, name);
+  const auto resident = [&](std::int64_t elements) {
+    return resident_numel ? resident_numel(elements) : elements;
+  };
+  const bool sharded = resident(n / 2) != n / 2;
   t.begin_op(name + ".to_nf4", "to_nf4");
   // FrozenNF4Linear / LoRALinear: the weight is made in the default dtype, then swapped for to_nf4(weight).
+  // Under FSDP2 torchtune moves the checkpoint's tensor to the device and quantizes it there.
   const TensorId full =
       t.allocate(name + ".unquantized", tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  const VarId v = t.parameter(name, shape, DType::kUInt8, static_cast<std::int64_t>(b.quantized_data));
-  for (const auto& [what, bytes] : {std::pair{"quantized_scalers", b.quantized_scalers},
-                                    std::pair{"quantization_factor", b.quantization_factor},
-                                    std::pair{"scaler_mean", b.scaler_mean}, std::pair{"nf4", b.nf4}}) {
-    t.allocate(name + "." + what, bytes, DType::kUInt8, TensorCategory::kParameter);
+  if (!sharded) {
+    const VarId v = t.parameter(name, shape, DType::kUInt8, static_cast<std::int64_t>(b.quantized_data));
+    for (const auto& [what, bytes] : {std::pair{"quantized_scalers", b.quantized_scalers},
+                                      std::pair{"quantization_factor", b.quantization_factor},
+                                      std::pair{"scaler_mean", b.scaler_mean}, std::pair{"nf4", b.nf4}}) {
+      t.allocate(name + "." + what, bytes, DType::kUInt8, TensorCategory::kParameter);
+    }
+    t.release(full);
+    t.freeze(v);
+    weights.emplace(v, BnbWeight{BnbFormat::kTorchaoNf4, out_features, in_features, dtype});
+    return v;
   }
-  t.release(full);
+  // The whole NF4Tensor: its sharded inner tensors go once this rank's chunk is copied out; scaler_mean and
+  // nf4 stay, referenced by the shard.
+  std::vector<TensorId> whole;
+  for (const auto& [what, bytes] :
+       {std::pair{"quantized_data", b.quantized_data}, std::pair{"quantized_scalers", b.quantized_scalers},
+        std::pair{"quantization_factor", b.quantization_factor}}) {
+    whole.push_back(t.allocate(name + ".to_nf4." + what, bytes, DType::kUInt8, TensorCategory::kTemporary));
+  }
+  t.allocate(name + ".scaler_mean", b.scaler_mean, DType::kUInt8, TensorCategory::kParameter);
+  t.allocate(name + ".nf4", b.nf4, DType::kUInt8, TensorCategory::kParameter);
+  t.release(full);                               // full_tensor = to_nf4(full_tensor)
+  t.begin_op(name + ".new_zeros", "new_zeros");  // sharded_param = full_tensor.new_zeros(chunk.size())
+  const VarId v = t.parameter(name, shape, DType::kUInt8, resident(n / 2));
+  t.allocate(name + ".quantized_scalers", storage_bytes(resident(n / kTorchaoNf4Block), DType::kUInt8, shape),
+             DType::kUInt8, TensorCategory::kParameter);
+  t.allocate(name + ".quantization_factor",
+             storage_bytes(resident(n / (kTorchaoNf4Block * kTorchaoScalerBlock)), dtype, shape), dtype,
+             TensorCategory::kParameter);
+  for (const TensorId w : whole) {
+    t.release(w);
+  }
   t.freeze(v);
   weights.emplace(v, BnbWeight{BnbFormat::kTorchaoNf4, out_features, in_features, dtype});
   return v;
+}
+
+std::vector<AllGatherInput> torchao_nf4_all_gather_inputs(const BnbWeight& w) {
+  const std::int64_t n = w.out_features * w.in_features;
+  return {AllGatherInput{".quantized_scalers", n / kTorchaoNf4Block, DType::kUInt8},  // int8
+          AllGatherInput{".quantization_factor", n / (kTorchaoNf4Block * kTorchaoScalerBlock), w.quant_dtype},
+          AllGatherInput{".quantized_data", n / 2, DType::kUInt8}};
 }
 
 VarId torchao_linear_nf4(TorchOps& ops, const std::string& name, VarId x, VarId weight, VarId bias,

@@ -18,10 +18,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "sim/finetune/bnb_quant.h"
 #include "sim/graph/eager_tape.h"
+#include "sim/parallel/data_parallel.h"
 
 namespace vramsim {
 
@@ -43,8 +46,21 @@ TorchaoNf4Bytes torchao_nf4_bytes(std::int64_t numel, DType dtype, const std::st
 
 // to_nf4(weight) at model construction: the weight made in `dtype`, quantized, and only the NF4Tensor kept.
 // Returns the frozen parameter (its storage the quantized data) and records it in `weights`.
+// `resident_numel` (optional): the elements of a flat tensor a rank keeps under FSDP2 (its shard).
+// torchtune's load_from_full_model_state_dict (torchtune/training/_distributed.py) then quantizes the whole
+// weight on the device (to_nf4), cuts it with torch.chunk along dim 0 (NF4Tensor's nf4_split: each of
+// quantized_data, quantized_scalers and quantization_factor split into equal flat chunks) and keeps this
+// rank's chunk in fresh tensors (full_tensor.new_zeros(chunk.size()), nf4_new_zeros, then copy_); scaler_mean
+// and the nf4 table are the whole NF4Tensor's, kept whole on every rank.
 VarId load_torchao_nf4_weight(EagerTape& tape, const std::string& name, std::int64_t out_features,
-                              std::int64_t in_features, DType dtype, BnbWeights& weights);
+                              std::int64_t in_features, DType dtype, BnbWeights& weights,
+                              const std::function<std::int64_t(std::int64_t)>& resident_numel = nullptr);
+
+// NF4Tensor.fsdp_pre_all_gather (torchao/dtypes/nf4tensor.py): FSDP2 all-gathers quantized_scalers (int8,
+// n / 64), quantization_factor (the weight's dtype, n / (64 x 256)) and quantized_data (uint8, n / 2) of a
+// weight of n elements, in that order; scaler_mean and nf4 go as metadata, and fsdp_post_all_gather wraps
+// the gathered tensors in an NF4Tensor of the full shape without copying.
+std::vector<AllGatherInput> torchao_nf4_all_gather_inputs(const BnbWeight& w);
 
 // linear_nf4(x, weight) (+ bias) on x [..., in]. Returns [..., out] in x's dtype (one reference); x is not
 // dropped.

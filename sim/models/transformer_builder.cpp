@@ -16,6 +16,7 @@
 #include "sim/finetune/peft_prefix.h"
 #include "sim/finetune/peft_prompt.h"
 #include "sim/finetune/peft_trainable_tokens.h"
+#include "sim/finetune/torchao_nf4.h"
 #include "sim/graph/layer_stamp.h"
 #include "sim/inference/hf_generate.h"
 #include "sim/models/checkpoint_impl.h"
@@ -740,13 +741,18 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   std::vector<ParameterUnit> units = parameter_units(model, params, keep);
   // the vision part belongs to the root unit (wrapped, gathered and reduced with the embeddings and head)
   units.back().params.insert(units.back().params.end(), params.vision.all.begin(), params.vision.all.end());
-  if (options.float8.fsdp_float8_all_gather) {  // WeightWithDynamicFloat8CastTensor's all-gather
-    const Float8Weights gathered = float8_weights(model, params, keep, options.float8);
-    for (ParameterUnit& unit : units) {
-      for (const VarId p : unit.params) {
-        if (gathered.count(p) != 0) {
-          unit.float8_all_gather.push_back(p);
-        }
+  // FSDP2's tensor-subclass extension: what fsdp_pre_all_gather hands the all-gather instead of the shard
+  const Float8Weights float8_gathered = options.float8.fsdp_float8_all_gather
+                                            ? float8_weights(model, params, keep, options.float8)
+                                            : Float8Weights{};
+  for (ParameterUnit& unit : units) {
+    for (const VarId p : unit.params) {
+      if (float8_gathered.count(p) != 0) {  // WeightWithDynamicFloat8CastTensor: the float8 shard, 1 B each
+        unit.all_gather_inputs[p] = {AllGatherInput{"", numel(tape.shape(p)), DType::kUInt8}};
+      }
+      const auto nf4 = params.bnb.find(p);
+      if (nf4 != params.bnb.end() && nf4->second.format == BnbFormat::kTorchaoNf4) {  // torchao's NF4Tensor
+        unit.all_gather_inputs[p] = torchao_nf4_all_gather_inputs(nf4->second);
       }
     }
   }

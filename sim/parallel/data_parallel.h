@@ -29,14 +29,26 @@
 
 namespace vramsim {
 
+// One tensor FSDP2 all-gathers for a parameter whose local tensor is a tensor subclass with the FSDP2
+// extension (FSDPParam.all_gather_inputs calls its fsdp_pre_all_gather): torchao's NF4Tensor gathers its
+// quantized_scalers, quantization_factor and quantized_data (torchao_nf4.h), torchao float8's
+// WeightWithDynamicFloat8CastTensor its float8 shard. Each input is sharded along dim 0 with the parameter;
+// foreach_all_gather_copy_out gives each its own unsharded tensor (FSDPParam.init_all_gather_outputs:
+// torch.empty(numel x world_size, dtype)), which fsdp_post_all_gather wraps without copying.
+struct AllGatherInput {
+  std::string suffix;      // appended to "<parameter>.unsharded" in the unsharded tensor's name
+  std::int64_t numel = 0;  // elements of the unsharded (gathered) tensor, before dim-0 padding
+  DType dtype = DType::kUInt8;
+};
+
 // The parameters of one unit the schemes gather and reduce together: a decoder layer (layer >= 0) or the
 // rest of the model (layer -1: embeddings, final norm, head; FSDP's root unit).
 struct ParameterUnit {
   int layer = -1;
   std::vector<VarId> params;
-  // torchao's enable_fsdp_float8_all_gather: the parameters FSDP2 all-gathers as float8, one byte per
-  // element in the all-gather buffer and the unsharded tensor (WeightWithDynamicFloat8CastTensor).
-  std::vector<VarId> float8_all_gather;
+  // FSDP2: the parameters all-gathered through fsdp_pre_all_gather, and as what; a parameter not listed is
+  // all-gathered as itself (its tape shape and dtype).
+  std::map<VarId, std::vector<AllGatherInput>> all_gather_inputs;
 };
 
 class DataParallelScheme {

@@ -59,6 +59,9 @@
 // in padding), gathered, reduce-scattered and resharded with their block's other parameters rather than as
 // a separate FSDP unit: in backward torchtitan reduce-scatters the experts' gradients when their own
 // backward ends, before the block's attention backward.
+// A parameter whose local tensor is a tensor subclass with FSDP2's extension is all-gathered as what its
+// fsdp_pre_all_gather returns (ParameterUnit::all_gather_inputs: torchao's NF4Tensor its three inner tensors,
+// float8 all-gather the float8 shard), each with its own unsharded tensor; the unit's buffer is their bytes.
 // Not modelled: reshard_after_forward as an int.
 #include <algorithm>
 #include <map>
@@ -157,6 +160,7 @@ class Fsdp2 final : public DataParallelScheme {
     m_units = units;
     for (const ParameterUnit& unit : units) {
       m_last_layer = std::max(m_last_layer, unit.layer);
+      check_all_gather_inputs(tape, unit);
     }
     if (!m_fp32_shards || m_offload) {
       return;
@@ -240,11 +244,15 @@ class Fsdp2 final : public DataParallelScheme {
     if (unit.params.empty() || m_unsharded.count(unit.layer) != 0 || m_results.count(unit.layer) != 0) {
       return;
     }
-    Bytes bytes = 0, local = 0;  // the unit's all-gather output, and this rank's slice of it
+    // the unit's all-gather output, and this rank's slice of it: every parameter's all-gather inputs (in
+    // bytes when their dtypes differ: _get_all_gather_input_metadatas)
+    Bytes bytes = 0, local = 0;
     for (VarId p : unit.params) {
-      const Bytes b = static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p);
-      bytes += b;
-      local += b / static_cast<Bytes>(ranks(p));  // padded_numel is a multiple of ranks(p)
+      for (const AllGatherInput& in : gathered(tape, unit, p)) {
+        const Bytes b = storage_bytes(in.numel, in.dtype, tape.shape(p));
+        bytes += b;
+        local += b / static_cast<Bytes>(ranks(p));  // each input's padded numel is a multiple of ranks(p)
+      }
     }
     const DType dtype = tape.dtype(unit.params.front());
     AllGatherResult r;
@@ -315,11 +323,12 @@ class Fsdp2 final : public DataParallelScheme {
     tape.stream_wait_for(r.all_gather);
     tape.use(r.output);
     std::vector<TensorId>& params = m_unsharded[unit.layer];
-    for (VarId p : unit.params) {
-      params.push_back(
-          tape.allocate(tape.name(p) + ".unsharded",
-                        static_cast<Bytes>(padded_numel(tape, p)) * gathered_element_bytes(tape, unit, p),
-                        tape.dtype(p), TensorCategory::kCommunication));
+    for (VarId p : unit.params) {  // init_all_gather_outputs: one tensor per all-gather input
+      for (const AllGatherInput& in : gathered(tape, unit, p)) {
+        params.push_back(tape.allocate(tape.name(p) + ".unsharded" + in.suffix,
+                                       storage_bytes(in.numel, in.dtype, tape.shape(p)), in.dtype,
+                                       TensorCategory::kCommunication));
+      }
     }
     const AllGatherState state{r.output, copy_out, unit_name(unit)};
     if (forward) {
@@ -402,12 +411,42 @@ class Fsdp2 final : public DataParallelScheme {
     const std::int64_t rows = shape.front(), group = ranks(p);
     return shard_numel(rows, static_cast<int>(group)) * group * (n / rows);
   }
-  // Bytes per element of the parameter's all-gather: one for a float8-gathered weight (torchao's
-  // fsdp_pre_all_gather casts the shard to float8; mixed dtypes go through the all-gather as bytes).
-  static Bytes gathered_element_bytes(const EagerTape& tape, const ParameterUnit& unit, VarId p) {
-    const bool float8 = std::find(unit.float8_all_gather.begin(), unit.float8_all_gather.end(), p) !=
-                        unit.float8_all_gather.end();
-    return float8 ? 1 : dtype_size_bytes(tape.dtype(p));
+  // What FSDP2 all-gathers for p, each input's elements padded as the rank's shards are: p itself padded
+  // along dim 0, or its fsdp_pre_all_gather inputs; an input of the parameter's shape pads with it, the
+  // others split evenly (check_all_gather_inputs).
+  std::vector<AllGatherInput> gathered(const EagerTape& tape, const ParameterUnit& unit, VarId p) const {
+    const std::int64_t padded = padded_numel(tape, p);
+    const auto it = unit.all_gather_inputs.find(p);
+    if (it == unit.all_gather_inputs.end()) {
+      return {AllGatherInput{"", padded, tape.dtype(p)}};
+    }
+    std::vector<AllGatherInput> inputs = it->second;
+    for (AllGatherInput& in : inputs) {
+      if (in.numel == numel(tape.shape(p))) {
+        in.numel = padded;
+      }
+    }
+    return inputs;
+  }
+  // FSDPParam.all_gather_inputs: where FSDP pads the parameter's shard, the extension's inputs must have the
+  // padded sharded size. An input of another shape than the parameter's (NF4Tensor's flat inner tensors, cut
+  // by its own split) cannot be padded: its parameter's dim 0 and its elements must split evenly.
+  void check_all_gather_inputs(const EagerTape& tape, const ParameterUnit& unit) const {
+    for (const auto& [p, inputs] : unit.all_gather_inputs) {
+      const Shape& shape = tape.shape(p);
+      const int world = ranks(p);
+      for (const AllGatherInput& in : inputs) {
+        if (in.numel == numel(shape) ||
+            (!shape.empty() && shape.front() % world == 0 && in.numel % world == 0)) {
+          continue;
+        }
+        throw InputError(fmt::format(
+            "--fsdp2: {}{} ({} elements, dim 0 of {}) does not split evenly over {} ranks; FSDP2 refuses an "
+            "uneven shard of a tensor subclass (\"fsdp_pre_all_gather must return all-gather inputs with the "
+            "padded sharded size\", torch/distributed/fsdp/_fully_shard/_fsdp_param.py)",
+            tape.name(p), in.suffix, in.numel, shape.empty() ? 0 : shape.front(), world));
+      }
+    }
   }
 
   std::string m_name;

@@ -299,7 +299,8 @@ void validate(const TrainingOptions& o) {
   if (o.bnb.format != BnbFormat::kNone) {
     // Data parallelism composes by what each scheme does to parameters: DDP and ZeRO-1/2 leave the frozen
     // quantized weights whole on every rank; FSDP1 and ZeRO-3 flatten and shard the packed weight like any
-    // tensor of its quant_storage dtype. Megatron's layers and torchao's NF4 under sharding are not modelled.
+    // tensor of its quant_storage dtype; FSDP2 shards torchao's NF4Tensor by its inner tensors
+    // (torchao_nf4.h). Megatron's layers are not modelled.
     const std::string& scheme = o.data_parallel.scheme;
     const bool shards_parameters = scheme.starts_with("fsdp") || scheme == "zero3";
     if (o.tensor_parallel > 1 || o.pipeline.stages > 1) {
@@ -311,15 +312,23 @@ void validate(const TrainingOptions& o) {
           "--base-weights int8: sharding bitsandbytes' Int8Params (FSDP, ZeRO-3) is not modelled (vramsim); "
           "4-bit weights with --bnb-quant-storage bf16 are");
     }
-    if (shards_parameters && o.bnb.format == BnbFormat::kTorchaoNf4 && scheme.starts_with("fsdp-")) {
+    if (shards_parameters && o.bnb.format == BnbFormat::kTorchaoNf4 && !scheme.starts_with("fsdp2-")) {
       throw InputError(
           "--base-weights torchao-nf4: torchtune shards NF4Tensor with FSDP2 only; FSDP1 and ZeRO-3 with it "
           "are not modelled (vramsim)");
     }
-    if (shards_parameters && o.bnb.format == BnbFormat::kTorchaoNf4) {
+    // torchtune's load_from_full_model_state_dict shards NF4Tensor itself and raises on a 2-D mesh
+    // (torchtune/training/_distributed.py: NotImplementedError(f"only support 1D FSDP but got {mesh.ndim}")).
+    if (o.bnb.format == BnbFormat::kTorchaoNf4 && scheme == "fsdp2-hybrid-shard") {
       throw InputError(
-          "--base-weights torchao-nf4: sharding NF4Tensor (torchao's nf4_split of data and scalers) is not "
-          "modelled (vramsim)");
+          "--base-weights torchao-nf4 with FSDP2 hybrid-shard: torchtune refuses NF4 weights on a 2-D mesh "
+          "(\"only support 1D FSDP but got 2\", load_from_full_model_state_dict)");
+    }
+    if (o.bnb.format == BnbFormat::kTorchaoNf4 && scheme.starts_with("fsdp2-") &&
+        o.data_parallel.offload_params) {
+      throw InputError(
+          "--offload params with --base-weights torchao-nf4: FSDP2's CPUOffloadPolicy of NF4Tensor shards "
+          "(every inner tensor copied to the device per all-gather) is not modelled (vramsim)");
     }
     if (shards_parameters && scheme.starts_with("fsdp2-") && o.bnb.format != BnbFormat::kTorchaoNf4) {
       throw InputError(

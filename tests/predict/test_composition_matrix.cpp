@@ -219,6 +219,7 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
       {"fsdp2", "checkpoint-op", "compile-layer", "float8"},          // torchtitan's float8 runs
       {"fsdp2", "cp", "checkpoint-full", "compile-layer", "float8"},  // torchtitan's long-context runs
       {"fsdp2", "cp", "checkpoint-op", "float8-rowwise"},
+      {"fsdp2", "qlora-torchao", "checkpoint-full", "bf16"},  // torchtune's lora_finetune_distributed QLoRA
   };
   for (const std::vector<std::string>& recipe : recipes) {
     std::vector<const Technique*> picked;
