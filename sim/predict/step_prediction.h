@@ -256,7 +256,24 @@ struct Prediction {
         // MoE models: the fused-MoE kernel's workspace the WorkspaceManager keeps from the first MoE layer on
         // (vllm_fused_moe_workspace.h); 0 for dense models
         std::int64_t fused_moe_workspace_bytes = 0;
-        // max(forward, sampler) + cuBLAS workspace + fused-MoE workspace
+        // A vision-language model's multimodal profile run (vllm_multimodal_budget.h): the encoder budget,
+        // the dummy image items, and what the encoder pass and the kept encoder outputs hold.
+        struct Encoder {
+          std::string modality = "image";
+          std::int64_t max_tokens_per_item = 0;   // get_mm_max_tokens_per_item
+          std::int64_t encoder_budget = 0;        // "a budget of B tokens"
+          std::int64_t items = 0;                 // "profiled with N image items"
+          std::int64_t tower_tokens_per_item = 0; // rows one item is in the vision tower
+          std::int64_t tower_weights_bytes = 0;   // the tower and projector, in "Model loading took"
+          std::int64_t pixel_values_bytes = 0;    // the dummy batch
+          std::int64_t tower_layer_bytes = 0;     // the tower's widest layer over every item
+          std::int64_t encoder_outputs_bytes = 0; // kept in encoder_cache under the language model's run
+          std::int64_t encoder_pass_bytes = 0;    // pixel_values + tower layer
+          std::int64_t language_pass_bytes = 0;   // pixel_values + encoder outputs + max(forward, sampler)
+        };
+        std::optional<Encoder> encoder;
+        // max(forward, sampler) + cuBLAS workspace + fused-MoE workspace; with an encoder,
+        // max(encoder pass, language pass) + the workspaces
         std::int64_t torch_peak_increase_bytes = 0;
         std::int64_t non_torch_increase_bytes = 0;   // communication buffers set up during the profile run
         bool non_torch_measured = false;             // --vllm-non-torch-increase given
