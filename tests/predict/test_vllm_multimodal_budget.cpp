@@ -94,7 +94,7 @@ TEST_CASE("vllm multimodal: the encoder pass and the kept encoder outputs, in by
   q.tower_hidden = 1280;
   q.tower_intermediate = 3420;
   q.gated_mlp = true;
-  q.pixel_elements_per_item = 1176;  // a patch: 3 x 2 x 14 x 14
+  q.pixel_elements_per_item = 65536LL * 1176;  // 65,536 patch rows of 3 x 2 x 14 x 14
   q.embeds_per_item = 16384;
   q.text_hidden = 3584;
   CHECK(vllm_encoder_profile(q).tower_layer_bytes == 1680343040);
