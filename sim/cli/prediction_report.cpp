@@ -68,6 +68,23 @@ void print_v1_stages(const Prediction::Generation::Paged::V1& s, std::int64_t bl
   }
 }
 
+// profile_run's encoder pass for a vision-language model (vllm_multimodal_budget.h), with vLLM's log line.
+void print_v1_encoder(const Prediction::Generation::Paged::V1::Encoder& e,
+                      const Prediction::Generation::Paged::V1& s) {
+  fmt::print(
+      "  Encoder cache will be initialized with a budget of {} tokens, and profiled with {} {} items of the "
+      "maximum feature size.\n",
+      e.encoder_budget, e.items, e.modality);
+  fmt::print(
+      "  encoder profile  {} tokens an item, {} tower rows an item; encoder pass {} (pixel_values {} + the "
+      "tower's widest layer {}); language model pass {} (pixel_values + kept encoder outputs {} + "
+      "max(forward "
+      "{}, sampler {}))\n",
+      e.max_tokens_per_item, e.tower_tokens_per_item, gib(e.encoder_pass_bytes), gib(e.pixel_values_bytes),
+      gib(e.tower_layer_bytes), gib(e.language_pass_bytes), gib(e.encoder_outputs_bytes),
+      gib(s.forward_peak_bytes), gib(s.sampler_peak_bytes));
+}
+
 // vLLM V1's start-up as its log prints it (gpu_model_runner, gpu_worker, kv_cache_utils), one rank.
 void print_v1(const Prediction::Generation& g) {
   const Prediction::Generation::Paged& v = *g.paged;
@@ -82,7 +99,13 @@ void print_v1(const Prediction::Generation& g) {
     fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
   };
   print_v1_stages(s, v.block_size, v.num_gpu_blocks);
-  row("Model loading took", s.weights_bytes, "this rank's weights and buffers");
+  row("Model loading took", s.weights_bytes,
+      s.encoder ? fmt::format("this rank's weights and buffers, vision tower and projector {} of them",
+                              gib(s.encoder->tower_weights_bytes))
+                : std::string("this rank's weights and buffers"));
+  if (s.encoder) {
+    print_v1_encoder(*s.encoder, s);
+  }
   row("torch peak memory increase", s.torch_peak_increase_bytes,
       fmt::format("profile run: forward {}, sampler {}, + cuBLAS workspace {}{}", gib(s.forward_peak_bytes),
                   gib(s.sampler_peak_bytes), b(s.cublas_workspace_bytes),
@@ -424,6 +447,21 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"utilization_to_keep_cache", s.utilization_to_keep_cache}};
         if (!s.dtype.empty()) {
           j["generation"]["paged"]["vllm_v1"]["dtype"] = s.dtype;
+        }
+        if (s.encoder) {
+          const auto& e = *s.encoder;
+          j["generation"]["paged"]["vllm_v1"]["encoder_profile"] = {
+              {"modality", e.modality},
+              {"max_tokens_per_item", e.max_tokens_per_item},
+              {"encoder_budget", e.encoder_budget},
+              {"items", e.items},
+              {"tower_tokens_per_item", e.tower_tokens_per_item},
+              {"tower_weights_bytes", e.tower_weights_bytes},
+              {"pixel_values_bytes", e.pixel_values_bytes},
+              {"tower_layer_bytes", e.tower_layer_bytes},
+              {"encoder_outputs_bytes", e.encoder_outputs_bytes},
+              {"encoder_pass_bytes", e.encoder_pass_bytes},
+              {"language_pass_bytes", e.language_pass_bytes}};
         }
         if (s.pipeline_parallel > 1 || s.data_parallel > 1) {
           // Every stage by its number ("0", "1", ...), so a dotted path can name one.

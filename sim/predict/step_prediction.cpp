@@ -389,6 +389,11 @@ PredictRequest size_serving(const PredictRequest& original,
     } else if (original.vllm.version == "v1") {
       paged = size_vllm_v1_cache(original);
       sized.options.kv_cache_fp8 = original.vllm.kv_cache_dtype != "auto";
+      if (paged->v1->encoder) {
+        // The start-up above sized the vision tower (its weights, its profile pass); the served batch is
+        // the requested text prompts through the language model.
+        sized.model.vision = ModelConfig::VisionPart{};
+      }
       if (paged->v1->pipeline_parallel > 1) {
         // The served batch runs on one GPU of the stage reported: its decoder layers and its blocks (the
         // model's embedding and head stay in the graph: an upper bound by at most two vocabulary tables).

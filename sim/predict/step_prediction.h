@@ -248,38 +248,55 @@ struct Prediction {
       struct V1 {
         int tensor_parallel = 1;
         std::string kv_cache_dtype = "auto";
-        std::string quantization;                    // "", "fp8", "gptq" or "awq"
-        std::int64_t weights_bytes = 0;              // "Model loading took": this rank's weights and buffers
-        std::int64_t forward_peak_bytes = 0;         // the dummy forward's widest point over the weights
-        std::int64_t sampler_peak_bytes = 0;         // hidden states, logits and the sampler's tensors
-        std::int64_t cublas_workspace_bytes = 0;     // the first matmul's workspace (through the allocator)
+        std::string quantization;                 // "", "fp8", "gptq" or "awq"
+        std::int64_t weights_bytes = 0;           // "Model loading took": this rank's weights and buffers
+        std::int64_t forward_peak_bytes = 0;      // the dummy forward's widest point over the weights
+        std::int64_t sampler_peak_bytes = 0;      // hidden states, logits and the sampler's tensors
+        std::int64_t cublas_workspace_bytes = 0;  // the first matmul's workspace (through the allocator)
         // MoE models: the fused-MoE kernel's workspace the WorkspaceManager keeps from the first MoE layer on
         // (vllm_fused_moe_workspace.h); 0 for dense models
         std::int64_t fused_moe_workspace_bytes = 0;
-        // max(forward, sampler) + cuBLAS workspace + fused-MoE workspace
+        // A vision-language model's multimodal profile run (vllm_multimodal_budget.h): the encoder budget,
+        // the dummy image items, and what the encoder pass and the kept encoder outputs hold.
+        struct Encoder {
+          std::string modality = "image";
+          std::int64_t max_tokens_per_item = 0;    // get_mm_max_tokens_per_item
+          std::int64_t encoder_budget = 0;         // "a budget of B tokens"
+          std::int64_t items = 0;                  // "profiled with N image items"
+          std::int64_t tower_tokens_per_item = 0;  // rows one item is in the vision tower
+          std::int64_t tower_weights_bytes = 0;    // the tower and projector, in "Model loading took"
+          std::int64_t pixel_values_bytes = 0;     // the dummy batch
+          std::int64_t tower_layer_bytes = 0;      // the tower's widest layer over every item
+          std::int64_t encoder_outputs_bytes = 0;  // kept in encoder_cache under the language model's run
+          std::int64_t encoder_pass_bytes = 0;     // pixel_values + tower layer
+          std::int64_t language_pass_bytes = 0;    // pixel_values + encoder outputs + max(forward, sampler)
+        };
+        std::optional<Encoder> encoder;
+        // max(forward, sampler) + cuBLAS workspace + fused-MoE workspace; with an encoder,
+        // max(encoder pass, language pass) + the workspaces
         std::int64_t torch_peak_increase_bytes = 0;
-        std::int64_t non_torch_increase_bytes = 0;   // communication buffers set up during the profile run
-        bool non_torch_measured = false;             // --vllm-non-torch-increase given
-        std::vector<NonTorchLine> non_torch_lines;   // the bill (non_torch_memory.h)
-        std::int64_t non_kv_cache_bytes = 0;         // weights + torch peak increase + non-torch increase
-        std::int64_t requested_bytes = 0;            // total x gpu_memory_utilization
-        std::int64_t page_size_bytes = 0;            // one layer's block (AttentionSpec.page_size_bytes)
+        std::int64_t non_torch_increase_bytes = 0;  // communication buffers set up during the profile run
+        bool non_torch_measured = false;            // --vllm-non-torch-increase given
+        std::vector<NonTorchLine> non_torch_lines;  // the bill (non_torch_memory.h)
+        std::int64_t non_kv_cache_bytes = 0;        // weights + torch peak increase + non-torch increase
+        std::int64_t requested_bytes = 0;           // total x gpu_memory_utilization
+        std::int64_t page_size_bytes = 0;           // one layer's block (AttentionSpec.page_size_bytes)
         // The KV-cache manager's groups (vllm_kv_cache_groups.h): one of every layer for full attention;
         // sliding-window layers beside full ones make several, of layers_per_group layers each.
-        bool mla = false;                    // MLAAttentionSpec: one latent a token, not split by TP
-        std::int64_t kv_cache_groups = 1;    // len(kv_cache_config.kv_cache_groups)
+        bool mla = false;                  // MLAAttentionSpec: one latent a token, not split by TP
+        std::int64_t kv_cache_groups = 1;  // len(kv_cache_config.kv_cache_groups)
         std::int64_t full_attention_groups = 1;
-        std::int64_t layers_per_group = 0;   // group_size: the pool's tensors
-        std::int64_t padding_layers = 0;     // group slots no layer fills
-        std::int64_t sliding_window = 0;     // the sliding layers' window (0: none)
+        std::int64_t layers_per_group = 0;  // group_size: the pool's tensors
+        std::int64_t padding_layers = 0;    // group slots no layer fills
+        std::int64_t sliding_window = 0;    // the sliding layers' window (0: none)
         std::int64_t sliding_window_layers = 0;
         // One max_model_len request's cache (_max_memory_usage_bytes_from_groups): the "X GiB KV cache is
         // needed" of vLLM's refusal.
         std::int64_t kv_cache_needed_bytes = 0;
-        std::int64_t blocks_per_request = 0;  // the same in blocks of the pool (all groups' pages)
-        std::int64_t kv_cache_tokens = 0;            // "GPU KV cache size: N tokens"
-        double max_concurrency = 0.0;                // "Maximum concurrency for max_model_len tokens"
-        std::int64_t estimated_max_model_len = 0;    // vLLM's suggestion when it refuses (0: none)
+        std::int64_t blocks_per_request = 0;       // the same in blocks of the pool (all groups' pages)
+        std::int64_t kv_cache_tokens = 0;          // "GPU KV cache size: N tokens"
+        double max_concurrency = 0.0;              // "Maximum concurrency for max_model_len tokens"
+        std::int64_t estimated_max_model_len = 0;  // vLLM's suggestion when it refuses (0: none)
         // The serving questions: the longest max_model_len whose one request fits this cache (at most the
         // model's max_position_embeddings), and the gpu_memory_utilization one max_model_len request needs.
         std::int64_t largest_max_model_len = 0;

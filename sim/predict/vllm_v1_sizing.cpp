@@ -8,8 +8,11 @@
 #include "sim/core/error.h"
 #include "sim/inference/vllm_fused_moe_workspace.h"
 #include "sim/inference/vllm_kv_cache_groups.h"
+#include "sim/inference/vllm_multimodal_budget.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
+#include "sim/models/qwen2_vl_vision.h"
+#include "sim/models/vision_tower.h"
 #include "sim/predict/non_torch_memory.h"
 
 namespace vramsim {
@@ -205,6 +208,139 @@ std::int64_t fused_moe_workspace_bytes(const PredictRequest& request, Bytes dtyp
   return static_cast<std::int64_t>(vllm_fused_moe_workspace(s).total_bytes);
 }
 
+// ---- A vision-language model's multimodal profile run (vllm_multimodal_budget.h) ----
+
+using Clip = ModelConfig::VisionPart::Clip;
+using Tower = ModelConfig::VisionPart::Tower;
+
+// The max_pixels of Qwen2-VL's and Qwen2.5-VL's checkpoints (preprocessor_config.json of
+// Qwen/Qwen2-VL-7B-Instruct and Qwen/Qwen2.5-VL-7B-Instruct: 12845056 = 16384 tokens of 28 x 28 pixels),
+// which vLLM's processor loads; transformers' class default (1003520) is what training recipes pass.
+constexpr std::int64_t kQwenCheckpointMaxPixels = 12845056;
+
+// One dummy image item as vLLM's model file builds it for the profile run (get_dummy_mm_inputs with the
+// image of get_image_size_with_most_features): its tokens in the language model's sequence
+// (get_mm_max_tokens_per_item), its rows in the tower, its pixel_values, and its encoder output's rows.
+struct VisionItem {
+  std::int64_t max_tokens = 0;
+  std::int64_t tower_tokens = 0;
+  std::int64_t pixel_elements = 0;
+  std::int64_t embeds = 0;
+  bool gated_mlp = false;
+};
+VisionItem vllm_vision_item(const ModelConfig& m, const VisionInputs& vision) {
+  const Clip& c = m.vision.clip;
+  const std::int64_t side_patches = c.patches_per_side() * c.patches_per_side();
+  const std::int64_t pixels = c.channels * c.image_size * c.image_size;
+  switch (c.tower) {
+    case Tower::kSiglip:
+      // gemma3_mm.py Gemma3ProcessingInfo.get_max_image_tokens: pan-and-scan off (Gemma3Processor's default,
+      // get_num_crops 0), the replacement's features "<start_of_image>" + mm_tokens_per_image x
+      // "<image_soft_token>" + "<end_of_image>"; the encoder output is the pooled tokens only.
+      return {c.pooled_tokens + 2, side_patches, pixels, c.pooled_tokens, false};
+    case Tower::kClip:
+      if (!c.grid_pinpoints.empty()) {
+        throw InputError(
+            "--kv-cache paged with llava_next: the multimodal profile run of anyres tiles is not modelled "
+            "(vramsim)");
+      }
+      // llava.py LlavaProcessingInfo.get_num_image_tokens: the patches (vision_feature_select_strategy
+      // "default"; "full" keeps CLS), each one embedding; the tower runs CLS and the patches.
+      return {c.tokens_per_image(), side_patches + 1, pixels, c.tokens_per_image(), false};
+    case Tower::kQwen2Vl:
+    case Tower::kQwen25Vl: {
+      // qwen2_vl.py Qwen2VLProcessingInfo.get_image_size_with_most_features: smart_resize of a 9999999 x
+      // 9999999 image within the processor's max_pixels; pixel_values are patches x (channels x
+      // temporal_patch_size x patch_size^2); the merger's output one row per token.
+      const std::int64_t max_pixels = vision.max_pixels > 0 ? vision.max_pixels : kQwenCheckpointMaxPixels;
+      const std::int64_t min_pixels = vision.min_pixels > 0 ? vision.min_pixels : kQwenMinPixels;
+      const QwenImageGrid grid = qwen2_vl_image_grid(c, 9999999, 9999999, min_pixels, max_pixels);
+      const std::int64_t tokens = grid.tokens(c.spatial_merge_size);
+      return {tokens, grid.patches(),
+              grid.patches() * c.channels * c.temporal_patch_size * c.patch_size * c.patch_size, tokens,
+              c.tower == Tower::kQwen25Vl};
+    }
+  }
+  return {};
+}
+
+// The tower and projector vLLM loads, in the model dtype. llava.py's init_vision_tower_for_llava builds
+// CLIPVisionModel with num_hidden_layers_override = the feature layer's depth: the layers after
+// vision_feature_layer are not built and post_layernorm only when every layer is (require_post_norm).
+Bytes vision_weights_bytes(const ModelConfig& m, Bytes dtype_bytes) {
+  std::vector<ParameterShape> shapes;
+  llava_vision_parameter_shapes(m, shapes);
+  const Clip& c = m.vision.clip;
+  const std::int64_t built = c.tower == Tower::kClip ? c.feature_layers_run() : c.layers;
+  Bytes bytes = 0;
+  for (const ParameterShape& s : shapes) {
+    if (built < c.layers) {
+      if (s.name.find("post_layernorm") != std::string::npos) {
+        continue;
+      }
+      const std::size_t at = s.name.find("encoder.layers.");
+      if (at != std::string::npos && std::stoll(s.name.substr(at + 15)) >= built) {
+        continue;
+      }
+    }
+    bytes += static_cast<Bytes>(s.numel()) * dtype_bytes;
+  }
+  return bytes;
+}
+
+// The techniques vLLM applies to the tower too, which its sizing here does not follow: refused by name.
+void check_multimodal_request(const PredictRequest& request) {
+  const std::string& wrapper = request.model.vision.wrapper_model_type;
+  const auto not_modelled = [&wrapper](const std::string& what) {
+    throw InputError(fmt::format(
+        "{} with a vision-language model ({}) under --kv-cache paged: the tower's share is not modelled "
+        "(vramsim)",
+        what, wrapper));
+  };
+  if (request.tensor_parallel > 1) {
+    not_modelled("--tp");  // the tower's linears are tensor-parallel too (mm_encoder_tp_mode "weights")
+  }
+  if (request.vllm.pipeline_parallel > 1) {
+    not_modelled("--pp");
+  }
+  if (!request.vllm.quantization.empty()) {
+    not_modelled("--quantization");  // quant_config reaches the tower's linears
+  }
+}
+
+// profile_run's encoder pass and the encoder outputs it keeps under the language model's run.
+Paged::V1::Encoder multimodal_profile(const PredictRequest& request, Bytes dtype_bytes, const Paged& g,
+                                      Bytes language_peak) {
+  const ModelConfig& m = request.model;
+  const Clip& c = m.vision.clip;
+  const VisionItem item = vllm_vision_item(m, request.options.vision);
+  const VllmMmBudget b = vllm_mm_budget(
+      {g.max_num_batched_tokens, g.max_model_len, g.max_num_seqs, item.max_tokens, kVllmDefaultMmLimit});
+  VllmEncoderShapes s;
+  s.items = b.max_items_per_batch;
+  s.tower_tokens_per_item = item.tower_tokens;
+  s.tower_hidden = c.hidden;
+  s.tower_intermediate = c.intermediate;
+  s.gated_mlp = item.gated_mlp;
+  s.pixel_elements_per_item = item.pixel_elements;
+  s.embeds_per_item = item.embeds;
+  s.text_hidden = m.d_model;
+  s.dtype_bytes = dtype_bytes;
+  const VllmEncoderProfile p = vllm_encoder_profile(s);
+  Paged::V1::Encoder e;
+  e.max_tokens_per_item = item.max_tokens;
+  e.encoder_budget = b.encoder_budget;
+  e.items = b.max_items_per_batch;
+  e.tower_tokens_per_item = item.tower_tokens;
+  e.tower_weights_bytes = static_cast<std::int64_t>(vision_weights_bytes(m, dtype_bytes));
+  e.pixel_values_bytes = static_cast<std::int64_t>(p.pixel_values_bytes);
+  e.tower_layer_bytes = static_cast<std::int64_t>(p.tower_layer_bytes);
+  e.encoder_outputs_bytes = static_cast<std::int64_t>(p.encoder_outputs_bytes);
+  e.encoder_pass_bytes = static_cast<std::int64_t>(p.encoder_pass_bytes);
+  e.language_pass_bytes = static_cast<std::int64_t>(p.kept_bytes + language_peak);
+  return e;
+}
+
 // The profile run's peak over the weights: the widest of the dummy forward and the sampler, plus the cuBLAS
 // workspace the first matmul of the process allocates through the caching allocator and, for MoE models, the
 // fused-MoE workspace, both kept for the rest of the run.
@@ -231,8 +367,12 @@ void profile(const PredictRequest& request, Bytes dtype_bytes, const VllmPipelin
   out.sampler_peak_bytes = static_cast<std::int64_t>(p.sampler_bytes);
   out.cublas_workspace_bytes = static_cast<std::int64_t>(request.options.cublas_workspace_bytes);
   out.fused_moe_workspace_bytes = fused_moe_workspace_bytes(request, dtype_bytes, stage, g);
-  out.torch_peak_increase_bytes =
-      static_cast<std::int64_t>(p.peak_bytes) + out.cublas_workspace_bytes + out.fused_moe_workspace_bytes;
+  std::int64_t peak = static_cast<std::int64_t>(p.peak_bytes);
+  if (m.vision.simulated()) {
+    out.encoder = multimodal_profile(request, dtype_bytes, g, p.peak_bytes);
+    peak = std::max(out.encoder->encoder_pass_bytes, out.encoder->language_pass_bytes);
+  }
+  out.torch_peak_increase_bytes = peak + out.cublas_workspace_bytes + out.fused_moe_workspace_bytes;
 }
 
 // The model's KV-cache groups (vllm_kv_cache_groups.h): each decoder layer's window, 0 for full attention
@@ -334,6 +474,9 @@ Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Page
   out.weights_bytes =
       static_cast<std::int64_t>(weights_per_rank(request, dtype_bytes, v.quantization, stage));
   profile(request, dtype_bytes, stage, out, g);
+  if (out.encoder) {  // the tower and projector load with the language model (GPUModelRunner.load_model)
+    out.weights_bytes += out.encoder->tower_weights_bytes;
+  }
   out.non_torch_lines = vllm_non_torch_lines(
       VllmParallelGroups{request.tensor_parallel, v.pipeline_parallel, v.data_parallel, stage.last},
       request.gpu);
@@ -396,6 +539,9 @@ Paged size_vllm_v1_cache(const PredictRequest& request) {
   const GpuMemory gpu = device_memory(request.gpu, request.capacity_bytes, request.context);
   Paged settings;
   settle_v1_settings(request, gpu, settings);
+  if (m.vision.simulated()) {
+    check_multimodal_request(request);
+  }
   const std::vector<VllmPipelineStage> stages =
       vllm_pipeline_stages(m.n_layers, v.pipeline_parallel, v.pp_layer_partition);
   std::vector<Paged> sized;

@@ -1,0 +1,70 @@
+#include "sim/inference/vllm_multimodal_budget.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "sim/core/assert.h"
+#include "sim/core/checked.h"
+#include "sim/core/error.h"
+
+namespace vramsim {
+namespace {
+
+// Sizes from user-typed shapes: a product or sum that would wrap is an input error, never a wrong number.
+Bytes mul(Bytes a, Bytes b) {
+  const std::optional<Bytes> out = checked_mul(a, b);
+  if (!out) {
+    throw InputError("vLLM multimodal profile: a size overflows 64 bits (shapes too large)");
+  }
+  return *out;
+}
+Bytes add(Bytes a, Bytes b) {
+  const std::optional<Bytes> out = checked_add(a, b);
+  if (!out) {
+    throw InputError("vLLM multimodal profile: a size overflows 64 bits (shapes too large)");
+  }
+  return *out;
+}
+Bytes u(std::int64_t v) { return static_cast<Bytes>(v); }
+
+}  // namespace
+
+VllmMmBudget vllm_mm_budget(const VllmMmBudgetInputs& in) {
+  SIM_ASSERT(in.max_tokens_per_item > 0 && in.max_num_batched_tokens > 0 && in.max_model_len > 0);
+  VllmMmBudget b;
+  // compute_mm_encoder_budget: SchedulerConfig sets max_num_encoder_input_tokens and encoder_cache_size to
+  // max_num_batched_tokens; one item larger than that still gets its own budget.
+  b.encoder_compute_budget = std::max(in.max_num_batched_tokens, in.max_tokens_per_item);
+  b.encoder_cache_size = std::max(in.max_num_batched_tokens, in.max_tokens_per_item);
+  b.encoder_budget = std::min(b.encoder_compute_budget, b.encoder_cache_size);
+  // MultiModalBudget._get_max_items (V1 always chunks prefills: max_num_reqs is not capped by tokens)
+  const std::int64_t encoder_items = b.encoder_budget / in.max_tokens_per_item;
+  b.max_items_per_prompt =
+      std::max<std::int64_t>(1, std::min(in.mm_limit, in.max_model_len / in.max_tokens_per_item));
+  const std::int64_t decoder_items = in.max_num_seqs * b.max_items_per_prompt;
+  b.max_items_per_batch = std::max<std::int64_t>(1, std::min(encoder_items, decoder_items));
+  return b;
+}
+
+VllmEncoderProfile vllm_encoder_profile(const VllmEncoderShapes& s) {
+  const Bytes a = s.dtype_bytes;
+  const Bytes n = u(s.items);
+  const Bytes rows = mul(n, u(s.tower_tokens_per_item));
+  const Bytes h = u(s.tower_hidden);
+  const Bytes i = u(s.tower_intermediate);
+  // The encoder layer's widest point (rows x columns of the model dtype): attention holds the residual, the
+  // normed input, qkv_proj's [rows, 3 h] (q, k, v are views of it), the attention output and out_proj's;
+  // the MLP the residual, the normed input, fc1's output and the activation's (the caller's normed input is
+  // alive until mlp() returns); the gated MLP gate_up_proj's 2 I beside SiluAndMul's I.
+  const Bytes attention_columns = 7 * h;
+  const Bytes mlp_columns = s.gated_mlp ? 2 * h + 3 * i : 2 * h + 2 * i;
+  VllmEncoderProfile p;
+  p.pixel_values_bytes = mul(mul(n, u(s.pixel_elements_per_item)), a);
+  p.tower_layer_bytes = mul(mul(rows, std::max(attention_columns, mlp_columns)), a);
+  p.encoder_outputs_bytes = mul(mul(mul(n, u(s.embeds_per_item)), u(s.text_hidden)), a);
+  p.encoder_pass_bytes = add(p.pixel_values_bytes, p.tower_layer_bytes);
+  p.kept_bytes = add(p.pixel_values_bytes, p.encoder_outputs_bytes);
+  return p;
+}
+
+}  // namespace vramsim
