@@ -1,30 +1,16 @@
 #include "sim/inference/vllm_multimodal_budget.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "sim/core/assert.h"
-#include "sim/core/checked.h"
-#include "sim/core/error.h"
+#include "sim/core/checked_size.h"
 
 namespace vramsim {
 namespace {
 
 // Sizes from user-typed shapes: a product or sum that would wrap is an input error, never a wrong number.
-Bytes mul(Bytes a, Bytes b) {
-  const std::optional<Bytes> out = checked_mul(a, b);
-  if (!out) {
-    throw InputError("vLLM multimodal profile: a size overflows 64 bits (shapes too large)");
-  }
-  return *out;
-}
-Bytes add(Bytes a, Bytes b) {
-  const std::optional<Bytes> out = checked_add(a, b);
-  if (!out) {
-    throw InputError("vLLM multimodal profile: a size overflows 64 bits (shapes too large)");
-  }
-  return *out;
-}
+Bytes mul(Bytes a, Bytes b) { return size_mul(a, b, "vLLM multimodal profile"); }
+Bytes add(Bytes a, Bytes b) { return size_add(a, b, "vLLM multimodal profile"); }
 Bytes u(std::int64_t v) { return static_cast<Bytes>(v); }
 
 }  // namespace
