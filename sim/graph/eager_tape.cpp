@@ -76,10 +76,10 @@ EagerTape::EagerTape(OpGraph& graph) : m_graph(graph) {}
 
 // ---- raw storage and references ---------------------------------------------------------------------------
 
-OpId EagerTape::begin_op(const std::string& name, const std::string& kind, double flops) {
+OpId EagerTape::begin_op(std::string name, std::string kind, double flops) {
   Op op;
-  op.name = name;
-  op.kind = kind;
+  op.name = std::move(name);
+  op.kind = std::move(kind);
   op.step = m_step;
   op.micro_batch = m_micro_batch;
   op.layer = m_layer;
@@ -90,11 +90,10 @@ OpId EagerTape::begin_op(const std::string& name, const std::string& kind, doubl
   return m_current_op;
 }
 
-TensorId EagerTape::new_storage(const std::string& name, Bytes size_bytes, DType dtype,
-                                TensorCategory category) {
+TensorId EagerTape::new_storage(std::string name, Bytes size_bytes, DType dtype, TensorCategory category) {
   SIM_ASSERT(m_current_op != kNoOp);
   Tensor t;
-  t.name = name;
+  t.name = std::move(name);
   t.size_bytes = size_bytes;
   t.dtype = dtype;
   t.category = category;
@@ -107,9 +106,8 @@ TensorId EagerTape::new_storage(const std::string& name, Bytes size_bytes, DType
   return id;
 }
 
-TensorId EagerTape::allocate(const std::string& name, Bytes size_bytes, DType dtype,
-                             TensorCategory category) {
-  const TensorId s = new_storage(name, size_bytes, dtype, category);
+TensorId EagerTape::allocate(std::string name, Bytes size_bytes, DType dtype, TensorCategory category) {
+  const TensorId s = new_storage(std::move(name), size_bytes, dtype, category);
   ref(s);
   return s;
 }
@@ -393,10 +391,11 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
     use(m_vars[in].storage);
   }
   std::vector<VarId> outs;
+  outs.reserve(c.outputs.size());
   for (const OutputSpec& o : c.outputs) {
-    const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
+    std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
     const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
-    outs.push_back(new_var(s, o.shape, o.dtype, name));
+    outs.push_back(new_var(s, o.shape, o.dtype, std::move(name)));  // the tensor has its own copy
     m_vars.back().order = o.order;
   }
   run_reduce_staging(c.reduce_staging, c.name);
@@ -500,10 +499,10 @@ ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const
   return cuda_reduce_staging(x.shape, out, x.dtype, m_device, x.order, acc_bytes);
 }
 
-VarId EagerTape::new_grad(VarId like, const std::string& name) {
+VarId EagerTape::new_grad(VarId like, std::string name) {
   const Var& v = m_vars[like];
   const TensorId s = new_storage(name, tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
-  return new_var(s, v.shape, v.dtype, name);
+  return new_var(s, v.shape, v.dtype, std::move(name));
 }
 
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
