@@ -91,9 +91,9 @@ void Streams::pump(StreamId id) {
       case ItemKind::kOp: {
         s.fifo.pop_front();
         s.op_running = true;
-        const StreamOp op{id, item.op_id, m_sim.now(), item.duration_ns};
-        m_observer->on_op_start(op);
-        m_sim.schedule(item.duration_ns, [this, op] { finish_op(op.stream, op); });
+        s.running = StreamOp{id, item.op_id, m_sim.now(), item.duration_ns};
+        m_observer->on_op_start(s.running);
+        m_sim.schedule(item.duration_ns, [this, id] { finish_op(id); });
         return;
       }
       case ItemKind::kRecord:
@@ -115,9 +115,10 @@ void Streams::pump(StreamId id) {
   }
 }
 
-void Streams::finish_op(StreamId id, const StreamOp& op) {
+void Streams::finish_op(StreamId id) {
   Stream& s = stream(id);
   SIM_ASSERT(s.op_running);
+  const StreamOp op = s.running;
   SIM_ASSERT(m_sim.now() == op.start_ns + op.duration_ns);
   s.op_running = false;
   s.busy_ns += op.duration_ns;

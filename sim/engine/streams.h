@@ -84,6 +84,9 @@ class Streams {
     bool pump_scheduled = false;
     bool waiting = false;  // registered as a waiter of the event at the front of `fifo`
     TimeNs busy_ns = 0;
+    // The op running while op_running: its end event captures only (this, stream id), which std::function
+    // stores in place, where a captured StreamOp (40 bytes with `this`) cost a heap allocation per op.
+    StreamOp running;
   };
   struct EventState {
     StreamId stream = 0;
@@ -95,7 +98,7 @@ class Streams {
   void enqueue(StreamId id, const Item& item);
   void request_pump(StreamId id);
   void pump(StreamId id);
-  void finish_op(StreamId id, const StreamOp& op);
+  void finish_op(StreamId id);
   void complete_event(CudaEventId event);
 
   Simulator& m_sim;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -56,6 +58,16 @@ Bytes tensor_bytes(const Shape& shape, DType dtype) { return storage_bytes(numel
 
 namespace {
 
+// a + b with one allocation: libstdc++'s operator+(const std::string&, const char*) copies `a` at its own
+// length and then grows the copy for `b`, two allocations for a name past the small-string buffer (issue 40:
+// ".backward" and ".grad" appended to every backward node's and gradient's name).
+std::string joined(const std::string& a, std::string_view b) {
+  std::string out;
+  out.reserve(a.size() + b.size());
+  out.append(a).append(b);
+  return out;
+}
+
 // Note [Backward FLOPs]: a matmul's backward computes two products of the forward's size (dX = dY·Wᵀ and
 // dW = Xᵀ·dY), so 2x; FlashAttention's backward recomputes the scores and does four GEMMs to the forward's
 // two, 2.5x in the FlashAttention-2 paper's accounting; elementwise and reduction backwards do about the
@@ -76,10 +88,10 @@ EagerTape::EagerTape(OpGraph& graph) : m_graph(graph) {}
 
 // ---- raw storage and references ---------------------------------------------------------------------------
 
-OpId EagerTape::begin_op(const std::string& name, const std::string& kind, double flops) {
+OpId EagerTape::begin_op(std::string name, std::string kind, double flops) {
   Op op;
-  op.name = name;
-  op.kind = kind;
+  op.name = std::move(name);
+  op.kind = std::move(kind);
   op.step = m_step;
   op.micro_batch = m_micro_batch;
   op.layer = m_layer;
@@ -90,11 +102,10 @@ OpId EagerTape::begin_op(const std::string& name, const std::string& kind, doubl
   return m_current_op;
 }
 
-TensorId EagerTape::new_storage(const std::string& name, Bytes size_bytes, DType dtype,
-                                TensorCategory category) {
+TensorId EagerTape::new_storage(std::string name, Bytes size_bytes, DType dtype, TensorCategory category) {
   SIM_ASSERT(m_current_op != kNoOp);
   Tensor t;
-  t.name = name;
+  t.name = std::move(name);
   t.size_bytes = size_bytes;
   t.dtype = dtype;
   t.category = category;
@@ -107,9 +118,8 @@ TensorId EagerTape::new_storage(const std::string& name, Bytes size_bytes, DType
   return id;
 }
 
-TensorId EagerTape::allocate(const std::string& name, Bytes size_bytes, DType dtype,
-                             TensorCategory category) {
-  const TensorId s = new_storage(name, size_bytes, dtype, category);
+TensorId EagerTape::allocate(std::string name, Bytes size_bytes, DType dtype, TensorCategory category) {
+  const TensorId s = new_storage(std::move(name), size_bytes, dtype, category);
   ref(s);
   return s;
 }
@@ -393,16 +403,17 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
     use(m_vars[in].storage);
   }
   std::vector<VarId> outs;
+  outs.reserve(c.outputs.size());
   for (const OutputSpec& o : c.outputs) {
-    const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
+    std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
     const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
-    outs.push_back(new_var(s, o.shape, o.dtype, name));
+    outs.push_back(new_var(s, o.shape, o.dtype, std::move(name)));  // the tensor has its own copy
     m_vars.back().order = o.order;
   }
   run_reduce_staging(c.reduce_staging, c.name);
   std::vector<TensorId> scratch;
   for (Bytes b : c.scratch_bytes) {
-    scratch.push_back(allocate(c.name + ".scratch", b, DType::kUInt8, TensorCategory::kTemporary));
+    scratch.push_back(allocate(joined(c.name, ".scratch"), b, DType::kUInt8, TensorCategory::kTemporary));
   }
   add_op_node(c, outs);
   for (TensorId s : scratch) {
@@ -430,7 +441,7 @@ std::vector<VarId> EagerTape::take_cached_outputs(const OpCall& c) {
   SIM_ASSERT(m_sac.next < m_sac.cache.size());
   std::vector<TensorId> cached = std::move(m_sac.cache[m_sac.next++]);
   SIM_ASSERT(cached.size() == c.outputs.size());
-  begin_op(c.name + ".cached", "sac_cached");  // no kernel runs
+  begin_op(joined(c.name, ".cached"), "sac_cached");  // no kernel runs
   for (VarId in : c.inputs) {
     use(m_vars[in].storage);
   }
@@ -482,10 +493,10 @@ void EagerTape::run_reduce_staging(const ReduceStaging& staging, const std::stri
   if (staging.buffer_bytes == 0) {
     return;
   }
-  const TensorId buffer =
-      allocate(name + ".reduce_buffer", staging.buffer_bytes, DType::kUInt8, TensorCategory::kTemporary);
-  const TensorId semaphores = allocate(name + ".reduce_semaphores", staging.semaphore_bytes, DType::kUInt8,
-                                       TensorCategory::kTemporary);
+  const TensorId buffer = allocate(joined(name, ".reduce_buffer"), staging.buffer_bytes, DType::kUInt8,
+                                   TensorCategory::kTemporary);
+  const TensorId semaphores = allocate(joined(name, ".reduce_semaphores"), staging.semaphore_bytes,
+                                       DType::kUInt8, TensorCategory::kTemporary);
   unref(semaphores);
   unref(buffer);
 }
@@ -500,10 +511,10 @@ ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const
   return cuda_reduce_staging(x.shape, out, x.dtype, m_device, x.order, acc_bytes);
 }
 
-VarId EagerTape::new_grad(VarId like, const std::string& name) {
+VarId EagerTape::new_grad(VarId like, std::string name) {
   const Var& v = m_vars[like];
   const TensorId s = new_storage(name, tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
-  return new_var(s, v.shape, v.dtype, name);
+  return new_var(s, v.shape, v.dtype, std::move(name));
 }
 
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
@@ -512,9 +523,10 @@ VarId EagerTape::sum_to(VarId full, VarId input) {
   reserve_more(m_vars, 1);  // `f` and `x` stay valid through new_grad()
   const Var& f = m_vars[full];
   const Var& x = m_vars[input];
-  const VarId reduced = new_grad(input, x.name + ".grad");
+  const VarId reduced = new_grad(input, joined(x.name, ".grad"));
   ref(m_vars[reduced].storage);
-  run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order), x.name + ".grad");
+  run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order),
+                     joined(x.name, ".grad"));
   unref(f.storage);
   return reduced;
 }
@@ -551,12 +563,12 @@ void EagerTape::store_grad(VarId param, VarId g) {
     if (m_refs[gv.storage] == 0 && gv.dtype == p.dtype && gt.size_bytes == want) {
       p.grad = gv.storage;  // AccumulateGrad steals a gradient nobody else references
       m_graph.tensor(p.grad).category = TensorCategory::kGradient;
-      m_graph.tensor(p.grad).name = p.name + ".grad";
+      m_graph.tensor(p.grad).name = joined(p.name, ".grad");
       m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
       ref(p.grad);
       return;
     }
-    p.grad = allocate(p.name + ".grad", want, p.dtype, TensorCategory::kGradient);  // clone
+    p.grad = allocate(joined(p.name, ".grad"), want, p.dtype, TensorCategory::kGradient);  // clone
     m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
   } else {
     use(p.grad);  // param.grad += new_grad, in place
@@ -627,7 +639,7 @@ void EagerTape::add_to_input_buffer(VarId input, VarId g) {
       it->second = g;
       unref(old_s);
     } else {
-      const VarId sum = new_grad(input, m_vars[input].name + ".grad_sum");
+      const VarId sum = new_grad(input, joined(m_vars[input].name, ".grad_sum"));
       m_vars[sum].order = m_vars[old].order;  // old_var + var: laid out as its first operand
       ref(m_vars[sum].storage);
       it->second = sum;
@@ -689,7 +701,7 @@ void EagerTape::execute_node(std::size_t index) {
     execute_function(node, grads_out, std::move(unpacked));
     return;
   }
-  begin_op(node.name + ".backward", node.kind + "_backward", backward_flops(node.kind, node.flops));
+  begin_op(joined(node.name, ".backward"), node.kind + "_backward", backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
     execute_checkpoint(index, primary, std::move(unpacked));
@@ -707,17 +719,19 @@ void EagerTape::execute_node(std::size_t index) {
     use(s);
   }
   for (TensorId s : torchtune_unpack ? std::vector<TensorId>{} : node.packed) {
-    const std::string name = m_graph.tensor(s).name + ".unpacked";  // copies: allocate() grows the graph
+    const std::string name =
+        joined(m_graph.tensor(s).name, ".unpacked");  // copies: allocate() grows the graph
     const Bytes bytes = m_graph.tensor(s).size_bytes;
     const DType dtype = m_graph.tensor(s).dtype;
     unpacked.push_back(allocate(name, bytes, dtype, TensorCategory::kActivation));
   }
   std::vector<TensorId> temps;
   for (Bytes b : node.rule.temp_bytes) {
-    temps.push_back(allocate(node.name + ".backward.scratch", b, DType::kUInt8, TensorCategory::kTemporary));
+    temps.push_back(
+        allocate(joined(node.name, ".backward.scratch"), b, DType::kUInt8, TensorCategory::kTemporary));
   }
   if (!node.rule.scratch_before_grads.empty()) {  // the name is built only for a rule with scratch (issue 40)
-    run_scratch(node.rule.scratch_before_grads, node.name + ".backward.scratch", temps);
+    run_scratch(node.rule.scratch_before_grads, joined(node.name, ".backward.scratch"), temps);
   }
   // The formulas, in the generated code's order; each result holds one reference (the returned list's).
   std::vector<VarId> computed(node.inputs.size(), kNoVar);
@@ -735,11 +749,11 @@ void EagerTape::execute_node(std::size_t index) {
       g = new_var(p.storage, rule.sum_to_input ? p.shape : x.shape, rule.sum_to_input ? p.dtype : x.dtype,
                   p.name);
     } else if (rule.sum_to_input) {
-      const TensorId s = new_storage(x.name + ".grad_unreduced", tensor_bytes(p.shape, p.dtype), p.dtype,
-                                     TensorCategory::kTemporary);
-      g = new_var(s, p.shape, p.dtype, x.name + ".grad_unreduced");
+      const TensorId s = new_storage(joined(x.name, ".grad_unreduced"), tensor_bytes(p.shape, p.dtype),
+                                     p.dtype, TensorCategory::kTemporary);
+      g = new_var(s, p.shape, p.dtype, joined(x.name, ".grad_unreduced"));
     } else {
-      g = new_grad(in, x.name + ".grad");
+      g = new_grad(in, joined(x.name, ".grad"));
     }
     // The backward of a view op is a view of the incoming gradient.
     m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
@@ -771,7 +785,7 @@ void EagerTape::execute_node(std::size_t index) {
       strided_grad && !node.rule.scratch_after_grads_strided.empty() ? node.rule.scratch_after_grads_strided
                                                                      : node.rule.scratch_after_grads;
   if (!scratch_after.empty()) {
-    run_scratch(scratch_after, node.name + ".backward.scratch", temps);
+    run_scratch(scratch_after, joined(node.name, ".backward.scratch"), temps);
   }
   for (TensorId s : temps) {
     unref(s);
@@ -828,7 +842,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
   if (!torchtune_unpack) {
     for (TensorId p : packed) {
       const Tensor& t = m_graph.tensor(p);
-      const std::string unpacked_name = t.name + ".unpacked";  // copies: allocate() grows the graph
+      const std::string unpacked_name = joined(t.name, ".unpacked");  // copies: allocate() grows the graph
       const Bytes bytes = t.size_bytes;
       const DType dtype = t.dtype;
       unpacked.push_back(allocate(unpacked_name, bytes, dtype, TensorCategory::kActivation));
@@ -843,7 +857,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
       s = unpacked[static_cast<std::size_t>(was_packed - packed.begin())];
     }
     use(s);
-    const VarId x = new_var(s, m_vars[in].shape, m_vars[in].dtype, name + ".input");
+    const VarId x = new_var(s, m_vars[in].shape, m_vars[in].dtype, joined(name, ".input"));
     ref(s);
     m_vars[x].requires_grad = m_vars[in].requires_grad;
     leaves.push_back(x);
@@ -1003,7 +1017,7 @@ std::vector<TensorId> EagerTape::unpack_torchtune(const Node& node) {
   std::vector<TensorId> unpacked;
   const StreamId stream = m_stream;
   m_stream = kOffloadStream;
-  begin_op(node.name + ".unpack_from_cpu", "copy_");
+  begin_op(joined(node.name, ".unpack_from_cpu"), "copy_");
   for (TensorId s : node.packed) {
     const auto stashed = std::find_if(m_fwd_stash.begin(), m_fwd_stash.end(),
                                       [s](const auto& entry) { return entry.second == s; });
@@ -1013,7 +1027,8 @@ std::vector<TensorId> EagerTape::unpack_torchtune(const Node& node) {
       continue;
     }
     const Tensor& t = m_graph.tensor(s);
-    unpacked.push_back(allocate(t.name + ".unpacked", t.size_bytes, t.dtype, TensorCategory::kActivation));
+    unpacked.push_back(
+        allocate(joined(t.name, ".unpacked"), t.size_bytes, t.dtype, TensorCategory::kActivation));
   }
   m_stream = stream;
   return unpacked;

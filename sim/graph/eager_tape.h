@@ -339,8 +339,10 @@ class EagerTape {
                      FunctionBackward backward);
 
   // ---- raw tensors outside autograd (optimizer states, workspaces)
-  OpId begin_op(const std::string& name, const std::string& kind, double flops = 0.0);
-  TensorId allocate(const std::string& name, Bytes size_bytes, DType dtype,
+  // Names by value: a caller's temporary (node.name + ".backward") moves into the op or tensor instead of
+  // being copied (issue 40: heap allocations per op).
+  OpId begin_op(std::string name, std::string kind, double flops = 0.0);
+  TensorId allocate(std::string name, Bytes size_bytes, DType dtype,
                     TensorCategory category);      // 1 ref
   void release(TensorId storage);                  // drops one reference
   void use(TensorId storage);                      // the current op reads it
@@ -420,7 +422,7 @@ class EagerTape {
   std::vector<VarId> capture(const OpCall& call, bool view = false);
   // `unpacked`: torchtune's unpack of node.packed (empty otherwise), one reference each, taken over.
   void execute_function(Node& node, const std::vector<VarId>& grads_out, std::vector<TensorId> unpacked);
-  TensorId new_storage(const std::string& name, Bytes size_bytes, DType dtype, TensorCategory category);
+  TensorId new_storage(std::string name, Bytes size_bytes, DType dtype, TensorCategory category);
   // Runs a scratch script; the allocations it leaves alive are appended to `live`.
   void run_scratch(const std::vector<ScratchStep>& steps, const std::string& name,
                    std::vector<TensorId>& live);
@@ -468,7 +470,7 @@ class EagerTape {
   // other node runs its AccumulateGrad with the buffered sum.
   void release_parameter_uses(std::size_t index);
   void store_grad(VarId param, VarId grad);
-  VarId new_grad(VarId like, const std::string& name);
+  VarId new_grad(VarId like, std::string name);
   VarId sum_to(VarId full, VarId input);
   void run_reduce_staging(const ReduceStaging& staging, const std::string& name);
   void disown(TensorId s);  // drops a reference without freeing (the next owner decides)

@@ -509,13 +509,16 @@ Template::TensorCode encode_tensor(const Tensor& x, const std::string& token, in
                               freed};
 }
 
-Tensor decode_tensor(const Template::TensorCode& c, const std::string& token, int layer, const Rebase& at) {
+// `consumers`: how many the region's edges give it (room made at once: one allocation per tensor).
+Tensor decode_tensor(const Template::TensorCode& c, const std::string& token, int layer, const Rebase& at,
+                     std::size_t consumers) {
   Tensor x;
   x.name = decode_name(c.name, token);
   x.size_bytes = c.size_bytes;
   x.dtype = c.dtype;
   x.category = c.category;
   x.producer = static_cast<OpId>(at.ops + c.producer);
+  x.consumers.reserve(consumers + (c.consumed_by_producer ? 1 : 0));
   if (c.consumed_by_producer) {
     x.consumers.push_back(x.producer);
   }
@@ -597,13 +600,16 @@ std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& t
   n.kind = c.kind;
   n.layer = decode_layer(c.layer, layer);
   n.flops = c.flops;
+  n.inputs.reserve(c.inputs.size());
   for (const Ref& r : c.inputs) {
     n.inputs.push_back(at.var(r));
   }
   std::vector<VarId> outputs;
+  outputs.reserve(c.outputs.size());
   for (const Ref& r : c.outputs) {
     outputs.push_back(at.var(r));
   }
+  n.saved.reserve(c.saved.size());
   for (const Ref& r : c.saved) {
     n.saved.push_back(at.tensor(r));
   }
@@ -818,8 +824,15 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
   for (const Template::OpCode& c : tmpl.ops) {
     g.add_op(decode_op(c, token, layer, at));
   }
-  for (const Template::TensorCode& c : tmpl.tensors) {
-    g.add_tensor(decode_tensor(c, token, layer, at));
+  std::vector<std::uint32_t> consumers(tmpl.tensors.size(), 0);  // per internal tensor, from the edges
+  for (const Template::EdgeCode& c : tmpl.edges) {
+    if (c.tensor.kind == Ref::Kind::kInternal) {
+      ++consumers[c.tensor.value];
+    }
+  }
+  for (std::size_t i = 0; i < tmpl.tensors.size(); ++i) {
+    const Template::TensorCode& c = tmpl.tensors[i];
+    g.add_tensor(decode_tensor(c, token, layer, at, consumers[i]));
     t.m_refs.push_back(c.refs);
     t.m_freed.push_back(c.freed);
   }

@@ -4,6 +4,7 @@
 #include <functional>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -206,11 +207,11 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph) {
   return out;
 }
 
-Workload workload_from_schedule(const AllocationSchedule& schedule, std::string source,
-                                std::vector<TensorId>* request_tensor) {
-  Workload w;
-  w.source = std::move(source);
-  w.strings = schedule.strings;
+namespace {
+
+// workload_from_schedule's body: everything but the string table, which the caller copies or moves into `w`.
+Workload schedule_requests(const AllocationSchedule& schedule, std::vector<TensorId>* request_tensor,
+                           Workload w) {
   // Tensor ids are dense (indices into the graph's tensors): a flat table, not a hash map, per tensor.
   constexpr std::size_t kNoRequest = ~std::size_t{0};
   TensorId max_tensor = 0;
@@ -255,6 +256,24 @@ Workload workload_from_schedule(const AllocationSchedule& schedule, std::string 
                                   std::string(phase_name(m.phase))});
   }
   return w;
+}
+
+}  // namespace
+
+Workload workload_from_schedule(const AllocationSchedule& schedule, std::string source,
+                                std::vector<TensorId>* request_tensor) {
+  Workload w;
+  w.source = std::move(source);
+  w.strings = schedule.strings;
+  return schedule_requests(schedule, request_tensor, std::move(w));
+}
+
+Workload workload_from_schedule(AllocationSchedule&& schedule, std::string source,
+                                std::vector<TensorId>* request_tensor) {
+  Workload w;
+  w.source = std::move(source);
+  w.strings = std::move(schedule.strings);
+  return schedule_requests(schedule, request_tensor, std::move(w));
 }
 
 Snapshot schedule_to_snapshot(const AllocationSchedule& schedule, std::string source) {

@@ -57,6 +57,9 @@ AllocationSchedule build_allocation_schedule(const OpGraph& graph);
 // begins. `request_tensor`, when given, receives the tensor of each request. O(events).
 Workload workload_from_schedule(const AllocationSchedule& schedule, std::string source,
                                 std::vector<TensorId>* request_tensor = nullptr);
+// The same, taking over `schedule`'s string table instead of copying it (its other fields stay as they were).
+Workload workload_from_schedule(AllocationSchedule&& schedule, std::string source,
+                                std::vector<TensorId>* request_tensor = nullptr);
 
 // The schedule in the recording format (has_final_state = false, one device): what `--trace-out` writes.
 Snapshot schedule_to_snapshot(const AllocationSchedule& schedule, std::string source);

@@ -434,9 +434,9 @@ struct EngineRun {
 };
 
 EngineRun run_engine(const OpGraph& graph, const PredictRequest& request, const Roofline* roofline) {
-  const AllocationSchedule untimed = build_allocation_schedule(graph);
+  AllocationSchedule untimed = build_allocation_schedule(graph);
   Timeline timeline = simulate_timeline(graph, untimed, roofline, request.host);
-  AllocationSchedule schedule = timed_schedule(graph, untimed, timeline);
+  AllocationSchedule schedule = timed_schedule(graph, std::move(untimed), timeline);
   return EngineRun{std::move(timeline), std::move(schedule)};
 }
 
@@ -475,11 +475,15 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   if (!request.gpu.empty()) {
     roofline.emplace(Roofline::for_gpu(request.gpu, request.roofline));
   }
-  const EngineRun engine = run_engine(graph, request, roofline ? &*roofline : nullptr);
-  // 3. The workload drives the allocator model on the device; the report is what it observed.
+  EngineRun engine = run_engine(graph, request, roofline ? &*roofline : nullptr);
+  // 3. The workload drives the allocator model on the device; the report is what it observed. The
+  // schedule's string table moves into the workload unless --trace-out still needs it below.
   std::vector<TensorId> request_tensor;
+  std::string source = "vramsim predict " + request.model.name;
   const Workload workload =
-      workload_from_schedule(engine.schedule, "vramsim predict " + request.model.name, &request_tensor);
+      trace_out != nullptr
+          ? workload_from_schedule(engine.schedule, std::move(source), &request_tensor)
+          : workload_from_schedule(std::move(engine.schedule), std::move(source), &request_tensor);
   const TensorNamer name_of = [&](std::size_t request_index) {
     const Tensor& t = graph.tensor(request_tensor[request_index]);
     return LiveTensor{t.name, t.category, t.layer, t.size_bytes};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string_view>
+#include <utility>
 
 #include "sim/core/assert.h"
 #include "sim/engine/simulator.h"
@@ -16,14 +18,14 @@ namespace {
 // PyTorch leaves TF32 off for matmuls by default. Other kernels are elementwise or reductions, costed at the
 // fp32 CUDA-core peak.
 bool uses_tensor_cores(const std::string& kind) {
-  static const char* const kKinds[] = {"mm",
-                                       "addmm",
-                                       "bmm",
-                                       "mm_backward",
-                                       "addmm_backward",
-                                       "bmm_backward",
-                                       "_scaled_dot_product_flash_attention",
-                                       "_scaled_dot_product_flash_attention_backward"};
+  static constexpr std::string_view kKinds[] = {"mm",
+                                                "addmm",
+                                                "bmm",
+                                                "mm_backward",
+                                                "addmm_backward",
+                                                "bmm_backward",
+                                                "_scaled_dot_product_flash_attention",
+                                                "_scaled_dot_product_flash_attention_backward"};
   return std::find(std::begin(kKinds), std::end(kKinds), kind) != std::end(kKinds);
 }
 
@@ -71,13 +73,17 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
   // backward's gradients, says nothing about it).
   std::vector<DType> output_dtype(n_ops, DType::kFloat32);
   std::vector<bool> has_output(n_ops, false);
+  std::vector<StreamId> op_stream(n_ops);  // read once in order: the loop below reads it per consumer
+  for (OpId id = 0; id < n_ops; ++id) {
+    op_stream[id] = graph.op(id).stream;
+  }
   for (const Tensor& t : graph.tensors()) {
     if (!has_output[t.producer] && t.dtype != DType::kUInt8) {
       has_output[t.producer] = true;
       output_dtype[t.producer] = t.dtype;
     }
     for (OpId c : t.consumers) {
-      if (graph.op(c).stream != graph.op(t.producer).stream) {
+      if (op_stream[c] != op_stream[t.producer]) {
         w.read_elsewhere[t.producer] = true;
         w.cross_stream_inputs[c].push_back(t.producer);
       }
@@ -120,6 +126,7 @@ class HostThread final : public IStreamObserver {
     const std::size_t n_ops = graph.op_count();
     m_allocs.resize(n_ops);
     m_frees.resize(n_ops);
+    out.event_stream.assign(schedule.events.size(), 0);
     // tensor_lifetime.h: events come op by op in op order, allocations of an op before its frees.
     for (std::size_t i = 0; i < schedule.events.size(); ++i) {
       const OpId op = event_op(graph, schedule, i);
@@ -131,6 +138,8 @@ class HostThread final : public IStreamObserver {
       }
       SIM_ASSERT_INTERNAL(r.end == i);  // schedule events of one op are not contiguous
       r.end = i + 1;
+      const Tensor& t = graph.tensor(schedule.event_tensor[i]);
+      out.event_stream[i] = t.graph_pool ? kCudaGraphPoolStream : graph.op(op).stream;
     }
     m_done.assign(n_ops, false);
     m_done_event.assign(n_ops, 0);
@@ -321,11 +330,12 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
   return out;
 }
 
-AllocationSchedule timed_schedule(const OpGraph& graph, const AllocationSchedule& schedule,
-                                  const Timeline& timeline) {
+namespace {
+
+// timed_schedule's body: everything but the string table, which the caller copies or moves into `out`.
+AllocationSchedule reorder_schedule(const OpGraph& graph, const AllocationSchedule& schedule,
+                                    const Timeline& timeline, AllocationSchedule out) {
   SIM_ASSERT(timeline.event_order.size() == schedule.events.size());  // timeline of another schedule
-  AllocationSchedule out;
-  out.strings = schedule.strings;
   const std::size_t n = schedule.events.size();
   out.events.reserve(n);
   out.event_tensor.reserve(n);
@@ -338,7 +348,9 @@ AllocationSchedule timed_schedule(const OpGraph& graph, const AllocationSchedule
     TraceEvent e = schedule.events[i];
     e.time_ns = timeline.event_time_ns[i];
     const Tensor& t = graph.tensor(schedule.event_tensor[i]);
-    e.stream = t.graph_pool ? kCudaGraphPoolStream : graph.op(event_op(graph, schedule, i)).stream;
+    e.stream = timeline.event_stream.size() == n  // else a timeline made without simulate_timeline
+                   ? timeline.event_stream[i]
+                   : (t.graph_pool ? kCudaGraphPoolStream : graph.op(event_op(graph, schedule, i)).stream);
     if (e.action == TraceAction::kAlloc) {
       live += static_cast<std::int64_t>(t.size_bytes);
     } else if (e.action == TraceAction::kFreeCompleted) {
@@ -358,6 +370,22 @@ AllocationSchedule timed_schedule(const OpGraph& graph, const AllocationSchedule
     m.event_index = new_index[m.event_index];
   }
   return out;
+}
+
+}  // namespace
+
+AllocationSchedule timed_schedule(const OpGraph& graph, const AllocationSchedule& schedule,
+                                  const Timeline& timeline) {
+  AllocationSchedule out;
+  out.strings = schedule.strings;
+  return reorder_schedule(graph, schedule, timeline, std::move(out));
+}
+
+AllocationSchedule timed_schedule(const OpGraph& graph, AllocationSchedule&& schedule,
+                                  const Timeline& timeline) {
+  AllocationSchedule out;
+  out.strings = std::move(schedule.strings);
+  return reorder_schedule(graph, schedule, timeline, std::move(out));
 }
 
 }  // namespace vramsim

@@ -68,8 +68,11 @@ struct Timeline {
   std::vector<OpTime> ops;               // indexed by OpId
   std::vector<std::size_t> event_order;  // schedule event indices, in the order the engine dispatched them
   std::vector<TimeNs> event_time_ns;     // indexed by schedule event
-  std::vector<StepTime> steps;           // steps 1..N, in order
-  TimeNs end_ns = 0;                     // when the last op ends
+  // Indexed by schedule event: the stream its op ran on (kCudaGraphPoolStream for a graph-pool tensor), found
+  // once here so that timed_schedule() need not look up the tensor and its ops again (issue 40).
+  std::vector<StreamId> event_stream;
+  std::vector<StepTime> steps;  // steps 1..N, in order
+  TimeNs end_ns = 0;            // when the last op ends
 };
 
 // Runs the graph's ops through the engine. `roofline` null: every op takes 0 ns and the host costs nothing
@@ -81,6 +84,10 @@ Timeline simulate_timeline(const OpGraph& graph, const AllocationSchedule& sched
 // free_completed move), stamped with their times and their op's stream; event_tensor, live bytes, the peak
 // and the phase markers follow.
 AllocationSchedule timed_schedule(const OpGraph& graph, const AllocationSchedule& schedule,
+                                  const Timeline& timeline);
+// The same, taking over `schedule`'s string table instead of copying it (predict's untimed schedule is not
+// used after this: one string per op name fewer to copy and free).
+AllocationSchedule timed_schedule(const OpGraph& graph, AllocationSchedule&& schedule,
                                   const Timeline& timeline);
 
 }  // namespace vramsim

@@ -4,11 +4,16 @@
 // (copied from sim/graph/tensor_lifetime.cpp at commit 055b331) and compares them with the library's, on the
 // untimed schedule and on the engine's (the one predict hands the allocator), over a grid of configurations:
 // parallel layouts (DDP, ZeRO-1..3, FSDP2, tensor and pipeline parallel), LoRA and QLoRA (bitsandbytes 4-bit
-// base weights), offload, torch.compile, mixed and pure precision, checkpointing, and generation. Any difference in an event, a tag, a phase marker, a live-bytes figure or a request fails.
+// base weights), offload, torch.compile, mixed and pure precision, checkpointing, and generation. Any
+// difference in an event, a tag, a phase marker, a live-bytes figure or a request fails. The eighth pass's
+// shortcuts are compared the same way: the timed schedule from the streams the timeline found per event
+// against the one from the graph's lookups, and the string tables moved against those copied.
 #include <catch2/catch.hpp>
 
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sim/core/error.h"
@@ -217,6 +222,7 @@ std::vector<RequestArgs> grid() {
 TEST_CASE("schedule fast path: the same events and requests as the direct construction on a grid",
           "[graph][predict]") {
   int compared = 0;
+  std::set<StreamId> streams_seen;
   for (const RequestArgs& a : grid()) {
     INFO("model " << a.model << " tp " << a.tp << " pp " << a.pp << " lora " << a.lora_rank << " compile '"
                   << a.compile_mode << "' generate " << a.generate << " checkpointing " << a.checkpointing);
@@ -234,12 +240,30 @@ TEST_CASE("schedule fast path: the same events and requests as the direct constr
     check_same_requests(workload_from_schedule(fast, "test").requests, direct_requests(direct));
     // What predict hands the allocator: the schedule in the engine's order, with streams and record_stream.
     const Roofline roofline = Roofline::for_gpu(request.gpu, request.roofline);
-    const AllocationSchedule timed =
-        timed_schedule(graph, fast, simulate_timeline(graph, fast, &roofline, request.host));
+    const Timeline timeline = simulate_timeline(graph, fast, &roofline, request.host);
+    const AllocationSchedule timed = timed_schedule(graph, fast, timeline);
     check_same_requests(workload_from_schedule(timed, "test").requests, direct_requests(timed));
+    // Issue 40's shortcuts against the roads they replace: the streams the timeline found per event against
+    // the graph's lookup (a timeline without them), and the string tables moved instead of copied.
+    REQUIRE(timeline.event_stream.size() == fast.events.size());
+    Timeline looked_up = timeline;
+    looked_up.event_stream.clear();
+    check_same_schedule(timed, timed_schedule(graph, fast, looked_up));
+    for (const TraceEvent& e : timed.events) {
+      streams_seen.insert(e.stream);
+    }
+    AllocationSchedule moved_from = fast;
+    check_same_schedule(timed, timed_schedule(graph, std::move(moved_from), timeline));
+    AllocationSchedule timed_copy = timed;
+    const Workload copied = workload_from_schedule(timed, "test");
+    const Workload moved = workload_from_schedule(std::move(timed_copy), "test");
+    CHECK(moved.strings == copied.strings);
+    CHECK(moved.labels.size() == copied.labels.size());
+    check_same_requests(moved.requests, copied.requests);
     ++compared;
   }
   CHECK(compared == 14);
+  CHECK(streams_seen.size() > 1);  // the grid's layouts put work on side streams: the comparison saw them
 }
 
 }  // namespace vramsim
