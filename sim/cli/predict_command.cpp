@@ -83,6 +83,14 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
         p.vision_tower_frozen ? "frozen" : "trained", p.vision.projector_parameters,
         p.trainable_parameters > 0 && p.lora_rank == 0 && p.peft_method.empty() ? "trained" : "frozen",
         p.images_per_sample, p.tokens_per_image);
+  } else if (p.vision.cross_attention_parameters > 0) {
+    // mllama: the tower, projector and cross-attention layers are loaded but a text-only batch runs none of
+    // them (mllama_parameters.h)
+    fmt::print(
+        "vision part      {} of {} parameters + projector of {} + {} cross-attention layers of {}: in "
+        "memory, not run (a text-only batch; the image path is not modelled)\n",
+        p.vision.model_type, p.vision.tower_parameters, p.vision.projector_parameters,
+        p.vision.cross_attention_layers.size(), p.vision.cross_attention_parameters);
   } else if (p.vision.total() > 0) {
     // The multimodal wrapper's vision part is built by transformers but not simulated: say how much it is.
     fmt::print(

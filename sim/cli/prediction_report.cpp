@@ -352,6 +352,11 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                       {"tower_parameters", p.vision.tower_parameters},
                                       {"projector_parameters", p.vision.projector_parameters},
                                       {"parameters", p.vision.total()}};
+    if (p.vision.cross_attention_parameters > 0) {  // mllama: in memory (in the bill), not run
+      j["vision_part_not_simulated"]["cross_attention_parameters"] = p.vision.cross_attention_parameters;
+      j["vision_part_not_simulated"]["cross_attention_layers"] = p.vision.cross_attention_layers;
+      j["vision_part_not_simulated"]["in_memory"] = true;
+    }
   }
   if (p.generation) {
     const Prediction::Generation& g = *p.generation;

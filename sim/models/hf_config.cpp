@@ -854,6 +854,122 @@ ModelConfig qwen_vl(const JsonReader& r, bool v2_5) {
 ModelConfig qwen2_vl(const JsonReader& r) { return qwen_vl(r, false); }
 ModelConfig qwen2_5_vl(const JsonReader& r) { return qwen_vl(r, true); }
 
+// ---- mllama (Llama 3.2 Vision) ----------------------------------------------------------------------------
+
+// transformers' models/mllama (added in v4.45.0): configuration_mllama.py (MllamaVisionConfig,
+// MllamaTextConfig, MllamaConfig; the stored copy at 032b32ab) and modeling_mllama.py (MllamaVisionModel,
+// MllamaTextModel, MllamaForConditionalGeneration).
+
+// MllamaVisionModel's parameters for a vision_config (MllamaVisionConfig's defaults for missing keys):
+// patch_embedding Conv2d(num_channels, hidden, patch, bias=False); class_embedding (hidden);
+// gated_positional_embedding: gate (1), embedding (patches + 1, hidden), tile_embedding (aspect ratios + 1,
+// max_num_tiles x (patches + 1) x hidden); pre_ and post_tile_positional_embedding: embedding (aspect ratios
+// + 1, max_num_tiles x hidden) and a gate (1) each; layernorm_pre and layernorm_post (weight and bias);
+// transformer of num_hidden_layers MllamaVisionEncoderLayers (q/k/v/o_proj without bias, fc1 / fc2 with
+// bias, input_layernorm and post_attention_layernorm) and global_transformer of num_global_layers gated
+// ones (+ gate_attn and gate_ffn, one element each).
+std::int64_t mllama_vision_parameters(const JsonReader& v, ModelConfig::VisionPart::Mllama& shape) {
+  const std::int64_t h = v.integer_or("hidden_size", 1280);
+  const std::int64_t ff = v.integer_or("intermediate_size", 5120);
+  const std::int64_t layers = v.integer_or("num_hidden_layers", 32, kMaxLayers);
+  const std::int64_t global = v.integer_or("num_global_layers", 8, kMaxLayers);
+  const std::int64_t channels = v.integer_or("num_channels", 3, 64);
+  const std::int64_t image = v.integer_or("image_size", 448);
+  const std::int64_t patch = v.integer_or("patch_size", 14);
+  const std::int64_t tiles = v.integer_or("max_num_tiles", 4, 64);
+  const std::int64_t heads = v.integer_or("attention_heads", v.integer_or("num_attention_heads", 16));
+  if (image % patch != 0) {
+    v.fail("vision_config.image_size", fmt::format("{} is not a multiple of patch_size {}", image, patch));
+  }
+  if (h % heads != 0) {
+    v.fail("vision_config.attention_heads", fmt::format("{} does not divide hidden_size {}", heads, h));
+  }
+  // MllamaVisionConfig.__init__ raises ValueError("max_num_tiles must be 4 for default supported aspect
+  // ratios") when the list is absent; max_aspect_ratio_id is the list's length
+  const std::vector<std::pair<std::int64_t, std::int64_t>> ratios =
+      v.integer_pairs_or("supported_aspect_ratios", {});
+  if (ratios.empty() && tiles != 4) {
+    v.fail("vision_config.max_num_tiles", "must be 4 for the default supported_aspect_ratios");
+  }
+  const std::int64_t aspect_rows = (ratios.empty() ? 8 : static_cast<std::int64_t>(ratios.size())) + 1;
+  shape = {.hidden = h,
+           .intermediate = ff,
+           .layers = layers,
+           .global_layers = global,
+           .channels = channels,
+           .image_size = image,
+           .patch_size = patch,
+           .max_num_tiles = tiles,
+           .aspect_ratios = aspect_rows - 1,
+           .output_dim = v.integer_or("vision_output_dim", 7680)};
+  const auto [mul, add] = vision_count_ops(v);
+  const std::int64_t positions = add({mul(image / patch, image / patch), 1});
+  const std::int64_t layer =
+      add({mul(4, mul(h, h)), mul(h, ff), ff, mul(ff, h), h, 4 * h});  // attention, MLP, two LayerNorms
+  const std::int64_t tile_embedding = add({mul(mul(aspect_rows, tiles), h), 1});
+  return add({mul(mul(h, channels), mul(patch, patch)), h, 1, mul(positions, h),
+              mul(mul(aspect_rows, tiles), mul(positions, h)), tile_embedding, tile_embedding, 2 * h, 2 * h,
+              mul(layers, layer), mul(global, add({layer, 2}))});
+}
+
+// MllamaConfig (MllamaForConditionalGeneration): MllamaTextConfig's defaults for text_config's missing keys
+// (the 11B model's shapes: 40 layers of which cross_attention_layers [3, 8, ..., 38] are
+// MllamaCrossAttentionDecoderLayers). The step simulated is a text-only batch's (MllamaTextModel.forward
+// skips a cross-attention layer when it has no cross_attention_states and no cached ones): embed_tokens of
+// vocab_size + 8 rows, the self-attention layers (LlamaDecoderLayer's shapes), norm, lm_head of vocab_size.
+// In memory but not run (mllama_parameters.h), counted as the vision part: MllamaVisionModel, the
+// multi_modal_projector Linear(vision_output_dim, hidden, bias) and the cross-attention layers (cross_attn's
+// q/k/v/o_proj, q_norm and k_norm of head_dim, input_layernorm, cross_attn_attn_gate, the MLP,
+// post_attention_layernorm, cross_attn_mlp_gate).
+ModelConfig mllama(const JsonReader& r) {
+  const JsonReader t = r.child_or_empty("text_config");
+  const std::int64_t layers = t.integer_or("num_hidden_layers", 40, kMaxLayers);
+  std::vector<std::int64_t> cross = t.integers_or_empty("cross_attention_layers");
+  if (!t.has("cross_attention_layers")) {
+    cross = {3, 8, 13, 18, 23, 28, 33, 38};
+  }
+  std::sort(cross.begin(), cross.end());
+  if (std::adjacent_find(cross.begin(), cross.end()) != cross.end() ||
+      (!cross.empty() && cross.back() >= layers)) {
+    t.fail("text_config.cross_attention_layers",
+           fmt::format("must be distinct layer indices below num_hidden_layers {}", layers));
+  }
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = t.integer_or("vocab_size", 128256);
+  m.extra_embedding_rows = 8;
+  m.d_model = t.integer_or("hidden_size", 4096);
+  m.n_layers = layers - static_cast<std::int64_t>(cross.size());
+  m.n_heads = t.integer_or("num_attention_heads", 32);
+  m.n_kv_heads = t.integer_or("num_key_value_heads", 8);
+  m.head_dim = m.d_model / m.n_heads;  // MllamaTextSelfAttention: hidden_size // num_attention_heads
+  m.d_ff = t.integer_or("intermediate_size", 14336);
+  m.max_positions = t.integer_or("max_position_embeddings", 131072);
+  m.tied_embeddings = t.boolean_or("tie_word_embeddings", false);
+  m.dropout.attention = t.probability_or("dropout", 0.0);
+  m.gated_activation = gated_activation(t, "hidden_act", "silu");
+  if (m.n_layers == 0) {
+    t.fail("text_config.cross_attention_layers", "leaves no self-attention layer");
+  }
+  m.model_type = "mllama_text_model";
+  m.vision.wrapper_model_type = "mllama";
+  const JsonReader v = r.child_or_empty("vision_config");
+  m.vision.model_type = v.string_or("model_type", "mllama_vision_model");
+  if (m.vision.model_type != "mllama_vision_model") {
+    v.fail("vision_config.model_type",
+           fmt::format("'{}' is not modelled (mllama_vision_model is)", m.vision.model_type));
+  }
+  m.vision.tower_parameters = mllama_vision_parameters(v, m.vision.mllama);
+  const auto [mul, add] = vision_count_ops(v);
+  const std::int64_t d = m.d_model;
+  m.vision.projector_parameters = add({mul(m.vision.mllama.output_dim, d), d});
+  const std::int64_t cross_layer = add({mul(d, m.q_dim()), mul(2, mul(d, m.kv_dim())), mul(m.q_dim(), d),
+                                        2 * m.head_dim, d, 1, mul(3, mul(d, m.d_ff)), d, 1});
+  m.vision.cross_attention_parameters = mul(static_cast<std::int64_t>(cross.size()), cross_layer);
+  m.vision.cross_attention_layers = cross;
+  return m;
+}
+
 // Olmo2Config: Llama's shapes; q_norm / k_norm over the whole q / k projections; the two norms after
 // attention and MLP instead of before.
 ModelConfig olmo2(const JsonReader& r) {
@@ -1080,6 +1196,7 @@ constexpr HfModelType kModelTypes[] = {
     {"llava_next", "LlavaNextForConditionalGeneration", llava_next},
     {"qwen2_vl", "Qwen2VLForConditionalGeneration", qwen2_vl},
     {"qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", qwen2_5_vl},
+    {"mllama", "MllamaForConditionalGeneration", mllama},
 };
 
 // model_type decides (it is what transformers' AutoConfig dispatches on); a config.json with only
@@ -1120,7 +1237,7 @@ const HfModelType& model_type_of(const nlohmann::json& root, std::string_view so
 ModelConfig text_model(const nlohmann::json& text, std::string_view source) {
   const HfModelType& type = model_type_of(text, source);
   if (type.read == llava || type.read == gemma3 || type.read == llama4 || type.read == qwen2_vl ||
-      type.read == qwen2_5_vl) {
+      type.read == qwen2_5_vl || type.read == mllama) {
     throw InputError(
         fmt::format("{}: key 'text_config': model_type '{}' is a multimodal wrapper, not a "
                     "language model",

@@ -475,7 +475,8 @@ void norm_shapes(const ModelConfig& m, std::vector<ParameterShape>& out, const s
 void llama_shapes(const ModelConfig& m, std::vector<ParameterShape>& out) {
   const std::int64_t d = m.d_model;
   const bool falcon = m.model_type == "falcon";
-  add(out, falcon ? "transformer.word_embeddings.weight" : "model.embed_tokens.weight", {m.vocab_size, d});
+  add(out, falcon ? "transformer.word_embeddings.weight" : "model.embed_tokens.weight",
+      {m.vocab_size + m.extra_embedding_rows, d});
   for (int l = 0; l < m.n_layers; ++l) {
     const std::string p = (falcon ? "transformer.h." : "model.layers.") + std::to_string(l) + ".";
     attention_shapes(m, out, p, l);

@@ -153,6 +153,9 @@ struct ModelConfig {
   // Starcoder2 with a sliding_window: every layer). vLLM's V1 KV-cache manager gives these layers their own
   // KV-cache groups (vllm_kv_cache_groups.h); the training and transformers-generation graphs do not read it.
   std::vector<std::int64_t> sliding_window_layers;
+  // Rows of the token embedding beyond vocab_size (mllama: MllamaTextModel.embed_tokens is
+  // nn.Embedding(vocab_size + 8, hidden_size); its lm_head keeps vocab_size rows). 0 for every other model.
+  std::int64_t extra_embedding_rows = 0;
   // deepseek_v3 multi-head latent attention: queries through a q_lora_rank bottleneck (0: a plain q_proj),
   // keys and values from a kv_lora_rank latent plus one shared rotary key of qk_rope_head_dim.
   struct Mla {
@@ -173,7 +176,21 @@ struct ModelConfig {
     std::string model_type;                 // vision_config's model_type ("siglip_vision_model")
     std::int64_t tower_parameters = 0;      // SiglipVisionModel
     std::int64_t projector_parameters = 0;  // Gemma3MultiModalProjector
-    std::int64_t total() const { return tower_parameters + projector_parameters; }
+    // mllama: the language model's MllamaCrossAttentionDecoderLayers (text_config.cross_attention_layers),
+    // Meta's "vision adapter": registered inside the language model, run only on image features, so counted
+    // with the vision part (0 for every other model). mllama's vision part is in memory, not run
+    // (mllama_parameters.h).
+    std::int64_t cross_attention_parameters = 0;
+    std::vector<std::int64_t> cross_attention_layers;  // their indices among text_config's layers
+    // mllama: MllamaVisionConfig's shapes (mllama_parameters.h lists the parameters they make)
+    struct Mllama {
+      std::int64_t hidden = 0, intermediate = 0, layers = 0, global_layers = 0, channels = 3, image_size = 0,
+                   patch_size = 0, max_num_tiles = 0, aspect_ratios = 0, output_dim = 0;
+    };
+    Mllama mllama;
+    std::int64_t total() const {
+      return tower_parameters + projector_parameters + cross_attention_parameters;
+    }
     // A vision encoder vramsim simulates (vision_tower.h): llava's CLIPVisionModel and
     // LlavaMultiModalProjector, gemma3's SiglipVisionModel and Gemma3MultiModalProjector, qwen2_vl's and
     // qwen2_5_vl's vision transformer and PatchMerger (qwen2_vl_vision.h). layers == 0: the vision part is
@@ -248,9 +265,9 @@ ModelConfig model_preset(std::string_view name);
 
 // `name_or_path` is a preset name or a path to a Hugging Face config.json (model_type gpt2, gpt_bigcode,
 // llama, mistral, qwen2, gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, gemma3,
-// olmo2, granite, phi, starcoder2, falcon, gpt_oss, llama4_text, llama4, deepseek_v3). Throws InputError
-// naming the file and key for an unreadable file, an unknown model_type, a missing key or a value of the
-// wrong type.
+// olmo2, granite, phi, starcoder2, falcon, gpt_oss, llama4_text, llama4, deepseek_v3, llava, llava_next,
+// qwen2_vl, qwen2_5_vl, mllama). Throws InputError naming the file and key for an unreadable file, an unknown
+// model_type, a missing key or a value of the wrong type.
 ModelConfig load_model(const std::string& name_or_path);
 
 // Same, from JSON text; `source` names the file in messages (hf_config.cpp).

@@ -12,6 +12,7 @@
 #include "sim/models/checkpoint_impl.h"
 #include "sim/models/gemma_rms_norm.h"
 #include "sim/models/llava_next_anyres.h"
+#include "sim/models/mllama_parameters.h"
 #include "sim/models/qwen2_vl_vision.h"
 
 namespace vramsim {
@@ -466,6 +467,7 @@ bool is_projector(const std::string& name) {
 }  // namespace
 
 void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out) {
+  mllama_parameter_shapes(model, out);  // mllama: in memory, not run (mllama_parameters.h)
   if (!model.vision.simulated()) {
     return;
   }
@@ -521,6 +523,17 @@ VisionParams create_vision_parameters(EagerTape& tape, const ModelConfig& model,
   std::vector<ParameterShape> shapes;
   llava_vision_parameter_shapes(model, shapes);
   if (shapes.empty()) {
+    return p;
+  }
+  if (!model.vision.simulated()) {
+    // mllama's tower, projector and cross-attention layers: loaded, reached by no text-only batch, so no
+    // gradient and no optimizer state (mllama_parameters.h); frozen here, which costs the same
+    for (const ParameterShape& s : shapes) {
+      const VarId v =
+          tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);
+      tape.freeze(v);
+      p.all.push_back(v);
+    }
     return p;
   }
   const Clip& c = model.vision.clip;
@@ -609,10 +622,10 @@ Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& option
   return {images, c.channels, c.image_size, c.image_size};
 }
 
-void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
-  if (!model.vision.simulated()) {
-    return;
-  }
+namespace {
+
+// The image size the tower takes and the image tokens --seq must hold (the simulated towers).
+void check_image_tokens(const ModelConfig& model, const TrainingOptions& o) {
   const Clip& c = model.vision.clip;
   const std::string& wrapper = model.vision.wrapper_model_type;
   if (!qwen(c) && c.grid_pinpoints.empty()) {  // llava_next's processor resizes any size into its tiles
@@ -637,6 +650,12 @@ void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
                     "(the language model's sequence, image tokens included)",
                     o.vision.images_per_sample, tokens, per_image, o.seq));
   }
+}
+
+// What the vision part is not modelled with (its parameters are outside the language model's layers and
+// the techniques' parameter maps).
+void refuse_unmodelled(const ModelConfig& model, const TrainingOptions& o) {
+  const std::string& wrapper = model.vision.wrapper_model_type;
   if (o.lora.enabled() && !is_prompt_learning(o.lora)) {
     // get_peft_model runs before anything below would: PEFT's refusal of a model_type without default
     // target_modules ("llava" has none) comes first
@@ -670,6 +689,17 @@ void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
   if (is_prompt_learning(o.lora)) {
     not_modelled(fmt::format("--peft-method {}", peft_method_info(o.lora.method).name));
   }
+}
+
+}  // namespace
+
+void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
+  if (model.vision.simulated()) {
+    check_image_tokens(model, o);
+  } else if (model.vision.wrapper_model_type != "mllama") {  // mllama's parameters are in memory, not run
+    return;
+  }
+  refuse_unmodelled(model, o);
 }
 
 VarId merge_image_features(EmitContext& ctx, VarId inputs_embeds) {

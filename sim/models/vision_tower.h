@@ -23,9 +23,10 @@
 namespace vramsim {
 
 // The parameters CLIPVisionModel and LlavaMultiModalProjector register (SiglipVisionModel and
-// Gemma3MultiModalProjector for gemma3, the vision transformer and PatchMerger for qwen2_vl), in
-// model.parameters() order (LlavaModel registers vision_tower, multi_modal_projector, then language_model).
-// Empty for a model whose vision part is not simulated.
+// Gemma3MultiModalProjector for gemma3, the vision transformer and PatchMerger for qwen2_vl; mllama's tower,
+// cross-attention layers and projector, mllama_parameters.h), in model.parameters() order (LlavaModel
+// registers vision_tower, multi_modal_projector, then language_model). Empty for a model whose vision part
+// is neither simulated nor in memory.
 void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out);
 
 // Creates the vision part's parameters (and CLIPVisionEmbeddings' position_ids buffer) on the tape in
@@ -52,7 +53,8 @@ std::int64_t vision_tokens_per_image(const ModelConfig& model, const VisionInput
 Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& options);
 
 // Throws InputError for requests the simulated vision part cannot run: an image size CLIP's fixed position
-// embeddings refuse, more image tokens than --seq holds, and the techniques not modelled with it.
+// embeddings refuse, more image tokens than --seq holds, and the techniques not modelled with it (also with
+// mllama's vision part, in memory but not run: mllama_parameters.h).
 void check_vision_options(const ModelConfig& model, const TrainingOptions& options);
 
 // LlavaModel.forward after embed_tokens: runs the tower and projector on ctx.pixel_values and returns

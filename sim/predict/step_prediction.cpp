@@ -329,6 +329,9 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.pipeline_stage_simulated = request.options.pipeline.stage;
   p.sequence_parallel = request.options.sequence_parallel;
   ParameterCount count = count_parameters(request.model, request.options.lora);
+  if (request.model.vision.wrapper_model_type == "mllama") {
+    count.total += request.model.vision.total();  // in memory, reached by no text-only batch: not trained
+  }
   if (request.model.vision.simulated()) {
     // LlavaForConditionalGeneration's vision tower and projector (vision_tower.h): trained unless frozen; a
     // PEFT method or quantized base freezes both

@@ -8,7 +8,8 @@
 // (peft/utils/constants.py, main of 2026-08, 5d602fdb) has entries for gpt2, gpt_bigcode, llama, llama4,
 // mistral, mixtral, phi, gemma, gemma2, gemma3_text, qwen2, qwen3 and falcon, and get_peft_model raises
 // "Please specify `target_modules` in `peft_config`" for any other model.config.model_type (a multimodal
-// checkpoint's is its wrapper's: gemma3, llava, qwen2_vl and qwen2_5_vl have no entry, llama4 has one). The
+// checkpoint's is its wrapper's: gemma3, llava, qwen2_vl, qwen2_5_vl and mllama have no entry, llama4 has
+// one). The
 // models are shrunk (2 layers, width 64, 4 experts) after their config.json is read, so that the predictions
 // run in seconds; what is composed is the model_type's layer code, not its size.
 #include <catch2/catch.hpp>
@@ -91,6 +92,8 @@ std::vector<TypeCase> type_cases() {
       {"llava_next", stored("llava-hf__llava-v1.6-mistral-7b-hf.config.json")},
       {"qwen2_vl", stored("Qwen__Qwen2-VL-7B-Instruct.config.json")},
       {"qwen2_5_vl", stored("Qwen__Qwen2.5-VL-7B-Instruct.config.json")},
+      // a text-only batch's step, the tower and cross-attention layers in memory (mllama_parameters.h)
+      {"mllama", stored("meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")},
   };
 }
 
@@ -200,7 +203,7 @@ TEST_CASE(
       // training steps; prompt tuning (PEFT feeds inputs_embeds, with the image tokens' merge inside the
       // wrapper's model) and generate() with images are not
       const bool vlm = c.model_type == "llava" || c.model_type == "llava_next" || c.model_type == "gemma3" ||
-                       c.model_type == "qwen2_vl" || c.model_type == "qwen2_5_vl";
+                       c.model_type == "qwen2_vl" || c.model_type == "qwen2_5_vl" || c.model_type == "mllama";
       const bool not_modelled = vlm && (name == "prompt-tuning" || name == "generate");
       std::string refusal;
       Prediction p;
