@@ -131,7 +131,7 @@ TEST_CASE("vllm multimodal: gemma-3-27b-it's start-up sizes the tower and its pr
   CHECK(p.generation->prefill.peak_allocated_bytes > 0);
 }
 
-TEST_CASE("vllm multimodal: llava's tower is built up to its feature layer; refusals",
+TEST_CASE("vllm multimodal: llava's tower is built up to its feature layer and what is refused",
           "[quick][predict][vllm-mm]") {
   RequestArgs a = test::served_on_h100(stored("llava-hf__llava-1.5-7b-hf.config.json"));
   a.max_model_len = 4096;
