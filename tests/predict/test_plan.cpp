@@ -834,3 +834,36 @@ TEST_CASE("plan: context-parallel layouts, their batch, model states and command
   CHECK(cp_configs == 3 * 2 * (3 + 4 + 5));
   std::remove(r.model.c_str());
 }
+
+// The shards carry every lever of a configuration: the expert-parallel (and context-parallel) degree too,
+// which merge once read back as 1. tiny-mixtral on 4 GPUs has EP 2 and 4 layouts (its 64 experts): the merged
+// CSV is the single run's, EP rows included.
+TEST_CASE("cli: plan --shard and merge keep expert parallelism", "[predict]") {
+  const std::string base = "plan --model " + test::test_data("tiny-mixtral.config.json").string() +
+                           " --gpu h100 --gpus 4 --global-batch 4 --seq 64 --threads 1";
+  int status = -1;
+  const std::string single_csv = "vramsim_test_plan_ep_single.csv";
+  test::run_cli(base + " --csv " + single_csv, &status);
+  REQUIRE(status == 0);
+  std::vector<std::string> files;
+  for (int k = 1; k <= 2; ++k) {
+    const std::string file = "vramsim_test_plan_ep_shard_" + std::to_string(k) + ".json";
+    std::ofstream(file) << test::run_cli(base + " --shard " + std::to_string(k) + "/2", &status);
+    CHECK(status == 0);
+    files.push_back(file);
+  }
+  const std::string merged_csv = "vramsim_test_plan_ep_merged.csv";
+  test::run_cli("merge --csv " + merged_csv + " " + files[0] + " " + files[1], &status);
+  CHECK(status == 0);
+  const auto read = [](const std::string& f) {
+    std::ifstream in(f);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string single = read(single_csv);
+  // tp, pp, ep, cp = 1, 1, 2, 1 and 1, 1, 4, 1: expert-parallel rows are in the grid
+  CHECK_THAT(single, Catch::Contains(",1,1,2,1,") && Catch::Contains(",1,1,4,1,"));
+  CHECK(read(merged_csv) == single);
+  for (const std::string& f : {single_csv, merged_csv, files[0], files[1]}) {
+    std::remove(f.c_str());
+  }
+}
