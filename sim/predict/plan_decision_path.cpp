@@ -101,8 +101,8 @@ class DecisionPath {
                              if (l.pp > 1 && c.zero >= 2) {
                                c.zero = 1;
                              }
-                             if (dp == 1) {
-                               c.zero = 0;
+                             if (sharding_degree(r, c) == 1) {  // one rank: nothing to shard over (with
+                               c.zero = 0;                      // CP, FSDP2 shards over the CP ranks too)
                                c.fsdp.clear();
                              }
                            }));
