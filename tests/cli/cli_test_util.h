@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <system_error>
 
 #include "test_paths.h"
 
@@ -24,11 +25,34 @@ struct CliRun {
   std::string err;     // stderr
 };
 
+// This process's scratch folder, emptied on first use and removed at exit. It is named after the pid, and a
+// fresh container hands out the same pids run after run: a folder left by an earlier run (killed, or on a
+// machine whose /tmp outlives its runs) must not leak its files into this one (a file appended to would
+// read twice).
+class ScratchDir {
+ public:
+  ScratchDir()
+      : path_(std::filesystem::temp_directory_path() / ("vramsim_cli_tests." + std::to_string(getpid()))) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 inline std::filesystem::path scratch(const std::string& name) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("vramsim_cli_tests." + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  static const ScratchDir dir;  // one per process: an inline function's statics are shared by every file
+  std::filesystem::create_directories(dir.path());
+  return dir.path() / name;
 }
 
 // `args` run by the shell after the binary's path (so they may redirect stdout), stderr kept apart.

@@ -303,6 +303,7 @@ TEST_CASE("issue 39 #6 and #13: trace waits for its child, not for what the chil
   }
   // os._exit(4) in a script is not "this interpreter has no PyTorch": it is run once and reported as it is.
   const fs::path runs = scratch("runs.txt");
+  fs::remove(runs);
   const std::string exits_4 = fake_python("exit4.sh", "echo ran >> " + runs.string() + "\nexit 4");
   require_input_error(run_vramsim("trace --python " + exits_4 + " " + script),
                       "ended with status 4 before the tracer finished");
