@@ -3,7 +3,7 @@
 vramsim_native; see python/CMakeLists.txt). Offline, with what Debian packages: cmake, g++, pybind11-dev,
 python3-dev, python3-setuptools and the build's libraries (README's set-up command).
 
-VRAMSIM_BUILD_DIR=build-check reuses a configured CMake build folder (its compiled libraries: only the extension
+VRAMSIM_BUILD_DIR=build reuses a configured CMake build folder (its compiled libraries: only the extension
 is linked) instead of configuring one under build/; VRAMSIM_BUILD_JOBS sets the parallel jobs (default 2)."""
 
 import os

@@ -19,8 +19,8 @@ Procedure (Note [Default efficiencies] in sim/engine/roofline.h cites it):
      ("gpu_in_table") is the band plan's ties use (sim/predict/time_model_error.h), rounded up to a whole
      per cent; rows on another GPU (torchtitan's 500 W, 96 GB HBM2e H100) are reported beside it.
 
-  calibrate_clock.py --vramsim build-check/vramsim                 # fit, then report every row
-  calibrate_clock.py --vramsim build-check/vramsim --check         # no fit: the built-in defaults' errors;
+  calibrate_clock.py --vramsim build/sim/vramsim                 # fit, then report every row
+  calibrate_clock.py --vramsim build/sim/vramsim --check         # no fit: the built-in defaults' errors;
                                                                    # exit 1 if a held-back row is outside
                                                                    # the band time_model_error.h states
 Writes a Markdown table of the rows to stdout (--markdown) or plain lines.

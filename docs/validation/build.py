@@ -2,8 +2,8 @@
 """Writes docs/validation.md: every public measurement in docs/validation/measurements.json, predicted by this
 build, with the error and its sign.
 
-  build.py --build-dir build-check            # rewrite docs/validation.md
-  build.py --build-dir build-check --check    # exit 1 when docs/validation.md differs from what this build writes
+  build.py --build-dir build            # rewrite docs/validation.md
+  build.py --build-dir build --check    # exit 1 when docs/validation.md differs from what this build writes
 
 Each row runs `vramsim predict --json SETTINGS` (or `vramsim replay --json FILE`) and reads one figure:
 peak_allocated_bytes, peak_reserved_bytes, peak_active_bytes, or the peak rise of requested bytes

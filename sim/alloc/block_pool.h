@@ -132,7 +132,8 @@ class BlockPool {
 
   // A new segment [base, base + size) tiled by one block that is in no set yet (mapped unless expandable),
   // owned by `private_pool` (0: the default pools).
-  // pre: the range overlaps no live segment (checked under SIM_DEBUG_FULL).
+  // pre: the range overlaps no live segment (check_invariants() reports an overlap; replay runs it after
+  // every event under expensive_checks()).
   SegmentId add_segment(Bytes base, Bytes size_bytes, PoolKind pool, StreamId stream, bool expandable,
                         Bytes page_bytes, PrivatePoolIndex private_pool = kDefaultPools);
   // pre: the segment is a single block, in no set. Frees the block and the segment id.

@@ -233,8 +233,8 @@ using VarFields = std::tuple<TensorId, TensorId, int, bool, MemoryOrder>;
 // tape's freed flags are walked once, incrementally (LiveIndex), instead of copying every tensor's state
 // at every recorded layer, which made recording quadratic in the step's length (issue 40: 22 % of a
 // 16-micro-batch plan). The variables compared are the region's externals (every variable the layer's
-// code is handed; the others are not reachable from it). With SIM_DEBUG_FULL the whole tape is also
-// copied and compared as before, and both verdicts must agree (LayerStamp::encode).
+// code is handed; the others are not reachable from it). With expensive_checks() (sim/core/assert.h) the
+// whole tape is also copied and compared as before, and both verdicts must agree (LayerStamp::encode).
 struct LayerStamp::Before {
   std::size_t ops = 0, tensors = 0, edges = 0, vars = 0, nodes = 0;
   std::vector<TensorId> live;  // tensors not freed, in id order
@@ -250,13 +250,12 @@ struct LayerStamp::Before {
   std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::uint64_t, std::size_t, std::size_t,
              Bytes, std::size_t, int, int, int, Phase, StreamId, bool, ActivationOffload>
       tape_state{};
-#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
-  // the whole tape, as the snapshot kept it before Note [Only live tensors can change]
+  // the whole tape, as the snapshot kept it before Note [Only live tensors can change]; filled only under
+  // expensive_checks()
   std::vector<int> refs;
   std::vector<bool> freed;
   std::vector<TensorFields> tensor_fields;
   std::vector<VarFields> var_fields;
-#endif
 };
 
 namespace {
@@ -345,18 +344,18 @@ LayerStamp::Before LayerStamp::snapshot() const {
     b.live_refs.push_back(t.m_refs[id]);
     b.live_fields.push_back(tensor_fields_of(g.tensor(id)));
   }
-#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
-  b.refs = t.m_refs;
-  b.freed = t.m_freed;
-  b.tensor_fields.reserve(b.tensors);
-  for (const Tensor& x : g.tensors()) {
-    b.tensor_fields.push_back(tensor_fields_of(x));
+  if (expensive_checks()) {
+    b.refs = t.m_refs;
+    b.freed = t.m_freed;
+    b.tensor_fields.reserve(b.tensors);
+    for (const Tensor& x : g.tensors()) {
+      b.tensor_fields.push_back(tensor_fields_of(x));
+    }
+    b.var_fields.reserve(b.vars);
+    for (const EagerTape::Var& v : t.m_vars) {
+      b.var_fields.emplace_back(v.storage, v.grad, v.node, v.requires_grad, v.order);
+    }
   }
-  b.var_fields.reserve(b.vars);
-  for (const EagerTape::Var& v : t.m_vars) {
-    b.var_fields.emplace_back(v.storage, v.grad, v.node, v.requires_grad, v.order);
-  }
-#endif
   b.pending_parameter_uses = t.m_pending_parameter_uses;
   b.current_op = t.m_current_op;
   if (b.current_op != kNoOp) {
@@ -663,7 +662,6 @@ bool encode_changes(const State& before, const std::vector<int>& refs_now, const
   return true;
 }
 
-#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
 // encode_changes over every tensor of the tape, as before Note [Only live tensors can change].
 template <typename State>
 bool encode_changes_whole(const State& before, const State& after, int layer, const Encoder& refs,
@@ -677,7 +675,6 @@ bool encode_changes_whole(const State& before, const State& after, int layer, co
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
   return true;
 }
-#endif
 
 // Applies a recorded change to external tensor `id` of the layer being stamped; `refs`: the tape's counts.
 void apply_change(const Template::ExternalChange& c, TensorId id, int layer, OpGraph& g,
@@ -710,8 +707,7 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
   std::vector<Template::ExternalChange> changes;
   const bool changes_ok =
       live_unchanged && externals_unchanged && encode_changes(before, t.m_refs, g, layer, refs, changes);
-#if defined(SIM_DEBUG_FULL) && SIM_DEBUG_FULL
-  {
+  if (expensive_checks()) {
     // The whole tape gives the same verdict and the same changes (Note [Only live tensors can change]).
     std::vector<Template::ExternalChange> whole;
     const bool whole_ok =
@@ -720,7 +716,6 @@ std::unique_ptr<LayerStamp::Template> LayerStamp::encode(const Before& before, i
         encode_changes_whole(before, after, layer, refs, whole);
     SIM_ASSERT(whole_ok == changes_ok && (!whole_ok || whole == changes));
   }
-#endif
   if (after.tape_state != before.tape_state || after.ops == before.ops || output == kNoVar ||
       output < before.vars || !changes_ok) {
     return nullptr;

@@ -11,9 +11,9 @@ nothing a command writes lands in the worktree). Commands whose program is not b
 (vramsim-replay without CUDA), and the slow ones listed in SLOW (each with its reason), are reported as
 skipped, never as passed.
 
-  check_readme.py --build-dir build-check            # exit 1 on any difference, listing each
-  check_readme.py --build-dir build-check --update   # rewrite the outputs in place, keeping each "..."
-  check_readme.py --build-dir build-check docs/serving.md   # one page (or several)
+  check_readme.py --build-dir build            # exit 1 on any difference, listing each
+  check_readme.py --build-dir build --update   # rewrite the outputs in place, keeping each "..."
+  check_readme.py --build-dir build docs/serving.md   # one page (or several)
 
 Every relative link of a page must name a file that exists and, for a .md page, a heading or <a name> it has
 (a broken link counts as a difference).
