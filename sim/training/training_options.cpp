@@ -208,12 +208,6 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
           "--cp {}: --seq {} must be a multiple of 2 x {} (the load-balanced chunks of context_parallel)", cp,
           o.seq, cp));
     }
-    if (o.tensor_parallel > 1 && o.sequence_parallel) {
-      throw InputError("--cp: not modelled together with Megatron's --sequence-parallel (vramsim)");
-    }
-    if (o.pipeline.stages > 1) {
-      throw InputError("--cp: not modelled together with --pp (vramsim)");
-    }
     if (o.lora.rank > 0 || o.bnb.format != BnbFormat::kNone) {
       throw InputError("--cp: not modelled together with --lora-rank or --base-weights (vramsim)");
     }

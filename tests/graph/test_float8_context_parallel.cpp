@@ -8,6 +8,7 @@
 #include "sim/core/error.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/context_parallel.h"
+#include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/torch/torch_ops.h"
 #include "sim/training/float8_linear.h"
@@ -211,6 +212,40 @@ TEST_CASE("context parallelism: each rank runs seq / N tokens, and ring attentio
   // _AllToAllRotater: a step's cat, the buffer permute_tensor fills and the last one received (3 x 16,384)
   const OpGraph a2a = cp_run(128, 4, CpRotate::kAllToAll);
   CHECK(sizes_named(a2a, attention + ".scratch") == std::vector<Bytes>{49152, 74752});
+}
+
+TEST_CASE(
+    "context parallelism composes with tensor + sequence parallelism and pipeline stages (torchtitan's 4D)",
+    "[quick][graph][composition]") {
+  // torchtitan runs CP inside TP (Table 6 of benchmarks/llama3_h100_202412_torchtitan.md: FSDP x TP 8 x PP 8
+  // x CP up to 8): context_parallel shards the sequence first, then the TP plan splits the heads, so ring
+  // attention runs on this rank's heads of its seq / N tokens. The tiny Llama of cp_run at TP 2, CP 4, seq
+  // 128: q (2, 2, 32, 16) bf16 = 4,096 B, the logsumexp (2, 2, 32) fp32 = 512 B.
+  const ModelConfig m = tensor_parallel_rank(test::tiny_model("tinyllama-1.1b"), 2);
+  TrainingOptions o;
+  o.batch = 2;
+  o.seq = 128;
+  o.steps = 1;
+  o.precision = Precision::kBf16;
+  o.attention = AttentionKind::kSdpaFlash;
+  o.data_parallel.scheme = "fsdp2-full-shard";
+  o.data_parallel.world_size = 4;
+  o.context_parallel.degree = 4;
+  o.tensor_parallel = 2;
+  o.sequence_parallel = true;
+  const OpGraph g = build_training_steps(m, o);
+  const std::string attention = "layers.0.attn.sdpa.ring_attention";
+  CHECK(sizes_named(g, attention).front() == 4096);
+  CHECK(sizes_named(g, attention + ".logsumexp").front() == 512);
+  // the all-gather of cat([k, v]) over 4 ranks (4 x 8,192) and a step's cat (8,192): 40,960; the merger's
+  // step output (4,096), logsumexp (512) and four fp32 q-sized buffers (4 x 8,192): 37,376
+  CHECK(sizes_named(g, attention + ".scratch") == std::vector<Bytes>{40960, 37376});
+  // and with two pipeline stages: each stage's layers run the same ring attention on the local tokens
+  o.pipeline.stages = 2;
+  o.pipeline.stage = 0;
+  o.grad_accumulation = 2;
+  const OpGraph staged = build_training_steps(m, o);
+  CHECK(sizes_named(staged, attention + ".scratch").front() == 40960);
 }
 
 TEST_CASE("context parallelism: the layout torch's context_parallel refuses", "[quick][graph]") {

@@ -42,8 +42,10 @@ std::vector<std::string> split_words(std::string_view flags) {
   return words;
 }
 
-// The arguments `vramsim predict` parses for the base job plus these techniques' flags.
-RequestArgs parse(const std::vector<const Technique*>& picked, const char* model = "tiny-llama.config.json") {
+// The arguments `vramsim predict` parses for the base job plus these techniques' flags; `gpus` (when not 0)
+// replaces the data-parallel techniques' --gpus 2, for layouts of more than two parallel dimensions.
+RequestArgs parse(const std::vector<const Technique*>& picked, const char* model = "tiny-llama.config.json",
+                  int gpus = 0) {
   std::vector<std::string> words =
       split_words("--model " + test::test_data(model).string() + " --gpu h100 --seq 64 --steps 2");
   std::string offload;  // --offload takes one comma-separated list: techniques' items are joined
@@ -52,6 +54,8 @@ RequestArgs parse(const std::vector<const Technique*>& picked, const char* model
     for (std::size_t i = 0; i < flags.size(); ++i) {
       if (flags[i] == "--offload" && i + 1 < flags.size()) {
         offload += (offload.empty() ? "" : ",") + flags[++i];
+      } else if (flags[i] == "--gpus" && gpus != 0 && i + 1 < flags.size()) {
+        ++i;
       } else {
         words.push_back(flags[i]);
       }
@@ -60,6 +64,10 @@ RequestArgs parse(const std::vector<const Technique*>& picked, const char* model
   if (!offload.empty()) {
     words.push_back("--offload");
     words.push_back(offload);
+  }
+  if (gpus != 0) {
+    words.push_back("--gpus");
+    words.push_back(std::to_string(gpus));
   }
   RequestArgs args;
   args.batch = 2;
@@ -77,10 +85,11 @@ struct Outcome {
   Prediction prediction;
 };
 
-Outcome run(const std::vector<const Technique*>& picked, const char* model = "tiny-llama.config.json") {
+Outcome run(const std::vector<const Technique*>& picked, const char* model = "tiny-llama.config.json",
+            int gpus = 0) {
   Outcome o;
   try {
-    o.prediction = predict(make_request(parse(picked, model)));
+    o.prediction = predict(make_request(parse(picked, model, gpus)));
     o.predicted = true;
   } catch (const InputError& e) {
     o.refusal = e.what();
@@ -232,6 +241,17 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
     REQUIRE(o.predicted);
     check_invariants(picked, o.prediction);
   }
+  // torchtitan's 4D runs (benchmarks/llama3_h100_202412_torchtitan.md Table 6: FSDP x TP x PP x CP), on
+  // 2 x 2 x 2 x 2 GPUs
+  std::vector<const Technique*> four_d;
+  for (const char* n : {"fsdp2", "tp", "pp-torchtitan", "cp", "checkpoint-full", "compile-layer"}) {
+    REQUIRE(by_name.count(n) == 1);
+    four_d.push_back(by_name[n]);
+  }
+  const Outcome o = run(four_d, "tiny-llama.config.json", 16);
+  INFO(label(four_d) + (o.predicted ? "" : " -> " + o.refusal));
+  REQUIRE(o.predicted);
+  check_invariants(four_d, o.prediction);
 }
 
 // The mixture-of-experts rows on a model that has experts (on tiny-llama they do not apply): each MoE
