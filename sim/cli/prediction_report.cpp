@@ -124,12 +124,17 @@ void print_v1(const Prediction::Generation& g) {
   fmt::print("  GPU KV cache size: {} tokens  ({} blocks of {} B per layer{})\n",
              thousands(s.kv_cache_tokens), thousands(v.num_gpu_blocks), s.page_size_bytes,
              s.mla ? ", MLA: one latent + rotary key a token" : "");
-  if (s.kv_cache_groups > 1 || s.sliding_window > 0) {
+  if (s.kv_cache_groups > 1 || s.sliding_window > 0 || s.attention_chunk_size > 0) {
+    const std::string local =
+        s.attention_chunk_size > 0
+            ? fmt::format("chunked local attention {} ({} layers)", s.attention_chunk_size,
+                          s.chunked_attention_layers)
+            : fmt::format("sliding window {} ({} layers)", s.sliding_window, s.sliding_window_layers);
     fmt::print(
-        "  KV cache groups  {}: {} full attention, {} sliding window {} ({} layers); {} layers a group{}; "
+        "  KV cache groups  {}: {} full attention, {} {}; {} layers a group{}; "
         "tokens = blocks // groups x block_size\n",
-        s.kv_cache_groups, s.full_attention_groups, s.kv_cache_groups - s.full_attention_groups,
-        s.sliding_window, s.sliding_window_layers, s.layers_per_group,
+        s.kv_cache_groups, s.full_attention_groups, s.kv_cache_groups - s.full_attention_groups, local,
+        s.layers_per_group,
         s.padding_layers > 0 ? fmt::format(", {} padding", s.padding_layers) : std::string());
   }
   fmt::print("  Maximum concurrency for {} tokens per request: {:.2f}x\n", thousands(v.max_model_len),
@@ -440,6 +445,7 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"layers_per_group", s.layers_per_group},
                                                {"padding_layers", s.padding_layers},
                                                {"sliding_window", s.sliding_window},
+                                               {"attention_chunk_size", s.attention_chunk_size},
                                                {"kv_cache_needed_bytes", s.kv_cache_needed_bytes},
                                                {"gpu_kv_cache_tokens", s.kv_cache_tokens},
                                                {"max_concurrency", s.max_concurrency},

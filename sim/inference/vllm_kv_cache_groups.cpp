@@ -23,25 +23,34 @@ std::int64_t pages_per_request(const VllmKvCacheGroups& g, const VllmKvCacheLimi
 }  // namespace
 
 VllmKvCacheGroups vllm_kv_cache_groups(const std::vector<std::int64_t>& windows) {
-  SIM_ASSERT(!windows.empty());
+  std::vector<VllmLayerKvSpec> specs;
+  specs.reserve(windows.size());
+  for (const std::int64_t w : windows) {
+    specs.push_back({w, 0});
+  }
+  return vllm_kv_cache_groups(specs);
+}
+
+VllmKvCacheGroups vllm_kv_cache_groups(const std::vector<VllmLayerKvSpec>& specs) {
+  SIM_ASSERT(!specs.empty());
   // same_type_layers: the layers of each spec, specs in the order of their first layer.
   std::vector<VllmKvCacheGroup> by_spec;
-  for (std::size_t l = 0; l < windows.size(); ++l) {
+  for (std::size_t l = 0; l < specs.size(); ++l) {
     auto it = std::find_if(by_spec.begin(), by_spec.end(),
-                           [&](const VllmKvCacheGroup& s) { return s.sliding_window == windows[l]; });
+                           [&](const VllmKvCacheGroup& s) { return s.spec() == specs[l]; });
     if (it == by_spec.end()) {
-      by_spec.push_back({windows[l], {}});
+      by_spec.push_back({specs[l].sliding_window, {}, specs[l].attention_chunk_size});
       it = by_spec.end() - 1;
     }
     it->layers.push_back(static_cast<std::int64_t>(l));
   }
   VllmKvCacheGroups out;
   if (by_spec.size() == 1) {  // _get_kv_cache_groups_uniform_spec
-    out.group_size = static_cast<std::int64_t>(windows.size());
+    out.group_size = static_cast<std::int64_t>(specs.size());
     out.groups = std::move(by_spec);
     return out;
   }
-  std::int64_t fewest = static_cast<std::int64_t>(windows.size());
+  std::int64_t fewest = static_cast<std::int64_t>(specs.size());
   std::int64_t most = 0;
   for (const VllmKvCacheGroup& s : by_spec) {
     fewest = std::min(fewest, static_cast<std::int64_t>(s.layers.size()));
@@ -54,7 +63,7 @@ VllmKvCacheGroups vllm_kv_cache_groups(const std::vector<std::int64_t>& windows)
     const std::int64_t num_groups = cdiv(n, out.group_size);
     out.padding_layers += num_groups * out.group_size - n;
     for (std::int64_t i = 0; i < num_groups; ++i) {  // layers[i::num_groups]
-      VllmKvCacheGroup group{s.sliding_window, {}};
+      VllmKvCacheGroup group{s.sliding_window, {}, s.attention_chunk_size};
       for (std::int64_t j = i; j < n; j += num_groups) {
         group.layers.push_back(s.layers[static_cast<std::size_t>(j)]);
       }
@@ -69,7 +78,7 @@ VllmKvCacheGroups vllm_project_kv_cache_groups(const VllmKvCacheGroups& g, std::
   VllmKvCacheGroups out;
   out.group_size = 0;
   for (const VllmKvCacheGroup& group : g.groups) {
-    VllmKvCacheGroup kept{group.sliding_window, {}};
+    VllmKvCacheGroup kept{group.sliding_window, {}, group.attention_chunk_size};
     std::copy_if(group.layers.begin(), group.layers.end(), std::back_inserter(kept.layers),
                  [&](std::int64_t l) { return l >= start && l < end; });
     // get_kv_cache_config_from_groups: group_size = max(len(group.layer_names)) over this worker's groups.
@@ -89,6 +98,11 @@ Bytes vllm_v1_mla_page_size_bytes(std::int64_t block_size, std::int64_t latent_d
 std::int64_t vllm_group_pages_per_request(const VllmKvCacheGroup& group, const VllmKvCacheLimits& k,
                                           std::int64_t max_model_len) {
   SIM_ASSERT(k.block_size > 0 && max_model_len > 0);
+  if (group.attention_chunk_size > 0) {
+    // ChunkedLocalAttentionSpec.max_admission_blocks_per_request: during chunked prefill at most one chunk
+    // window of computed tokens plus the newly scheduled ones, at most max_model_len
+    return cdiv(std::min(group.attention_chunk_size + k.max_num_batched_tokens, max_model_len), k.block_size);
+  }
   if (group.sliding_window <= 0) {
     return cdiv(max_model_len, k.block_size);  // FullAttentionSpec.max_memory_usage_bytes
   }

@@ -1,6 +1,7 @@
 // vLLM V1's KV-cache manager for models whose layers do not all cache the same way: sliding-window layers
 // beside full-attention ones (gemma2, gemma3, gpt_oss), a window on every layer (Mistral-7B-v0.1,
-// starcoder2), and multi-head latent attention's one latent a token (deepseek_v3). The arithmetic of
+// starcoder2), chunked local attention beside full attention (llama4: ChunkedLocalAttentionSpec on the RoPE
+// layers), and multi-head latent attention's one latent a token (deepseek_v3). The arithmetic of
 // vllm/v1/core/kv_cache_utils.py and vllm/v1/kv_cache_interface.py (vLLM 0.10 to 0.19 and main at 001cabc):
 //
 //   page_size_bytes           AttentionSpec: 2 x block_size x kv_heads x head_size x dtype bytes (keys and
@@ -10,7 +11,10 @@
 //   max_memory_usage_bytes    FullAttentionSpec: cdiv(max_model_len, block_size) pages; SlidingWindowSpec:
 //                             cdiv(min(sliding_window - 1 + max_num_batched_tokens, max_model_len),
 //                             block_size)
-//                             + 1 pages (the window need not start at a block's start)
+//                             + 1 pages (the window need not start at a block's start);
+//                             ChunkedLocalAttentionSpec: cdiv(min(attention_chunk_size +
+//                             max_num_batched_tokens, max_model_len), block_size) pages (one chunk window
+//                             plus the newly scheduled tokens; max_admission_blocks_per_request)
 //   get_kv_cache_groups       one spec on every layer: one group of all layers (_get_kv_cache_groups_uniform_
 //                             spec); several (same page size): _get_kv_cache_groups_uniform_page_size groups
 //                             each spec's layers into groups of group_size layers, group_size the fewest
@@ -36,9 +40,19 @@
 
 namespace vramsim {
 
+// One decoder layer's KV-cache spec, as far as the groups and the pages a request needs depend on it.
+struct VllmLayerKvSpec {
+  std::int64_t sliding_window = 0;        // SlidingWindowSpec's window (0: none)
+  std::int64_t attention_chunk_size = 0;  // ChunkedLocalAttentionSpec's chunk (0: none)
+  bool operator==(const VllmLayerKvSpec&) const = default;
+};
+
 struct VllmKvCacheGroup {
-  std::int64_t sliding_window = 0;   // 0: full attention (FullAttentionSpec, MLAAttentionSpec)
-  std::vector<std::int64_t> layers;  // decoder layer indices, in order (fewer than group_size: padding)
+  std::int64_t sliding_window = 0;        // 0: full attention (FullAttentionSpec, MLAAttentionSpec)
+  std::vector<std::int64_t> layers;       // decoder layer indices, in order (fewer than group_size: padding)
+  std::int64_t attention_chunk_size = 0;  // ChunkedLocalAttentionSpec (llama4's RoPE layers); 0: none
+  VllmLayerKvSpec spec() const { return {sliding_window, attention_chunk_size}; }
+  bool full_attention() const { return sliding_window == 0 && attention_chunk_size == 0; }
 };
 
 struct VllmKvCacheGroups {
@@ -47,8 +61,10 @@ struct VllmKvCacheGroups {
   std::int64_t padding_layers = 0;  // group slots no layer fills ("Add N padding layers")
 };
 
-// get_kv_cache_groups over the model's decoder layers, `windows[l]` the sliding window of layer l (0: full
-// attention); every layer's page the same size (true of the model types read here).
+// get_kv_cache_groups over the model's decoder layers, `specs[l]` layer l's spec (all zero: full attention);
+// every layer's page the same size (true of the model types read here).
+VllmKvCacheGroups vllm_kv_cache_groups(const std::vector<VllmLayerKvSpec>& specs);
+// The same with sliding windows only: `windows[l]` the sliding window of layer l (0: full attention).
 VllmKvCacheGroups vllm_kv_cache_groups(const std::vector<std::int64_t>& windows);
 
 // _project_kv_cache_groups_to_worker: each group keeps its layers in [start, end) (a group may be left

@@ -408,6 +408,33 @@ ModelConfig gpt_oss(const JsonReader& r) {
   return m;
 }
 
+// Llama4TextConfig's attention_chunk_size (8192; null: none) on the RoPE layers: no_rope_layers[l] == 1, by
+// default every layer but each no_rope_layer_interval-th (configuration_llama4.py: [int((l + 1) % 4 != 0)];
+// an empty list is taken as absent). vLLM's Llama4Attention runs those layers as ChunkedLocalAttention
+// (vllm/model_executor/models/llama4.py: use_chunked_local_attn = not self.nope and
+// config.attention_chunk_size).
+void llama4_chunked_attention(const JsonReader& r, ModelConfig& m) {
+  if (r.is_null("attention_chunk_size")) {
+    return;
+  }
+  m.attention_chunk_size = r.integer_or("attention_chunk_size", 8192);
+  const std::vector<std::int64_t> rope = r.integers_or_empty("no_rope_layers");
+  if (!rope.empty() && static_cast<std::int64_t>(rope.size()) != m.n_layers) {
+    r.fail("no_rope_layers", fmt::format("{} entries for {} layers", rope.size(), m.n_layers));
+  }
+  const std::int64_t interval = r.integer_or("no_rope_layer_interval", 4);
+  for (std::int64_t l = 0; l < m.n_layers; ++l) {
+    const std::int64_t flag =
+        rope.empty() ? ((l + 1) % interval != 0 ? 1 : 0) : rope[static_cast<std::size_t>(l)];
+    if (flag > 1) {
+      r.fail("no_rope_layers", "entries must be 0 (NoPE) or 1 (RoPE)");
+    }
+    if (flag == 1) {
+      m.chunked_attention_layers.push_back(l);
+    }
+  }
+}
+
 // Llama4TextConfig: Llama attention (use_qk_norm: an L2 norm without parameters); MoE layers every
 // interleave_moe_layer_step (experts fused, num_local_experts of intermediate_size, a router, one shared
 // expert of intermediate_size), dense layers an MLP of intermediate_size_mlp; chunked attention on the RoPE
@@ -436,7 +463,7 @@ ModelConfig llama4_text(const JsonReader& r) {
   m.moe.normalize_top_k = false;
   // moe_layers = list(range(step - 1, num_hidden_layers, step)): (l + 1) % step == 0
   m.moe.sparse_step = r.integer_or("interleave_moe_layer_step", 1);
-  m.sliding_window = r.integer_or("attention_chunk_size", 8192);
+  llama4_chunked_attention(r, m);
   if (r.has("moe_layers")) {
     r.fail("moe_layers", "an explicit list is not supported (interleave_moe_layer_step is)");
   }

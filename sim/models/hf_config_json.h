@@ -67,6 +67,8 @@ class JsonReader {
     return v.get<bool>();
   }
   bool has(const char* key) const { return m_root.contains(key) && !m_root.at(key).is_null(); }
+  // The key is written as null (a Python None), which a class default does not replace.
+  bool is_null(const char* key) const { return m_root.contains(key) && m_root.at(key).is_null(); }
   double number_or(const char* key, double fallback) const {
     if (!has(key)) {
       return fallback;

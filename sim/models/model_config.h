@@ -153,6 +153,11 @@ struct ModelConfig {
   // Starcoder2 with a sliding_window: every layer). vLLM's V1 KV-cache manager gives these layers their own
   // KV-cache groups (vllm_kv_cache_groups.h); the training and transformers-generation graphs do not read it.
   std::vector<std::int64_t> sliding_window_layers;
+  // llama4: the decoder layers whose attention is chunked local attention of attention_chunk_size tokens (the
+  // RoPE layers, no_rope_layers[l] == 1), in increasing order; vLLM gives them ChunkedLocalAttentionSpec's
+  // KV-cache groups (vllm_kv_cache_groups.h). The training and transformers-generation graphs do not read it.
+  std::int64_t attention_chunk_size = 0;
+  std::vector<std::int64_t> chunked_attention_layers;
   // Rows of the token embedding beyond vocab_size (mllama: MllamaTextModel.embed_tokens is
   // nn.Embedding(vocab_size + 8, hidden_size); its lm_head keeps vocab_size rows). 0 for every other model.
   std::int64_t extra_embedding_rows = 0;

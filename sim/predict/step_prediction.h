@@ -290,6 +290,8 @@ struct Prediction {
         std::int64_t padding_layers = 0;    // group slots no layer fills
         std::int64_t sliding_window = 0;    // the sliding layers' window (0: none)
         std::int64_t sliding_window_layers = 0;
+        std::int64_t attention_chunk_size = 0;  // llama4's chunked local layers' chunk (0: none)
+        std::int64_t chunked_attention_layers = 0;
         // One max_model_len request's cache (_max_memory_usage_bytes_from_groups): the "X GiB KV cache is
         // needed" of vLLM's refusal.
         std::int64_t kv_cache_needed_bytes = 0;

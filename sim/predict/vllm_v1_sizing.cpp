@@ -375,16 +375,21 @@ void profile(const PredictRequest& request, Bytes dtype_bytes, const VllmPipelin
   out.torch_peak_increase_bytes = peak + out.cublas_workspace_bytes + out.fused_moe_workspace_bytes;
 }
 
-// The model's KV-cache groups (vllm_kv_cache_groups.h): each decoder layer's window, 0 for full attention
-// (and for MLA, whose layers are all MLAAttentionSpec).
+// The model's KV-cache groups (vllm_kv_cache_groups.h): each decoder layer's sliding window or attention
+// chunk, neither for full attention (and for MLA, whose layers are all MLAAttentionSpec).
 VllmKvCacheGroups model_kv_cache_groups(const ModelConfig& m) {
-  std::vector<std::int64_t> windows(static_cast<std::size_t>(m.n_layers), 0);
+  std::vector<VllmLayerKvSpec> specs(static_cast<std::size_t>(m.n_layers));
   for (const std::int64_t l : m.sliding_window_layers) {
     if (l < m.n_layers) {
-      windows[static_cast<std::size_t>(l)] = m.sliding_window;
+      specs[static_cast<std::size_t>(l)].sliding_window = m.sliding_window;
     }
   }
-  return vllm_kv_cache_groups(windows);
+  for (const std::int64_t l : m.chunked_attention_layers) {
+    if (l < m.n_layers) {
+      specs[static_cast<std::size_t>(l)].attention_chunk_size = m.attention_chunk_size;
+    }
+  }
+  return vllm_kv_cache_groups(specs);
 }
 
 void describe_groups(const VllmKvCacheGroups& groups, Paged::V1& out) {
@@ -394,11 +399,17 @@ void describe_groups(const VllmKvCacheGroups& groups, Paged::V1& out) {
   out.full_attention_groups = 0;
   out.sliding_window = 0;
   out.sliding_window_layers = 0;
+  out.attention_chunk_size = 0;
+  out.chunked_attention_layers = 0;
   for (const VllmKvCacheGroup& g : groups.groups) {
-    out.full_attention_groups += g.sliding_window == 0 ? 1 : 0;
+    out.full_attention_groups += g.full_attention() ? 1 : 0;
     if (g.sliding_window > 0) {
       out.sliding_window = g.sliding_window;
       out.sliding_window_layers += static_cast<std::int64_t>(g.layers.size());
+    }
+    if (g.attention_chunk_size > 0) {
+      out.attention_chunk_size = g.attention_chunk_size;
+      out.chunked_attention_layers += static_cast<std::int64_t>(g.layers.size());
     }
   }
 }

@@ -3,6 +3,7 @@
 // (vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py) or quoted from a vLLM log (cited).
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -204,4 +205,108 @@ TEST_CASE("vllm kv cache groups: config.json's layer_types decides the windowed 
       "intermediate_size": 9216, "layer_types": ["full_attention"]})";
   CHECK_THROWS_WITH(model_from_hf_config_json(wrong, "config.json"),
                     "config.json: key 'layer_types': 1 entries for 4 layers");
+}
+
+TEST_CASE("vllm kv cache groups: llama4's chunked local layers get their own groups", "[quick][predict]") {
+  // Llama-4-Scout: 48 layers; Llama4TextConfig's default no_rope_layers = [int((l + 1) % 4 != 0)] makes 36
+  // RoPE layers, which vLLM's Llama4Attention runs as ChunkedLocalAttention (attention_chunk_size 8,192), and
+  // 12 NoPE layers of full attention (3, 7, ..., 47). Two specs, chunked first (layer 0): group_size the
+  // fewest layers, 12 (36 is not under 1.5 x 12); the chunked layers in 3 groups of 12 (layers[i::3]), the
+  // full ones in 1: 4 groups, no padding.
+  std::vector<VllmLayerKvSpec> specs(48);
+  for (std::int64_t l = 0; l < 48; ++l) {
+    if ((l + 1) % 4 != 0) {
+      specs[static_cast<std::size_t>(l)].attention_chunk_size = 8192;
+    }
+  }
+  const VllmKvCacheGroups g = vllm_kv_cache_groups(specs);
+  REQUIRE(g.groups.size() == 4);
+  CHECK(g.group_size == 12);
+  CHECK(g.padding_layers == 0);
+  CHECK(g.groups[0].attention_chunk_size == 8192);
+  // the chunked layers in order are 4k + j (j = 0, 1, 2), the i-th of them 4 (i / 3) + i % 3; the first
+  // group takes i = 0, 3, ..., 33: layers 0, 4, ..., 44
+  CHECK(g.groups[0].layers == std::vector<std::int64_t>{0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44});
+  CHECK(g.groups[3].full_attention());
+  CHECK(g.groups[3].layers.front() == 3);
+  // ChunkedLocalAttentionSpec.max_admission_blocks_per_request at max_model_len 131,072 and 8,192 batched
+  // tokens: cdiv(min(8,192 + 8,192, 131,072), 16) = 1,024 pages, no extra block (unlike a sliding window);
+  // the full group cdiv(131,072, 16) = 8,192. Page 2 x 16 x 8 x 128 x 2 = 65,536 B. One request needs
+  // 12 x 65,536 x (8,192 + 3 x 1,024) = 8,858,370,048 B, where all-full attention needs 48 x 65,536 x 8,192
+  // = 25,769,803,776 B.
+  const VllmKvCacheLimits k{16, 131072, 8192, 65536};
+  CHECK(vllm_group_pages_per_request(g.groups[0], k, 131072) == 1024);
+  CHECK(vllm_group_pages_per_request(g.groups[3], k, 131072) == 8192);
+  CHECK(vllm_kv_cache_request_bytes(g, k, 131072) == 8858370048);
+  // a request shorter than a chunk and the batch: min(16,384, 4,000) = 4,000 tokens, 250 pages
+  CHECK(vllm_group_pages_per_request(g.groups[0], k, 4000) == 250);
+}
+
+TEST_CASE("vllm kv cache groups: llama4's no_rope_layers decides the chunked layers", "[quick][predict]") {
+  const std::string base = R"({"model_type": "llama4_text", "vocab_size": 1000, "hidden_size": 256,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+      "intermediate_size": 512, "intermediate_size_mlp": 512, "num_local_experts": 2)";
+  // the default list: every layer but the fourth; an empty list is taken as absent
+  CHECK(model_from_hf_config_json(base + "}", "c.json").chunked_attention_layers ==
+        std::vector<std::int64_t>{0, 1, 2});
+  CHECK(model_from_hf_config_json(base + R"(, "no_rope_layers": []})", "c.json").chunked_attention_layers ==
+        std::vector<std::int64_t>{0, 1, 2});
+  const ModelConfig listed =
+      model_from_hf_config_json(base + R"(, "no_rope_layers": [0, 1, 1, 0]})", "c.json");
+  CHECK(listed.chunked_attention_layers == std::vector<std::int64_t>{1, 2});
+  CHECK(listed.attention_chunk_size == 8192);
+  // attention_chunk_size null: no chunked attention (use_chunked_local_attn is falsy)
+  CHECK(model_from_hf_config_json(base + R"(, "attention_chunk_size": null})", "c.json")
+            .chunked_attention_layers.empty());
+  CHECK_THROWS_WITH(model_from_hf_config_json(base + R"(, "no_rope_layers": [1, 1]})", "c.json"),
+                    "c.json: key 'no_rope_layers': 2 entries for 4 layers");
+  CHECK_THROWS_WITH(model_from_hf_config_json(base + R"(, "no_rope_layers": [1, 2, 1, 0]})", "c.json"),
+                    "c.json: key 'no_rope_layers': entries must be 0 (NoPE) or 1 (RoPE)");
+}
+
+TEST_CASE("vllm kv cache groups: llama4 through predict", "[quick][predict]") {
+  // Llama-4-Scout at TP 4 on H100s: 4 groups of 12 layers; tokens = blocks // 4 x 16, as all-full attention
+  // (4 x 12 = 48 tensors), and one max_model_len request takes 8,192 + 3 x 1,024 = 11,264 blocks at
+  // max_model_len 131,072 and 8,192 batched tokens (above).
+  RequestArgs a = test::served_on_h100("llama-4-scout");
+  a.tp = 4;
+  a.world_size = 4;
+  a.max_model_len = 131072;
+  a.max_num_batched_tokens = 8192;
+  const Prediction p = predict(make_request(a));
+  const Prediction::Generation::Paged& paged = test::v1_paged_of(p);
+  const Prediction::Generation::Paged::V1& v = *paged.v1;
+  CHECK(v.kv_cache_groups == 4);
+  CHECK(v.layers_per_group == 12);
+  CHECK(v.attention_chunk_size == 8192);
+  CHECK(v.chunked_attention_layers == 36);
+  CHECK(v.kv_cache_tokens == paged.num_gpu_blocks / 4 * 16);
+  CHECK(v.max_concurrency == Approx(static_cast<double>(paged.num_gpu_blocks) / 11264.0));
+}
+
+TEST_CASE("vllm kv cache groups: Llama-4-Scout's logged concurrency at 8M tokens", "[quick][predict]") {
+  // fuhengwu2021/coderepo extra/README.md ("8M Context Length Configuration"): vLLM 0.12.0's API server,
+  // Llama-4-Scout-17B-16E-Instruct at TP 8 on 8 x H200, gpu_memory_utilization 0.9, max_model_len 8,388,608,
+  // the hybrid manager on: "Available KV cache memory: 89.71 GiB", "GPU KV cache size: 3,919,664 tokens",
+  // "Max concurrency: 1.86x". TP 8 leaves one of the 8 KV heads a rank: page 2 x 16 x 1 x 128 x 2 = 8,192 B.
+  std::vector<VllmLayerKvSpec> specs(48);
+  for (std::int64_t l = 0; l < 48; ++l) {
+    if ((l + 1) % 4 != 0) {
+      specs[static_cast<std::size_t>(l)].attention_chunk_size = 8192;
+    }
+  }
+  const VllmKvCacheGroups g = vllm_kv_cache_groups(specs);
+  // 89.71 GiB (two decimals: +-0.005 GiB, +-55 blocks) = 96,325,379,031 B; // 8,192 = 11,758,469 pages; // 12
+  // = 979,872 blocks; 979,872 // 4 x 16 = 3,919,488 tokens: the log's 3,919,664 is 44 blocks more, inside the
+  // rounding.
+  const auto available = static_cast<std::int64_t>(89.71 * 1073741824.0);
+  const std::int64_t blocks = vllm_kv_cache_num_blocks(g, available, 8192);
+  CHECK(blocks == 979872);
+  CHECK(std::abs(vllm_kv_cache_tokens(g, blocks, 16) - 3919664) <= 55 * 16 / 4);  // 4 tokens a block
+  // The concurrency from the logged tokens: at least 3,919,664 / 16 x 4 = 979,916 blocks; one 8,388,608-token
+  // request takes 524,288 full pages + 3 x cdiv(8,192 + 8,192, 16) = 527,360 (the API server's 8,192 batched
+  // tokens on an H200): 979,916 / 527,360 = 1.858, "1.86x". As all-full attention (one group of 48 layers,
+  // 11,758,469 // 48 = 244,968 blocks from the same memory) it would be 244,968 / 524,288 = 0.47x.
+  const VllmKvCacheLimits k{16, 8388608, 8192, 8192};
+  CHECK(vllm_kv_cache_max_concurrency(g, 979916, k) == Approx(1.86).margin(0.005));
 }
