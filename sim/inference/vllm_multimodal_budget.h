@@ -26,6 +26,17 @@
 // MLP's fc1 output and its activation (out of place: get_act_fn) beside both (2 h + 2 I); a gated MLP
 // (Qwen2.5-VL's gate_up_proj, SiluAndMul) holds 2 h + 2 I + I. Attention runs in a fused kernel (FLASH_ATTN /
 // xformers / SDPA's flash path): no tokens x tokens scores. All sizes bytes of one GPU.
+//
+// Under tensor parallelism (mm_encoder_tp_mode "weights": vllm_vision_tensor_parallel.h) every rank runs all
+// N items through its slice of the tower: qkv_proj's output and the attention's are 3 h / tp and h / tp
+// (heads / tp), fc1's, the activation's and gate_up_proj's I / tp, 2 I / tp; the row-parallel out_proj and
+// fc2 produce full-width partial sums that tensor_model_parallel_all_reduce reduces out of place
+// (PyNcclCommunicator.all_reduce's torch.empty_like output; the custom all-reduce's too), so the partial
+// sum and the reduced output, h each, are both alive when it returns. The widest point is then the largest
+// of attention 2 h + 4 h / tp + 2 h, the MLP's up half 2 h + 2 I / tp (gated 3 I / tp) and its down half
+// 2 h + I / tp + 2 h (at TP 1 one h each: 7 h, and 3 h + I, never above 2 h + 2 I for a tower with I >= h).
+// pixel_values and the kept encoder outputs are whole on every rank: the projector's linear_2 / the merger's
+// mlp.2 are row-parallel and all-reduced, so each rank's encoder_cache holds text_hidden columns.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +75,7 @@ struct VllmEncoderShapes {
   std::int64_t embeds_per_item = 0;          // rows of one item's encoder output (the kept embeddings)
   std::int64_t text_hidden = 0;              // the language model's hidden size (the output's columns)
   Bytes dtype_bytes = 2;                     // the model dtype
+  int tp = 1;  // tensor-parallel ranks sharing the tower's layers (it divides the heads and intermediate)
 };
 struct VllmEncoderProfile {
   Bytes pixel_values_bytes = 0;     // the dummy batch, alive through profile_run
@@ -72,7 +84,8 @@ struct VllmEncoderProfile {
   Bytes encoder_pass_bytes = 0;     // pixel_values + tower_layer_bytes
   Bytes kept_bytes = 0;             // pixel_values + encoder_outputs_bytes, under the language model's run
 };
-// Throws InputError when a size overflows 64 bits.
+// Throws InputError when a size overflows 64 bits. SIM_ASSERTs that tp divides tower_hidden and
+// tower_intermediate (the caller refuses the degrees vLLM refuses).
 VllmEncoderProfile vllm_encoder_profile(const VllmEncoderShapes& s);
 
 }  // namespace vramsim
