@@ -290,6 +290,9 @@ Bytes vision_weights_bytes(const ModelConfig& m, Bytes dtype_bytes, int tp) {
   return bytes;
 }
 
+// mm_encoder_tp_mode "data": the tower whole on every rank, the images split among the TP ranks.
+bool tower_data_parallel(const PredictRequest& request) { return request.vllm.mm_encoder_tp_mode == "data"; }
+
 // The techniques vLLM applies to the tower too, which its sizing here does not follow: refused by name.
 void check_multimodal_request(const PredictRequest& request) {
   const std::string& wrapper = request.model.vision.wrapper_model_type;
@@ -304,7 +307,12 @@ void check_multimodal_request(const PredictRequest& request) {
   // refuse a degree that does not divide them.
   const Clip& c = request.model.vision.clip;
   const int tp = request.tensor_parallel;
-  if (tp > 1 && (c.heads % tp != 0 || c.intermediate % tp != 0)) {
+  if (tower_data_parallel(request) && c.tower != Tower::kQwen25Vl) {
+    // vLLM runs the tower data-parallel for a model class declaring supports_encoder_tp_data
+    // (Qwen2_5_VLForConditionalGeneration does, qwen2_5_vl.py at fb33ec8c); the others are not read here.
+    not_modelled("--mm-encoder-tp-mode data");
+  }
+  if (tp > 1 && !tower_data_parallel(request) && (c.heads % tp != 0 || c.intermediate % tp != 0)) {
     throw InputError(fmt::format(
         "--tp: {} does not divide the vision tower's {} attention heads and {} MLP features of {} (vLLM "
         "splits the tower's layers across the tensor-parallel ranks: ensure_divisibility refuses it)",
@@ -337,15 +345,20 @@ Paged::V1::Encoder multimodal_profile(const PredictRequest& request, Bytes dtype
   s.text_hidden = m.d_model;
   s.dtype_bytes = dtype_bytes;
   s.tp = request.tensor_parallel;
+  s.tower_data_parallel = tower_data_parallel(request);
   const VllmEncoderProfile p = vllm_encoder_profile(s);
   Paged::V1::Encoder e;
   e.max_tokens_per_item = item.max_tokens;
   e.encoder_budget = b.encoder_budget;
   e.items = b.max_items_per_batch;
   e.tower_tokens_per_item = item.tower_tokens;
-  e.tower_weights_bytes =
-      static_cast<std::int64_t>(vision_weights_bytes(m, dtype_bytes, request.tensor_parallel));
+  // "data": the whole tower on every rank (disable_tp in every linear)
+  e.tower_weights_bytes = static_cast<std::int64_t>(
+      vision_weights_bytes(m, dtype_bytes, s.tower_data_parallel ? 1 : request.tensor_parallel));
+  e.tp_mode = request.vllm.mm_encoder_tp_mode;
+  e.items_on_rank = p.items_on_rank;
   e.pixel_values_bytes = static_cast<std::int64_t>(p.pixel_values_bytes);
+  e.local_pixel_values_bytes = static_cast<std::int64_t>(p.local_pixel_values_bytes);
   e.tower_layer_bytes = static_cast<std::int64_t>(p.tower_layer_bytes);
   e.encoder_outputs_bytes = static_cast<std::int64_t>(p.encoder_outputs_bytes);
   e.encoder_pass_bytes = static_cast<std::int64_t>(p.encoder_pass_bytes);

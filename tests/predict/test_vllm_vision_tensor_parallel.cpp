@@ -177,3 +177,59 @@ TEST_CASE("vllm vision tp: Qwen2.5-VL-7B and llava-1.5 at TP 2, and the degrees 
   CHECK_THROWS_WITH(predict(make_request(pp)),
                     Catch::Matchers::Contains("--pp with a vision-language model"));
 }
+
+TEST_CASE("vllm vision tp: mm_encoder_tp_mode data, the whole tower on each rank and the items split",
+          "[quick][predict][vllm][vllm-vision-tp]") {
+  // vision.py run_dp_sharded_mrope_vision_model: get_load_balance_assignment gives 31 equal items to the
+  // least-loaded of 4 ranks in turn, 8 on the busiest; it copies their pixel_values (torch.cat), runs them
+  // through the whole tower (TP 1's columns: SigLIP's MLP 2 h + 2 I = 10,912), and all-gathers every rank's
+  // output padded to 8 items. Rows 8 x 4096 = 32,768: 32,768 x 10,912 x 2 = 715,128,832 B; the copy
+  // 8 x 3 x 896 x 896 x 2 = 38,535,168 B; the gathered outputs 4 x 8 x 256 x 5,376 x 2 = 88,080,384 B.
+  VllmEncoderShapes s;
+  s.items = 31;
+  s.tower_tokens_per_item = 4096;
+  s.tower_hidden = 1152;
+  s.tower_intermediate = 4304;
+  s.pixel_elements_per_item = 3 * 896 * 896;
+  s.embeds_per_item = 256;
+  s.text_hidden = 5376;
+  s.dtype_bytes = 2;
+  s.tp = 4;
+  s.tower_data_parallel = true;
+  const VllmEncoderProfile p = vllm_encoder_profile(s);
+  CHECK(p.items_on_rank == 8);
+  CHECK(p.tower_layer_bytes == 715128832);
+  CHECK(p.local_pixel_values_bytes == 38535168);
+  CHECK(p.encoder_outputs_bytes == 88080384);
+  CHECK(p.encoder_pass_bytes == 149323776 + 38535168 + 715128832);
+
+  // Qwen2.5-VL-7B at TP 2 with --mm-encoder-tp-mode data (Qwen2_5_VLForConditionalGeneration declares
+  // supports_encoder_tp_data): the one dummy image on one rank, through the whole tower (676,550,144
+  // parameters x 2 B) at TP 1's widest layer (2 h + 3 I = 12,820 columns: 1,680,343,040 B), its
+  // 65,536 x 1,176 x 2 = 154,140,672 B of pixel_values copied; the gathered outputs two ranks' 16,384 rows
+  // (the empty rank's padded): 2 x 16,384 x 3,584 x 2 = 234,881,024 B.
+  RequestArgs a = test::served_on_h100(stored("Qwen__Qwen2.5-VL-7B-Instruct.config.json"));
+  a.max_model_len = 2048;
+  a.tp = 2;
+  a.world_size = 2;
+  a.mm_encoder_tp_mode = "data";
+  const Prediction q = predict(make_request(a));
+  REQUIRE(test::v1_of(q).encoder);
+  const auto& e = *test::v1_of(q).encoder;
+  CHECK(e.tp_mode == "data");
+  CHECK(e.items_on_rank == 1);
+  CHECK(e.tower_weights_bytes == 1353100288);
+  CHECK(e.tower_layer_bytes == 1680343040);
+  CHECK(e.local_pixel_values_bytes == 154140672);
+  CHECK(e.encoder_pass_bytes == 154140672 + 154140672 + 1680343040);
+  CHECK(e.encoder_outputs_bytes == 234881024);
+  // the models whose data mode is not read here are refused by name; a mode vLLM does not have is an error
+  RequestArgs g = gemma3_27b_at_tp(2);
+  g.mm_encoder_tp_mode = "data";
+  CHECK_THROWS_WITH(
+      predict(make_request(g)),
+      Catch::Matchers::Contains("--mm-encoder-tp-mode data with a vision-language model (gemma3)"));
+  g.mm_encoder_tp_mode = "layers";
+  CHECK_THROWS_WITH(make_request(g),
+                    Catch::Matchers::Contains("--mm-encoder-tp-mode: 'layers' is not weights or data"));
+}
