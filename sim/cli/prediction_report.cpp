@@ -75,14 +75,22 @@ void print_v1_encoder(const Prediction::Generation::Paged::V1::Encoder& e,
       "  Encoder cache will be initialized with a budget of {} tokens, and profiled with {} {} items of the "
       "maximum feature size.\n",
       e.encoder_budget, e.items, e.modality);
+  const bool data = e.tp_mode == "data";
   fmt::print(
-      "  encoder profile  {} tokens an item, {} tower rows an item; encoder pass {} (pixel_values {} + the "
+      "  encoder profile  {} tokens an item, {} tower rows an item; encoder pass {} (pixel_values {}{} + the "
       "tower's widest layer {}); language model pass {} (pixel_values + kept encoder outputs {} + "
       "max(forward "
       "{}, sampler {}))\n",
       e.max_tokens_per_item, e.tower_tokens_per_item, gib(e.encoder_pass_bytes), gib(e.pixel_values_bytes),
+      data ? fmt::format(" + this rank's items' copy {}", gib(e.local_pixel_values_bytes)) : std::string(),
       gib(e.tower_layer_bytes), gib(e.language_pass_bytes), gib(e.encoder_outputs_bytes),
       gib(s.forward_peak_bytes), gib(s.sampler_peak_bytes));
+  if (data) {
+    fmt::print(
+        "  mm_encoder_tp_mode data  the whole tower on every rank; this rank runs {} of the {} items, and "
+        "keeps every rank's outputs all-gathered ({} ranks x {} items)\n",
+        e.items_on_rank, e.items, s.tensor_parallel, e.items_on_rank);
+  }
 }
 
 // vLLM V1's start-up as its log prints it (gpu_model_runner, gpu_worker, kv_cache_utils), one rank.
@@ -467,8 +475,11 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
               {"encoder_budget", e.encoder_budget},
               {"items", e.items},
               {"tower_tokens_per_item", e.tower_tokens_per_item},
+              {"mm_encoder_tp_mode", e.tp_mode},
+              {"items_on_rank", e.items_on_rank},
               {"tower_weights_bytes", e.tower_weights_bytes},
               {"pixel_values_bytes", e.pixel_values_bytes},
+              {"local_pixel_values_bytes", e.local_pixel_values_bytes},
               {"tower_layer_bytes", e.tower_layer_bytes},
               {"encoder_outputs_bytes", e.encoder_outputs_bytes},
               {"encoder_pass_bytes", e.encoder_pass_bytes},

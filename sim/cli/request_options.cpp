@@ -212,6 +212,11 @@ void add_serving_options(CLI::App* cmd, RequestArgs& a) {
          "--vllm-version", a.vllm_version,
          "v1|v0: vLLM's V1 engine start-up (its log's lines) or the older V0 profile run (paged cache)")
       ->capture_default_str();
+  cmd->add_option(
+         "--mm-encoder-tp-mode", a.mm_encoder_tp_mode,
+         "vLLM: weights|data, how a vision tower uses the TP ranks (weights: its layers split; data: "
+         "whole on every rank, the images split; v1)")
+      ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
                   "vLLM: auto|fp8|fp8_e4m3|fp8_e5m2, the KV cache's element (fp8: one byte; v1)")
       ->capture_default_str();

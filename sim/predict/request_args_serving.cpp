@@ -58,12 +58,13 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
                        a.kv_cache_dtype != defaults.kv_cache_dtype ||
                        a.quantization != defaults.quantization ||
                        a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
-                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory;
+                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory ||
+                       a.mm_encoder_tp_mode != defaults.mm_encoder_tp_mode;
   if (changed && a.kv_cache != "paged") {
     throw InputError(
         "--gpu-memory-utilization / --block-size / --max-model-len / --max-num-batched-tokens / "
         "--max-num-seqs / --kv-cache-dtype / --quantization / --vllm-non-torch-increase / "
-        "--vllm-cudagraph-memory: vLLM's settings, for --kv-cache paged");
+        "--vllm-cudagraph-memory / --mm-encoder-tp-mode: vLLM's settings, for --kv-cache paged");
   }
   if (a.vllm_version != "v1" && a.vllm_version != "v0") {
     throw InputError(fmt::format("--vllm-version: '{}' is not v1 or v0", a.vllm_version));
@@ -80,12 +81,17 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
   const bool v1_only = a.kv_cache_dtype != defaults.kv_cache_dtype ||
                        a.quantization != defaults.quantization ||
                        a.vllm_non_torch_increase != defaults.vllm_non_torch_increase ||
-                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory;
+                       a.vllm_cudagraph_memory != defaults.vllm_cudagraph_memory ||
+                       a.mm_encoder_tp_mode != defaults.mm_encoder_tp_mode;
   if (a.vllm_version != "v1" && v1_only) {
     throw InputError(
-        "--kv-cache-dtype / --quantization / --vllm-non-torch-increase / --vllm-cudagraph-memory: "
-        "modelled for --vllm-version v1 only");
+        "--kv-cache-dtype / --quantization / --vllm-non-torch-increase / --vllm-cudagraph-memory / "
+        "--mm-encoder-tp-mode: modelled for --vllm-version v1 only");
   }
+  if (a.mm_encoder_tp_mode != "weights" && a.mm_encoder_tp_mode != "data") {
+    throw InputError(fmt::format("--mm-encoder-tp-mode: '{}' is not weights or data", a.mm_encoder_tp_mode));
+  }
+  v.mm_encoder_tp_mode = a.mm_encoder_tp_mode;
   if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8" && a.kv_cache_dtype != "fp8_e4m3" &&
       a.kv_cache_dtype != "fp8_e5m2") {
     throw InputError(

@@ -54,6 +54,10 @@ struct VllmServing {
   int pipeline_parallel = 1;
   int data_parallel = 1;
   std::string pp_layer_partition;  // --vllm-pp-layer-partition: VLLM_PP_LAYER_PARTITION ("" : unset)
+  // --mm-encoder-tp-mode: MultiModalConfig.mm_encoder_tp_mode, how a vision tower uses the TP ranks:
+  // "weights" (its default: each layer split like the language model's) or "data" (the tower whole on every
+  // rank, the images split among the ranks: run_dp_sharded_mrope_vision_model)
+  std::string mm_encoder_tp_mode = "weights";
   // vLLM's --dtype when it is not --precision's name: "float16" for --precision fp16 (sized as bf16: the same
   // two-byte weights, activations and cache; ModelConfig's dtype torch.float16)
   std::string dtype;
@@ -264,12 +268,16 @@ struct Prediction {
           std::int64_t encoder_budget = 0;         // "a budget of B tokens"
           std::int64_t items = 0;                  // "profiled with N image items"
           std::int64_t tower_tokens_per_item = 0;  // rows one item is in the vision tower
+          std::string tp_mode = "weights";         // mm_encoder_tp_mode (weights | data)
+          std::int64_t items_on_rank = 0;          // items this rank runs through the tower (data: its share)
           std::int64_t tower_weights_bytes = 0;    // the tower and projector, in "Model loading took"
           std::int64_t pixel_values_bytes = 0;     // the dummy batch
           std::int64_t tower_layer_bytes = 0;      // the tower's widest layer over every item
           std::int64_t encoder_outputs_bytes = 0;  // kept in encoder_cache under the language model's run
-          std::int64_t encoder_pass_bytes = 0;     // pixel_values + tower layer
+          std::int64_t encoder_pass_bytes = 0;     // pixel_values (+ data's copy) + tower layer
           std::int64_t language_pass_bytes = 0;    // pixel_values + encoder outputs + max(forward, sampler)
+          // mm_encoder_tp_mode data: the rank's items' pixel_values, copied (torch.cat), in the encoder pass
+          std::int64_t local_pixel_values_bytes = 0;
         };
         std::optional<Encoder> encoder;
         // max(forward, sampler) + cuBLAS workspace + fused-MoE workspace; with an encoder,
@@ -449,6 +457,8 @@ struct RequestArgs {
   std::string serving_engine = "vllm";  // --serving-engine vllm|sglang (with --kv-cache paged)
   double mem_fraction_static = 0.0;     // --mem-fraction-static (SGLang; 0: its default)
   std::string sglang_version = "0.5";   // --sglang-version 0.5|0.4: whose default mem_fraction_static
+  // --mm-encoder-tp-mode weights|data: how a vision tower uses the TP ranks (v1, --kv-cache paged)
+  std::string mm_encoder_tp_mode = "weights";
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

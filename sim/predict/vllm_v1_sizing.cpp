@@ -11,6 +11,7 @@
 #include "sim/inference/vllm_multimodal_budget.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
+#include "sim/inference/vllm_vision_tensor_parallel.h"
 #include "sim/models/qwen2_vl_vision.h"
 #include "sim/models/vision_tower.h"
 #include "sim/predict/non_torch_memory.h"
@@ -264,10 +265,11 @@ VisionItem vllm_vision_item(const ModelConfig& m, const VisionInputs& vision) {
   return {};
 }
 
-// The tower and projector vLLM loads, in the model dtype. llava.py's init_vision_tower_for_llava builds
+// The tower and projector one rank loads, in the model dtype. llava.py's init_vision_tower_for_llava builds
 // CLIPVisionModel with num_hidden_layers_override = the feature layer's depth: the layers after
 // vision_feature_layer are not built and post_layernorm only when every layer is (require_post_norm).
-Bytes vision_weights_bytes(const ModelConfig& m, Bytes dtype_bytes) {
+// Under tensor parallelism each parameter is the rank's slice (vllm_vision_tensor_parallel.h).
+Bytes vision_weights_bytes(const ModelConfig& m, Bytes dtype_bytes, int tp) {
   std::vector<ParameterShape> shapes;
   llava_vision_parameter_shapes(m, shapes);
   const Clip& c = m.vision.clip;
@@ -283,10 +285,13 @@ Bytes vision_weights_bytes(const ModelConfig& m, Bytes dtype_bytes) {
         continue;
       }
     }
-    bytes += static_cast<Bytes>(s.numel()) * dtype_bytes;
+    bytes += static_cast<Bytes>(vllm_vision_rank_numel(s, tp)) * dtype_bytes;
   }
   return bytes;
 }
+
+// mm_encoder_tp_mode "data": the tower whole on every rank, the images split among the TP ranks.
+bool tower_data_parallel(const PredictRequest& request) { return request.vllm.mm_encoder_tp_mode == "data"; }
 
 // The techniques vLLM applies to the tower too, which its sizing here does not follow: refused by name.
 void check_multimodal_request(const PredictRequest& request) {
@@ -297,8 +302,21 @@ void check_multimodal_request(const PredictRequest& request) {
         "(vramsim)",
         what, wrapper));
   };
-  if (request.tensor_parallel > 1) {
-    not_modelled("--tp");  // the tower's linears are tensor-parallel too (mm_encoder_tp_mode "weights")
+  // --tp: the tower's layers are split as vLLM splits them (mm_encoder_tp_mode "weights", its default:
+  // vllm_vision_tensor_parallel.h); vLLM's divide(num_heads, tp) and the linears' divide(features, tp)
+  // refuse a degree that does not divide them.
+  const Clip& c = request.model.vision.clip;
+  const int tp = request.tensor_parallel;
+  if (tower_data_parallel(request) && c.tower != Tower::kQwen25Vl) {
+    // vLLM runs the tower data-parallel for a model class declaring supports_encoder_tp_data
+    // (Qwen2_5_VLForConditionalGeneration does, qwen2_5_vl.py at fb33ec8c); the others are not read here.
+    not_modelled("--mm-encoder-tp-mode data");
+  }
+  if (tp > 1 && !tower_data_parallel(request) && (c.heads % tp != 0 || c.intermediate % tp != 0)) {
+    throw InputError(fmt::format(
+        "--tp: {} does not divide the vision tower's {} attention heads and {} MLP features of {} (vLLM "
+        "splits the tower's layers across the tensor-parallel ranks: ensure_divisibility refuses it)",
+        tp, c.heads, c.intermediate, wrapper));
   }
   if (request.vllm.pipeline_parallel > 1) {
     not_modelled("--pp");
@@ -326,14 +344,21 @@ Paged::V1::Encoder multimodal_profile(const PredictRequest& request, Bytes dtype
   s.embeds_per_item = item.embeds;
   s.text_hidden = m.d_model;
   s.dtype_bytes = dtype_bytes;
+  s.tp = request.tensor_parallel;
+  s.tower_data_parallel = tower_data_parallel(request);
   const VllmEncoderProfile p = vllm_encoder_profile(s);
   Paged::V1::Encoder e;
   e.max_tokens_per_item = item.max_tokens;
   e.encoder_budget = b.encoder_budget;
   e.items = b.max_items_per_batch;
   e.tower_tokens_per_item = item.tower_tokens;
-  e.tower_weights_bytes = static_cast<std::int64_t>(vision_weights_bytes(m, dtype_bytes));
+  // "data": the whole tower on every rank (disable_tp in every linear)
+  e.tower_weights_bytes = static_cast<std::int64_t>(
+      vision_weights_bytes(m, dtype_bytes, s.tower_data_parallel ? 1 : request.tensor_parallel));
+  e.tp_mode = request.vllm.mm_encoder_tp_mode;
+  e.items_on_rank = p.items_on_rank;
   e.pixel_values_bytes = static_cast<std::int64_t>(p.pixel_values_bytes);
+  e.local_pixel_values_bytes = static_cast<std::int64_t>(p.local_pixel_values_bytes);
   e.tower_layer_bytes = static_cast<std::int64_t>(p.tower_layer_bytes);
   e.encoder_outputs_bytes = static_cast<std::int64_t>(p.encoder_outputs_bytes);
   e.encoder_pass_bytes = static_cast<std::int64_t>(p.encoder_pass_bytes);

@@ -148,10 +148,11 @@ TEST_CASE("vllm multimodal: llava's tower is built up to its feature layer and w
   // CLIPEncoderLayer is 4 x (1024^2 + 1024) + 2 x 2 x 1024 + 4096 x 1024 + 4096 + 1024 x 4096 + 1024 =
   // 12,596,224; post_layernorm 2,048.
   CHECK(v.encoder->tower_weights_bytes == 2 * (303507456LL + 20979712 - 12596224 - 2048));
-  // a tensor-parallel tower is not modelled: refused by name
-  a.tp = 2;
+  // a pipeline-parallel tower is not modelled: refused by name (--tp is:
+  // test_vllm_vision_tensor_parallel.cpp)
+  a.pp = 2;
   a.world_size = 2;
   CHECK_THROWS_WITH(predict(make_request(a)),
-                    Catch::Matchers::Contains("--tp with a vision-language model (llava) under --kv-cache "
+                    Catch::Matchers::Contains("--pp with a vision-language model (llava) under --kv-cache "
                                               "paged: the tower's share is not modelled (vramsim)"));
 }
