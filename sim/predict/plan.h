@@ -30,22 +30,23 @@
 // replication of fewer key/value heads than ranks is not offered), the MLP and the sequence, then that tp
 // with pp = each divisor of the layers and of gpus / tp; tp > 1 always runs Megatron's sequence parallelism
 // (torchtitan and Megatron's recipes do). Pipeline layouts use ZeRO-0/1 or FSDP2 only (DeepSpeed's
-// PipelineEngine asserts ZeRO stage < 2); LoRA/QLoRA and torch.compile are not combined with tp/pp (predict
-// refuses them), and a model with mixture-of-experts layers or code that is not transformers' gets no tp/pp
-// layout (predict's sequence parallelism and pipeline split need transformers' code without experts). A
-// model with experts gets expert-parallel layouts instead: ep = 2, 4, ... dividing the GPUs and the experts,
-// in the FSDP2 groups in bf16 (torchtitan's expert parallelism, which predict models over FSDP2 with fp32
-// shards: sim/parallel/fsdp2.cpp); the data-parallel degree stays gpus (the expert-parallel ranks are
-// data-parallel ranks). With --allow cp a dense model of transformers' code also gets context-parallel
-// layouts, cp = 2, 4, ... dividing the GPUs with 2 x cp dividing the sequence, in the FSDP2 groups in bf16
-// without adapters or offload (torchtitan's context_parallel, which predict's --cp models): a
-// context-parallel group shares its sequences, so the batch is divided over gpus / cp replicas, while FSDP2
-// shards the model states over all the GPUs (sharding_degree()). They come after (1, 1) and before tensor
-// parallelism, because per decoder layer they move less: the key/value all-gather carries 2 x kv_heads x
-// head_dim values a token (2,048 for Llama-3-8B), once in the forward and once more in the backward, which
-// torch's ring attention can overlap with the local chunk's attention, where Megatron's sequence parallelism
-// moves the hidden size (4,096) four times in the forward (all-gather and reduce-scatter around attention and
-// MLP) and again in the backward, on the critical path.
+// PipelineEngine asserts ZeRO stage < 2); LoRA/QLoRA are not combined with tp/pp (predict refuses them), a
+// compiled configuration with tp/pp compiles each decoder layer (--compile-scope layer, as torchtitan does),
+// and a model with mixture-of-experts layers or code that is not transformers' gets no tp/pp layout
+// (predict's sequence parallelism and pipeline split need transformers' code without experts). A model with
+// experts gets expert-parallel layouts instead: ep = 2, 4, ... dividing the GPUs and the experts, in the
+// FSDP2 groups in bf16 (torchtitan's expert parallelism, which predict models over FSDP2 with fp32 shards:
+// sim/parallel/fsdp2.cpp); the data-parallel degree stays gpus (the expert-parallel ranks are data-parallel
+// ranks). With --allow cp a dense model of transformers' code also gets context-parallel layouts, cp = 2, 4,
+// ... dividing the GPUs with 2 x cp dividing the sequence, in the FSDP2 groups in bf16 without adapters or
+// offload (torchtitan's context_parallel, which predict's --cp models): a context-parallel group shares its
+// sequences, so the batch is divided over gpus / cp replicas, while FSDP2 shards the model states over all
+// the GPUs (sharding_degree()). They come after (1, 1) and before tensor parallelism, because per decoder
+// layer they move less: the key/value all-gather carries 2 x kv_heads x head_dim values a token (2,048 for
+// Llama-3-8B), once in the forward and once more in the backward, which torch's ring attention can overlap
+// with the local chunk's attention, where Megatron's sequence parallelism moves the hidden size (4,096) four
+// times in the forward (all-gather and reduce-scatter around attention and MLP) and again in the backward, on
+// the critical path.
 #pragma once
 
 #include <cstdint>

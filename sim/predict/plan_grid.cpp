@@ -82,8 +82,9 @@ namespace {
 // Whether the simulator (or the libraries) run `c` with this layout at all.
 bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) {
   const bool model_parallel = l.tp > 1 || l.pp > 1;
-  if (model_parallel && (!c.adapters.empty() || c.compile)) {
-    return false;  // predict models LoRA/QLoRA and torch.compile without tp/pp
+  if (model_parallel && !c.adapters.empty()) {
+    return false;  // predict models LoRA/QLoRA without tp/pp (torch.compile with them per layer:
+                   // plan_report.cpp)
   }
   if (l.pp > 1 && c.zero >= 2) {
     return false;  // DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline

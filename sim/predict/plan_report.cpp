@@ -11,6 +11,15 @@
 
 namespace vramsim {
 
+namespace {
+
+// FSDP's hooks, tensor parallelism's DTensors and pipeline stages break a whole-model graph: those runs
+// compile each decoder block on its own, as torchtitan does (predict refuses a whole-model --compile with
+// them).
+bool compiles_per_layer(const PlanConfig& c) { return !c.fsdp.empty() || c.tp > 1 || c.pp > 1; }
+
+}  // namespace
+
 using plan_detail::kLoraRank;
 
 RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
@@ -52,8 +61,8 @@ RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
   a.offload = c.offload;
   if (c.compile) {
     a.compile_mode = "default";
-    if (!c.fsdp.empty()) {
-      a.compile_scope = "layer";  // FSDP's hooks break a whole-model graph: per block, as torchtitan compiles
+    if (compiles_per_layer(c)) {
+      a.compile_scope = "layer";
     }
   }
   return a;
@@ -157,7 +166,7 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
     s += " --offload " + c.offload;
   }
   if (c.compile) {
-    s += c.fsdp.empty() ? " --compile" : " --compile --compile-scope layer";
+    s += compiles_per_layer(c) ? " --compile --compile-scope layer" : " --compile";
   }
   return s;
 }

@@ -835,6 +835,52 @@ TEST_CASE("plan: context-parallel layouts, their batch, model states and command
   std::remove(r.model.c_str());
 }
 
+// --allow compile with tensor and pipeline layouts: predict compiles with them per decoder layer
+// (--compile-scope layer, as torchtitan does; a whole-model --compile with --tp or --pp is refused), so the
+// grid keeps the compiled configurations of every layout and predicts them. (ZeRO-3 with compile is refused
+// at every layout, tp 1 included: that refusal is predict's, not the layout's.)
+TEST_CASE("plan: torch.compile composes with tensor and pipeline layouts", "[predict][composition]") {
+  PlanRequest r;
+  r.gpu = "h100";
+  r.gpus = 4;
+  r.global_batch = 8;
+  r.seq = 256;
+  r.model = write_llama("vramsim_test_plan_compile.json", 256, 1024, 4, 8, 8, 32768, 1024);
+  r.allow = {"compile"};
+  r.threads = 1;
+  const PlanResult result = plan(r);
+  int compiled_model_parallel = 0;
+  for (const PlanEvaluation& e : result.grid) {
+    INFO(describe(e.config) << " " << e.error);
+    CHECK((e.error.empty() || (e.config.zero == 3 && e.config.compile)));
+    if (e.config.compile && (e.config.tp > 1 || e.config.pp > 1)) {
+      CHECK_THAT(predict_command(r, e.config), Catch::Contains("--compile --compile-scope layer"));
+      ++compiled_model_parallel;
+    }
+  }
+  CHECK(compiled_model_parallel > 0);  // in the grid (a smaller layout that fits skips them here)
+  // and predicted when asked: TP 2 with ZeRO-1, compiled per layer
+  PlanConfig tp;
+  tp.precision = "bf16";
+  tp.micro_batch = 2;
+  tp.grad_accumulation = 2;
+  tp.optimizer = "adamw";
+  tp.zero = 1;
+  tp.tp = 2;
+  tp.compile = true;
+  const Prediction p = predict(make_request(predict_args(r, tp)));
+  CHECK(p.num_ooms == 0);
+  // without tensor or pipeline parallelism and unsharded, the whole model is compiled
+  PlanConfig ddp;
+  ddp.precision = "bf16";
+  ddp.micro_batch = 2;
+  ddp.grad_accumulation = 1;
+  ddp.optimizer = "adamw";
+  ddp.compile = true;
+  CHECK_THAT(predict_command(r, ddp), Catch::EndsWith(" --compile"));
+  std::remove(r.model.c_str());
+}
+
 // The shards carry every lever of a configuration: the expert-parallel (and context-parallel) degree too,
 // which merge once read back as 1. tiny-mixtral on 4 GPUs has EP 2 and 4 layouts (its 64 experts): the merged
 // CSV is the single run's, EP rows included.
