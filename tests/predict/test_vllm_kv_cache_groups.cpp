@@ -28,6 +28,18 @@ std::vector<std::int64_t> alternating(std::int64_t layers, std::int64_t window) 
   return w;
 }
 
+// Llama-4-Scout's 48 layers: chunked local attention of 8,192 tokens on the RoPE layers (no_rope_layers'
+// default, [int((l + 1) % 4 != 0)]), full attention on every fourth.
+std::vector<VllmLayerKvSpec> llama4_scout_specs() {
+  std::vector<VllmLayerKvSpec> specs(48);
+  for (std::int64_t l = 0; l < 48; ++l) {
+    if ((l + 1) % 4 != 0) {
+      specs[static_cast<std::size_t>(l)].attention_chunk_size = 8192;
+    }
+  }
+  return specs;
+}
+
 }  // namespace
 
 TEST_CASE("vllm kv cache groups: one spec on every layer is one group of all layers", "[quick][predict]") {
@@ -213,13 +225,7 @@ TEST_CASE("vllm kv cache groups: llama4's chunked local layers get their own gro
   // 12 NoPE layers of full attention (3, 7, ..., 47). Two specs, chunked first (layer 0): group_size the
   // fewest layers, 12 (36 is not under 1.5 x 12); the chunked layers in 3 groups of 12 (layers[i::3]), the
   // full ones in 1: 4 groups, no padding.
-  std::vector<VllmLayerKvSpec> specs(48);
-  for (std::int64_t l = 0; l < 48; ++l) {
-    if ((l + 1) % 4 != 0) {
-      specs[static_cast<std::size_t>(l)].attention_chunk_size = 8192;
-    }
-  }
-  const VllmKvCacheGroups g = vllm_kv_cache_groups(specs);
+  const VllmKvCacheGroups g = vllm_kv_cache_groups(llama4_scout_specs());
   REQUIRE(g.groups.size() == 4);
   CHECK(g.group_size == 12);
   CHECK(g.padding_layers == 0);
@@ -289,13 +295,7 @@ TEST_CASE("vllm kv cache groups: Llama-4-Scout's logged concurrency at 8M tokens
   // Llama-4-Scout-17B-16E-Instruct at TP 8 on 8 x H200, gpu_memory_utilization 0.9, max_model_len 8,388,608,
   // the hybrid manager on: "Available KV cache memory: 89.71 GiB", "GPU KV cache size: 3,919,664 tokens",
   // "Max concurrency: 1.86x". TP 8 leaves one of the 8 KV heads a rank: page 2 x 16 x 1 x 128 x 2 = 8,192 B.
-  std::vector<VllmLayerKvSpec> specs(48);
-  for (std::int64_t l = 0; l < 48; ++l) {
-    if ((l + 1) % 4 != 0) {
-      specs[static_cast<std::size_t>(l)].attention_chunk_size = 8192;
-    }
-  }
-  const VllmKvCacheGroups g = vllm_kv_cache_groups(specs);
+  const VllmKvCacheGroups g = vllm_kv_cache_groups(llama4_scout_specs());
   // 89.71 GiB (two decimals: +-0.005 GiB, +-55 blocks) = 96,325,379,031 B; // 8,192 = 11,758,469 pages; // 12
   // = 979,872 blocks; 979,872 // 4 x 16 = 3,919,488 tokens: the log's 3,919,664 is 44 blocks more, inside the
   // rounding.
