@@ -46,7 +46,9 @@
 // Llama-3-8B), once in the forward and once more in the backward, which torch's ring attention can overlap
 // with the local chunk's attention, where Megatron's sequence parallelism moves the hidden size (4,096) four
 // times in the forward (all-gather and reduce-scatter around attention and MLP) and again in the backward, on
-// the critical path.
+// the critical path. Last come context parallelism inside each tensor-parallel degree (tp, cp), torchtitan's
+// layout for the longest sequences (its Table 6 runs CP inside TP 8 x PP 8): tp x cp dividing the GPUs, 2 x
+// cp the sequence and tp the rank's seq / cp tokens; they are tried only where no layout before them fits.
 #pragma once
 
 #include <cstdint>
@@ -204,8 +206,10 @@ std::vector<std::pair<int, int>> parallel_layouts(const PlanRequest& request);
 // The expert-parallel degrees the grid tries for a model with mixture-of-experts layers (Note [Parallel
 // layouts]): 2, 4, ... while each divides the GPUs and the experts; none for a dense model.
 std::vector<int> expert_parallel_layouts(const PlanRequest& request);
-// The context-parallel degrees the grid tries with --allow cp for a dense model of transformers' code (Note
-// [Parallel layouts]): 2, 4, ... while each divides the GPUs and 2 x cp divides the sequence; none otherwise.
+// The context-parallel degrees the grid tries alone (tp = pp = 1) with --allow cp for a dense model of
+// transformers' code (Note [Parallel layouts]): 2, 4, ... while each divides the GPUs and 2 x cp divides the
+// sequence; none otherwise. The grid also tries cp inside each tensor-parallel degree (tp x cp dividing the
+// GPUs, and tp the rank's seq / cp tokens).
 std::vector<int> context_parallel_layouts(const PlanRequest& request);
 
 // The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).

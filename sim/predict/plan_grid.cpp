@@ -74,6 +74,16 @@ std::vector<Layout> layouts(const PlanRequest& r) {
       out.push_back({tp_max, p});
     }
   }
+  if (allowed(r, "cp")) {
+    // context parallelism inside tensor parallelism, as torchtitan's 4D runs it (predict --cp with --tp
+    // --sequence-parallel): the sequence cut into 2 x cp chunks, then each rank's seq / cp tokens split over
+    // the tp ranks by sequence parallelism; after every layout above, so a smaller one that fits skips them
+    for (int t = 2; t <= tp_max; t *= 2) {
+      for (int c = 2; r.gpus % (t * c) == 0 && r.seq % (2 * c) == 0 && (r.seq / c) % t == 0; c *= 2) {
+        out.push_back({t, 1, 1, c});
+      }
+    }
+  }
   return out;
 }
 
@@ -299,7 +309,7 @@ std::vector<int> expert_parallel_layouts(const PlanRequest& r) {
 std::vector<int> context_parallel_layouts(const PlanRequest& r) {
   std::vector<int> out;
   for (const plan_detail::Layout& l : plan_detail::layouts(r)) {
-    if (l.cp > 1) {
+    if (l.cp > 1 && l.tp == 1 && l.pp == 1) {
       out.push_back(l.cp);
     }
   }

@@ -812,7 +812,7 @@ TEST_CASE("plan: context-parallel layouts, their batch, model states and command
   CHECK(status == 0);
 
   // In the grid: only FSDP2 groups in bf16 without adapters or offload get CP blocks, and each block's
-  // micro-batches divide the replica's local batch (16 / (8 / cp)).
+  // micro-batches divide the replica's local batch (16 / (8 / (tp x cp))).
   r.allow = {"cp", "lora", "offload"};
   r.threads = 1;
   const PlanResult result = plan(r);  // keep_grid: every configuration of the grid, predicted or skipped
@@ -822,16 +822,27 @@ TEST_CASE("plan: context-parallel layouts, their batch, model states and command
       continue;
     }
     ++cp_configs;
-    INFO(describe(e.config));
+    INFO(describe(e.config) << " " << e.error);
+    CHECK(e.error.empty());
     CHECK(e.config.fsdp == "fsdp2");
     CHECK(e.config.precision == "bf16");
     CHECK(e.config.adapters.empty());
     CHECK(e.config.offload.empty());
-    CHECK(e.config.micro_batch * e.config.grad_accumulation == 16 / (8 / e.config.cp));
+    CHECK(e.config.micro_batch * e.config.grad_accumulation == 16 / (8 / (e.config.tp * e.config.cp)));
   }
-  // 3 checkpointing x 2 optimizers FSDP2 bf16 groups; cp 2, 4, 8 give local batches 4, 8, 16: 3 + 4 + 5
-  // micro-batches (the divisors)
-  CHECK(cp_configs == 3 * 2 * (3 + 4 + 5));
+  // 3 checkpointing x 2 optimizers FSDP2 bf16 groups; cp 2, 4, 8 alone give local batches 4, 8, 16: 3 + 4 + 5
+  // micro-batches (the divisors). Inside tensor parallelism (tp 2, 4, 8 divide the 8 heads): tp 2 with cp 2
+  // (8 / 4 = 2 replicas, local batch 8: 4 divisors) and cp 4 (one replica, 16: 5), tp 4 with cp 2 (16: 5);
+  // tp 2 x cp 8 and tp 4 x cp 4 are 16 GPUs.
+  CHECK(cp_configs == 3 * 2 * (3 + 4 + 5) + 3 * 2 * (4 + 5 + 5));
+  // a tp 2 x cp 2 configuration runs through predict: CP inside TP + SP, FSDP2 over the 8 / 2 = 4 ranks
+  PlanConfig tp_cp = c;
+  tp_cp.tp = 2;
+  tp_cp.cp = 2;
+  tp_cp.micro_batch = 8;
+  tp_cp.grad_accumulation = 1;
+  CHECK_THAT(predict_command(r, tp_cp), Catch::Contains("--tp 2") && Catch::Contains("--cp 2"));
+  CHECK(predict(make_request(predict_args(r, tp_cp))).num_ooms == 0);
   std::remove(r.model.c_str());
 }
 
