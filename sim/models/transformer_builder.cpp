@@ -71,6 +71,13 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
       throw InputError(fmt::format("--sequence-parallel: --seq {} is not a multiple of --tp {}", o.seq,
                                    o.tensor_parallel));
     }
+    // with context parallelism the tp ranks split the rank's own seq / cp tokens (context_parallel.h)
+    const int cp = std::max(1, o.context_parallel.degree);
+    if ((o.seq / cp) % o.tensor_parallel != 0) {
+      throw InputError(fmt::format(
+          "--sequence-parallel: this rank's {} tokens (--seq {} / --cp {}) are not a multiple of --tp {}",
+          o.seq / cp, o.seq, cp, o.tensor_parallel));
+    }
     if (m.moe.n_experts > 0) {
       throw InputError("--sequence-parallel: mixture-of-experts layers are not modelled with it");
     }

@@ -246,6 +246,16 @@ TEST_CASE(
   o.grad_accumulation = 2;
   const OpGraph staged = build_training_steps(m, o);
   CHECK(sizes_named(staged, attention + ".scratch").front() == 40960);
+  // sequence parallelism splits the rank's seq / cp tokens: 8 / 4 = 2 tokens over tp 4 is refused as the
+  // input's error, not an internal invariant
+  o.pipeline.stages = 1;
+  o.grad_accumulation = 1;
+  o.seq = 8;
+  o.context_parallel.degree = 4;
+  o.tensor_parallel = 4;
+  CHECK_THROWS_WITH(
+      build_training_steps(tensor_parallel_rank(test::tiny_model("tinyllama-1.1b"), 4), o),
+      "--sequence-parallel: this rank's 2 tokens (--seq 8 / --cp 4) are not a multiple of --tp 4");
 }
 
 TEST_CASE("context parallelism: the layout torch's context_parallel refuses", "[quick][graph]") {
