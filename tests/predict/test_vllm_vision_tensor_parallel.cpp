@@ -35,6 +35,21 @@ RequestArgs gemma3_27b_at_tp(int tp) {
   return a;
 }
 
+// gemma-3-27b-it's multimodal profile run: 31 dummy images of 4,096 SigLIP rows (h 1152, I 4304), 896 x 896
+// pixels, 256 pooled tokens each into 5,376 text columns, bf16; tp 1 until a test sets it.
+VllmEncoderShapes gemma3_27b_encoder_shapes() {
+  VllmEncoderShapes s;
+  s.items = 31;
+  s.tower_tokens_per_item = 4096;
+  s.tower_hidden = 1152;
+  s.tower_intermediate = 4304;
+  s.pixel_elements_per_item = 3 * 896 * 896;
+  s.embeds_per_item = 256;
+  s.text_hidden = 5376;
+  s.dtype_bytes = 2;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("vllm vision tp: which vision parameters vLLM splits, and how",
@@ -80,15 +95,7 @@ TEST_CASE("vllm vision tp: the encoder pass of one rank, heads and intermediate 
   //   MLP down   2 h + activation I / 2 + fc2's partial sum h + all-reduced h = 4,608 + 2,152 = 6,760
   // widest 6,912: 126,976 x 6,912 x 2 = 1,755,316,224 B. pixel_values and the kept outputs (256 pooled
   // tokens x 5,376 text columns, whole on every rank) do not change.
-  VllmEncoderShapes s;
-  s.items = 31;
-  s.tower_tokens_per_item = 4096;
-  s.tower_hidden = 1152;
-  s.tower_intermediate = 4304;
-  s.pixel_elements_per_item = 3 * 896 * 896;
-  s.embeds_per_item = 256;
-  s.text_hidden = 5376;
-  s.dtype_bytes = 2;
+  VllmEncoderShapes s = gemma3_27b_encoder_shapes();
   s.tp = 2;
   const VllmEncoderProfile p = vllm_encoder_profile(s);
   CHECK(p.tower_layer_bytes == 1755316224);
@@ -185,15 +192,7 @@ TEST_CASE("vllm vision tp: mm_encoder_tp_mode data, the whole tower on each rank
   // through the whole tower (TP 1's columns: SigLIP's MLP 2 h + 2 I = 10,912), and all-gathers every rank's
   // output padded to 8 items. Rows 8 x 4096 = 32,768: 32,768 x 10,912 x 2 = 715,128,832 B; the copy
   // 8 x 3 x 896 x 896 x 2 = 38,535,168 B; the gathered outputs 4 x 8 x 256 x 5,376 x 2 = 88,080,384 B.
-  VllmEncoderShapes s;
-  s.items = 31;
-  s.tower_tokens_per_item = 4096;
-  s.tower_hidden = 1152;
-  s.tower_intermediate = 4304;
-  s.pixel_elements_per_item = 3 * 896 * 896;
-  s.embeds_per_item = 256;
-  s.text_hidden = 5376;
-  s.dtype_bytes = 2;
+  VllmEncoderShapes s = gemma3_27b_encoder_shapes();
   s.tp = 4;
   s.tower_data_parallel = true;
   const VllmEncoderProfile p = vllm_encoder_profile(s);
