@@ -409,6 +409,7 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
     const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
     outs.push_back(new_var(s, o.shape, o.dtype, std::move(name)));  // the tensor has its own copy
     m_vars.back().order = o.order;
+    m_vars.back().grad_dtype = o.grad_dtype;
   }
   run_reduce_staging(c.reduce_staging, c.name);
   std::vector<TensorId> scratch;
@@ -450,6 +451,7 @@ std::vector<VarId> EagerTape::take_cached_outputs(const OpCall& c) {
     const OutputSpec& o = c.outputs[i];
     // The cache's reference becomes the output's.
     outs.push_back(new_var(cached[i], o.shape, o.dtype, o.suffix.empty() ? c.name : c.name + "." + o.suffix));
+    m_vars.back().grad_dtype = o.grad_dtype;
   }
   add_op_node(c, outs);
   return outs;
@@ -513,8 +515,9 @@ ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const
 
 VarId EagerTape::new_grad(VarId like, std::string name) {
   const Var& v = m_vars[like];
-  const TensorId s = new_storage(name, tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
-  return new_var(s, v.shape, v.dtype, std::move(name));
+  const DType dtype = v.grad_dtype.value_or(v.dtype);
+  const TensorId s = new_storage(name, tensor_bytes(v.shape, dtype), dtype, TensorCategory::kTemporary);
+  return new_var(s, v.shape, dtype, std::move(name));
 }
 
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
@@ -860,6 +863,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
     const VarId x = new_var(s, m_vars[in].shape, m_vars[in].dtype, joined(name, ".input"));
     ref(s);
     m_vars[x].requires_grad = m_vars[in].requires_grad;
+    m_vars[x].grad_dtype = m_vars[in].grad_dtype;
     leaves.push_back(x);
   }
   const bool was_enabled = m_grad_enabled;
@@ -913,7 +917,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
       continue;
     }
     const TensorId gs = m_vars[leaf_grads[i]].storage;
-    const VarId g = new_var(gs, m_vars[inputs[i]].shape, m_vars[inputs[i]].dtype, m_vars[leaf_grads[i]].name);
+    const VarId g = new_var(gs, m_vars[inputs[i]].shape, m_vars[leaf_grads[i]].dtype, m_vars[leaf_grads[i]].name);
     deliver(inputs[i], g);
     unref(gs);
   }

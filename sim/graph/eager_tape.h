@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -96,6 +97,9 @@ struct OutputSpec {
   DType dtype = DType::kFloat32;
   bool differentiable = true;  // false for indices, masks, statistics
   MemoryOrder order = MemoryOrder::kContiguous;
+  // A tensor subclass whose gradient has another dtype than its data: torchao's Float8TrainingTensor
+  // (one byte per element) takes gradients in its _orig_dtype. Unset: the gradient has `dtype`.
+  std::optional<DType> grad_dtype = std::nullopt;
 };
 
 // Which tensors an op's backward node keeps: inputs by index, outputs by index.
@@ -244,6 +248,8 @@ class EagerTape {
 
   const Shape& shape(VarId v) const { return m_vars[v].shape; }
   DType dtype(VarId v) const { return m_vars[v].dtype; }
+  // The dtype of v's gradient: its dtype, or a tensor subclass's other one (OutputSpec::grad_dtype).
+  DType grad_dtype(VarId v) const { return m_vars[v].grad_dtype.value_or(m_vars[v].dtype); }
   MemoryOrder memory_order(VarId v) const { return m_vars[v].order; }
   // What a CUDA reduction of `v` over its last dimension stages in global memory on this tape's device.
   ReduceStaging last_dim_reduce_staging(VarId v, Bytes acc_bytes = 0) const;
@@ -375,6 +381,7 @@ class EagerTape {
     TensorId storage = kNoTensor;
     Shape shape;
     DType dtype = DType::kFloat32;
+    std::optional<DType> grad_dtype;  // OutputSpec::grad_dtype; unset: `dtype`
     bool requires_grad = false;
     bool is_parameter = false;
     bool view = false;  // a gradient that is a view of another tensor (GradRule::view)

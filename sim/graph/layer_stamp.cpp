@@ -110,8 +110,8 @@ static_assert(sizeof(ScratchStep) == 16, "ScratchStep changed: compare its new f
 }  // namespace
 
 // An external variable as the region's code sees it: requires_grad, is_parameter, has a grad_fn, view,
-// dtype, shape (kNoVar: all defaults).
-using VarState = std::tuple<bool, bool, bool, bool, DType, Shape>;
+// dtype, gradient dtype, shape (kNoVar: all defaults).
+using VarState = std::tuple<bool, bool, bool, bool, DType, std::optional<DType>, Shape>;
 
 namespace {
 template <typename Vars>
@@ -124,7 +124,7 @@ std::vector<VarState> var_states(const Vars& all, const std::vector<VarId>& vars
       continue;
     }
     const auto& x = all[v];
-    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, x.shape);
+    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, x.grad_dtype, x.shape);
   }
   return out;
 }
@@ -171,6 +171,7 @@ struct LayerStamp::Template {
     Ref storage;
     Shape shape;
     DType dtype = DType::kFloat32;
+    std::optional<DType> grad_dtype;
     bool requires_grad = false;
     bool is_parameter = false;
     bool view = false;
@@ -535,8 +536,8 @@ Template::VarCode encode_var(const Var& v, const std::string& token, std::size_t
   const Ref node = v.node == -1 ? Ref{Ref::Kind::kLiteral, static_cast<std::uint32_t>(-1)}
                                 : Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(v.node - first_node)};
   return Template::VarCode{
-      refs.tensor(v.storage),    v.shape, v.dtype, v.requires_grad, v.is_parameter, v.view, v.order, node,
-      encode_name(v.name, token)};
+      refs.tensor(v.storage), v.shape, v.dtype,  v.grad_dtype, v.requires_grad, v.is_parameter, v.view, v.order,
+      node,                   encode_name(v.name, token)};
 }
 
 template <typename Var>
@@ -545,6 +546,7 @@ Var decode_var(const Template::VarCode& c, const std::string& token, const Rebas
   v.storage = at.tensor(c.storage);
   v.shape = c.shape;
   v.dtype = c.dtype;
+  v.grad_dtype = c.grad_dtype;
   v.requires_grad = c.requires_grad;
   v.is_parameter = c.is_parameter;
   v.view = c.view;

@@ -346,7 +346,9 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   if (p.qkv_w != kNoVar) {
     // GPT-2: c_attn(hidden).split(); _split_heads: view + permute. Phi-3: qkv = self.qkv_proj(hidden);
     // query_states = qkv[..., :query_pos], ...: slices, then view + transpose.
-    const VarId qkv = column_parallel_linear(c, n + (gpt2 ? ".c_attn" : ".qkv_proj"), x, p.qkv_w, p.qkv_b);
+    const VarId xin = prepare_module_input(c, n, x);
+    const VarId qkv = column_parallel_linear(c, n + (gpt2 ? ".c_attn" : ".qkv_proj"), xin, p.qkv_w, p.qkv_b);
+    drop_module_input(c, xin, x);
     q = t.view(qkv, q_heads, n + ".q_heads");
     k = t.view(qkv, kv_heads, n + ".k_heads");
     v = t.view(qkv, kv_heads, n + ".v_heads");
@@ -354,9 +356,11 @@ VarId attention(EmitContext& c, int layer, VarId x) {
   } else if (c.model.mla.kv_lora_rank > 0) {
     std::tie(q, k, v) = mla_qkv(c, n, p, x);
   } else {  // q_proj(hidden).view(hidden_shape).transpose(1, 2)
-    VarId qx = column_parallel_linear(c, n + ".q_proj", x, p.q_w, p.q_b);
-    VarId kx = column_parallel_linear(c, n + ".k_proj", x, p.k_w, p.k_b);
-    const VarId vx = column_parallel_linear(c, n + ".v_proj", x, p.v_w, p.v_b);
+    const VarId xin = prepare_module_input(c, n, x);
+    VarId qx = column_parallel_linear(c, n + ".q_proj", xin, p.q_w, p.q_b);
+    VarId kx = column_parallel_linear(c, n + ".k_proj", xin, p.k_w, p.k_b);
+    const VarId vx = column_parallel_linear(c, n + ".v_proj", xin, p.v_w, p.v_b);
+    drop_module_input(c, xin, x);
     if (c.model.qk_norm == ModelConfig::QkNorm::kWholeProjection) {  // OLMo-2: q_norm(q_proj(x))
       const VarId qn = norm(c, n + ".q_norm", qx, p.q_norm_w, kNoVar);
       const VarId kn = norm(c, n + ".k_norm", kx, p.k_norm_w, kNoVar);
@@ -430,7 +434,7 @@ VarId attention(EmitContext& c, int layer, VarId x) {
     }
   }
   const std::string o_name = n + (gpt2 ? ".c_proj" : ".o_proj");
-  const VarId out = row_parallel_output(c, o_name, ops.linear(o_name, merged, p.o_w, p.o_b));
+  const VarId out = row_parallel_linear(c, o_name, merged, p.o_w, p.o_b);
   t.drop({merged, q, k, v});  // the module returns: its locals go
   if (locals.probs != kNoVar) {
     t.drop(locals.probs);
@@ -472,11 +476,13 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const std::string n = layer_name(layer, "mlp");
   if (c.model.mlp == MlpKind::kGelu) {  // c_proj(act(c_fc(x))), dropout
-    const VarId f = column_parallel_linear(c, n + ".c_fc", x, p.fc1_w, p.fc1_b);
+    const VarId xin = prepare_module_input(c, n, x);
+    const VarId f = column_parallel_linear(c, n + ".c_fc", xin, p.fc1_w, p.fc1_b);
+    drop_module_input(c, xin, x);
     const VarId g = c.model.gelu == GeluKind::kNew && !megatron(c) ? hf_gelu_new(c, n + ".gelu_new", f)
                                                                    : ops.gelu(n + ".gelu", f);
     t.drop(f);
-    const VarId y = row_parallel_output(c, n + ".c_proj", ops.linear(n + ".c_proj", g, p.fc2_w, p.fc2_b));
+    const VarId y = row_parallel_linear(c, n + ".c_proj", g, p.fc2_w, p.fc2_b);
     t.drop(g);
     return maybe_dropout(c, n + ".dropout", y, DropoutSite::kResidual);
   }
@@ -494,7 +500,9 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
   if (p.gate_up_w != kNoVar) {
     // Phi3MLP: up_states = self.gate_up_proj(hidden_states); gate, up_states = up_states.chunk(2, dim=-1);
     // up_states = up_states * self.activation_fn(gate); return self.down_proj(up_states)
-    const VarId fused = column_parallel_linear(c, n + ".gate_up_proj", x, p.gate_up_w);
+    const VarId xin = prepare_module_input(c, n, x);
+    const VarId fused = column_parallel_linear(c, n + ".gate_up_proj", xin, p.gate_up_w);
+    drop_module_input(c, xin, x);
     Shape half = t.shape(fused);
     half.back() /= 2;
     const VarId gate = t.view(fused, half, n + ".gate", GradRule{GradRule::Kind::kAlloc});
@@ -503,7 +511,7 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
     const VarId act = gated_act(c, n, gate);
     const VarId prod = ops.mul(n + ".mul", up, act);
     t.drop({act, up, gate});
-    const VarId y = row_parallel_output(c, n + ".down_proj", ops.linear(n + ".down_proj", prod, p.down_w));
+    const VarId y = row_parallel_linear(c, n + ".down_proj", prod, p.down_w);
     t.drop(prod);
     return maybe_dropout(c, n + ".resid_mlp_dropout", y, DropoutSite::kResidual);
   }
@@ -512,10 +520,47 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
 
 }  // namespace
 
+namespace {
+
+// torchtitan's float8 tensor parallelism (float8_linear.h float8_module_input): tensorwise float8 under TP.
+bool float8_tensor_parallel(const EmitContext& c) {
+  return c.options.float8.recipe == Float8Recipe::kTensorwise && c.options.tensor_parallel > 1;
+}
+
+}  // namespace
+
+VarId prepare_module_input(EmitContext& c, const std::string& module, VarId x) {
+  if (!float8_tensor_parallel(c)) {
+    return x;
+  }
+  return float8_module_input(c.ops, module + ".prepare_float8_input", x,
+                             c.options.sequence_parallel ? c.options.tensor_parallel : 1);
+}
+
+VarId float8_rowwise_parallel_input(EmitContext& c, const std::string& name, VarId x) {
+  return float8_tensor_parallel(c) ? float8_module_input(c.ops, name, x, 1) : x;
+}
+
+void drop_module_input(EmitContext& c, VarId prepared, VarId x) {
+  if (prepared != x) {
+    c.ops.tape().drop(prepared);
+  }
+}
+
 VarId column_parallel_linear(EmitContext& c, const std::string& name, VarId x, VarId w, VarId bias) {
-  return c.options.sequence_parallel
+  // a float8 module input is already gathered (DTensor's redistribute, not Megatron's buffer); the output
+  // layer, which float8 leaves in bf16, gathers its input as before
+  const bool prepared = float8_tensor_parallel(c) && c.ops.tape().dtype(x) == DType::kUInt8;
+  return c.options.sequence_parallel && !prepared
              ? c.ops.sequence_parallel_linear(name, x, w, bias, c.options.tensor_parallel)
              : c.ops.linear(name, x, w, bias);
+}
+
+VarId row_parallel_linear(EmitContext& c, const std::string& name, VarId x, VarId w, VarId bias) {
+  const VarId in = float8_rowwise_parallel_input(c, name, x);
+  const VarId y = c.ops.linear(name, in, w, bias);
+  drop_module_input(c, in, x);
+  return row_parallel_output(c, name, y);
 }
 
 VarId row_parallel_output(EmitContext& c, const std::string& name, VarId y) {
@@ -532,13 +577,17 @@ VarId row_parallel_output(EmitContext& c, const std::string& name, VarId y) {
 VarId hf_gated_mlp(EmitContext& c, const std::string& n, VarId x, const LayerParams::Expert& w) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
-  const VarId gate = column_parallel_linear(c, n + ".gate_proj", x, w.gate_w);
+  const VarId xin = prepare_module_input(c, n, x);
+  const VarId gate = column_parallel_linear(c, n + ".gate_proj", xin, w.gate_w);
   const VarId act = gated_act(c, n, gate);
   t.drop(gate);
-  const VarId up = column_parallel_linear(c, n + ".up_proj", x, w.up_w);
+  const VarId up = column_parallel_linear(c, n + ".up_proj", xin, w.up_w);
+  drop_module_input(c, xin, x);
   const VarId prod = ops.mul(n + ".mul", act, up);
   t.drop({act, up});
-  const VarId y = ops.linear(n + ".down_proj", prod, w.down_w);
+  const VarId prod_in = float8_rowwise_parallel_input(c, n + ".down_proj", prod);
+  const VarId y = ops.linear(n + ".down_proj", prod_in, w.down_w);
+  drop_module_input(c, prod_in, prod);
   t.drop(prod);
   return y;
 }

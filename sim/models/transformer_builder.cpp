@@ -90,6 +90,12 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
         : m.moe.n_experts > 0          ? "mixture-of-experts layers"
                                        : "the " + m.code + " code's layers"));
   }
+  if (o.float8.recipe == Float8Recipe::kTensorwise && o.tensor_parallel > 1 && m.mla.kv_lora_rank > 0) {
+    // torchtitan's TP plans name wq / wkv_a / wkv_b for its own DeepSeek code; vramsim's MLA is transformers'
+    throw InputError(
+        "--float8 with --tp: multi-head latent attention's projections are not modelled with "
+        "float8 tensor parallelism (vramsim)");
+  }
   if (o.context_parallel.degree > 1) {
     const AttentionKind kernel = attention_kernel(m, o);
     if (kernel != AttentionKind::kSdpaFlash && kernel != AttentionKind::kSdpaEfficient) {
@@ -207,6 +213,24 @@ Float8Weights float8_weights(const ModelConfig& model, const ModelParams& params
     }
   }
   return out;
+}
+
+// torchao's Float8ColwiseParallel / Float8RowwiseParallel._apply: "Expecting module to be Float8Linear but
+// found ..." (ValueError) for a decoder layer's linear that convert_to_float8_training left alone (its
+// dimensions not multiples of 16).
+void require_float8_layer_linears(const EagerTape& tape, const ModelParams& params,
+                                  const Float8Weights& float8) {
+  for (const LayerParams& layer : params.layers) {
+    for (const VarId w : {layer.q_w, layer.k_w, layer.v_w, layer.qkv_w, layer.o_w, layer.gate_w, layer.up_w,
+                          layer.down_w, layer.gate_up_w, layer.fc1_w, layer.fc2_w}) {
+      if (w != kNoVar && float8.count(w) == 0) {
+        throw InputError(fmt::format(
+            "--float8 with --tp: Float8ColwiseParallel / Float8RowwiseParallel expect Float8Linear, but {} "
+            "stays nn.Linear (torchao converts only weights whose dimensions are multiples of 16)",
+            tape.name(w)));
+      }
+    }
+  }
 }
 
 // What one context-parallel rank runs: its seq / N tokens (the load balancer's two chunks).
@@ -825,6 +849,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   Float8Options float8_options = options.float8;
   float8_options.te_fsdp2 = options.data_parallel.scheme.starts_with("fsdp2-");
   const Float8Weights float8 = float8_weights(model, params, keep, float8_options);
+  if (float8_options.recipe == Float8Recipe::kTensorwise && options.tensor_parallel > 1) {
+    require_float8_layer_linears(tape, params, float8);
+  }
   if (float8_options.recipe == Float8Recipe::kTeDelayed && !float8.empty()) {
     // init_fp8_metadata at each te.Linear's first forward under fp8_autocast (before the first step's)
     tape.begin_op("te.Linear.init_fp8_metadata", "zeros");

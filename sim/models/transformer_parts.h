@@ -174,6 +174,17 @@ VarId column_parallel_linear(EmitContext& ctx, const std::string& name, VarId x,
                              VarId bias = kNoVar);
 // Takes over the caller's reference to `y`.
 VarId row_parallel_output(EmitContext& ctx, const std::string& name, VarId y);
+// The row-parallel linear and its output: row_parallel_output(linear(x)), its input cast first under float8
+// tensor parallelism.
+VarId row_parallel_linear(EmitContext& ctx, const std::string& name, VarId x, VarId w, VarId bias = kNoVar);
+// torchtitan's float8 tensor parallelism (--float8 tensorwise with --tp; float8_linear.h
+// float8_module_input): the input a module's column-parallel linears share, cast to float8 (and gathered
+// under sequence parallelism) once by PrepareFloat8ModuleInput, and a row-parallel linear's input cast by
+// Float8RowwiseParallel. Otherwise `x` itself. drop_module_input releases what they made (nothing when they
+// returned `x`).
+VarId prepare_module_input(EmitContext& ctx, const std::string& module, VarId x);
+VarId float8_rowwise_parallel_input(EmitContext& ctx, const std::string& name, VarId x);
+void drop_module_input(EmitContext& ctx, VarId prepared, VarId x);
 
 // down_proj(act_fn(gate_proj(x)) * up_proj(x)) as LlamaMLP, MixtralBlockSparseTop2MLP and Qwen2MoeMLP write
 // it; `act` is the model's gated activation.

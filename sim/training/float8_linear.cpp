@@ -1,7 +1,9 @@
 #include "sim/training/float8_linear.h"
 
+#include <numeric>
 #include <string_view>
 
+#include "sim/core/assert.h"
 #include "sim/models/model_config.h"
 #include "sim/torch/cuda_sort.h"
 #include "sim/torch/torch_ops.h"
@@ -20,11 +22,16 @@ struct Float8Var {
   VarId scale = kNoVar;  // Float8TrainingTensor._scale, alive as long as the data
 };
 
-// hp_tensor_to_float8_dynamic(t) under no_grad (the caller turns grad off): tensor_to_amax, amax_to_scale,
-// then _ToFloat8ConstrFunc.forward. `scale_shape`: {} (tensorwise) or the axiswise scale's shape.
-Float8Var cast_to_float8(EagerTape& t, const std::string& name, VarId hp, const Shape& scale_shape) {
+// hp_tensor_to_float8_dynamic(t): tensor_to_amax, amax_to_scale, then _ToFloat8ConstrFunc.forward.
+// `scale_shape`: {} (tensorwise) or the axiswise scale's shape. The caller turns grad off, unless
+// `differentiable`: then the last op is _ToFloat8ConstrFunc's autograd node, which passes its (hp)
+// gradient on to `hp` (the amax and scale are computed under no_grad, as torchao's tensor_to_amax is).
+Float8Var cast_to_float8(EagerTape& t, const std::string& name, VarId hp, const Shape& scale_shape,
+                         bool differentiable = false) {
   const Shape shape = t.shape(hp);
   const DType dtype = t.dtype(hp);
+  const bool grad = t.grad_enabled();
+  t.set_grad_enabled(false);
   const auto unary = [&](const std::string& suffix, const char* kind, VarId in, const Shape& out_shape,
                          DType out) {
     OpCall c;
@@ -52,7 +59,21 @@ Float8Var cast_to_float8(EagerTape& t, const std::string& name, VarId hp, const 
   t.drop(fp32);
   // to_fp8_saturated: x.clamp(-max, max).to(float8_dtype)
   const VarId clamped = unary(".clamp", "clamp", scaled, shape, DType::kFloat32);
-  const VarId data = unary(".float8", "_to_copy", clamped, shape, kFloat8Storage);
+  t.set_grad_enabled(grad);
+  VarId data = kNoVar;
+  if (differentiable) {
+    OpCall c;
+    c.name = name + ".float8";
+    c.kind = "_to_copy";
+    c.inputs = {hp, clamped};  // hp: the function's argument, whose gradient the backward returns as is
+    OutputSpec out{"", shape, kFloat8Storage};
+    out.grad_dtype = dtype;
+    c.outputs = {out};
+    c.backward.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kNone}};
+    data = t.op1(c);
+  } else {
+    data = unary(".float8", "_to_copy", clamped, shape, kFloat8Storage);
+  }
   t.drop({clamped, scaled});
   return {data, scale};
 }
@@ -83,6 +104,19 @@ void scratch_cast(ScratchScript& s, std::int64_t elements, std::int64_t scale_el
 }
 
 // matmul_with_hp_or_float8_args.backward's allocations besides grad_input and grad_weight.
+// The backward of a linear whose input came cast (float8_module_input): _NoopFwToFloat8BwDynamic's backward
+// casts grad_output once before the node runs, and its float8 result is the node's incoming gradient until
+// the node returns; the saved input is float8 already. What is left are _scaled_mm's layout copies.
+std::vector<ScratchStep> backward_scratch_float8_input(std::int64_t rows, std::int64_t in, std::int64_t out,
+                                                       DType hp) {
+  ScratchScript s;
+  scratch_cast(s, rows * out, 1, hp);
+  s.free(s.alloc(static_cast<Bytes>(in * out)));    // grad_input: the weight operand, column-major
+  s.free(s.alloc(static_cast<Bytes>(rows * out)));  // grad_weight: grad_output.t().contiguous()
+  s.free(s.alloc(static_cast<Bytes>(rows * in)));   // and the saved input, b.t().contiguous().t()
+  return s.steps();
+}
+
 std::vector<ScratchStep> backward_scratch(std::int64_t rows, std::int64_t in, std::int64_t out, DType hp,
                                           const Float8Options& o, bool weight_is_float8) {
   ScratchScript s;
@@ -146,8 +180,10 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
   const std::int64_t in = xs.back();
   const std::int64_t out = ws[0];
   const std::int64_t rows = numel(xs) / in;
-  const DType hp = t.dtype(x);
+  const bool input_is_float8 = t.dtype(x) == kFloat8Storage;
+  const DType hp = t.grad_dtype(x);
   const bool rowwise = options.recipe == Float8Recipe::kRowwise;
+  SIM_ASSERT(!(input_is_float8 && rowwise));  // float8 tensor parallelism is tensorwise only
   const bool grad = t.grad_enabled();
   t.set_grad_enabled(false);
   Float8Var w8;
@@ -157,7 +193,9 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
     w8 = cast_to_float8(t, name + ".weight", w, {});
   }
   // inside matmul_with_hp_or_float8_args.forward
-  x8 = cast_to_float8(t, name + ".input", x, rowwise ? rowwise_scale(xs, xs.size() - 1) : Shape{});
+  if (!input_is_float8) {
+    x8 = cast_to_float8(t, name + ".input", x, rowwise ? rowwise_scale(xs, xs.size() - 1) : Shape{});
+  }
   if (rowwise) {
     w8 = cast_to_float8(t, name + ".weight", w, rowwise_scale(ws, 1));
   }
@@ -165,29 +203,35 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
   OpCall c;
   c.name = name;
   c.kind = "_scaled_mm";
-  c.inputs = {x, w, x8.data};
+  c.inputs = {x, w};
+  if (x8.data != kNoVar) {
+    c.inputs.push_back(x8.data);
+  }
   if (w8.data != kNoVar) {
     c.inputs.push_back(w8.data);
   }
+  const int w8_input = static_cast<int>(c.inputs.size()) - 1;
   Shape ys = xs;
   ys.back() = out;
   c.outputs = {OutputSpec{"", ys, hp}};
   // ctx.save_for_backward(input_hp, weight_hp_t): the bf16 input, and the weight argument: tensorwise the
   // float8 cast made outside (input 3), rowwise the parameter itself, float8-gathered the unsharded float8
   // weight (the parameter's storage under FSDP2)
-  c.saved.inputs = {0, !rowwise && w8.data != kNoVar ? 3 : 1};
+  c.saved.inputs = {0, !rowwise && w8.data != kNoVar ? w8_input : 1};
   c.backward.grads = {GradRule{Kind::kAlloc, false, xs.size() > 2}, GradRule{Kind::kAlloc},
                       GradRule{Kind::kNone}, GradRule{Kind::kNone}};
   c.backward.grads.resize(c.inputs.size());
-  c.backward.order = {0, 1, 2};  // grad_input, then grad_weight (the float8 casts have none)
-  if (c.inputs.size() == 4) {
-    c.backward.order.push_back(3);
-  }
-  c.backward.scratch_before_grads = backward_scratch(rows, in, out, hp, options, weight_is_float8);
+  c.backward.order.resize(c.inputs.size());  // grad_input, then grad_weight (the float8 casts have none)
+  std::iota(c.backward.order.begin(), c.backward.order.end(), 0);
+  c.backward.scratch_before_grads = input_is_float8
+                                        ? backward_scratch_float8_input(rows, in, out, hp)
+                                        : backward_scratch(rows, in, out, hp, options, weight_is_float8);
   c.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
   VarId y = t.op1(c);
   ops.first_matmul_workspace();
-  t.drop({x8.data, x8.scale});
+  if (x8.data != kNoVar) {
+    t.drop({x8.data, x8.scale});
+  }
   if (w8.data != kNoVar) {
     t.drop({w8.data, w8.scale});
   }
@@ -197,6 +241,30 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
     t.drop({b, y});
     y = sum;
   }
+  return y;
+}
+
+VarId float8_module_input(TorchOps& ops, const std::string& name, VarId x, int sequence_shards) {
+  EagerTape& t = ops.tape();
+  const Float8Var x8 = cast_to_float8(t, name + ".input", x, {}, /*differentiable=*/true);
+  if (sequence_shards <= 1) {
+    t.drop(x8.scale);  // the scale's 4 bytes are not followed through the saved float8 tensors
+    return x8.data;
+  }
+  const Shape shard = t.shape(x8.data);
+  SIM_ASSERT(shard.size() == 3);
+  Shape gathered = shard;
+  gathered[1] *= sequence_shards;
+  OpCall c;
+  c.name = name + ".all_gather";
+  c.kind = "all_gather_into_tensor";
+  c.inputs = {x8.data};
+  OutputSpec out{"", gathered, kFloat8Storage};
+  out.grad_dtype = t.grad_dtype(x8.data);
+  c.outputs = {out};
+  c.backward.grads = {GradRule{Kind::kAlloc}};  // reduce_scatter_tensor of the bf16 gradient: a new slice
+  const VarId y = t.op1(c);
+  t.drop({x8.data, x8.scale});
   return y;
 }
 

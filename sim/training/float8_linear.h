@@ -57,7 +57,28 @@ Float8CastBytes float8_cast_bytes(std::int64_t rows, std::int64_t cols, DType hp
 
 // Float8Linear.forward on x [..., in] with weight w [out, in] (and an optional bias, added in bf16 after).
 // `weight_is_float8`: FSDP2 gathered the weight as float8 (enable_fsdp_float8_all_gather).
+// An x that is already float8 (float8_module_input below: one byte per element, gradients in bf16) is not
+// cast again, and it is what the function saves (tensor_already_casted_to_fp8 in torchao's
+// matmul_with_hp_or_float8_args; the December 2024 torchao's manual_float8_matmul_with_args_in_float8 saved
+// the float8 input too); its grad_output comes cast once, by the module output's _NoopFwToFloat8BwDynamic,
+// so the backward casts neither it nor the saved input again.
 VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, VarId w, VarId bias,
                             const Float8Options& options, bool weight_is_float8);
+
+// torchao's float8 tensor parallelism (torchao/float8/float8_tensor_parallel.py), which torchtitan applies
+// with tensorwise scaling (parallelize_llama.py apply_tp with enable_float8_tensorwise_tp: rowwise recipes
+// run regular TP): a module input is cast to float8 *before* it is redistributed, so the all-gather moves
+// one byte per element and the linears that share the input (wq, wk, wv; w1, w3) take one float8 tensor.
+//   PrepareFloat8ModuleInput (the attention's and the feed-forward's input), `sequence_shards` = tp under
+//     sequence parallelism (input_layouts Shard(1) -> Replicate): x is the rank's [b, s/tp, in] slice, cast
+//     to float8 (hp_tensor_to_float8_dynamic: _ToFloat8ConstrFunc, whose backward passes the gradient on),
+//     then all-gathered into a new [b, s, in] float8 tensor (DTensor.redistribute: funcol
+//     all_gather_into_tensor; its backward reduce-scatters the bf16 gradient back to the slice);
+//     `sequence_shards` = 1 (a replicated input): the cast only.
+//   Float8RowwiseParallel._prepare_input_fn (wo, w2: their input is already sharded on the last dimension):
+//     the cast only, `sequence_shards` = 1.
+// The result is float8 data (one byte per element) whose gradient is x's dtype (EagerTape::grad_dtype). The
+// tensorwise amax of a DTensor is all-reduced across the group (a scalar; not counted).
+VarId float8_module_input(TorchOps& ops, const std::string& name, VarId x, int sequence_shards);
 
 }  // namespace vramsim

@@ -241,17 +241,25 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
     REQUIRE(o.predicted);
     check_invariants(picked, o.prediction);
   }
-  // torchtitan's 4D runs (benchmarks/llama3_h100_202412_torchtitan.md Table 6: FSDP x TP x PP x CP), on
-  // 2 x 2 x 2 x 2 GPUs
-  std::vector<const Technique*> four_d;
-  for (const char* n : {"fsdp2", "tp", "pp-torchtitan", "cp", "checkpoint-full", "compile-layer"}) {
-    REQUIRE(by_name.count(n) == 1);
-    four_d.push_back(by_name[n]);
+  // torchtitan's 2D, 3D and 4D runs (benchmarks/llama3_h100_202412_torchtitan.md Tables 4-6: FSDP x TP,
+  // x PP, x CP, with compile and Float8: float8 tensor parallelism), on 2 GPUs per dimension
+  const std::vector<std::pair<std::vector<std::string>, int>> model_parallel{
+      {{"fsdp2", "tp", "checkpoint-full", "compile-layer", "float8"}, 4},
+      {{"fsdp2", "tp", "pp-torchtitan", "checkpoint-full", "compile-layer", "float8"}, 8},
+      {{"fsdp2", "tp", "pp-torchtitan", "cp", "checkpoint-full", "compile-layer"}, 16},
+      {{"fsdp2", "tp", "pp-torchtitan", "cp", "checkpoint-full", "compile-layer", "float8"}, 16},
+  };
+  for (const auto& [names, gpus] : model_parallel) {
+    std::vector<const Technique*> picked;
+    for (const std::string& n : names) {
+      REQUIRE(by_name.count(n) == 1);
+      picked.push_back(by_name[n]);
+    }
+    const Outcome o = run(picked, "tiny-llama.config.json", gpus);
+    INFO(label(picked) + (o.predicted ? "" : " -> " + o.refusal));
+    REQUIRE(o.predicted);
+    check_invariants(picked, o.prediction);
   }
-  const Outcome o = run(four_d, "tiny-llama.config.json", 16);
-  INFO(label(four_d) + (o.predicted ? "" : " -> " + o.refusal));
-  REQUIRE(o.predicted);
-  check_invariants(four_d, o.prediction);
 }
 
 // The mixture-of-experts rows on a model that has experts (on tiny-llama they do not apply): each MoE
