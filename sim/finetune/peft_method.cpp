@@ -96,8 +96,12 @@ void check_peft_job(const ModelConfig& m, const TrainingOptions& o) {
     // RankAllocator.update_ipt reads deepspeed.utils.safe_get_full_grad of partitioned parameters
     throw InputError("--peft-method adalora: with --pp or --zero 3 is not modelled (vramsim)");
   }
-  if (is_prompt_learning(o.lora) && (o.generate_tokens > 0 || o.pipeline.stages > 1)) {
-    throw InputError(fmt::format("--peft-method {}: with --generate or --pp is not modelled (vramsim)",
+  // Context parallelism: PeftModelForCausalLM.forward prepends the virtual tokens to inputs_embeds after
+  // context_parallel has sharded the ids, so every rank would attend over its own copy of them; no library
+  // runs that (torchtune's CP recipes have no prompt learning).
+  if (is_prompt_learning(o.lora) &&
+      (o.generate_tokens > 0 || o.pipeline.stages > 1 || o.context_parallel.degree > 1)) {
+    throw InputError(fmt::format("--peft-method {}: with --generate, --pp or --cp is not modelled (vramsim)",
                                  peft_method_info(o.lora.method).name));
   }
 }

@@ -38,8 +38,9 @@
 // FSDP2 groups in bf16 (torchtitan's expert parallelism, which predict models over FSDP2 with fp32 shards:
 // sim/parallel/fsdp2.cpp); the data-parallel degree stays gpus (the expert-parallel ranks are data-parallel
 // ranks). With --allow cp a dense model of transformers' code also gets context-parallel layouts, cp = 2, 4,
-// ... dividing the GPUs with 2 x cp dividing the sequence, in the FSDP2 groups in bf16 without adapters or
-// offload (torchtitan's context_parallel, which predict's --cp models): a context-parallel group shares its
+// ... dividing the GPUs with 2 x cp dividing the sequence, in the FSDP2 groups in bf16 without QLoRA or
+// offload (torchtitan's context_parallel, which predict's --cp models; with LoRA as torchtune's
+// lora_finetune_distributed runs it with context_parallel_dim): a context-parallel group shares its
 // sequences, so the batch is divided over gpus / cp replicas, while FSDP2 shards the model states over all
 // the GPUs (sharding_degree()). They come after (1, 1) and before tensor parallelism, because per decoder
 // layer they move less: the key/value all-gather carries 2 x kv_heads x head_dim values a token (2,048 for
@@ -48,7 +49,9 @@
 // times in the forward (all-gather and reduce-scatter around attention and MLP) and again in the backward, on
 // the critical path. Last come context parallelism inside each tensor-parallel degree (tp, cp), torchtitan's
 // layout for the longest sequences (its Table 6 runs CP inside TP 8 x PP 8): tp x cp dividing the GPUs, 2 x
-// cp the sequence and tp the rank's seq / cp tokens; they are tried only where no layout before them fits.
+// cp the sequence and tp the rank's seq / cp tokens; then inside each pipeline layout (tp, pp, cp) with the
+// pipeline layouts' tp (the largest, 1 when the heads do not split), tp x pp x cp dividing the GPUs; they are
+// tried only where no layout before them fits.
 #pragma once
 
 #include <cstdint>
@@ -209,7 +212,7 @@ std::vector<int> expert_parallel_layouts(const PlanRequest& request);
 // The context-parallel degrees the grid tries alone (tp = pp = 1) with --allow cp for a dense model of
 // transformers' code (Note [Parallel layouts]): 2, 4, ... while each divides the GPUs and 2 x cp divides the
 // sequence; none otherwise. The grid also tries cp inside each tensor-parallel degree (tp x cp dividing the
-// GPUs, and tp the rank's seq / cp tokens).
+// GPUs, and tp the rank's seq / cp tokens) and inside each pipeline layout (tp x pp x cp dividing the GPUs).
 std::vector<int> context_parallel_layouts(const PlanRequest& request);
 
 // The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).

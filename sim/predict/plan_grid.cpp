@@ -69,9 +69,11 @@ std::vector<Layout> layouts(const PlanRequest& r) {
     out.push_back({t, 1});
     tp_max = t;
   }
+  std::vector<int> stages;
   for (int p = 2; p <= r.gpus / tp_max; ++p) {
     if ((r.gpus / tp_max) % p == 0 && m.n_layers % p == 0) {
       out.push_back({tp_max, p});
+      stages.push_back(p);
     }
   }
   if (allowed(r, "cp")) {
@@ -81,6 +83,15 @@ std::vector<Layout> layouts(const PlanRequest& r) {
     for (int t = 2; t <= tp_max; t *= 2) {
       for (int c = 2; r.gpus % (t * c) == 0 && r.seq % (2 * c) == 0 && (r.seq / c) % t == 0; c *= 2) {
         out.push_back({t, 1, 1, c});
+      }
+    }
+    // and inside each pipeline layout (tp_max x pp, tp_max 1 when the heads do not split): torchtitan's
+    // Table 6 runs CP inside TP 8 x PP 8 (benchmarks/llama3_h100_202412_torchtitan.md); every stage's ring
+    // attention runs on the rank's seq / cp tokens. Last: the largest layouts of all.
+    for (const int p : stages) {
+      for (int c = 2; r.gpus % (tp_max * p * c) == 0 && r.seq % (2 * c) == 0 && (r.seq / c) % tp_max == 0;
+           c *= 2) {
+        out.push_back({tp_max, p, 1, c});
       }
     }
   }
@@ -104,9 +115,14 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
                    c.compile)) {
     return false;  // predict models expert parallelism as torchtitan runs it: FSDP2, fp32 shards, bf16
   }
-  if (l.cp > 1 && (c.fsdp != "fsdp2" || c.precision != "bf16" || !c.adapters.empty() || !c.offload.empty())) {
-    return false;  // context parallelism as torchtitan runs it: FSDP2 (fp32 shards, bf16 compute), compiled
-                   // or not; predict refuses it with LoRA/QLoRA, and torchtitan offloads nothing to the host
+  if (l.cp > 1 &&
+      (c.fsdp != "fsdp2" || c.precision != "bf16" || c.adapters == "qlora" || !c.offload.empty())) {
+    // context parallelism as torchtitan runs it: FSDP2 (fp32 shards, bf16 compute), compiled or not, and
+    // torchtitan offloads nothing to the host; with LoRA as torchtune's lora_finetune_distributed runs it
+    // (context_parallel_dim, FSDP2 over dp_shard x cp). The qlora lever is bitsandbytes' NF4, which predict
+    // does not model under FSDP2 (torchtune's NF4Tensor QLoRA, --base-weights torchao-nf4, composes with
+    // --cp)
+    return false;
   }
   const bool sharded = c.zero > 0 || !c.fsdp.empty();
   return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over

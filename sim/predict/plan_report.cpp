@@ -263,6 +263,16 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
         "; expert parallelism is not a Trainer setting: torchtitan --parallelism.expert_parallel_degree {} "
         "--parallelism.data_parallel_shard_degree {} --training.local_batch_size {}",
         c.ep, data_parallel_degree(r, c), c.micro_batch);
+  } else if (c.cp > 1 && !c.adapters.empty()) {
+    // torchtune's lora_finetune_distributed.py: context_parallel_dim, data_parallel_shard_dim (its
+    // ParallelDims: dp_shard x cp = the GPUs), batch_size and gradient_accumulation_steps per rank
+    s += fmt::format(
+        "; context parallelism with LoRA is not a Trainer setting: tune run --nproc_per_node {} "
+        "lora_finetune_distributed --config <a *_lora config> context_parallel_dim={} "
+        "data_parallel_shard_dim={} batch_size={} gradient_accumulation_steps={} tokenizer.max_seq_len={}",
+        r.gpus, c.cp, data_parallel_degree(r, c), c.micro_batch, c.grad_accumulation, r.seq);
+  } else if (c.cp > 1 && (c.tp > 1 || c.pp > 1)) {
+    s += layout_settings(r, c) + fmt::format(" --parallelism.context_parallel_degree {}", c.cp);
   } else if (c.cp > 1) {  // torchtitan/config/job_config.py Parallelism.context_parallel_degree
     // torchtitan's world is dp_replicate x dp_shard x cp x tp x pp: FSDP2 alone, dp_shard = gpus / cp
     s += fmt::format(

@@ -211,9 +211,13 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
           "--cp {}: --seq {} must be a multiple of 2 x {} (the load-balanced chunks of context_parallel)", cp,
           o.seq, cp));
     }
-    if (o.lora.rank > 0 || o.bnb.format != BnbFormat::kNone) {
-      throw InputError("--cp: not modelled together with --lora-rank or --base-weights (vramsim)");
-    }
+    // PEFT adapters and quantized base weights compose by construction: context_parallel only swaps SDPA
+    // for ring attention and shards the batch's buffers along the sequence, so an adapted (or NF4) linear
+    // runs on the rank's seq / N tokens like any other (the step is built at that length,
+    // context_parallel_rank_options). torchtune's lora_finetune_distributed.py (pytorch/torchtune
+    // 10c31c0, #2879) takes context_parallel_dim for LoRA, DoRA and QLoRA and shards with FSDP2 over the
+    // flattened dp_shard_cp mesh, which is what --gpus N --cp C --fsdp2 models. The PEFT methods that change
+    // the sequence itself are refused with their reason in check_peft_job (peft_method.cpp).
   }
 }
 

@@ -229,6 +229,12 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
       {"fsdp2", "cp", "checkpoint-full", "compile-layer", "float8"},  // torchtitan's long-context runs
       {"fsdp2", "cp", "checkpoint-op", "float8-rowwise"},
       {"fsdp2", "qlora-torchao", "checkpoint-full", "bf16"},  // torchtune's lora_finetune_distributed QLoRA
+      // torchtune's lora_finetune_distributed with context_parallel_dim 2 (pytorch/torchtune #2879): LoRA,
+      // and QLoRA on NF4Tensor weights, FSDP2 over dp_shard x cp
+      {"fsdp2", "cp", "lora"},
+      {"fsdp2", "cp", "lora", "checkpoint-full", "bf16"},
+      {"fsdp2", "cp", "qlora-torchao", "checkpoint-full", "bf16"},
+      {"fsdp2", "cp", "dora", "checkpoint-full", "compile-layer"},
   };
   for (const std::vector<std::string>& recipe : recipes) {
     std::vector<const Technique*> picked;
@@ -260,6 +266,44 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
     REQUIRE(o.predicted);
     check_invariants(picked, o.prediction);
   }
+}
+
+// Context parallelism splits the sequence over data-parallel ranks, so the pairs above meet it without one;
+// here it runs over FSDP2 (torchtitan's and torchtune's dp_shard x cp) with every technique of another
+// family: predicted with the invariants or refused with a reason. The PEFT methods that act on linear layers
+// and torchtune's QLoRA must be predicted (torchtune's lora_finetune_distributed.py takes
+// context_parallel_dim).
+TEST_CASE("composition matrix: context parallelism over FSDP2 with every other technique",
+          "[predict][composition][context-parallel]") {
+  const std::vector<Technique>& all = cli::techniques();
+  std::map<std::string, const Technique*> by_name;
+  for (const Technique& t : all) {
+    by_name[std::string(t.name)] = &t;
+  }
+  const std::set<std::string> must_predict{"lora", "qlora-torchao", "dora", "lora-fa", "loha", "lokr", "ia3"};
+  int predicted = 0;
+  std::vector<std::string> refused;
+  for (const Technique& t : all) {
+    if (t.family == "data-parallel" || t.name == "cp") {
+      continue;
+    }
+    const std::vector<const Technique*> picked{by_name.at("fsdp2"), by_name.at("cp"), &t};
+    const Outcome o = run(picked);
+    INFO(label(picked) + (o.predicted ? "" : " -> " + o.refusal));
+    if (must_predict.count(std::string(t.name)) != 0) {
+      CHECK(o.predicted);
+    }
+    if (o.predicted) {
+      ++predicted;
+      check_invariants(picked, o.prediction);
+    } else {
+      check_refusal(picked, o.refusal);
+      refused.push_back(label(picked) + ": " + o.refusal);
+    }
+  }
+  WARN(fmt::format("fsdp2 + cp: {} predicted, {} refused:\n{}", predicted, refused.size(),
+                   fmt::join(refused, "\n")));
+  CHECK(predicted >= static_cast<int>(must_predict.size()));
 }
 
 // The mixture-of-experts rows on a model that has experts (on tiny-llama they do not apply): each MoE

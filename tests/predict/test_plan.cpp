@@ -811,8 +811,9 @@ TEST_CASE("plan: context-parallel layouts, their batch, model states and command
   test::run_cli(command.substr(std::string("vramsim ").size()), &status);
   CHECK(status == 0);
 
-  // In the grid: only FSDP2 groups in bf16 without adapters or offload get CP blocks, and each block's
-  // micro-batches divide the replica's local batch (16 / (8 / (tp x cp))).
+  // In the grid: only FSDP2 groups in bf16 without QLoRA or offload get CP blocks (LoRA's only without tp or
+  // pp, as predict models LoRA), and each block's micro-batches divide the replica's local batch
+  // (16 / (8 / (tp x cp))).
   r.allow = {"cp", "lora", "offload"};
   r.threads = 1;
   const PlanResult result = plan(r);  // keep_grid: every configuration of the grid, predicted or skipped
@@ -826,15 +827,26 @@ TEST_CASE("plan: context-parallel layouts, their batch, model states and command
     CHECK(e.error.empty());
     CHECK(e.config.fsdp == "fsdp2");
     CHECK(e.config.precision == "bf16");
-    CHECK(e.config.adapters.empty());
+    CHECK((e.config.adapters.empty() || (e.config.adapters == "lora" && e.config.tp == 1)));
     CHECK(e.config.offload.empty());
     CHECK(e.config.micro_batch * e.config.grad_accumulation == 16 / (8 / (e.config.tp * e.config.cp)));
   }
   // 3 checkpointing x 2 optimizers FSDP2 bf16 groups; cp 2, 4, 8 alone give local batches 4, 8, 16: 3 + 4 + 5
   // micro-batches (the divisors). Inside tensor parallelism (tp 2, 4, 8 divide the 8 heads): tp 2 with cp 2
   // (8 / 4 = 2 replicas, local batch 8: 4 divisors) and cp 4 (one replica, 16: 5), tp 4 with cp 2 (16: 5);
-  // tp 2 x cp 8 and tp 4 x cp 4 are 16 GPUs.
-  CHECK(cp_configs == 3 * 2 * (3 + 4 + 5) + 3 * 2 * (4 + 5 + 5));
+  // tp 2 x cp 8 and tp 4 x cp 4 are 16 GPUs. tp 8 leaves no pipeline layout (8 / 8 = 1 GPU for pp). The same
+  // 3 x 2 groups with LoRA: cp alone, 3 + 4 + 5.
+  CHECK(cp_configs == 3 * 2 * (3 + 4 + 5) + 3 * 2 * (4 + 5 + 5) + 3 * 2 * (3 + 4 + 5));
+  // LoRA under CP 4 is torchtune's lora_finetune_distributed with context_parallel_dim, and predict runs it
+  PlanConfig lora = c;
+  lora.adapters = "lora";
+  CHECK_THAT(
+      trainer_settings(r, lora),
+      Catch::Contains("tune run --nproc_per_node 8 lora_finetune_distributed --config <a *_lora config> "
+                      "context_parallel_dim=4 data_parallel_shard_dim=2 batch_size=2 "
+                      "gradient_accumulation_steps=4 tokenizer.max_seq_len=256"));
+  CHECK_THAT(predict_command(r, lora), Catch::Contains("--cp 4") && Catch::Contains("--lora-rank 16"));
+  CHECK(predict(make_request(predict_args(r, lora))).num_ooms == 0);
   // a tp 2 x cp 2 configuration runs through predict: CP inside TP + SP, FSDP2 over the 8 / 2 = 4 ranks
   PlanConfig tp_cp = c;
   tp_cp.tp = 2;
