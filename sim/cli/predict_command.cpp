@@ -178,7 +178,10 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
   } else if (a.float8 != "none") {
     fmt::print("float8           torchao Float8Linear ({} scaling) on the decoder layers' linears{}{}\n",
                a.float8, a.float8_all_gather ? "; FSDP2 all-gathers their weights in float8" : "",
-               a.tp > 1 ? "; float8 tensor parallelism (module inputs cast before their all-gather)" : "");
+               a.tp <= 1 ? ""
+               : a.float8 == "tensorwise"
+                   ? "; float8 tensor parallelism (module inputs cast before their all-gather)"
+                   : "; regular tensor parallelism (bf16 all-gathers, each linear casts its input)");
   }
   if (a.ep > 1 || !a.moe_impl.empty() || a.moe_imbalance != 1.0 || a.moe_capacity_factor > 0) {
     // request_args.cpp: --ep alone is torchtitan's MoE under FSDP2, Megatron-Core's otherwise

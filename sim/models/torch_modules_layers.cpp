@@ -522,19 +522,27 @@ VarId mlp(EmitContext& c, int layer, VarId x) {
 
 namespace {
 
-// torchtitan's float8 tensor parallelism (float8_linear.h float8_module_input): tensorwise float8 under TP.
+// torchtitan's TP plan with float8 (parallelize_llama.py apply_tp): tensorwise runs torchao's float8 tensor
+// parallelism (float8_linear.h float8_module_input), rowwise regular TP (DTensor's bf16 all-gathers,
+// sequence_all_gather) around Float8Linears that cast their local inputs.
 bool float8_tensor_parallel(const EmitContext& c) {
   return c.options.float8.recipe == Float8Recipe::kTensorwise && c.options.tensor_parallel > 1;
+}
+bool float8_regular_tensor_parallel(const EmitContext& c) {
+  return c.options.float8.recipe == Float8Recipe::kRowwise && c.options.tensor_parallel > 1;
 }
 
 }  // namespace
 
 VarId prepare_module_input(EmitContext& c, const std::string& module, VarId x) {
-  if (!float8_tensor_parallel(c)) {
-    return x;
+  if (float8_tensor_parallel(c)) {
+    return float8_module_input(c.ops, module + ".prepare_float8_input", x,
+                               c.options.sequence_parallel ? c.options.tensor_parallel : 1);
   }
-  return float8_module_input(c.ops, module + ".prepare_float8_input", x,
-                             c.options.sequence_parallel ? c.options.tensor_parallel : 1);
+  if (float8_regular_tensor_parallel(c) && c.options.sequence_parallel) {  // PrepareModuleInput
+    return sequence_all_gather(c.ops.tape(), module + ".prepare_input", x, c.options.tensor_parallel);
+  }
+  return x;
 }
 
 VarId float8_rowwise_parallel_input(EmitContext& c, const std::string& name, VarId x) {
@@ -550,7 +558,9 @@ void drop_module_input(EmitContext& c, VarId prepared, VarId x) {
 VarId column_parallel_linear(EmitContext& c, const std::string& name, VarId x, VarId w, VarId bias) {
   // a float8 module input is already gathered (DTensor's redistribute, not Megatron's buffer); the output
   // layer, which float8 leaves in bf16, gathers its input as before
-  const bool prepared = float8_tensor_parallel(c) && c.ops.tape().dtype(x) == DType::kUInt8;
+  const bool prepared = (float8_tensor_parallel(c) && c.ops.tape().dtype(x) == DType::kUInt8) ||
+                        (float8_regular_tensor_parallel(c) && c.ops.tape().shape(x).size() == 3 &&
+                         c.ops.tape().shape(x)[1] == c.options.seq);
   return c.options.sequence_parallel && !prepared
              ? c.ops.sequence_parallel_linear(name, x, w, bias, c.options.tensor_parallel)
              : c.ops.linear(name, x, w, bias);

@@ -251,21 +251,24 @@ VarId float8_module_input(TorchOps& ops, const std::string& name, VarId x, int s
     t.drop(x8.scale);  // the scale's 4 bytes are not followed through the saved float8 tensors
     return x8.data;
   }
-  const Shape shard = t.shape(x8.data);
-  SIM_ASSERT(shard.size() == 3);
-  Shape gathered = shard;
+  const VarId y = sequence_all_gather(t, name, x8.data, sequence_shards);
+  t.drop({x8.data, x8.scale});
+  return y;
+}
+
+VarId sequence_all_gather(EagerTape& t, const std::string& name, VarId shard, int sequence_shards) {
+  Shape gathered = t.shape(shard);
+  SIM_ASSERT(gathered.size() == 3);
   gathered[1] *= sequence_shards;
   OpCall c;
   c.name = name + ".all_gather";
   c.kind = "all_gather_into_tensor";
-  c.inputs = {x8.data};
-  OutputSpec out{"", gathered, kFloat8Storage};
-  out.grad_dtype = t.grad_dtype(x8.data);
+  c.inputs = {shard};
+  OutputSpec out{"", gathered, t.dtype(shard)};
+  out.grad_dtype = t.grad_dtype(shard);
   c.outputs = {out};
-  c.backward.grads = {GradRule{Kind::kAlloc}};  // reduce_scatter_tensor of the bf16 gradient: a new slice
-  const VarId y = t.op1(c);
-  t.drop({x8.data, x8.scale});
-  return y;
+  c.backward.grads = {GradRule{Kind::kAlloc}};  // reduce_scatter_tensor of the gradient: a new slice
+  return t.op1(c);
 }
 
 }  // namespace vramsim

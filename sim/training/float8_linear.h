@@ -81,4 +81,11 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
 // tensorwise amax of a DTensor is all-reduced across the group (a scalar; not counted).
 VarId float8_module_input(TorchOps& ops, const std::string& name, VarId x, int sequence_shards);
 
+// DTensor.redistribute(Shard(1) -> Replicate) of a [b, s/n, h] sequence shard (funcol all_gather_into_tensor):
+// a new [b, s, h] tensor of the shard's dtype, whose backward reduce-scatters the gradient into a new slice.
+// torchtitan's regular TP plan (PrepareModuleInput) gathers the attention's and feed-forward's inputs so; with
+// rowwise float8 the Float8Linears then cast the gathered bf16 input each (float8_module_input is the
+// tensorwise plan's).
+VarId sequence_all_gather(EagerTape& tape, const std::string& name, VarId shard, int sequence_shards);
+
 }  // namespace vramsim

@@ -159,15 +159,12 @@ void validate_float8_and_context_parallel(const TrainingOptions& o) {
       throw InputError(
           "--float8: not modelled together with --lora-rank, --peft-method or --base-weights (vramsim)");
     }
-    // --float8 tensorwise with --tp is torchtitan's float8 tensor parallelism (float8_linear.h
-    // float8_module_input). Rowwise recipes run torchtitan's regular TP, whose DTensor all-gathers vramsim's
-    // Megatron layout (torch_ops_megatron_sp.cpp) does not model.
-    if (o.tensor_parallel > 1 && o.float8.recipe != Float8Recipe::kTensorwise) {
-      throw InputError(o.float8.recipe == Float8Recipe::kTeDelayed
-                           ? "--float8 te: te.Linear's tensor parallelism (parallel_mode, tp_group) is not "
-                             "modelled with --tp (vramsim)"
-                           : "--float8 rowwise: torchtitan runs rowwise recipes under regular (bf16) tensor "
-                             "parallelism, which is not modelled with it (vramsim; --float8 tensorwise is)");
+    // --float8 with --tp is torchtitan's TP plan with float8 (parallelize_llama.py apply_tp): tensorwise
+    // runs torchao's float8 tensor parallelism, rowwise regular TP (float8_linear.h).
+    if (o.tensor_parallel > 1 && o.float8.recipe == Float8Recipe::kTeDelayed) {
+      throw InputError(
+          "--float8 te: te.Linear's tensor parallelism (parallel_mode, tp_group) is not modelled with --tp "
+          "(vramsim)");
     }
   }
   if (o.float8.amax_history_len < 1 || o.float8.amax_history_len > 1048576) {

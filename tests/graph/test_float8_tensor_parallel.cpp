@@ -144,14 +144,27 @@ TEST_CASE("float8 tensor parallelism: what a decoder layer keeps, as torchtitan'
   CHECK(sizes_named(g, "megatron.global_memory_buffer") == std::vector<Bytes>{4096});
 }
 
-TEST_CASE("float8 tensor parallelism: the combinations torchtitan and torchao refuse",
+TEST_CASE("rowwise float8 under tensor parallelism: torchtitan's regular plan, bf16 all-gathers",
           "[quick][graph][float8-tp]") {
+  // torchtitan: "For rowwise recipes, we use regular TP and all-gather happens in high precision"
+  // (enable_float8_tensorwise_tp false): PrepareModuleInput gathers the normed slice into a new [1, 32, 64]
+  // bf16 tensor (4,096 B), which wq / wk / wv share and save (Float8Linear's rowwise function saves its
+  // high-precision input); each casts it inside the function (32 x 64 = 2,048 float8 bytes, not kept).
   ModelConfig m = test::tiny_model("tinyllama-1.1b");
   m.d_ff = 256;
-  // Rowwise recipes: torchtitan applies regular TP (enable_float8_tensorwise_tp is false), which vramsim
-  // lays out as Megatron's and does not model with Float8Linear.
-  CHECK_THROWS_WITH(build_training_steps(tensor_parallel_rank(m, 2), tp_options(Float8Recipe::kRowwise)),
-                    Catch::StartsWith("--float8 rowwise: torchtitan runs rowwise recipes under regular"));
+  const OpGraph g = build_training_steps(tensor_parallel_rank(m, 2), tp_options(Float8Recipe::kRowwise));
+  CHECK(sizes_named(g, "layers.0.attn.prepare_input.all_gather") == std::vector<Bytes>{4096});
+  CHECK(category_of(g, "layers.0.attn.prepare_input.all_gather") == TensorCategory::kActivation);
+  CHECK(sizes_named(g, "layers.0.attn.q_proj.input.float8") == std::vector<Bytes>{2048});
+  CHECK(category_of(g, "layers.0.attn.q_proj.input.float8") == TensorCategory::kTemporary);
+  // RowwiseParallel does not cast: wo's Float8Linear casts its [1, 32, 32] input inside and saves it in bf16.
+  CHECK(sizes_named(g, "layers.0.attn.o_proj.input.float8") == std::vector<Bytes>{1024});
+  CHECK(category_of(g, "layers.0.attn.o_proj.input.float8") == TensorCategory::kTemporary);
+  CHECK(sizes_named(g, "layers.0.attn.prepare_float8_input.all_gather").empty());
+}
+
+TEST_CASE("float8 tensor parallelism: the combination torchao refuses", "[quick][graph][float8-tp]") {
+  ModelConfig m = test::tiny_model("tinyllama-1.1b");
   // An MLP whose rank shards are not multiples of 16 (172 / 2 = 86) stays nn.Linear, and
   // Float8ColwiseParallel._apply raises ValueError("Expecting module to be Float8Linear ...").
   m.d_ff = 172;

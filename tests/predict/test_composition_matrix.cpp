@@ -251,6 +251,7 @@ TEST_CASE("composition matrix: the recipes people launch, three and four techniq
   // x PP, x CP, with compile and Float8: float8 tensor parallelism), on 2 GPUs per dimension
   const std::vector<std::pair<std::vector<std::string>, int>> model_parallel{
       {{"fsdp2", "tp", "checkpoint-full", "compile-layer", "float8"}, 4},
+      {{"fsdp2", "tp", "checkpoint-op", "compile-layer", "float8-rowwise"}, 4},  // regular TP, rowwise
       {{"fsdp2", "tp", "pp-torchtitan", "checkpoint-full", "compile-layer", "float8"}, 8},
       {{"fsdp2", "tp", "pp-torchtitan", "cp", "checkpoint-full", "compile-layer"}, 16},
       {{"fsdp2", "tp", "pp-torchtitan", "cp", "checkpoint-full", "compile-layer", "float8"}, 16},
