@@ -12,6 +12,7 @@
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
 #include "sim/inference/vllm_vision_tensor_parallel.h"
+#include "sim/models/llava_next_anyres.h"
 #include "sim/models/qwen2_vl_vision.h"
 #include "sim/models/vision_tower.h"
 #include "sim/predict/non_torch_memory.h"
@@ -241,9 +242,22 @@ VisionItem vllm_vision_item(const ModelConfig& m, const VisionInputs& vision) {
       return {c.pooled_tokens + 2, side_patches, pixels, c.pooled_tokens, false};
     case Tower::kClip:
       if (!c.grid_pinpoints.empty()) {
-        throw InputError(
-            "--kv-cache paged with llava_next: the multimodal profile run of anyres tiles is not modelled "
-            "(vramsim)");
+        // llava_next.py LlavaNextProcessingInfo.get_image_size_with_most_features: of the pinpoints, in
+        // image_grid_pinpoints' order, the (height, width) with the most features (get_num_image_tokens; the
+        // first of equals). An image of a pinpoint's size is tiled without padding, so vLLM's integer
+        // _get_num_unpadded_features and transformers' unpad_image (llava_next_anyres.h) agree on it: the
+        // base image's side^2 + rows x (columns + 1). The processor's pixel_values hold its tiles and the
+        // base image (image_size_to_num_patches), which _process_image_pixels runs through the tower as one
+        // batch.
+        AnyresGrid best;
+        for (const auto& [height, width] : c.grid_pinpoints) {
+          const AnyresGrid g = llava_next_anyres_grid(c, height, width);
+          if (g.tokens() > best.tokens()) {
+            best = g;
+          }
+        }
+        return {best.tokens(), best.patches() * (side_patches + 1), best.patches() * pixels, best.tokens(),
+                false};
       }
       // llava.py LlavaProcessingInfo.get_num_image_tokens: the patches (vision_feature_select_strategy
       // "default"; "full" keeps CLS), each one embedding; the tower runs CLS and the patches.

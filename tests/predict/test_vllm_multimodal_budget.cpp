@@ -156,3 +156,28 @@ TEST_CASE("vllm multimodal: llava's tower is built up to its feature layer and w
                     Catch::Matchers::Contains("--pp with a vision-language model (llava) under --kv-cache "
                                               "paged: the tower's share is not modelled (vramsim)"));
 }
+
+TEST_CASE("vllm multimodal: llava_next profiles the pinpoint with the most features, every tile in the tower",
+          "[quick][predict][vllm-mm]") {
+  RequestArgs a = test::served_on_h100(stored("llava-hf__llava-v1.6-mistral-7b-hf.config.json"));
+  a.max_model_len = 4096;
+  const Prediction p = predict(make_request(a));
+  const Prediction::Generation::Paged::V1& v = test::v1_of(p);
+  REQUIRE(v.encoder);
+  // llava_next.py get_image_size_with_most_features over image_grid_pinpoints [[336, 672], [672, 336],
+  // [672, 672], [1008, 336], [336, 1008]] (height, width) with 336-pixel tiles of 24 x 24 patches;
+  // get_num_image_tokens = base 24^2 = 576 + unpadded rows x columns + one newline per row:
+  //   336 x 672 and 672 x 336: 1 x 2 tiles, 24 x 48 = 1,152 + 24 (or 48 x 24 + 48) -> 1,752 / 1,776
+  //   672 x 672:               2 x 2 tiles, 48 x 48 = 2,304 + 48                    -> 2,928
+  //   1008 x 336, 336 x 1008:  3 x 1 tiles, 72 x 24 = 1,728 + 72 (or 24 x 72 + 24)  -> 2,376 / 2,328
+  // A pinpoint-sized image needs no unpadding, so 672 x 672 gives the most: 2,928 tokens.
+  CHECK(v.encoder->max_tokens_per_item == 2928);
+  // its pixel_values hold 2 x 2 tiles and the base image (image_size_to_num_patches = 5), each 577 tower
+  // rows (CLS + 576) in _process_image_pixels' one batch
+  CHECK(v.encoder->tower_tokens_per_item == 5 * 577);
+  // budget 8192 // 2,928 = 2 items (per prompt max(1, min(999, 4096 // 2,928 = 1)) x 1,024 sequences)
+  CHECK(v.encoder->items == 2);
+  // pixel_values in bf16: 2 items x 5 tiles x 3 x 336 x 336 x 2 B; the kept outputs 2 x 2,928 x 4,096 x 2 B
+  CHECK(v.encoder->pixel_values_bytes == 2LL * 5 * 3 * 336 * 336 * 2);
+  CHECK(v.encoder->encoder_outputs_bytes == 2LL * 2928 * 4096 * 2);
+}
