@@ -396,10 +396,33 @@ void validate(const TrainingOptions& o) {
         "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled (vramsim "
         "models training steps; vLLM serving, --generate N --kv-cache paged, takes --pp)");
   }
-  if (o.lora.enabled() && (o.tensor_parallel > 1 || o.pipeline.stages > 1)) {
+  if (o.lora.enabled() && o.pipeline.stages > 1) {
     throw InputError(
-        "--lora-rank: LoRA with Megatron's --tp or --pp is not modelled (vramsim; it composes with DDP, "
-        "--zero, --fsdp and --fsdp2)");
+        "--lora-rank: LoRA with Megatron's --pp is not modelled (vramsim; it composes with --tp, DDP, "
+        "--zero, "
+        "--fsdp and --fsdp2)");
+  }
+  if (o.lora.enabled() && o.tensor_parallel > 1) {
+    // PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py, LoraConfig.megatron_config) adapts Megatron's
+    // ColumnParallelLinear with lora_A whole and lora_B split by columns, and RowParallelLinear with lora_A
+    // split by rows and lora_B whole: the adapters of the rank's slice of the weight, which is what the
+    // rank's model builds (its RowParallelLinear lora_A's output is all-reduced in place).
+    if (o.lora.method != PeftMethod::kLora) {
+      throw InputError(
+          "--peft-method: methods other than LoRA with --tp are not modelled (vramsim; PEFT's layers for "
+          "Megatron's parallel linears are LoRA's, peft/tuners/lora/tp_layer.py LoraParallelLinear)");
+    }
+    if (o.lora.use_dora) {
+      throw InputError(
+          "--use-dora with --tp: PEFT refuses it (\"LoraParallelLinear does not support DoRA yet, please set "
+          "it to False\")");
+    }
+    if (o.sequence_parallel) {
+      throw InputError(
+          "--lora-rank with --sequence-parallel: PEFT's LoraParallelLinear under Megatron's sequence "
+          "parallelism (lora_B's ColumnParallelLinear gathers the rank's slice of lora_A's output) is not "
+          "modelled (vramsim; without --sequence-parallel it is)");
+    }
   }
   if (o.batch <= 0 || o.batch > kMaxBatch) {
     throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));

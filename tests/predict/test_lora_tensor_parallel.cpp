@@ -1,0 +1,66 @@
+// LoRA with Megatron tensor parallelism as PEFT adapts Megatron's parallel linears
+// (peft/tuners/lora/tp_layer.py LoraParallelLinear, LoraConfig.megatron_config): "when the target layer
+// parallel_linear is RowParallelLinear ... we need to split the lora matrix A into rows, and the lora_B at
+// this time should be a complete linear layer; In the same way, when the target layer is
+// ColumnParallelLinear, we perform column segmentation on lora_B, while lora_A is still a complete linear
+// layer." Counts by hand.
+#include <catch2/catch.hpp>
+
+#include "sim/core/error.h"
+#include "sim/predict/step_prediction.h"
+
+using namespace vramsim;
+
+namespace {
+
+RequestArgs lora_on_tp(int tp, const std::string& targets) {
+  RequestArgs a;
+  a.model = "llama-2-7b";
+  a.gpu = "h100";
+  a.precision = "bf16";
+  a.batch = 1;
+  a.seq = 1024;
+  a.checkpointing = "full";
+  a.lora_rank = 16;
+  a.lora_targets = targets;
+  a.tp = tp;
+  a.world_size = tp;
+  a.steps = 1;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA under tensor parallelism: PEFT's LoraParallelLinear adapters on the rank's slice",
+          "[quick][predict][lora-tp]") {
+  // Llama-2-7B (hidden 4,096, MLP 11,008, 32 layers) at TP 2, r = 16, every linear but the output layer:
+  //   q, k, v (ColumnParallelLinear, 2,048 of the 4,096 outputs a rank): lora_A whole 16 x 4,096 = 65,536,
+  //     lora_B split 2,048 x 16 = 32,768 -> 98,304 each, 294,912;
+  //   o_proj (RowParallelLinear, 2,048 of the inputs): lora_A split 16 x 2,048 = 32,768, lora_B whole
+  //     4,096 x 16 = 65,536 -> 98,304;
+  //   gate, up (column, 5,504 outputs): 65,536 + 5,504 x 16 = 88,064 -> 153,600 each, 307,200;
+  //   down (row, 5,504 inputs): 16 x 5,504 = 88,064 + 65,536 -> 153,600.
+  // 854,016 a layer, 27,328,512 for the 32 layers.
+  const Prediction all = predict(make_request(lora_on_tp(2, "all-linear")));
+  CHECK(all.trainable_parameters == 27328512);
+  // PEFT's default targets for llama, q_proj and v_proj: 2 x 98,304 x 32 = 6,291,456.
+  const Prediction qv = predict(make_request(lora_on_tp(2, "")));
+  CHECK(qv.trainable_parameters == 6291456);
+  // At TP 1 the same adapters are 2 x (65,536 + 65,536) x 32 = 8,388,608: lora_A whole either way.
+  CHECK(predict(make_request(lora_on_tp(1, ""))).trainable_parameters == 8388608);
+}
+
+TEST_CASE("LoRA under tensor parallelism: what PEFT refuses and what is not modelled",
+          "[quick][predict][lora-tp]") {
+  RequestArgs a = lora_on_tp(2, "");
+  a.use_dora = true;
+  CHECK_THROWS_WITH(predict(make_request(a)),
+                    Catch::Contains("LoraParallelLinear does not support DoRA yet, please set it to False"));
+  a.use_dora = false;
+  a.peft_method = "ia3";
+  CHECK_THROWS_WITH(predict(make_request(a)),
+                    Catch::StartsWith("--peft-method: methods other than LoRA with --tp are not modelled"));
+  a.peft_method = "lora";
+  a.sequence_parallel = true;
+  CHECK_THROWS_WITH(predict(make_request(a)), Catch::StartsWith("--lora-rank with --sequence-parallel:"));
+}
