@@ -7,6 +7,7 @@
 #include <string_view>
 #include <utility>
 
+#include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "sim/finetune/bnb_quant.h"
 #include "sim/finetune/peft_lora.h"
@@ -179,14 +180,15 @@ VarId* model_role(ModelParams& p, std::string_view name) {
 // the catalogue: peft_method.h), made after the base model is on the device; the base parameters are
 // frozen. `resident_numel` (optional): the elements a data-parallel rank keeps of an adapter (its shard).
 // `quantized_base_dtype`: the adapters' dtype where the base weight is quantized (not a float).
+// `shapes`: the parameters this GPU holds (create_parameters' `keep`), in p.all's order.
 void create_lora_adapters(EagerTape& tape, const ModelConfig& model, const LoraOptions& lora,
                           const std::function<std::int64_t(std::int64_t)>& resident_numel, ModelParams& p,
-                          DType quantized_base_dtype) {
+                          DType quantized_base_dtype, const std::vector<ParameterShape>& shapes) {
   const PeftLinearMethod& method = *linear_method(lora);
   const std::vector<std::string> targets = lora_target_modules(lora, model);
   const std::vector<std::string> feedforward =
       lora.method == PeftMethod::kIa3 ? ia3_feedforward_modules(lora, model) : std::vector<std::string>{};
-  const std::vector<ParameterShape> shapes = model.parameter_shapes();
+  SIM_ASSERT(shapes.size() == p.all.size());
   const auto resident = [&](std::int64_t n) { return resident_numel ? resident_numel(n) : -1; };
   // nn.Linear stores (out, in); GPT-2's Conv1D (in, out)
   const bool conv1d = model.family == ModelFamily::kGpt2 && !model.linear_weights;
@@ -355,7 +357,7 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
     p.trainable = {p.trainable_tokens.at(0)};
   } else if (lora.enabled()) {
     create_lora_adapters(tape, model, lora, resident_numel, p,
-                         bnb.format == BnbFormat::kTorchaoNf4 ? dtype : DType::kFloat32);
+                         bnb.format == BnbFormat::kTorchaoNf4 ? dtype : DType::kFloat32, shapes);
   }
   return p;
 }
