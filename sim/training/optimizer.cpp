@@ -79,10 +79,18 @@ void OptimizerModel::construct() {
   m_tape.begin_op(kind_prefix(m_options) + ".master_weights", "_to_copy");
   m_master.assign(m_params.size(), kNoTensor);
   for (std::size_t i : stepped()) {
+    // A parameter that already is fp32 (PEFT's adapters under autocast_adapter_dtype) is its own master:
+    // Megatron's Float16OptimizerWithFloat16Params copies only the fp16/bf16 parameters ("fp32 params":
+    // kept and stepped as they are).
+    if (stepped_dtype(i) == DType::kFloat32) {
+      continue;
+    }
     m_master[i] = m_tape.allocate(param_name(i) + ".master", param_bytes(i, DType::kFloat32), DType::kFloat32,
                                   TensorCategory::kOptimizerState);
   }
 }
+
+bool OptimizerModel::has_master(std::size_t i) const { return !m_master.empty() && m_master[i] != kNoTensor; }
 
 // State dtype: the parameter's, except under bf16 precision, where the optimizer works on fp32 masters.
 void OptimizerModel::init_states(std::size_t i) {
@@ -255,7 +263,9 @@ void OptimizerModel::step_params(const std::vector<std::size_t>& with_grad) {
   if (!m_master.empty()) {  // param.copy_(master): in place
     m_tape.begin_op(kind_prefix(m_options) + ".copy_master_to_params", "_foreach_copy_");
     for (std::size_t i : with_grad) {
-      m_tape.use(m_master[i]);
+      if (has_master(i)) {
+        m_tape.use(m_master[i]);
+      }
     }
   }
 }
@@ -266,6 +276,9 @@ void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
   if (!m_master.empty() && m_flat_grad == kNoTensor) {  // fp32 copies of the bf16 gradients
     m_tape.begin_op(n + "._foreach_grads_to_fp32", "_to_copy");
     for (std::size_t i : with_grad) {
+      if (!has_master(i)) {  // an fp32 parameter's gradient is fp32 already
+        continue;
+      }
       use_grad(i);
       temps.push_back(m_tape.allocate(param_name(i) + ".grad_fp32", param_bytes(i, DType::kFloat32),
                                       DType::kFloat32, TensorCategory::kTemporary));
@@ -276,7 +289,7 @@ void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
     m_tape.begin_op(n + (adam ? "._foreach_sqrt" : ".var_estimates"),
                     adam ? "_foreach_sqrt" : "_foreach_mul");
     for (std::size_t i : with_grad) {
-      const DType pd = m_master.empty() ? stepped_dtype(i) : DType::kFloat32;
+      const DType pd = has_master(i) ? DType::kFloat32 : stepped_dtype(i);
       temps.push_back(m_tape.allocate(param_name(i) + (adam ? ".exp_avg_sq_sqrt" : ".var_estimate"),
                                       param_bytes(i, pd), pd, TensorCategory::kTemporary));
     }
@@ -288,7 +301,7 @@ void OptimizerModel::step_foreach(const std::vector<std::size_t>& with_grad) {
     const std::size_t sqrt_begin = temps.size() - with_grad.size();
     for (std::size_t k = 0; k < with_grad.size(); ++k) {
       const std::size_t i = with_grad[k];
-      const DType pd = m_master.empty() ? stepped_dtype(i) : DType::kFloat32;  // the sqrt list's dtype
+      const DType pd = has_master(i) ? DType::kFloat32 : stepped_dtype(i);  // the sqrt list's dtype
       m_tape.use(temps[sqrt_begin + k]);
       temps.push_back(
           m_tape.allocate(param_name(i) + ".denom", param_bytes(i, pd), pd, TensorCategory::kTemporary));
@@ -312,7 +325,7 @@ void OptimizerModel::step_for_loop(const std::vector<std::size_t>& with_grad) {
   TensorId previous_denom = kNoTensor;
   for (std::size_t i : with_grad) {
     const std::string pn = param_name(i);
-    const DType pd = m_master.empty() ? stepped_dtype(i) : DType::kFloat32;
+    const DType pd = has_master(i) ? DType::kFloat32 : stepped_dtype(i);
     m_tape.begin_op(n + ".step." + pn, "for_loop_step");
     if (!m_initialized[i]) {
       init_states(i);
@@ -323,7 +336,7 @@ void OptimizerModel::step_for_loop(const std::vector<std::size_t>& with_grad) {
       m_tape.use(s);
     }
     TensorId grad32 = kNoTensor;
-    if (!m_master.empty() && m_flat_grad == kNoTensor) {
+    if (has_master(i) && m_flat_grad == kNoTensor) {
       grad32 = m_tape.allocate(pn + ".grad_fp32", param_bytes(i, DType::kFloat32), DType::kFloat32,
                                TensorCategory::kTemporary);
     }

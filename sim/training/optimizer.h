@@ -93,8 +93,9 @@ class OptimizerModel {
   bool m_zero_redundancy = false;
   std::vector<std::vector<TensorId>> m_states;  // per parameter; empty until its first step
   std::vector<bool> m_initialized;              // per parameter: its states exist (some may be paged)
-  std::vector<TensorId> m_master;               // bf16 precision: fp32 master copies
-  TensorId m_flat_grad = kNoTensor;             // during step_flat()
+  std::vector<TensorId> m_master;  // bf16 precision: fp32 master copies (kNoTensor: an fp32 parameter)
+  bool has_master(std::size_t i) const;
+  TensorId m_flat_grad = kNoTensor;  // during step_flat()
   bool m_flat_grad_read = false;
   int m_state_shards = 1;
   std::map<VarId, int> m_param_state_shards;  // set_state_shards

@@ -48,6 +48,12 @@ TEST_CASE("LoRA under tensor parallelism: PEFT's LoraParallelLinear adapters on 
   CHECK(qv.trainable_parameters == 6291456);
   // At TP 1 the same adapters are 2 x (65,536 + 65,536) x 32 = 8,388,608: lora_A whole either way.
   CHECK(predict(make_request(lora_on_tp(1, ""))).trainable_parameters == 8388608);
+  // Megatron keeps fp32 master weights of bf16 parameters (the default under --tp), but PEFT's adapters are
+  // fp32 already (autocast_adapter_dtype) and Float16OptimizerWithFloat16Params steps an fp32 parameter as
+  // it is: AdamW's two fp32 moments only, 8 B x 6,291,456 = 50,331,648 B, in the second step's bill.
+  RequestArgs two_steps = lora_on_tp(2, "");
+  two_steps.steps = 2;
+  CHECK(predict(make_request(two_steps)).bill.optimizer_states == 50331648);
 }
 
 TEST_CASE("LoRA under tensor parallelism: what PEFT refuses and what is not modelled",
