@@ -396,11 +396,10 @@ void validate(const TrainingOptions& o) {
         "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled (vramsim "
         "models training steps; vLLM serving, --generate N --kv-cache paged, takes --pp)");
   }
-  if (o.lora.enabled() && o.pipeline.stages > 1) {
-    throw InputError(
-        "--lora-rank: LoRA with Megatron's --pp is not modelled (vramsim; it composes with --tp, DDP, "
-        "--zero, "
-        "--fsdp and --fsdp2)");
+  // --pp: each stage adapts the linears of its own layers (create_parameters' keep filter); --tp: PEFT's
+  // LoraParallelLinear (below).
+  if (o.lora.enabled() && o.pipeline.stages > 1 && o.lora.method != PeftMethod::kLora) {
+    throw InputError("--peft-method: methods other than LoRA with --pp are not modelled (vramsim)");
   }
   if (o.lora.enabled() && o.tensor_parallel > 1) {
     // PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py, LoraConfig.megatron_config) adapts Megatron's

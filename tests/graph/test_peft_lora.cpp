@@ -190,12 +190,7 @@ TEST_CASE("lora with data parallelism: only the adapters are reduced, sharded an
   CHECK(persistent_bytes(fsdp2, TensorCategory::kGradient) == 2048);
   CHECK(persistent_bytes(fsdp2, TensorCategory::kParameter) * 4 ==
         persistent_bytes(ddp, TensorCategory::kParameter));
-  // Pipeline parallelism is refused (tensor parallelism is PEFT's LoraParallelLinear:
-  // tests/predict/test_lora_tensor_parallel.cpp).
-  TrainingOptions pp = o;
-  pp.data_parallel.world_size = 1;
-  pp.pipeline.stages = 2;
-  CHECK_THROWS_AS(validate(pp), InputError);
+  // Model parallelism: tests/predict/test_lora_model_parallel.cpp.
 }
 
 TEST_CASE("lora with FSDP1: the frozen parameters' gradients are computed and sharded anyway",

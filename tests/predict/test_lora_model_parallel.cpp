@@ -1,9 +1,9 @@
-// LoRA with Megatron tensor parallelism as PEFT adapts Megatron's parallel linears
-// (peft/tuners/lora/tp_layer.py LoraParallelLinear, LoraConfig.megatron_config): "when the target layer
-// parallel_linear is RowParallelLinear ... we need to split the lora matrix A into rows, and the lora_B at
-// this time should be a complete linear layer; In the same way, when the target layer is
-// ColumnParallelLinear, we perform column segmentation on lora_B, while lora_A is still a complete linear
-// layer." Counts by hand.
+// LoRA with Megatron model parallelism: pipeline stages adapt their own layers; tensor parallelism as PEFT
+// adapts Megatron's parallel linears (peft/tuners/lora/tp_layer.py LoraParallelLinear,
+// LoraConfig.megatron_config): "when the target layer parallel_linear is RowParallelLinear ... we need to
+// split the lora matrix A into rows, and the lora_B at this time should be a complete linear layer; In the
+// same way, when the target layer is ColumnParallelLinear, we perform column segmentation on lora_B, while
+// lora_A is still a complete linear layer." Counts by hand.
 #include <catch2/catch.hpp>
 
 #include "sim/core/error.h"
@@ -54,6 +54,31 @@ TEST_CASE("LoRA under tensor parallelism: PEFT's LoraParallelLinear adapters on 
   RequestArgs two_steps = lora_on_tp(2, "");
   two_steps.steps = 2;
   CHECK(predict(make_request(two_steps)).bill.optimizer_states == 50331648);
+}
+
+TEST_CASE("LoRA on pipeline stages: each stage adapts the linears of its own layers",
+          "[quick][predict][lora-tp]") {
+  // TinyLlama (22 layers, hidden 2,048, 4 key/value heads of 64) on 2 stages of 11 layers (Megatron's even
+  // split); PEFT's default targets q_proj and v_proj, r = 16: q 16 x 2,048 + 2,048 x 16 = 65,536, v 16 x
+  // 2,048
+  // + 256 x 16 = 36,864, 102,400 a layer. The report is stage 1's (its peak reserved is the higher); its
+  // 11 layers' adapters are stepped with two fp32 moments (fp32 adapters, no master copy): 11 x 102,400 x 8
+  // B.
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.gpu = "h100";
+  a.precision = "bf16";
+  a.batch = 1;
+  a.seq = 256;
+  a.checkpointing = "full";
+  a.lora_rank = 16;
+  a.pp = 2;
+  a.world_size = 2;
+  CHECK(predict(make_request(a)).bill.optimizer_states == 11 * 102400 * 8);
+  // and at TP 2 too: q 16 x 2,048 + 1,024 x 16 = 49,152, v 16 x 2,048 + 128 x 16 = 34,816 a layer
+  a.tp = 2;
+  a.world_size = 4;
+  CHECK(predict(make_request(a)).bill.optimizer_states == 11 * (49152 + 34816) * 8);
 }
 
 TEST_CASE("LoRA under tensor parallelism: what PEFT refuses and what is not modelled",
