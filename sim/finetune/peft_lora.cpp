@@ -230,7 +230,8 @@ ParameterCount count_parameters(const ModelConfig& model, const LoraOptions& lor
 }
 
 VarId peft_lora_forward(TorchOps& ops, const std::string& name, VarId x, VarId result,
-                        const LoraAdapter& adapter, const LoraOptions& options, bool training) {
+                        const LoraAdapter& adapter, const LoraOptions& options, bool training,
+                        const LoraLinearFn& lora_a, const LoraLinearFn& lora_b) {
   EagerTape& t = ops.tape();
   // x = self._cast_input_dtype(x, lora_A.weight.dtype): a copy only when the dtypes differ
   const VarId xa = ops.to(name + ".lora_cast_input", x, t.dtype(adapter.lora_a));
@@ -240,9 +241,11 @@ VarId peft_lora_forward(TorchOps& ops, const std::string& name, VarId x, VarId r
     t.drop({mask, xa});
     dropped = y;
   }
-  const VarId a = ops.linear(name + ".lora_A", dropped, adapter.lora_a);
+  const VarId a = lora_a ? lora_a(name + ".lora_A", dropped, adapter.lora_a)
+                         : ops.linear(name + ".lora_A", dropped, adapter.lora_a);
   t.drop(dropped);
-  const VarId b = ops.linear(name + ".lora_B", a, adapter.lora_b);
+  const VarId b =
+      lora_b ? lora_b(name + ".lora_B", a, adapter.lora_b) : ops.linear(name + ".lora_B", a, adapter.lora_b);
   t.drop(a);
   const VarId scaled = ops.scale(name + ".lora_scaling", b);  // * scaling
   t.drop(b);

@@ -13,6 +13,7 @@
 //   * each adapted linear adds three (tokens x out) temporaries: lora_B's output, its scaled copy, the sum.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,8 +63,12 @@ struct ParameterCount {
 ParameterCount count_parameters(const ModelConfig& model, const LoraOptions& lora);
 
 // The rest of PEFT's Linear.forward once `result` = base_layer(x) exists. Takes over the caller's reference
-// to `result` and returns the new result (one reference).
+// to `result` and returns the new result (one reference). `lora_a` / `lora_b` run lora_A / lora_B (name,
+// input, weight) -> output; empty: F.linear. PEFT's LoraParallelLinear under Megatron's sequence parallelism
+// passes its parallel layers here (parallelism.md).
+using LoraLinearFn = std::function<VarId(const std::string&, VarId, VarId)>;
 VarId peft_lora_forward(TorchOps& ops, const std::string& name, VarId x, VarId result,
-                        const LoraAdapter& adapter, const LoraOptions& options, bool training);
+                        const LoraAdapter& adapter, const LoraOptions& options, bool training,
+                        const LoraLinearFn& lora_a = {}, const LoraLinearFn& lora_b = {});
 
 }  // namespace vramsim

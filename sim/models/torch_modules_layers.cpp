@@ -561,16 +561,51 @@ VarId column_parallel_linear(EmitContext& c, const std::string& name, VarId x, V
   const bool prepared = (float8_tensor_parallel(c) && c.ops.tape().dtype(x) == DType::kUInt8) ||
                         (float8_regular_tensor_parallel(c) && c.ops.tape().shape(x).size() == 3 &&
                          c.ops.tape().shape(x)[1] == c.options.seq);
-  return c.options.sequence_parallel && !prepared
-             ? c.ops.sequence_parallel_linear(name, x, w, bias, c.options.tensor_parallel)
-             : c.ops.linear(name, x, w, bias);
+  if (!c.options.sequence_parallel || prepared) {
+    return c.ops.linear(name, x, w, bias);
+  }
+  const int tp = c.options.tensor_parallel;
+  const VarId result = c.ops.sequence_parallel_linear(name, x, w, bias, tp);
+  const LoraAdapter* adapter = c.ops.plain_lora_adapter(w);
+  if (adapter == nullptr) {
+    return result;
+  }
+  // PEFT's LoraParallelLinear on a ColumnParallelLinear under sequence parallelism (peft/tuners/lora/
+  // tp_layer.py, megatron_config.sequence_parallel): lora_A, an nn.Linear, runs on the rank's slice x;
+  // lora_B, a ColumnParallelLinear of the same config, gathers lora_A's [b, s/tp, r] output along the
+  // sequence and gives [b, s, out/tp], added to the base's result.
+  TorchOps& ops = c.ops;
+  return peft_lora_forward(ops, name, x, result, *adapter, ops.lora_options(), ops.lora_training(), {},
+                           [&ops, tp](const std::string& n, VarId in, VarId wb) {
+                             return ops.sequence_parallel_linear(n, in, wb, kNoVar, tp);
+                           });
 }
 
 VarId row_parallel_linear(EmitContext& c, const std::string& name, VarId x, VarId w, VarId bias) {
   const VarId in = float8_rowwise_parallel_input(c, name, x);
-  const VarId y = c.ops.linear(name, in, w, bias);
+  const LoraAdapter* adapter = c.options.sequence_parallel ? c.ops.plain_lora_adapter(w) : nullptr;
+  if (adapter == nullptr) {
+    const VarId y = c.ops.linear(name, in, w, bias);
+    drop_module_input(c, in, x);
+    return row_parallel_output(c, name, y);
+  }
+  // PEFT's LoraParallelLinear on a RowParallelLinear under sequence parallelism: the base's output is
+  // reduce-scattered to the rank's slice first; lora_A, a RowParallelLinear of the same config, multiplies
+  // the rank's input columns and reduce-scatters its partial [b, s, r] to [b, s/tp, r]; lora_B, an nn.Linear,
+  // gives [b, s/tp, out], added to the slice.
+  TorchOps& ops = c.ops;
+  const VarId result = row_parallel_output(c, name, ops.base_linear(name, in, w, bias));
+  const int tp = c.options.tensor_parallel;
+  const VarId y = peft_lora_forward(ops, name, in, result, *adapter, ops.lora_options(), ops.lora_training(),
+                                    [&ops, tp](const std::string& n, VarId input, VarId wa) {
+                                      const VarId partial = ops.linear(n, input, wa);
+                                      const VarId slice =
+                                          ops.reduce_scatter_sequence(n + ".reduce_scatter", partial, tp);
+                                      ops.tape().drop(partial);
+                                      return slice;
+                                    });
   drop_module_input(c, in, x);
-  return row_parallel_output(c, name, y);
+  return y;
 }
 
 VarId row_parallel_output(EmitContext& c, const std::string& name, VarId y) {

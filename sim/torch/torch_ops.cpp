@@ -91,6 +91,23 @@ void TorchOps::maybe_allocate_workspace() {
 }
 
 VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first) {
+  return linear_impl(name, x, w, bias, weight_first, true);
+}
+
+VarId TorchOps::base_linear(const std::string& name, VarId x, VarId w, VarId bias) {
+  return linear_impl(name, x, w, bias, false, false);
+}
+
+const LoraAdapter* TorchOps::plain_lora_adapter(VarId w) const {
+  if (m_lora == nullptr || m_lora_options->method != PeftMethod::kLora || m_lora_options->use_dora) {
+    return nullptr;
+  }
+  const auto it = m_lora->find(w);
+  return it == m_lora->end() ? nullptr : &it->second;
+}
+
+VarId TorchOps::linear_impl(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first,
+                            bool adapters) {
   if (m_float8 != nullptr && m_float8->count(w) != 0 && !weight_first &&
       m_tape.shape(w)[1] == m_tape.shape(x).back()) {
     if (m_float8_options->recipe == Float8Recipe::kTeDelayed) {  // te.Linear (te_fp8_linear.h)
@@ -106,7 +123,7 @@ VarId TorchOps::linear(const std::string& name, VarId x, VarId w, VarId bias, bo
                : torch_linear(name, input, w, bias, weight_first);
   };
   const auto it = m_lora != nullptr ? m_lora->find(w) : LoraAdapters::const_iterator{};
-  if (m_lora == nullptr || it == m_lora->end()) {
+  if (!adapters || m_lora == nullptr || it == m_lora->end()) {
     return base(x);
   }
   // the adapted layer's forward (PEFT's tuner layer: peft_method.h)

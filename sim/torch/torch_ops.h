@@ -21,8 +21,8 @@
 #include <utility>
 
 #include "sim/finetune/bnb_quant.h"
-#include "sim/graph/eager_tape.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/graph/eager_tape.h"
 #include "sim/training/float8_linear.h"
 
 namespace vramsim {
@@ -83,6 +83,14 @@ class TorchOps {
   // weight_first: the weight is the first operand of the Python call (einsum(self.weight, x, ...)), so
   // autocast casts it before x.
   VarId linear(const std::string& name, VarId x, VarId w, VarId bias = kNoVar, bool weight_first = false);
+  // The base layer of an adapted linear alone (no PEFT method applied): for callers that run the method's
+  // forward themselves (PEFT's LoraParallelLinear under sequence parallelism).
+  VarId base_linear(const std::string& name, VarId x, VarId w, VarId bias = kNoVar);
+  // PEFT LoRA on `w` (nullptr: not adapted, or a method other than plain LoRA), its options, and whether the
+  // adapters train.
+  const LoraAdapter* plain_lora_adapter(VarId w) const;
+  const LoraOptions& lora_options() const { return *m_lora_options; }
+  bool lora_training() const { return m_lora_training; }
   // torch.matmul / bmm / einsum contraction of batched matrices already laid out for bmm; saves a and b.
   // cublas=false for degenerate contractions (inner size 1) that do not reach cuBLAS.
   VarId matmul(const std::string& name, VarId a, VarId b, const Shape& out_shape, bool cublas = true);
@@ -181,6 +189,7 @@ class TorchOps {
   VarId autocast_low(const std::string& name, VarId x);
 
  private:
+  VarId linear_impl(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first, bool adapters);
   VarId torch_linear(const std::string& name, VarId x, VarId w, VarId bias, bool weight_first);  // F.linear
   VarId autocast_fp32(const std::string& name, VarId x);
   // The fused SDPA kernels: out and an fp32 logsumexp of (b, h, lse_rows), saved with q, k, v (and the mask).

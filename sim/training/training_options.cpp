@@ -416,12 +416,6 @@ void validate(const TrainingOptions& o) {
           "--use-dora with --tp: PEFT refuses it (\"LoraParallelLinear does not support DoRA yet, please set "
           "it to False\")");
     }
-    if (o.sequence_parallel) {
-      throw InputError(
-          "--lora-rank with --sequence-parallel: PEFT's LoraParallelLinear under Megatron's sequence "
-          "parallelism (lora_B's ColumnParallelLinear gathers the rank's slice of lora_A's output) is not "
-          "modelled (vramsim; without --sequence-parallel it is)");
-    }
   }
   if (o.batch <= 0 || o.batch > kMaxBatch) {
     throw InputError(fmt::format("--batch: must be in 1..{}, got {}", kMaxBatch, o.batch));

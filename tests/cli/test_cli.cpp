@@ -314,8 +314,8 @@ TEST_CASE("bad --lora-*, --generate, --kv-cache, --zero-grad and --adam-foreach-
   require_input_error(run_vramsim(run + "--lora-rank -3"), "--lora-rank: -3 is out of range");
   require_input_error(run_vramsim(run + "--lora-rank 8 --lora-dropout 1.5"),
                       "--lora-dropout: 1.5 is not a probability");
-  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8 --tp 2 --sequence-parallel"),
-                      "--lora-rank with --sequence-parallel: PEFT's LoraParallelLinear under Megatron's");
+  require_input_error(run_vramsim(run + "--lora-rank 8 --gpus 8 --tp 2 --use-dora"),
+                      "--use-dora with --tp: PEFT refuses it");
   require_input_error(run_vramsim(run + "--generate 4 --kv-cache pagd"),
                       "--kv-cache: unknown cache 'pagd' (known: dynamic, static, paged)");
   require_input_error(run_vramsim(run + "--generate 4000000"),

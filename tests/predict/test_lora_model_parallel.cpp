@@ -91,7 +91,4 @@ TEST_CASE("LoRA under tensor parallelism: what PEFT refuses and what is not mode
   a.peft_method = "ia3";
   CHECK_THROWS_WITH(predict(make_request(a)),
                     Catch::StartsWith("--peft-method: methods other than LoRA with --tp are not modelled"));
-  a.peft_method = "lora";
-  a.sequence_parallel = true;
-  CHECK_THROWS_WITH(predict(make_request(a)), Catch::StartsWith("--lora-rank with --sequence-parallel:"));
 }

@@ -1,5 +1,7 @@
-// torchao's float8 tensor parallelism as torchtitan applies it (--float8 tensorwise with --tp;
-// sim/training/float8_linear.h float8_module_input): bytes worked by hand from the libraries' code.
+// What a tensor-parallel rank's linears allocate beyond Megatron's plain layers: torchao's float8 tensor
+// parallelism as torchtitan applies it (--float8 tensorwise with --tp; sim/training/float8_linear.h
+// float8_module_input), and PEFT's LoRA under Megatron's sequence parallelism. Bytes worked by hand from the
+// libraries' code.
 //   torchao/float8/float8_tensor_parallel.py (PrepareFloat8ModuleInput, Float8ColwiseParallel,
 //     Float8RowwiseParallel: the input cast to float8 before DTensor.redistribute);
 //   torchtitan 9dec370 torchtitan/parallelisms/parallelize_llama.py apply_tp (enable_float8: the float8
@@ -170,4 +172,45 @@ TEST_CASE("float8 tensor parallelism: the combination torchao refuses", "[quick]
   m.d_ff = 172;
   CHECK_THROWS_WITH(build_training_steps(tensor_parallel_rank(m, 2), tp_options(Float8Recipe::kTensorwise)),
                     Catch::Contains("Float8ColwiseParallel / Float8RowwiseParallel expect Float8Linear"));
+}
+
+namespace {
+
+TrainingOptions lora_sp_options() {
+  TrainingOptions o;
+  o.batch = 1;
+  o.seq = 32;
+  o.steps = 1;
+  o.precision = Precision::kBf16;
+  o.attention = AttentionKind::kSdpaFlash;
+  o.tensor_parallel = 2;
+  o.sequence_parallel = true;
+  o.data_parallel.world_size = 2;
+  o.lora.rank = 8;
+  o.lora.all_linear = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA under Megatron sequence parallelism: PEFT's LoraParallelLinear on the rank's slice",
+          "[quick][graph][lora-tp]") {
+  // peft/tuners/lora/tp_layer.py LoraParallelLinear with megatron_config.sequence_parallel, on a tiny Llama
+  // (hidden 64, 4 heads of 16, MLP 256) at tp = 2, 32 tokens (16 a rank's slice), r = 8, fp32 adapters
+  // (autocast_adapter_dtype: the input is cast to fp32 first).
+  ModelConfig m = test::tiny_model("tinyllama-1.1b");
+  m.d_ff = 256;
+  const OpGraph g = build_training_steps(tensor_parallel_rank(m, 2), lora_sp_options());
+  // q_proj, a ColumnParallelLinear: lora_A (nn.Linear) on the slice, [1, 16, 64] -> [1, 16, 8] fp32 = 512 B;
+  // lora_B (ColumnParallelLinear) gathers that along the sequence and gives the rank's 32 of the 64 outputs
+  // for all 32 tokens, [1, 32, 32] fp32 = 4,096 B.
+  CHECK(sizes_named(g, "layers.0.attn.q_proj.lora_cast_input") == std::vector<Bytes>{16 * 64 * 4});
+  CHECK(sizes_named(g, "layers.0.attn.q_proj.lora_A") == std::vector<Bytes>{16 * 8 * 4});
+  CHECK(sizes_named(g, "layers.0.attn.q_proj.lora_B") == std::vector<Bytes>{32 * 32 * 4});
+  // o_proj, a RowParallelLinear: lora_A (RowParallelLinear) multiplies the rank's 32 input columns of all 32
+  // tokens, [1, 32, 8] fp32 = 1,024 B, reduce-scattered to the slice, [1, 16, 8] = 512 B; lora_B (nn.Linear)
+  // gives the slice's [1, 16, 64] fp32 = 4,096 B, added to the base's reduce-scattered output.
+  CHECK(sizes_named(g, "layers.0.attn.o_proj.lora_A") == std::vector<Bytes>{32 * 8 * 4});
+  CHECK(sizes_named(g, "layers.0.attn.o_proj.lora_A.reduce_scatter") == std::vector<Bytes>{16 * 8 * 4});
+  CHECK(sizes_named(g, "layers.0.attn.o_proj.lora_B") == std::vector<Bytes>{16 * 64 * 4});
 }
