@@ -211,11 +211,39 @@ VarId EagerTape::new_var(TensorId storage, Shape shape, DType dtype, std::string
   return static_cast<VarId>(m_vars.size() - 1);
 }
 
+VarId EagerTape::new_var_named_as_storage(TensorId storage, Shape shape, DType dtype) {
+  const VarId v = new_var(storage, std::move(shape), dtype, std::string());
+  m_vars[v].name_is_storage = true;
+  return v;
+}
+
+VarId EagerTape::new_var_named_as(TensorId storage, Shape shape, DType dtype, VarId like) {
+  const Var& l = m_vars[like];
+  if (l.name_is_storage && l.storage == storage && !m_renamed.contains(storage)) {
+    return new_var_named_as_storage(storage, std::move(shape), dtype);
+  }
+  return new_var(storage, std::move(shape), dtype, var_name(like));  // copied before m_vars grows
+}
+
+const std::string& EagerTape::var_name(VarId id) const {
+  const Var& v = m_vars[id];
+  if (!v.name_is_storage) {
+    return v.name;
+  }
+  if (!m_renamed.empty()) {
+    const auto it = m_renamed.find(v.storage);
+    if (it != m_renamed.end() && id < it->second.vars_before) {
+      return it->second.name;
+    }
+  }
+  return m_graph.tensor(v.storage).name;
+}
+
 VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dtype,
                            std::int64_t resident_numel) {
   const std::int64_t n = resident_numel >= 0 ? resident_numel : numel(shape);
   const TensorId s = allocate(name, storage_bytes(n, dtype, shape), dtype, TensorCategory::kParameter);
-  const VarId v = new_var(s, shape, dtype, name);
+  const VarId v = new_var_named_as_storage(s, shape, dtype);
   m_vars[v].requires_grad = true;
   m_vars[v].is_parameter = true;
   m_parameter_of_storage[s] = v;
@@ -224,13 +252,13 @@ VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dt
 
 VarId EagerTape::input(const std::string& name, const Shape& shape, DType dtype) {
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kInput);
-  return new_var(s, shape, dtype, name);
+  return new_var_named_as_storage(s, shape, dtype);
 }
 
 VarId EagerTape::received(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  const VarId v = new_var(s, shape, dtype, name);
+  const VarId v = new_var_named_as_storage(s, shape, dtype);
   m_vars[v].requires_grad = true;
   return v;
 }
@@ -245,7 +273,7 @@ VarId EagerTape::constant(const std::string& name, const std::string& kind, cons
   }
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  return new_var(s, shape, dtype, name);
+  return new_var_named_as_storage(s, shape, dtype);
 }
 
 VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, GradRule base_grad) {
@@ -287,7 +315,7 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     c.backward = rule;
     return capture(c).at(0);
   }
-  begin_op(name, kind);
+  const OpId op = begin_op(name, kind);
   reserve_more(m_vars, 1);  // `t` stays valid through new_var()
   const Var& t = m_vars[target];
   use(t.storage);
@@ -297,11 +325,11 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     needs_grad = needs_grad || m_vars[in].requires_grad;
   }
   const TensorId storage = t.storage;
-  const VarId v = new_var(t.storage, t.shape, t.dtype, t.name);
+  const VarId v = new_var_named_as(t.storage, t.shape, t.dtype, target);
   ref(storage);
   if (needs_grad && m_grad_enabled) {
     Node node;
-    node.name = name;
+    node.name_op = op;  // named `name`
     node.kind = kind;
     node.layer = m_layer;
     node.inputs = {target};
@@ -406,8 +434,9 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
   outs.reserve(c.outputs.size());
   for (const OutputSpec& o : c.outputs) {
     std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
-    const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
-    outs.push_back(new_var(s, o.shape, o.dtype, std::move(name)));  // the tensor has its own copy
+    const TensorId s =
+        allocate(std::move(name), tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
+    outs.push_back(new_var_named_as_storage(s, o.shape, o.dtype));
     m_vars.back().order = o.order;
   }
   run_reduce_staging(c.reduce_staging, c.name);
@@ -464,7 +493,11 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
     return;
   }
   Node node;
-  node.name = c.name;
+  if (m_current_op != kNoOp && m_graph.op(m_current_op).name == c.name) {
+    node.name_op = m_current_op;  // run_op's op (take_cached_outputs' has another name)
+  } else {
+    node.name = c.name;
+  }
   node.kind = c.kind;
   node.layer = m_layer;
   node.flops = c.flops;
@@ -513,8 +546,9 @@ ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const
 
 VarId EagerTape::new_grad(VarId like, std::string name) {
   const Var& v = m_vars[like];
-  const TensorId s = new_storage(name, tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
-  return new_var(s, v.shape, v.dtype, std::move(name));
+  const TensorId s =
+      new_storage(std::move(name), tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
+  return new_var_named_as_storage(s, v.shape, v.dtype);
 }
 
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
@@ -523,10 +557,10 @@ VarId EagerTape::sum_to(VarId full, VarId input) {
   reserve_more(m_vars, 1);  // `f` and `x` stay valid through new_grad()
   const Var& f = m_vars[full];
   const Var& x = m_vars[input];
-  const VarId reduced = new_grad(input, joined(x.name, ".grad"));
+  const VarId reduced = new_grad(input, joined(var_name(input), ".grad"));
   ref(m_vars[reduced].storage);
   run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order),
-                     joined(x.name, ".grad"));
+                     joined(var_name(input), ".grad"));
   unref(f.storage);
   return reduced;
 }
@@ -563,12 +597,14 @@ void EagerTape::store_grad(VarId param, VarId g) {
     if (m_refs[gv.storage] == 0 && gv.dtype == p.dtype && gt.size_bytes == want) {
       p.grad = gv.storage;  // AccumulateGrad steals a gradient nobody else references
       m_graph.tensor(p.grad).category = TensorCategory::kGradient;
-      m_graph.tensor(p.grad).name = joined(p.name, ".grad");
+      std::string renamed = joined(var_name(param), ".grad");
+      m_renamed[p.grad] = Renamed{std::move(m_graph.tensor(p.grad).name), m_vars.size()};
+      m_graph.tensor(p.grad).name = std::move(renamed);
       m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
       ref(p.grad);
       return;
     }
-    p.grad = allocate(joined(p.name, ".grad"), want, p.dtype, TensorCategory::kGradient);  // clone
+    p.grad = allocate(joined(var_name(param), ".grad"), want, p.dtype, TensorCategory::kGradient);  // clone
     m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
   } else {
     use(p.grad);  // param.grad += new_grad, in place
@@ -639,7 +675,7 @@ void EagerTape::add_to_input_buffer(VarId input, VarId g) {
       it->second = g;
       unref(old_s);
     } else {
-      const VarId sum = new_grad(input, joined(m_vars[input].name, ".grad_sum"));
+      const VarId sum = new_grad(input, joined(var_name(input), ".grad_sum"));
       m_vars[sum].order = m_vars[old].order;  // old_var + var: laid out as its first operand
       ref(m_vars[sum].storage);
       it->second = sum;
@@ -701,7 +737,8 @@ void EagerTape::execute_node(std::size_t index) {
     execute_function(node, grads_out, std::move(unpacked));
     return;
   }
-  begin_op(joined(node.name, ".backward"), node.kind + "_backward", backward_flops(node.kind, node.flops));
+  begin_op(joined(node_name(node), ".backward"), node.kind + "_backward",
+           backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
     execute_checkpoint(index, primary, std::move(unpacked));
@@ -728,10 +765,10 @@ void EagerTape::execute_node(std::size_t index) {
   std::vector<TensorId> temps;
   for (Bytes b : node.rule.temp_bytes) {
     temps.push_back(
-        allocate(joined(node.name, ".backward.scratch"), b, DType::kUInt8, TensorCategory::kTemporary));
+        allocate(joined(node_name(node), ".backward.scratch"), b, DType::kUInt8, TensorCategory::kTemporary));
   }
   if (!node.rule.scratch_before_grads.empty()) {  // the name is built only for a rule with scratch (issue 40)
-    run_scratch(node.rule.scratch_before_grads, joined(node.name, ".backward.scratch"), temps);
+    run_scratch(node.rule.scratch_before_grads, joined(node_name(node), ".backward.scratch"), temps);
   }
   // The formulas, in the generated code's order; each result holds one reference (the returned list's).
   std::vector<VarId> computed(node.inputs.size(), kNoVar);
@@ -746,14 +783,14 @@ void EagerTape::execute_node(std::size_t index) {
     const Var& x = m_vars[in];
     VarId g;
     if (rule.kind == GradRule::Kind::kPassThrough) {
-      g = new_var(p.storage, rule.sum_to_input ? p.shape : x.shape, rule.sum_to_input ? p.dtype : x.dtype,
-                  p.name);
+      g = new_var_named_as(p.storage, rule.sum_to_input ? p.shape : x.shape,
+                           rule.sum_to_input ? p.dtype : x.dtype, primary);
     } else if (rule.sum_to_input) {
-      const TensorId s = new_storage(joined(x.name, ".grad_unreduced"), tensor_bytes(p.shape, p.dtype),
+      const TensorId s = new_storage(joined(var_name(in), ".grad_unreduced"), tensor_bytes(p.shape, p.dtype),
                                      p.dtype, TensorCategory::kTemporary);
-      g = new_var(s, p.shape, p.dtype, joined(x.name, ".grad_unreduced"));
+      g = new_var_named_as_storage(s, p.shape, p.dtype);
     } else {
-      g = new_grad(in, joined(x.name, ".grad"));
+      g = new_grad(in, joined(var_name(in), ".grad"));
     }
     // The backward of a view op is a view of the incoming gradient.
     m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
@@ -785,7 +822,7 @@ void EagerTape::execute_node(std::size_t index) {
       strided_grad && !node.rule.scratch_after_grads_strided.empty() ? node.rule.scratch_after_grads_strided
                                                                      : node.rule.scratch_after_grads;
   if (!scratch_after.empty()) {
-    run_scratch(scratch_after, joined(node.name, ".backward.scratch"), temps);
+    run_scratch(scratch_after, joined(node_name(node), ".backward.scratch"), temps);
   }
   for (TensorId s : temps) {
     unref(s);
@@ -836,7 +873,7 @@ void EagerTape::execute_node(std::size_t index) {
 void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked) {
   const std::vector<VarId> inputs = m_nodes[index].inputs;
   const CheckpointBody body = m_nodes[index].checkpoint_body;
-  const std::string name = m_nodes[index].name;
+  const std::string name = node_name(m_nodes[index]);
   const bool torchtune_unpack = m_nodes[index].offload == ActivationOffload::kTorchtuneStreams;
   const std::vector<TensorId> packed = m_nodes[index].packed;
   if (!torchtune_unpack) {
@@ -913,7 +950,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
       continue;
     }
     const TensorId gs = m_vars[leaf_grads[i]].storage;
-    const VarId g = new_var(gs, m_vars[inputs[i]].shape, m_vars[inputs[i]].dtype, m_vars[leaf_grads[i]].name);
+    const VarId g = new_var_named_as(gs, m_vars[inputs[i]].shape, m_vars[inputs[i]].dtype, leaf_grads[i]);
     deliver(inputs[i], g);
     unref(gs);
   }
@@ -1017,7 +1054,7 @@ std::vector<TensorId> EagerTape::unpack_torchtune(const Node& node) {
   std::vector<TensorId> unpacked;
   const StreamId stream = m_stream;
   m_stream = kOffloadStream;
-  begin_op(joined(node.name, ".unpack_from_cpu"), "copy_");
+  begin_op(joined(node_name(node), ".unpack_from_cpu"), "copy_");
   for (TensorId s : node.packed) {
     const auto stashed = std::find_if(m_fwd_stash.begin(), m_fwd_stash.end(),
                                       [s](const auto& entry) { return entry.second == s; });

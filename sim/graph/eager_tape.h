@@ -250,7 +250,9 @@ class EagerTape {
   bool requires_grad(VarId v) const { return m_vars[v].requires_grad; }
   bool is_parameter(VarId v) const { return m_vars[v].is_parameter; }
   TensorId storage(VarId v) const { return m_vars[v].storage; }
-  const std::string& name(VarId v) const { return m_vars[v].name; }
+  // By value: most variables share their storage tensor's name (Var::name_is_storage), which the graph may
+  // move as it grows.
+  std::string name(VarId v) const { return var_name(v); }
 
   // ---- autograd
   void backward(VarId loss);  // loss.backward(); releases the graph
@@ -381,10 +383,17 @@ class EagerTape {
     MemoryOrder order = MemoryOrder::kContiguous;
     int node = -1;              // grad_fn: index into m_nodes, -1 for leaves
     TensorId grad = kNoTensor;  // parameters: .grad storage
+    // Note [Names shared with the graph]: a variable is mostly the tensor an op just allocated under the
+    // same name, and an autograd node is named as the op that recorded it. Such a variable keeps no copy
+    // (`name_is_storage`: its name is its storage tensor's, var_name()), and such a node names that op
+    // (`name_op`, node_name()): no string built, copied or freed per variable and node (issue 40: a
+    // stamped layer decoded four names per op). `name` holds the others' names.
     std::string name;
+    bool name_is_storage = false;
   };
   struct Node {
-    std::string name;
+    std::string name;      // unless name_op is set
+    OpId name_op = kNoOp;  // the op whose name is this node's (the op that recorded it)
     std::string kind;
     int layer = -1;
     double flops = 0.0;  // of the forward op; the backward op's FLOPs derive from it (backward_flops)
@@ -419,6 +428,16 @@ class EagerTape {
   };
 
   VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
+  // A variable named as its storage tensor (Note [Names shared with the graph]).
+  VarId new_var_named_as_storage(TensorId storage, Shape shape, DType dtype);
+  // A new variable of `storage` with the name of `like` (shared when `like` shares it with that storage).
+  VarId new_var_named_as(TensorId storage, Shape shape, DType dtype, VarId like);
+  // The names of Note [Names shared with the graph]. References into the graph's arrays: valid until the
+  // graph grows (use them at once).
+  const std::string& var_name(VarId v) const;
+  const std::string& node_name(const Node& n) const {
+    return n.name_op != kNoOp ? m_graph.op(n.name_op).name : n.name;
+  }
   std::vector<VarId> capture(const OpCall& call, bool view = false);
   // `unpacked`: torchtune's unpack of node.packed (empty otherwise), one reference each, taken over.
   void execute_function(Node& node, const std::vector<VarId>& grads_out, std::vector<TensorId> unpacked);
@@ -512,6 +531,14 @@ class EagerTape {
   ParameterUseHook m_before_parameter_use;
   ParameterUseHook m_after_parameter_use;
   std::unordered_map<TensorId, VarId> m_parameter_of_storage;
+  // Tensors AccumulateGrad renamed (store_grad steals a gradient as a parameter's .grad): their names before,
+  // and the variable count then. A variable made before the rename that shares its storage's name keeps the
+  // old one, as it kept its own copy before Note [Names shared with the graph].
+  struct Renamed {
+    std::string name;
+    std::size_t vars_before = 0;
+  };
+  std::unordered_map<TensorId, Renamed> m_renamed;
   LayerHook m_enter_layer;
   LayerHook m_leave_layer;
 };

@@ -175,13 +175,15 @@ struct LayerStamp::Template {
     bool is_parameter = false;
     bool view = false;
     MemoryOrder order = MemoryOrder::kContiguous;
-    Ref node;  // kInternal (relative node) or kLiteral -1
-    NameCode name;
+    Ref node;                      // kInternal (relative node) or kLiteral -1
+    NameCode name;                 // empty when name_is_storage
+    bool name_is_storage = false;  // Note [Names shared with the graph] (eager_tape.h)
     bool operator==(const VarCode&) const = default;
   };
   // An autograd node the region recorded (grad mode on).
   struct NodeCode {
-    NameCode name;
+    NameCode name;  // empty when named by an op
+    Ref name_op;    // the op whose name is the node's (kInternal), or kLiteral kNoOp
     std::string kind;
     LayerCode layer;
     double flops = 0.0;
@@ -534,9 +536,16 @@ template <typename Var>
 Template::VarCode encode_var(const Var& v, const std::string& token, std::size_t first_node, Encoder& refs) {
   const Ref node = v.node == -1 ? Ref{Ref::Kind::kLiteral, static_cast<std::uint32_t>(-1)}
                                 : Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(v.node - first_node)};
-  return Template::VarCode{
-      refs.tensor(v.storage),    v.shape, v.dtype, v.requires_grad, v.is_parameter, v.view, v.order, node,
-      encode_name(v.name, token)};
+  return Template::VarCode{refs.tensor(v.storage),
+                           v.shape,
+                           v.dtype,
+                           v.requires_grad,
+                           v.is_parameter,
+                           v.view,
+                           v.order,
+                           node,
+                           encode_name(v.name, token),
+                           v.name_is_storage};
 }
 
 template <typename Var>
@@ -550,7 +559,10 @@ Var decode_var(const Template::VarCode& c, const std::string& token, const Rebas
   v.view = c.view;
   v.order = c.order;
   v.node = at.node(c.node);
-  v.name = decode_name(c.name, token);
+  v.name_is_storage = c.name_is_storage;
+  if (!c.name_is_storage) {
+    v.name = decode_name(c.name, token);
+  }
   return v;
 }
 
@@ -566,9 +578,20 @@ bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const 
         n.sac != nullptr || !n.sac_cache.empty()) {
       return false;
     }
-    Template::NodeCode c{
-        encode_name(n.name, token), n.kind, encode_layer(n.layer, layer), n.flops, {}, {}, {}, n.offload,
-        RuleCode{n.rule},           n.done};
+    if (n.name_op != kNoOp && refs.op(n.name_op).kind != Ref::Kind::kInternal) {
+      return false;  // named by an op before the region: not this layer's to stamp
+    }
+    Template::NodeCode c{encode_name(n.name, token),
+                         refs.op(n.name_op),
+                         n.kind,
+                         encode_layer(n.layer, layer),
+                         n.flops,
+                         {},
+                         {},
+                         {},
+                         n.offload,
+                         RuleCode{n.rule},
+                         n.done};
     bool counts = false;
     for (const VarId in : n.inputs) {
       c.inputs.push_back(refs.var(in));
@@ -595,7 +618,10 @@ bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const 
 template <typename Node>
 std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& token, int layer,
                                const Rebase& at, Node& n) {
-  n.name = decode_name(c.name, token);
+  n.name_op = at.op(c.name_op);
+  if (n.name_op == kNoOp) {
+    n.name = decode_name(c.name, token);
+  }
   n.kind = c.kind;
   n.layer = decode_layer(c.layer, layer);
   n.flops = c.flops;
