@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <boost/container/small_vector.hpp>
 
 #include "sim/core/assert.h"
 #include "sim/core/checked.h"
@@ -201,28 +202,43 @@ void EagerTape::free_if_unreferenced(TensorId s) {
 
 // ---- variables --------------------------------------------------------------------------------------------
 
-VarId EagerTape::new_var(TensorId storage, Shape shape, DType dtype, std::string name) {
+std::size_t EagerTape::ShapeHash::operator()(const Shape& s) const noexcept {
+  std::size_t h = s.size();
+  for (const std::int64_t d : s) {
+    h = h * 1000003u ^ static_cast<std::size_t>(d);
+  }
+  return h;
+}
+
+const Shape* EagerTape::intern_shape(const Shape& shape) {
+  if (shape.empty()) {
+    return &kNoShape;
+  }
+  return &*m_shapes.insert(shape).first;  // no copy when it is there
+}
+
+VarId EagerTape::new_var(TensorId storage, const Shape* shape, DType dtype, std::string name) {
   Var v;
   v.storage = storage;
-  v.shape = std::move(shape);
+  v.shape = shape;
   v.dtype = dtype;
   v.name = std::move(name);
   m_vars.push_back(std::move(v));
   return static_cast<VarId>(m_vars.size() - 1);
 }
 
-VarId EagerTape::new_var_named_as_storage(TensorId storage, Shape shape, DType dtype) {
-  const VarId v = new_var(storage, std::move(shape), dtype, std::string());
+VarId EagerTape::new_var_named_as_storage(TensorId storage, const Shape* shape, DType dtype) {
+  const VarId v = new_var(storage, shape, dtype, std::string());
   m_vars[v].name_is_storage = true;
   return v;
 }
 
-VarId EagerTape::new_var_named_as(TensorId storage, Shape shape, DType dtype, VarId like) {
+VarId EagerTape::new_var_named_as(TensorId storage, const Shape* shape, DType dtype, VarId like) {
   const Var& l = m_vars[like];
   if (l.name_is_storage && l.storage == storage && !m_renamed.contains(storage)) {
-    return new_var_named_as_storage(storage, std::move(shape), dtype);
+    return new_var_named_as_storage(storage, shape, dtype);
   }
-  return new_var(storage, std::move(shape), dtype, var_name(like));  // copied before m_vars grows
+  return new_var(storage, shape, dtype, var_name(like));  // copied before m_vars grows
 }
 
 const std::string& EagerTape::var_name(VarId id) const {
@@ -243,7 +259,7 @@ VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dt
                            std::int64_t resident_numel) {
   const std::int64_t n = resident_numel >= 0 ? resident_numel : numel(shape);
   const TensorId s = allocate(name, storage_bytes(n, dtype, shape), dtype, TensorCategory::kParameter);
-  const VarId v = new_var_named_as_storage(s, shape, dtype);
+  const VarId v = new_var_named_as_storage(s, intern_shape(shape), dtype);
   m_vars[v].requires_grad = true;
   m_vars[v].is_parameter = true;
   m_parameter_of_storage[s] = v;
@@ -252,13 +268,13 @@ VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dt
 
 VarId EagerTape::input(const std::string& name, const Shape& shape, DType dtype) {
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kInput);
-  return new_var_named_as_storage(s, shape, dtype);
+  return new_var_named_as_storage(s, intern_shape(shape), dtype);
 }
 
 VarId EagerTape::received(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  const VarId v = new_var_named_as_storage(s, shape, dtype);
+  const VarId v = new_var_named_as_storage(s, intern_shape(shape), dtype);
   m_vars[v].requires_grad = true;
   return v;
 }
@@ -273,11 +289,11 @@ VarId EagerTape::constant(const std::string& name, const std::string& kind, cons
   }
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  return new_var_named_as_storage(s, shape, dtype);
+  return new_var_named_as_storage(s, intern_shape(shape), dtype);
 }
 
 VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, GradRule base_grad) {
-  SIM_ASSERT(numel(shape) <= numel(m_vars[base].shape) || base_grad.kind == GradRule::Kind::kPassThrough);
+  SIM_ASSERT(numel(shape) <= numel(*m_vars[base].shape) || base_grad.kind == GradRule::Kind::kPassThrough);
   if (m_capturing) {
     OpCall c;
     c.name = name;
@@ -289,7 +305,7 @@ VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, G
   }
   const TensorId base_storage = m_vars[base].storage;
   const bool base_requires_grad = m_vars[base].requires_grad;
-  const VarId v = new_var(base_storage, shape, m_vars[base].dtype, name);
+  const VarId v = new_var(base_storage, intern_shape(shape), m_vars[base].dtype, name);
   ref(base_storage);
   if (m_grad_enabled && base_requires_grad) {
     Node node;
@@ -311,7 +327,7 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     c.kind = kind;
     c.inputs = {target};
     c.inputs.insert(c.inputs.end(), inputs.begin(), inputs.end());
-    c.outputs = {OutputSpec{"", m_vars[target].shape, m_vars[target].dtype, true}};
+    c.outputs = {OutputSpec{"", *m_vars[target].shape, m_vars[target].dtype, true}};
     c.backward = rule;
     return capture(c).at(0);
   }
@@ -436,7 +452,7 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
     std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
     const TensorId s =
         allocate(std::move(name), tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
-    outs.push_back(new_var_named_as_storage(s, o.shape, o.dtype));
+    outs.push_back(new_var_named_as_storage(s, intern_shape(o.shape), o.dtype));
     m_vars.back().order = o.order;
   }
   run_reduce_staging(c.reduce_staging, c.name);
@@ -478,7 +494,8 @@ std::vector<VarId> EagerTape::take_cached_outputs(const OpCall& c) {
   for (std::size_t i = 0; i < cached.size(); ++i) {
     const OutputSpec& o = c.outputs[i];
     // The cache's reference becomes the output's.
-    outs.push_back(new_var(cached[i], o.shape, o.dtype, o.suffix.empty() ? c.name : c.name + "." + o.suffix));
+    outs.push_back(new_var(cached[i], intern_shape(o.shape), o.dtype,
+                           o.suffix.empty() ? c.name : c.name + "." + o.suffix));
   }
   add_op_node(c, outs);
   return outs;
@@ -536,18 +553,18 @@ void EagerTape::run_reduce_staging(const ReduceStaging& staging, const std::stri
 
 ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const {
   const Var& x = m_vars[v];
-  if (x.shape.empty()) {
+  if (x.shape->empty()) {
     return {};
   }
-  Shape out = x.shape;
+  Shape out = *x.shape;
   out.back() = 1;
-  return cuda_reduce_staging(x.shape, out, x.dtype, m_device, x.order, acc_bytes);
+  return cuda_reduce_staging(*x.shape, out, x.dtype, m_device, x.order, acc_bytes);
 }
 
 VarId EagerTape::new_grad(VarId like, std::string name) {
   const Var& v = m_vars[like];
   const TensorId s =
-      new_storage(std::move(name), tensor_bytes(v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
+      new_storage(std::move(name), tensor_bytes(*v.shape, v.dtype), v.dtype, TensorCategory::kTemporary);
   return new_var_named_as_storage(s, v.shape, v.dtype);
 }
 
@@ -559,7 +576,7 @@ VarId EagerTape::sum_to(VarId full, VarId input) {
   const Var& x = m_vars[input];
   const VarId reduced = new_grad(input, joined(var_name(input), ".grad"));
   ref(m_vars[reduced].storage);
-  run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order),
+  run_reduce_staging(cuda_reduce_staging(*f.shape, *x.shape, f.dtype, m_device, f.order),
                      joined(var_name(input), ".grad"));
   unref(f.storage);
   return reduced;
@@ -593,7 +610,7 @@ void EagerTape::store_grad(VarId param, VarId g) {
   use(gv.storage);
   if (p.grad == kNoTensor) {
     const Tensor& gt = m_graph.tensor(gv.storage);
-    const Bytes want = tensor_bytes(p.shape, p.dtype);
+    const Bytes want = tensor_bytes(*p.shape, p.dtype);
     if (m_refs[gv.storage] == 0 && gv.dtype == p.dtype && gt.size_bytes == want) {
       p.grad = gv.storage;  // AccumulateGrad steals a gradient nobody else references
       m_graph.tensor(p.grad).category = TensorCategory::kGradient;
@@ -715,7 +732,9 @@ void EagerTape::execute(std::size_t index) {
 
 void EagerTape::execute_node(std::size_t index) {
   Node& node = m_nodes[index];
-  std::vector<VarId> grads_out;
+  // A node has a few outputs and inputs: their gradients are kept in place, not on the heap (issue 40: two
+  // allocations per node run).
+  boost::container::small_vector<VarId, 4> grads_out;
   VarId primary = kNoVar;
   for (VarId o : node.outputs) {
     const VarId g = take_grad(o);
@@ -734,7 +753,7 @@ void EagerTape::execute_node(std::size_t index) {
     unpacked = unpack_torchtune(node);
   }
   if (node.function_backward) {
-    execute_function(node, grads_out, std::move(unpacked));
+    execute_function(node, std::vector<VarId>(grads_out.begin(), grads_out.end()), std::move(unpacked));
     return;
   }
   begin_op(joined(node_name(node), ".backward"), node.kind + "_backward",
@@ -771,7 +790,7 @@ void EagerTape::execute_node(std::size_t index) {
     run_scratch(node.rule.scratch_before_grads, joined(node_name(node), ".backward.scratch"), temps);
   }
   // The formulas, in the generated code's order; each result holds one reference (the returned list's).
-  std::vector<VarId> computed(node.inputs.size(), kNoVar);
+  boost::container::small_vector<VarId, 4> computed(node.inputs.size(), kNoVar);
   const auto compute = [&](std::size_t i) {
     const VarId in = node.inputs[i];
     const GradRule rule = grad_rule(node, i);
@@ -786,7 +805,7 @@ void EagerTape::execute_node(std::size_t index) {
       g = new_var_named_as(p.storage, rule.sum_to_input ? p.shape : x.shape,
                            rule.sum_to_input ? p.dtype : x.dtype, primary);
     } else if (rule.sum_to_input) {
-      const TensorId s = new_storage(joined(var_name(in), ".grad_unreduced"), tensor_bytes(p.shape, p.dtype),
+      const TensorId s = new_storage(joined(var_name(in), ".grad_unreduced"), tensor_bytes(*p.shape, p.dtype),
                                      p.dtype, TensorCategory::kTemporary);
       g = new_var_named_as_storage(s, p.shape, p.dtype);
     } else {
@@ -795,7 +814,7 @@ void EagerTape::execute_node(std::size_t index) {
     // The backward of a view op is a view of the incoming gradient.
     m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
     if (rule.kind == GradRule::Kind::kPassThrough || rule.layout == GradRule::Layout::kLikeGrad) {
-      m_vars[g].order = m_vars[g].shape == p.shape ? p.order : MemoryOrder::kContiguous;
+      m_vars[g].order = *m_vars[g].shape == *p.shape ? p.order : MemoryOrder::kContiguous;
     } else if (rule.layout == GradRule::Layout::kLastDimOutermost) {
       m_vars[g].order = MemoryOrder::kLastDimOutermost;
     }

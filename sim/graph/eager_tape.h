@@ -22,8 +22,10 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory_resource>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -242,7 +244,7 @@ class EagerTape {
     }
   }
 
-  const Shape& shape(VarId v) const { return m_vars[v].shape; }
+  const Shape& shape(VarId v) const { return *m_vars[v].shape; }
   DType dtype(VarId v) const { return m_vars[v].dtype; }
   MemoryOrder memory_order(VarId v) const { return m_vars[v].order; }
   // What a CUDA reduction of `v` over its last dimension stages in global memory on this tape's device.
@@ -373,9 +375,18 @@ class EagerTape {
  private:
   friend class LayerStamp;  // layer_stamp.h: appends a recorded layer's region for the next layers
 
+  // Note [Interned shapes]: a variable's shape is one of the tape's distinct shapes (m_shapes; a step has a
+  // few dozen), shared by every variable of that shape: a gradient, a stamped layer's variable or an op's
+  // output takes a pointer instead of a copy of a vector (issue 40: one allocation per variable).
+  struct ShapeHash {
+    std::size_t operator()(const Shape& s) const noexcept;
+  };
+  const Shape* intern_shape(const Shape& shape);
+  inline static const Shape kNoShape{};
+
   struct Var {
     TensorId storage = kNoTensor;
-    Shape shape;
+    const Shape* shape = &kNoShape;  // in m_shapes (or kNoShape)
     DType dtype = DType::kFloat32;
     bool requires_grad = false;
     bool is_parameter = false;
@@ -427,11 +438,12 @@ class EagerTape {
     std::size_t next = 0;  // the replay's next entry of `cache`
   };
 
-  VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
+  // `shape`: interned (intern_shape, or another variable's).
+  VarId new_var(TensorId storage, const Shape* shape, DType dtype, std::string name);
   // A variable named as its storage tensor (Note [Names shared with the graph]).
-  VarId new_var_named_as_storage(TensorId storage, Shape shape, DType dtype);
+  VarId new_var_named_as_storage(TensorId storage, const Shape* shape, DType dtype);
   // A new variable of `storage` with the name of `like` (shared when `like` shares it with that storage).
-  VarId new_var_named_as(TensorId storage, Shape shape, DType dtype, VarId like);
+  VarId new_var_named_as(TensorId storage, const Shape* shape, DType dtype, VarId like);
   // The names of Note [Names shared with the graph]. References into the graph's arrays: valid until the
   // graph grows (use them at once).
   const std::string& var_name(VarId v) const;
@@ -499,7 +511,12 @@ class EagerTape {
   std::vector<Node> m_nodes;
   std::vector<int> m_refs;  // per storage (TensorId)
   std::vector<bool> m_freed;
-  std::unordered_map<VarId, VarId> m_grad_buffer;  // var -> its accumulated gradient (leaves: until taken)
+  // var -> its accumulated gradient (leaves: until taken). Its nodes come from a pool of their own (issue 40:
+  // one heap allocation per gradient delivered); the same hash table, so the same iteration order
+  // (finish_backward frees the leftovers in it).
+  std::pmr::unsynchronized_pool_resource m_grad_buffer_nodes;
+  std::unordered_set<Shape, ShapeHash> m_shapes;  // Note [Interned shapes]: nodes, so pointers stay valid
+  std::pmr::unordered_map<VarId, VarId> m_grad_buffer{&m_grad_buffer_nodes};
   // parameter -> the nodes not yet run that will send it a gradient (one per input edge)
   std::unordered_map<VarId, int> m_pending_parameter_uses;
   OpId m_current_op = kNoOp;

@@ -40,7 +40,7 @@ std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
     const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
     // no storage, views too: Python references to captured values are not counted (a view of a parameter
     // is the parameter's value to the compiled graph)
-    const VarId v = new_var(kNoTensor, o.shape, o.dtype, name);
+    const VarId v = new_var(kNoTensor, intern_shape(o.shape), o.dtype, name);
     m_vars[v].requires_grad = op.needs_grad && o.differentiable;
     op.outputs.push_back(v);
   }

@@ -124,9 +124,33 @@ std::vector<VarState> var_states(const Vars& all, const std::vector<VarId>& vars
       continue;
     }
     const auto& x = all[v];
-    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, x.shape);
+    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, *x.shape);
   }
   return out;
+}
+
+// var_states(all, vars) == states, without copying the shapes (issue 40: one copy per stamped layer and
+// external).
+template <typename Vars>
+bool same_var_states(const Vars& all, const std::vector<VarId>& vars, const std::vector<VarState>& states) {
+  if (vars.size() != states.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (vars[i] == kNoVar) {
+      if (states[i] != VarState{}) {
+        return false;
+      }
+      continue;
+    }
+    const auto& x = all[vars[i]];
+    const auto& [requires_grad, is_parameter, has_node, view, dtype, shape] = states[i];
+    if (x.requires_grad != requires_grad || x.is_parameter != is_parameter || (x.node >= 0) != has_node ||
+        x.view != view || x.dtype != dtype || *x.shape != shape) {
+      return false;
+    }
+  }
+  return true;
 }
 }  // namespace
 
@@ -169,7 +193,8 @@ struct LayerStamp::Template {
   };
   struct VarCode {
     Ref storage;
-    Shape shape;
+    const Shape* shape =
+        nullptr;  // interned by the tape (Note [Interned shapes]): equal pointers, equal shapes
     DType dtype = DType::kFloat32;
     bool requires_grad = false;
     bool is_parameter = false;
@@ -810,8 +835,10 @@ std::vector<TensorId> LayerStamp::storages(const std::vector<VarId>& vars) const
 
 bool LayerStamp::applies(const Template& tmpl, int layer, const std::vector<VarId>& external_vars,
                          const std::vector<TensorId>& externals) const {
-  if (tmpl.externals != externals.size() ||
-      var_states(m_tape.m_vars, external_vars) != tmpl.external_states) {
+  const bool same_states = same_var_states(m_tape.m_vars, external_vars, tmpl.external_states);
+  SIM_ASSERT(!expensive_checks() ||
+             same_states == (var_states(m_tape.m_vars, external_vars) == tmpl.external_states));
+  if (tmpl.externals != externals.size() || !same_states) {
     return false;
   }
   for (const Template::ExternalChange& c : tmpl.changes) {
