@@ -169,7 +169,7 @@ void EagerTape::use(TensorId storage) {
 }
 
 void EagerTape::use_once(TensorId storage) {
-  const std::vector<OpId>& consumers = m_graph.tensor(storage).consumers;
+  const Tensor::Consumers& consumers = m_graph.tensor(storage).consumers;
   if (consumers.empty() || consumers.back() != m_current_op) {
     use(storage);
   }
@@ -1237,7 +1237,7 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   // not.
   const auto reads_trainable_parameter = [this](OpId since) {
     for (const auto& [storage, param] : m_parameter_of_storage) {
-      const std::vector<OpId>& consumers = m_graph.tensor(storage).consumers;
+      const Tensor::Consumers& consumers = m_graph.tensor(storage).consumers;
       if (m_vars[param].requires_grad && !consumers.empty() && consumers.back() >= since) {
         return true;
       }

@@ -24,7 +24,7 @@ std::atomic<std::uint64_t> g_stamped{0};
 // (the CLI's and CI's); a 32-bit target such as the WebAssembly page lays the same fields out smaller.
 #if defined(__GLIBCXX__) && UINTPTR_MAX == UINT64_MAX
 static_assert(sizeof(Op) == 120, "Op changed: encode its new field in LayerStamp::Template");
-static_assert(sizeof(Tensor) == 104, "Tensor changed: encode its new field in LayerStamp::Template");
+static_assert(sizeof(Tensor) == 120, "Tensor changed: encode its new field in LayerStamp::Template");
 #endif
 
 // A name with the layer's "layers.<l>." cut out: head + "layers.<l>." + tail when `layered`.
@@ -535,7 +535,7 @@ Template::TensorCode encode_tensor(const Tensor& x, const std::string& token, in
                               freed};
 }
 
-// `consumers`: how many the region's edges give it (room made at once: one allocation per tensor).
+// `consumers`: how many the region's edges give it (room made at once, past the four kept in place).
 Tensor decode_tensor(const Template::TensorCode& c, const std::string& token, int layer, const Rebase& at,
                      std::size_t consumers) {
   Tensor x;
