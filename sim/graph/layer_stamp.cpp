@@ -639,10 +639,11 @@ bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const 
   return true;
 }
 
-// Fills `n` from `c` and returns its output variables (add_node takes them apart).
+// Fills `n` from `c` and `outputs` (cleared first: the caller's, reused node after node) with its output
+// variables (add_node takes them apart; `n.outputs` has room for them, so add_node's copy allocates nothing).
 template <typename Node>
-std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& token, int layer,
-                               const Rebase& at, Node& n) {
+void decode_node(const Template::NodeCode& c, const std::string& token, int layer, const Rebase& at, Node& n,
+                 std::vector<VarId>& outputs) {
   n.name_op = at.op(c.name_op);
   if (n.name_op == kNoOp) {
     n.name = decode_name(c.name, token);
@@ -654,11 +655,11 @@ std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& t
   for (const Ref& r : c.inputs) {
     n.inputs.push_back(at.var(r));
   }
-  std::vector<VarId> outputs;
-  outputs.reserve(c.outputs.size());
+  outputs.clear();
   for (const Ref& r : c.outputs) {
     outputs.push_back(at.var(r));
   }
+  n.outputs.reserve(outputs.size());
   n.saved.reserve(c.saved.size());
   for (const Ref& r : c.saved) {
     n.saved.push_back(at.tensor(r));
@@ -666,7 +667,6 @@ std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& t
   n.offload = c.offload;
   n.rule = c.rule.rule;
   n.done = c.done;
-  return outputs;
 }
 
 // One change of a tensor that existed before the region, as ExternalChange records it (false when the tensor
@@ -893,9 +893,10 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
   for (const Template::VarCode& c : tmpl.vars) {
     t.m_vars.push_back(decode_var<EagerTape::Var>(c, token, at));
   }
+  std::vector<VarId> outputs;
   for (const Template::NodeCode& c : tmpl.nodes) {
     EagerTape::Node n;
-    const std::vector<VarId> outputs = decode_node(c, token, layer, at, n);
+    decode_node(c, token, layer, at, n, outputs);
     t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
   }
   t.m_current_op = at.op(tmpl.current_op);
