@@ -22,7 +22,6 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <memory_resource>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -375,8 +374,8 @@ class EagerTape {
  private:
   friend class LayerStamp;  // layer_stamp.h: appends a recorded layer's region for the next layers
 
-  // Note [Interned shapes]: a variable's shape is one of the tape's distinct shapes (m_shapes; a step has a
-  // few dozen), shared by every variable of that shape: a gradient, a stamped layer's variable or an op's
+  // Note [Interned shapes]: a variable's shape is one of the tape's distinct shapes (m_shapes; the layers
+  // repeat theirs), shared by every variable of that shape: a gradient, a stamped layer's variable or an op's
   // output takes a pointer instead of a copy of a vector (issue 40: one allocation per variable).
   struct ShapeHash {
     std::size_t operator()(const Shape& s) const noexcept;
@@ -511,12 +510,8 @@ class EagerTape {
   std::vector<Node> m_nodes;
   std::vector<int> m_refs;  // per storage (TensorId)
   std::vector<bool> m_freed;
-  // var -> its accumulated gradient (leaves: until taken). Its nodes come from a pool of their own (issue 40:
-  // one heap allocation per gradient delivered); the same hash table, so the same iteration order
-  // (finish_backward frees the leftovers in it).
-  std::pmr::unsynchronized_pool_resource m_grad_buffer_nodes;
-  std::unordered_set<Shape, ShapeHash> m_shapes;  // Note [Interned shapes]: nodes, so pointers stay valid
-  std::pmr::unordered_map<VarId, VarId> m_grad_buffer{&m_grad_buffer_nodes};
+  std::unordered_map<VarId, VarId> m_grad_buffer;  // var -> its accumulated gradient (leaves: until taken)
+  std::unordered_set<Shape, ShapeHash> m_shapes;   // Note [Interned shapes]: nodes, so pointers stay valid
   // parameter -> the nodes not yet run that will send it a gradient (one per input edge)
   std::unordered_map<VarId, int> m_pending_parameter_uses;
   OpId m_current_op = kNoOp;
