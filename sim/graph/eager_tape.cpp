@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <boost/container/small_vector.hpp>
 
 #include "sim/core/assert.h"
 #include "sim/core/checked.h"
@@ -168,7 +169,7 @@ void EagerTape::use(TensorId storage) {
 }
 
 void EagerTape::use_once(TensorId storage) {
-  const std::vector<OpId>& consumers = m_graph.tensor(storage).consumers;
+  const Tensor::Consumers& consumers = m_graph.tensor(storage).consumers;
   if (consumers.empty() || consumers.back() != m_current_op) {
     use(storage);
   }
@@ -201,21 +202,64 @@ void EagerTape::free_if_unreferenced(TensorId s) {
 
 // ---- variables --------------------------------------------------------------------------------------------
 
-VarId EagerTape::new_var(TensorId storage, Shape shape, DType dtype, std::string name) {
+std::size_t EagerTape::ShapeHash::operator()(const Shape& s) const noexcept {
+  std::size_t h = s.size();
+  for (const std::int64_t d : s) {
+    h = h * 1000003u ^ static_cast<std::size_t>(d);
+  }
+  return h;
+}
+
+const Shape* EagerTape::intern_shape(const Shape& shape) {
+  if (shape.empty()) {
+    return &kNoShape;
+  }
+  return &*m_shapes.insert(shape).first;  // no copy when it is there
+}
+
+VarId EagerTape::new_var(TensorId storage, const Shape* shape, DType dtype, std::string name) {
   Var v;
   v.storage = storage;
-  v.shape = std::move(shape);
+  v.shape = shape;
   v.dtype = dtype;
   v.name = std::move(name);
   m_vars.push_back(std::move(v));
   return static_cast<VarId>(m_vars.size() - 1);
 }
 
+VarId EagerTape::new_var_named_as_storage(TensorId storage, const Shape* shape, DType dtype) {
+  const VarId v = new_var(storage, shape, dtype, std::string());
+  m_vars[v].name_is_storage = true;
+  return v;
+}
+
+VarId EagerTape::new_var_named_as(TensorId storage, const Shape* shape, DType dtype, VarId like) {
+  const Var& l = m_vars[like];
+  if (l.name_is_storage && l.storage == storage && !m_renamed.contains(storage)) {
+    return new_var_named_as_storage(storage, shape, dtype);
+  }
+  return new_var(storage, shape, dtype, var_name(like));  // copied before m_vars grows
+}
+
+const std::string& EagerTape::var_name(VarId id) const {
+  const Var& v = m_vars[id];
+  if (!v.name_is_storage) {
+    return v.name;
+  }
+  if (!m_renamed.empty()) {
+    const auto it = m_renamed.find(v.storage);
+    if (it != m_renamed.end() && id < it->second.vars_before) {
+      return it->second.name;
+    }
+  }
+  return m_graph.tensor(v.storage).name;
+}
+
 VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dtype,
                            std::int64_t resident_numel) {
   const std::int64_t n = resident_numel >= 0 ? resident_numel : numel(shape);
   const TensorId s = allocate(name, storage_bytes(n, dtype, shape), dtype, TensorCategory::kParameter);
-  const VarId v = new_var(s, shape, dtype, name);
+  const VarId v = new_var_named_as_storage(s, intern_shape(shape), dtype);
   m_vars[v].requires_grad = true;
   m_vars[v].is_parameter = true;
   m_parameter_of_storage[s] = v;
@@ -224,13 +268,13 @@ VarId EagerTape::parameter(const std::string& name, const Shape& shape, DType dt
 
 VarId EagerTape::input(const std::string& name, const Shape& shape, DType dtype) {
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kInput);
-  return new_var(s, shape, dtype, name);
+  return new_var_named_as_storage(s, intern_shape(shape), dtype);
 }
 
 VarId EagerTape::received(const std::string& name, const std::string& kind, const Shape& shape, DType dtype) {
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  const VarId v = new_var(s, shape, dtype, name);
+  const VarId v = new_var_named_as_storage(s, intern_shape(shape), dtype);
   m_vars[v].requires_grad = true;
   return v;
 }
@@ -245,11 +289,11 @@ VarId EagerTape::constant(const std::string& name, const std::string& kind, cons
   }
   begin_op(name, kind);
   const TensorId s = allocate(name, tensor_bytes(shape, dtype), dtype, TensorCategory::kTemporary);
-  return new_var(s, shape, dtype, name);
+  return new_var_named_as_storage(s, intern_shape(shape), dtype);
 }
 
 VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, GradRule base_grad) {
-  SIM_ASSERT(numel(shape) <= numel(m_vars[base].shape) || base_grad.kind == GradRule::Kind::kPassThrough);
+  SIM_ASSERT(numel(shape) <= numel(*m_vars[base].shape) || base_grad.kind == GradRule::Kind::kPassThrough);
   if (m_capturing) {
     OpCall c;
     c.name = name;
@@ -261,7 +305,7 @@ VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, G
   }
   const TensorId base_storage = m_vars[base].storage;
   const bool base_requires_grad = m_vars[base].requires_grad;
-  const VarId v = new_var(base_storage, shape, m_vars[base].dtype, name);
+  const VarId v = new_var(base_storage, intern_shape(shape), m_vars[base].dtype, name);
   ref(base_storage);
   if (m_grad_enabled && base_requires_grad) {
     Node node;
@@ -283,11 +327,11 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     c.kind = kind;
     c.inputs = {target};
     c.inputs.insert(c.inputs.end(), inputs.begin(), inputs.end());
-    c.outputs = {OutputSpec{"", m_vars[target].shape, m_vars[target].dtype, true}};
+    c.outputs = {OutputSpec{"", *m_vars[target].shape, m_vars[target].dtype, true}};
     c.backward = rule;
     return capture(c).at(0);
   }
-  begin_op(name, kind);
+  const OpId op = begin_op(name, kind);
   reserve_more(m_vars, 1);  // `t` stays valid through new_var()
   const Var& t = m_vars[target];
   use(t.storage);
@@ -297,11 +341,11 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     needs_grad = needs_grad || m_vars[in].requires_grad;
   }
   const TensorId storage = t.storage;
-  const VarId v = new_var(t.storage, t.shape, t.dtype, t.name);
+  const VarId v = new_var_named_as(t.storage, t.shape, t.dtype, target);
   ref(storage);
   if (needs_grad && m_grad_enabled) {
     Node node;
-    node.name = name;
+    node.name_op = op;  // named `name`
     node.kind = kind;
     node.layer = m_layer;
     node.inputs = {target};
@@ -406,8 +450,9 @@ std::vector<VarId> EagerTape::run_op(const OpCall& c, bool sac_saved) {
   outs.reserve(c.outputs.size());
   for (const OutputSpec& o : c.outputs) {
     std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
-    const TensorId s = allocate(name, tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
-    outs.push_back(new_var(s, o.shape, o.dtype, std::move(name)));  // the tensor has its own copy
+    const TensorId s =
+        allocate(std::move(name), tensor_bytes(o.shape, o.dtype), o.dtype, TensorCategory::kTemporary);
+    outs.push_back(new_var_named_as_storage(s, intern_shape(o.shape), o.dtype));
     m_vars.back().order = o.order;
     m_vars.back().grad_dtype = o.grad_dtype;
   }
@@ -450,7 +495,8 @@ std::vector<VarId> EagerTape::take_cached_outputs(const OpCall& c) {
   for (std::size_t i = 0; i < cached.size(); ++i) {
     const OutputSpec& o = c.outputs[i];
     // The cache's reference becomes the output's.
-    outs.push_back(new_var(cached[i], o.shape, o.dtype, o.suffix.empty() ? c.name : c.name + "." + o.suffix));
+    outs.push_back(new_var(cached[i], intern_shape(o.shape), o.dtype,
+                           o.suffix.empty() ? c.name : c.name + "." + o.suffix));
     m_vars.back().grad_dtype = o.grad_dtype;
   }
   add_op_node(c, outs);
@@ -466,7 +512,11 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
     return;
   }
   Node node;
-  node.name = c.name;
+  if (m_current_op != kNoOp && m_graph.op(m_current_op).name == c.name) {
+    node.name_op = m_current_op;  // run_op's op (take_cached_outputs' has another name)
+  } else {
+    node.name = c.name;
+  }
   node.kind = c.kind;
   node.layer = m_layer;
   node.flops = c.flops;
@@ -505,19 +555,20 @@ void EagerTape::run_reduce_staging(const ReduceStaging& staging, const std::stri
 
 ReduceStaging EagerTape::last_dim_reduce_staging(VarId v, Bytes acc_bytes) const {
   const Var& x = m_vars[v];
-  if (x.shape.empty()) {
+  if (x.shape->empty()) {
     return {};
   }
-  Shape out = x.shape;
+  Shape out = *x.shape;
   out.back() = 1;
-  return cuda_reduce_staging(x.shape, out, x.dtype, m_device, x.order, acc_bytes);
+  return cuda_reduce_staging(*x.shape, out, x.dtype, m_device, x.order, acc_bytes);
 }
 
 VarId EagerTape::new_grad(VarId like, std::string name) {
   const Var& v = m_vars[like];
   const DType dtype = v.grad_dtype.value_or(v.dtype);
-  const TensorId s = new_storage(name, tensor_bytes(v.shape, dtype), dtype, TensorCategory::kTemporary);
-  return new_var(s, v.shape, dtype, std::move(name));
+  const TensorId s =
+      new_storage(std::move(name), tensor_bytes(*v.shape, dtype), dtype, TensorCategory::kTemporary);
+  return new_var_named_as_storage(s, v.shape, dtype);
 }
 
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
@@ -526,10 +577,10 @@ VarId EagerTape::sum_to(VarId full, VarId input) {
   reserve_more(m_vars, 1);  // `f` and `x` stay valid through new_grad()
   const Var& f = m_vars[full];
   const Var& x = m_vars[input];
-  const VarId reduced = new_grad(input, joined(x.name, ".grad"));
+  const VarId reduced = new_grad(input, joined(var_name(input), ".grad"));
   ref(m_vars[reduced].storage);
-  run_reduce_staging(cuda_reduce_staging(f.shape, x.shape, f.dtype, m_device, f.order),
-                     joined(x.name, ".grad"));
+  run_reduce_staging(cuda_reduce_staging(*f.shape, *x.shape, f.dtype, m_device, f.order),
+                     joined(var_name(input), ".grad"));
   unref(f.storage);
   return reduced;
 }
@@ -562,16 +613,18 @@ void EagerTape::store_grad(VarId param, VarId g) {
   use(gv.storage);
   if (p.grad == kNoTensor) {
     const Tensor& gt = m_graph.tensor(gv.storage);
-    const Bytes want = tensor_bytes(p.shape, p.dtype);
+    const Bytes want = tensor_bytes(*p.shape, p.dtype);
     if (m_refs[gv.storage] == 0 && gv.dtype == p.dtype && gt.size_bytes == want) {
       p.grad = gv.storage;  // AccumulateGrad steals a gradient nobody else references
       m_graph.tensor(p.grad).category = TensorCategory::kGradient;
-      m_graph.tensor(p.grad).name = joined(p.name, ".grad");
+      std::string renamed = joined(var_name(param), ".grad");
+      m_renamed[p.grad] = Renamed{std::move(m_graph.tensor(p.grad).name), m_vars.size()};
+      m_graph.tensor(p.grad).name = std::move(renamed);
       m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
       ref(p.grad);
       return;
     }
-    p.grad = allocate(joined(p.name, ".grad"), want, p.dtype, TensorCategory::kGradient);  // clone
+    p.grad = allocate(joined(var_name(param), ".grad"), want, p.dtype, TensorCategory::kGradient);  // clone
     m_graph.tensor(p.grad).layer = m_graph.tensor(p.storage).layer;
   } else {
     use(p.grad);  // param.grad += new_grad, in place
@@ -642,7 +695,7 @@ void EagerTape::add_to_input_buffer(VarId input, VarId g) {
       it->second = g;
       unref(old_s);
     } else {
-      const VarId sum = new_grad(input, joined(m_vars[input].name, ".grad_sum"));
+      const VarId sum = new_grad(input, joined(var_name(input), ".grad_sum"));
       m_vars[sum].order = m_vars[old].order;  // old_var + var: laid out as its first operand
       ref(m_vars[sum].storage);
       it->second = sum;
@@ -682,7 +735,9 @@ void EagerTape::execute(std::size_t index) {
 
 void EagerTape::execute_node(std::size_t index) {
   Node& node = m_nodes[index];
-  std::vector<VarId> grads_out;
+  // A node has a few outputs and inputs: their gradients are kept in place, not on the heap (issue 40: two
+  // allocations per node run).
+  boost::container::small_vector<VarId, 4> grads_out;
   VarId primary = kNoVar;
   for (VarId o : node.outputs) {
     const VarId g = take_grad(o);
@@ -701,10 +756,11 @@ void EagerTape::execute_node(std::size_t index) {
     unpacked = unpack_torchtune(node);
   }
   if (node.function_backward) {
-    execute_function(node, grads_out, std::move(unpacked));
+    execute_function(node, std::vector<VarId>(grads_out.begin(), grads_out.end()), std::move(unpacked));
     return;
   }
-  begin_op(joined(node.name, ".backward"), node.kind + "_backward", backward_flops(node.kind, node.flops));
+  begin_op(joined(node_name(node), ".backward"), node.kind + "_backward",
+           backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
     execute_checkpoint(index, primary, std::move(unpacked));
@@ -731,13 +787,13 @@ void EagerTape::execute_node(std::size_t index) {
   std::vector<TensorId> temps;
   for (Bytes b : node.rule.temp_bytes) {
     temps.push_back(
-        allocate(joined(node.name, ".backward.scratch"), b, DType::kUInt8, TensorCategory::kTemporary));
+        allocate(joined(node_name(node), ".backward.scratch"), b, DType::kUInt8, TensorCategory::kTemporary));
   }
   if (!node.rule.scratch_before_grads.empty()) {  // the name is built only for a rule with scratch (issue 40)
-    run_scratch(node.rule.scratch_before_grads, joined(node.name, ".backward.scratch"), temps);
+    run_scratch(node.rule.scratch_before_grads, joined(node_name(node), ".backward.scratch"), temps);
   }
   // The formulas, in the generated code's order; each result holds one reference (the returned list's).
-  std::vector<VarId> computed(node.inputs.size(), kNoVar);
+  boost::container::small_vector<VarId, 4> computed(node.inputs.size(), kNoVar);
   const auto compute = [&](std::size_t i) {
     const VarId in = node.inputs[i];
     const GradRule rule = grad_rule(node, i);
@@ -749,19 +805,19 @@ void EagerTape::execute_node(std::size_t index) {
     const Var& x = m_vars[in];
     VarId g;
     if (rule.kind == GradRule::Kind::kPassThrough) {
-      g = new_var(p.storage, rule.sum_to_input ? p.shape : x.shape, rule.sum_to_input ? p.dtype : x.dtype,
-                  p.name);
+      g = new_var_named_as(p.storage, rule.sum_to_input ? p.shape : x.shape,
+                           rule.sum_to_input ? p.dtype : x.dtype, primary);
     } else if (rule.sum_to_input) {
-      const TensorId s = new_storage(joined(x.name, ".grad_unreduced"), tensor_bytes(p.shape, p.dtype),
+      const TensorId s = new_storage(joined(var_name(in), ".grad_unreduced"), tensor_bytes(*p.shape, p.dtype),
                                      p.dtype, TensorCategory::kTemporary);
-      g = new_var(s, p.shape, p.dtype, joined(x.name, ".grad_unreduced"));
+      g = new_var_named_as_storage(s, p.shape, p.dtype);
     } else {
-      g = new_grad(in, joined(x.name, ".grad"));
+      g = new_grad(in, joined(var_name(in), ".grad"));
     }
     // The backward of a view op is a view of the incoming gradient.
     m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
     if (rule.kind == GradRule::Kind::kPassThrough || rule.layout == GradRule::Layout::kLikeGrad) {
-      m_vars[g].order = m_vars[g].shape == p.shape ? p.order : MemoryOrder::kContiguous;
+      m_vars[g].order = *m_vars[g].shape == *p.shape ? p.order : MemoryOrder::kContiguous;
     } else if (rule.layout == GradRule::Layout::kLastDimOutermost) {
       m_vars[g].order = MemoryOrder::kLastDimOutermost;
     }
@@ -788,7 +844,7 @@ void EagerTape::execute_node(std::size_t index) {
       strided_grad && !node.rule.scratch_after_grads_strided.empty() ? node.rule.scratch_after_grads_strided
                                                                      : node.rule.scratch_after_grads;
   if (!scratch_after.empty()) {
-    run_scratch(scratch_after, joined(node.name, ".backward.scratch"), temps);
+    run_scratch(scratch_after, joined(node_name(node), ".backward.scratch"), temps);
   }
   for (TensorId s : temps) {
     unref(s);
@@ -839,7 +895,7 @@ void EagerTape::execute_node(std::size_t index) {
 void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked) {
   const std::vector<VarId> inputs = m_nodes[index].inputs;
   const CheckpointBody body = m_nodes[index].checkpoint_body;
-  const std::string name = m_nodes[index].name;
+  const std::string name = node_name(m_nodes[index]);
   const bool torchtune_unpack = m_nodes[index].offload == ActivationOffload::kTorchtuneStreams;
   const std::vector<TensorId> packed = m_nodes[index].packed;
   if (!torchtune_unpack) {
@@ -917,7 +973,7 @@ void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vecto
       continue;
     }
     const TensorId gs = m_vars[leaf_grads[i]].storage;
-    const VarId g = new_var(gs, m_vars[inputs[i]].shape, m_vars[leaf_grads[i]].dtype, m_vars[leaf_grads[i]].name);
+    const VarId g = new_var_named_as(gs, m_vars[inputs[i]].shape, m_vars[leaf_grads[i]].dtype, leaf_grads[i]);
     deliver(inputs[i], g);
     unref(gs);
   }
@@ -1021,7 +1077,7 @@ std::vector<TensorId> EagerTape::unpack_torchtune(const Node& node) {
   std::vector<TensorId> unpacked;
   const StreamId stream = m_stream;
   m_stream = kOffloadStream;
-  begin_op(joined(node.name, ".unpack_from_cpu"), "copy_");
+  begin_op(joined(node_name(node), ".unpack_from_cpu"), "copy_");
   for (TensorId s : node.packed) {
     const auto stashed = std::find_if(m_fwd_stash.begin(), m_fwd_stash.end(),
                                       [s](const auto& entry) { return entry.second == s; });
@@ -1185,7 +1241,7 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   // not.
   const auto reads_trainable_parameter = [this](OpId since) {
     for (const auto& [storage, param] : m_parameter_of_storage) {
-      const std::vector<OpId>& consumers = m_graph.tensor(storage).consumers;
+      const Tensor::Consumers& consumers = m_graph.tensor(storage).consumers;
       if (m_vars[param].requires_grad && !consumers.empty() && consumers.back() >= since) {
         return true;
       }

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -246,7 +247,7 @@ class EagerTape {
     }
   }
 
-  const Shape& shape(VarId v) const { return m_vars[v].shape; }
+  const Shape& shape(VarId v) const { return *m_vars[v].shape; }
   DType dtype(VarId v) const { return m_vars[v].dtype; }
   // The dtype of v's gradient: its dtype, or a tensor subclass's other one (OutputSpec::grad_dtype).
   DType grad_dtype(VarId v) const { return m_vars[v].grad_dtype.value_or(m_vars[v].dtype); }
@@ -256,7 +257,9 @@ class EagerTape {
   bool requires_grad(VarId v) const { return m_vars[v].requires_grad; }
   bool is_parameter(VarId v) const { return m_vars[v].is_parameter; }
   TensorId storage(VarId v) const { return m_vars[v].storage; }
-  const std::string& name(VarId v) const { return m_vars[v].name; }
+  // By value: most variables share their storage tensor's name (Var::name_is_storage), which the graph may
+  // move as it grows.
+  std::string name(VarId v) const { return var_name(v); }
 
   // ---- autograd
   void backward(VarId loss);  // loss.backward(); releases the graph
@@ -377,9 +380,18 @@ class EagerTape {
  private:
   friend class LayerStamp;  // layer_stamp.h: appends a recorded layer's region for the next layers
 
+  // Note [Interned shapes]: a variable's shape is one of the tape's distinct shapes (m_shapes; the layers
+  // repeat theirs), shared by every variable of that shape: a gradient, a stamped layer's variable or an op's
+  // output takes a pointer instead of a copy of a vector (issue 40: one allocation per variable).
+  struct ShapeHash {
+    std::size_t operator()(const Shape& s) const noexcept;
+  };
+  const Shape* intern_shape(const Shape& shape);
+  inline static const Shape kNoShape{};
+
   struct Var {
     TensorId storage = kNoTensor;
-    Shape shape;
+    const Shape* shape = &kNoShape;  // in m_shapes (or kNoShape)
     DType dtype = DType::kFloat32;
     std::optional<DType> grad_dtype;  // OutputSpec::grad_dtype; unset: `dtype`
     bool requires_grad = false;
@@ -388,10 +400,17 @@ class EagerTape {
     MemoryOrder order = MemoryOrder::kContiguous;
     int node = -1;              // grad_fn: index into m_nodes, -1 for leaves
     TensorId grad = kNoTensor;  // parameters: .grad storage
+    // Note [Names shared with the graph]: a variable is mostly the tensor an op just allocated under the
+    // same name, and an autograd node is named as the op that recorded it. Such a variable keeps no copy
+    // (`name_is_storage`: its name is its storage tensor's, var_name()), and such a node names that op
+    // (`name_op`, node_name()): no string built, copied or freed per variable and node (issue 40: a
+    // stamped layer decoded four names per op). `name` holds the others' names.
     std::string name;
+    bool name_is_storage = false;
   };
   struct Node {
-    std::string name;
+    std::string name;      // unless name_op is set
+    OpId name_op = kNoOp;  // the op whose name is this node's (the op that recorded it)
     std::string kind;
     int layer = -1;
     double flops = 0.0;  // of the forward op; the backward op's FLOPs derive from it (backward_flops)
@@ -425,7 +444,18 @@ class EagerTape {
     std::size_t next = 0;  // the replay's next entry of `cache`
   };
 
-  VarId new_var(TensorId storage, Shape shape, DType dtype, std::string name);
+  // `shape`: interned (intern_shape, or another variable's).
+  VarId new_var(TensorId storage, const Shape* shape, DType dtype, std::string name);
+  // A variable named as its storage tensor (Note [Names shared with the graph]).
+  VarId new_var_named_as_storage(TensorId storage, const Shape* shape, DType dtype);
+  // A new variable of `storage` with the name of `like` (shared when `like` shares it with that storage).
+  VarId new_var_named_as(TensorId storage, const Shape* shape, DType dtype, VarId like);
+  // The names of Note [Names shared with the graph]. References into the graph's arrays: valid until the
+  // graph grows (use them at once).
+  const std::string& var_name(VarId v) const;
+  const std::string& node_name(const Node& n) const {
+    return n.name_op != kNoOp ? m_graph.op(n.name_op).name : n.name;
+  }
   std::vector<VarId> capture(const OpCall& call, bool view = false);
   // `unpacked`: torchtune's unpack of node.packed (empty otherwise), one reference each, taken over.
   void execute_function(Node& node, const std::vector<VarId>& grads_out, std::vector<TensorId> unpacked);
@@ -488,6 +518,7 @@ class EagerTape {
   std::vector<int> m_refs;  // per storage (TensorId)
   std::vector<bool> m_freed;
   std::unordered_map<VarId, VarId> m_grad_buffer;  // var -> its accumulated gradient (leaves: until taken)
+  std::unordered_set<Shape, ShapeHash> m_shapes;   // Note [Interned shapes]: nodes, so pointers stay valid
   // parameter -> the nodes not yet run that will send it a gradient (one per input edge)
   std::unordered_map<VarId, int> m_pending_parameter_uses;
   OpId m_current_op = kNoOp;
@@ -519,6 +550,14 @@ class EagerTape {
   ParameterUseHook m_before_parameter_use;
   ParameterUseHook m_after_parameter_use;
   std::unordered_map<TensorId, VarId> m_parameter_of_storage;
+  // Tensors AccumulateGrad renamed (store_grad steals a gradient as a parameter's .grad): their names before,
+  // and the variable count then. A variable made before the rename that shares its storage's name keeps the
+  // old one, as it kept its own copy before Note [Names shared with the graph].
+  struct Renamed {
+    std::string name;
+    std::size_t vars_before = 0;
+  };
+  std::unordered_map<TensorId, Renamed> m_renamed;
   LayerHook m_enter_layer;
   LayerHook m_leave_layer;
 };

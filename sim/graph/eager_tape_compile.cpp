@@ -40,7 +40,7 @@ std::vector<VarId> EagerTape::capture(const OpCall& c, bool view) {
     const std::string name = o.suffix.empty() ? c.name : c.name + "." + o.suffix;
     // no storage, views too: Python references to captured values are not counted (a view of a parameter
     // is the parameter's value to the compiled graph)
-    const VarId v = new_var(kNoTensor, o.shape, o.dtype, name);
+    const VarId v = new_var(kNoTensor, intern_shape(o.shape), o.dtype, name);
     m_vars[v].requires_grad = op.needs_grad && o.differentiable;
     op.outputs.push_back(v);
   }
@@ -81,7 +81,7 @@ void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out
   }
   const bool torchtune = node.offload == ActivationOffload::kTorchtuneStreams;
   if (!torchtune && !node.packed.empty()) {
-    begin_op(node.name + ".unpack_from_cpu", "_to_copy");
+    begin_op(node_name(node) + ".unpack_from_cpu", "_to_copy");
     for (TensorId p : node.packed) {
       const Tensor& t = m_graph.tensor(p);
       const std::string unpacked_name = t.name + ".unpacked";  // copies: allocate() grows the graph
@@ -106,7 +106,7 @@ void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out
   const auto index = static_cast<std::size_t>(&node - m_nodes.data());
   const FunctionBackward backward = node.function_backward;
   const std::vector<VarId> inputs = node.inputs;
-  const std::string name = node.name;
+  const std::string name = node_name(node);
   node.saved.clear();
   node.function_slots.clear();
   node.done = true;
@@ -121,7 +121,7 @@ void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out
       continue;
     }
     const Var x = m_vars[inputs[i]];
-    const VarId g = new_var(grads[i], x.shape, x.dtype, x.name + ".grad");
+    const VarId g = new_var(grads[i], x.shape, x.dtype, var_name(inputs[i]) + ".grad");
     disown(grads[i]);
     deliver(inputs[i], g);
   }

@@ -24,7 +24,7 @@ std::atomic<std::uint64_t> g_stamped{0};
 // (the CLI's and CI's); a 32-bit target such as the WebAssembly page lays the same fields out smaller.
 #if defined(__GLIBCXX__) && UINTPTR_MAX == UINT64_MAX
 static_assert(sizeof(Op) == 120, "Op changed: encode its new field in LayerStamp::Template");
-static_assert(sizeof(Tensor) == 104, "Tensor changed: encode its new field in LayerStamp::Template");
+static_assert(sizeof(Tensor) == 120, "Tensor changed: encode its new field in LayerStamp::Template");
 #endif
 
 // A name with the layer's "layers.<l>." cut out: head + "layers.<l>." + tail when `layered`.
@@ -124,9 +124,33 @@ std::vector<VarState> var_states(const Vars& all, const std::vector<VarId>& vars
       continue;
     }
     const auto& x = all[v];
-    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, x.grad_dtype, x.shape);
+    out.emplace_back(x.requires_grad, x.is_parameter, x.node >= 0, x.view, x.dtype, x.grad_dtype, *x.shape);
   }
   return out;
+}
+
+// var_states(all, vars) == states, without copying the shapes (issue 40: one copy per stamped layer and
+// external).
+template <typename Vars>
+bool same_var_states(const Vars& all, const std::vector<VarId>& vars, const std::vector<VarState>& states) {
+  if (vars.size() != states.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (vars[i] == kNoVar) {
+      if (states[i] != VarState{}) {
+        return false;
+      }
+      continue;
+    }
+    const auto& x = all[vars[i]];
+    const auto& [requires_grad, is_parameter, has_node, view, dtype, grad_dtype, shape] = states[i];
+    if (x.requires_grad != requires_grad || x.is_parameter != is_parameter || (x.node >= 0) != has_node ||
+        x.view != view || x.dtype != dtype || x.grad_dtype != grad_dtype || *x.shape != shape) {
+      return false;
+    }
+  }
+  return true;
 }
 }  // namespace
 
@@ -169,20 +193,23 @@ struct LayerStamp::Template {
   };
   struct VarCode {
     Ref storage;
-    Shape shape;
+    const Shape* shape =
+        nullptr;  // interned by the tape (Note [Interned shapes]): equal pointers, equal shapes
     DType dtype = DType::kFloat32;
     std::optional<DType> grad_dtype;
     bool requires_grad = false;
     bool is_parameter = false;
     bool view = false;
     MemoryOrder order = MemoryOrder::kContiguous;
-    Ref node;  // kInternal (relative node) or kLiteral -1
-    NameCode name;
+    Ref node;                      // kInternal (relative node) or kLiteral -1
+    NameCode name;                 // empty when name_is_storage
+    bool name_is_storage = false;  // Note [Names shared with the graph] (eager_tape.h)
     bool operator==(const VarCode&) const = default;
   };
   // An autograd node the region recorded (grad mode on).
   struct NodeCode {
-    NameCode name;
+    NameCode name;  // empty when named by an op
+    Ref name_op;    // the op whose name is the node's (kInternal), or kLiteral kNoOp
     std::string kind;
     LayerCode layer;
     double flops = 0.0;
@@ -509,7 +536,7 @@ Template::TensorCode encode_tensor(const Tensor& x, const std::string& token, in
                               freed};
 }
 
-// `consumers`: how many the region's edges give it (room made at once: one allocation per tensor).
+// `consumers`: how many the region's edges give it (room made at once, past the four kept in place).
 Tensor decode_tensor(const Template::TensorCode& c, const std::string& token, int layer, const Rebase& at,
                      std::size_t consumers) {
   Tensor x;
@@ -535,9 +562,17 @@ template <typename Var>
 Template::VarCode encode_var(const Var& v, const std::string& token, std::size_t first_node, Encoder& refs) {
   const Ref node = v.node == -1 ? Ref{Ref::Kind::kLiteral, static_cast<std::uint32_t>(-1)}
                                 : Ref{Ref::Kind::kInternal, static_cast<std::uint32_t>(v.node - first_node)};
-  return Template::VarCode{
-      refs.tensor(v.storage), v.shape, v.dtype,  v.grad_dtype, v.requires_grad, v.is_parameter, v.view, v.order,
-      node,                   encode_name(v.name, token)};
+  return Template::VarCode{refs.tensor(v.storage),
+                           v.shape,
+                           v.dtype,
+                           v.grad_dtype,
+                           v.requires_grad,
+                           v.is_parameter,
+                           v.view,
+                           v.order,
+                           node,
+                           encode_name(v.name, token),
+                           v.name_is_storage};
 }
 
 template <typename Var>
@@ -552,7 +587,10 @@ Var decode_var(const Template::VarCode& c, const std::string& token, const Rebas
   v.view = c.view;
   v.order = c.order;
   v.node = at.node(c.node);
-  v.name = decode_name(c.name, token);
+  v.name_is_storage = c.name_is_storage;
+  if (!c.name_is_storage) {
+    v.name = decode_name(c.name, token);
+  }
   return v;
 }
 
@@ -568,9 +606,20 @@ bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const 
         n.sac != nullptr || !n.sac_cache.empty()) {
       return false;
     }
-    Template::NodeCode c{
-        encode_name(n.name, token), n.kind, encode_layer(n.layer, layer), n.flops, {}, {}, {}, n.offload,
-        RuleCode{n.rule},           n.done};
+    if (n.name_op != kNoOp && refs.op(n.name_op).kind != Ref::Kind::kInternal) {
+      return false;  // named by an op before the region: not this layer's to stamp
+    }
+    Template::NodeCode c{encode_name(n.name, token),
+                         refs.op(n.name_op),
+                         n.kind,
+                         encode_layer(n.layer, layer),
+                         n.flops,
+                         {},
+                         {},
+                         {},
+                         n.offload,
+                         RuleCode{n.rule},
+                         n.done};
     bool counts = false;
     for (const VarId in : n.inputs) {
       c.inputs.push_back(refs.var(in));
@@ -593,11 +642,15 @@ bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const 
   return true;
 }
 
-// Fills `n` from `c` and returns its output variables (add_node takes them apart).
+// Fills `n` from `c` and `outputs` (cleared first: the caller's, reused node after node) with its output
+// variables (add_node takes them apart; `n.outputs` has room for them, so add_node's copy allocates nothing).
 template <typename Node>
-std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& token, int layer,
-                               const Rebase& at, Node& n) {
-  n.name = decode_name(c.name, token);
+void decode_node(const Template::NodeCode& c, const std::string& token, int layer, const Rebase& at, Node& n,
+                 std::vector<VarId>& outputs) {
+  n.name_op = at.op(c.name_op);
+  if (n.name_op == kNoOp) {
+    n.name = decode_name(c.name, token);
+  }
   n.kind = c.kind;
   n.layer = decode_layer(c.layer, layer);
   n.flops = c.flops;
@@ -605,11 +658,11 @@ std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& t
   for (const Ref& r : c.inputs) {
     n.inputs.push_back(at.var(r));
   }
-  std::vector<VarId> outputs;
-  outputs.reserve(c.outputs.size());
+  outputs.clear();
   for (const Ref& r : c.outputs) {
     outputs.push_back(at.var(r));
   }
+  n.outputs.reserve(outputs.size());
   n.saved.reserve(c.saved.size());
   for (const Ref& r : c.saved) {
     n.saved.push_back(at.tensor(r));
@@ -617,7 +670,6 @@ std::vector<VarId> decode_node(const Template::NodeCode& c, const std::string& t
   n.offload = c.offload;
   n.rule = c.rule.rule;
   n.done = c.done;
-  return outputs;
 }
 
 // One change of a tensor that existed before the region, as ExternalChange records it (false when the tensor
@@ -786,8 +838,10 @@ std::vector<TensorId> LayerStamp::storages(const std::vector<VarId>& vars) const
 
 bool LayerStamp::applies(const Template& tmpl, int layer, const std::vector<VarId>& external_vars,
                          const std::vector<TensorId>& externals) const {
-  if (tmpl.externals != externals.size() ||
-      var_states(m_tape.m_vars, external_vars) != tmpl.external_states) {
+  const bool same_states = same_var_states(m_tape.m_vars, external_vars, tmpl.external_states);
+  SIM_ASSERT(!expensive_checks() ||
+             same_states == (var_states(m_tape.m_vars, external_vars) == tmpl.external_states));
+  if (tmpl.externals != externals.size() || !same_states) {
     return false;
   }
   for (const Template::ExternalChange& c : tmpl.changes) {
@@ -842,9 +896,10 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
   for (const Template::VarCode& c : tmpl.vars) {
     t.m_vars.push_back(decode_var<EagerTape::Var>(c, token, at));
   }
+  std::vector<VarId> outputs;
   for (const Template::NodeCode& c : tmpl.nodes) {
     EagerTape::Node n;
-    const std::vector<VarId> outputs = decode_node(c, token, layer, at, n);
+    decode_node(c, token, layer, at, n, outputs);
     t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
   }
   t.m_current_op = at.op(tmpl.current_op);

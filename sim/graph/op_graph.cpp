@@ -65,11 +65,6 @@ void OpGraph::add_consumer(TensorId tensor, OpId op, EdgeKind kind) {
   if (!t.consumers.empty() && t.consumers.back() == op) {
     return;
   }
-  if (t.consumers.capacity() == 0) {
-    // Room for four at once instead of growing 1, 2, 4: one allocation where a tensor with three or four
-    // consumers (its readers, the op that ends its life) made three (issue 40: allocations per tensor).
-    t.consumers.reserve(4);
-  }
   t.consumers.push_back(op);
   if (op != t.producer) {
     m_edges.push_back(Edge{t.producer, op, DependencyEdge{tensor, kind}});

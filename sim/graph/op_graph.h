@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
 #include <boost/graph/adjacency_list.hpp>
 
 #include "sim/core/types.h"
@@ -86,7 +87,11 @@ struct Tensor {
   DType dtype = DType::kFloat32;
   TensorCategory category = TensorCategory::kTemporary;
   OpId producer = kNoOp;
-  std::vector<OpId> consumers;  // in the order they were recorded (non-decreasing op ids)
+  // In the order they were recorded (non-decreasing op ids). Most tensors have at most four (their readers
+  // and the op that ends their life): kept in the tensor, not on the heap (issue 40: an allocation per
+  // tensor, a tenth of a prediction's).
+  using Consumers = boost::container::small_vector<OpId, 4>;
+  Consumers consumers;
   bool persistent = false;
   int layer = -1;
   // tensor.record_stream(s) before the free: the memory returns to the allocator only once the work issued
