@@ -177,15 +177,7 @@ TEST_CASE("float8 tensor parallelism: the combination torchao refuses", "[quick]
 namespace {
 
 TrainingOptions lora_sp_options() {
-  TrainingOptions o;
-  o.batch = 1;
-  o.seq = 32;
-  o.steps = 1;
-  o.precision = Precision::kBf16;
-  o.attention = AttentionKind::kSdpaFlash;
-  o.tensor_parallel = 2;
-  o.sequence_parallel = true;
-  o.data_parallel.world_size = 2;
+  TrainingOptions o = tp_options(Float8Recipe::kNone);
   o.lora.rank = 8;
   o.lora.all_linear = true;
   return o;

@@ -64,14 +64,10 @@ TEST_CASE("LoRA on pipeline stages: each stage adapts the linears of its own lay
   // + 256 x 16 = 36,864, 102,400 a layer. The report is stage 1's (its peak reserved is the higher); its
   // 11 layers' adapters are stepped with two fp32 moments (fp32 adapters, no master copy): 11 x 102,400 x 8
   // B.
-  RequestArgs a;
+  RequestArgs a = lora_on_tp(1, "");
   a.model = "tinyllama-1.1b";
-  a.gpu = "h100";
-  a.precision = "bf16";
-  a.batch = 1;
   a.seq = 256;
-  a.checkpointing = "full";
-  a.lora_rank = 16;
+  a.steps = 2;
   a.pp = 2;
   a.world_size = 2;
   CHECK(predict(make_request(a)).bill.optimizer_states == 11 * 102400 * 8);
