@@ -23,9 +23,9 @@ struct Float8Var {
 };
 
 // hp_tensor_to_float8_dynamic(t): tensor_to_amax, amax_to_scale, then _ToFloat8ConstrFunc.forward.
-// `scale_shape`: {} (tensorwise) or the axiswise scale's shape. The caller turns grad off, unless
-// `differentiable`: then the last op is _ToFloat8ConstrFunc's autograd node, which passes its (hp)
-// gradient on to `hp` (the amax and scale are computed under no_grad, as torchao's tensor_to_amax is).
+// `scale_shape`: {} (tensorwise) or the axiswise scale's shape. Recorded under no_grad (torchao's
+// tensor_to_amax is), unless `differentiable`: then the last op is _ToFloat8ConstrFunc's autograd node,
+// which passes its (hp) gradient on to `hp`.
 Float8Var cast_to_float8(EagerTape& t, const std::string& name, VarId hp, const Shape& scale_shape,
                          bool differentiable = false) {
   const Shape shape = t.shape(hp);
@@ -59,9 +59,9 @@ Float8Var cast_to_float8(EagerTape& t, const std::string& name, VarId hp, const 
   t.drop(fp32);
   // to_fp8_saturated: x.clamp(-max, max).to(float8_dtype)
   const VarId clamped = unary(".clamp", "clamp", scaled, shape, DType::kFloat32);
-  t.set_grad_enabled(grad);
   VarId data = kNoVar;
   if (differentiable) {
+    t.set_grad_enabled(grad);
     OpCall c;
     c.name = name + ".float8";
     c.kind = "_to_copy";
@@ -73,6 +73,7 @@ Float8Var cast_to_float8(EagerTape& t, const std::string& name, VarId hp, const 
     data = t.op1(c);
   } else {
     data = unary(".float8", "_to_copy", clamped, shape, kFloat8Storage);
+    t.set_grad_enabled(grad);
   }
   t.drop({clamped, scaled});
   return {data, scale};
@@ -184,8 +185,6 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
   const DType hp = t.grad_dtype(x);
   const bool rowwise = options.recipe == Float8Recipe::kRowwise;
   SIM_ASSERT(!(input_is_float8 && rowwise));  // float8 tensor parallelism is tensorwise only
-  const bool grad = t.grad_enabled();
-  t.set_grad_enabled(false);
   Float8Var w8;
   Float8Var x8;
   if (!rowwise && !weight_is_float8) {
@@ -199,7 +198,6 @@ VarId float8_linear_forward(TorchOps& ops, const std::string& name, VarId x, Var
   if (rowwise) {
     w8 = cast_to_float8(t, name + ".weight", w, rowwise_scale(ws, 1));
   }
-  t.set_grad_enabled(grad);
   OpCall c;
   c.name = name;
   c.kind = "_scaled_mm";
