@@ -9,6 +9,7 @@
 
 #include "sim/core/error.h"
 #include "sim/finetune/peft_lora.h"
+#include "sim/finetune/peft_method.h"
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/parallel/pipeline_parallel.h"
 
@@ -134,6 +135,44 @@ std::pair<std::string_view, std::string_view> split_impl(std::string_view text) 
     }
   }
   return {text, {}};
+}
+
+}  // namespace
+
+namespace {
+
+// A PEFT method other than LoRA on a Megatron model (--tp): Megatron's ColumnParallelLinear and
+// RowParallelLinear are torch.nn.Module subclasses, not torch.nn.Linear, and only LoRA has layers for them
+// (peft/tuners/lora/tp_layer.py, dispatched by LoraConfig.megatron_config). The other tuners' dispatch takes
+// torch.nn.Linear and the convolutions (and transformers' Conv1D), and raises for anything else: IA3, VeRA,
+// AdaLoRA, OFT, BOFT in their _create_new_module ("Target module {target} is not supported. Currently, only
+// the following modules are supported: ..."), LoHa and LoKr in LycorisTuner._create_new_module
+// (peft/tuners/lycoris_utils.py: "Target module of type {type(target)} not supported, currently only
+// adapters for Conv2d, Conv1d, Linear are supported"). Prompt learning and trainable tokens do not wrap
+// linears: those are not modelled with --tp.
+[[noreturn]] void refuse_peft_method_on_megatron_linears(PeftMethod method) {
+  const std::string name(peft_method_info(method).name);
+  switch (method) {
+    case PeftMethod::kLoha:
+    case PeftMethod::kLokr:
+      throw InputError(fmt::format(
+          "--peft-method {} with --tp: PEFT refuses Megatron's parallel linears (\"Target module of type "
+          "<class 'megatron.core.tensor_parallel.layers.ColumnParallelLinear'> not supported, currently only "
+          "adapters for Conv2d, Conv1d, Linear are supported\"; only LoRA has layers for them)",
+          name));
+    case PeftMethod::kIa3:
+    case PeftMethod::kVera:
+    case PeftMethod::kAdalora:
+    case PeftMethod::kOft:
+    case PeftMethod::kBoft:
+      throw InputError(
+          fmt::format("--peft-method {} with --tp: PEFT refuses Megatron's parallel linears (\"Target module "
+                      "{{target}} is not supported. Currently, only the following modules are supported: "
+                      "`torch.nn.Linear`, ...\"; only LoRA has layers for them)",
+                      name));
+    default:
+      throw InputError(fmt::format("--peft-method {} with --tp is not modelled (vramsim)", name));
+  }
 }
 
 }  // namespace
@@ -396,20 +435,16 @@ void validate(const TrainingOptions& o) {
         "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled (vramsim "
         "models training steps; vLLM serving, --generate N --kv-cache paged, takes --pp)");
   }
-  // --pp: each stage adapts the linears of its own layers (create_parameters' keep filter); --tp: PEFT's
-  // LoraParallelLinear (below).
-  if (o.lora.enabled() && o.pipeline.stages > 1 && o.lora.method != PeftMethod::kLora) {
-    throw InputError("--peft-method: methods other than LoRA with --pp are not modelled (vramsim)");
-  }
+  // --pp: each stage adapts the linears of its own layers (create_parameters' keep filter), whichever
+  // method wraps them (peft_method.h; check_peft_job says which job shapes a method is not modelled with);
+  // --tp: PEFT's LoraParallelLinear (below).
   if (o.lora.enabled() && o.tensor_parallel > 1) {
     // PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py, LoraConfig.megatron_config) adapts Megatron's
     // ColumnParallelLinear with lora_A whole and lora_B split by columns, and RowParallelLinear with lora_A
     // split by rows and lora_B whole: the adapters of the rank's slice of the weight, which is what the
     // rank's model builds (its RowParallelLinear lora_A's output is all-reduced in place).
     if (o.lora.method != PeftMethod::kLora) {
-      throw InputError(
-          "--peft-method: methods other than LoRA with --tp are not modelled (vramsim; PEFT's layers for "
-          "Megatron's parallel linears are LoRA's, peft/tuners/lora/tp_layer.py LoraParallelLinear)");
+      refuse_peft_method_on_megatron_linears(o.lora.method);
     }
     if (o.lora.use_dora) {
       throw InputError(

@@ -379,8 +379,8 @@ TEST_CASE(
       "--micro-batches x --virtual-stages: 1000 x 1000 chunk passes per step is more than the 100000");
   require_input_error(run_vramsim(run + "--pp 2 --tp 2 --gpus 6"),
                       "--tp x --pp: 2 x 2 does not divide --world-size 6");
-  require_input_error(run_vramsim(run + "--pp 2 --peft-method loha --lora-rank 8"),
-                      "--peft-method: methods other than LoRA with --pp are not modelled");
+  require_input_error(run_vramsim(run + "--pp 2 --peft-method adalora --lora-rank 4 --init-r 8"),
+                      "--peft-method adalora: with --pp or --zero 3 is not modelled (vramsim)");
   require_input_error(
       run_vramsim(run + "--pp 2 --inference"),
       "--pp: pipeline parallelism with --forward-only, --inference or --generate is not modelled");

@@ -1,5 +1,5 @@
-// LoRA with Megatron model parallelism: pipeline stages adapt their own layers; tensor parallelism as PEFT
-// adapts Megatron's parallel linears (peft/tuners/lora/tp_layer.py LoraParallelLinear,
+// PEFT with Megatron model parallelism: pipeline stages adapt their own layers, whichever tuner; tensor
+// parallelism as PEFT adapts Megatron's parallel linears (peft/tuners/lora/tp_layer.py LoraParallelLinear,
 // LoraConfig.megatron_config): "when the target layer parallel_linear is RowParallelLinear ... we need to
 // split the lora matrix A into rows, and the lora_B at this time should be a complete linear layer; In the
 // same way, when the target layer is ColumnParallelLinear, we perform column segmentation on lora_B, while
@@ -77,6 +77,48 @@ TEST_CASE("LoRA on pipeline stages: each stage adapts the linears of its own lay
   CHECK(predict(make_request(a)).bill.optimizer_states == 11 * (49152 + 34816) * 8);
 }
 
+TEST_CASE("PEFT's other linear tuners on pipeline stages: each stage adapts its own layers",
+          "[quick][predict][lora-tp]") {
+  // TinyLlama (22 layers, hidden 2,048, MLP 5,632, 4 key/value heads of 64: k and v give 256 outputs) on 2
+  // stages of 11 layers; stage 0 (layers 0-10 and the frozen embedding) is the one reported. Every
+  // adapter is fp32 (autocast_adapter_dtype) and stepped by AdamW with two fp32 moments, 8 B a trainable
+  // parameter in the second step's bill; a layer's count from each tuner's update_layer:
+  RequestArgs a = lora_on_tp(1, "");
+  a.model = "tinyllama-1.1b";
+  a.seq = 256;
+  a.steps = 2;
+  a.pp = 2;
+  a.world_size = 2;
+  a.pp_stage = 0;
+  a.lora_rank = 8;
+  const auto stage_states = [](RequestArgs r) { return predict(make_request(r)).bill.optimizer_states; };
+  // IA3 (peft/tuners/ia3/layer.py), llama's targets k_proj, v_proj, down_proj with down_proj feedforward:
+  // (out, 1) for k and v, (1, in) for down_proj: 256 + 256 + 5,632 = 6,144 a layer.
+  a.peft_method = "ia3";
+  CHECK(stage_states(a) == 11 * 6144 * 8);
+  // LoHa r 8 on q_proj and v_proj (peft/tuners/loha/layer.py: hada_w1_a (out, r), hada_w1_b (r, in),
+  // hada_w2_a, hada_w2_b the same): 2 x 8 x (2,048 + 2,048) = 65,536 and 2 x 8 x (256 + 2,048) = 36,864.
+  a.peft_method = "loha";
+  CHECK(stage_states(a) == 11 * (65536 + 36864) * 8);
+  // VeRA r 256 (peft/tuners/vera/layer.py): trainable vera_lambda_b (out) and vera_lambda_d (r); the
+  // shared projections vera_A / vera_B are frozen buffers: 2,048 + 256 and 256 + 256.
+  a.peft_method = "vera";
+  a.lora_rank = 256;
+  CHECK(stage_states(a) == 11 * (2304 + 512) * 8);
+  // OFT, block size 16 (peft/tuners/oft/layer.py): in / 16 = 128 blocks of 16 x 15 / 2 = 120 free
+  // entries for q and for v: 2 x 15,360.
+  a.peft_method = "oft";
+  a.lora_rank = 0;  // OFTConfig takes r or oft_block_size, not both
+  a.oft_block_size = 16;
+  CHECK(stage_states(a) == 11 * 30720 * 8);
+  // BOFT, block size 4, one butterfly factor (peft/tuners/boft/layer.py: boft_R (1, in / 4, 4, 4),
+  // boft_s (out, 1)): q 8,192 + 2,048, v 8,192 + 256.
+  a.peft_method = "boft";
+  a.oft_block_size = 0;
+  a.boft_block_size = 4;
+  CHECK(stage_states(a) == 11 * (10240 + 8448) * 8);
+}
+
 TEST_CASE("LoRA under tensor parallelism: what PEFT refuses and what is not modelled",
           "[quick][predict][lora-tp]") {
   RequestArgs a = lora_on_tp(2, "");
@@ -84,7 +126,17 @@ TEST_CASE("LoRA under tensor parallelism: what PEFT refuses and what is not mode
   CHECK_THROWS_WITH(predict(make_request(a)),
                     Catch::Contains("LoraParallelLinear does not support DoRA yet, please set it to False"));
   a.use_dora = false;
+  // The other tuners' dispatch takes torch.nn.Linear, not Megatron's ColumnParallelLinear: PEFT raises.
   a.peft_method = "ia3";
+  CHECK_THROWS_WITH(
+      predict(make_request(a)),
+      Catch::Contains("PEFT refuses Megatron's parallel linears (\"Target module {target} is not "
+                      "supported. Currently, only the following modules are supported"));
+  a.peft_method = "lokr";
   CHECK_THROWS_WITH(predict(make_request(a)),
-                    Catch::StartsWith("--peft-method: methods other than LoRA with --tp are not modelled"));
+                    Catch::Contains("currently only adapters for Conv2d, Conv1d, Linear are supported"));
+  a.peft_method = "prompt-tuning";
+  a.num_virtual_tokens = 8;
+  CHECK_THROWS_WITH(predict(make_request(a)),
+                    "--peft-method prompt-tuning with --tp is not modelled (vramsim)");
 }
