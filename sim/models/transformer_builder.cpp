@@ -759,6 +759,15 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   lora.base_gradients_computed = lora.enabled() && options.data_parallel.scheme.starts_with("fsdp-") &&
                                  !options.data_parallel.fsdp_peft_wrap &&
                                  options.data_parallel.fsdp_use_orig_params;
+  // DeepSpeed's engine casts the whole module to its half dtype when it wraps it
+  // (deepspeed/runtime/engine.py _configure_distributed_model: `elif self.bfloat16_enabled():
+  // self.module.bfloat16()`, `self.module.half()` for fp16; per parameter since DeepSpeed 0.19.2's
+  // _cast_module_mixed_precision), after PEFT made its adapters fp32 (autocast_adapter_dtype): they train in
+  // the model's dtype, and ZeRO keeps their fp32 master partitions as for every other parameter.
+  if (options.data_parallel.scheme.starts_with("zero") &&
+      (param_dtype == DType::kBFloat16 || param_dtype == DType::kFloat16)) {
+    lora.autocast_adapter_dtype = false;
+  }
   const auto resident = [&dp](std::int64_t n) { return dp->resident_parameter_numel(n); };
   // A vision-language model registers its vision tower and projector before the language model (LlavaModel)
   VisionParams vision =

@@ -162,3 +162,30 @@ TEST_CASE("predict: --free-logits-before-backward drops the model's output befor
   const std::int64_t freed = live_at_backward(make_request(a));
   CHECK(kept - freed == 2 * 64 * 1024 * 2);
 }
+
+TEST_CASE("DeepSpeed casts PEFT's fp32 adapters to the model's bf16, and ZeRO keeps their fp32 masters",
+          "[quick][predict][zero]") {
+  // deepspeed/runtime/engine.py _configure_distributed_model: `elif self.bfloat16_enabled():
+  // self.module.bfloat16()` runs when the engine wraps the PEFT model, after get_peft_model's
+  // autocast_adapter_dtype made the adapters fp32. TinyLlama (22 layers, hidden 2,048, 4 key/value heads of
+  // 64), PEFT's q_proj and v_proj at r 16: q 16 x 2,048 + 2,048 x 16 = 65,536, v 16 x 2,048 + 256 x 16 =
+  // 36,864; 22 x 102,400 = 2,252,800 trainable parameters (divisible by ZeRO's 2 x world alignment).
+  // ZeRO-1 on 2 GPUs partitions the fp32 master (4 B) and the two fp32 moments (4 + 4 B):
+  //   12 x 2,252,800 / 2 = 13,516,800 B a rank, where fp32 adapters would need no master: 9,011,200 B.
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.gpu = "h100";
+  a.batch = 1;
+  a.seq = 256;
+  a.precision = "bf16";
+  a.lora_rank = 16;
+  a.world_size = 2;
+  a.zero = 1;
+  a.steps = 2;
+  const Prediction p = predict(make_request(a));
+  CHECK(p.trainable_parameters == 2252800);
+  CHECK(p.bill.optimizer_states == 13516800);
+  // Without DeepSpeed (DDP) the adapters stay fp32: the 4 B parameters and 8 B of moments, no master.
+  a.zero = 0;
+  CHECK(predict(make_request(a)).bill.optimizer_states == 8 * 2252800);
+}
