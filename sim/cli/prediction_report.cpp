@@ -111,6 +111,11 @@ void print_v1(const Prediction::Generation& g) {
       s.encoder ? fmt::format("this rank's weights and buffers, vision tower and projector {} of them",
                               gib(s.encoder->tower_weights_bytes))
                 : std::string("this rank's weights and buffers"));
+  if (s.lora_layers > 0) {
+    fmt::print("  {:<36}{:>11}  {} LoRA layers x max_loras {} x max_lora_rank {}, in the line above\n",
+               "  LoRA adapter slots", gib(s.lora_slot_bytes), s.lora_layers, s.lora_max_loras,
+               s.lora_max_rank);
+  }
   if (s.encoder) {
     print_v1_encoder(*s.encoder, s);
   }
@@ -436,6 +441,8 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                                                {"kv_cache_dtype", s.kv_cache_dtype},
                                                {"quantization", s.quantization},
                                                {"model_loading_bytes", s.weights_bytes},
+                                               {"lora_slot_bytes", s.lora_slot_bytes},
+                                               {"lora_layers", s.lora_layers},
                                                {"torch_peak_increase_bytes", s.torch_peak_increase_bytes},
                                                {"forward_peak_bytes", s.forward_peak_bytes},
                                                {"sampler_peak_bytes", s.sampler_peak_bytes},

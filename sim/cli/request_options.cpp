@@ -227,6 +227,20 @@ void add_serving_options(CLI::App* cmd, RequestArgs& a) {
       "a float32 scale per 128 x 128 block), w8a8-int8 / w8a8-fp8 (compressed-tensors W8A8, a float32 "
       "scale per output channel), w4a16 (compressed-tensors WNA16, 4-bit, group 128, symmetric), gptq or "
       "awq (4-bit, group 128, Marlin's layout) (v1)");
+  cmd->add_flag("--enable-lora", a.enable_lora,
+                "vLLM: serve LoRA adapters: every linear layer (and llama's embedding and lm_head) gets "
+                "--max-loras adapter slots of --max-lora-rank at load (v1)");
+  cmd->add_option("--max-loras", a.max_loras,
+                  "vLLM: adapters active in one batch, the slots (with --enable-lora)")
+      ->capture_default_str();
+  cmd->add_option("--max-lora-rank", a.max_lora_rank,
+                  "vLLM: the slots' rank, one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (with --enable-lora)")
+      ->capture_default_str();
+  cmd->add_flag("--fully-sharded-loras", a.fully_sharded_loras,
+                "vLLM: shard both LoRA matrices over the TP ranks (with --enable-lora)");
+  cmd->add_option("--lora-dtype", a.lora_dtype,
+                  "vLLM: auto|float16|bfloat16, the slots' dtype (auto: the model's; with --enable-lora)")
+      ->capture_default_str();
   cmd->add_option("--vllm-non-torch-increase", a.vllm_non_torch_increase,
                   "vLLM: a measured 'non-torch forward increase memory' (e.g. 2.1GiB) in place of the "
                   "modelled communication buffers (v1)");

@@ -48,6 +48,25 @@ void parse_serving_engine(const RequestArgs& a, VllmServing& v) {
   v.sglang_version = a.sglang_version;
 }
 
+// vLLM's LoRA serving: --enable-lora with the V1 start-up; its sizes only with --enable-lora.
+void parse_vllm_lora(const RequestArgs& a, VllmServing& v) {
+  const RequestArgs defaults;
+  const bool sizes = a.max_loras != defaults.max_loras || a.max_lora_rank != defaults.max_lora_rank ||
+                     a.fully_sharded_loras || a.lora_dtype != defaults.lora_dtype;
+  if (sizes && !a.enable_lora) {
+    throw InputError(
+        "--max-loras / --max-lora-rank / --fully-sharded-loras / --lora-dtype: vLLM's LoRA slots, for "
+        "--enable-lora");
+  }
+  if (a.enable_lora && (a.kv_cache != "paged" || a.vllm_version != "v1" || a.serving_engine != "vllm")) {
+    throw InputError("--enable-lora: vLLM's LoRA serving, for --kv-cache paged with the V1 engine");
+  }
+  v.lora = VllmLoraOptions{a.enable_lora, a.max_loras, a.max_lora_rank, a.fully_sharded_loras, a.lora_dtype};
+  if (a.enable_lora) {
+    validate_vllm_lora(v.lora);
+  }
+}
+
 // vLLM's engine arguments: only with --kv-cache paged (a changed one without it is an error).
 void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v) {
   const RequestArgs defaults;
@@ -113,6 +132,7 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
     v.cudagraph_memory_bytes =
         static_cast<std::int64_t>(parse_size(a.vllm_cudagraph_memory, "--vllm-cudagraph-memory"));
   }
+  parse_vllm_lora(a, v);
   v.version = a.vllm_version;
   v.kv_cache_dtype = a.kv_cache_dtype;
   v.quantization = a.quantization;

@@ -19,6 +19,7 @@
 #include "sim/alloc/torch_version.h"
 #include "sim/graph/op_graph.h"
 #include "sim/graph/tensor_lifetime.h"
+#include "sim/inference/vllm_lora.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/non_torch_memory.h"
@@ -68,6 +69,9 @@ struct VllmServing {
   std::string engine = "vllm";
   double mem_fraction_static = 0.0;
   std::string sglang_version = "0.5";
+  // --enable-lora, --max-loras, --max-lora-rank, --fully-sharded-loras, --lora-dtype (v1): the adapter
+  // slots vLLM's LoRA layers allocate at load (sim/inference/vllm_lora.h)
+  VllmLoraOptions lora;
 };
 
 struct PredictRequest {
@@ -252,8 +256,13 @@ struct Prediction {
       struct V1 {
         int tensor_parallel = 1;
         std::string kv_cache_dtype = "auto";
-        std::string quantization;                 // "", "fp8", "gptq" or "awq"
-        std::int64_t weights_bytes = 0;           // "Model loading took": this rank's weights and buffers
+        std::string quantization;        // "", "fp8", "gptq" or "awq"
+        std::int64_t weights_bytes = 0;  // "Model loading took": this rank's weights and buffers
+        // --enable-lora: the LoRA layers' adapter slots, part of weights_bytes (vllm_lora.h); 0 without
+        std::int64_t lora_slot_bytes = 0;
+        std::int64_t lora_layers = 0;  // LoRA layers made on this rank
+        std::int64_t lora_max_loras = 0;
+        std::int64_t lora_max_rank = 0;
         std::int64_t forward_peak_bytes = 0;      // the dummy forward's widest point over the weights
         std::int64_t sampler_peak_bytes = 0;      // hidden states, logits and the sampler's tensors
         std::int64_t cublas_workspace_bytes = 0;  // the first matmul's workspace (through the allocator)
@@ -459,6 +468,13 @@ struct RequestArgs {
   std::string sglang_version = "0.5";   // --sglang-version 0.5|0.4: whose default mem_fraction_static
   // --mm-encoder-tp-mode weights|data: how a vision tower uses the TP ranks (v1, --kv-cache paged)
   std::string mm_encoder_tp_mode = "weights";
+  // vLLM's LoRA serving (v1, --kv-cache paged): --enable-lora, --max-loras, --max-lora-rank,
+  // --fully-sharded-loras, --lora-dtype
+  bool enable_lora = false;
+  std::int64_t max_loras = 1;
+  std::int64_t max_lora_rank = 16;
+  bool fully_sharded_loras = false;
+  std::string lora_dtype = "auto";
   int lora_rank = 0;
   double lora_alpha = 8.0;
   double lora_dropout = 0.0;

@@ -8,6 +8,7 @@
 #include "sim/core/error.h"
 #include "sim/inference/vllm_fused_moe_workspace.h"
 #include "sim/inference/vllm_kv_cache_groups.h"
+#include "sim/inference/vllm_lora.h"
 #include "sim/inference/vllm_multimodal_budget.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
@@ -527,6 +528,15 @@ Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Page
   if (out.encoder) {  // the tower and projector load with the language model (GPUModelRunner.load_model)
     out.weights_bytes += out.encoder->tower_weights_bytes;
   }
+  // --enable-lora: load_model wraps the model in its LoRAModelManager inside the same memory profiler
+  const Bytes lora_dtype_bytes = v.lora.lora_dtype == "auto" ? dtype_bytes : Bytes{2};
+  const VllmLoraSlots lora =
+      vllm_lora_slots(m, v.lora, request.tensor_parallel, v.vocab_size, lora_dtype_bytes, stage);
+  out.lora_slot_bytes = static_cast<std::int64_t>(lora.total());
+  out.lora_layers = lora.wrapped_layers;
+  out.lora_max_loras = v.lora.enabled ? v.lora.max_loras : 0;
+  out.lora_max_rank = v.lora.enabled ? v.lora.max_lora_rank : 0;
+  out.weights_bytes += out.lora_slot_bytes;
   out.non_torch_lines = vllm_non_torch_lines(
       VllmParallelGroups{request.tensor_parallel, v.pipeline_parallel, v.data_parallel, stage.last},
       request.gpu);

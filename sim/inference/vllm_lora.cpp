@@ -1,0 +1,148 @@
+#include "sim/inference/vllm_lora.h"
+
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "sim/core/checked_size.h"
+#include "sim/core/error.h"
+#include "sim/inference/vllm_pipeline_stages.h"
+#include "sim/inference/vllm_v1_startup.h"
+#include "sim/models/model_config.h"
+
+namespace vramsim {
+namespace {
+
+// LoRAConfig's MaxLoRARanks (vllm/config/lora.py).
+constexpr std::array<std::int64_t, 9> kMaxLoraRanks = {1, 8, 16, 32, 64, 128, 256, 320, 512};
+
+// How vLLM's model code holds a Hugging Face linear of a decoder layer: the slices of its packed
+// column-parallel layers (packed_modules_mapping: qkv_proj = q, k, v; gate_up_proj = gate, up) and its
+// row-parallel layers. A slice starts a new LoRA layer when it is the packed layer's first.
+enum class LoraSlice { kColumnFirst, kColumnMore, kRow, kOther };
+LoraSlice slice_of(std::string_view name) {
+  const auto ends = [&name](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  if (ends("q_proj.weight") || ends("gate_proj.weight")) {
+    return LoraSlice::kColumnFirst;
+  }
+  if (ends("k_proj.weight") || ends("v_proj.weight") || ends("up_proj.weight")) {
+    return LoraSlice::kColumnMore;
+  }
+  if (ends("o_proj.weight") || ends("down_proj.weight")) {
+    return LoraSlice::kRow;
+  }
+  return LoraSlice::kOther;
+}
+
+// The model classes whose LoRA modules were read: LlamaForCausalLM (embedding_modules embed_tokens and
+// lm_head; MistralForCausalLM inherits them), Qwen2ForCausalLM and Qwen3ForCausalLM (none).
+bool has_embedding_modules(const std::string& model_type) {
+  return model_type == "llama" || model_type == "mistral";
+}
+bool lora_modelled(const std::string& model_type) {
+  return has_embedding_modules(model_type) || model_type == "qwen2" || model_type == "qwen3";
+}
+
+constexpr std::string_view kWhat = "--enable-lora";
+
+Bytes elements(std::int64_t a, std::int64_t b, std::int64_t c) {
+  return size_mul(size_mul(static_cast<Bytes>(a), static_cast<Bytes>(b), kWhat), static_cast<Bytes>(c),
+                  kWhat);
+}
+Bytes add(Bytes a, Bytes b) { return size_add(a, b, kWhat); }
+Bytes mul(Bytes a, Bytes b) { return size_mul(a, b, kWhat); }
+
+}  // namespace
+
+void validate_vllm_lora(const VllmLoraOptions& o) {
+  if (o.max_loras < 1 || o.max_loras > 1'000'000) {
+    // LoRAConfig: max_loras: int = Field(default=1, ge=1)
+    throw InputError(fmt::format("--max-loras: must be 1 or more (LoRAConfig ge=1), got {}", o.max_loras));
+  }
+  bool rank_known = false;
+  for (std::int64_t r : kMaxLoraRanks) {
+    rank_known = rank_known || r == o.max_lora_rank;
+  }
+  if (!rank_known) {
+    throw InputError(fmt::format(
+        "--max-lora-rank: {} is not one of vLLM's MaxLoRARanks (1, 8, 16, 32, 64, 128, 256, 320, 512)",
+        o.max_lora_rank));
+  }
+  if (o.lora_dtype != "auto" && o.lora_dtype != "float16" && o.lora_dtype != "bfloat16") {
+    throw InputError(fmt::format(
+        "--lora-dtype: '{}' is not auto, float16 or bfloat16 (LoRAConfig's LoRADType)", o.lora_dtype));
+  }
+}
+
+VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, int tp, std::int64_t vocab_size,
+                              Bytes dtype_bytes, const VllmPipelineStage& stage) {
+  VllmLoraSlots out;
+  if (!o.enabled) {
+    return out;
+  }
+  if (m.moe.n_experts > 0 || m.mla.kv_lora_rank > 0) {
+    throw InputError(
+        "--enable-lora: vLLM's LoRA on mixture-of-experts layers (FusedMoEWithLoRA) and multi-head latent "
+        "attention is not modelled (vramsim)");
+  }
+  if (!lora_modelled(m.model_type)) {
+    throw InputError(
+        fmt::format("--enable-lora: vLLM's LoRA layers for model_type '{}' are not modelled (vramsim models "
+                    "llama, mistral, "
+                    "qwen2 and qwen3)",
+                    m.model_type));
+  }
+  const std::int64_t r = o.max_lora_rank;
+  const std::int64_t slots = o.max_loras;
+  const std::int64_t r_a_column = o.fully_sharded ? r / tp : r;  // ColumnParallelLinearWithShardedLoRA
+  for (const ParameterShape& s : m.parameter_shapes()) {
+    if (s.layer < 0 || s.layer < stage.start_layer || s.layer >= stage.end_layer || s.shape.size() != 2) {
+      continue;
+    }
+    const LoraSlice kind = slice_of(s.name);
+    if (kind == LoraSlice::kOther) {
+      continue;  // norms; a weight of another shape would be no linear vLLM wraps here
+    }
+    const std::int64_t out_rank = s.shape[0];  // this rank's rows of the (out, in) weight
+    const std::int64_t in_rank = s.shape[1];
+    Bytes n = 0;
+    if (kind == LoraSlice::kRow) {
+      // lora_a over the rank's input slice; lora_b the whole output (its share with fully_sharded_loras)
+      n = add(elements(slots, r, in_rank), elements(slots, o.fully_sharded ? out_rank / tp : out_rank, r));
+      ++out.wrapped_layers;
+    } else {
+      n = add(elements(slots, r_a_column, in_rank), elements(slots, out_rank, r));
+      out.wrapped_layers += kind == LoraSlice::kColumnFirst ? 1 : 0;
+    }
+    out.decoder_bytes = add(out.decoder_bytes, mul(n, dtype_bytes));
+  }
+  if (has_embedding_modules(m.model_type)) {
+    // VocabParallelEmbeddingWithLoRA: (slots, org_vocab_size, r) and (slots, 1, embedding_dim, r). A tied
+    // lm_head is the same VocabParallelEmbedding, which _create_lora_modules wraps again under "lm_head"
+    // (the "lm_head" name is exempt from its already-wrapped check).
+    const Bytes one = mul(add(elements(slots, vocab_size, r), elements(slots, m.d_model, r)), dtype_bytes);
+    if (stage.first) {
+      out.embedding_bytes = add(out.embedding_bytes, one);
+      ++out.wrapped_layers;
+    }
+    if (stage.last) {
+      if (m.tied_embeddings) {
+        out.embedding_bytes = add(out.embedding_bytes, one);
+        ++out.wrapped_layers;
+      }
+      // LogitsProcessorWithLoRA: (slots, 1, r, hidden) and (slots, 1, vocab_size, r); with tp >= 2 the
+      // sharded-to-full index of the padded vocabulary (VocabParallelEmbedding.get_sharded_to_full_mapping)
+      out.logits_bytes = mul(add(elements(slots, r, m.d_model), elements(slots, vocab_size, r)), dtype_bytes);
+      if (tp > 1) {
+        out.logits_bytes = add(out.logits_bytes, elements(vllm_vocab_rows_per_rank(vocab_size, tp), tp, 8));
+      }
+      ++out.wrapped_layers;
+    }
+  }
+  return out;
+}
+
+}  // namespace vramsim

@@ -1,0 +1,85 @@
+// vLLM's LoRA serving (--enable-lora): the adapter slots every LoRA layer allocates at load, inside "Model
+// loading took" (sim/inference/vllm_lora.h). Bytes by hand from vLLM's create_lora_weights
+// (vllm/lora/layers/base_linear.py, column_parallel_linear.py MergedColumnParallelLinearWithLoRA /
+// MergedQKVParallelLinearWithLoRA, row_parallel_linear.py, vocal_parallel_embedding.py,
+// logits_processor.py) for each slice: max_loras x (r x input + output x r) in the model's bf16.
+#include <catch2/catch.hpp>
+
+#include "predict/serving_request.h"
+#include "sim/core/error.h"
+#include "sim/predict/step_prediction.h"
+
+using namespace vramsim;
+
+TEST_CASE("vllm lora: the adapter slots of Llama-3.1-8B at TP 1 and 2, by hand",
+          "[quick][predict][vllm-lora]") {
+  RequestArgs a = test::served_on_h100("llama-3.1-8b");
+  const std::int64_t without = test::v1_of(predict(make_request(a))).weights_bytes;
+  a.enable_lora = true;
+  // TP 1, vLLM's defaults (max_loras 1, max_lora_rank 16). Hidden 4,096, MLP 14,336, 8 key/value heads of
+  // 128 (k and v give 1,024 outputs), 32 layers. Elements a layer, r x in + out x r per slice:
+  //   qkv_proj (three slices): q 16 x 4,096 + 4,096 x 16 = 131,072; k and v 65,536 + 16,384 = 81,920 each
+  //   o_proj (row): 131,072; gate_up_proj (two slices) 65,536 + 229,376 = 294,912 each; down_proj (row)
+  //   16 x 14,336 + 4,096 x 16 = 294,912
+  //   = 1,310,720 elements, 2,621,440 B; 32 layers 83,886,080 B.
+  // LlamaForCausalLM's embedding_modules: embed_tokens (128,256 x 16 + 4,096 x 16 = 2,117,632 elements) and
+  // the logits processor's lm_head (16 x 4,096 + 128,256 x 16, the same), 4,235,264 B each.
+  // 83,886,080 + 2 x 4,235,264 = 92,356,608 B in 32 x 4 + 2 = 130 LoRA layers.
+  const Prediction::Generation::Paged::V1 tp1 = test::v1_of(predict(make_request(a)));
+  CHECK(tp1.lora_slot_bytes == 92356608);
+  CHECK(tp1.lora_layers == 130);
+  CHECK(tp1.weights_bytes == without + 92356608);  // "Model loading took" includes them
+  // TP 2, --max-loras 4 --max-lora-rank 64. A rank's column slices keep the whole input and their output
+  // share, its row layers their input share and the whole output:
+  //   q 64 x 4,096 + 2,048 x 64 = 393,216; k, v 262,144 + 512 x 64 = 294,912 each; o 64 x 2,048 + 4,096 x 64
+  //   = 393,216; gate, up 262,144 + 7,168 x 64 = 720,896 each; down 64 x 7,168 + 262,144 = 720,896
+  //   = 3,538,944 elements x 4 slots x 2 B = 28,311,552 B a layer, 905,969,664 B for 32.
+  // embed_tokens and lm_head: 4 x (128,256 + 4,096) x 64 x 2 B = 67,764,224 B each (org_vocab_size and the
+  // logits' vocab_size are the whole vocabulary on every rank); with TP 2 the logits processor's
+  // sharded_to_full_mapping_gpu, 128,256 padded rows (a multiple of 64 already) x 8 B = 1,026,048 B.
+  a.tp = 2;
+  a.world_size = 2;
+  a.max_loras = 4;
+  a.max_lora_rank = 64;
+  CHECK(test::v1_of(predict(make_request(a))).lora_slot_bytes == 905969664 + 2 * 67764224 + 1026048);
+}
+
+TEST_CASE("vllm lora: Qwen2.5-7B declares no embedding modules", "[quick][predict][vllm-lora]") {
+  // Qwen2ForCausalLM has packed qkv_proj and gate_up_proj and no embedding_modules. Hidden 3,584, MLP 18,944,
+  // 4 key/value heads of 128 (512 outputs), 28 layers, r 16:
+  //   q 16 x 3,584 + 3,584 x 16 = 114,688; k, v 57,344 + 8,192 = 65,536 each; o 114,688;
+  //   gate, up 57,344 + 303,104 = 360,448 each; down 16 x 18,944 + 3,584 x 16 = 360,448
+  //   = 1,441,792 elements, 2,883,584 B a layer; 28 layers 80,740,352 B in 112 LoRA layers.
+  RequestArgs a = test::served_on_h100("qwen2.5-7b");
+  a.enable_lora = true;
+  const Prediction::Generation::Paged::V1 v = test::v1_of(predict(make_request(a)));
+  CHECK(v.lora_slot_bytes == 80740352);
+  CHECK(v.lora_layers == 112);
+}
+
+TEST_CASE("vllm lora: what LoRAConfig refuses and what is not modelled", "[quick][predict][vllm-lora]") {
+  RequestArgs a = test::served_on_h100("llama-3.1-8b");
+  a.enable_lora = true;
+  a.max_lora_rank = 24;
+  CHECK_THROWS_WITH(predict(make_request(a)),
+                    Catch::StartsWith("--max-lora-rank: 24 is not one of vLLM's MaxLoRARanks"));
+  a.max_lora_rank = 16;
+  a.max_loras = 0;
+  CHECK_THROWS_WITH(predict(make_request(a)), Catch::StartsWith("--max-loras: must be 1 or more"));
+  a.max_loras = 2;
+  a.enable_lora = false;
+  CHECK_THROWS_WITH(predict(make_request(a)), Catch::EndsWith("vLLM's LoRA slots, for --enable-lora"));
+  a.enable_lora = true;
+  a.model = "mixtral-8x7b";
+  a.tp = 2;
+  a.world_size = 2;
+  CHECK_THROWS_WITH(predict(make_request(a)), Catch::Contains("FusedMoEWithLoRA"));
+  RequestArgs training;
+  training.model = "llama-3.1-8b";
+  training.gpu = "h100";
+  training.batch = 1;
+  training.seq = 128;
+  training.enable_lora = true;
+  CHECK_THROWS_WITH(predict(make_request(training)),
+                    "--enable-lora: vLLM's LoRA serving, for --kv-cache paged with the V1 engine");
+}
