@@ -20,7 +20,7 @@ std::string gib2(std::int64_t bytes) {
 }
 
 int print_serving_fit(const ServingFitResult& r, bool json) {
-  const char* names[] = {"max-model-len", "max-num-seqs", "gpu-memory-utilization"};
+  const char* names[] = {"max-model-len", "max-num-seqs", "gpu-memory-utilization", "max-loras"};
   const char* what = names[static_cast<int>(r.question)];
   if (json) {
     nlohmann::ordered_json j;
@@ -43,7 +43,7 @@ int print_serving_fit(const ServingFitResult& r, bool json) {
     }
     nlohmann::ordered_json trials = nlohmann::ordered_json::array();
     for (const ServingTrial& t : r.trials) {
-      trials.push_back({{"max_num_seqs", t.value},
+      trials.push_back({{r.question == ServingQuestion::kMaxLoras ? "max_loras" : "max_num_seqs", t.value},
                         {"num_gpu_blocks", t.num_gpu_blocks},
                         {"needed_blocks", t.needed_blocks},
                         {"starts", t.starts},
@@ -88,6 +88,18 @@ int print_serving_fit(const ServingFitResult& r, bool json) {
                    r.max_model_len);
       } else {
         fmt::print("answer           largest max_num_seqs whose requests of {} tokens all fit at once: {}\n",
+                   r.max_model_len, r.answer);
+      }
+      break;
+    case ServingQuestion::kMaxLoras:
+      for (const ServingTrial& t : r.trials) {
+        fmt::print("  max_loras {:>6}   {:>8} blocks, {:>8} for one request   {}\n", t.value,
+                   t.num_gpu_blocks, t.needed_blocks, t.starts ? "starts" : "refused");
+      }
+      if (r.answer == 0) {
+        fmt::print("answer           no max_loras starts with requests of {} tokens\n", r.max_model_len);
+      } else {
+        fmt::print("answer           largest max_loras that starts with requests of {} tokens: {}\n",
                    r.max_model_len, r.answer);
       }
       break;
@@ -295,10 +307,12 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--margin", args.margin, "fraction of the device kept free, e.g. 10% or 0.1")
       ->capture_default_str();
-  cmd->add_option("--vary", args.vary,
-                  "batch|seq, or with --kv-cache paged (vLLM V1): max-model-len|max-num-seqs|"
-                  "gpu-memory-utilization|tp; with --serving-engine sglang: max-model-len|max-num-seqs|"
-                  "mem-fraction-static|tp")
+  cmd->add_option(
+         "--vary", args.vary,
+         "batch|seq, or with --kv-cache paged (vLLM V1): max-model-len|max-num-seqs|"
+         "gpu-memory-utilization|tp (and max-loras with --enable-lora); with --serving-engine sglang: "
+         "max-model-len|max-num-seqs|"
+         "mem-fraction-static|tp")
       ->capture_default_str();
   cmd->add_flag("--json", args.json, "machine-readable output");
   cmd->callback([&run, cmd] {

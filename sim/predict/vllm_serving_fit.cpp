@@ -77,9 +77,51 @@ void largest_max_num_seqs(const PredictRequest& request, ServingFitResult& out) 
   out.answer = good;
 }
 
+// The largest max_loras in 1..max_num_seqs with which the engine starts: the slots grow with it, so the
+// first refusal ends a doubling search and a bisection finds the edge.
+void largest_max_loras(const PredictRequest& request, ServingFitResult& out) {
+  if (!request.vllm.lora.enabled) {
+    throw InputError("--vary max-loras: vLLM's LoRA slots, for --enable-lora");
+  }
+  const auto trial = [&](std::int64_t loras) {
+    PredictRequest r = request;
+    r.vllm.lora.max_loras = loras;
+    const Paged g = size_vllm_v1_cache(r);
+    ServingTrial t;
+    t.value = loras;
+    t.num_gpu_blocks = g.num_gpu_blocks;
+    t.needed_blocks = g.v1->blocks_per_request;
+    t.starts = g.refusal.empty();
+    t.fits = t.starts;
+    out.trials.push_back(t);
+    return t.fits;
+  };
+  const std::int64_t cap = std::max<std::int64_t>(1, out.max_num_seqs);
+  std::int64_t good = 0;
+  std::int64_t bad = cap + 1;
+  for (std::int64_t l = 1;; l = std::min(cap, l * 2)) {
+    if (!trial(l)) {
+      bad = l;
+      break;
+    }
+    good = l;
+    if (l == cap) {
+      break;
+    }
+  }
+  while (good > 0 && bad - good > 1) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    (trial(mid) ? good : bad) = mid;
+  }
+  out.answer = good;
+}
+
 }  // namespace
 
 std::optional<ServingQuestion> parse_serving_question(std::string_view text) {
+  if (text == "max-loras") {
+    return ServingQuestion::kMaxLoras;
+  }
   if (text == "max-model-len") {
     return ServingQuestion::kMaxModelLen;
   }
@@ -107,6 +149,9 @@ ServingFitResult fit_vllm_serving(const PredictRequest& request, ServingQuestion
       break;
     case ServingQuestion::kMaxNumSeqs:
       largest_max_num_seqs(request, out);
+      break;
+    case ServingQuestion::kMaxLoras:
+      largest_max_loras(request, out);
       break;
     case ServingQuestion::kGpuMemoryUtilization: {
       out.outside_budget_bytes = s.context_bytes + s.before_snapshot_bytes;

@@ -17,6 +17,9 @@
 //                           cache, which vLLM fills to the budget) + the CUDA graphs when they are outside
 //                           the budget (--vllm-cudagraph-memory absent: counted as 0, said in the answer); it
 //                           must also start (one max_model_len request fits).
+//   max-loras               with --enable-lora: the largest max_loras (adapter slots, vllm_lora.h) with which
+//                           the engine still starts at this max_model_len, searched as the slots grow
+//                           linearly; at most max_num_seqs (a batch uses at most one adapter a request).
 #pragma once
 
 #include <cstdint>
@@ -28,13 +31,13 @@
 
 namespace vramsim {
 
-enum class ServingQuestion : std::uint8_t { kMaxModelLen, kMaxNumSeqs, kGpuMemoryUtilization };
+enum class ServingQuestion : std::uint8_t { kMaxModelLen, kMaxNumSeqs, kGpuMemoryUtilization, kMaxLoras };
 
-// "max-model-len" | "max-num-seqs" | "gpu-memory-utilization"; nullopt for other --vary values.
+// "max-model-len" | "max-num-seqs" | "gpu-memory-utilization" | "max-loras"; nullopt for other --vary values.
 std::optional<ServingQuestion> parse_serving_question(std::string_view text);
 
 struct ServingTrial {
-  std::int64_t value = 0;  // max_num_seqs tried
+  std::int64_t value = 0;  // max_num_seqs (or max_loras) tried
   std::int64_t num_gpu_blocks = 0;
   std::int64_t needed_blocks = 0;  // value x one request's blocks (cdiv(max_model_len, block_size) per group)
   bool starts = false;             // no refusal at start-up
@@ -52,10 +55,10 @@ struct ServingFitResult {
   std::int64_t available_bytes = 0;  // at the settings asked (max-model-len) or at the answer
   std::int64_t kv_cache_tokens = 0;
   std::string refusal;                    // vLLM's refusal at the settings as given ("" : it starts)
-  std::vector<ServingTrial> trials;       // max-num-seqs
+  std::vector<ServingTrial> trials;       // max-num-seqs, max-loras
   std::int64_t outside_budget_bytes = 0;  // context + before the snapshot (gpu-memory-utilization)
   double margin = 0.0;
-  std::int64_t answer = 0;          // max_model_len or max_num_seqs (0: none)
+  std::int64_t answer = 0;          // max_model_len, max_num_seqs or max_loras (0: none)
   double answer_utilization = 0.0;  // gpu-memory-utilization (0: none)
   double min_utilization = 0.0;     // what one max_model_len request needs
 };

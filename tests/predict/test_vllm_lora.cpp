@@ -8,6 +8,7 @@
 #include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/predict/vllm_serving_fit.h"
 
 using namespace vramsim;
 
@@ -82,4 +83,29 @@ TEST_CASE("vllm lora: what LoRAConfig refuses and what is not modelled", "[quick
   training.enable_lora = true;
   CHECK_THROWS_WITH(predict(make_request(training)),
                     "--enable-lora: vLLM's LoRA serving, for --kv-cache paged with the V1 engine");
+}
+
+TEST_CASE("vllm lora: fit --vary max-loras finds the most adapter slots that still start",
+          "[quick][predict][vllm-lora]") {
+  // Llama-3.1-8B at max_lora_rank 64: one slot is 4 x the defaults' 92,356,608 B = 369,426,432 B (the test
+  // above), and the slots come out of the KV cache's memory one for one. At max_model_len 131,072 one
+  // request needs 131,072 / 16 = 8,192 blocks of the 32 layers' 65,536 B pages: the engine starts while
+  // available - L x 369,426,432 >= 8,192 x 32 x 65,536 = 17,179,869,184 B.
+  RequestArgs a = test::served_on_h100("llama-3.1-8b");
+  a.gpu_memory_utilization = 0.95;
+  a.max_model_len = 131072;
+  const std::int64_t available = test::paged_of(predict(make_request(a))).available_bytes;
+  a.enable_lora = true;
+  a.max_lora_rank = 64;
+  const ServingFitResult r = fit_vllm_serving(make_request(a), ServingQuestion::kMaxLoras, 0.1);
+  const std::int64_t expected = (available - 17179869184) / 369426432;
+  REQUIRE(expected > 1);
+  CHECK(r.answer == expected);
+  a.max_loras = r.answer + 1;
+  CHECK_FALSE(test::paged_of(predict(make_request(a))).refusal.empty());
+  a.enable_lora = false;
+  a.max_loras = 1;
+  a.max_lora_rank = 16;
+  CHECK_THROWS_WITH(fit_vllm_serving(make_request(a), ServingQuestion::kMaxLoras, 0.1),
+                    "--vary max-loras: vLLM's LoRA slots, for --enable-lora");
 }
