@@ -428,6 +428,10 @@ void add_moe_options(CLI::App* cmd, RequestArgs& a) {
          "expert_parallel_degree): the experts split over N of the data-parallel ranks, tokens exchanged "
          "by all-to-all")
       ->capture_default_str();
+  cmd->add_option(
+      "--expert-tensor-parallel", a.etp,
+      "Megatron-Core's --expert-tensor-parallel-size: each expert's fc1 split by columns and fc2 by "
+      "rows over N ranks, the dispatcher gathering their tokens (default: --tp; 1: whole experts)");
   cmd->add_option("--moe-imbalance", a.moe_imbalance,
                   "routing model: the busiest expert's tokens over the mean (1: an even router); the busiest "
                   "expert-parallel rank is simulated")
