@@ -226,12 +226,13 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   // regrouped as expert-tensor x expert-model x expert-data parallel ranks
   if ((tp * dp) % (etp * ep) != 0) {
     throw InputError(fmt::format(
-        "--ep {}: does not apply to {} rank(s) per pipeline stage (--tp {} x {} data-parallel): Megatron's "
+        "{}: does not apply to {} rank(s) per pipeline stage (--tp {} x {} data-parallel): Megatron's "
         "initialize_model_parallel regroups them as expert-tensor x expert-parallel x expert-data-parallel "
         "ranks and raises \"decoder world_size ({}) is not divisible by "
         "expert_tensor_model_pipeline_parallel "
         "size ({})\" (--expert-tensor-parallel {} x --ep {}; --gpus N adds DDP ranks)",
-        ep, tp * dp, tp, dp, tp * dp * o.pipeline.stages, etp * ep * o.pipeline.stages, etp, ep));
+        ep > 1 ? fmt::format("--ep {}", ep) : fmt::format("--expert-tensor-parallel {}", etp), tp * dp, tp,
+        dp, tp * dp * o.pipeline.stages, etp * ep * o.pipeline.stages, etp, ep));
   }
 }
 
