@@ -153,6 +153,53 @@ void validate_routing(const ModelConfig& model, const MoeOptions& o) {
   }
 }
 
+// Megatron's MoE under tensor parallelism: sequence parallelism as Megatron demands it.
+template <typename Refuse>
+void validate_megatron_sequence_parallel(const ModelConfig& model, const TrainingOptions& o,
+                                         const Refuse& refuse) {
+  const int ep = o.moe.expert_parallel, tp = o.tensor_parallel;
+  const auto etp = static_cast<int>(model.moe.expert_tensor_parallel);
+  if (tp > 1 && !o.sequence_parallel) {
+    if (ep > 1) {  // megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__
+      refuse(
+          "with --tp: Megatron raises \"When using expert parallelism and tensor parallelism, sequence "
+          "parallelism must be used\" (add --sequence-parallel)");
+    }
+    if (etp > 1) {  // megatron/core/transformer/moe/moe_layer.py MoELayer.forward, while training
+      refuse(
+          "with --tp: Megatron raises \"During training, performance may degrade if MoE and tensor "
+          "parallelism are enabled without also enabling sequence parallelism.\" (add --sequence-parallel, "
+          "or --expert-tensor-parallel 1)");
+    }
+  }
+  if (etp > 1 && !o.sequence_parallel) {  // the same check: its group is the expert-tensor-parallel one
+    refuse(fmt::format(
+        "--expert-tensor-parallel {}: Megatron's MoELayer.forward refuses expert tensor parallelism without "
+        "sequence parallelism, which needs --tp > 1 (arguments.py turns it off at tensor parallel size 1)",
+        etp));
+  }
+}
+
+// parallel_state.initialize_model_parallel's expert grid.
+void validate_megatron_expert_grid(const ModelConfig& model, const TrainingOptions& o) {
+  const int ep = o.moe.expert_parallel, tp = o.tensor_parallel;
+  const auto etp = static_cast<int>(model.moe.expert_tensor_parallel);
+  const std::string& scheme = o.data_parallel.scheme;
+  const int dp = scheme == "none" ? 1 : o.data_parallel.world_size;
+  // parallel_state.initialize_model_parallel's expert grid: the tp x dp ranks of a pipeline stage are
+  // regrouped as expert-tensor x expert-model x expert-data parallel ranks
+  if ((tp * dp) % (etp * ep) != 0) {
+    throw InputError(fmt::format(
+        "{}: does not apply to {} rank(s) per pipeline stage (--tp {} x {} data-parallel): Megatron's "
+        "initialize_model_parallel regroups them as expert-tensor x expert-parallel x expert-data-parallel "
+        "ranks and raises \"decoder world_size ({}) is not divisible by "
+        "expert_tensor_model_pipeline_parallel "
+        "size ({})\" (--expert-tensor-parallel {} x --ep {}; --gpus N adds DDP ranks)",
+        ep > 1 ? fmt::format("--ep {}", ep) : fmt::format("--expert-tensor-parallel {}", etp), tp * dp, tp,
+        dp, tp * dp * o.pipeline.stages, etp * ep * o.pipeline.stages, etp, ep));
+  }
+}
+
 void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   const MoeOptions& moe = o.moe;
   if (moe.expert_parallel > 1 && moe.impl == MoeImpl::kTransformers) {
@@ -192,27 +239,7 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
         "inference and generation are not modelled (vramsim models Megatron-Core's MoE layer for "
         "training; use --moe-impl transformers)");
   }
-  const int ep = moe.expert_parallel, tp = o.tensor_parallel;
-  const auto etp = static_cast<int>(model.moe.expert_tensor_parallel);
-  if (tp > 1 && !o.sequence_parallel) {
-    if (ep > 1) {  // megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__
-      refuse(
-          "with --tp: Megatron raises \"When using expert parallelism and tensor parallelism, sequence "
-          "parallelism must be used\" (add --sequence-parallel)");
-    }
-    if (etp > 1) {  // megatron/core/transformer/moe/moe_layer.py MoELayer.forward, while training
-      refuse(
-          "with --tp: Megatron raises \"During training, performance may degrade if MoE and tensor "
-          "parallelism are enabled without also enabling sequence parallelism.\" (add --sequence-parallel, "
-          "or --expert-tensor-parallel 1)");
-    }
-  }
-  if (etp > 1 && !o.sequence_parallel) {  // the same check: its group is the expert-tensor-parallel one
-    refuse(fmt::format(
-        "--expert-tensor-parallel {}: Megatron's MoELayer.forward refuses expert tensor parallelism without "
-        "sequence parallelism, which needs --tp > 1 (arguments.py turns it off at tensor parallel size 1)",
-        etp));
-  }
+  validate_megatron_sequence_parallel(model, o, refuse);
   const std::string& scheme = o.data_parallel.scheme;
   if (scheme != "none" && scheme != "ddp") {
     refuse(fmt::format(
@@ -221,19 +248,7 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
         "--moe-impl torchtitan --fsdp2)",
         scheme));
   }
-  const int dp = scheme == "none" ? 1 : o.data_parallel.world_size;
-  // parallel_state.initialize_model_parallel's expert grid: the tp x dp ranks of a pipeline stage are
-  // regrouped as expert-tensor x expert-model x expert-data parallel ranks
-  if ((tp * dp) % (etp * ep) != 0) {
-    throw InputError(fmt::format(
-        "{}: does not apply to {} rank(s) per pipeline stage (--tp {} x {} data-parallel): Megatron's "
-        "initialize_model_parallel regroups them as expert-tensor x expert-parallel x expert-data-parallel "
-        "ranks and raises \"decoder world_size ({}) is not divisible by "
-        "expert_tensor_model_pipeline_parallel "
-        "size ({})\" (--expert-tensor-parallel {} x --ep {}; --gpus N adds DDP ranks)",
-        ep > 1 ? fmt::format("--ep {}", ep) : fmt::format("--expert-tensor-parallel {}", etp), tp * dp, tp,
-        dp, tp * dp * o.pipeline.stages, etp * ep * o.pipeline.stages, etp, ep));
-  }
+  validate_megatron_expert_grid(model, o);
 }
 
 // torchtitan's MoE (torchtitan_moe.cpp) and its expert parallelism over FSDP2: what torchtitan refuses and
