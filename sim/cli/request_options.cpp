@@ -436,12 +436,15 @@ void add_moe_options(CLI::App* cmd, RequestArgs& a) {
       "MoELayer (megatron: AlltoAll token dispatcher, permute/unpermute, grouped GEMM; the default "
       "with --ep over DDP) or as torchtitan's MoE (torchtitan: GroupedExperts, ExpertParallel over "
       "FSDP2; the default with --ep and --fsdp2)");
-  cmd->add_option(
-         "--ep", a.ep,
-         "expert parallelism (Megatron-Core's --expert-model-parallel-size, torchtitan's "
-         "expert_parallel_degree): the experts split over N of the data-parallel ranks, tokens exchanged "
-         "by all-to-all")
+  cmd->add_option("--ep", a.ep,
+                  "expert parallelism (Megatron-Core's --expert-model-parallel-size, torchtitan's "
+                  "expert_parallel_degree): the experts split over N ranks, tokens exchanged by all-to-all "
+                  "(data-parallel ranks; Megatron's may span --tp ranks with --expert-tensor-parallel 1)")
       ->capture_default_str();
+  cmd->add_option(
+      "--expert-tensor-parallel", a.etp,
+      "Megatron-Core's --expert-tensor-parallel-size: each expert's fc1 split by columns and fc2 by "
+      "rows over N ranks, the dispatcher gathering their tokens (default: --tp; 1: whole experts)");
   cmd->add_option("--moe-imbalance", a.moe_imbalance,
                   "routing model: the busiest expert's tokens over the mean (1: an even router); the busiest "
                   "expert-parallel rank is simulated")

@@ -16,17 +16,22 @@
 //       permuted_input = tokens.index_select(0, sorted_indices)             # [A, H]
 //       global_input_tokens = all_to_all(ep_group, permuted_input, ...)     # new_empty [R, H]
 //       global_probs = all_to_all(ep_group, permuted_probs, ...)            # [R]
+//       tp_size > 1 (expert tensor parallelism): gather_from_sequence_parallel_region(tokens and probs,
+//           expt_tp_group, output_split_sizes)                               # [R x etp, H], [R x etp]
 //       sort_chunks_by_idxs (num_local_experts > 1): torch.cat of the splits  # [R, H], [R]
 //   experts: fc1 = grouped GEMM [R, 2 ff] (saves its input); weighted_bias_swiglu_impl(fc1, probs) [R, ff]
 //            (WeightedSwiGLUFunction saves fc1 and probs); fc2 = grouped GEMM [R, H] (saves its input)
-//   token_unpermutation: sort_chunks_by_idxs back [R, H]; all_to_all [A, H];
+//   token_unpermutation: sort_chunks_by_idxs back [R, H]; tp_size > 1: reduce_scatter_to_sequence_parallel_
+//       region(expt_tp_group) [R / etp, H]; all_to_all [A, H];
 //       output = torch.zeros(restore_shape); output.scatter_add_(0, sorted_indices..., permuted_tokens)
 //   output = output + self.shared_experts(hidden_states)     # SharedExpertMLP (deepseek, qwen2_moe)
 //
-// A: the rows this rank sends (tokens x top_k, after drops); R: the rows it receives from the group, the
-// busiest rank's under the routing model (expert_parallel.h busiest_rank_load). Left out: the router's
-// auxiliary load-balancing loss (moe_aux_loss_coeff, default 0) and the dispatcher's small per-expert count
-// tensors; the shared expert is the model's transformers MLP (same linears and activation).
+// A: the rows this rank sends (tokens x top_k, after drops; tokens: its slice of the sequence under
+// sequence parallelism); R: the rows its experts run on, from the expert-parallel and expert-tensor-parallel
+// ranks, the busiest rank's under the routing model (expert_parallel.h busiest_rank_load). Under expert
+// tensor parallelism the experts' fc1 / fc2 are the rank's column / row slices (expert_d_ff / etp). Left out:
+// the router's auxiliary load-balancing loss (moe_aux_loss_coeff, default 0) and the dispatcher's small
+// per-expert count tensors; the shared expert is the model's transformers MLP (same linears and activation).
 #include "sim/models/megatron_moe.h"
 
 #include <fmt/format.h>
@@ -140,6 +145,25 @@ VarId grouped_experts(EmitContext& c, const std::string& n, int layer, VarId tok
   return fc2;
 }
 
+// The shared expert on the layer's input (SharedExpertMLP: Megatron's dense MLP on the tensor-parallel
+// group, sequence-parallel like the others, and moe_shared_expert_gate's sigmoid gate on the rank's tokens).
+VarId shared_expert(EmitContext& c, const std::string& n, int layer, VarId x) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
+  VarId shared = row_parallel_output(c, n + ".shared_experts.down_proj",
+                                     hf_gated_mlp(c, n + ".shared_experts", x, p.shared_expert));
+  if (c.model.moe.shared_expert_gated) {  // moe_shared_expert_gate (qwen2_moe)
+    const VarId gate_logit = ops.linear(n + ".shared_experts.gate", x, p.shared_expert_gate_w);
+    const VarId gate = ops.sigmoid(n + ".shared_experts.gate_sigmoid", gate_logit);
+    t.drop(gate_logit);
+    const VarId gated = ops.mul(n + ".shared_experts.gated", gate, shared);
+    t.drop({gate, shared});
+    shared = gated;
+  }
+  return shared;
+}
+
 }  // namespace
 
 VarId megatron_moe(EmitContext& c, int layer, VarId x) {
@@ -148,7 +172,9 @@ VarId megatron_moe(EmitContext& c, int layer, VarId x) {
   const MoeConfig& moe = c.model.moe;
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const std::string n = layer_name(layer, "mlp");
-  const std::int64_t d = c.model.d_model, tokens = c.options.batch * c.options.seq;
+  // the rank's tokens: its slice of the sequence under sequence parallelism (hidden_states [s/tp, b, h])
+  const Shape in_shape = t.shape(x);
+  const std::int64_t d = c.model.d_model, tokens = in_shape[0] * in_shape[1];
   const ExpertLoad load = busiest_rank_load(tokens, moe, c.options.moe);
   const bool sort_by_local_expert = moe.local_experts() > 1;
 
@@ -156,12 +182,22 @@ VarId megatron_moe(EmitContext& c, int layer, VarId x) {
   const Routed routed = router(c, n, flat, p.router_w, tokens);
   Permuted perm = permute(t, ops, n, flat, routed, tokens, moe.n_experts, load.sent_rows);
   // dispatch: all-to-all over the expert-parallel group (_AllToAll.forward returns its input itself on a
-  // group of one); sort_chunks_by_idxs runs whenever a rank holds more than one expert
+  // group of one), the all-gather over the expert-tensor-parallel group (tp_size > 1), and
+  // sort_chunks_by_idxs whenever a rank holds more than one expert
   VarId tokens_in = perm.input, probs_in = perm.probs;
   if (moe.expert_parallel > 1) {
-    tokens_in = expert_all_to_all(t, n + ".dispatch.all_to_all", perm.input, load.received_rows());
-    probs_in = expert_all_to_all(t, n + ".dispatch.all_to_all_probs", perm.probs, load.received_rows());
+    tokens_in = expert_all_to_all(t, n + ".dispatch.all_to_all", perm.input, load.rows_per_etp_rank);
+    probs_in = expert_all_to_all(t, n + ".dispatch.all_to_all_probs", perm.probs, load.rows_per_etp_rank);
     t.drop({perm.input, perm.probs});
+  }
+  if (moe.expert_tensor_parallel > 1) {
+    const VarId gathered = expert_tensor_all_gather(t, n + ".dispatch.gather_from_sequence_parallel_region",
+                                                    tokens_in, load.received_rows());
+    const VarId gathered_probs = expert_tensor_all_gather(
+        t, n + ".dispatch.gather_from_sequence_parallel_region_probs", probs_in, load.received_rows());
+    t.drop({tokens_in, probs_in});
+    tokens_in = gathered;
+    probs_in = gathered_probs;
   }
   if (sort_by_local_expert) {
     const VarId sorted = sort_chunks(t, n + ".dispatch.sort_chunks_by_idxs", tokens_in);
@@ -177,6 +213,12 @@ VarId megatron_moe(EmitContext& c, int layer, VarId x) {
     t.drop(out);
     out = unsorted;
   }
+  if (moe.expert_tensor_parallel > 1) {  // fc2's partial sums, reduced and scattered back to the ranks
+    const VarId scattered = expert_tensor_reduce_scatter(
+        t, n + ".combine.reduce_scatter_to_sequence_parallel_region", out, load.rows_per_etp_rank);
+    t.drop(out);
+    out = scattered;
+  }
   if (moe.expert_parallel > 1) {
     const VarId back = expert_all_to_all(t, n + ".combine.all_to_all", out, load.sent_rows);
     t.drop(out);
@@ -186,25 +228,18 @@ VarId megatron_moe(EmitContext& c, int layer, VarId x) {
   const VarId zeros = t.constant(n + ".unpermute.zeros", "zeros", {tokens, d}, t.dtype(x));
   BackwardRule rule;
   rule.grads = {GradRule{Kind::kPassThrough}, GradRule{Kind::kNone}, GradRule{Kind::kAlloc}};
-  VarId output =
+  const VarId output =
       t.inplace(n + ".unpermute.scatter_add_", "scatter_add_", zeros, {perm.sorted_indices, out}, rule);
   t.drop({zeros, out});
+  VarId result = t.view(output, in_shape, n + ".reshape");
+  t.drop(output);
   if (moe.shared_expert_d_ff > 0) {  // output = output + self.shared_experts(hidden_states)
-    VarId shared = hf_gated_mlp(c, n + ".shared_experts", flat, p.shared_expert);
-    if (moe.shared_expert_gated) {  // moe_shared_expert_gate (qwen2_moe)
-      const VarId gate_logit = ops.linear(n + ".shared_experts.gate", flat, p.shared_expert_gate_w);
-      const VarId gate = ops.sigmoid(n + ".shared_experts.gate_sigmoid", gate_logit);
-      t.drop(gate_logit);
-      const VarId gated = ops.mul(n + ".shared_experts.gated", gate, shared);
-      t.drop({gate, shared});
-      shared = gated;
-    }
-    const VarId sum = ops.add(n + ".add_shared_experts", output, shared);
-    t.drop({output, shared});
-    output = sum;
+    const VarId shared = shared_expert(c, n, layer, x);
+    const VarId sum = ops.add(n + ".add_shared_experts", result, shared);
+    t.drop({result, shared});
+    result = sum;
   }
-  const VarId result = t.view(output, {c.options.batch, c.options.seq, d}, n + ".reshape");
-  t.drop({output, flat, routed.probs, routed.map, perm.sorted_indices});
+  t.drop({flat, routed.probs, routed.map, perm.sorted_indices});
   return result;
 }
 

@@ -69,6 +69,10 @@ struct MoeConfig {
   // n_experts the router scores (Megatron's num_local_experts).
   std::int64_t expert_parallel = 1;
   std::int64_t local_experts() const { return n_experts / expert_parallel; }
+  // Megatron's expert tensor parallelism (expert_parallel.h, --expert-tensor-parallel): each local expert's
+  // fc1 split by columns and fc2 by rows over this many ranks (expert_d_ff is the rank's share), and the
+  // dispatcher gathering their tokens; 1: whole experts.
+  std::int64_t expert_tensor_parallel = 1;
 
   bool sparse(std::int64_t layer) const;
 };

@@ -1,5 +1,7 @@
 #include "sim/models/moe_tape_ops.h"
 
+#include <algorithm>
+
 namespace vramsim {
 
 using Kind = GradRule::Kind;
@@ -41,6 +43,37 @@ VarId expert_all_to_all(EagerTape& t, const std::string& name, VarId x, std::int
   const VarId received = moe_op(t, name, "all_to_all_single", {x}, out, t.dtype(x), {});
   t.set_category(received, TensorCategory::kCommunication);
   return received;
+}
+
+namespace {
+
+// One collective of x into a new [rows, ...] tensor whose backward makes the gradient of x anew; the
+// larger of the two sides is staged flat while it runs (ProcessGroupNCCL's newLikeFlat), both ways.
+VarId staged_collective(EagerTape& t, const std::string& name, const char* kind, VarId x, std::int64_t rows) {
+  Shape out = t.shape(x);
+  out[0] = rows;
+  const Bytes staged = std::max(tensor_bytes(out, t.dtype(x)), tensor_bytes(t.shape(x), t.dtype(x)));
+  OpCall c;
+  c.name = name;
+  c.kind = kind;
+  c.inputs = {x};
+  c.outputs = {OutputSpec{"", out, t.dtype(x)}};
+  c.scratch_bytes = {staged};
+  c.backward.grads = {GradRule{Kind::kAlloc}};
+  c.backward.temp_bytes = {staged};
+  const VarId y = t.op1(c);
+  t.set_category(y, TensorCategory::kCommunication);
+  return y;
+}
+
+}  // namespace
+
+VarId expert_tensor_all_gather(EagerTape& t, const std::string& name, VarId x, std::int64_t rows) {
+  return staged_collective(t, name, "all_gather", x, rows);
+}
+
+VarId expert_tensor_reduce_scatter(EagerTape& t, const std::string& name, VarId x, std::int64_t rows) {
+  return staged_collective(t, name, "reduce_scatter", x, rows);
 }
 
 }  // namespace vramsim

@@ -78,8 +78,10 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
           "--sequence-parallel: this rank's {} tokens (--seq {} / --cp {}) are not a multiple of --tp {}",
           o.seq / cp, o.seq, cp, o.tensor_parallel));
     }
-    if (m.moe.n_experts > 0) {
-      throw InputError("--sequence-parallel: mixture-of-experts layers are not modelled with it");
+    if (m.moe.n_experts > 0 && o.moe.impl != MoeImpl::kMegatron) {  // megatron_moe.cpp runs on the slice
+      throw InputError(
+          "--sequence-parallel: transformers' and torchtitan's mixture-of-experts layers are not modelled "
+          "with it (vramsim models Megatron-Core's: --moe-impl megatron)");
     }
   }
   if (o.float8.recipe != Float8Recipe::kNone &&

@@ -54,11 +54,36 @@ ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const Mo
   }
   ExpertLoad load;
   load.sent_rows = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
-  const std::int64_t ep = options.expert_parallel;
-  for (std::int64_t e = 0; e < moe.n_experts / ep; ++e) {  // EP rank 0's experts, from each of the ep ranks
-    load.rows_per_local_expert.push_back(rows[static_cast<std::size_t>(e)] * ep);
+  // EP rank 0's experts, from each of the ep ranks, and under expert tensor parallelism from each rank of
+  // its expert-tensor-parallel group too (the dispatcher's all-gather after the all-to-all)
+  const std::int64_t ep = options.expert_parallel, senders = ep * moe.expert_tensor_parallel;
+  load.rows_per_etp_rank = 0;
+  for (std::int64_t e = 0; e < moe.n_experts / ep; ++e) {
+    load.rows_per_local_expert.push_back(rows[static_cast<std::size_t>(e)] * senders);
+    load.rows_per_etp_rank += rows[static_cast<std::size_t>(e)] * ep;
   }
   return load;
+}
+
+ModelConfig expert_tensor_parallel_rank(const ModelConfig& full, const ModelConfig& rank, int etp) {
+  if (etp < 1 || etp > 1024) {
+    throw InputError(fmt::format("--expert-tensor-parallel: {} is not in 1..1024", etp));
+  }
+  ModelConfig m = rank;
+  if (full.moe.n_experts == 0) {
+    return m;
+  }
+  // TEGroupedMLP: linear_fc1 of moe_ffn_hidden_size x 2 (gated) columns and linear_fc2 of
+  // moe_ffn_hidden_size rows, each divide()d by the expert-tensor-parallel size, which asserts it divides
+  if (full.moe.expert_d_ff % etp != 0) {
+    throw InputError(
+        fmt::format("--expert-tensor-parallel {}: does not divide the experts' {} hidden units of {} "
+                    "(Megatron's divide(): \"{} is not divisible by {}\"; the default is --tp)",
+                    etp, full.moe.expert_d_ff, full.name, full.moe.expert_d_ff, etp));
+  }
+  m.moe.expert_d_ff = full.moe.expert_d_ff / etp;
+  m.moe.expert_tensor_parallel = etp;
+  return m;
 }
 
 ModelConfig expert_parallel_rank(const ModelConfig& model, int ep) {
@@ -128,6 +153,53 @@ void validate_routing(const ModelConfig& model, const MoeOptions& o) {
   }
 }
 
+// Megatron's MoE under tensor parallelism: sequence parallelism as Megatron demands it.
+template <typename Refuse>
+void validate_megatron_sequence_parallel(const ModelConfig& model, const TrainingOptions& o,
+                                         const Refuse& refuse) {
+  const int ep = o.moe.expert_parallel, tp = o.tensor_parallel;
+  const auto etp = static_cast<int>(model.moe.expert_tensor_parallel);
+  if (tp > 1 && !o.sequence_parallel) {
+    if (ep > 1) {  // megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__
+      refuse(
+          "with --tp: Megatron raises \"When using expert parallelism and tensor parallelism, sequence "
+          "parallelism must be used\" (add --sequence-parallel)");
+    }
+    if (etp > 1) {  // megatron/core/transformer/moe/moe_layer.py MoELayer.forward, while training
+      refuse(
+          "with --tp: Megatron raises \"During training, performance may degrade if MoE and tensor "
+          "parallelism are enabled without also enabling sequence parallelism.\" (add --sequence-parallel, "
+          "or --expert-tensor-parallel 1)");
+    }
+  }
+  if (etp > 1 && !o.sequence_parallel) {  // the same check: its group is the expert-tensor-parallel one
+    refuse(fmt::format(
+        "--expert-tensor-parallel {}: Megatron's MoELayer.forward refuses expert tensor parallelism without "
+        "sequence parallelism, which needs --tp > 1 (arguments.py turns it off at tensor parallel size 1)",
+        etp));
+  }
+}
+
+// parallel_state.initialize_model_parallel's expert grid.
+void validate_megatron_expert_grid(const ModelConfig& model, const TrainingOptions& o) {
+  const int ep = o.moe.expert_parallel, tp = o.tensor_parallel;
+  const auto etp = static_cast<int>(model.moe.expert_tensor_parallel);
+  const std::string& scheme = o.data_parallel.scheme;
+  const int dp = scheme == "none" ? 1 : o.data_parallel.world_size;
+  // parallel_state.initialize_model_parallel's expert grid: the tp x dp ranks of a pipeline stage are
+  // regrouped as expert-tensor x expert-model x expert-data parallel ranks
+  if ((tp * dp) % (etp * ep) != 0) {
+    throw InputError(fmt::format(
+        "{}: does not apply to {} rank(s) per pipeline stage (--tp {} x {} data-parallel): Megatron's "
+        "initialize_model_parallel regroups them as expert-tensor x expert-parallel x expert-data-parallel "
+        "ranks and raises \"decoder world_size ({}) is not divisible by "
+        "expert_tensor_model_pipeline_parallel "
+        "size ({})\" (--expert-tensor-parallel {} x --ep {}; --gpus N adds DDP ranks)",
+        ep > 1 ? fmt::format("--ep {}", ep) : fmt::format("--expert-tensor-parallel {}", etp), tp * dp, tp,
+        dp, tp * dp * o.pipeline.stages, etp * ep * o.pipeline.stages, etp, ep));
+  }
+}
+
 void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
   const MoeOptions& moe = o.moe;
   if (moe.expert_parallel > 1 && moe.impl == MoeImpl::kTransformers) {
@@ -167,11 +239,7 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
         "inference and generation are not modelled (vramsim models Megatron-Core's MoE layer for "
         "training; use --moe-impl transformers)");
   }
-  if (o.tensor_parallel > 1) {  // megatron/training/arguments.py validate_args
-    refuse(
-        "with --tp: Megatron asserts \"When using MoE and tensor parallelism, sequence parallelism must be "
-        "used.\", and sequence parallelism with MoE layers is not modelled (vramsim)");
-  }
+  validate_megatron_sequence_parallel(model, o, refuse);
   const std::string& scheme = o.data_parallel.scheme;
   if (scheme != "none" && scheme != "ddp") {
     refuse(fmt::format(
@@ -180,15 +248,7 @@ void validate_megatron(const ModelConfig& model, const TrainingOptions& o) {
         "--moe-impl torchtitan --fsdp2)",
         scheme));
   }
-  const int ep = moe.expert_parallel;
-  const int dp = scheme == "none" ? 1 : o.data_parallel.world_size;
-  if (ep > 1 && dp % ep != 0) {  // parallel_state.initialize_model_parallel's expert grid
-    throw InputError(
-        fmt::format("--ep {}: does not apply to {} data-parallel rank(s): the expert-parallel "
-                    "ranks are data-parallel ranks (Megatron's initialize_model_parallel), so --ep "
-                    "must divide their number (--gpus N: DDP)",
-                    ep, dp));
-  }
+  validate_megatron_expert_grid(model, o);
 }
 
 // torchtitan's MoE (torchtitan_moe.cpp) and its expert parallelism over FSDP2: what torchtitan refuses and

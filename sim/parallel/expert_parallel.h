@@ -4,23 +4,27 @@
 // sort_chunks_by_idxs / get_capacity; NVIDIA/Megatron-LM at 0014f13713bf).
 //
 // Partitioning. --ep N is Megatron's expert_model_parallel_size: the N ranks of an expert-parallel group
-// each hold n_experts / N of the experts (num_local_experts), whole, with their gradients and optimizer
-// states; everything else (attention, norms, embeddings, the router, shared experts) is replicated over the
-// group like any data-parallel replica. The expert-parallel ranks are data-parallel ranks
-// (parallel_state.initialize_model_parallel: world = tp x pp x dp and the expert grid
-// etp x ep x expert-dp x pp divides it), so N must divide the data-parallel size; the experts' own
-// data-parallel size is dp / N. Under tensor parallelism experts split like the dense MLP (Megatron's
-// default expert_tensor_parallel_size = tensor_model_parallel_size), which Megatron allows only with
-// sequence parallelism (transformer_config.py: "When using expert parallelism and tensor parallelism,
-// sequence parallelism must be used").
+// each hold n_experts / N of the experts (num_local_experts), with their gradients and optimizer states;
+// everything else (attention, norms, embeddings, the router, shared experts) is laid out as in a dense
+// model (replicated, or split by tensor parallelism). --expert-tensor-parallel E is Megatron's
+// expert_tensor_parallel_size (arguments.py: unset, it is tensor_model_parallel_size): each local expert's
+// fc1 split by columns and fc2 by rows over E ranks (TEGroupedMLP), the dispatcher all-gathering the E
+// ranks' tokens after the all-to-all and reduce-scattering the experts' partial outputs before the one back
+// (token_dispatcher.py MoEAlltoAllTokenDispatcher). parallel_state.initialize_model_parallel regroups the
+// tp x dp ranks of a pipeline stage as E x N x expert-data-parallel ranks, so E x N must divide tp x dp; the
+// experts' gradients are all-reduced over the expert-data-parallel group (its size changes the group, not
+// DDP's bytes). Megatron needs sequence parallelism with tensor parallelism when N > 1
+// (model_parallel_config.py) or E > 1 (MoELayer.forward, while training); under it the router runs on the
+// rank's slice of the sequence, b x s / tp tokens.
 //
 // The routing model. A rank routes tokens x top_k assignments. With --moe-imbalance F the busiest expert
 // receives ceil(F x assignments / n_experts) of them (never more than `tokens`: top-k picks distinct
 // experts), the other experts share the rest evenly (the remainder to the lowest indices). Every rank of
 // the group routes alike, so the rank holding the busiest expert (EP rank 0 here, expert 0 hot) receives
-// N x the rows its local experts get from one rank: the largest all-to-all output and grouped-GEMM
-// activations of the group. F = 1 is the even router. With Megatron's capacity factor C each expert keeps
-// at most get_capacity = ceil(assignments / n_experts x C) of a rank's rows (drop), or exactly that many
+// N x the rows its local experts get from one rank (N x E after the expert-tensor gather): the largest
+// all-to-all output and grouped-GEMM activations of the group. F = 1 is the even router. With Megatron's
+// capacity factor C each expert keeps at most get_capacity = ceil(assignments / n_experts x C) of a rank's
+// rows (drop), or exactly that many
 // (--moe-pad-to-capacity: drop and pad).
 #pragma once
 
@@ -45,9 +49,16 @@ std::int64_t expert_capacity(std::int64_t tokens, std::int64_t top_k, std::int64
 struct ExpertLoad {
   std::int64_t sent_rows = 0;  // num_out_tokens: the rows it permutes and sends (after drops)
   std::vector<std::int64_t> rows_per_local_expert;  // what each of its local experts gets from all ranks
-  std::int64_t received_rows() const;               // the all-to-all output's rows
+  std::int64_t rows_per_etp_rank = 0;  // the all-to-all output's rows (what one expert-tensor rank receives)
+  std::int64_t received_rows() const;  // what its experts run on: the expert-tensor group's gather's rows
 };
 ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const MoeOptions& options);
+
+// Megatron's expert tensor parallelism on the rank's model `rank` (tensor_parallel_rank of `full`): each
+// expert's hidden units full.moe.expert_d_ff / etp (MoeConfig::expert_tensor_parallel). Throws
+// InputError("--expert-tensor-parallel ...") when etp does not divide them. A model without experts is
+// returned as it is.
+ModelConfig expert_tensor_parallel_rank(const ModelConfig& full, const ModelConfig& rank, int etp);
 
 // The rank's model: n_experts / ep experts per MoE layer (MoeConfig::expert_parallel). Throws
 // InputError("--ep: ...") when ep does not divide the experts.

@@ -107,7 +107,13 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   const DataParallelOptions data_parallel = request_args::parse_data_parallel(a);
   r.tensor_parallel = a.tp;
   r.vllm.vocab_size = r.model.vocab_size;  // vLLM pads it its own way (vllm_vocab_rows_per_rank)
-  r.model = tensor_parallel_rank(r.model, a.tp);
+  const ModelConfig full = r.model;
+  r.model = tensor_parallel_rank(full, a.tp);
+  if (request_args::chosen_moe_impl(a, data_parallel) == MoeImpl::kMegatron) {
+    // Megatron splits the experts over their own group (arguments.py: --expert-tensor-parallel-size
+    // unset is --tensor-model-parallel-size)
+    r.model = expert_tensor_parallel_rank(full, r.model, a.etp.value_or(a.tp));
+  }
   r.model = expert_parallel_rank(r.model, a.ep);
   const GpuSpec* spec = apply_device_args(a, r);
   TrainingOptions& o = r.options;

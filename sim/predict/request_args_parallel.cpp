@@ -234,6 +234,18 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a) {
   return d;
 }
 
+MoeImpl chosen_moe_impl(const RequestArgs& a, const DataParallelOptions& data_parallel) {
+  if (!a.moe_impl.empty()) {
+    return parse_moe_impl(a.moe_impl);
+  }
+  // --ep alone picks the library that runs expert parallelism with the data parallelism asked for:
+  // torchtitan's MoE over FSDP2, Megatron-Core's over DDP
+  if (a.ep > 1) {
+    return data_parallel.scheme.starts_with("fsdp2-") ? MoeImpl::kTorchtitan : MoeImpl::kMegatron;
+  }
+  return MoeImpl::kTransformers;
+}
+
 void apply_parallel_args(const RequestArgs& a, const DataParallelOptions& data_parallel, PredictRequest& r) {
   TrainingOptions& o = r.options;
   o.data_parallel = data_parallel;
@@ -284,12 +296,12 @@ void apply_parallel_args(const RequestArgs& a, const DataParallelOptions& data_p
   o.float8.fsdp_float8_all_gather = a.float8_all_gather;
   o.float8.amax_history_len = a.fp8_amax_history_len;
   o.float8.te_weight_cache = a.fp8_weight_cache;
-  // --ep alone picks the library that runs expert parallelism with the data parallelism asked for:
-  // torchtitan's MoE over FSDP2, Megatron-Core's over DDP
-  const MoeImpl ep_impl =
-      o.data_parallel.scheme.starts_with("fsdp2-") ? MoeImpl::kTorchtitan : MoeImpl::kMegatron;
-  o.moe.impl =
-      a.moe_impl.empty() ? (a.ep > 1 ? ep_impl : MoeImpl::kTransformers) : parse_moe_impl(a.moe_impl);
+  o.moe.impl = chosen_moe_impl(a, data_parallel);
+  if (a.etp && o.moe.impl != MoeImpl::kMegatron) {  // make_request applied it to the model's experts
+    throw InputError(
+        "--expert-tensor-parallel: Megatron-Core's --expert-tensor-parallel-size; it applies to its MoE "
+        "layer (--moe-impl megatron, or --ep over DDP)");
+  }
   o.moe.expert_parallel = a.ep;
   o.moe.imbalance = a.moe_imbalance;
   o.moe.capacity_factor = a.moe_capacity_factor;

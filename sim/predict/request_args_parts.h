@@ -22,6 +22,9 @@ DataParallelOptions parse_data_parallel(const RequestArgs& a);
 // The parallel layout's step options: FSDP's wrapping, master weights, activation offload, tensor and
 // sequence parallelism, float8, mixture-of-experts, context parallelism.
 void apply_parallel_args(const RequestArgs& a, const DataParallelOptions& data_parallel, PredictRequest& r);
+// The MoE layers' library: --moe-impl, else --ep alone picks torchtitan's over FSDP2 and Megatron-Core's
+// otherwise (transformers' without --ep).
+MoeImpl chosen_moe_impl(const RequestArgs& a, const DataParallelOptions& data_parallel);
 // The pipeline's stages and schedule (vLLM's pipeline is sized by its start-up instead).
 void apply_pipeline_args(const RequestArgs& a, const DataParallelOptions& data_parallel, PredictRequest& r);
 

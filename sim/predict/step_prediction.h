@@ -546,6 +546,8 @@ struct RequestArgs {
   // --moe-capacity-factor / --moe-pad-to-capacity.
   std::string moe_impl;
   int ep = 1;
+  // --expert-tensor-parallel: Megatron's --expert-tensor-parallel-size (unset: --tp, as arguments.py sets it)
+  std::optional<int> etp;
   double moe_imbalance = 1.0;
   double moe_capacity_factor = 0.0;
   bool moe_pad_to_capacity = false;

@@ -29,6 +29,22 @@ TEST_CASE("moe flags: bad values are one line and exit 2", "[quick][cli]") {
       {"--loss torchtitan",
        "--loss: unknown value 'torchtitan' (known: ce, chunked-ce, torchtitan-chunked-ce)"},
       {"--fsdp2-last-layer KEEP", "--fsdp2-last-layer: unknown value 'KEEP' (known: reshard, keep)"},
+      {"--moe-impl megatron --tp 2 --sequence-parallel --expert-tensor-parallel 0",
+       "--expert-tensor-parallel: 0 is not in 1..1024"},
+      {"--moe-impl megatron --tp 2 --sequence-parallel --expert-tensor-parallel 3",
+       "--expert-tensor-parallel 3: does not divide the experts' 14336 hidden units"},
+      {"--tp 2 --expert-tensor-parallel 2", "--expert-tensor-parallel: Megatron-Core's"},
+      {"--moe-impl megatron --tp 2", "--moe-impl megatron: with --tp: Megatron raises \"During training"},
+      {"--gpus 4 --tp 2 --ep 2",
+       "--ep 2 (Megatron-Core's MoE layer): with --tp: Megatron raises \"When using "
+       "expert parallelism and tensor parallelism, sequence parallelism must be used\""},
+      {"--tp 2 --sequence-parallel --ep 2",
+       "--ep 2: does not apply to 2 rank(s) per pipeline stage (--tp 2 x 1 data-parallel)"},
+      {"--tp 2 --sequence-parallel",
+       "--sequence-parallel: transformers' and torchtitan's mixture-of-experts"},
+      {"--moe-impl megatron --tp 4 --sequence-parallel --expert-tensor-parallel 8",
+       "--expert-tensor-parallel 8: does not apply to 4 rank(s) per pipeline stage (--tp 4 x 1 "
+       "data-parallel)"},
   };
   for (const auto& [flags, message] : cases) {
     INFO(flags);

@@ -126,8 +126,10 @@ TEST_CASE("Megatron MoE: what Megatron and vramsim refuse", "[quick][graph]") {
   }
   SECTION("--ep must divide the data-parallel ranks (initialize_model_parallel)") {
     o.data_parallel.world_size = 2;
-    CHECK_THROWS_WITH(build_training_steps(expert_parallel_rank(m, 4), o),
-                      Contains("does not apply to 2 data-parallel rank(s)"));
+    CHECK_THROWS_WITH(
+        build_training_steps(expert_parallel_rank(m, 4), o),
+        Contains("decoder world_size (2) is not divisible by expert_tensor_model_pipeline_parallel "
+                 "size (4)"));
   }
   SECTION("transformers' block has no expert parallelism") {
     o.moe.impl = MoeImpl::kTransformers;

@@ -363,4 +363,22 @@ TEST_CASE("composition matrix: the mixture-of-experts techniques on a Mixtral", 
     REQUIRE(o.predicted);
     check_invariants(picked, o.prediction);
   }
+  // Megatron's EP with TP + SP (issue 42): the pair on 2 GPUs is Megatron's own refusal (expert tensor
+  // parallelism defaults to --tp, and ETP 2 x EP 2 does not divide 2 ranks); on 4 GPUs (DDP over 2) it is
+  // predicted, and on 2 with whole experts (--expert-tensor-parallel 1) the EP ranks are the TP ranks.
+  const Technique whole_experts{"ep-etp1", "moe", "Megatron's EP with expert_tensor_parallel_size 1",
+                                "--ep 2 --expert-tensor-parallel 1"};
+  const Outcome pair = run({by_name["ep"], by_name["tp"]}, "tiny-mixtral.config.json");
+  INFO(pair.refusal);
+  CHECK_THAT(pair.refusal,
+             Catch::Matchers::Contains("is not divisible by expert_tensor_model_pipeline_parallel"));
+  for (const auto& [picked, gpus] : std::vector<std::pair<std::vector<const Technique*>, int>>{
+           {{by_name["ep"], by_name["tp"], by_name["ddp"]}, 4},
+           {{by_name["ep"], by_name["tp"], by_name["ddp"], by_name["checkpoint-full"]}, 4},
+           {{&whole_experts, by_name["tp"]}, 0}}) {
+    const Outcome o = run(picked, "tiny-mixtral.config.json", gpus);
+    INFO(label(picked) + (o.predicted ? "" : " -> " + o.refusal));
+    REQUIRE(o.predicted);
+    check_invariants(picked, o.prediction);
+  }
 }
