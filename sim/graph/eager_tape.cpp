@@ -73,7 +73,9 @@ std::string joined(const std::string& a, std::string_view b) {
 // dW = Xᵀ·dY), so 2x; FlashAttention's backward recomputes the scores and does four GEMMs to the forward's
 // two, 2.5x in the FlashAttention-2 paper's accounting; elementwise and reduction backwards do about the
 // forward's arithmetic. Only the time axis uses these (roofline estimates), never memory.
-double backward_flops(const std::string& kind, double forward_flops) {
+// `kind` as a string_view: its comparisons check the length first and are inlined, where std::string's
+// operator==(const char*) called compare() (issue 40: five calls per backward node).
+double backward_flops(std::string_view kind, double forward_flops) {
   if (kind == "mm" || kind == "addmm" || kind == "bmm" || kind == "_scaled_mm") {
     return 2.0 * forward_flops;
   }
@@ -760,7 +762,7 @@ void EagerTape::execute_node(std::size_t index) {
     execute_function(node, std::vector<VarId>(grads_out.begin(), grads_out.end()), std::move(unpacked));
     return;
   }
-  begin_op(joined(node_name(node), ".backward"), node.kind + "_backward",
+  begin_op(joined(node_name(node), ".backward"), joined(node.kind, "_backward"),
            backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
@@ -816,7 +818,8 @@ void EagerTape::execute_node(std::size_t index) {
       g = new_grad(in, joined(var_name(in), ".grad"));
     }
     // The backward of a view op is a view of the incoming gradient.
-    m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
+    m_vars[g].view =
+        rule.view || (rule.kind == GradRule::Kind::kPassThrough && std::string_view(node.kind) == "view");
     if (rule.kind == GradRule::Kind::kPassThrough || rule.layout == GradRule::Layout::kLikeGrad) {
       m_vars[g].order = *m_vars[g].shape == *p.shape ? p.order : MemoryOrder::kContiguous;
     } else if (rule.layout == GradRule::Layout::kLastDimOutermost) {
