@@ -24,11 +24,6 @@ std::uint32_t Simulator::take_slot() {
   return static_cast<std::uint32_t>(m_events.size() - 1);
 }
 
-EventId Simulator::schedule(TimeNs delay_ns, EventCallback callback) {
-  SIM_ASSERT(delay_ns >= 0);
-  return schedule_at(m_now_ns + delay_ns, std::move(callback));
-}
-
 EventId Simulator::schedule_at(TimeNs time_ns, EventCallback callback) {
   SIM_ASSERT(time_ns >= m_now_ns);
   SIM_ASSERT(callback != nullptr);
@@ -70,7 +65,11 @@ void Simulator::process_one_event() {
   SIM_ASSERT(ev.key == entry.key);
   EventCallback callback = std::move(ev.callback);
   const bool cancelled = ev.cancelled;
-  ev = Event{};
+  // The slot as Event{} leaves it, field by field: assigning a temporary Event moved an empty std::function
+  // in and destroyed another (issue 40: the engine runs one event per op start, end and host resume).
+  ev.key = EventKey{0, kNoSeq};
+  ev.callback = nullptr;
+  ev.cancelled = false;
   m_free_slots.push_back(entry.slot);
   if (cancelled) {
     --m_cancelled_queued;
