@@ -393,7 +393,7 @@ void EagerTape::save(Node& node, TensorId s) {
   }
 }
 
-int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
+int EagerTape::add_node(Node&& node, const std::vector<VarId>& outputs) {
   node.outputs.assign(outputs.begin(), outputs.end());
   for (VarId in : node.inputs) {  // an edge to the parameter's AccumulateGrad
     if (m_vars[in].is_parameter && m_vars[in].requires_grad) {

@@ -482,7 +482,8 @@ class EagerTape {
   // node's tensors freed; this node's are kept (`unpacked`).
   void after_torchtune_unpack(std::vector<TensorId> unpacked);
   void release_offload_stashes();  // the end of backward (wait_and_del_remaining_references)
-  int add_node(Node node, const std::vector<VarId>& outputs);
+  // Takes `node` by rvalue: one move into m_nodes (a Node is large: its lists in place, its rule, hooks).
+  int add_node(Node&& node, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void count_parameter_uses(VarId root, std::size_t begin, std::size_t end);
   TensorId finish_backward(std::size_t begin, std::size_t end, VarId leaf);
