@@ -30,7 +30,7 @@ EventId Simulator::schedule_at(TimeNs time_ns, EventCallback callback) {
   const std::uint32_t slot = take_slot();
   Event& ev = m_events[slot];
   ev.key = EventKey{time_ns, m_next_seq++};
-  ev.callback = std::move(callback);
+  ev.callback.swap(callback);  // the free slot's is empty: a swap, not a move-assignment and a destruction
   ev.cancelled = false;
   m_queue->push(QueueEntry{ev.key, slot});
   ++m_scheduled;
@@ -63,12 +63,12 @@ void Simulator::process_one_event() {
   m_last_key = entry.key;
   Event& ev = m_events[entry.slot];
   SIM_ASSERT(ev.key == entry.key);
-  EventCallback callback = std::move(ev.callback);
+  EventCallback callback;
+  callback.swap(ev.callback);  // leaves the slot's empty
   const bool cancelled = ev.cancelled;
   // The slot as Event{} leaves it, field by field: assigning a temporary Event moved an empty std::function
   // in and destroyed another (issue 40: the engine runs one event per op start, end and host resume).
   ev.key = EventKey{0, kNoSeq};
-  ev.callback = nullptr;
   ev.cancelled = false;
   m_free_slots.push_back(entry.slot);
   if (cancelled) {
