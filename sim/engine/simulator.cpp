@@ -24,18 +24,13 @@ std::uint32_t Simulator::take_slot() {
   return static_cast<std::uint32_t>(m_events.size() - 1);
 }
 
-EventId Simulator::schedule(TimeNs delay_ns, EventCallback callback) {
-  SIM_ASSERT(delay_ns >= 0);
-  return schedule_at(m_now_ns + delay_ns, std::move(callback));
-}
-
 EventId Simulator::schedule_at(TimeNs time_ns, EventCallback callback) {
   SIM_ASSERT(time_ns >= m_now_ns);
   SIM_ASSERT(callback != nullptr);
   const std::uint32_t slot = take_slot();
   Event& ev = m_events[slot];
   ev.key = EventKey{time_ns, m_next_seq++};
-  ev.callback = std::move(callback);
+  ev.callback.swap(callback);  // the free slot's is empty: a swap, not a move-assignment and a destruction
   ev.cancelled = false;
   m_queue->push(QueueEntry{ev.key, slot});
   ++m_scheduled;
@@ -68,9 +63,13 @@ void Simulator::process_one_event() {
   m_last_key = entry.key;
   Event& ev = m_events[entry.slot];
   SIM_ASSERT(ev.key == entry.key);
-  EventCallback callback = std::move(ev.callback);
+  EventCallback callback;
+  callback.swap(ev.callback);  // leaves the slot's empty
   const bool cancelled = ev.cancelled;
-  ev = Event{};
+  // The slot as Event{} leaves it, field by field: assigning a temporary Event moved an empty std::function
+  // in and destroyed another (issue 40: the engine runs one event per op start, end and host resume).
+  ev.key = EventKey{0, kNoSeq};
+  ev.cancelled = false;
   m_free_slots.push_back(entry.slot);
   if (cancelled) {
     --m_cancelled_queued;

@@ -73,7 +73,9 @@ std::string joined(const std::string& a, std::string_view b) {
 // dW = Xᵀ·dY), so 2x; FlashAttention's backward recomputes the scores and does four GEMMs to the forward's
 // two, 2.5x in the FlashAttention-2 paper's accounting; elementwise and reduction backwards do about the
 // forward's arithmetic. Only the time axis uses these (roofline estimates), never memory.
-double backward_flops(const std::string& kind, double forward_flops) {
+// `kind` as a string_view: its comparisons check the length first and are inlined, where std::string's
+// operator==(const char*) called compare() (issue 40: five calls per backward node).
+double backward_flops(std::string_view kind, double forward_flops) {
   if (kind == "mm" || kind == "addmm" || kind == "bmm" || kind == "_scaled_mm") {
     return 2.0 * forward_flops;
   }
@@ -391,8 +393,8 @@ void EagerTape::save(Node& node, TensorId s) {
   }
 }
 
-int EagerTape::add_node(Node node, const std::vector<VarId>& outputs) {
-  node.outputs = outputs;
+int EagerTape::add_node(Node&& node, const std::vector<VarId>& outputs) {
+  node.outputs.assign(outputs.begin(), outputs.end());
   for (VarId in : node.inputs) {  // an edge to the parameter's AccumulateGrad
     if (m_vars[in].is_parameter && m_vars[in].requires_grad) {
       ++m_pending_parameter_uses[in];
@@ -426,7 +428,8 @@ std::vector<VarId> EagerTape::op(const OpCall& c) {
   return outs;
 }
 
-std::vector<VarId> EagerTape::parameters_read(const std::vector<VarId>& inputs) const {
+template <typename Ids>
+std::vector<VarId> EagerTape::parameters_read(const Ids& inputs) const {
   std::vector<VarId> params;
   if (!m_before_parameter_use) {
     return params;
@@ -520,7 +523,7 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
   node.kind = c.kind;
   node.layer = m_layer;
   node.flops = c.flops;
-  node.inputs = c.inputs;
+  node.inputs.assign(c.inputs.begin(), c.inputs.end());
   node.rule = c.backward;
   for (int i : c.saved.inputs) {
     save(node, m_vars[c.inputs.at(static_cast<std::size_t>(i))].storage);
@@ -658,7 +661,7 @@ void EagerTape::release_parameter_uses(std::size_t index) {
     return;
   }
   m_nodes[index].counts_parameter_uses = false;
-  const std::vector<VarId> inputs = m_nodes[index].inputs;  // copies: the hooks may add nodes
+  const NodeIds inputs = m_nodes[index].inputs;  // copies: the hooks may add nodes
   for (VarId in : inputs) {
     const auto pending = m_pending_parameter_uses.find(in);
     if (pending == m_pending_parameter_uses.end() || --pending->second > 0) {
@@ -759,7 +762,7 @@ void EagerTape::execute_node(std::size_t index) {
     execute_function(node, std::vector<VarId>(grads_out.begin(), grads_out.end()), std::move(unpacked));
     return;
   }
-  begin_op(joined(node_name(node), ".backward"), node.kind + "_backward",
+  begin_op(joined(node_name(node), ".backward"), joined(node.kind, "_backward"),
            backward_flops(node.kind, node.flops));
   m_graph.op(m_current_op).layer = node.layer;
   if (node.checkpoint_body) {
@@ -815,7 +818,8 @@ void EagerTape::execute_node(std::size_t index) {
       g = new_grad(in, joined(var_name(in), ".grad"));
     }
     // The backward of a view op is a view of the incoming gradient.
-    m_vars[g].view = rule.view || (rule.kind == GradRule::Kind::kPassThrough && node.kind == "view");
+    m_vars[g].view =
+        rule.view || (rule.kind == GradRule::Kind::kPassThrough && std::string_view(node.kind) == "view");
     if (rule.kind == GradRule::Kind::kPassThrough || rule.layout == GradRule::Layout::kLikeGrad) {
       m_vars[g].order = *m_vars[g].shape == *p.shape ? p.order : MemoryOrder::kContiguous;
     } else if (rule.layout == GradRule::Layout::kLastDimOutermost) {
@@ -893,7 +897,7 @@ void EagerTape::execute_node(std::size_t index) {
 // copy before the replay: save_on_cpu's unpack allocates it here; torchtune's (`unpacked`, in the node's pack
 // order) was made on its side stream or is the forward stash's own tensor.
 void EagerTape::execute_checkpoint(std::size_t index, VarId grad_out, std::vector<TensorId> unpacked) {
-  const std::vector<VarId> inputs = m_nodes[index].inputs;
+  const std::vector<VarId> inputs(m_nodes[index].inputs.begin(), m_nodes[index].inputs.end());
   const CheckpointBody body = m_nodes[index].checkpoint_body;
   const std::string name = node_name(m_nodes[index]);
   const bool torchtune_unpack = m_nodes[index].offload == ActivationOffload::kTorchtuneStreams;
@@ -1151,7 +1155,7 @@ void EagerTape::count_parameter_uses(VarId root, std::size_t begin, std::size_t 
   for (std::size_t i = 0; i < m_nodes.size(); ++i) {
     Node& n = m_nodes[i];
     n.counts_parameter_uses = i >= begin && i < end && !n.done;
-    for (VarId in : n.counts_parameter_uses ? n.inputs : std::vector<VarId>{}) {
+    for (VarId in : n.counts_parameter_uses ? n.inputs : NodeIds{}) {
       if (m_vars[in].is_parameter && m_vars[in].requires_grad) {
         ++m_pending_parameter_uses[in];
       }
@@ -1262,7 +1266,7 @@ VarId EagerTape::checkpoint(const std::string& name, const std::vector<VarId>& i
   node.sac = sac;
   node.sac_cache = std::move(cache);
   node.layer = m_layer;
-  node.inputs = inputs;
+  node.inputs.assign(inputs.begin(), inputs.end());
   node.checkpoint_body = body;
   node.recompute = m_checkpoint_recompute;
   const ActivationOffload hooks = m_offload;

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "sim/graph/op_graph.h"
 #include "sim/torch/cuda_reduce.h"
 #include "sim/torch/cuda_sort.h"
@@ -408,15 +410,19 @@ class EagerTape {
     std::string name;
     bool name_is_storage = false;
   };
+  // A node's inputs, outputs and saved storages: most nodes have at most four of each.
+  using NodeIds = boost::container::small_vector<std::uint32_t, 4>;
   struct Node {
     std::string name;      // unless name_op is set
     OpId name_op = kNoOp;  // the op whose name is this node's (the op that recorded it)
     std::string kind;
     int layer = -1;
     double flops = 0.0;  // of the forward op; the backward op's FLOPs derive from it (backward_flops)
-    std::vector<VarId> inputs;
-    std::vector<VarId> outputs;
-    std::vector<TensorId> saved;
+    // Kept in the node, not on the heap, up to their inline sizes (issue 40: three allocations per node, and
+    // a stamped layer appends a few hundred nodes).
+    NodeIds inputs;
+    NodeIds outputs;
+    NodeIds saved;                 // storages (TensorId)
     std::vector<TensorId> packed;  // saved to the host by save_on_cpu: the device tensor is not kept
     ActivationOffload offload = ActivationOffload::kNone;  // how `packed` was packed
     BackwardRule rule;
@@ -476,7 +482,8 @@ class EagerTape {
   // node's tensors freed; this node's are kept (`unpacked`).
   void after_torchtune_unpack(std::vector<TensorId> unpacked);
   void release_offload_stashes();  // the end of backward (wait_and_del_remaining_references)
-  int add_node(Node node, const std::vector<VarId>& outputs);
+  // Takes `node` by rvalue: one move into m_nodes (a Node is large: its lists in place, its rule, hooks).
+  int add_node(Node&& node, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void count_parameter_uses(VarId root, std::size_t begin, std::size_t end);
   TensorId finish_backward(std::size_t begin, std::size_t end, VarId leaf);
@@ -489,7 +496,8 @@ class EagerTape {
   // The replay of an op the selective policy saved: its outputs are the cached tensors; nothing runs.
   std::vector<VarId> take_cached_outputs(const OpCall& call);
   // The parameters `inputs` read (empty when no parameter-use hooks are set).
-  std::vector<VarId> parameters_read(const std::vector<VarId>& inputs) const;
+  template <typename Ids>
+  std::vector<VarId> parameters_read(const Ids& inputs) const;
   std::vector<VarId> run_op(const OpCall& call, bool sac_saved);
   void execute_node(std::size_t index);
   // The autograd node of an op whose outputs are `outs`, when grad mode is on and an input requires grad.

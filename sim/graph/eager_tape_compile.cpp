@@ -55,7 +55,7 @@ void EagerTape::function_node(const std::string& name, const std::vector<VarId>&
   node.name = name;
   node.kind = "CompiledFunction";
   node.layer = m_layer;
-  node.inputs = inputs;
+  node.inputs.assign(inputs.begin(), inputs.end());
   for (TensorId s : saved) {
     if (m_offload != ActivationOffload::kNone && offload_pack(node, s)) {
       // The forward's list of saved outputs goes when the Function returns: the device tensor lives on only
@@ -105,7 +105,7 @@ void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out
   }
   const auto index = static_cast<std::size_t>(&node - m_nodes.data());
   const FunctionBackward backward = node.function_backward;
-  const std::vector<VarId> inputs = node.inputs;
+  const std::vector<VarId> inputs(node.inputs.begin(), node.inputs.end());
   const std::string name = node_name(node);
   node.saved.clear();
   node.function_slots.clear();

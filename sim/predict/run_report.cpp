@@ -1,6 +1,8 @@
 #include "sim/predict/run_report.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -123,6 +125,61 @@ std::vector<int> steps_of(std::size_t events, const std::vector<RunMarker>& mark
   return out;
 }
 
+// The five largest of the tensors live at the peak, larger first and equal sizes by name, as partial_sort
+// over all of them in allocation order orders them. A tensor is named (name_of builds a string) only when the
+// sort compares it with one of the same size: naming all of them, about 1,700 at the quick start's peak, to
+// keep five cost a twentieth of a prediction outside the allocator model (issue 40).
+class LargestLive {
+ public:
+  LargestLive(const Workload& w, const TensorNamer& name_of) : m_w(w), m_name_of(name_of) {}
+  void add(std::size_t at, TensorCategory c) {
+    m_slots.push_back(Slot{at, c, std::nullopt});
+    m_order.push_back(Key{m_w.requests.ops()[at].size_bytes, m_slots.size() - 1});
+  }
+  std::vector<LiveTensor> take() {
+    const std::size_t n_top = std::min<std::size_t>(5, m_order.size());
+    std::partial_sort(m_order.begin(), m_order.begin() + static_cast<std::ptrdiff_t>(n_top), m_order.end(),
+                      [this](const Key& a, const Key& b) {
+                        return a.size_bytes != b.size_bytes ? a.size_bytes > b.size_bytes
+                                                            : named(a.slot).name < named(b.slot).name;
+                      });
+    std::vector<LiveTensor> top;
+    top.reserve(n_top);
+    for (std::size_t k = 0; k < n_top; ++k) {
+      top.push_back(std::move(named(m_order[k].slot)));
+    }
+    return top;
+  }
+
+ private:
+  struct Slot {
+    std::size_t at = 0;  // the tensor's allocation request
+    TensorCategory category = TensorCategory::kTemporary;
+    std::optional<LiveTensor> tensor;  // once named
+  };
+  struct Key {
+    Bytes size_bytes = 0;
+    std::size_t slot = 0;
+  };
+  LiveTensor& named(std::size_t slot) {
+    Slot& s = m_slots[slot];
+    if (!s.tensor) {
+      const RequestLabel& label = m_w.labels[s.at];
+      const Bytes size = m_w.requests.ops()[s.at].size_bytes;
+      LiveTensor t =
+          m_name_of ? m_name_of(s.at) : LiveTensor{m_w.tag(label.op_tag), s.category, label.layer, size};
+      t.category = s.category;
+      t.size_bytes = size;
+      s.tensor = std::move(t);
+    }
+    return *s.tensor;
+  }
+  const Workload& m_w;
+  const TensorNamer& m_name_of;
+  std::vector<Slot> m_slots;
+  std::vector<Key> m_order;
+};
+
 // One walk over the requests: the requested bytes after each, the number of allocations, and at the peak
 // request the bill (requested bytes per category, rounding = the model's allocated - requested) and the five
 // largest live tensors.
@@ -134,7 +191,7 @@ std::vector<std::int64_t> walk_requests(Prediction& p, const Workload& w,
   std::vector<std::size_t> live(w.requests.alloc_count(), kDead);
   std::vector<std::int64_t> requested(ops.size(), 0);
   std::int64_t req = 0;
-  std::vector<LiveTensor> top;
+  LargestLive largest(w, name_of);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const RequestOp& op = ops[i];
     if (op.kind == RequestOp::Kind::kAlloc) {
@@ -153,14 +210,9 @@ std::vector<std::int64_t> walk_requests(Prediction& p, const Workload& w,
       if (at == kDead) {
         continue;
       }
-      const RequestLabel& label = w.labels[at];
-      const Bytes size = ops[at].size_bytes;
-      const TensorCategory c = category_of(w.tag(label.category_tag));
-      add_to_bill(p.bill, c, static_cast<std::int64_t>(size));
-      LiveTensor t = name_of ? name_of(at) : LiveTensor{w.tag(label.op_tag), c, label.layer, size};
-      t.category = c;
-      t.size_bytes = size;
-      top.push_back(std::move(t));
+      const TensorCategory c = category_of(w.tag(w.labels[at].category_tag));
+      add_to_bill(p.bill, c, static_cast<std::int64_t>(ops[at].size_bytes));
+      largest.add(at, c);
     }
     const RequestLabel& label = w.labels[i];
     p.bill.allocator_rounding = alloc[i] - req;
@@ -168,13 +220,7 @@ std::vector<std::int64_t> walk_requests(Prediction& p, const Workload& w,
     p.peak_op = w.tag(label.op_tag);
     p.peak_layer = label.layer;
   }
-  const std::size_t n_top = std::min<std::size_t>(5, top.size());
-  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n_top), top.end(),
-                    [](const LiveTensor& a, const LiveTensor& b) {
-                      return a.size_bytes != b.size_bytes ? a.size_bytes > b.size_bytes : a.name < b.name;
-                    });
-  top.resize(n_top);
-  p.top_tensors = std::move(top);
+  p.top_tensors = largest.take();
   return requested;
 }
 
