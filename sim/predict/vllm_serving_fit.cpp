@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "sim/core/error.h"
 #include "sim/predict/serving_tp_sweep.h"
@@ -40,6 +41,28 @@ void copy_settings(const Paged& g, ServingFitResult& out) {
   out.min_utilization = g.v1->min_gpu_memory_utilization;
 }
 
+// The largest value in 1..cap for which `trial` passes, for a trial that passes up to an edge and fails
+// beyond it: a doubling search up to the first failure, then a bisection (0: none passes).
+std::int64_t largest_passing(std::int64_t cap, const std::function<bool(std::int64_t)>& trial) {
+  std::int64_t good = 0;
+  std::int64_t bad = cap + 1;
+  for (std::int64_t v = 1;; v = std::min(cap, v * 2)) {
+    if (!trial(v)) {
+      bad = v;
+      break;
+    }
+    good = v;
+    if (v == cap) {
+      break;
+    }
+  }
+  while (good > 0 && bad - good > 1) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    (trial(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
 // The largest max_num_seqs in 1..max_num_batched_tokens whose requests of max_model_len tokens all hold their
 // blocks at once: fewer blocks and more blocks needed as it grows, so the first failure ends a doubling
 // search and a bisection finds the edge.
@@ -58,23 +81,7 @@ void largest_max_num_seqs(const PredictRequest& request, ServingFitResult& out) 
     return t.fits;
   };
   const std::int64_t cap = out.max_num_batched_tokens;
-  std::int64_t good = 0;
-  std::int64_t bad = cap + 1;
-  for (std::int64_t s = 1;; s = std::min(cap, s * 2)) {
-    if (!trial(s)) {
-      bad = s;
-      break;
-    }
-    good = s;
-    if (s == cap) {
-      break;
-    }
-  }
-  while (good > 0 && bad - good > 1) {
-    const std::int64_t mid = good + (bad - good) / 2;
-    (trial(mid) ? good : bad) = mid;
-  }
-  out.answer = good;
+  out.answer = largest_passing(cap, trial);
 }
 
 // The largest max_loras in 1..max_num_seqs with which the engine starts: the slots grow with it, so the
@@ -97,23 +104,7 @@ void largest_max_loras(const PredictRequest& request, ServingFitResult& out) {
     return t.fits;
   };
   const std::int64_t cap = std::max<std::int64_t>(1, out.max_num_seqs);
-  std::int64_t good = 0;
-  std::int64_t bad = cap + 1;
-  for (std::int64_t l = 1;; l = std::min(cap, l * 2)) {
-    if (!trial(l)) {
-      bad = l;
-      break;
-    }
-    good = l;
-    if (l == cap) {
-      break;
-    }
-  }
-  while (good > 0 && bad - good > 1) {
-    const std::int64_t mid = good + (bad - good) / 2;
-    (trial(mid) ? good : bad) = mid;
-  }
-  out.answer = good;
+  out.answer = largest_passing(cap, trial);
 }
 
 }  // namespace

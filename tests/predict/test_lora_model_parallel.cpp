@@ -29,6 +29,17 @@ RequestArgs lora_on_tp(int tp, const std::string& targets) {
   return a;
 }
 
+// TinyLlama's LoRA step (PEFT's q_proj and v_proj, r 16) on 2 pipeline stages, two steps.
+RequestArgs tinyllama_on_two_stages() {
+  RequestArgs a = lora_on_tp(1, "");
+  a.model = "tinyllama-1.1b";
+  a.seq = 256;
+  a.steps = 2;
+  a.pp = 2;
+  a.world_size = 2;
+  return a;
+}
+
 }  // namespace
 
 TEST_CASE("LoRA under tensor parallelism: PEFT's LoraParallelLinear adapters on the rank's slice",
@@ -64,12 +75,7 @@ TEST_CASE("LoRA on pipeline stages: each stage adapts the linears of its own lay
   // + 256 x 16 = 36,864, 102,400 a layer. The report is stage 1's (its peak reserved is the higher); its
   // 11 layers' adapters are stepped with two fp32 moments (fp32 adapters, no master copy): 11 x 102,400 x 8
   // B.
-  RequestArgs a = lora_on_tp(1, "");
-  a.model = "tinyllama-1.1b";
-  a.seq = 256;
-  a.steps = 2;
-  a.pp = 2;
-  a.world_size = 2;
+  RequestArgs a = tinyllama_on_two_stages();
   CHECK(predict(make_request(a)).bill.optimizer_states == 11 * 102400 * 8);
   // and at TP 2 too: q 16 x 2,048 + 1,024 x 16 = 49,152, v 16 x 2,048 + 128 x 16 = 34,816 a layer
   a.tp = 2;
@@ -83,12 +89,7 @@ TEST_CASE("PEFT's other linear tuners on pipeline stages: each stage adapts its 
   // stages of 11 layers; stage 0 (layers 0-10 and the frozen embedding) is the one reported. Every
   // adapter is fp32 (autocast_adapter_dtype) and stepped by AdamW with two fp32 moments, 8 B a trainable
   // parameter in the second step's bill; a layer's count from each tuner's update_layer:
-  RequestArgs a = lora_on_tp(1, "");
-  a.model = "tinyllama-1.1b";
-  a.seq = 256;
-  a.steps = 2;
-  a.pp = 2;
-  a.world_size = 2;
+  RequestArgs a = tinyllama_on_two_stages();
   a.pp_stage = 0;
   a.lora_rank = 8;
   const auto stage_states = [](RequestArgs r) { return predict(make_request(r)).bill.optimizer_states; };
