@@ -5,6 +5,8 @@
 // logits_processor.py) for each slice: max_loras x (r x input + output x r) in the model's bf16.
 #include <catch2/catch.hpp>
 
+#include <vector>
+
 #include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/predict/step_prediction.h"
@@ -108,4 +110,33 @@ TEST_CASE("vllm lora: fit --vary max-loras finds the most adapter slots that sti
   a.max_lora_rank = 16;
   CHECK_THROWS_WITH(fit_vllm_serving(make_request(a), ServingQuestion::kMaxLoras, 0.1),
                     "--vary max-loras: vLLM's LoRA slots, for --enable-lora");
+}
+
+TEST_CASE("vllm lora: pipeline stages wrap their own layers, the first the embedding, the last lm_head",
+          "[quick][predict][vllm-lora]") {
+  // Llama-3.2-1B (16 layers, hidden 2,048, MLP 8,192, 8 key/value heads of 64: 512 outputs, tied embeddings)
+  // at PP 2, r 16. A layer: q and o 16 x 2,048 + 2,048 x 16 = 65,536 each; k, v 32,768 + 512 x 16 = 40,960
+  // each; gate, up 32,768 + 8,192 x 16 = 163,840 each; down 16 x 8,192 + 2,048 x 16 = 163,840: 704,512
+  // elements, 1,409,024 B; 8 layers a stage 11,272,192 B. embed_tokens (128,256 + 2,048) x 16 x 2 B =
+  // 4,169,728 B on the first stage; the last holds the tied lm_head, the same VocabParallelEmbedding, which
+  // _create_lora_modules wraps again under "lm_head" (4,169,728 B), and the logits processor's slots
+  // (16 x 2,048 + 128,256 x 16) x 2 B = 4,169,728 B.
+  RequestArgs a = test::served_on_h100("llama-3.2-1b");
+  a.pp = 2;
+  a.world_size = 2;
+  const auto stage_weights = [](const RequestArgs& r) {
+    std::vector<std::int64_t> w;
+    const Prediction p = predict(make_request(r));  // the stages live in it
+    for (const auto& s : test::v1_of(p).stages) {
+      w.push_back(s.weights_bytes);
+    }
+    return w;
+  };
+  const std::vector<std::int64_t> without = stage_weights(a);
+  a.enable_lora = true;
+  const std::vector<std::int64_t> with = stage_weights(a);
+  REQUIRE(with.size() == 2);
+  REQUIRE(without.size() == 2);
+  CHECK(with[0] - without[0] == 11272192 + 4169728);
+  CHECK(with[1] - without[1] == 11272192 + 2 * 4169728);
 }
