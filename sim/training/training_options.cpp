@@ -175,10 +175,6 @@ namespace {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // torchao float8 and context parallelism: what the libraries refuse, and what vramsim does not model.
 void validate_float8_and_context_parallel(const TrainingOptions& o) {
   const bool training = !o.inference && !o.forward_only && o.generate_tokens == 0;
