@@ -38,12 +38,15 @@ LoraSlice slice_of(std::string_view name) {
 }
 
 // The model classes whose LoRA modules were read: LlamaForCausalLM (embedding_modules embed_tokens and
-// lm_head; MistralForCausalLM inherits them), Qwen2ForCausalLM and Qwen3ForCausalLM (none).
+// lm_head; MistralForCausalLM inherits them), Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and
+// Gemma2ForCausalLM (none: "Gemma does not apply LoRA to the embedding layer"; its logits use embed_tokens,
+// no lm_head module).
 bool has_embedding_modules(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral";
 }
 bool lora_modelled(const std::string& model_type) {
-  return has_embedding_modules(model_type) || model_type == "qwen2" || model_type == "qwen3";
+  return has_embedding_modules(model_type) || model_type == "qwen2" || model_type == "qwen3" ||
+         model_type == "gemma" || model_type == "gemma2";
 }
 
 constexpr std::string_view kWhat = "--enable-lora";
@@ -92,7 +95,7 @@ VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, in
     throw InputError(
         fmt::format("--enable-lora: vLLM's LoRA layers for model_type '{}' are not modelled (vramsim models "
                     "llama, mistral, "
-                    "qwen2 and qwen3)",
+                    "qwen2, qwen3, gemma and gemma2)",
                     m.model_type));
   }
   const std::int64_t r = o.max_lora_rank;

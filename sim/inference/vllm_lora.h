@@ -28,7 +28,8 @@
 // slice takes r x (in + out) elements of that shape.
 //
 // The embedding modules are the model class's: LlamaForCausalLM (and MistralForCausalLM, its subclass)
-// declares embed_tokens and lm_head; Qwen2ForCausalLM and Qwen3ForCausalLM declare none. Other model types
+// declares embed_tokens and lm_head; Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and
+// Gemma2ForCausalLM declare none. Other model types
 // are refused (their classes were not read here), as are mixture-of-experts layers (FusedMoEWithLoRA) and
 // multi-head latent attention.
 //

@@ -60,6 +60,21 @@ TEST_CASE("vllm lora: Qwen2.5-7B declares no embedding modules", "[quick][predic
   CHECK(v.lora_layers == 112);
 }
 
+TEST_CASE("vllm lora: Gemma-2-9B's decoder layers only", "[quick][predict][vllm-lora]") {
+  // Gemma2ForCausalLM: packed qkv_proj and gate_up_proj, no embedding modules ("Gemma does not apply LoRA to
+  // the embedding layer"). Hidden 3,584, MLP 14,336, 16 query heads and 8 key/value heads of 256 (4,096 and
+  // 2,048 outputs), 42 layers, r 16:
+  //   q 16 x 3,584 + 4,096 x 16 = 122,880; k, v 57,344 + 2,048 x 16 = 90,112 each; o 16 x 4,096 + 3,584 x 16
+  //   = 122,880; gate, up 57,344 + 14,336 x 16 = 286,720 each; down 16 x 14,336 + 3,584 x 16 = 286,720
+  //   = 1,286,144 elements, 2,572,288 B a layer; 42 layers 108,036,096 B in 168 LoRA layers.
+  RequestArgs a = test::served_on_h100("gemma-2-9b");
+  a.max_model_len = 8192;
+  a.enable_lora = true;
+  const Prediction::Generation::Paged::V1 v = test::v1_of(predict(make_request(a)));
+  CHECK(v.lora_slot_bytes == 108036096);
+  CHECK(v.lora_layers == 168);
+}
+
 TEST_CASE("vllm lora: what LoRAConfig refuses and what is not modelled", "[quick][predict][vllm-lora]") {
   RequestArgs a = test::served_on_h100("llama-3.1-8b");
   a.enable_lora = true;
