@@ -47,15 +47,25 @@ TEST_CASE("vllm lora: the adapter slots of Llama-3.1-8B at TP 1 and 2, by hand",
   CHECK(test::v1_of(predict(make_request(a))).lora_slot_bytes == 905969664 + 2 * 67764224 + 1026048);
 }
 
+namespace {
+
+// vLLM V1's start-up of `model` served with --enable-lora at vLLM's defaults (max_model_len 0: the model's).
+Prediction::Generation::Paged::V1 lora_start_up(const char* model, std::int64_t max_model_len) {
+  RequestArgs a = test::served_on_h100(model);
+  a.max_model_len = max_model_len;
+  a.enable_lora = true;
+  return test::v1_of(predict(make_request(a)));
+}
+
+}  // namespace
+
 TEST_CASE("vllm lora: Qwen2.5-7B declares no embedding modules", "[quick][predict][vllm-lora]") {
   // Qwen2ForCausalLM has packed qkv_proj and gate_up_proj and no embedding_modules. Hidden 3,584, MLP 18,944,
   // 4 key/value heads of 128 (512 outputs), 28 layers, r 16:
   //   q 16 x 3,584 + 3,584 x 16 = 114,688; k, v 57,344 + 8,192 = 65,536 each; o 114,688;
   //   gate, up 57,344 + 303,104 = 360,448 each; down 16 x 18,944 + 3,584 x 16 = 360,448
   //   = 1,441,792 elements, 2,883,584 B a layer; 28 layers 80,740,352 B in 112 LoRA layers.
-  RequestArgs a = test::served_on_h100("qwen2.5-7b");
-  a.enable_lora = true;
-  const Prediction::Generation::Paged::V1 v = test::v1_of(predict(make_request(a)));
+  const Prediction::Generation::Paged::V1 v = lora_start_up("qwen2.5-7b", 0);
   CHECK(v.lora_slot_bytes == 80740352);
   CHECK(v.lora_layers == 112);
 }
@@ -67,10 +77,7 @@ TEST_CASE("vllm lora: Gemma-2-9B's decoder layers only", "[quick][predict][vllm-
   //   q 16 x 3,584 + 4,096 x 16 = 122,880; k, v 57,344 + 2,048 x 16 = 90,112 each; o 16 x 4,096 + 3,584 x 16
   //   = 122,880; gate, up 57,344 + 14,336 x 16 = 286,720 each; down 16 x 14,336 + 3,584 x 16 = 286,720
   //   = 1,286,144 elements, 2,572,288 B a layer; 42 layers 108,036,096 B in 168 LoRA layers.
-  RequestArgs a = test::served_on_h100("gemma-2-9b");
-  a.max_model_len = 8192;
-  a.enable_lora = true;
-  const Prediction::Generation::Paged::V1 v = test::v1_of(predict(make_request(a)));
+  const Prediction::Generation::Paged::V1 v = lora_start_up("gemma-2-9b", 8192);
   CHECK(v.lora_slot_bytes == 108036096);
   CHECK(v.lora_layers == 168);
 }
