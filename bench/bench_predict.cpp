@@ -13,7 +13,7 @@
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/model_config.h"
 #include "sim/models/transformer_builder.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/predict/step_timeline.h"
 #include "sim/replay/trace_replay.h"

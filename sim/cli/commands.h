@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sim/cli/command_result.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "sim/predict/step_prediction.h"
 
 namespace vramsim::cli {

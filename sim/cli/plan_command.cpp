@@ -1,4 +1,4 @@
-// `vramsim plan`: the configuration to run a model with on some GPUs (sim/predict/plan.h).
+// `vramsim plan`: the configuration to run a model with on some GPUs (sim/plan/plan.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +18,7 @@
 #include "sim/core/error.h"
 #include "sim/core/input_file.h"
 #include "sim/core/size_format.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "traces/json_input.h"
 
 namespace vramsim::cli {
@@ -175,7 +175,7 @@ int run_plan(PlanArgs& args) {
     std::tie(r.shard, r.shards) = parse_shard(args.shard);
   }
   // every configuration is printed only in a CSV file or a shard's part: otherwise the plan keeps what the
-  // report prints (Note [Streaming the grid], sim/predict/plan_stream.h)
+  // report prints (Note [Streaming the grid], sim/plan/plan_stream.h)
   r.keep_grid = !args.csv.empty() || r.shards > 1;
   // A progress bar on a terminal only (never in a pipe or a file), redrawn at most every 100 ms and at the
   // end.

@@ -1,6 +1,6 @@
 #include "sim/models/model_config.h"
 
-#include "sim/models/hf_hub_cache.h"
+#include "sim/hub/hf_hub_cache.h"
 
 #include <algorithm>
 

@@ -30,9 +30,9 @@
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/gemma_rms_norm.h"
 #include "sim/models/layer_code.h"
-#include "sim/models/megatron_moe.h"
+#include "sim/moe/megatron_moe.h"
 #include "sim/models/torchtitan_chunked_loss.h"
-#include "sim/models/torchtitan_moe.h"
+#include "sim/moe/torchtitan_moe.h"
 #include "sim/parallel/loss_parallel.h"
 
 namespace vramsim {

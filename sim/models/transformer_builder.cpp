@@ -22,7 +22,7 @@
 #include "sim/models/checkpoint_impl.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/expert_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"

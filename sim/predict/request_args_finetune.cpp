@@ -7,7 +7,7 @@
 #include "sim/finetune/peft_lora.h"
 #include "sim/finetune/peft_method.h"
 #include "sim/finetune/peft_trainable_tokens.h"
-#include "sim/models/checkpoint_quantization.h"
+#include "sim/hub/checkpoint_quantization.h"
 #include "sim/predict/request_args_parts.h"
 
 namespace vramsim::request_args {

@@ -5,7 +5,7 @@
 #include "sim/core/error.h"
 #include "sim/engine/gpu_table.h"
 #include "sim/models/layer_code.h"
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 #include "sim/predict/request_args_parts.h"
 
 namespace vramsim::request_args {

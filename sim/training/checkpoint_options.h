@@ -38,7 +38,7 @@ struct CheckpointOptions {
   // huggingface/transformers#43203 (opened January 2026; from #28538, January 2024, until then it passed
   // use_reentrant=True).
   CheckpointImpl impl = CheckpointImpl::kNonReentrant;
-  // --checkpoint-impl named explicitly: the vision towers (sim/models/vision_tower.cpp, qwen2_vl_vision.cpp)
+  // --checkpoint-impl named explicitly: the vision towers (sim/vision/vision_tower.cpp, qwen2_vl_vision.cpp)
   // follow it; otherwise they keep the reentrant checkpoint of the transformers 4.x releases their
   // measurements ran.
   bool impl_explicit = false;

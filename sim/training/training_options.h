@@ -4,7 +4,7 @@
 // InputError("<option>: unknown value 'x' (known: ...)").
 // Each technique's own settings live in its room, beside the technique (sim/parallel/*_options.h,
 // sim/finetune/peft_options.h and bnb_options.h, sim/training/float8_options.h,
-// sim/compile/compile_options.h, sim/models/moe_options.h and vision_inputs.h); TrainingOptions holds one of
+// sim/compile/compile_options.h, sim/moe/moe_options.h and vision_inputs.h); TrainingOptions holds one of
 // each. A new technique adds its own header there, not fields here.
 #pragma once
 
@@ -17,8 +17,8 @@
 #include "sim/core/types.h"
 #include "sim/finetune/bnb_options.h"
 #include "sim/finetune/peft_options.h"
-#include "sim/models/moe_options.h"
-#include "sim/models/vision_inputs.h"
+#include "sim/moe/moe_options.h"
+#include "sim/vision/vision_inputs.h"
 #include "sim/parallel/context_parallel_options.h"
 #include "sim/parallel/data_parallel_options.h"
 #include "sim/parallel/pipeline_options.h"

@@ -4,7 +4,7 @@
 // parameters are counted by hand below (per layer: attention, norms, MLP or MoE; then embeddings, final norm,
 // lm_head; tied embeddings once) and compared exactly, with the model card's published total where there is
 // one; and the quantization blocks these checkpoints ship are read into their storage format, counted by
-// hand from the quantized modules' buffer shapes (sim/models/checkpoint_quantization.h names the sources).
+// hand from the quantized modules' buffer shapes (sim/hub/checkpoint_quantization.h names the sources).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/core/error.h"
-#include "sim/models/checkpoint_quantization.h"
+#include "sim/hub/checkpoint_quantization.h"
 #include "sim/models/model_config.h"
 #include "test_paths.h"
 

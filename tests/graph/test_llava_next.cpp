@@ -13,10 +13,10 @@
 #include "graph/graph_test_util.h"
 #include "graph/vision_test_util.h"
 #include "sim/core/error.h"
-#include "sim/models/llava_next_anyres.h"
+#include "sim/vision/llava_next_anyres.h"
 #include "sim/models/model_config.h"
 #include "sim/models/transformer_builder.h"
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 
 using namespace vramsim;
 

@@ -1,5 +1,5 @@
 // Megatron-Core's MoE layer, expert parallelism and the routing model (sim/parallel/expert_parallel.h,
-// sim/models/megatron_moe.cpp): every expected value is worked by hand below from Megatron-LM's code
+// sim/moe/megatron_moe.cpp): every expected value is worked by hand below from Megatron-LM's code
 // (megatron/core/transformer/moe/ at 0014f13713bf: moe_utils.py get_capacity / permute / unpermute,
 // token_dispatcher.py MoEAlltoAllTokenDispatcher, experts.py TEGroupedMLP) and the routing model's
 // definition (busiest expert = ceil(F x tokens x top_k / experts), the rest even).

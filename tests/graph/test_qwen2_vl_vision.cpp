@@ -16,9 +16,9 @@
 #include "graph/vision_test_util.h"
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
-#include "sim/models/qwen2_vl_vision.h"
+#include "sim/vision/qwen2_vl_vision.h"
 #include "sim/models/transformer_builder.h"
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 #include "test_paths.h"
 
 using namespace vramsim;

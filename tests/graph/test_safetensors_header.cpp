@@ -1,4 +1,4 @@
-// The safetensors header reader (sim/models/safetensors_header.h) on files whose bytes the tests write by
+// The safetensors header reader (sim/hub/safetensors_header.h) on files whose bytes the tests write by
 // hand: the safetensors crate's own test vectors (safetensors/src/tensor.rs, test_serialization and
 // test_empty), and one bad input per rule the crate enforces (SafeTensors::read_metadata,
 // Metadata::validate), each with the byte offset worked out by hand.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "sim/core/error.h"
-#include "sim/models/safetensors_header.h"
+#include "sim/hub/safetensors_header.h"
 #include "test_rng.h"
 
 using namespace vramsim;

@@ -20,7 +20,7 @@
 #include "sim/engine/roofline.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "sim/predict/step_prediction.h"
 #include "sim/predict/step_timeline.h"
 

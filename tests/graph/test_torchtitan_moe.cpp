@@ -1,4 +1,4 @@
-// torchtitan's MoE layer and its expert parallelism over FSDP2 (sim/models/torchtitan_moe.cpp,
+// torchtitan's MoE layer and its expert parallelism over FSDP2 (sim/moe/torchtitan_moe.cpp,
 // sim/parallel/fsdp2.cpp's expert parameters): every expected value is worked by hand below from
 // torchtitan's code at pytorch/torchtitan 1e8f9acd1 (torchtitan/models/moe/moe.py MoE.forward,
 // TokenChoiceTopKRouter.forward, _run_experts_grouped_mm; torchtitan/models/moe/utils.py _permute /
@@ -14,7 +14,7 @@
 #include "graph/moe_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/models/torchtitan_moe.h"
+#include "sim/moe/torchtitan_moe.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/expert_parallel.h"
 

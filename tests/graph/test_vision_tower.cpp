@@ -17,7 +17,7 @@
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
 #include "sim/models/transformer_builder.h"
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 #include "test_paths.h"
 
 using namespace vramsim;

@@ -12,7 +12,7 @@
 
 #include "graph/graph_test_util.h"
 #include "sim/models/model_config.h"
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 #include "test_paths.h"
 
 namespace vramsim::test {

@@ -1,4 +1,4 @@
-// `vramsim plan` (sim/predict/plan.h): the grid it searches, counted by hand; the pruning rules (micro-batch,
+// `vramsim plan` (sim/plan/plan.h): the grid it searches, counted by hand; the pruning rules (micro-batch,
 // model states worked by hand from parameter counts, parallel layouts); the decision path's order; FSDP2 and
 // tensor/pipeline layouts whose commands predict accepts; determinism over threads; refused configurations;
 // bad input; shards merged byte for byte.
@@ -16,7 +16,7 @@
 
 #include "run_cli.h"
 #include "sim/core/error.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "sim/predict/step_prediction.h"
 #include "test_paths.h"
 

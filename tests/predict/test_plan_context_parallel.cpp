@@ -1,4 +1,4 @@
-// plan --allow cp inside pipeline layouts (sim/predict/plan_grid.cpp layouts(), Note [Parallel layouts] in
+// plan --allow cp inside pipeline layouts (sim/plan/plan_grid.cpp layouts(), Note [Parallel layouts] in
 // plan.h): the pp x cp and tp x pp x cp layouts, the grid they add and their commands, counted by hand.
 #include <catch2/catch.hpp>
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/predict/plan.h"
-#include "sim/predict/plan_grid.h"
+#include "sim/plan/plan.h"
+#include "sim/plan/plan_grid.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

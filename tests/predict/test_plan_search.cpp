@@ -1,4 +1,4 @@
-// The bounded search of `vramsim plan` (Note [Bounds on speed], sim/predict/plan_search.cpp) against
+// The bounded search of `vramsim plan` (Note [Bounds on speed], sim/plan/plan_search.cpp) against
 // --exhaustive, which predicts every configuration of the same grid: the same best configuration with the
 // same figures, every configuration both predicted with the same figures, and every configuration the bounded
 // search skipped skipped for a reason the exhaustive predictions confirm (the memory rules: it does not fit;
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 
 using namespace vramsim;
 

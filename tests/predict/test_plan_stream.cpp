@@ -1,5 +1,5 @@
 // A plan that does not keep its grid (PlanRequest::keep_grid false, `vramsim plan` without --csv or --shard)
-// gathers the report's figures one entry at a time (Note [Streaming the grid], sim/predict/plan_stream.h).
+// gathers the report's figures one entry at a time (Note [Streaming the grid], sim/plan/plan_stream.h).
 // The reference is finish_plan() over the complete grid, the computation the report used before: the same
 // counts, best, ties and Pareto front, on random grids fed in a random order (many equal speeds and sizes, so
 // the first-in-grid-order rules are exercised), on real plans, and as the bytes the CLI prints.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "run_cli.h"
-#include "sim/predict/plan.h"
-#include "sim/predict/plan_stream.h"
+#include "sim/plan/plan.h"
+#include "sim/plan/plan_stream.h"
 #include "test_rng.h"
 
 using namespace vramsim;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "run_cli.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "sim/predict/time_model_error.h"
 
 using namespace vramsim;

@@ -1,4 +1,4 @@
-// SGLang's KV pool at start-up (sim/inference/sglang_memory_pool.h, sim/predict/sglang_sizing.h): each
+// SGLang's KV pool at start-up (sim/inference/sglang_memory_pool.h, sim/serving/sglang_sizing.h): each
 // expected value is worked by hand below from SGLang 0.4.x's python/sglang/srt/model_executor/
 // model_runner.py (profile_max_num_token, init_memory_pool) and server_args.py (ServerArgs.__post_init__),
 // and SGLang 0.5.3+'s server_args.py (ServerArgs._handle_gpu_memory_settings, sgl-project/sglang PR #10975).

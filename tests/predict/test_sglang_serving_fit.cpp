@@ -1,11 +1,11 @@
-// `fit` for SGLang serving (sim/predict/sglang_serving_fit.h): each expected value is worked by hand below
+// `fit` for SGLang serving (sim/serving/sglang_serving_fit.h): each expected value is worked by hand below
 // from SGLang's model_runner.py (profile_max_num_token, init_memory_pool), tp_worker.py (max_req_len) and the
 // pool of test_sglang_memory_pool.cpp: Llama-3.1-8B on an H100 at TP 1, total_gpu_memory 84,485,537,792 B,
 // weights 16,094,076,928 B, available after loading 68,391,460,864 B, 131,072 B a token.
 #include <catch2/catch.hpp>
 
 #include "sim/core/error.h"
-#include "sim/predict/sglang_serving_fit.h"
+#include "sim/serving/sglang_serving_fit.h"
 #include "sim/predict/step_prediction.h"
 
 #include "predict/serving_request.h"

@@ -10,7 +10,7 @@
 #include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/predict/step_prediction.h"
-#include "sim/predict/vllm_serving_fit.h"
+#include "sim/serving/vllm_serving_fit.h"
 
 using namespace vramsim;
 

@@ -1,5 +1,5 @@
 // vLLM V1's multimodal profile run (sim/inference/vllm_multimodal_budget.h, the vision part of
-// sim/predict/vllm_v1_sizing.cpp): every expected value is worked by hand below from vLLM's source
+// sim/serving/vllm_v1_sizing.cpp): every expected value is worked by hand below from vLLM's source
 // (vllm/multimodal/encoder_budget.py MultiModalBudget, vllm/v1/core/encoder_cache_manager.py
 // compute_mm_encoder_budget, vllm/v1/worker/gpu_model_runner.py profile_run at 000fc94b, the model files
 // gemma3_mm.py, llava.py, qwen2_vl.py, siglip.py, clip.py). The public start-up logs these reproduce are

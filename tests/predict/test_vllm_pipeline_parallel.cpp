@@ -1,5 +1,5 @@
 // vLLM's pipeline parallelism and engine replicas in serving (sim/inference/vllm_pipeline_stages.h,
-// sim/predict/vllm_v1_sizing.cpp, sim/predict/non_torch_memory.h): every expected value is worked by hand
+// sim/serving/vllm_v1_sizing.cpp, sim/serving/non_torch_memory.h): every expected value is worked by hand
 // below from vLLM's source (file and function named at each check). Public start-up logs at PP 2, 3 and 4
 // are compared in docs/serving.md with their errors, not asserted here.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include "sim/core/error.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
-#include "sim/predict/non_torch_memory.h"
+#include "sim/serving/non_torch_memory.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

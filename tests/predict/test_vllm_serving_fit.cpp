@@ -1,4 +1,4 @@
-// fit's vLLM serving questions (sim/predict/vllm_serving_fit.h) and 0.21's CUDA-graph estimate in the KV
+// fit's vLLM serving questions (sim/serving/vllm_serving_fit.h) and 0.21's CUDA-graph estimate in the KV
 // budget: each expected value is worked by hand below from vLLM's source (file and function at each check);
 // 85,045,477,376 B is an H100 80GB's cudaMemGetInfo total (sim/engine/gpu_table.cpp).
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include "sim/core/error.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/step_prediction.h"
-#include "sim/predict/vllm_serving_fit.h"
+#include "sim/serving/vllm_serving_fit.h"
 
 using namespace vramsim;
 

@@ -1,4 +1,4 @@
-// vLLM's V1 engine start-up (sim/inference/vllm_v1_startup.h, sim/predict/vllm_v1_sizing.h): each expected
+// vLLM's V1 engine start-up (sim/inference/vllm_v1_startup.h, sim/serving/vllm_v1_sizing.h): each expected
 // value is worked by hand below from vLLM's source (file and function named at each check). Public start-up
 // logs are compared in docs/serving.md with their errors, not asserted here.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include "predict/serving_request.h"
 #include "sim/core/error.h"
 #include "sim/inference/vllm_v1_startup.h"
-#include "sim/predict/non_torch_memory.h"
+#include "sim/serving/non_torch_memory.h"
 #include "sim/predict/step_prediction.h"
 
 using namespace vramsim;

@@ -1,5 +1,5 @@
 """Decoder-only Transformers in plain torch.nn, written the way vramsim's `torch-modules` code path models them
-(sim/models/torch_modules_layers.cpp, sim/models/hf_config.cpp): Hugging Face's GPT-2 (GPT2LMHeadModel) and
+(sim/models/torch_modules_layers.cpp, sim/hub/hf_config.cpp): Hugging Face's GPT-2 (GPT2LMHeadModel) and
 Llama (LlamaForCausalLM) with the model_types written after it that share its layer -- Gemma (GemmaRMSNorm in
 fp32 with 1 + weight, GeGLU, embeddings scaled by sqrt(hidden_size), tied lm_head), Gemma-2 (four norms per
 layer, soft-capped scores and logits, its 4D mask always built, a sliding-window mask of its own in even

@@ -11,7 +11,7 @@
 
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
-#include "sim/models/hf_config_json.h"
+#include "sim/hub/hf_config_json.h"
 #include "sim/models/model_config.h"
 
 namespace vramsim::hf_config {

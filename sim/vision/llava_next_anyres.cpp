@@ -1,4 +1,4 @@
-#include "sim/models/llava_next_anyres.h"
+#include "sim/vision/llava_next_anyres.h"
 
 #include <cmath>
 #include <limits>

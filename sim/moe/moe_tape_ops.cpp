@@ -1,4 +1,4 @@
-#include "sim/models/moe_tape_ops.h"
+#include "sim/moe/moe_tape_ops.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-#include "sim/predict/sglang_serving_fit.h"
+#include "sim/serving/sglang_serving_fit.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "sim/core/error.h"
-#include "sim/predict/serving_tp_sweep.h"
-#include "sim/predict/sglang_sizing.h"
+#include "sim/serving/serving_tp_sweep.h"
+#include "sim/serving/sglang_sizing.h"
 
 namespace vramsim {
 namespace {

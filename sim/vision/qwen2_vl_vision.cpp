@@ -1,4 +1,4 @@
-#include "sim/models/qwen2_vl_vision.h"
+#include "sim/vision/qwen2_vl_vision.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
 // quantization_config -> CheckpointQuantization, and the device bytes of the quantized weights (see the
 // header for the source of each layout).
-#include "sim/models/checkpoint_quantization.h"
+#include "sim/hub/checkpoint_quantization.h"
 
-#include "sim/models/checkpoint_weights.h"
-#include "sim/models/hf_hub_cache.h"
+#include "sim/hub/checkpoint_weights.h"
+#include "sim/hub/hf_hub_cache.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -34,7 +34,7 @@
 // expert-parallel rank receives under the routing model (expert_parallel.h busiest_rank_load); L: the local
 // experts. Left out: the router's histc counts and the count all-to-all ([E] each), route_norm's [T, k]
 // division, argsort's sorted values, and the D2H copy of the splits (host memory).
-#include "sim/models/torchtitan_moe.h"
+#include "sim/moe/torchtitan_moe.h"
 
 #include <optional>
 
@@ -42,7 +42,7 @@
 
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
-#include "sim/models/moe_tape_ops.h"
+#include "sim/moe/moe_tape_ops.h"
 #include "sim/models/transformer_parts.h"
 #include "sim/parallel/expert_parallel.h"
 

@@ -1,6 +1,6 @@
 // A safetensors file's header, checked as the safetensors crate checks it (see the header for the rules and
 // the crate's names of the errors).
-#include "sim/models/safetensors_header.h"
+#include "sim/hub/safetensors_header.h"
 
 #include <algorithm>
 #include <array>

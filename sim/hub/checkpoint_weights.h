@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "sim/models/safetensors_header.h"
+#include "sim/hub/safetensors_header.h"
 
 namespace vramsim {
 

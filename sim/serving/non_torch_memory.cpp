@@ -1,4 +1,4 @@
-#include "sim/predict/non_torch_memory.h"
+#include "sim/serving/non_torch_memory.h"
 
 #include <algorithm>
 

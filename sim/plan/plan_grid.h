@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 
 namespace vramsim::plan_detail {
 

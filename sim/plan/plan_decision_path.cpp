@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "sim/predict/plan.h"
-#include "sim/predict/plan_grid.h"
+#include "sim/plan/plan.h"
+#include "sim/plan/plan_grid.h"
 
 namespace vramsim::plan_detail {
 

@@ -1,4 +1,4 @@
-#include "sim/predict/vllm_serving_fit.h"
+#include "sim/serving/vllm_serving_fit.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "sim/core/error.h"
-#include "sim/predict/serving_tp_sweep.h"
-#include "sim/predict/vllm_v1_sizing.h"
+#include "sim/serving/serving_tp_sweep.h"
+#include "sim/serving/vllm_v1_sizing.h"
 
 namespace vramsim {
 namespace {

@@ -1,4 +1,4 @@
-#include "sim/models/mllama_parameters.h"
+#include "sim/vision/mllama_parameters.h"
 
 #include <string>
 #include <utility>

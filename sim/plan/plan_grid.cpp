@@ -1,6 +1,6 @@
 // The grid `vramsim plan` searches: the parallel layouts, the levers' settings in grid order, cut into
 // groups and families (plan_grid.h), and the request's checks.
-#include "sim/predict/plan_grid.h"
+#include "sim/plan/plan_grid.h"
 
 #include <algorithm>
 #include <map>

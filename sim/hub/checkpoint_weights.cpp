@@ -1,5 +1,5 @@
 // A model folder's safetensors checkpoint, from its headers (see the header for the lookup and the checks).
-#include "sim/models/checkpoint_weights.h"
+#include "sim/hub/checkpoint_weights.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -13,8 +13,8 @@
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
 #include "sim/core/input_file.h"
-#include "sim/models/checkpoint_quantization.h"
-#include "sim/models/hf_hub_cache.h"
+#include "sim/hub/checkpoint_quantization.h"
+#include "sim/hub/hf_hub_cache.h"
 #include "sim/models/model_config.h"
 #include "traces/json_input.h"
 

@@ -1,10 +1,10 @@
 // The report's figures of a plan's grid, gathered one entry at a time (Note [Streaming the grid],
 // plan_stream.h).
-#include "sim/predict/plan_stream.h"
+#include "sim/plan/plan_stream.h"
 
 #include <iterator>
 
-#include "sim/predict/plan_grid.h"
+#include "sim/plan/plan_grid.h"
 #include "sim/predict/time_model_error.h"
 
 namespace vramsim::plan_detail {

@@ -16,11 +16,11 @@
 
 #include "sim/core/error.h"
 #include "sim/core/thread_pool.h"
-#include "sim/models/checkpoint_quantization.h"
+#include "sim/hub/checkpoint_quantization.h"
 #include "sim/predict/gpu_memory.h"
-#include "sim/predict/plan.h"
-#include "sim/predict/plan_grid.h"
-#include "sim/predict/plan_stream.h"
+#include "sim/plan/plan.h"
+#include "sim/plan/plan_grid.h"
+#include "sim/plan/plan_stream.h"
 #include "sim/predict/time_model_error.h"
 
 namespace vramsim {

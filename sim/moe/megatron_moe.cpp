@@ -32,11 +32,11 @@
 // tensor parallelism the experts' fc1 / fc2 are the rank's column / row slices (expert_d_ff / etp). Left out:
 // the router's auxiliary load-balancing loss (moe_aux_loss_coeff, default 0) and the dispatcher's small
 // per-expert count tensors; the shared expert is the model's transformers MLP (same linears and activation).
-#include "sim/models/megatron_moe.h"
+#include "sim/moe/megatron_moe.h"
 
 #include <fmt/format.h>
 
-#include "sim/models/moe_tape_ops.h"
+#include "sim/moe/moe_tape_ops.h"
 #include "sim/models/transformer_parts.h"
 #include "sim/parallel/expert_parallel.h"
 

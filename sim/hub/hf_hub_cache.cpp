@@ -1,4 +1,4 @@
-#include "sim/models/hf_hub_cache.h"
+#include "sim/hub/hf_hub_cache.h"
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,11 +1,11 @@
-#include "sim/predict/sglang_sizing.h"
+#include "sim/serving/sglang_sizing.h"
 
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
 #include "sim/inference/sglang_memory_pool.h"
 #include "sim/inference/vllm_v1_startup.h"
-#include "sim/predict/vllm_v1_sizing.h"
+#include "sim/serving/vllm_v1_sizing.h"
 
 namespace vramsim {
 

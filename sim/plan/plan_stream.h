@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 
 namespace vramsim::plan_detail {
 

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "sim/core/error.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "traces/json_input.h"
 
 namespace vramsim {

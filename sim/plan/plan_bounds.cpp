@@ -11,7 +11,7 @@
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
 #include "sim/parallel/tensor_parallel.h"
-#include "sim/predict/plan.h"
+#include "sim/plan/plan.h"
 #include "sim/training/training_options.h"
 
 namespace vramsim {

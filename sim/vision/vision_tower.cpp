@@ -1,4 +1,4 @@
-#include "sim/models/vision_tower.h"
+#include "sim/vision/vision_tower.h"
 
 #include <charconv>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include "sim/finetune/peft_prompt.h"
 #include "sim/models/checkpoint_impl.h"
 #include "sim/models/gemma_rms_norm.h"
-#include "sim/models/llava_next_anyres.h"
-#include "sim/models/mllama_parameters.h"
-#include "sim/models/qwen2_vl_vision.h"
+#include "sim/vision/llava_next_anyres.h"
+#include "sim/vision/mllama_parameters.h"
+#include "sim/vision/qwen2_vl_vision.h"
 
 namespace vramsim {
 namespace {
