@@ -6,8 +6,8 @@
 #include "sim/cli/commands.h"
 #include "sim/core/size_format.h"
 #include "sim/parallel/pipeline_parallel.h"
-#include "sim/serving/sglang_serving_fit.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/serving/sglang_serving_fit.h"
 #include "sim/serving/vllm_serving_fit.h"
 
 namespace vramsim::cli {

@@ -88,7 +88,9 @@ void add_training_step_options(CLI::App* cmd, RequestArgs& a) {
       "#43203; transformers' gradient_checkpointing_enable() before it and fsdp_qlora's "
       "--reentrant_checkpointing True are reentrant. Vision towers: reentrant unless named");
   cmd->add_option("--loss", a.loss,
-                  "ce (Hugging Face's cross-entropy over fp32 logits) | chunked-ce (torchtune's "
+                  "ce (Hugging Face's cross-entropy over fp32 logits) | ce-shift-logits (the same as "
+                  "transformers < 4.49 computed it: an fp32 `.contiguous()` copy of the shifted logits, "
+                  "huggingface/transformers#35646) | chunked-ce (torchtune's "
                   "CEWithChunkedOutputLoss: output projection and loss one sequence chunk at a time) | "
                   "torchtitan-chunked-ce (torchtitan's chunked_cross_entropy_loss, PR 996: the whole "
                   "logits, the loss one chunk at a time)")

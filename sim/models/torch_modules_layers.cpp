@@ -30,8 +30,8 @@
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/gemma_rms_norm.h"
 #include "sim/models/layer_code.h"
-#include "sim/moe/megatron_moe.h"
 #include "sim/models/torchtitan_chunked_loss.h"
+#include "sim/moe/megatron_moe.h"
 #include "sim/moe/torchtitan_moe.h"
 #include "sim/parallel/loss_parallel.h"
 
@@ -1041,6 +1041,30 @@ VarId torch_modules_final(EmitContext& c, VarId x) {
   return logits;
 }
 
+// transformers before huggingface/transformers#35646 (merged 2025-01, after 4.48.0), in ForCausalLMLoss
+// (4.46-4.48) and before that in each *ForCausalLM.forward, after `logits = logits.float()` (`lf`):
+//   shift_logits = logits[..., :-1, :].contiguous()   # an fp32 copy of b x (s - 1) x V
+//   shift_labels = labels[..., 1:].contiguous()
+//   loss = cross_entropy(shift_logits.view(-1, V), shift_labels.view(-1))
+// The slice saves nothing, so the copy and `lf` die when the loss returns (log_softmax keeps its own output);
+// in backward the copy's gradient passes through the clone and slice_backward makes a zero-filled b x s x V
+// gradient of `lf` and copies it in.
+VarId shift_logits_cross_entropy(EmitContext& c, VarId lf, VarId targets) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  Shape shifted_shape = t.shape(lf);
+  shifted_shape[shifted_shape.size() - 2] -= 1;  // the sequence dimension; --seq >= 2 (request_args)
+  const VarId sliced = t.view(lf, shifted_shape, "loss.shift_logits.slice", GradRule{GradRule::Kind::kAlloc});
+  const VarId shift_logits = ops.contiguous("loss.shift_logits", sliced);
+  Shape label_shape = t.shape(targets);
+  label_shape.back() -= 1;
+  const VarId shift_labels = t.constant("loss.shift_labels", "clone", label_shape, t.dtype(targets));
+  const VarId lsm = ops.log_softmax_last("loss.cross_entropy.log_softmax", shift_logits);
+  const VarId loss = ops.nll_loss("loss.cross_entropy.nll_loss", lsm, shift_labels);
+  t.drop({lsm, shift_labels, shift_logits, sliced, lf});
+  return loss;
+}
+
 VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
   if (chunked_loss(c)) {
     return torchtune_chunked_loss(c, targets);
@@ -1075,6 +1099,9 @@ VarId torch_modules_loss(EmitContext& c, VarId logits, VarId targets) {
         *c.inductor);
   }
   const VarId lf = ops.to("loss.logits_float", logits, DType::kFloat32);  // logits = logits.float()
+  if (c.options.loss == LossKind::kCrossEntropyShiftLogits) {
+    return shift_logits_cross_entropy(c, lf, targets);
+  }
   // labels = F.pad(labels, (0, 1), value=-100); shift_labels = labels[..., 1:].contiguous()
   const VarId padded = t.constant("loss.labels_pad", "constant_pad_nd", {b, s + 1}, t.dtype(targets));
   const VarId shifted = t.constant("loss.shift_labels", "clone", {b, s}, t.dtype(targets));

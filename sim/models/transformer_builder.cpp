@@ -22,13 +22,13 @@
 #include "sim/models/checkpoint_impl.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_parts.h"
-#include "sim/vision/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/expert_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/training/optimizer.h"
 #include "sim/training/selective_checkpoint.h"
 #include "sim/training/te_fp8_linear.h"
+#include "sim/vision/vision_tower.h"
 
 namespace vramsim {
 namespace {

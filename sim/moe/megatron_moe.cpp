@@ -36,8 +36,8 @@
 
 #include <fmt/format.h>
 
-#include "sim/moe/moe_tape_ops.h"
 #include "sim/models/transformer_parts.h"
+#include "sim/moe/moe_tape_ops.h"
 #include "sim/parallel/expert_parallel.h"
 
 namespace vramsim {

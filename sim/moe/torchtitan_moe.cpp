@@ -42,8 +42,8 @@
 
 #include "sim/core/checked.h"
 #include "sim/core/error.h"
-#include "sim/moe/moe_tape_ops.h"
 #include "sim/models/transformer_parts.h"
+#include "sim/moe/moe_tape_ops.h"
 #include "sim/parallel/expert_parallel.h"
 
 namespace vramsim {

@@ -17,10 +17,10 @@
 #include "sim/core/error.h"
 #include "sim/core/thread_pool.h"
 #include "sim/hub/checkpoint_quantization.h"
-#include "sim/predict/gpu_memory.h"
 #include "sim/plan/plan.h"
 #include "sim/plan/plan_grid.h"
 #include "sim/plan/plan_stream.h"
+#include "sim/predict/gpu_memory.h"
 #include "sim/predict/time_model_error.h"
 
 namespace vramsim {

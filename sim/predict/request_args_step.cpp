@@ -5,8 +5,8 @@
 #include "sim/core/error.h"
 #include "sim/engine/gpu_table.h"
 #include "sim/models/layer_code.h"
-#include "sim/vision/vision_tower.h"
 #include "sim/predict/request_args_parts.h"
+#include "sim/vision/vision_tower.h"
 
 namespace vramsim::request_args {
 namespace {
@@ -103,6 +103,9 @@ void apply_loss_args(const RequestArgs& a, PredictRequest& r) {
     throw InputError(
         "--loss-chunks: the chunked losses' option (use it with --loss chunked-ce or torchtitan-chunked-ce)");
   }
+  if (o.loss == LossKind::kCrossEntropyShiftLogits && a.seq < 2) {
+    throw InputError("--loss ce-shift-logits: needs --seq 2 or more (the shifted logits drop one position)");
+  }
   o.loss_chunks = a.loss_chunks;
   o.free_logits_before_backward = a.free_logits;
   if (a.logits_dtype != "model" && a.logits_dtype != "fp32") {
@@ -145,12 +148,16 @@ void apply_step_args(const RequestArgs& a, const GpuSpec* spec, PredictRequest& 
   o.forward_only = a.forward_only;
   o.inference = a.inference;
   if (o.loss != LossKind::kCrossEntropy) {
-    const std::string_view name =
-        o.loss == LossKind::kChunkedCrossEntropy ? "chunked-ce" : "torchtitan-chunked-ce";
+    const std::string_view name = o.loss == LossKind::kChunkedCrossEntropy       ? "chunked-ce"
+                                  : o.loss == LossKind::kCrossEntropyShiftLogits ? "ce-shift-logits"
+                                                                                 : "torchtitan-chunked-ce";
+    const std::string_view library = o.loss == LossKind::kChunkedCrossEntropy       ? "torchtune's"
+                                     : o.loss == LossKind::kCrossEntropyShiftLogits ? "transformers'"
+                                                                                    : "torchtitan's";
     if (!layer_code(r.model.code).follows_transformers()) {
       throw InputError(fmt::format(
-          "--loss {}: {}'s loss over transformers-style models (not with --model-code cs336-basics)", name,
-          o.loss == LossKind::kChunkedCrossEntropy ? "torchtune" : "torchtitan"));
+          "--loss {}: {} loss over transformers-style models (not with --model-code cs336-basics)", name,
+          library));
     }
     if (a.inference || a.forward_only || a.generate > 0) {
       throw InputError(fmt::format(

@@ -25,16 +25,16 @@
 #include "sim/inference/vllm_paged_cache.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
-#include "sim/vision/vision_tower.h"
 #include "sim/parallel/data_parallel.h"
 #include "sim/parallel/pipeline_parallel.h"
 #include "sim/parallel/tensor_parallel.h"
 #include "sim/predict/gpu_memory.h"
 #include "sim/predict/run_report.h"
-#include "sim/serving/sglang_sizing.h"
 #include "sim/predict/step_timeline.h"
-#include "sim/serving/vllm_v1_sizing.h"
 #include "sim/replay/trace_replay.h"
+#include "sim/serving/sglang_sizing.h"
+#include "sim/serving/vllm_v1_sizing.h"
+#include "sim/vision/vision_tower.h"
 
 namespace vramsim {
 namespace {

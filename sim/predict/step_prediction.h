@@ -22,8 +22,8 @@
 #include "sim/inference/vllm_lora.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/gpu_memory.h"
-#include "sim/serving/non_torch_memory.h"
 #include "sim/predict/step_timeline.h"
+#include "sim/serving/non_torch_memory.h"
 #include "sim/training/training_options.h"
 #include "traces/snapshot.h"
 

@@ -13,10 +13,10 @@
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
 #include "sim/inference/vllm_vision_tensor_parallel.h"
+#include "sim/serving/non_torch_memory.h"
 #include "sim/vision/llava_next_anyres.h"
 #include "sim/vision/qwen2_vl_vision.h"
 #include "sim/vision/vision_tower.h"
-#include "sim/serving/non_torch_memory.h"
 
 namespace vramsim {
 namespace {

@@ -71,8 +71,9 @@ constexpr std::array<std::pair<std::string_view, Checkpointing>, 4> kCheckpointi
     {"selective-op", Checkpointing::kSelectiveOp},
 }};
 
-constexpr std::array<std::pair<std::string_view, LossKind>, 3> kLosses{{
+constexpr std::array<std::pair<std::string_view, LossKind>, 4> kLosses{{
     {"ce", LossKind::kCrossEntropy},
+    {"ce-shift-logits", LossKind::kCrossEntropyShiftLogits},
     {"chunked-ce", LossKind::kChunkedCrossEntropy},
     {"torchtitan-chunked-ce", LossKind::kTorchtitanChunkedCrossEntropy},
 }};
@@ -415,8 +416,8 @@ void validate(const TrainingOptions& o) {
   }
   if (o.loss_parallel && o.loss != LossKind::kCrossEntropy) {
     throw InputError(
-        "--loss-parallel: with --loss chunked-ce or torchtitan-chunked-ce is not modelled (vramsim; "
-        "torchtitan's loss_parallel runs F.cross_entropy over the whole logits)");
+        "--loss-parallel: with --loss chunked-ce, ce-shift-logits or torchtitan-chunked-ce is not modelled "
+        "(vramsim; torchtitan's loss_parallel runs F.cross_entropy over the whole logits)");
   }
   if (o.loss_parallel && (o.forward_only || o.inference || o.generate_tokens > 0)) {
     throw InputError(

@@ -18,7 +18,6 @@
 #include "sim/finetune/bnb_options.h"
 #include "sim/finetune/peft_options.h"
 #include "sim/moe/moe_options.h"
-#include "sim/vision/vision_inputs.h"
 #include "sim/parallel/context_parallel_options.h"
 #include "sim/parallel/data_parallel_options.h"
 #include "sim/parallel/pipeline_options.h"
@@ -26,6 +25,7 @@
 #include "sim/training/checkpoint_options.h"
 #include "sim/training/float8_options.h"
 #include "sim/training/optimizer_options.h"
+#include "sim/vision/vision_inputs.h"
 
 #include <vector>
 
@@ -93,7 +93,15 @@ enum class Checkpointing : std::uint8_t { kNone, kFull, kSelective, kSelectiveOp
 //                default 8): the model returns the whole logits, the loss chunks them AFTER the output
 //                projection and upcasts and cross-entropies one chunk at a time (torchtitan_chunked_loss.h);
 //                the loop's `del pred` is --free-logits-before-backward.
-enum class LossKind : std::uint8_t { kCrossEntropy, kChunkedCrossEntropy, kTorchtitanChunkedCrossEntropy };
+// kCrossEntropyShiftLogits: transformers before 4.49 (huggingface/transformers#35646), whose causal-LM loss
+// shifts the logits with an fp32 `.contiguous()` copy (torch_modules_layers.cpp); kCrossEntropy pads the
+// labels instead, as transformers does since.
+enum class LossKind : std::uint8_t {
+  kCrossEntropy,
+  kCrossEntropyShiftLogits,
+  kChunkedCrossEntropy,
+  kTorchtitanChunkedCrossEntropy
+};
 
 // The dtype of the logits the model's forward returns (and the training loop holds):
 //   model : the output projection's dtype; the loss upcasts a copy of its own (torchtitan since

@@ -388,8 +388,10 @@ TEST_CASE(
                       "--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
   require_input_error(run_vramsim(run + "--loss-parallel"),
                       "--loss-parallel: needs tensor parallelism (--tp 2 or more)");
-  require_input_error(run_vramsim(run + "--tp 2 --loss-parallel --loss chunked-ce"),
-                      "--loss-parallel: with --loss chunked-ce or torchtitan-chunked-ce is not modelled");
+  require_input_error(
+      run_vramsim(run + "--tp 2 --loss-parallel --loss chunked-ce"),
+      "--loss-parallel: with --loss chunked-ce, ce-shift-logits or torchtitan-chunked-ce is not "
+      "modelled");
   require_input_error(run_vramsim("predict --model llama-2-7b --gpu h200 --batch 1 --seq 100 --tp 8 "
                                   "--sequence-parallel"),
                       "--sequence-parallel: --seq 100 is not a multiple of --tp 8");

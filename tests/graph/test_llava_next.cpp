@@ -13,9 +13,9 @@
 #include "graph/graph_test_util.h"
 #include "graph/vision_test_util.h"
 #include "sim/core/error.h"
-#include "sim/vision/llava_next_anyres.h"
 #include "sim/models/model_config.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/vision/llava_next_anyres.h"
 #include "sim/vision/vision_tower.h"
 
 using namespace vramsim;

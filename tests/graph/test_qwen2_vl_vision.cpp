@@ -16,8 +16,8 @@
 #include "graph/vision_test_util.h"
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
-#include "sim/vision/qwen2_vl_vision.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/vision/qwen2_vl_vision.h"
 #include "sim/vision/vision_tower.h"
 #include "test_paths.h"
 

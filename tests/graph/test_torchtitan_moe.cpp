@@ -14,8 +14,8 @@
 #include "graph/moe_test_util.h"
 #include "sim/core/error.h"
 #include "sim/graph/tensor_lifetime.h"
-#include "sim/moe/torchtitan_moe.h"
 #include "sim/models/transformer_builder.h"
+#include "sim/moe/torchtitan_moe.h"
 #include "sim/parallel/expert_parallel.h"
 
 using namespace vramsim;

@@ -70,8 +70,9 @@ PlanResult check_against_exhaustive(const PlanRequest& r) {
 }  // namespace
 
 // One T4 (16 GB) and GPT-2 at 16 x 1024 with offload allowed: the larger micro-batches do not fit without
-// checkpointing, so there is a boundary to find (the speed bounds skip the blocks before it is); 2 precisions x 3 checkpointing modes x 2
-// optimizers x 3 offloads (none, activations, optimizer with ZeRO-2) x 5 micro-batches = 180 configurations.
+// checkpointing, so there is a boundary to find (the speed bounds skip the blocks before it is); 2 precisions
+// x 3 checkpointing modes x 2 optimizers x 3 offloads (none, activations, optimizer with ZeRO-2) x 5
+// micro-batches = 180 configurations.
 TEST_CASE("plan search: the bounded search finds the exhaustive search's best on one GPU", "[predict]") {
   PlanRequest r = request("gpt2", "t4", 1, 16, 1024);
   r.allow = {"offload"};

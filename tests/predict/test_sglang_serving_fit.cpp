@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "sim/core/error.h"
-#include "sim/serving/sglang_serving_fit.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/serving/sglang_serving_fit.h"
 
 #include "predict/serving_request.h"
 

@@ -8,8 +8,8 @@
 #include "sim/core/error.h"
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
-#include "sim/serving/non_torch_memory.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/serving/non_torch_memory.h"
 
 using namespace vramsim;
 
