@@ -78,6 +78,11 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
           "--sequence-parallel: this rank's {} tokens (--seq {} / --cp {}) are not a multiple of --tp {}",
           o.seq / cp, o.seq, cp, o.tensor_parallel));
     }
+    if (m.mla.kv_lora_rank > 0) {  // mla_qkv's projections run plain nn.Linear on the whole sequence
+      throw InputError(
+          "--sequence-parallel: multi-head latent attention's projections are not modelled with sequence "
+          "parallelism (vramsim)");
+    }
     // megatron_moe.cpp runs on the slice, torchtitan_moe.cpp gathers it (PrepareModuleInputOutput)
     if (m.moe.n_experts > 0 && o.moe.impl == MoeImpl::kTransformers) {
       throw InputError(

@@ -145,6 +145,15 @@ TEST_CASE("torchtitan MoE under TP: what torchtitan refuses", "[quick][graph][mo
     CHECK_THROWS_WITH(build_training_steps(rank_model(tiny_mixtral(), 2, 4, 2), tp_options(2, 4, 2)),
                       Contains("does not divide the 2 ranks"));
   }
+  SECTION("DeepSeek's multi-head latent attention is not modelled with sequence parallelism (vramsim)") {
+    ModelConfig full = tiny_mixtral();
+    full.mla.kv_lora_rank = 32;  // mla_qkv runs plain linears on the whole sequence, not on the slice
+    full.mla.qk_nope_head_dim = 16;
+    full.mla.qk_rope_head_dim = 8;
+    full.mla.v_head_dim = 16;
+    CHECK_THROWS_WITH(build_training_steps(rank_model(full, 2, 1, 1), tp_options(2, 1, 2)),
+                      Contains("multi-head latent attention's projections are not modelled"));
+  }
   SECTION("torchtitan's TP is sequence-parallel") {
     TrainingOptions o = tp_options(2, 2, 2);
     o.sequence_parallel = false;
