@@ -441,12 +441,15 @@ void add_moe_options(CLI::App* cmd, RequestArgs& a) {
   cmd->add_option("--ep", a.ep,
                   "expert parallelism (Megatron-Core's --expert-model-parallel-size, torchtitan's "
                   "expert_parallel_degree): the experts split over N ranks, tokens exchanged by all-to-all "
-                  "(data-parallel ranks; Megatron's may span --tp ranks with --expert-tensor-parallel 1)")
+                  "(data-parallel ranks; Megatron's and torchtitan's may span the --tp ranks too: "
+                  "--expert-tensor-parallel 1)")
       ->capture_default_str();
   cmd->add_option(
       "--expert-tensor-parallel", a.etp,
       "Megatron-Core's --expert-tensor-parallel-size: each expert's fc1 split by columns and fc2 by "
-      "rows over N ranks, the dispatcher gathering their tokens (default: --tp; 1: whole experts)");
+      "rows over N ranks, the dispatcher gathering their tokens (default: --tp; 1: whole experts); "
+      "torchtitan's expert_tensor_parallel_degree with --ep: 1 (its default: EP borrows the TP ranks) or "
+      "--tp");
   cmd->add_option("--moe-imbalance", a.moe_imbalance,
                   "routing model: the busiest expert's tokens over the mean (1: an even router); the busiest "
                   "expert-parallel rank is simulated")

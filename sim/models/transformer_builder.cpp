@@ -78,10 +78,16 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
           "--sequence-parallel: this rank's {} tokens (--seq {} / --cp {}) are not a multiple of --tp {}",
           o.seq / cp, o.seq, cp, o.tensor_parallel));
     }
-    if (m.moe.n_experts > 0 && o.moe.impl != MoeImpl::kMegatron) {  // megatron_moe.cpp runs on the slice
+    if (m.mla.kv_lora_rank > 0) {  // mla_qkv's projections run plain nn.Linear on the whole sequence
       throw InputError(
-          "--sequence-parallel: transformers' and torchtitan's mixture-of-experts layers are not modelled "
-          "with it (vramsim models Megatron-Core's: --moe-impl megatron)");
+          "--sequence-parallel: multi-head latent attention's projections are not modelled with sequence "
+          "parallelism (vramsim)");
+    }
+    // megatron_moe.cpp runs on the slice, torchtitan_moe.cpp gathers it (PrepareModuleInputOutput)
+    if (m.moe.n_experts > 0 && o.moe.impl == MoeImpl::kTransformers) {
+      throw InputError(
+          "--sequence-parallel: transformers' mixture-of-experts layers are not modelled with it (vramsim "
+          "models Megatron-Core's and torchtitan's: --moe-impl megatron or torchtitan)");
     }
   }
   if (o.float8.recipe != Float8Recipe::kNone &&
@@ -800,7 +806,9 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   }
   const ModelBuffers buffers = create_buffers(tape, model, options);
   const std::set<VarId> experts = routed_expert_parameters(model, params, options);
-  dp->set_expert_parameters(experts, options.moe.expert_parallel);
+  // torchtitan's ep mesh borrows the tp ranks when etp = 1 (ExpertParallel with TP: whole experts)
+  const int borrowed_tp = model.moe.expert_tensor_parallel > 1 ? 1 : options.tensor_parallel;
+  dp->set_expert_parameters(experts, options.moe.expert_parallel, borrowed_tp);
   dp->construct(tape, units);
   tape.set_backward_layer_hooks(
       [&](int l) { dp->pre_backward(tape, units[l >= 0 ? static_cast<std::size_t>(l) : units.size() - 1]); },

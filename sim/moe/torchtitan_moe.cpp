@@ -29,6 +29,19 @@
 //   otherwise: torch.bmm(top_scores.reshape(-1, 1, k), routed_output_unsorted.float()).to(x.dtype)
 //   return out + out_experts
 //
+// Under --tp (with --sequence-parallel, as torchtitan always runs TP) apply_moe_ep_tp
+// (torchtitan/models/llama4/infra/parallelize.py at 1e8f9acd1) wraps the block:
+//   PrepareModuleInputOutput: the [b, s/tp, H] slice all-gathered to [b, s, H] (Replicate) on the way in,
+//       the Partial output reduce-scattered back to [b, s/tp, H] (Shard(1)) on the way out;
+//   router.gate NoParallel (replicated: every tp rank routes all T tokens); shared_experts w1 / w3 Colwise,
+//       w2 Rowwise(output_layouts=Partial()); experts TensorParallel (ep = 1) or ExpertTensorParallel
+//       (ep > 1, etp = tp): ff / tp of each expert on all T tokens' rows, partial sums;
+//   ep > 1, etp = 1: ReordererSequenceParallel hands each tp rank T / tp of the tokens' top_scores and
+//       selected_experts_indices (views), whose argsort gets the rank's offset added (a new int64 tensor);
+//       the rank dispatches and runs whole experts on its A / tp rows, and routed_output_unsorted is still
+//       zeros(A, H) with only them filled (the other ranks' rows are zero: Partial).
+// Left out under TP: DTensor's chunk / cat copies around the sequence-dim collectives (funcol gathers and
+// scatters along dim 0), transients of the collective.
 // Without --ep the padding wrapper (indices_padding_wrapper) runs the same _permute / _unpermute with one
 // rank. T: the rank's tokens (b x s, s / cp under context parallelism); A = T x k; R: the rows the busiest
 // expert-parallel rank receives under the routing model (expert_parallel.h busiest_rank_load); L: the local
@@ -45,6 +58,7 @@
 #include "sim/models/transformer_parts.h"
 #include "sim/moe/moe_tape_ops.h"
 #include "sim/parallel/expert_parallel.h"
+#include "sim/training/float8_linear.h"
 
 namespace vramsim {
 namespace {
@@ -68,11 +82,13 @@ std::int64_t routed_rows(std::int64_t tokens, std::int64_t top_k) {
   return *rows;
 }
 
-// TokenChoiceTopKRouter.forward and TokenReorderer.forward.
-Routing route(EmitContext& c, const std::string& n, VarId flat, VarId gate_w, std::int64_t tokens) {
+// TokenChoiceTopKRouter.forward on `tokens` and TokenReorderer.forward on `reorder_tokens` of them (tokens /
+// tp under ReordererSequenceParallel, else tokens).
+Routing route(EmitContext& c, const std::string& n, VarId flat, VarId gate_w, std::int64_t tokens,
+              std::int64_t reorder_tokens) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
-  const std::int64_t E = c.model.moe.n_experts, k = c.model.moe.top_k, A = routed_rows(tokens, k);
+  const std::int64_t E = c.model.moe.n_experts, k = c.model.moe.top_k, A = routed_rows(reorder_tokens, k);
   const VarId logits = ops.linear(n + ".router.gate", flat, gate_w);
   const VarId logits32 = ops.to(n + ".router.to_float32", logits, DType::kFloat32);
   t.drop(logits);
@@ -87,11 +103,23 @@ Routing route(EmitContext& c, const std::string& n, VarId flat, VarId gate_w, st
       moe_op(t, n + ".router.gather", "gather", {r.scores, selected}, {tokens, k}, DType::kFloat32, {1}, {1});
   r.top_scores = ops.scale(n + ".router.route_scale", gathered);
   t.drop(gathered);
+  // ReordererSequenceParallel._prepare_inputput_fn: x[offset : offset + local_num_tokens] of top_scores and
+  // selected_experts_indices (views)
+  const bool split = reorder_tokens != tokens;
+  const VarId local_scores =
+      split ? t.view(r.top_scores, {reorder_tokens, k}, n + ".reorderer.split_along_first_dim")
+            : r.top_scores;
   r.sorted_indices = t.constant(n + ".reorderer.argsort", "argsort", {A}, DType::kInt64);
   t.drop(selected);
-  const VarId flat_scores = t.view(r.top_scores, {A}, n + ".reorderer.top_scores_view");
+  const VarId flat_scores = t.view(local_scores, {A}, n + ".reorderer.top_scores_view");
   r.sorted_scores = ops.index(n + ".reorderer.top_scores_experts_sorted", flat_scores, r.sorted_indices);
   t.drop(flat_scores);
+  if (split) {  // _prepare_output_fn: token_indices_experts_sorted + top_scores.shape[0] * local_rank
+    t.drop(local_scores);
+    const VarId global = t.constant(n + ".reorderer.global_token_indices", "add", {A}, DType::kInt64);
+    t.drop(r.sorted_indices);
+    r.sorted_indices = global;
+  }
   return r;
 }
 
@@ -158,6 +186,24 @@ VarId grouped_experts(EmitContext& c, const std::string& n, int layer, VarId rou
   return back;
 }
 
+// FeedForward.forward (torchtitan/models/moe/moe.py): w2(F.silu(w1(x)) * w3(x)) on the MoE's whole input
+// [T, H]. Under TP apply_moe_ep_tp makes w1 / w3 ColwiseParallel and w2 RowwiseParallel(output_layouts=
+// Partial()): the rank's ff / tp columns (the weights of tensor_parallel_rank) and a partial [T, H] sum,
+// reduced by the MoE's output reduce-scatter.
+VarId shared_feed_forward(EmitContext& c, const std::string& n, VarId x, const LayerParams::Expert& w) {
+  TorchOps& ops = c.ops;
+  EagerTape& t = ops.tape();
+  const VarId h1 = ops.linear(n + ".w1", x, w.gate_w);
+  const VarId act = ops.silu(n + ".silu", h1);
+  t.drop(h1);
+  const VarId h3 = ops.linear(n + ".w3", x, w.up_w);
+  const VarId h = ops.mul(n + ".mul", act, h3);
+  t.drop({act, h3});
+  const VarId y = ops.linear(n + ".w2", h, w.down_w);
+  t.drop(h);
+  return y;
+}
+
 // torchtitan's deepseek_v3 flavors set score_before_experts=False
 // (torchtitan/models/deepseek_v3/__init__.py); MoEArgs' default is True.
 bool score_before_experts(const ModelConfig& model) { return model.model_type != "deepseek_v3"; }
@@ -175,21 +221,33 @@ VarId torchtitan_moe(EmitContext& c, int layer, VarId x) {
   const MoeConfig& moe = c.model.moe;
   const LayerParams& p = c.params.layers[static_cast<std::size_t>(layer)];
   const std::string n = layer_name(layer, "moe");
-  const std::int64_t H = c.model.d_model, T = c.options.batch * c.options.seq, k = moe.top_k;
-  const std::int64_t A = routed_rows(T, k);
-  const ExpertLoad load = busiest_rank_load(T, moe, c.options.moe);
+  const int tp = c.options.tensor_parallel;
+  // PrepareModuleInputOutput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)): the
+  // sequence-parallel slice [b, s/tp, H] all-gathered to [b, s, H]
+  const VarId in = tp > 1 ? sequence_all_gather(t, n + ".prepare_input", x, tp) : x;
+  const Shape in_shape = t.shape(in);
+  const std::int64_t H = c.model.d_model, T = in_shape[0] * in_shape[1], k = moe.top_k;
+  // ReordererSequenceParallel when the ep mesh borrows the tp ranks (ep > 1, etp = 1): each tp rank
+  // reorders, dispatches and runs the experts on its T / tp of the tokens
+  const bool borrowed = tp > 1 && moe.expert_parallel > 1 && moe.expert_tensor_parallel == 1;
+  const std::int64_t routed_tokens = borrowed ? T / tp : T;
+  const std::int64_t A = routed_rows(T, k), A_local = routed_rows(routed_tokens, k);
+  const ExpertLoad load = busiest_rank_load(routed_tokens, moe, c.options.moe);
   const bool before = score_before_experts(c.model);
 
-  const VarId flat = t.view(x, {T, H}, n + ".view");
-  const Routing r = route(c, n, flat, p.router_w, T);
+  const VarId flat = t.view(in, {T, H}, n + ".view");
+  if (in != x) {
+    t.drop(in);
+  }
+  const Routing r = route(c, n, flat, p.router_w, T, routed_tokens);
   const VarId token_indices =
-      t.constant(n + ".token_indices_experts_sorted_floordiv", "floor_divide", {A}, DType::kInt64);
+      t.constant(n + ".token_indices_experts_sorted_floordiv", "floor_divide", {A_local}, DType::kInt64);
   VarId routed = ops.index(n + ".routed_input", flat, token_indices);
   t.drop(token_indices);
   if (before) {  // (routed_input.to(float32) * top_scores_experts_sorted.reshape(-1, 1)).to(x.dtype)
     const VarId routed32 = ops.to(n + ".routed_input.to_float32", routed, DType::kFloat32);
     t.drop(routed);
-    const VarId col = t.view(r.sorted_scores, {A, 1}, n + ".top_scores_experts_sorted.reshape");
+    const VarId col = t.view(r.sorted_scores, {A_local, 1}, n + ".top_scores_experts_sorted.reshape");
     const VarId scaled = ops.mul(n + ".routed_input.mul_scores", routed32, col);
     t.drop({routed32, col});
     routed = ops.to(n + ".routed_input.to_dtype", scaled, t.dtype(x));
@@ -199,7 +257,7 @@ VarId torchtitan_moe(EmitContext& c, int layer, VarId x) {
   t.drop(routed);
   VarId shared = kNoVar;
   if (moe.shared_expert_d_ff > 0) {  // FeedForward(dim, hidden_dim x num_shared_experts)
-    shared = hf_gated_mlp(c, n + ".shared_experts", flat, p.shared_expert);
+    shared = shared_feed_forward(c, n + ".shared_experts", flat, p.shared_expert);
   }
   const VarId zeros = t.constant(n + ".routed_output_unsorted", "zeros", {A, H}, t.dtype(routed_output));
   BackwardRule rule;
@@ -234,8 +292,13 @@ VarId torchtitan_moe(EmitContext& c, int layer, VarId x) {
     output = ops.add(n + ".add_shared_experts", shared, out_experts);
     t.drop({shared, out_experts});
   }
-  const VarId result = t.view(output, {c.options.batch, c.options.seq, H}, n + ".reshape");
+  VarId result = t.view(output, in_shape, n + ".reshape");
   t.drop({output, flat, r.scores, r.top_scores, r.sorted_indices, r.sorted_scores});
+  if (tp > 1) {  // output_layouts=(Partial(),) -> desired_output_layouts=(Shard(1),): reduce-scatter
+    const VarId shard = ops.reduce_scatter_sequence(n + ".prepare_output.reduce_scatter", result, tp);
+    t.drop(result);
+    result = shard;
+  }
   return result;
 }
 

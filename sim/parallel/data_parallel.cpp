@@ -59,7 +59,7 @@ std::unique_ptr<DataParallelScheme> make_data_parallel(const DataParallelOptions
       fmt::format("{}: unknown data-parallel scheme '{}' (known: {})", option, s, fmt::join(names(), ", ")));
 }
 
-void DataParallelScheme::set_expert_parameters(const std::set<VarId>& experts, int ep) {
+void DataParallelScheme::set_expert_parameters(const std::set<VarId>& experts, int ep, int /*borrowed_tp*/) {
   if (experts.empty()) {
     return;
   }

@@ -87,7 +87,9 @@ class DataParallelScheme {
   // layer (set_modules_to_forward_prefetch). Throws InputError when the scheme does not run it or `ep` does
   // not divide the shard group; the default (every scheme but FSDP2) throws unless `experts` is empty.
   // Call before construct().
-  virtual void set_expert_parameters(const std::set<VarId>& experts, int ep);
+  // `borrowed_tp`: the tensor-parallel ranks torchtitan's ep mesh spans (tp / etp: tp when etp = 1, else
+  // 1), so efsdp = the shard group x borrowed_tp / ep.
+  virtual void set_expert_parameters(const std::set<VarId>& experts, int ep, int borrowed_tp = 1);
   // The ranks parameter `p`'s optimizer states are sharded over (optimizer_state_shards() but for experts).
   virtual int parameter_state_shards(VarId /*p*/) const { return optimizer_state_shards(); }
 

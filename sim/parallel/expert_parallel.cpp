@@ -55,8 +55,10 @@ ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const Mo
   ExpertLoad load;
   load.sent_rows = std::accumulate(rows.begin(), rows.end(), std::int64_t{0});
   // EP rank 0's experts, from each of the ep ranks, and under expert tensor parallelism from each rank of
-  // its expert-tensor-parallel group too (the dispatcher's all-gather after the all-to-all)
-  const std::int64_t ep = options.expert_parallel, senders = ep * moe.expert_tensor_parallel;
+  // its expert-tensor-parallel group too (Megatron's dispatcher's all-gather after the all-to-all;
+  // torchtitan's expert-tensor ranks hold the same tokens already)
+  const std::int64_t ep = options.expert_parallel;
+  const std::int64_t senders = ep * (options.impl == MoeImpl::kMegatron ? moe.expert_tensor_parallel : 1);
   load.rows_per_etp_rank = 0;
   for (std::int64_t e = 0; e < moe.n_experts / ep; ++e) {
     load.rows_per_local_expert.push_back(rows[static_cast<std::size_t>(e)] * senders);
@@ -83,6 +85,30 @@ ModelConfig expert_tensor_parallel_rank(const ModelConfig& full, const ModelConf
   }
   m.moe.expert_d_ff = full.moe.expert_d_ff / etp;
   m.moe.expert_tensor_parallel = etp;
+  return m;
+}
+
+ModelConfig torchtitan_expert_tensor_parallel_rank(const ModelConfig& full, const ModelConfig& rank, int tp,
+                                                   int ep, int etp) {
+  if (etp < 1 || etp > 1024) {
+    throw InputError(fmt::format("--expert-tensor-parallel: {} is not in 1..1024", etp));
+  }
+  if (ep > 1 && etp != 1 && etp != tp) {  // ParallelDims._validate (torchtitan/distributed/parallel_dims.py)
+    throw InputError(fmt::format(
+        "--expert-tensor-parallel {}: torchtitan asserts \"Currently we only support ETP=TP or ETP=1\" "
+        "(--tp {})",
+        etp, tp));
+  }
+  ModelConfig m = rank;
+  if (full.moe.n_experts == 0 || tp <= 1) {
+    return m;
+  }
+  if (ep > 1 && etp == 1) {  // ExpertParallel: Shard(0) over ep only, each expert whole
+    m.moe.expert_d_ff = full.moe.expert_d_ff;
+    m.moe.expert_tensor_parallel = 1;
+  } else {  // TensorParallel / ExpertTensorParallel: tensor_parallel_rank's ceil(ff / tp), DTensor's rank 0
+    m.moe.expert_tensor_parallel = tp;
+  }
   return m;
 }
 
@@ -277,10 +303,16 @@ void validate_torchtitan(const ModelConfig& model, const TrainingOptions& o) {
   if (o.generate_tokens > 0 || o.inference) {
     refuse("inference and generation are not modelled (vramsim models torchtitan's MoE for training)");
   }
-  if (o.tensor_parallel > 1 || o.pipeline.stages > 1) {
-    // torchtitan runs EP with TP (apply_moe_ep_tp: ExpertTensorParallel, or EP borrowing the TP ranks
-    // when etp = 1) and with PP; vramsim models neither with its MoE
-    refuse("with --tp or pipeline stages: not modelled (vramsim)");
+  if (o.pipeline.stages > 1) {  // torchtitan runs its MoE with PP too; vramsim does not model it
+    refuse("with pipeline stages: not modelled (vramsim)");
+  }
+  if (o.tensor_parallel > 1 && !o.sequence_parallel) {
+    // torchtitan's TP plan always shards the sequence between the blocks: apply_non_moe_tp's
+    // SequenceParallel norms, apply_moe_ep_tp's PrepareModuleInputOutput(input_layouts=(Shard(1),)); it has
+    // no TP without it (torchtitan/models/deepseek_v3/infra/parallelize.py at 1e8f9acd1)
+    refuse(
+        "with --tp: torchtitan shards the sequence between the blocks whenever TP is on (SequenceParallel "
+        "norms, the MoE's input all-gathered from Shard(1)): add --sequence-parallel");
   }
   const std::string& scheme = o.data_parallel.scheme;
   const bool fsdp2 = scheme.starts_with("fsdp2-");

@@ -52,6 +52,8 @@ struct ExpertLoad {
   std::int64_t rows_per_etp_rank = 0;  // the all-to-all output's rows (what one expert-tensor rank receives)
   std::int64_t received_rows() const;  // what its experts run on: the expert-tensor group's gather's rows
 };
+// `tokens`: what one rank routes. Megatron's expert-tensor ranks route different tokens and gather them after
+// the all-to-all (x expert_tensor_parallel senders); torchtitan's route the same gathered tokens (no gather).
 ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const MoeOptions& options);
 
 // Megatron's expert tensor parallelism on the rank's model `rank` (tensor_parallel_rank of `full`): each
@@ -59,6 +61,19 @@ ExpertLoad busiest_rank_load(std::int64_t tokens, const MoeConfig& moe, const Mo
 // InputError("--expert-tensor-parallel ...") when etp does not divide them. A model without experts is
 // returned as it is.
 ModelConfig expert_tensor_parallel_rank(const ModelConfig& full, const ModelConfig& rank, int etp);
+
+// torchtitan's expert tensor parallelism on the rank's model `rank` (tensor_parallel_rank of `full`, whose
+// experts' hidden units are already ceil(ff / tp), DTensor's Shard(1) of w1/w3 and Shard(2) of w2 on rank 0),
+// as torchtitan's apply_moe_ep_tp places GroupedExperts (torchtitan/models/llama4/infra/parallelize.py at
+// pytorch/torchtitan 1e8f9acd1):
+//   ep = 1           : TensorParallel on the tp mesh: every expert split over tp (etp has no effect);
+//   ep > 1, etp = tp : ExpertTensorParallel on the [ep, etp] mesh: Shard(0) over ep, Shard(1)/(2) over tp;
+//   ep > 1, etp = 1  : ExpertParallel on an ep mesh that borrows the tp ranks: whole experts.
+// MoeConfig::expert_tensor_parallel records the split (tp or 1). Throws InputError when ep > 1 and etp is
+// neither (ParallelDims._validate: "Currently we only support ETP=TP or ETP=1"). Returns `rank` for a model
+// without experts or without tensor parallelism.
+ModelConfig torchtitan_expert_tensor_parallel_rank(const ModelConfig& full, const ModelConfig& rank, int tp,
+                                                   int ep, int etp);
 
 // The rank's model: n_experts / ep experts per MoE layer (MoeConfig::expert_parallel). Throws
 // InputError("--ep: ...") when ep does not divide the experts.

@@ -50,8 +50,9 @@
 // Expert parallelism (set_expert_parameters), as torchtitan's apply_fsdp runs it
 // (torchtitan/models/llama4/infra/parallelize.py at 1e8f9acd1, used by deepseek_v3 and qwen3 too): the routed
 // experts of each MoE layer, already split over the ep ranks (ExpertParallel._partition_fn: Shard(0) on the
-// ep mesh), are fully_shard-ed over the efsdp mesh (dp_shard x cp / ep ranks; Shard(1) when efsdp x ep >
-// num_experts), every other parameter over the whole shard group; torchtitan then sets explicit forward
+// ep mesh), are fully_shard-ed over the efsdp mesh (dp_shard x cp / ep ranks, x tp when etp = 1 lends the
+// tp ranks to ep; Shard(1) when efsdp x ep > num_experts), every other parameter over the whole shard group;
+// torchtitan then sets explicit forward
 // prefetching (each block prefetches the next block and its experts: set_modules_to_forward_prefetch, "as
 // D2H syncs in EP could interfere with implicit prefetching in FSDP"), and the same backward prefetching
 // FSDP2 does on its own. Here the experts are each expert's own tensors sharded along their rows (the
@@ -102,15 +103,23 @@ class Fsdp2 final : public DataParallelScheme {
   }
   int optimizer_state_shards() const override { return m_shard_ranks; }
   int parameter_state_shards(VarId p) const override { return ranks(p); }
-  void set_expert_parameters(const std::set<VarId>& experts, int ep) override {
+  void set_expert_parameters(const std::set<VarId>& experts, int ep, int borrowed_tp) override {
     if (ep <= 1 || experts.empty()) {
       return;
     }
-    if (m_shard_ranks % ep != 0) {  // ParallelDims.build_mesh: efsdp = fsdp x tp / (etp x ep) ranks
-      throw InputError(fmt::format(
-          "--ep {}: does not divide the {} ranks FSDP2 shards over (torchtitan's expert-parallel ranks are "
-          "some of the dp_shard x cp ranks: efsdp = dp_shard x cp / ep)",
-          ep, m_shard_ranks));
+    // ParallelDims.build_mesh: efsdp = fsdp x tp / (etp x ep) ranks, fsdp = dp_shard x cp
+    const std::int64_t ranks = std::int64_t{m_shard_ranks} * borrowed_tp;
+    if (ranks % ep != 0) {
+      throw InputError(
+          borrowed_tp == 1
+              ? fmt::format("--ep {}: does not divide the {} ranks FSDP2 shards over (torchtitan's "
+                            "expert-parallel ranks are some of the dp_shard x cp ranks: efsdp = dp_shard x "
+                            "cp / ep)",
+                            ep, m_shard_ranks)
+              : fmt::format("--ep {}: does not divide the {} FSDP2 ranks x --tp {} (torchtitan's "
+                            "expert-parallel ranks with etp 1 are some of the dp_shard x cp x tp ranks: "
+                            "efsdp = dp_shard x cp x tp / ep)",
+                            ep, m_shard_ranks, borrowed_tp));
     }
     if (m_offload) {
       throw InputError(
@@ -124,7 +133,7 @@ class Fsdp2 final : public DataParallelScheme {
           ep));
     }
     m_experts = experts;
-    m_expert_ranks = m_shard_ranks / ep;
+    m_expert_ranks = static_cast<int>(ranks / ep);
     m_forward_prefetch = true;
     for (const VarId p : experts) {
       m_grads.set_parameter_world(p, m_expert_ranks);
@@ -455,7 +464,7 @@ class Fsdp2 final : public DataParallelScheme {
   int m_last_layer = -1;   // the highest decoder-layer unit of this rank (the root is -1)
   int m_shard_ranks;
   std::set<VarId> m_experts;  // set_expert_parameters: the routed experts, sharded over efsdp
-  int m_expert_ranks = 1;     // efsdp = the shard group / ep
+  int m_expert_ranks = 1;     // efsdp = the shard group x borrowed tp ranks / ep
   bool m_forward_prefetch = false;
   bool m_offload;  // CPUOffloadPolicy
   bool m_fp32_shards = false;

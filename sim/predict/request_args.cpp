@@ -113,6 +113,9 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     // Megatron splits the experts over their own group (arguments.py: --expert-tensor-parallel-size
     // unset is --tensor-model-parallel-size)
     r.model = expert_tensor_parallel_rank(full, r.model, a.etp.value_or(a.tp));
+  } else if (request_args::chosen_moe_impl(a, data_parallel) == MoeImpl::kTorchtitan) {
+    // torchtitan's parallelism.expert_tensor_parallel_degree defaults to 1: EP borrows the TP ranks
+    r.model = torchtitan_expert_tensor_parallel_rank(full, r.model, a.tp, a.ep, a.etp.value_or(1));
   }
   r.model = expert_parallel_rank(r.model, a.ep);
   const GpuSpec* spec = apply_device_args(a, r);

@@ -297,10 +297,11 @@ void apply_parallel_args(const RequestArgs& a, const DataParallelOptions& data_p
   o.float8.amax_history_len = a.fp8_amax_history_len;
   o.float8.te_weight_cache = a.fp8_weight_cache;
   o.moe.impl = chosen_moe_impl(a, data_parallel);
-  if (a.etp && o.moe.impl != MoeImpl::kMegatron) {  // make_request applied it to the model's experts
+  if (a.etp && o.moe.impl == MoeImpl::kTransformers) {  // make_request applied it to the model's experts
     throw InputError(
-        "--expert-tensor-parallel: Megatron-Core's --expert-tensor-parallel-size; it applies to its MoE "
-        "layer (--moe-impl megatron, or --ep over DDP)");
+        "--expert-tensor-parallel: Megatron-Core's --expert-tensor-parallel-size or torchtitan's "
+        "expert_tensor_parallel_degree; it applies to their MoE layers (--moe-impl megatron or torchtitan, "
+        "or --ep)");
   }
   o.moe.expert_parallel = a.ep;
   o.moe.imbalance = a.moe_imbalance;

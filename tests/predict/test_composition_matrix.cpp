@@ -372,10 +372,22 @@ TEST_CASE("composition matrix: the mixture-of-experts techniques on a Mixtral", 
   INFO(pair.refusal);
   CHECK_THAT(pair.refusal,
              Catch::Matchers::Contains("is not divisible by expert_tensor_model_pipeline_parallel"));
+  // torchtitan's MoE with TP + SP (issue 42): alone on 2 GPUs (TensorParallel experts), and with EP over
+  // FSDP2 on 4 GPUs (dp_shard 2 x tp 2), with etp 1 (its default: EP borrows the TP ranks, efsdp 2) and etp
+  // = tp (ExpertTensorParallel, efsdp 1).
+  const Technique torchtitan_etp{"ep-etp-tp", "moe",
+                                 "torchtitan's EP with expert_tensor_parallel_degree = TP",
+                                 "--ep 2 --expert-tensor-parallel 2"};
   for (const auto& [picked, gpus] : std::vector<std::pair<std::vector<const Technique*>, int>>{
            {{by_name["ep"], by_name["tp"], by_name["ddp"]}, 4},
            {{by_name["ep"], by_name["tp"], by_name["ddp"], by_name["checkpoint-full"]}, 4},
-           {{&whole_experts, by_name["tp"]}, 0}}) {
+           {{&whole_experts, by_name["tp"]}, 0},
+           {{by_name["moe-torchtitan"], by_name["tp"]}, 0},
+           {{by_name["ep"], by_name["tp"], by_name["fsdp2"], by_name["bf16-master"]}, 4},
+           {{by_name["ep"], by_name["tp"], by_name["fsdp2"], by_name["bf16-master"],
+             by_name["checkpoint-op"]},
+            4},
+           {{&torchtitan_etp, by_name["tp"], by_name["fsdp2"], by_name["bf16-master"]}, 4}}) {
     const Outcome o = run(picked, "tiny-mixtral.config.json", gpus);
     INFO(label(picked) + (o.predicted ? "" : " -> " + o.refusal));
     REQUIRE(o.predicted);
