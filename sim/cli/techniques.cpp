@@ -95,6 +95,8 @@ const std::vector<Technique>& techniques() {
        "--precision bf16 --float8 rowwise"},
       {"fp8-te", "precision", "Transformer Engine te.Linear under fp8_autocast (DelayedScaling)",
        "--precision bf16 --float8 te"},
+      {"ce-shift-logits", "loss", "transformers' causal-LM loss before 4.49 (the shifted logits' fp32 copy)",
+       "--loss ce-shift-logits"},
       {"chunked-ce", "loss", "torchtune's CEWithChunkedOutputLoss", "--loss chunked-ce"},
       {"torchtitan-chunked-ce", "loss", "torchtitan's chunked_cross_entropy_loss (pytorch/torchtitan#996)",
        "--loss torchtitan-chunked-ce --free-logits-before-backward"},
