@@ -23,15 +23,6 @@ namespace {
                                fmt::join(shape, ", "), what));
 }
 
-// Room for `more` elements without reallocating, grown geometrically: references into `v` stay valid across
-// the next `more` push_backs (the tape reads a variable while it adds the next one, and copying a Var costs
-// two allocations, its shape and its name).
-template <typename T>
-void reserve_more(std::vector<T>& v, std::size_t more) {
-  if (v.capacity() - v.size() < more) {
-    v.reserve(std::max(2 * v.capacity(), v.size() + more));
-  }
-}
 
 }  // namespace
 
@@ -334,7 +325,6 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     return capture(c).at(0);
   }
   const OpId op = begin_op(name, kind);
-  reserve_more(m_vars, 1);  // `t` stays valid through new_var()
   const Var& t = m_vars[target];
   use(t.storage);
   bool needs_grad = t.requires_grad;
@@ -585,7 +575,6 @@ VarId EagerTape::new_grad(VarId like, std::string name) {
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
 // buffers (cuda_reduce.h) live for the kernel only. Takes over `full`'s reference and releases it.
 VarId EagerTape::sum_to(VarId full, VarId input) {
-  reserve_more(m_vars, 1);  // `f` and `x` stay valid through new_grad()
   const Var& f = m_vars[full];
   const Var& x = m_vars[input];
   const VarId reduced = new_grad(input, joined(var_name(input), ".grad"));
@@ -811,7 +800,6 @@ void EagerTape::execute_node(std::size_t index) {
     if (!m_vars[in].requires_grad || rule.kind == GradRule::Kind::kNone) {
       return;
     }
-    reserve_more(m_vars, 1);  // `p` and `x` stay valid through the one new_var() below
     const Var& p = m_vars[primary];
     const Var& x = m_vars[in];
     VarId g;

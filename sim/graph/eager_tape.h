@@ -527,7 +527,9 @@ class EagerTape {
   void disown(TensorId s);  // drops a reference without freeing (the next owner decides)
 
   OpGraph& m_graph;
-  std::vector<Var> m_vars;
+  // Appended, never moved (ChunkedVector): the tape reads a variable while it adds the next one, so
+  // references into m_vars stay valid, and growing moves no Var (issue 40).
+  ChunkedVector<Var> m_vars;
   // Appended, never moved (ChunkedVector): a Node is a few hundred bytes, and a vector's growth moved each
   // one about once more (issue 40). References stay valid while nodes are added.
   ChunkedVector<Node> m_nodes;
