@@ -23,7 +23,6 @@ namespace {
                                fmt::join(shape, ", "), what));
 }
 
-
 }  // namespace
 
 std::int64_t numel(const Shape& shape) {
