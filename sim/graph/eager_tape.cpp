@@ -23,16 +23,6 @@ namespace {
                                fmt::join(shape, ", "), what));
 }
 
-// Room for `more` elements without reallocating, grown geometrically: references into `v` stay valid across
-// the next `more` push_backs (the tape reads a variable while it adds the next one, and copying a Var costs
-// two allocations, its shape and its name).
-template <typename T>
-void reserve_more(std::vector<T>& v, std::size_t more) {
-  if (v.capacity() - v.size() < more) {
-    v.reserve(std::max(2 * v.capacity(), v.size() + more));
-  }
-}
-
 }  // namespace
 
 std::int64_t numel(const Shape& shape) {
@@ -310,13 +300,13 @@ VarId EagerTape::view(VarId base, const Shape& shape, const std::string& name, G
   const VarId v = new_var(base_storage, intern_shape(shape), m_vars[base].dtype, name);
   ref(base_storage);
   if (m_grad_enabled && base_requires_grad) {
-    Node node;
+    Node& node = m_nodes.emplace_back();  // in place (register_node): a Node is large
     node.name = name;
     node.kind = "view";
     node.layer = m_layer;
     node.inputs = {base};
     node.rule.grads = {base_grad};
-    add_node(std::move(node), {v});
+    register_node(m_nodes.size() - 1, {v});
   }
   return v;
 }
@@ -334,7 +324,6 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
     return capture(c).at(0);
   }
   const OpId op = begin_op(name, kind);
-  reserve_more(m_vars, 1);  // `t` stays valid through new_var()
   const Var& t = m_vars[target];
   use(t.storage);
   bool needs_grad = t.requires_grad;
@@ -346,14 +335,14 @@ VarId EagerTape::inplace(const std::string& name, const std::string& kind, VarId
   const VarId v = new_var_named_as(t.storage, t.shape, t.dtype, target);
   ref(storage);
   if (needs_grad && m_grad_enabled) {
-    Node node;
-    node.name_op = op;  // named `name`
+    Node& node = m_nodes.emplace_back();  // in place (register_node): a Node is large
+    node.name_op = op;                    // named `name`
     node.kind = kind;
     node.layer = m_layer;
     node.inputs = {target};
     node.inputs.insert(node.inputs.end(), inputs.begin(), inputs.end());
     node.rule = rule;
-    add_node(std::move(node), {v});
+    register_node(m_nodes.size() - 1, {v});
   }
   return v;
 }
@@ -394,6 +383,12 @@ void EagerTape::save(Node& node, TensorId s) {
 }
 
 int EagerTape::add_node(Node&& node, const std::vector<VarId>& outputs) {
+  m_nodes.push_back(std::move(node));
+  return register_node(m_nodes.size() - 1, outputs);
+}
+
+int EagerTape::register_node(std::size_t at, const std::vector<VarId>& outputs) {
+  Node& node = m_nodes[at];
   node.outputs.assign(outputs.begin(), outputs.end());
   for (VarId in : node.inputs) {  // an edge to the parameter's AccumulateGrad
     if (m_vars[in].is_parameter && m_vars[in].requires_grad) {
@@ -401,8 +396,7 @@ int EagerTape::add_node(Node&& node, const std::vector<VarId>& outputs) {
       node.counts_parameter_uses = true;
     }
   }
-  m_nodes.push_back(std::move(node));
-  const int index = static_cast<int>(m_nodes.size() - 1);
+  const int index = static_cast<int>(at);
   for (VarId o : outputs) {
     m_vars[o].requires_grad = true;
     m_vars[o].node = index;
@@ -514,7 +508,9 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
   if (!needs_grad || !m_grad_enabled) {
     return;
   }
-  Node node;
+  // In place (register_node below): a Node is large. save() adds no node, so it is still the last.
+  Node& node = m_nodes.emplace_back();
+  const std::size_t index = m_nodes.size() - 1;
   if (m_current_op != kNoOp && m_graph.op(m_current_op).name == c.name) {
     node.name_op = m_current_op;  // run_op's op (take_cached_outputs' has another name)
   } else {
@@ -537,7 +533,8 @@ void EagerTape::add_op_node(const OpCall& c, const std::vector<VarId>& outs) {
       differentiable.push_back(outs[i]);
     }
   }
-  add_node(std::move(node), differentiable);
+  SIM_ASSERT(index == m_nodes.size() - 1);
+  register_node(index, differentiable);
 }
 
 // ---- autograd engine --------------------------------------------------------------------------------------
@@ -577,7 +574,6 @@ VarId EagerTape::new_grad(VarId like, std::string name) {
 // at::sum_to(full, input.sizes()): a new tensor of the input's shape, made by a CUDA reduction whose staging
 // buffers (cuda_reduce.h) live for the kernel only. Takes over `full`'s reference and releases it.
 VarId EagerTape::sum_to(VarId full, VarId input) {
-  reserve_more(m_vars, 1);  // `f` and `x` stay valid through new_grad()
   const Var& f = m_vars[full];
   const Var& x = m_vars[input];
   const VarId reduced = new_grad(input, joined(var_name(input), ".grad"));
@@ -759,7 +755,7 @@ void EagerTape::execute_node(std::size_t index) {
     unpacked = unpack_torchtune(node);
   }
   if (node.function_backward) {
-    execute_function(node, std::vector<VarId>(grads_out.begin(), grads_out.end()), std::move(unpacked));
+    execute_function(index, std::vector<VarId>(grads_out.begin(), grads_out.end()), std::move(unpacked));
     return;
   }
   begin_op(joined(node_name(node), ".backward"), joined(node.kind, "_backward"),
@@ -803,7 +799,6 @@ void EagerTape::execute_node(std::size_t index) {
     if (!m_vars[in].requires_grad || rule.kind == GradRule::Kind::kNone) {
       return;
     }
-    reserve_more(m_vars, 1);  // `p` and `x` stay valid through the one new_var() below
     const Var& p = m_vars[primary];
     const Var& x = m_vars[in];
     VarId g;

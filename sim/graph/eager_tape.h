@@ -31,6 +31,8 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include "sim/core/chunked_vector.h"
+
 #include "sim/graph/op_graph.h"
 #include "sim/torch/cuda_reduce.h"
 #include "sim/torch/cuda_sort.h"
@@ -464,7 +466,8 @@ class EagerTape {
   }
   std::vector<VarId> capture(const OpCall& call, bool view = false);
   // `unpacked`: torchtune's unpack of node.packed (empty otherwise), one reference each, taken over.
-  void execute_function(Node& node, const std::vector<VarId>& grads_out, std::vector<TensorId> unpacked);
+  void execute_function(std::size_t index, const std::vector<VarId>& grads_out,
+                        std::vector<TensorId> unpacked);
   TensorId new_storage(std::string name, Bytes size_bytes, DType dtype, TensorCategory category);
   // Runs a scratch script; the allocations it leaves alive are appended to `live`.
   void run_scratch(const std::vector<ScratchStep>& steps, const std::string& name,
@@ -484,6 +487,9 @@ class EagerTape {
   void release_offload_stashes();  // the end of backward (wait_and_del_remaining_references)
   // Takes `node` by rvalue: one move into m_nodes (a Node is large: its lists in place, its rule, hooks).
   int add_node(Node&& node, const std::vector<VarId>& outputs);
+  // add_node for a node already appended in place (m_nodes.emplace_back(), filled, then this with its
+  // index): the outputs, the parameter-use counts and the outputs' grad_fn. Returns `index`.
+  int register_node(std::size_t index, const std::vector<VarId>& outputs);
   void run_nodes(std::size_t begin, std::size_t end, bool layer_hooks = false);
   void count_parameter_uses(VarId root, std::size_t begin, std::size_t end);
   TensorId finish_backward(std::size_t begin, std::size_t end, VarId leaf);
@@ -521,8 +527,12 @@ class EagerTape {
   void disown(TensorId s);  // drops a reference without freeing (the next owner decides)
 
   OpGraph& m_graph;
-  std::vector<Var> m_vars;
-  std::vector<Node> m_nodes;
+  // Appended, never moved (ChunkedVector): the tape reads a variable while it adds the next one, so
+  // references into m_vars stay valid, and growing moves no Var (issue 40).
+  ChunkedVector<Var> m_vars;
+  // Appended, never moved (ChunkedVector): a Node is a few hundred bytes, and a vector's growth moved each
+  // one about once more (issue 40). References stay valid while nodes are added.
+  ChunkedVector<Node> m_nodes;
   std::vector<int> m_refs;  // per storage (TensorId)
   std::vector<bool> m_freed;
   std::unordered_map<VarId, VarId> m_grad_buffer;  // var -> its accumulated gradient (leaves: until taken)

@@ -73,8 +73,9 @@ void EagerTape::function_node(const std::string& name, const std::vector<VarId>&
 
 // CompiledFunction.backward reads ctx.saved_tensors first: every packed tensor is unpacked before the graph
 // runs (torchtune's on its side stream, already in `unpacked`; save_on_cpu's copied back here).
-void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out,
+void EagerTape::execute_function(std::size_t index, const std::vector<VarId>& grads_out,
                                  std::vector<TensorId> unpacked) {
+  Node& node = m_nodes[index];
   std::vector<TensorId> incoming;
   for (VarId g : grads_out) {
     incoming.push_back(g == kNoVar ? kNoTensor : m_vars[g].storage);  // the reference goes with it
@@ -103,7 +104,6 @@ void EagerTape::execute_function(Node& node, const std::vector<VarId>& grads_out
     }
     saved.push_back(s);
   }
-  const auto index = static_cast<std::size_t>(&node - m_nodes.data());
   const FunctionBackward backward = node.function_backward;
   const std::vector<VarId> inputs(node.inputs.begin(), node.inputs.end());
   const std::string name = node_name(node);

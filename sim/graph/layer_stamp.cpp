@@ -380,7 +380,8 @@ LayerStamp::Before LayerStamp::snapshot() const {
       b.tensor_fields.push_back(tensor_fields_of(x));
     }
     b.var_fields.reserve(b.vars);
-    for (const EagerTape::Var& v : t.m_vars) {
+    for (std::size_t i = 0; i < t.m_vars.size(); ++i) {
+      const EagerTape::Var& v = t.m_vars[i];
       b.var_fields.emplace_back(v.storage, v.grad, v.node, v.requires_grad, v.order);
     }
   }
@@ -597,7 +598,7 @@ Var decode_var(const Template::VarCode& c, const std::string& token, const Rebas
 // The region's autograd nodes, plain op nodes only (false otherwise). add_node's parameter-use counts are
 // replayed on `expected` (the map before the region), for the caller to compare with the map after it.
 template <typename Node, typename Var>
-bool encode_nodes(const std::vector<Node>& nodes, std::size_t first_node, const std::vector<Var>& vars,
+bool encode_nodes(const ChunkedVector<Node>& nodes, std::size_t first_node, const ChunkedVector<Var>& vars,
                   const std::string& token, int layer, Encoder& refs,
                   std::unordered_map<VarId, int>& expected, std::vector<Template::NodeCode>& out) {
   for (std::size_t i = first_node; i < nodes.size(); ++i) {
@@ -898,9 +899,10 @@ VarId LayerStamp::stamp(const Template& tmpl, int layer, const std::vector<VarId
   }
   std::vector<VarId> outputs;
   for (const Template::NodeCode& c : tmpl.nodes) {
-    EagerTape::Node n;
+    // In place: no move (a Node is large); register_node adds its parameter-use counts, as add_node does.
+    EagerTape::Node& n = t.m_nodes.emplace_back();
     decode_node(c, token, layer, at, n, outputs);
-    t.add_node(std::move(n), outputs);  // its parameter-use counts, as the direct road's add_node
+    t.register_node(t.m_nodes.size() - 1, outputs);
   }
   t.m_current_op = at.op(tmpl.current_op);
   if (t.m_replaying) {  // what the direct road's saves would have told EagerTape::save
