@@ -124,7 +124,9 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
     fmt::print("run              batch {}, seq {}, {}, {}, checkpointing {}, attention {}, {} step(s){}{}\n",
                a.batch, a.seq, a.precision, a.optimizer, a.checkpointing, attention, a.steps,
                a.inference ? ", inference (no_grad)" : (a.forward_only ? ", forward only" : ""),
-               a.loss != "ce" ? fmt::format(", loss {} ({} chunks)", a.loss, a.loss_chunks) : "");
+               a.loss == "ce"                ? std::string()
+               : a.loss == "ce-shift-logits" ? fmt::format(", loss {}", a.loss)
+                                             : fmt::format(", loss {} ({} chunks)", a.loss, a.loss_chunks));
   }
   if (a.precision == "bf16" && !p.generation && !a.inference && !a.forward_only) {
     fmt::print("precision        {}\n", p.precision_regime);

@@ -27,7 +27,7 @@ TEST_CASE("moe flags: bad values are one line and exit 2", "[quick][cli]") {
       {"--moe-impl deepspeed",
        "--moe-impl: unknown value 'deepspeed' (known: transformers, megatron, torchtitan)"},
       {"--loss torchtitan",
-       "--loss: unknown value 'torchtitan' (known: ce, chunked-ce, torchtitan-chunked-ce)"},
+       "--loss: unknown value 'torchtitan' (known: ce, ce-shift-logits, chunked-ce, torchtitan-chunked-ce)"},
       {"--fsdp2-last-layer KEEP", "--fsdp2-last-layer: unknown value 'KEEP' (known: reshard, keep)"},
       {"--moe-impl megatron --tp 2 --sequence-parallel --expert-tensor-parallel 0",
        "--expert-tensor-parallel: 0 is not in 1..1024"},

@@ -176,8 +176,9 @@ TEST_CASE("loss options: errors name the option", "[quick][predict]") {
   a.model = "tinyllama-1.1b";
   a.gpu = "h100";
   a.loss = "chunked";
-  CHECK_THROWS_WITH(make_request(a),
-                    "--loss: unknown value 'chunked' (known: ce, chunked-ce, torchtitan-chunked-ce)");
+  CHECK_THROWS_WITH(
+      make_request(a),
+      "--loss: unknown value 'chunked' (known: ce, ce-shift-logits, chunked-ce, torchtitan-chunked-ce)");
   a.loss = "ce";
   a.loss_chunks = 4;
   CHECK_THROWS_WITH(
