@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "graph_test_util.h"
+#include "loss_test_util.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
@@ -22,28 +22,18 @@ constexpr Bytes kLogitsFp32 = 512'000;
 constexpr Bytes kChunkBf16 = 32'000;
 constexpr Bytes kChunkFp32 = 64'000;
 
-struct Run {
-  OpGraph graph;
-  AllocationSchedule schedule;
-};
+using Run = test::ScheduledRun;
 
 Run run(LossKind loss, bool compile_loss = false, bool free_logits = false) {
-  TrainingOptions o;
+  TrainingOptions o = test::loss_test_options();
   o.free_logits_before_backward = free_logits;
   if (compile_loss) {  // torchtune's recipe with compile=True: per-layer compile and compile_loss
     o.compile = CompileMode::kDefault;
     o.compile_scope = CompileScope::kLayer;
     o.compile_loss = true;
   }
-  o.batch = 2;
-  o.seq = 64;
-  o.steps = 1;
-  o.precision = Precision::kBf16;
   o.loss = loss;
-  o.cublas_workspace_bytes = 0;
-  Run r{build_training_steps(test::tiny_model("tinyllama-1.1b"), o), {}};
-  r.schedule = build_allocation_schedule(r.graph);
-  return r;
+  return test::loss_test_run(o);
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }

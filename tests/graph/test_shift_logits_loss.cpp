@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "graph_test_util.h"
+#include "loss_test_util.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
@@ -33,22 +33,12 @@ constexpr Bytes kLogitsBf16 = 256'000;
 constexpr Bytes kLogitsFp32 = 512'000;
 constexpr Bytes kShiftedFp32 = 504'000;
 
-struct Run {
-  OpGraph graph;
-  AllocationSchedule schedule;
-};
+using Run = test::ScheduledRun;
 
 Run run(LossKind loss) {
-  TrainingOptions o;
-  o.batch = 2;
-  o.seq = 64;
-  o.steps = 1;
-  o.precision = Precision::kBf16;
+  TrainingOptions o = test::loss_test_options();
   o.loss = loss;
-  o.cublas_workspace_bytes = 0;
-  Run r{build_training_steps(test::tiny_model("tinyllama-1.1b"), o), {}};
-  r.schedule = build_allocation_schedule(r.graph);
-  return r;
+  return test::loss_test_run(o);
 }
 
 // The sizes of step 1's allocations of at least `min_bytes` from phase `from` up to phase `to`, in order.
