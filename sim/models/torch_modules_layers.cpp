@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "sim/compile/torch_compile.h"
+#include "sim/core/assert.h"
 #include "sim/finetune/peft_trainable_tokens.h"
 #include "sim/inference/hf_kv_cache.h"
 #include "sim/models/gemma_rms_norm.h"
@@ -1053,6 +1054,7 @@ VarId shift_logits_cross_entropy(EmitContext& c, VarId lf, VarId targets) {
   TorchOps& ops = c.ops;
   EagerTape& t = ops.tape();
   Shape shifted_shape = t.shape(lf);
+  SIM_ASSERT(shifted_shape.size() >= 2);         // [..., s, V]
   shifted_shape[shifted_shape.size() - 2] -= 1;  // the sequence dimension; --seq >= 2 (request_args)
   const VarId sliced = t.view(lf, shifted_shape, "loss.shift_logits.slice", GradRule{GradRule::Kind::kAlloc});
   const VarId shift_logits = ops.contiguous("loss.shift_logits", sliced);

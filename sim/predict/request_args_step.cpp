@@ -148,9 +148,7 @@ void apply_step_args(const RequestArgs& a, const GpuSpec* spec, PredictRequest& 
   o.forward_only = a.forward_only;
   o.inference = a.inference;
   if (o.loss != LossKind::kCrossEntropy) {
-    const std::string_view name = o.loss == LossKind::kChunkedCrossEntropy       ? "chunked-ce"
-                                  : o.loss == LossKind::kCrossEntropyShiftLogits ? "ce-shift-logits"
-                                                                                 : "torchtitan-chunked-ce";
+    const std::string& name = a.loss;  // parse_loss accepted it: the option's own spelling
     const std::string_view library = o.loss == LossKind::kChunkedCrossEntropy       ? "torchtune's"
                                      : o.loss == LossKind::kCrossEntropyShiftLogits ? "transformers'"
                                                                                     : "torchtitan's";
