@@ -356,6 +356,9 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
         j["best"] = r.best;
         if (r.best_is_cap) {
           j["best_is_search_cap"] = true;
+          if (!r.cap_reason.empty()) {
+            j["cap_reason"] = r.cap_reason;
+          }
         }
         nlohmann::ordered_json trials = nlohmann::ordered_json::array();
         for (const FitTrial& t : r.trials) {
@@ -394,6 +397,8 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
       }
       if (r.best == 0) {
         fmt::print("answer           nothing fits: {} 1 is over the limit\n", what);
+      } else if (r.best_is_cap && !r.cap_reason.empty()) {
+        fmt::print("answer           {} {} fits, the longest {} allow\n", what, r.best, r.cap_reason);
       } else if (r.best_is_cap) {
         fmt::print("answer           {} {} fits, the largest fit tries: the largest that fits may be more\n",
                    what, r.best);

@@ -31,6 +31,14 @@
 #include "sim/vision/vision_tower.h"
 
 namespace vramsim {
+
+std::int64_t learned_positions_seq_limit(const ModelConfig& m, const TrainingOptions& o) {
+  if (m.family != ModelFamily::kGpt2 || !layer_code(m.code).follows_transformers()) {
+    return 0;
+  }
+  return std::max<std::int64_t>(1, m.max_positions - std::max<std::int64_t>(0, o.generate_tokens - 1));
+}
+
 namespace {
 
 void check_model(const ModelConfig& m, const TrainingOptions& o) {
@@ -123,8 +131,7 @@ void check_model(const ModelConfig& m, const TrainingOptions& o) {
   }
   // Generation runs a forward at every position but the last new token's: seq + generate - 1 of them.
   const std::int64_t positions = o.seq + std::max<std::int64_t>(0, o.generate_tokens - 1);
-  if (m.family == ModelFamily::kGpt2 && layer_code(m.code).follows_transformers() &&
-      positions > m.max_positions) {
+  if (learned_positions_seq_limit(m, o) > 0 && positions > m.max_positions) {
     throw InputError(
         o.generate_tokens > 1
             ? fmt::format("--seq + --generate: {} + {} tokens use {} positions, more than the {} learned "

@@ -14,8 +14,8 @@
 // logits replace the old ones (as `logits = model(x)` in a loop does).
 #pragma once
 
-#include "sim/models/model_config.h"
 #include "sim/graph/op_graph.h"
+#include "sim/models/model_config.h"
 #include "sim/training/training_options.h"
 
 namespace vramsim {
@@ -27,6 +27,11 @@ OpGraph build_training_steps(const ModelConfig& model, const TrainingOptions& op
 // The attention kernel the run uses: options.attention with SDPA's backend resolved for this model (its head
 // size, whether its code passes SDPA a mask) on options.compute_capability.
 AttentionKind attention_kernel(const ModelConfig& model, const TrainingOptions& options);
+
+// The longest --seq the model's position table allows with options' --generate (transformers' GPT-2: its
+// learned positions, less the generated tokens after the first), or 0 where the model sets no such limit
+// (rotary positions). build_training_steps refuses a longer one; fit caps its search there.
+std::int64_t learned_positions_seq_limit(const ModelConfig& model, const TrainingOptions& options);
 
 // Bytes of activations (tensors autograd saved) that the forward of `step` created for decoder layer `layer`:
 // what the activation-memory formulas of Korthikanti et al. count.

@@ -14,6 +14,7 @@
 
 #include "sim/alloc/caching_config.h"
 #include "sim/alloc/size_classes.h"
+#include "sim/core/boundary_search.h"
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/core/thread_pool.h"
@@ -556,6 +557,14 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
   // load-balanced chunks, so only multiples of 2 x cp are lengths context_parallel accepts.
   const int cp = request.options.context_parallel.degree;
   const std::int64_t unit = vary == FitVary::kSeq && cp > 1 ? 2 * std::int64_t{cp} : 1;
+  if (vary == FitVary::kSeq) {  // a learned position table (GPT-2) ends the search where it ends
+    if (const std::int64_t positions = learned_positions_seq_limit(request.model, request.options);
+        positions > 0 && positions <= max_value) {
+      max_value = positions;
+      out.cap_reason =
+          fmt::format("the {} learned positions of {}", request.model.max_positions, request.model.name);
+    }
+  }
   max_value = std::max<std::int64_t>(1, max_value / unit);
   auto trial = [&](std::int64_t multiple) {
     const std::int64_t value = multiple * unit;
@@ -566,52 +575,18 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     t.value = value;
     t.peak_reserved_bytes = p.peak_reserved_bytes;
     t.num_ooms = p.num_ooms;
-    t.fits = p.num_ooms == 0 && p.peak_reserved_bytes + p.cuda_context_bytes <= out.limit_bytes;
+    const std::int64_t cost = p.peak_reserved_bytes + p.cuda_context_bytes;
+    t.fits = p.num_ooms == 0 && cost <= out.limit_bytes;
     out.trials.push_back(t);
-    return t.fits;
+    return BoundaryProbe{t.fits, cost, p.num_ooms == 0};  // an OOM's peak is capped by the device
   };
-  std::int64_t start = (vary == FitVary::kBatch ? request.options.batch : request.options.seq) / unit;
-  start = std::clamp<std::int64_t>(start, 1, max_value);
-  std::int64_t lo = 0;  // largest value known to fit (0 = none)
-  std::int64_t hi = 0;  // smallest value known not to fit (0 = none)
-  if (trial(start)) {
-    lo = start;
-    while (hi == 0 && lo < max_value) {
-      const std::int64_t next = std::min(lo * 2, max_value);
-      if (trial(next)) {
-        lo = next;
-      } else {
-        hi = next;
-      }
-    }
-    if (hi == 0) {
-      out.best = lo * unit;  // fits up to the cap
-      out.best_is_cap = true;
-      return out;
-    }
-  } else {
-    hi = start;
-    while (lo == 0 && hi > 1) {
-      const std::int64_t next = hi / 2;
-      if (trial(next)) {
-        lo = next;
-      } else {
-        hi = next;
-      }
-    }
-    if (lo == 0) {
-      return out;  // even 1 does not fit
-    }
+  const std::int64_t start = (vary == FitVary::kBatch ? request.options.batch : request.options.seq) / unit;
+  const BoundaryResult found = search_boundary(start, max_value, out.limit_bytes, trial);
+  out.best = found.best * unit;
+  out.best_is_cap = found.best_is_cap;
+  if (!out.best_is_cap) {
+    out.cap_reason.clear();
   }
-  while (hi - lo > 1) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    if (trial(mid)) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  out.best = lo * unit;
   return out;
 }
 

@@ -636,11 +636,13 @@ struct FitResult {
   double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
   std::int64_t best = 0;         // 0 = even 1 does not fit
   bool best_is_cap = false;      // `best` is the search's cap, which fits: the real answer may be larger
+  std::string cap_reason;        // non-empty: the cap is the model's own limit (no larger value can run)
   std::vector<FitTrial> trials;  // in the order tried
 };
 
-// Fits with the margin: no OOM and peak reserved + context <= (1 - margin) * total. Exponential search from
-// `start` (the request's batch or seq) then bisection; values are capped at `max_value`.
+// Fits with the margin: no OOM and peak reserved + context <= (1 - margin) * total. The largest fitting value
+// of a search from `start` (the request's batch or seq) that guesses the boundary from the trials' peaks
+// and brackets it as bisection does (sim/core/boundary_search.h); values are capped at `max_value`.
 FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::int64_t max_value = 1 << 20);
 
 }  // namespace vramsim

@@ -132,6 +132,20 @@ TEST_CASE("fit: the answer fits and one more does not", "[quick][predict]") {
   CHECK(f.trials.size() >= 2);
 }
 
+TEST_CASE("fit --vary seq stops at GPT-2's learned positions, which it names", "[quick][predict]") {
+  // GPT-2's position table has n_positions = 1024 rows (its config.json): a longer --seq is refused, so on a
+  // card where every length fits the search ends at 1024 and says why, instead of failing on 2048.
+  RequestArgs a = gpt2_args(1, 256);
+  a.gpu.clear();
+  a.capacity = "1000TB";
+  a.steps = 1;
+  const FitResult f = fit(make_request(a), FitVary::kSeq, 0.1);
+  CHECK(f.best == 1024);
+  CHECK(f.best_is_cap);
+  CHECK(f.cap_reason == "the 1024 learned positions of gpt2");
+  CHECK(f.trials.back().value <= 1024);
+}
+
 TEST_CASE("predict: bad option values are InputErrors naming the option", "[quick][predict]") {
   auto message = [](RequestArgs a) {
     try {
