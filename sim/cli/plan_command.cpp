@@ -202,8 +202,8 @@ int run_plan(PlanArgs& args) {
     const GpuSpec& g = find_gpu(r.gpu);
     fmt::print(
         stderr,
-        "plan: --allow float8 adds nothing on {} (compute capability {}.{}): float8 training needs 8.9 "
-        "or later\n",
+        "plan: --allow float8 adds nothing on {} (compute capability {}.{}): float8 training needs FP8 "
+        "tensor cores (8.9 or later, or ROCm MI300+)\n",
         g.name, g.compute_capability / 10, g.compute_capability % 10);
   }
   if (r.shards > 1) {

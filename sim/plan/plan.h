@@ -221,9 +221,13 @@ std::vector<int> expert_parallel_layouts(const PlanRequest& request);
 std::vector<int> context_parallel_layouts(const PlanRequest& request);
 
 // Whether float8 training runs on the request's GPU: compute capability 8.9 or later (Ada, Hopper and
-// newer). torchtitan's Float8Converter checks has_cuda_capability(8, 9) and otherwise warns "Failed to swap
-// to Float8Linear because float8 is only supported on SM89 or later" and trains without float8
-// (torchtitan/components/quantization/float8.py), so --allow float8 adds nothing on an older GPU.
+// newer) and an FP8 tensor-core path in the GPU table. torchtitan's Float8Converter checks
+// has_cuda_capability(8, 9) and otherwise warns "Failed to swap to Float8Linear because float8 is only
+// supported on SM89 or later" and trains without float8 (torchtitan/components/quantization/float8.py), so
+// --allow float8 adds nothing on an older GPU. On ROCm torch reports the gfx target's major.minor (9.0 for
+// MI250X) but torch._scaled_mm refuses all but MI300+ ("torch._scaled_mm is only supported on CUDA devices
+// with compute capability >= 9.0 or 8.9, or ROCm MI300+", aten/src/ATen/native/cuda/Blas.cpp), the
+// GPUs whose row has FP8 FLOP/s.
 bool float8_supported(const PlanRequest& request);
 
 // The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).

@@ -132,17 +132,18 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
 
 // Note [The float8 lever]: --allow float8 adds torchao's float8 training as torchtitan's Float8Converter
 // applies it (torchtitan/components/quantization/float8.py; predict's --float8, sim/training/float8_linear.h)
-// on a GPU that runs it (float8_supported(): compute capability >= 8.9, else torchtitan skips the
-// conversion). Two settings: tensorwise (Float8LinearConfig(), torchtitan's default recipe) and rowwise
-// (recipe_name "rowwise"). Under FSDP2 tensorwise gathers its weights in float8
-// (enable_fsdp_float8_all_gather, which torchtitan's float8 docs launch tensorwise with): fewer bytes in the
-// all-gather buffers and the unsharded weights, and less time in the all-gather, so it is never worse than
-// tensorwise without it; torchtitan refuses it with a recipe_name (rowwise). The groups are the ones a
-// torchtitan job runs: FSDP2 or one GPU (no DDP or ZeRO), torchtitan's AdamW (no 8-bit optimizer), nothing
-// offloaded; what predict refuses of them (float8 needs --precision bf16 and no adapters, ...) is left out
-// by predict's own validation (predict_accepts()), not by a second copy of its rules. The model states are
-// those without float8 (the parameters stay in their dtype; the float8 casts and their scales are
-// temporaries and activations), so model_states_lower_bound() stays a lower bound.
+// on a GPU that runs it (float8_supported(): compute capability >= 8.9 with FP8 tensor cores, else
+// torchtitan skips the conversion or torch._scaled_mm refuses). Two settings: tensorwise
+// (Float8LinearConfig(), torchtitan's default recipe) and rowwise (recipe_name "rowwise"). Under FSDP2
+// tensorwise gathers its weights in float8 (enable_fsdp_float8_all_gather, which torchtitan's float8 docs
+// launch tensorwise with): fewer bytes in the all-gather buffers and the unsharded weights, and less time in
+// the all-gather, so the grid does not also try tensorwise gathering bf16; torchtitan refuses it with a
+// recipe_name (rowwise). The groups are the ones a torchtitan job runs: FSDP2 or one GPU (no DDP or ZeRO),
+// torchtitan's AdamW (no 8-bit optimizer), nothing offloaded; what predict refuses of them (float8 needs
+// --precision bf16 and no adapters, ...) is left out by predict's own validation (predict_accepts()), not by
+// a second copy of its rules. The model states are those without float8 (the parameters stay in their dtype;
+// the float8 casts and their scales are temporaries and activations), so model_states_lower_bound() stays a
+// lower bound.
 bool float8_group(const PlanRequest& r, const PlanConfig& c) {
   const bool torchtitan_sharding = c.zero == 0 && (c.fsdp == "fsdp2" || r.gpus == 1);
   return torchtitan_sharding && c.optimizer == "adamw" && c.offload.empty();
@@ -344,7 +345,10 @@ void count_skipped(PlanResult& counts, const PlanEvaluation& e) {
 
 }  // namespace plan_detail
 
-bool float8_supported(const PlanRequest& r) { return find_gpu(r.gpu).compute_capability >= 89; }
+bool float8_supported(const PlanRequest& r) {
+  const GpuSpec& g = find_gpu(r.gpu);
+  return g.compute_capability >= 89 && g.fp8_flops_per_s > 0;
+}
 
 int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp * c.cp); }
 

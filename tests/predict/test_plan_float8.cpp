@@ -128,8 +128,18 @@ TEST_CASE("plan --allow float8: FSDP2 rows on H100s, none on A100s, counted by h
       test::run_cli("plan --model " + model +
                         " --gpu a100 --gpus 4 --gpus-per-node 4 --global-batch 8 --seq 256 --allow float8",
                     &status),
-      Catch::Contains("plan: --allow float8 adds nothing on A100-80GB (compute capability 8.0)"));
+      Catch::Contains("plan: --allow float8 adds nothing on A100-80GB (compute capability 8.0): float8 "
+                      "training needs FP8 tensor cores"));
   CHECK(status == 0);
+  // MI250X: ROCm reports 9.0, but it has no FP8 path (the table's FP8 FLOP/s 0) and torch._scaled_mm refuses
+  // it ("only supported on ... ROCm MI300+"); MI300X (9.4) has one
+  PlanRequest mi = r;
+  mi.gpu = "mi250x";
+  CHECK_FALSE(float8_supported(mi));
+  mi.gpu = "mi300x";
+  CHECK(float8_supported(mi));
+  mi.gpu = "l4";  // 8.9
+  CHECK(float8_supported(mi));
   std::remove(model.c_str());
 }
 
