@@ -166,6 +166,26 @@ std::int64_t local_batch_of(const PlanRequest& r, const Layout& l) {
   return r.global_batch / (r.gpus / (l.tp * l.pp * l.cp));
 }
 
+// The group of settings `base`: a block for each layout it runs with, numbered from `total` on (which it
+// advances past them).
+Group group_of(const PlanRequest& r, const PlanConfig& base, const std::vector<Layout>& all_layouts,
+               std::size_t& total) {
+  Group group;
+  group.base = base;
+  for (const Layout& l : all_layouts) {
+    if (!layout_applies(r, base, l) || (!base.float8.empty() && !predict_accepts(r, base, l))) {
+      continue;
+    }
+    Block block;
+    block.layout = l;
+    block.first = total;
+    block.size = divisors(local_batch_of(r, l)).size();
+    total += block.size;
+    group.blocks.push_back(std::move(block));
+  }
+  return group;
+}
+
 }  // namespace
 
 std::vector<PlanConfig> block_configs(const PlanRequest& r, const PlanConfig& base, const Layout& l) {
@@ -258,19 +278,7 @@ std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total) {
                     base.float8 = float8;
                     base.float8_all_gather = float8 == "tensorwise" && base.fsdp == "fsdp2";
                   }
-                  Group group;
-                  group.base = base;
-                  for (const Layout& l : all_layouts) {
-                    if (!layout_applies(r, base, l) || (!float8.empty() && !predict_accepts(r, base, l))) {
-                      continue;
-                    }
-                    Block block;
-                    block.layout = l;
-                    block.first = total;
-                    block.size = divisors(local_batch_of(r, l)).size();
-                    total += block.size;
-                    group.blocks.push_back(std::move(block));
-                  }
+                  Group group = group_of(r, base, all_layouts, total);
                   if (group.blocks.empty()) {
                     continue;
                   }
