@@ -18,6 +18,7 @@
 #include "sim/core/error.h"
 #include "sim/core/input_file.h"
 #include "sim/core/size_format.h"
+#include "sim/engine/gpu_table.h"
 #include "sim/plan/plan.h"
 #include "traces/json_input.h"
 
@@ -98,16 +99,18 @@ void write_csv(const std::string& path, const PlanRequest& r, const PlanResult& 
   }
   f << "precision,micro_batch,grad_accumulation,checkpointing,zero,fsdp,tp,pp,ep,cp,optimizer,adapters,"
        "offload,"
-       "compile,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_reserved_bytes,"
+       "compile,float8,float8_all_gather,evaluated,skipped,probe_micro_batches,fits,model_states_bytes,peak_"
+       "reserved_bytes,"
        "needed_bytes,headroom_bytes,tokens_per_s,tied_with_best,command\n";
   for (const PlanEvaluation& e : p.grid) {
     const PlanConfig& c = e.config;
-    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},\"{}\"\n",
-                     c.precision, c.micro_batch, c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp,
-                     c.pp, c.ep, c.cp, c.optimizer, c.adapters, c.offload, c.compile ? 1 : 0,
-                     e.evaluated ? 1 : 0, e.skipped, e.probe_micro_batches, e.fits ? 1 : 0,
-                     e.model_states_bytes, e.peak_reserved_bytes, e.needed_bytes, e.headroom_bytes,
-                     e.tokens_per_s, e.tied_with_best ? 1 : 0, predict_command(r, c));
+    f << fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},\"{}\"\n",
+        c.precision, c.micro_batch, c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.ep,
+        c.cp, c.optimizer, c.adapters, c.offload, c.compile ? 1 : 0, c.float8, c.float8_all_gather ? 1 : 0,
+        e.evaluated ? 1 : 0, e.skipped, e.probe_micro_batches, e.fits ? 1 : 0, e.model_states_bytes,
+        e.peak_reserved_bytes, e.needed_bytes, e.headroom_bytes, e.tokens_per_s, e.tied_with_best ? 1 : 0,
+        predict_command(r, c));
   }
 }
 
@@ -194,6 +197,15 @@ int run_plan(PlanArgs& args) {
     std::fprintf(stderr, "\r%s\x1b[K%s", plan_progress_line(done, total, elapsed).c_str(),
                  done == total ? "\n" : "");
   });
+  if (std::find(r.allow.begin(), r.allow.end(), "float8") != r.allow.end() && !float8_supported(r)) {
+    // torchtitan's Float8Converter on such a GPU: logger.warning, then the model trains without float8
+    const GpuSpec& g = find_gpu(r.gpu);
+    fmt::print(
+        stderr,
+        "plan: --allow float8 adds nothing on {} (compute capability {}.{}): float8 training needs FP8 "
+        "tensor cores (8.9 or later, or ROCm MI300+)\n",
+        g.name, g.compute_capability / 10, g.compute_capability % 10);
+  }
   if (r.shards > 1) {
     fmt::print("{}", plan_shard_json(r, p));  // for `vramsim merge`
     return 0;
@@ -301,7 +313,8 @@ void add_plan_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--global-batch", r.global_batch, "sequences per optimizer step over all GPUs")->required();
   cmd->add_option("--seq", r.seq, "sequence length")->required();
   cmd->add_option("--attention", r.attention, "as predict's (default: the code's)");
-  cmd->add_option("--allow", args.allow, "more levers: lora,qlora,offload,compile,cp (comma-separated)");
+  cmd->add_option("--allow", args.allow,
+                  "more levers: lora,qlora,offload,compile,cp,float8 (comma-separated)");
   cmd->add_option("--margin", args.margin, "fraction of the GPU kept free, e.g. 10%")->capture_default_str();
   cmd->add_option("--threads", r.threads, "threads predicting configurations (0: every core)")
       ->capture_default_str();

@@ -76,7 +76,7 @@ struct PlanRequest {
   std::int64_t global_batch = 0;
   std::int64_t seq = 0;
   double margin = 0.10;
-  // Levers beyond the default ones: "lora", "qlora", "offload", "compile", "cp".
+  // Levers beyond the default ones: "lora", "qlora", "offload", "compile", "cp", "float8".
   std::vector<std::string> allow;
   int gpus_per_node = 8;  // the largest tensor-parallel degree (tensor parallelism stays within a node)
   int threads = 0;        // 0: the machine's cores
@@ -113,6 +113,11 @@ struct PlanConfig {
   // "activations"
   std::string offload;
   bool compile = false;
+  // torchao float8 training (predict's --float8) with --allow float8 (Note [The float8 lever],
+  // plan_grid.cpp): "" (none), "tensorwise" or "rowwise"; float8_all_gather: torchao's
+  // enable_fsdp_float8_all_gather (tensorwise under FSDP2, predict's --float8-all-gather)
+  std::string float8;
+  bool float8_all_gather = false;
 };
 
 struct PlanEvaluation {
@@ -214,6 +219,16 @@ std::vector<int> expert_parallel_layouts(const PlanRequest& request);
 // sequence; none otherwise. The grid also tries cp inside each tensor-parallel degree (tp x cp dividing the
 // GPUs, and tp the rank's seq / cp tokens) and inside each pipeline layout (tp x pp x cp dividing the GPUs).
 std::vector<int> context_parallel_layouts(const PlanRequest& request);
+
+// Whether float8 training runs on the request's GPU: compute capability 8.9 or later (Ada, Hopper and
+// newer) and an FP8 tensor-core path in the GPU table. torchtitan's Float8Converter checks
+// has_cuda_capability(8, 9) and otherwise warns "Failed to swap to Float8Linear because float8 is only
+// supported on SM89 or later" and trains without float8 (torchtitan/components/quantization/float8.py), so
+// --allow float8 adds nothing on an older GPU. On ROCm torch reports the gfx target's major.minor (9.0 for
+// MI250X) but torch._scaled_mm refuses all but MI300+ ("torch._scaled_mm is only supported on CUDA devices
+// with compute capability >= 9.0 or 8.9, or ROCm MI300+", aten/src/ATen/native/cuda/Blas.cpp), the
+// GPUs whose row has FP8 FLOP/s.
+bool float8_supported(const PlanRequest& request);
 
 // The `vramsim predict` options of `config` (what predict_command() prints, as RequestArgs).
 RequestArgs predict_args(const PlanRequest& request, const PlanConfig& config);

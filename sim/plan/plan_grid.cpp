@@ -9,8 +9,10 @@
 
 #include "sim/core/error.h"
 #include "sim/core/thread_pool.h"
+#include "sim/engine/gpu_table.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/model_config.h"
+#include "sim/predict/step_prediction.h"
 #include "sim/training/training_options.h"
 
 namespace vramsim {
@@ -21,9 +23,9 @@ bool allowed(const PlanRequest& r, std::string_view lever) {
 }
 
 std::string key_of(const PlanConfig& c) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch,
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.precision, c.micro_batch,
                      c.grad_accumulation, c.checkpointing, c.zero, c.fsdp, c.tp, c.pp, c.optimizer,
-                     c.adapters, c.offload, c.compile, c.ep, c.cp);
+                     c.adapters, c.offload, c.compile, c.ep, c.cp, c.float8, c.float8_all_gather);
 }
 
 std::vector<std::int64_t> divisors(std::int64_t n) {
@@ -128,9 +130,60 @@ bool layout_applies(const PlanRequest& r, const PlanConfig& c, const Layout& l) 
   return !(r.gpus > 1 && sharded && r.gpus / (l.tp * l.pp) == 1);  // one replica: nothing to shard over
 }
 
+// Note [The float8 lever]: --allow float8 adds torchao's float8 training as torchtitan's Float8Converter
+// applies it (torchtitan/components/quantization/float8.py; predict's --float8, sim/training/float8_linear.h)
+// on a GPU that runs it (float8_supported(): compute capability >= 8.9 with FP8 tensor cores, else
+// torchtitan skips the conversion or torch._scaled_mm refuses). Two settings: tensorwise
+// (Float8LinearConfig(), torchtitan's default recipe) and rowwise (recipe_name "rowwise"). Under FSDP2
+// tensorwise gathers its weights in float8 (enable_fsdp_float8_all_gather, which torchtitan's float8 docs
+// launch tensorwise with): fewer bytes in the all-gather buffers and the unsharded weights, and less time in
+// the all-gather, so the grid does not also try tensorwise gathering bf16; torchtitan refuses it with a
+// recipe_name (rowwise). The groups are the ones a torchtitan job runs: FSDP2 or one GPU (no DDP or ZeRO),
+// torchtitan's AdamW (no 8-bit optimizer), nothing offloaded; what predict refuses of them (float8 needs
+// --precision bf16 and no adapters, ...) is left out by predict's own validation (predict_accepts()), not by
+// a second copy of its rules. The model states are those without float8 (the parameters stay in their dtype;
+// the float8 casts and their scales are temporaries and activations), so model_states_lower_bound() stays a
+// lower bound.
+bool float8_group(const PlanRequest& r, const PlanConfig& c) {
+  const bool torchtitan_sharding = c.zero == 0 && (c.fsdp == "fsdp2" || r.gpus == 1);
+  return torchtitan_sharding && c.optimizer == "adamw" && c.offload.empty();
+}
+
+// Whether predict takes `base` with layout `l` (make_request's validation, what `vramsim predict` runs
+// before any simulation), tried on the layout's smallest micro-batch.
+bool predict_accepts(const PlanRequest& r, const PlanConfig& base, const Layout& l) {
+  const std::vector<PlanConfig> configs = block_configs(r, base, l);
+  try {
+    (void)make_request(predict_args(r, configs.front()));
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
 // The sequences per step of one data-parallel replica under layout `l`.
 std::int64_t local_batch_of(const PlanRequest& r, const Layout& l) {
   return r.global_batch / (r.gpus / (l.tp * l.pp * l.cp));
+}
+
+// The group of settings `base`: a block for each layout it runs with, numbered from `total` on (which it
+// advances past them).
+Group group_of(const PlanRequest& r, const PlanConfig& base, const std::vector<Layout>& all_layouts,
+               std::size_t& total) {
+  Group group;
+  group.base = base;
+  for (const Layout& l : all_layouts) {
+    if (!layout_applies(r, base, l) || (!base.float8.empty() && !predict_accepts(r, base, l))) {
+      continue;
+    }
+    Block block;
+    block.layout = l;
+    block.first = total;
+    block.size = divisors(local_batch_of(r, l)).size();
+    total += block.size;
+    group.blocks.push_back(std::move(block));
+  }
+  return group;
 }
 
 }  // namespace
@@ -186,56 +239,57 @@ std::vector<Family> grid_families(const PlanRequest& r, std::size_t& total) {
   if (allowed(r, "compile")) {
     compiles.push_back(true);
   }
+  std::vector<std::string> float8s{""};
+  if (allowed(r, "float8") && float8_supported(r)) {
+    float8s = {"", "tensorwise", "rowwise"};
+  }
   const std::vector<Layout> all_layouts = layouts(r);
   std::vector<Family> families;
   std::map<std::string, std::size_t> family_of;  // by the settings a family shares
   total = 0;
   for (const char* precision : {"amp-bf16", "bf16"}) {
-    for (const char* ckpt : {"none", "selective-op", "full"}) {
-      for (const Sharding& sharding : shardings) {
-        for (const char* optimizer : {"adamw", "adamw-8bit"}) {
-          for (const std::string& adapter : adapters) {
-            for (const std::string& offload : offloads) {
-              // ZeRO-Offload moves the optimizer with ZeRO stage 2 or 3 (on one GPU too); FSDP moves it with
-              // the parameters (CPUOffload(offload_params=True))
-              const bool fsdp = sharding.fsdp[0] != '\0';
-              const int z = offload == "optimizer" && !fsdp ? std::max(sharding.zero, 2) : sharding.zero;
-              if (offload == "optimizer" && z != sharding.zero && r.gpus > 1) {
-                continue;  // the same as the stage-2 group
-              }
-              for (bool compile : compiles) {
-                PlanConfig base;
-                base.precision = precision;
-                base.checkpointing = ckpt;
-                base.zero = z;
-                base.fsdp = sharding.fsdp;
-                base.optimizer = optimizer;
-                base.adapters = adapter;
-                base.offload = offload == "optimizer" && fsdp ? "params" : offload;
-                base.compile = compile;
-                Group group;
-                group.base = base;
-                for (const Layout& l : all_layouts) {
-                  if (!layout_applies(r, base, l)) {
+    for (const std::string& float8 : float8s) {
+      for (const char* ckpt : {"none", "selective-op", "full"}) {
+        for (const Sharding& sharding : shardings) {
+          for (const char* optimizer : {"adamw", "adamw-8bit"}) {
+            for (const std::string& adapter : adapters) {
+              for (const std::string& offload : offloads) {
+                // ZeRO-Offload moves the optimizer with ZeRO stage 2 or 3 (on one GPU too); FSDP moves it
+                // with the parameters (CPUOffload(offload_params=True))
+                const bool fsdp = sharding.fsdp[0] != '\0';
+                const int z = offload == "optimizer" && !fsdp ? std::max(sharding.zero, 2) : sharding.zero;
+                if (offload == "optimizer" && z != sharding.zero && r.gpus > 1) {
+                  continue;  // the same as the stage-2 group
+                }
+                for (bool compile : compiles) {
+                  PlanConfig base;
+                  base.precision = precision;
+                  base.checkpointing = ckpt;
+                  base.zero = z;
+                  base.fsdp = sharding.fsdp;
+                  base.optimizer = optimizer;
+                  base.adapters = adapter;
+                  base.offload = offload == "optimizer" && fsdp ? "params" : offload;
+                  base.compile = compile;
+                  if (!float8.empty()) {
+                    if (!float8_group(r, base)) {
+                      continue;
+                    }
+                    base.float8 = float8;
+                    base.float8_all_gather = float8 == "tensorwise" && base.fsdp == "fsdp2";
+                  }
+                  Group group = group_of(r, base, all_layouts, total);
+                  if (group.blocks.empty()) {
                     continue;
                   }
-                  Block block;
-                  block.layout = l;
-                  block.first = total;
-                  block.size = divisors(local_batch_of(r, l)).size();
-                  total += block.size;
-                  group.blocks.push_back(std::move(block));
+                  const std::string family = fmt::format("{}|{}|{}|{}|{}|{}|{}", precision, sharding.zero,
+                                                         sharding.fsdp, optimizer, adapter, compile, float8);
+                  const auto [it, added] = family_of.emplace(family, families.size());
+                  if (added) {
+                    families.emplace_back();
+                  }
+                  families[it->second].groups.push_back(std::move(group));
                 }
-                if (group.blocks.empty()) {
-                  continue;
-                }
-                const std::string family = fmt::format("{}|{}|{}|{}|{}|{}", precision, sharding.zero,
-                                                       sharding.fsdp, optimizer, adapter, compile);
-                const auto [it, added] = family_of.emplace(family, families.size());
-                if (added) {
-                  families.emplace_back();
-                }
-                families[it->second].groups.push_back(std::move(group));
               }
             }
           }
@@ -278,9 +332,10 @@ void validate_request(const PlanRequest& r) {
         fmt::format("--shard: {}/{} is not a shard K/N with 1 <= K <= N", r.shard + 1, r.shards));
   }
   for (const std::string& lever : r.allow) {
-    if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile" && lever != "cp") {
-      throw InputError(
-          fmt::format("--allow: unknown lever '{}' (known: lora, qlora, offload, compile, cp)", lever));
+    if (lever != "lora" && lever != "qlora" && lever != "offload" && lever != "compile" && lever != "cp" &&
+        lever != "float8") {
+      throw InputError(fmt::format(
+          "--allow: unknown lever '{}' (known: lora, qlora, offload, compile, cp, float8)", lever));
     }
   }
 }
@@ -297,6 +352,11 @@ void count_skipped(PlanResult& counts, const PlanEvaluation& e) {
 }
 
 }  // namespace plan_detail
+
+bool float8_supported(const PlanRequest& r) {
+  const GpuSpec& g = find_gpu(r.gpu);
+  return g.compute_capability >= 89 && g.fp8_flops_per_s > 0;
+}
 
 int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp * c.cp); }
 

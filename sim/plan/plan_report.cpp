@@ -59,6 +59,10 @@ RequestArgs predict_args(const PlanRequest& r, const PlanConfig& c) {
     }
   }
   a.offload = c.offload;
+  if (!c.float8.empty()) {
+    a.float8 = c.float8;
+    a.float8_all_gather = c.float8_all_gather;
+  }
   if (c.compile) {
     a.compile_mode = "default";
     if (compiles_per_layer(c)) {
@@ -105,6 +109,9 @@ std::string describe(const PlanConfig& c) {
   }
   if (c.cp > 1) {
     s += fmt::format(", CP {}", c.cp);
+  }
+  if (!c.float8.empty()) {
+    s += fmt::format(", float8 {}{}", c.float8, c.float8_all_gather ? " + float8 all-gather" : "");
   }
   s += ", " + c.optimizer;
   if (!c.adapters.empty()) {
@@ -165,6 +172,9 @@ std::string predict_command(const PlanRequest& r, const PlanConfig& c) {
   if (!c.offload.empty()) {
     s += " --offload " + c.offload;
   }
+  if (!c.float8.empty()) {
+    s += " --float8 " + c.float8 + (c.float8_all_gather ? " --float8-all-gather" : "");
+  }
   if (c.compile) {
     s += compiles_per_layer(c) ? " --compile --compile-scope layer" : " --compile";
   }
@@ -222,6 +232,52 @@ std::string layout_settings(const PlanRequest& r, const PlanConfig& c) {
   return s;
 }
 
+// A float8 configuration as torchtitan runs it (Note [The float8 lever], plan_grid.cpp): its own config keys
+// (torchtitan/config/job_config.py: Model.converters, the Float8 section, Parallelism, Training,
+// ActivationCheckpoint), FSDP2 over the data-parallel ranks. torchtitan's Float8Converter takes no
+// recipe_name with enable_fsdp_float8_all_gather (it asserts so), so tensorwise is the default config;
+// filter_fqns "output" skips the output projection as predict's filter does. One GPU: torchtitan would
+// train fp32 parameters under torch.autocast (its mixed_precision_param applies through autocast without
+// FSDP), which predict's float8 does not model, so the settings are torchao's own call on a bf16 model.
+std::string float8_settings(const PlanRequest& r, const PlanConfig& c) {
+  if (c.fsdp.empty()) {
+    return fmt::format(
+        "; float8 is not a Trainer setting: before training, "
+        "torchao.float8.convert_to_float8_training(model, "
+        "config=Float8LinearConfig{}, module_filter_fn=<skip lm_head>)",
+        c.float8 == "rowwise" ? ".from_recipe_name(\"rowwise\")" : "()");
+  }
+  std::string s = fmt::format(
+      "; float8 is not a Trainer setting: torchtitan --model.converters float8 {}--float8.filter_fqns output "
+      "--parallelism.data_parallel_shard_degree {}",
+      c.float8_all_gather ? "--float8.enable_fsdp_float8_all_gather "
+                          : (c.float8 == "rowwise" ? "--float8.recipe_name rowwise " : ""),
+      data_parallel_degree(r, c));
+  if (c.tp > 1) {
+    s += fmt::format(" --parallelism.tensor_parallel_degree {}", c.tp);
+  }
+  if (c.pp > 1) {
+    s += fmt::format(
+        " --parallelism.pipeline_parallel_degree {} --parallelism.pipeline_parallel_microbatch_size {}", c.pp,
+        c.micro_batch);
+  }
+  if (c.cp > 1) {
+    s += fmt::format(" --parallelism.context_parallel_degree {}", c.cp);
+  }
+  if (c.ep > 1) {
+    s += fmt::format(" --parallelism.expert_parallel_degree {}", c.ep);
+  }
+  s += fmt::format(" --training.local_batch_size {} --training.global_batch_size {} --training.seq_len {}",
+                   c.pp > 1 ? c.micro_batch * c.grad_accumulation : c.micro_batch, r.global_batch, r.seq);
+  // torchtitan's default mode is "selective" (every 2nd layer): none is said explicitly
+  s += c.checkpointing == "full"           ? " --activation_checkpoint.mode full"
+       : c.checkpointing == "selective-op" ? " --activation_checkpoint.mode selective "
+                                             "--activation_checkpoint.selective_ac_option op"
+                                           : " --activation_checkpoint.mode none";
+  s += c.compile ? " --training.compile" : "";
+  return s;
+}
+
 }  // namespace
 
 std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
@@ -258,7 +314,9 @@ std::string trainer_settings(const PlanRequest& r, const PlanConfig& c) {
   if (c.offload == "activations") {
     s += "; torch.autograd.graph.save_on_cpu(pin_memory=True) around the forward";
   }
-  if (c.ep > 1) {  // torchtitan/config/job_config.py Parallelism.expert_parallel_degree
+  if (!c.float8.empty()) {  // its layout with it, in torchtitan's keys
+    s += float8_settings(r, c);
+  } else if (c.ep > 1) {  // torchtitan/config/job_config.py Parallelism.expert_parallel_degree
     s += fmt::format(
         "; expert parallelism is not a Trainer setting: torchtitan --parallelism.expert_parallel_degree {} "
         "--parallelism.data_parallel_shard_degree {} --training.local_batch_size {}",

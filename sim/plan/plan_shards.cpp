@@ -34,7 +34,9 @@ nlohmann::ordered_json config_json(const PlanConfig& c) {
           {"optimizer", c.optimizer},
           {"adapters", c.adapters},
           {"offload", c.offload},
-          {"compile", c.compile}};
+          {"compile", c.compile},
+          {"float8", c.float8},
+          {"float8_all_gather", c.float8_all_gather}};
 }
 
 nlohmann::ordered_json evaluation_json(const PlanEvaluation& e) {
@@ -68,6 +70,8 @@ PlanEvaluation evaluation_from(const nlohmann::json& j) {
   e.config.adapters = c.at("adapters");
   e.config.offload = c.at("offload");
   e.config.compile = c.at("compile");
+  e.config.float8 = c.at("float8");
+  e.config.float8_all_gather = c.at("float8_all_gather");
   e.evaluated = j.at("evaluated");
   e.skipped = j.at("skipped");
   e.error = j.at("error");

@@ -16,7 +16,10 @@ namespace {
 // Note [Op compute dtype]: which FLOP/s ceiling an op gets. Tensor-core kinds (the forward GEMMs, their
 // backwards, FlashAttention) compute in their output's dtype; fp32 GEMMs stay on the fp32 peak because
 // PyTorch leaves TF32 off for matmuls by default. Other kernels are elementwise or reductions, costed at the
-// fp32 CUDA-core peak.
+// fp32 CUDA-core peak. torchao's float8 GEMM (torch._scaled_mm, forward and backward: grad_input and
+// grad_weight are _scaled_mm calls on float8 operands too, torchao/float8/float8_linear.py
+// matmul_with_hp_or_float8_args) runs cuBLASLt's FP8 tensor-core kernels whatever its output dtype, so it
+// gets the FP8 ceiling (GpuSpec::peak_flops_per_s falls back to FP16's where the GPU has no FP8 path).
 bool uses_tensor_cores(const std::string& kind) {
   static constexpr std::string_view kKinds[] = {"mm",
                                                 "addmm",
@@ -30,6 +33,9 @@ bool uses_tensor_cores(const std::string& kind) {
 }
 
 ComputeDType compute_dtype(const Op& op, DType output) {
+  if (op.kind == "_scaled_mm" || op.kind == "_scaled_mm_backward") {
+    return ComputeDType::kFp8;
+  }
   if (!uses_tensor_cores(op.kind)) {
     return ComputeDType::kFp32;
   }

@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/model_config.h"
@@ -223,6 +226,50 @@ TEST_CASE("timeline: one stream keeps the schedule's order, events at the host's
   const Timeline flat = simulate_timeline(g, s, nullptr);
   CHECK(flat.event_order == t.event_order);
   CHECK(flat.end_ns == 0);
+}
+
+TEST_CASE("timeline: torch._scaled_mm runs at the FP8 tensor-core peak, times by hand",
+          "[quick][predict][float8]") {
+  // Note [Op compute dtype]: torchao's float8 GEMM (_scaled_mm, and its backward's two _scaled_mm calls)
+  // gets the FP8 ceiling whatever its output dtype; a bf16 mm the bf16 one. A GPU of 1e12 FLOP/s fp32,
+  // 2e12 bf16 and 4e12 fp8, nothing else in the way, one kernel a stream so none waits for another:
+  //   _scaled_mm           4e6 FLOPs, bf16 output: 4e6 / 4e12 s = 1000 ns
+  //   _scaled_mm_backward  8e6 FLOPs, bf16 output: 8e6 / 4e12 s = 2000 ns
+  //   mm                   4e6 FLOPs, bf16 output: 4e6 / 2e12 s = 2000 ns
+  // Without an FP8 path (fp8 0) the FP8 ceiling falls back to fp16's (GpuSpec::peak_flops_per_s), here
+  // 2e12: the _scaled_mm takes 2000 ns.
+  for (const double fp8 : {4e12, 0.0}) {
+    OpGraph g;
+    std::vector<OpId> ops;
+    int stream = 0;
+    for (const auto& [kind, flops] : std::vector<std::pair<std::string, double>>{
+             {"_scaled_mm", 4e6}, {"_scaled_mm_backward", 8e6}, {"mm", 4e6}}) {
+      Op op;
+      op.name = kind;
+      op.kind = kind;
+      op.step = 1;
+      op.stream = static_cast<StreamId>(stream++);
+      op.flops = flops;
+      ops.push_back(g.add_op(op));
+      Tensor t;
+      t.name = kind + ".out";
+      t.size_bytes = 512;
+      t.dtype = DType::kBFloat16;
+      t.producer = ops.back();
+      g.add_tensor(t);
+    }
+    const AllocationSchedule s = build_allocation_schedule(g);
+    const GpuSpec gpu{"fp8", "test", kGiB, kGiB, 1e12, 1e12, 2e12, 2e12, fp8, 1e18, 0, 90, 132, 2048, 1e12};
+    const Roofline roofline(gpu, ideal());
+    TimelineOptions host;
+    host.host_op_ns = 0;
+    const Timeline t = simulate_timeline(g, s, &roofline, host);
+    INFO("fp8 peak " << fp8);
+    const auto took = [&](OpId id) { return t.ops[id].end_ns - t.ops[id].start_ns; };
+    CHECK(took(ops[0]) == (fp8 > 0 ? 1000 : 2000));
+    CHECK(took(ops[1]) == (fp8 > 0 ? 2000 : 4000));
+    CHECK(took(ops[2]) == 2000);
+  }
 }
 
 TEST_CASE("timeline: a GEMM-bound step on H100 is within the FLOP count's bound", "[quick][predict]") {
