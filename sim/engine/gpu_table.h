@@ -44,6 +44,11 @@ struct GpuSpec {
   // TF32 -> FP32 (allow_tf32 has no effect), BF16 -> FP32 (no bf16 tensor cores; optimistic for the
   // emulated kernels), FP8 -> FP16 (FP8 is upcast). Always > 0.
   double peak_flops_per_s(ComputeDType dtype) const;
+
+  // FP8 matmuls run here: compute capability 8.9 or more with FP8 tensor cores. PyTorch's torch._scaled_mm
+  // (_scaled_mm_allowed_device: CUDA 8.9+ or ROCm MI300+) and Transformer Engine's check_fp8_support refuse
+  // the rest.
+  bool runs_float8() const { return compute_capability >= 89 && fp8_flops_per_s > 0; }
 };
 
 // Every row, in a fixed order (the order --list-gpus prints).

@@ -353,10 +353,7 @@ void count_skipped(PlanResult& counts, const PlanEvaluation& e) {
 
 }  // namespace plan_detail
 
-bool float8_supported(const PlanRequest& r) {
-  const GpuSpec& g = find_gpu(r.gpu);
-  return g.compute_capability >= 89 && g.fp8_flops_per_s > 0;
-}
+bool float8_supported(const PlanRequest& r) { return find_gpu(r.gpu).runs_float8(); }
 
 int data_parallel_degree(const PlanRequest& r, const PlanConfig& c) { return r.gpus / (c.tp * c.pp * c.cp); }
 

@@ -169,6 +169,33 @@ TEST_CASE("float8: the options torchao and torchtitan refuse", "[quick][graph]")
   CHECK_THROWS_WITH(parse_float8_recipe("delayed"), Catch::StartsWith("--float8: unknown value 'delayed'"));
 }
 
+TEST_CASE("float8 on a GPU without FP8 tensor cores: the run's own error", "[quick][graph][float8]") {
+  // torch._scaled_mm checks the device first (ATen Blas.cpp _scaled_mm_out_cuda: CUDA 8.9+ or ROCm MI300+);
+  // Transformer Engine's fp8_autocast asserts check_fp8_support() (8.9 or more). An A100 is 8.0, an L4 8.9,
+  // an H100 9.0.
+  RequestArgs a;
+  a.model = "tinyllama-1.1b";
+  a.batch = 1;
+  a.seq = 64;
+  a.precision = "bf16";
+  a.gpu = "a100-80gb";
+  a.float8 = "tensorwise";
+  CHECK_THROWS_WITH(make_request(a), Catch::Contains("A100-80GB (compute capability 8.0)") &&
+                                         Catch::Contains("torch._scaled_mm is only supported on CUDA devices "
+                                                         "with compute capability >= 9.0 or 8.9"));
+  a.float8 = "te";
+  CHECK_THROWS_WITH(make_request(a),
+                    Catch::Contains("Device compute capability 8.9 or higher required for FP8 execution."));
+  for (const char* gpu : {"l4", "h100"}) {
+    a.gpu = gpu;
+    a.float8 = "tensorwise";
+    CHECK_NOTHROW(make_request(a));
+  }
+  a.gpu.clear();  // --capacity names no GPU: nothing to check against
+  a.capacity = "80GiB";
+  CHECK_NOTHROW(make_request(a));
+}
+
 namespace {
 
 // A tiny Llama (b = 2, 4 heads of 16, bf16) with context parallelism of `cp` over `cp` GPUs.
