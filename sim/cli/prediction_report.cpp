@@ -107,6 +107,12 @@ void print_v1(const Prediction::Generation& g) {
     fmt::print("  {:<36}{:>11}  {}\n", name, gib(bytes), note);
   };
   print_v1_stages(s, v.block_size, v.num_gpu_blocks);
+  if (s.expert_parallel > 1) {
+    fmt::print(
+        "  expert parallel  ep {} (tp x dp): {} of the {} experts a MoE layer on this rank, each whole "
+        "(determine_expert_map: the first ranks take the remainder)\n",
+        s.expert_parallel, s.local_experts, s.global_experts);
+  }
   row("Model loading took", s.weights_bytes,
       s.encoder ? fmt::format("this rank's weights and buffers, vision tower and projector {} of them",
                               gib(s.encoder->tower_weights_bytes))
@@ -438,6 +444,9 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                            {"source", l.source}});
         }
         j["generation"]["paged"]["vllm_v1"] = {{"tensor_parallel", s.tensor_parallel},
+                                               {"expert_parallel", s.expert_parallel},
+                                               {"local_experts", s.local_experts},
+                                               {"global_experts", s.global_experts},
                                                {"kv_cache_dtype", s.kv_cache_dtype},
                                                {"quantization", s.quantization},
                                                {"model_loading_bytes", s.weights_bytes},

@@ -232,6 +232,10 @@ void add_serving_options(CLI::App* cmd, RequestArgs& a) {
   cmd->add_flag("--enable-lora", a.enable_lora,
                 "vLLM: serve LoRA adapters: every linear layer (and llama's embedding and lm_head) gets "
                 "--max-loras adapter slots of --max-lora-rank at load (v1)");
+  cmd->add_flag("--enable-expert-parallel", a.enable_expert_parallel,
+                "vLLM: expert parallelism for MoE models: each MoE layer's experts whole, experts / tp of "
+                "them a rank (the remainder to the first ranks), instead of every expert split over the "
+                "TP ranks; attention, dense MLPs and shared experts stay TP-split (v1)");
   cmd->add_option("--max-loras", a.max_loras,
                   "vLLM: adapters active in one batch, the slots (with --enable-lora)")
       ->capture_default_str();

@@ -66,9 +66,11 @@ struct MoeConfig {
   bool expert_bias = false;  // gpt_oss: gate_up_proj_bias, down_proj_bias
   bool router_bias = false;  // gpt_oss: the router's bias
   // Expert parallelism (expert_parallel.h): this rank holds experts [0, n_experts / expert_parallel) of the
-  // n_experts the router scores (Megatron's num_local_experts).
+  // n_experts the router scores (Megatron's num_local_experts). Megatron and torchtitan need expert_parallel
+  // to divide n_experts; vLLM's determine_expert_map gives the remainder to the first ranks
+  // (vllm_expert_parallel.h), so this is the ceiling: the first rank's count, the most any rank holds.
   std::int64_t expert_parallel = 1;
-  std::int64_t local_experts() const { return n_experts / expert_parallel; }
+  std::int64_t local_experts() const { return (n_experts + expert_parallel - 1) / expert_parallel; }
   // Megatron's expert tensor parallelism (expert_parallel.h, --expert-tensor-parallel): each local expert's
   // fc1 split by columns and fc2 by rows over this many ranks (expert_d_ff is the rank's share), and the
   // dispatcher gathering their tokens; 1: whole experts.

@@ -160,7 +160,9 @@ VarId deepseek_v3_moe(EmitContext& c, int layer, VarId x) {
     }
     var = value;
   };
-  for (std::int64_t e = 0; e < E; ++e) {
+  // The experts this rank holds: all E, or under vLLM's expert parallelism (vllm_expert_parallel.h) its
+  // local ones, the first ranks' (expert_map marks the others -1 and the kernel skips their rows).
+  for (std::int64_t e = 0; e < moe.local_experts(); ++e) {
     const std::int64_t rows = routed[static_cast<std::size_t>(e)];
     if (rows == 0) {
       continue;
@@ -240,7 +242,7 @@ VarId hf_sparse_moe(EmitContext& c, int layer, VarId x) {
                                : kNoVar;
   const std::vector<std::int64_t> routed =
       routed_rows_per_expert(tokens, moe.top_k, moe.n_experts, c.options.moe.imbalance);
-  for (std::int64_t e = 0; e < moe.n_experts; ++e) {
+  for (std::int64_t e = 0; e < moe.local_experts(); ++e) {  // as in deepseek_v3_moe: this rank's experts
     const std::int64_t rows = routed[static_cast<std::size_t>(e)];
     if (rows == 0) {
       continue;  // no token chose it: torch.where finds nothing and the expert does not run

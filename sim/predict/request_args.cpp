@@ -14,6 +14,7 @@
 #include "sim/core/error.h"
 #include "sim/core/size_format.h"
 #include "sim/engine/gpu_table.h"
+#include "sim/inference/vllm_expert_parallel.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/parallel/expert_parallel.h"
@@ -108,6 +109,7 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   r.tensor_parallel = a.tp;
   r.vllm.vocab_size = r.model.vocab_size;  // vLLM pads it its own way (vllm_vocab_rows_per_rank)
   const ModelConfig full = r.model;
+  request_args::check_serving_expert_parallel(a, data_parallel);
   r.model = tensor_parallel_rank(full, a.tp);
   if (request_args::chosen_moe_impl(a, data_parallel) == MoeImpl::kMegatron) {
     // Megatron splits the experts over their own group (arguments.py: --expert-tensor-parallel-size
@@ -118,6 +120,12 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
     r.model = torchtitan_expert_tensor_parallel_rank(full, r.model, a.tp, a.ep, a.etp.value_or(1));
   }
   r.model = expert_parallel_rank(r.model, a.ep);
+  if (a.enable_expert_parallel) {  // vLLM's: ep_size = tp (its data parallelism with it is refused above)
+    r.model = vllm_expert_parallel_rank(full, r.model, a.tp);
+    r.vllm.expert_parallel = r.model.moe.expert_parallel > 1 ? a.tp : 1;
+    r.vllm.local_experts = r.model.moe.n_experts > 0 ? r.model.moe.local_experts() : 0;
+    r.vllm.global_experts = r.model.moe.n_experts;
+  }
   const GpuSpec* spec = apply_device_args(a, r);
   TrainingOptions& o = r.options;
   request_args::apply_step_args(a, spec, r);

@@ -44,6 +44,9 @@ void apply_quantization_args(const RequestArgs& a, const DataParallelOptions& da
 
 // request_args_serving.cpp: --generate, the KV cache, --prompt-len, and the serving engine's arguments.
 void apply_generation_args(const RequestArgs& a, PredictRequest& r);
+// Expert parallelism with --kv-cache paged: vLLM's --enable-expert-parallel where vLLM (and vramsim) take it,
+// and --ep (Megatron's and torchtitan's, for training) refused there. Called before the rank's model is made.
+void check_serving_expert_parallel(const RequestArgs& a, const DataParallelOptions& data_parallel);
 
 }  // namespace request_args
 }  // namespace vramsim

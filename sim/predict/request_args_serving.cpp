@@ -160,6 +160,32 @@ void parse_vllm_serving(const RequestArgs& a, TrainingOptions& o, VllmServing& v
 
 }  // namespace
 
+void check_serving_expert_parallel(const RequestArgs& a, const DataParallelOptions& data_parallel) {
+  if (a.kv_cache == "paged" && (a.ep > 1 || !a.moe_impl.empty() || a.etp)) {
+    throw InputError(
+        "--ep / --moe-impl / --expert-tensor-parallel: Megatron-Core's and torchtitan's MoE layers "
+        "(training); vLLM's serving expert parallelism is --enable-expert-parallel");
+  }
+  if (!a.enable_expert_parallel) {
+    return;
+  }
+  if (a.kv_cache != "paged" || a.vllm_version != "v1") {
+    throw InputError("--enable-expert-parallel: vLLM's option, for --kv-cache paged with the V1 engine");
+  }
+  if (a.serving_engine != "vllm") {
+    throw InputError(
+        "--enable-expert-parallel: vLLM's option; SGLang's expert parallelism (--ep-size) is not modelled "
+        "(vramsim)");
+  }
+  if (data_parallel.world_size > 1) {
+    // FusedMoEParallelConfig.use_all2all_kernels: dp_size > 1 and use_ep. The MoE layers then dispatch the
+    // DP ranks' tokens through the VLLM_ALL2ALL_BACKEND's kernels, whose buffers are not sized here.
+    throw InputError(
+        "--enable-expert-parallel with vLLM data parallelism (--world-size above tp x pp): not modelled "
+        "(vramsim): the MoE layers' all-to-all kernels (use_all2all_kernels) exchange the DP ranks' tokens");
+  }
+}
+
 void apply_generation_args(const RequestArgs& a, PredictRequest& r) {
   TrainingOptions& o = r.options;
   o.generate_tokens = a.generate;

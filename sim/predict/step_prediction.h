@@ -54,6 +54,11 @@ struct VllmServing {
   // sim/inference/vllm_pipeline_stages.h; --world-size / (tp x pp) engine replicas (--data-parallel-size).
   int pipeline_parallel = 1;
   int data_parallel = 1;
+  // --enable-expert-parallel: the MoE layers' ep_size (tp x dp; 1: experts sliced by TP) and the experts of
+  // the reported rank (EP rank 0, the most any rank holds) out of the model's (vllm_expert_parallel.h)
+  int expert_parallel = 1;
+  std::int64_t local_experts = 0;
+  std::int64_t global_experts = 0;
   std::string pp_layer_partition;  // --vllm-pp-layer-partition: VLLM_PP_LAYER_PARTITION ("" : unset)
   // --mm-encoder-tp-mode: MultiModalConfig.mm_encoder_tp_mode, how a vision tower uses the TP ranks:
   // "weights" (its default: each layer split like the language model's) or "data" (the tower whole on every
@@ -255,6 +260,10 @@ struct Prediction {
       // The V1 engine's start-up lines (--vllm-version v1; absent for v0).
       struct V1 {
         int tensor_parallel = 1;
+        // --enable-expert-parallel: ep_size (1 without) and this rank's whole experts of the model's
+        int expert_parallel = 1;
+        std::int64_t local_experts = 0;
+        std::int64_t global_experts = 0;
         std::string kv_cache_dtype = "auto";
         std::string quantization;        // "", "fp8", "gptq" or "awq"
         std::int64_t weights_bytes = 0;  // "Model loading took": this rank's weights and buffers
@@ -472,6 +481,9 @@ struct RequestArgs {
   // --fully-sharded-loras, --lora-dtype
   bool enable_lora = false;
   std::int64_t max_loras = 1;
+  // vLLM's --enable-expert-parallel (v1, --kv-cache paged): whole experts over the TP ranks
+  // (sim/inference/vllm_expert_parallel.h)
+  bool enable_expert_parallel = false;
   std::int64_t max_lora_rank = 16;
   bool fully_sharded_loras = false;
   std::string lora_dtype = "auto";

@@ -84,10 +84,14 @@ Bytes one_byte_linear_bytes(const ParameterShape& s, const std::string& quantiza
     const bool replicated = s.name.find("kv_a_proj_with_mqa") != std::string::npos ||
                             s.name.find("q_a_proj") != std::string::npos;
     if (tp > 1 && !replicated && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
+      // A routed expert sliced by TP: vLLM's Fp8MoEMethod.create_weights refuses it the same way ("The
+      // output_size of gate's and up's weight = ... is not divisible by weight quantization block_n"), and
+      // --enable-expert-parallel keeps the experts whole (vllm_expert_parallel.h).
+      const bool expert = s.name.find(".experts.") != std::string::npos;
       throw InputError(fmt::format(
           "--quantization fp8-block: {} of this rank is {} x {}, not divisible by the weight quantization "
-          "block 128 x 128 (vLLM's validate_fp8_block_shape refuses it)",
-          s.name, out, in));
+          "block 128 x 128 (vLLM's validate_fp8_block_shape refuses it){}",
+          s.name, out, in, expert ? "; --enable-expert-parallel keeps each expert whole" : ""));
     }
     const auto blocks =
         static_cast<Bytes>(((out + kFp8Block - 1) / kFp8Block) * ((in + kFp8Block - 1) / kFp8Block));
@@ -188,7 +192,10 @@ void settle_v1_settings(const PredictRequest& request, const GpuMemory& gpu, Pag
 // The fused-MoE workspace a stage holding a sparse MoE layer keeps from the profile run on (0 for a dense
 // model or a stage without one): the experts of every MoE family vramsim reads are gated (SiLU-and-mul;
 // gpt_oss's SwiGLU is also act-and-mul), sliced over the tensor-parallel ranks (FusedMoE's
-// intermediate_size_per_partition; the request's model is already the rank's).
+// intermediate_size_per_partition; the request's model is already the rank's), or whole under
+// --enable-expert-parallel (the MoE layer's tp_size is 1: vllm_expert_parallel.h). M is the batch's tokens
+// either way: without vLLM data parallelism every EP rank runs all of them, its expert_map masking the
+// experts it does not hold.
 std::int64_t fused_moe_workspace_bytes(const PredictRequest& request, Bytes dtype_bytes,
                                        const VllmPipelineStage& stage, const Paged& g) {
   const ModelConfig& m = request.model;
@@ -205,7 +212,7 @@ std::int64_t fused_moe_workspace_bytes(const PredictRequest& request, Bytes dtyp
   VllmFusedMoeShapes s;
   s.tokens = g.max_num_batched_tokens;
   s.hidden = m.d_model;
-  s.intermediate = m.moe.expert_d_ff;  // the rank model's (tensor_parallel.h): already this rank's slice
+  s.intermediate = m.moe.expert_d_ff;  // the rank model's: this rank's slice, or whole under EP
   s.top_k = m.moe.top_k;
   s.activation_bytes = dtype_bytes;
   return static_cast<std::int64_t>(vllm_fused_moe_workspace(s).total_bytes);
@@ -514,6 +521,9 @@ Paged size_stage(const PredictRequest& request, const GpuMemory& gpu, const Page
   Paged g = settings;
   Paged::V1 out;
   out.tensor_parallel = request.tensor_parallel;
+  out.expert_parallel = v.expert_parallel;
+  out.local_experts = v.local_experts;
+  out.global_experts = v.global_experts;
   out.pipeline_parallel = v.pipeline_parallel;
   out.data_parallel = v.data_parallel;
   out.stage = stage.stage;
