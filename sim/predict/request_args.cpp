@@ -138,15 +138,19 @@ PredictRequest make_request(const RequestArgs& a, bool require_device) {
   request_args::apply_parallel_args(a, data_parallel, r);
   if (spec != nullptr && o.float8.recipe != Float8Recipe::kNone && !spec->runs_float8()) {
     // What the run would raise at its first float8 matmul (torchao) or on entering fp8_autocast (TE).
+    const std::string device = fmt::format("the {} (compute capability {}.{})", spec->name,
+                                           spec->compute_capability / 10, spec->compute_capability % 10);
+    if (o.float8.recipe == Float8Recipe::kTeDelayed) {
+      throw InputError(
+          fmt::format("--float8 te: Transformer Engine refuses {}: \"Device compute capability 8.9 or higher "
+                      "required for "
+                      "FP8 execution.\" (check_fp8_support)",
+                      device));
+    }
     throw InputError(fmt::format(
-        o.float8.recipe == Float8Recipe::kTeDelayed
-            ? "--float8 te: Transformer Engine refuses the {} (compute capability {}.{}): \"Device compute "
-              "capability 8.9 or higher required for FP8 execution.\" (check_fp8_support)"
-            : "--float8 {3}: torchao's float8 matmuls fail on the {0} (compute capability {1}.{2}): "
-              "\"torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0 or 8.9, or "
-              "ROCm MI300+\" (PyTorch's _scaled_mm_out_cuda)",
-        spec->name, spec->compute_capability / 10, spec->compute_capability % 10,
-        float8_recipe_name(o.float8.recipe)));
+        "--float8 {}: torchao's float8 matmuls fail on {}: \"torch._scaled_mm is only supported on CUDA "
+        "devices with compute capability >= 9.0 or 8.9, or ROCm MI300+\" (PyTorch's _scaled_mm_out_cuda)",
+        float8_recipe_name(o.float8.recipe), device));
   }
   request_args::apply_vision_args(a, r);
   request_args::apply_pipeline_args(a, data_parallel, r);
