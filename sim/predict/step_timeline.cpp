@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -14,12 +15,15 @@ namespace vramsim {
 namespace {
 
 // Note [Op compute dtype]: which FLOP/s ceiling an op gets. Tensor-core kinds (the forward GEMMs, their
-// backwards, FlashAttention) compute in their output's dtype; fp32 GEMMs stay on the fp32 peak because
-// PyTorch leaves TF32 off for matmuls by default. Other kernels are elementwise or reductions, costed at the
-// fp32 CUDA-core peak. torchao's float8 GEMM (torch._scaled_mm, forward and backward: grad_input and
-// grad_weight are _scaled_mm calls on float8 operands too, torchao/float8/float8_linear.py
-// matmul_with_hp_or_float8_args) runs cuBLASLt's FP8 tensor-core kernels whatever its output dtype, so it
-// gets the FP8 ceiling (GpuSpec::peak_flops_per_s falls back to FP16's where the GPU has no FP8 path).
+// backwards, FlashAttention) compute in 16 bits when an operand is 16-bit (device_work: whatever they write,
+// as a compiled backward writing an fp32 weight gradient from bf16 operands), else in their output's dtype
+// (their first input's where they write into a reused buffer and allocate nothing); fp32 GEMMs stay on the
+// fp32 peak because PyTorch leaves TF32 off for matmuls by default. Other kernels are elementwise or
+// reductions, costed at the fp32 CUDA-core peak. torchao's float8 GEMM (torch._scaled_mm, forward and
+// backward: grad_input and grad_weight are _scaled_mm calls on float8 operands too,
+// torchao/float8/float8_linear.py matmul_with_hp_or_float8_args) runs cuBLASLt's FP8 tensor-core kernels
+// whatever its output dtype, so it gets the FP8 ceiling (GpuSpec::peak_flops_per_s falls back to FP16's where
+// the GPU has no FP8 path).
 bool uses_tensor_cores(const std::string& kind) {
   static constexpr std::string_view kKinds[] = {"mm",
                                                 "addmm",
@@ -76,9 +80,16 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
   w.read_elsewhere.assign(n_ops, false);
   w.cross_stream_inputs.resize(n_ops);
   // An op's first output dtype picks its compute precision (kernel scratch, raw bytes allocated before a
-  // backward's gradients, says nothing about it).
+  // backward's gradients, says nothing about it). An op that allocates nothing, such as a compiled kernel
+  // writing into a buffer Inductor reuses (inductor_memory.cpp emit), computes in its first input's dtype:
+  // a compiled layer's down_proj mm reads bf16 and writes bf16 into a dead buffer.
   std::vector<DType> output_dtype(n_ops, DType::kFloat32);
   std::vector<bool> has_output(n_ops, false);
+  std::vector<DType> input_dtype(n_ops, DType::kFloat32);
+  std::vector<bool> has_input(n_ops, false);
+  // A tensor-core op that reads a 16-bit operand multiplies in 16 bits whatever it writes: a compiled
+  // backward under autocast writes the fp32 weight gradient of an fp32 parameter first, from bf16 operands.
+  std::vector<std::optional<DType>> half_input(n_ops);
   std::vector<StreamId> op_stream(n_ops);  // read once in order: the loop below reads it per consumer
   for (OpId id = 0; id < n_ops; ++id) {
     op_stream[id] = graph.op(id).stream;
@@ -89,6 +100,13 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
       output_dtype[t.producer] = t.dtype;
     }
     for (OpId c : t.consumers) {
+      if (!has_input[c] && t.dtype != DType::kUInt8) {
+        has_input[c] = true;
+        input_dtype[c] = t.dtype;
+      }
+      if (!half_input[c] && (t.dtype == DType::kBFloat16 || t.dtype == DType::kFloat16)) {
+        half_input[c] = t.dtype;
+      }
       if (op_stream[c] != op_stream[t.producer]) {
         w.read_elsewhere[t.producer] = true;
         w.cross_stream_inputs[c].push_back(t.producer);
@@ -114,7 +132,10 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
                                                      roofline->gpu().link_bytes_per_s));
       w.memory_bound[id] = true;
     } else if (op.flops > 0 || op.bytes_moved > 0) {
-      const OpWork work{op.flops, static_cast<double>(op.bytes_moved), compute_dtype(op, output_dtype[id])};
+      const OpWork work{op.flops, static_cast<double>(op.bytes_moved),
+                        compute_dtype(op, half_input[id] && uses_tensor_cores(op.kind)
+                                              ? *half_input[id]
+                                              : (has_output[id] ? output_dtype[id] : input_dtype[id]))};
       w.duration[id] = roofline->duration_ns(work);
       w.memory_bound[id] = roofline->memory_bound(work);
     }

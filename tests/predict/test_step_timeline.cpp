@@ -272,6 +272,54 @@ TEST_CASE("timeline: torch._scaled_mm runs at the FP8 tensor-core peak, times by
   }
 }
 
+TEST_CASE("timeline: a GEMM with a 16-bit operand runs at the 16-bit peak, whatever it writes",
+          "[quick][predict]") {
+  // Note [Op compute dtype]. A compiled backward under autocast writes the fp32 weight gradient of an fp32
+  // parameter from bf16 operands; a compiled kernel writing into a buffer Inductor reuses allocates nothing.
+  // Both multiply in bf16. A GPU of 1e12 FLOP/s fp32 and 2e12 bf16, 4e6 FLOPs each, one stream each:
+  //   mm_backward reading bf16, writing fp32   4e6 / 2e12 s = 2000 ns (first-output rule: 4000)
+  //   mm reading bf16, writing nothing         4e6 / 2e12 s = 2000 ns (first-output rule: 4000)
+  //   mm reading fp32 only, writing fp32       4e6 / 1e12 s = 4000 ns (fp32 GEMMs stay on the fp32 peak)
+  OpGraph g;
+  const auto op = [&](const std::string& kind, double flops, StreamId stream) {
+    Op o;
+    o.name = kind + std::to_string(stream);
+    o.kind = kind;
+    o.step = 1;
+    o.stream = stream;
+    o.flops = flops;
+    return g.add_op(o);
+  };
+  const OpId make_half = op("to_copy", 0, 0);
+  const OpId make_float = op("to_copy", 0, 1);
+  const OpId grad = op("mm_backward", 4e6, 2);
+  const OpId into_reused = op("mm", 4e6, 3);
+  const OpId fp32_mm = op("mm", 4e6, 4);
+  const auto tensor = [&](const std::string& name, DType dtype, OpId producer, std::vector<OpId> consumers) {
+    Tensor t;
+    t.name = name;
+    t.size_bytes = 512;
+    t.dtype = dtype;
+    t.producer = producer;
+    t.consumers.assign(consumers.begin(), consumers.end());
+    g.add_tensor(t);
+  };
+  tensor("half", DType::kBFloat16, make_half, {grad, into_reused});
+  tensor("float", DType::kFloat32, make_float, {grad, fp32_mm});
+  tensor("grad_weight", DType::kFloat32, grad, {});
+  tensor("fp32_out", DType::kFloat32, fp32_mm, {});
+  const AllocationSchedule s = build_allocation_schedule(g);
+  const GpuSpec gpu{"t", "test", kGiB, kGiB, 1e12, 1e12, 2e12, 2e12, 0, 1e18, 0, 90, 132, 2048, 1e12};
+  const Roofline roofline(gpu, ideal());
+  TimelineOptions host;
+  host.host_op_ns = 0;
+  const Timeline t = simulate_timeline(g, s, &roofline, host);
+  const auto took = [&](OpId id) { return t.ops[id].end_ns - t.ops[id].start_ns; };
+  CHECK(took(grad) == 2000);
+  CHECK(took(into_reused) == 2000);
+  CHECK(took(fp32_mm) == 4000);
+}
+
 TEST_CASE("timeline: a GEMM-bound step on H100 is within the FLOP count's bound", "[quick][predict]") {
   // Lower bound by hand: a training step does >= 6 * params * tokens FLOPs of GEMMs (2 forward, 4 backward)
   // at bf16 tensor-core peak; gpt2-xl (1,557,611,200 params), batch 8 x 1024 tokens:
