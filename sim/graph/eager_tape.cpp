@@ -66,7 +66,7 @@ std::string joined(const std::string& a, std::string_view b) {
 // `kind` as a string_view: its comparisons check the length first and are inlined, where std::string's
 // operator==(const char*) called compare() (issue 40: five calls per backward node).
 double backward_flops(std::string_view kind, double forward_flops) {
-  if (kind == "mm" || kind == "addmm" || kind == "bmm" || kind == "_scaled_mm") {
+  if (kind == "mm" || kind == "addmm" || kind == "bmm" || kind == "_scaled_mm" || kind == "te._Linear") {
     return 2.0 * forward_flops;
   }
   if (kind == "_scaled_dot_product_flash_attention") {

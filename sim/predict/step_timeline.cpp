@@ -23,7 +23,8 @@ namespace {
 // backward: grad_input and grad_weight are _scaled_mm calls on float8 operands too,
 // torchao/float8/float8_linear.py matmul_with_hp_or_float8_args) runs cuBLASLt's FP8 tensor-core kernels
 // whatever its output dtype, so it gets the FP8 ceiling (GpuSpec::peak_flops_per_s falls back to FP16's where
-// the GPU has no FP8 path).
+// the GPU has no FP8 path), and so does Transformer Engine's te.Linear under fp8_autocast (module/linear.py
+// _Linear: general_gemm on the quantized input and weight forward, and for dgrad and wgrad backward).
 bool uses_tensor_cores(const std::string& kind) {
   static constexpr std::string_view kKinds[] = {"mm",
                                                 "addmm",
@@ -37,7 +38,8 @@ bool uses_tensor_cores(const std::string& kind) {
 }
 
 ComputeDType compute_dtype(const Op& op, DType output) {
-  if (op.kind == "_scaled_mm" || op.kind == "_scaled_mm_backward") {
+  if (op.kind == "_scaled_mm" || op.kind == "_scaled_mm_backward" || op.kind == "te._Linear" ||
+      op.kind == "te._Linear_backward") {
     return ComputeDType::kFp8;
   }
   if (!uses_tensor_cores(op.kind)) {

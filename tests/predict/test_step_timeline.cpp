@@ -236,14 +236,19 @@ TEST_CASE("timeline: torch._scaled_mm runs at the FP8 tensor-core peak, times by
   //   _scaled_mm           4e6 FLOPs, bf16 output: 4e6 / 4e12 s = 1000 ns
   //   _scaled_mm_backward  8e6 FLOPs, bf16 output: 8e6 / 4e12 s = 2000 ns
   //   mm                   4e6 FLOPs, bf16 output: 4e6 / 2e12 s = 2000 ns
+  //   te._Linear and its backward (Transformer Engine's FP8 GEMMs): as _scaled_mm and its backward
   // Without an FP8 path (fp8 0) the FP8 ceiling falls back to fp16's (GpuSpec::peak_flops_per_s), here
   // 2e12: the _scaled_mm takes 2000 ns.
   for (const double fp8 : {4e12, 0.0}) {
     OpGraph g;
     std::vector<OpId> ops;
     int stream = 0;
-    for (const auto& [kind, flops] : std::vector<std::pair<std::string, double>>{
-             {"_scaled_mm", 4e6}, {"_scaled_mm_backward", 8e6}, {"mm", 4e6}}) {
+    for (const auto& [kind, flops] :
+         std::vector<std::pair<std::string, double>>{{"_scaled_mm", 4e6},
+                                                     {"_scaled_mm_backward", 8e6},
+                                                     {"mm", 4e6},
+                                                     {"te._Linear", 4e6},
+                                                     {"te._Linear_backward", 8e6}}) {
       Op op;
       op.name = kind;
       op.kind = kind;
@@ -269,6 +274,9 @@ TEST_CASE("timeline: torch._scaled_mm runs at the FP8 tensor-core peak, times by
     CHECK(took(ops[0]) == (fp8 > 0 ? 1000 : 2000));
     CHECK(took(ops[1]) == (fp8 > 0 ? 2000 : 4000));
     CHECK(took(ops[2]) == 2000);
+    // Transformer Engine's te.Linear under fp8_autocast: the same FP8 GEMMs, forward and backward
+    CHECK(took(ops[3]) == (fp8 > 0 ? 1000 : 2000));
+    CHECK(took(ops[4]) == (fp8 > 0 ? 2000 : 4000));
   }
 }
 
