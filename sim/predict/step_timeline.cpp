@@ -87,8 +87,7 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
   // a compiled layer's down_proj mm reads bf16 and writes bf16 into a dead buffer.
   std::vector<DType> output_dtype(n_ops, DType::kFloat32);
   std::vector<bool> has_output(n_ops, false);
-  std::vector<DType> input_dtype(n_ops, DType::kFloat32);
-  std::vector<bool> has_input(n_ops, false);
+  std::vector<std::optional<DType>> first_input(n_ops);
   // A tensor-core op that reads a 16-bit operand multiplies in 16 bits whatever it writes: a compiled
   // backward under autocast writes the fp32 weight gradient of an fp32 parameter first, from bf16 operands.
   std::vector<std::optional<DType>> half_input(n_ops);
@@ -102,9 +101,8 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
       output_dtype[t.producer] = t.dtype;
     }
     for (OpId c : t.consumers) {
-      if (!has_input[c] && t.dtype != DType::kUInt8) {
-        has_input[c] = true;
-        input_dtype[c] = t.dtype;
+      if (!first_input[c] && t.dtype != DType::kUInt8) {
+        first_input[c] = t.dtype;
       }
       if (!half_input[c] && (t.dtype == DType::kBFloat16 || t.dtype == DType::kFloat16)) {
         half_input[c] = t.dtype;
@@ -134,10 +132,12 @@ DeviceWork device_work(const OpGraph& graph, const Roofline* roofline) {
                                                      roofline->gpu().link_bytes_per_s));
       w.memory_bound[id] = true;
     } else if (op.flops > 0 || op.bytes_moved > 0) {
-      const OpWork work{op.flops, static_cast<double>(op.bytes_moved),
-                        compute_dtype(op, half_input[id] && uses_tensor_cores(op.kind)
-                                              ? *half_input[id]
-                                              : (has_output[id] ? output_dtype[id] : input_dtype[id]))};
+      const OpWork work{
+          op.flops, static_cast<double>(op.bytes_moved),
+          compute_dtype(
+              op, half_input[id] && uses_tensor_cores(op.kind)
+                      ? *half_input[id]
+                      : (has_output[id] ? output_dtype[id] : first_input[id].value_or(DType::kFloat32)))};
       w.duration[id] = roofline->duration_ns(work);
       w.memory_bound[id] = roofline->memory_bound(work);
     }
