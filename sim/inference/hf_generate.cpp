@@ -5,6 +5,7 @@
 #include "sim/core/assert.h"
 #include "sim/core/error.h"
 #include "sim/inference/hf_kv_cache.h"
+#include "sim/inference/vllm_weight_formats.h"
 #include "sim/models/layer_code.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/models/transformer_parts.h"
@@ -45,7 +46,21 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   tape.set_step(0);
   tape.set_phase(Phase::kSetup);
   tape.begin_op("model.to(device)", "_to_copy");
-  const ModelParams params = create_parameters(tape, model, param_dtype, {}, options.lora, options.bnb);
+  // vLLM serves the weights in the format it loaded them in (--quantization): its decoder linears take that
+  // format's bytes; the kernels' activation-side quantization (a one-byte copy of a linear's input) is not
+  // modelled.
+  StoredBytes stored;
+  if (!options.vllm_quantization.empty()) {
+    stored = [&options, param_dtype](const ParameterShape& s) -> std::optional<Bytes> {
+      if (!vllm_quantizes(s)) {
+        return std::nullopt;
+      }
+      return vllm_linear_weight_bytes(s, options.vllm_quantization, dtype_size_bytes(param_dtype),
+                                      options.tensor_parallel);
+    };
+  }
+  const ModelParams params =
+      create_parameters(tape, model, param_dtype, {}, options.lora, options.bnb, {}, stored);
   const ModelBuffers buffers = create_buffers(tape, model, options);
   tape.begin_op("inputs.to(device)", "_to_copy");
   const std::int64_t b = options.batch, prompt = options.seq;
@@ -71,10 +86,10 @@ OpGraph build_generation(const ModelConfig& model, const TrainingOptions& option
   tape.set_phase(Phase::kForward);
   tape.begin_op(options.kv_cache == "paged" ? "CacheEngine._allocate_kv_cache" : "generate.cache",
                 options.kv_cache == "dynamic" ? "DynamicCache" : "zeros");
-  const std::unique_ptr<KvCache> cache = make_kv_cache(
-      options.kv_cache, tape, model.n_layers, b, model.n_kv_heads, model.head_dim,
-      prompt + options.generate_tokens, options.kv_cache_fp8 ? DType::kUInt8 : param_dtype, options.block_size,
-      options.num_gpu_blocks);
+  const std::unique_ptr<KvCache> cache =
+      make_kv_cache(options.kv_cache, tape, model.n_layers, b, model.n_kv_heads, model.head_dim,
+                    prompt + options.generate_tokens, options.kv_cache_fp8 ? DType::kUInt8 : param_dtype,
+                    options.block_size, options.num_gpu_blocks);
   tape.set_grad_enabled(false);  // generate() is decorated with torch.no_grad()
   ops.set_autocast(low);
   for (int step = 1; step <= options.generate_tokens; ++step) {

@@ -289,7 +289,8 @@ ParameterRole parameter_role(const ParameterShape& s) {
 
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
                               const std::function<std::int64_t(std::int64_t)>& resident_numel,
-                              const LoraOptions& lora, const BnbOptions& bnb, const KeepParameter& keep) {
+                              const LoraOptions& lora, const BnbOptions& bnb, const KeepParameter& keep,
+                              const StoredBytes& stored_bytes) {
   ModelParams p;
   p.layers.resize(static_cast<std::size_t>(model.n_layers));
   std::vector<ParameterShape> shapes = model.parameter_shapes();
@@ -309,8 +310,12 @@ ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType d
                                       load_dtype, bnb, p.bnb, resident_numel));
       continue;
     }
-    p.all.push_back(
-        tape.parameter(s.name, s.shape, load_dtype, resident_numel ? resident_numel(numel(s.shape)) : -1));
+    std::int64_t resident = resident_numel ? resident_numel(numel(s.shape)) : -1;
+    if (const std::optional<Bytes> stored = stored_bytes ? stored_bytes(s) : std::nullopt) {
+      const Bytes element = dtype_size_bytes(load_dtype);
+      resident = static_cast<std::int64_t>((*stored + element - 1) / element);
+    }
+    p.all.push_back(tape.parameter(s.name, s.shape, load_dtype, resident));
   }
   if (quantized && bnb.prepare_kbit_training) {
     prepare_model_for_kbit_training(tape, shapes, p);

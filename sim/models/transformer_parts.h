@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "sim/finetune/bnb_quant.h"
@@ -102,6 +103,9 @@ struct ModelParams {
 // bnb_load_dtype(dtype), cast to fp32 when prepare_model_for_kbit_training runs; every base parameter frozen.
 // `lora` (rank > 0): get_peft_model afterwards: every base parameter frozen, adapters created after them.
 // `keep` (optional): whether this GPU holds the parameter at all (a pipeline stage holds its own layers).
+// `stored_bytes` (optional): the bytes a parameter is stored in where that is not numel x dtype (vLLM's
+// quantized weights, vllm_weight_formats.h; nullopt: numel x dtype), allocated as that many bytes rounded up
+// to whole elements of `dtype`; the ops still see the parameter's shape and dtype.
 enum class ParameterRole : std::uint8_t {
   kLayer,      // of a decoder layer (ParameterShape::layer)
   kEmbedding,  // token embeddings (with tied embeddings also the output layer's weight)
@@ -110,10 +114,11 @@ enum class ParameterRole : std::uint8_t {
 };
 ParameterRole parameter_role(const ParameterShape& parameter);
 using KeepParameter = std::function<bool(const ParameterShape&, ParameterRole)>;
+using StoredBytes = std::function<std::optional<Bytes>(const ParameterShape&)>;
 ModelParams create_parameters(EagerTape& tape, const ModelConfig& model, DType dtype,
                               const std::function<std::int64_t(std::int64_t)>& resident_numel = {},
                               const LoraOptions& lora = {}, const BnbOptions& bnb = {},
-                              const KeepParameter& keep = {});
+                              const KeepParameter& keep = {}, const StoredBytes& stored_bytes = {});
 
 // The dtype non-quantized parameters load in under a BitsAndBytesConfig: transformers' bitsandbytes
 // quantizer overrides torch_dtype=None (vramsim's fp32 and amp-* precisions) with float16.

@@ -389,10 +389,12 @@ PredictRequest size_serving(const PredictRequest& original,
     if (original.vllm.engine == "sglang") {
       paged = size_sglang_pool(original);
       sized.options.kv_cache_fp8 = original.vllm.kv_cache_dtype != "auto";
+      sized.options.vllm_quantization = original.vllm.quantization;  // SGLang's linears are vLLM's
       sized.options.block_size = 1;  // SGLang's token pool: page_size 1
     } else if (original.vllm.version == "v1") {
       paged = size_vllm_v1_cache(original);
       sized.options.kv_cache_fp8 = original.vllm.kv_cache_dtype != "auto";
+      sized.options.vllm_quantization = original.vllm.quantization;  // the served batch's weights as loaded
       if (paged->v1->encoder) {
         // The start-up above sized the vision tower (its weights, its profile pass); the served batch is
         // the requested text prompts through the language model.

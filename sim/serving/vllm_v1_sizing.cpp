@@ -13,6 +13,7 @@
 #include "sim/inference/vllm_pipeline_stages.h"
 #include "sim/inference/vllm_v1_startup.h"
 #include "sim/inference/vllm_vision_tensor_parallel.h"
+#include "sim/inference/vllm_weight_formats.h"
 #include "sim/serving/non_torch_memory.h"
 #include "sim/vision/llava_next_anyres.h"
 #include "sim/vision/qwen2_vl_vision.h"
@@ -29,80 +30,13 @@ Bytes kv_dtype_bytes(const std::string& kv_cache_dtype, Bytes model_dtype_bytes)
 }
 
 // GPUModelRunner.load_model's "Model loading took": the torch memory the rank's model holds after loading.
-// Each parameter of the rank in the model dtype, except under Fp8LinearMethod (--quantization fp8), where the
-// decoder layers' linear weights are float8_e4m3fn (one byte) with one float32 weight_scale each
-// (PerTensorScaleParameter). vLLM pads the vocabulary to 64 rows, not Megatron's 128 x tp the rank model has.
-// RoPE models add get_rope's cos_sin_cache, [max_position, rotary_dim] in the model dtype, shared by the
-// layers.
-// W4A16 (--quantization gptq|awq: 4-bit, group_size 128, symmetric GPTQ without act-order, AWQ with zero
-// points, the common "-GPTQ-Int4" / "-AWQ" checkpoints, run by vLLM's Marlin kernels on Ampere and later): a
-// linear weight [out, in] of the rank keeps, after MarlinLinearKernel.process_weights_after_loading,
-//   qweight  int32 [in / 8, out]             in x out / 2 B  (gptq_marlin.py / awq_marlin.py create_weights;
-//                                                             gptq_marlin_repack keeps the size)
-//   scales   model dtype [in / 128, out]     sharded with the rank's in (desc_act off)
-//   qzeros   int32 [in / 128, out / 8]       AWQ only (awq_to_marlin_zero_points keeps the size); GPTQ's is
-//                                             replaced by marlin_make_empty_g_idx, as is g_idx
-// The Marlin workspace (marlin_make_workspace_new: one int32 per SM per layer, about 1 KiB) is not counted.
-constexpr std::int64_t kW4GroupSize = 128;
-Bytes w4a16_linear_bytes(const ParameterShape& s, Bytes dtype_bytes, bool awq) {
-  const std::int64_t in = s.shape.back();
-  const std::int64_t out = s.numel() / in;
-  if (in % kW4GroupSize != 0) {
-    throw InputError(
-        fmt::format("--quantization {}: {} has {} input features, not a multiple of the group size {}",
-                    awq ? "awq" : "gptq", s.name, in, kW4GroupSize));
-  }
-  const auto groups = static_cast<Bytes>(in / kW4GroupSize);
-  const Bytes qweight = static_cast<Bytes>(in) * static_cast<Bytes>(out) / 2;
-  const Bytes scales = groups * static_cast<Bytes>(out) * dtype_bytes;
-  const Bytes qzeros = awq ? groups * static_cast<Bytes>(out) / 2 : 0;
-  return qweight + scales + qzeros;
-}
-
-// One-byte weights (float8_e4m3fn or int8) of a linear [out, in] of the rank, with their float32 scales:
-//   fp8        Fp8LinearMethod (fp8.py), runtime from a 16-bit checkpoint or a per-tensor FP8 checkpoint:
-//              process_weights_after_loading leaves one scale a layer (scaled_fp8_quant;
-//              requantize_with_max_scale for fused shards)
-//   fp8-block  Fp8LinearMethod with the checkpoint's weight_block_size [128, 128] (DeepSeek-V3, Qwen3-*-FP8):
-//              weight_scale_inv, BlockQuantScaleParameter [cdiv(out, 128), cdiv(in, 128)];
-//              validate_fp8_block_shape refuses a rank's partition the block does not divide
-//   w8a8-int8  compressed-tensors CompressedTensorsW8A8Int8 / CompressedTensorsW8A8Fp8 (the "-quantized.w8a8"
-//   w8a8-fp8   / "-FP8-dynamic" checkpoints: strategy channel, dynamic symmetric activations):
-//              ChannelQuantScaleParameter [out, 1]; the CUTLASS kernels transpose the weight, same bytes
-constexpr std::int64_t kFp8Block = 128;
-Bytes one_byte_linear_bytes(const ParameterShape& s, const std::string& quantization, int tp) {
-  const std::int64_t in = s.shape.back();
-  const std::int64_t out = s.numel() / in;
-  const auto n = static_cast<Bytes>(s.numel());
-  if (quantization == "fp8") {
-    return n + 4;
-  }
-  if (quantization == "fp8-block") {
-    // MLA's down-projections (q_a_proj, kv_a_proj_with_mqa: deepseek_v2.py ReplicatedLinear) are whole on
-    // every rank, not partitioned, so validate_fp8_block_shape has no partition to check (576 rows of
-    // DeepSeek-V3's kv_a_proj_with_mqa are not a multiple of 128).
-    const bool replicated = s.name.find("kv_a_proj_with_mqa") != std::string::npos ||
-                            s.name.find("q_a_proj") != std::string::npos;
-    if (tp > 1 && !replicated && (in % kFp8Block != 0 || out % kFp8Block != 0)) {
-      // A routed expert sliced by TP: vLLM's Fp8MoEMethod.create_weights refuses it the same way ("The
-      // output_size of gate's and up's weight = ... is not divisible by weight quantization block_n"), and
-      // --enable-expert-parallel keeps the experts whole (vllm_expert_parallel.h).
-      const bool expert = s.name.find(".experts.") != std::string::npos;
-      throw InputError(fmt::format(
-          "--quantization fp8-block: {} of this rank is {} x {}, not divisible by the weight quantization "
-          "block 128 x 128 (vLLM's validate_fp8_block_shape refuses it){}",
-          s.name, out, in, expert ? "; --enable-expert-parallel keeps each expert whole" : ""));
-    }
-    const auto blocks =
-        static_cast<Bytes>(((out + kFp8Block - 1) / kFp8Block) * ((in + kFp8Block - 1) / kFp8Block));
-    return n + 4 * blocks;
-  }
-  return n + 4 * static_cast<Bytes>(out);  // w8a8-int8, w8a8-fp8
-}
-
-// Which of the parameters outside the decoder layers a pipeline stage holds (vllm_pipeline_stages.h): the
-// vocabulary tables (the embedding on the first stage, and on the last when the head is tied to it),
-// position embeddings on the first, everything else (final norm, lm_head) on the last.
+// Each parameter of the rank in the model dtype, except the decoder layers' linear weights under
+// --quantization, which take their format's bytes (vllm_weight_formats.h). vLLM pads the vocabulary to 64
+// rows, not Megatron's 128 x tp the rank model has. RoPE models add get_rope's cos_sin_cache, [max_position,
+// rotary_dim] in the model dtype, shared by the layers. Which of the parameters outside the decoder layers a
+// pipeline stage holds (vllm_pipeline_stages.h): the vocabulary tables (the embedding on the first stage, and
+// on the last when the head is tied to it), position embeddings on the first, everything else (final norm,
+// lm_head) on the last.
 bool is_vocab_table(const std::string& name) {
   return name.find("embed_tokens") != std::string::npos ||
          name.find("word_embeddings") != std::string::npos || name.find("wte") != std::string::npos;
@@ -123,11 +57,6 @@ bool stage_holds(const ParameterShape& s, const VllmPipelineStage& st, bool tied
 Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::string& quantization,
                        const VllmPipelineStage& stage) {
   const ModelConfig& m = r.model;
-  // compressed-tensors W4A16 (CompressedTensorsWNA16, symmetric, group 128, no act-order) is kept by the
-  // same MarlinLinearKernel as symmetric GPTQ: weight_packed in x out / 2 B and the group scales.
-  const bool w4 = quantization == "gptq" || quantization == "awq" || quantization == "w4a16";
-  const bool one_byte = quantization == "fp8" || quantization == "fp8-block" || quantization == "w8a8-int8" ||
-                        quantization == "w8a8-fp8";
   Bytes bytes = 0;
   std::int64_t tables = 0;  // vocabulary tables on this stage (embedding, untied lm_head)
   for (const ParameterShape& s : m.parameter_shapes()) {
@@ -136,14 +65,8 @@ Bytes weights_per_rank(const PredictRequest& r, Bytes dtype_bytes, const std::st
     }
     tables += s.layer < 0 && (is_vocab_table(s.name) || s.name == "lm_head.weight") ? 1 : 0;
     const auto n = static_cast<Bytes>(s.numel());
-    const bool linear = s.layer >= 0 && s.shape.size() >= 2;
-    if (linear && w4) {
-      bytes += w4a16_linear_bytes(s, dtype_bytes, quantization == "awq");
-    } else if (linear && one_byte) {
-      bytes += one_byte_linear_bytes(s, quantization, r.tensor_parallel);
-    } else {
-      bytes += n * dtype_bytes;
-    }
+    bytes += vllm_quantizes(s) ? vllm_linear_weight_bytes(s, quantization, dtype_bytes, r.tensor_parallel)
+                               : n * dtype_bytes;
   }
   const std::int64_t rows = vllm_vocab_rows_per_rank(r.vllm.vocab_size, r.tensor_parallel);
   const std::int64_t delta_rows = (rows - m.vocab_size) * tables;  // may be negative

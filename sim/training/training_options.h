@@ -245,6 +245,9 @@ struct TrainingOptions {
   // vLLM's --kv-cache-dtype fp8*: the cache's one byte per element (stored as torch.uint8,
   // STR_DTYPE_TO_TORCH_DTYPE); false: the model's dtype.
   bool kv_cache_fp8 = false;
+  // vLLM's --quantization of the served weights (vllm_weight_formats.h; empty: the model dtype): the served
+  // batch's decoder-layer linears hold the bytes vLLM's "Model loading took" counts for them.
+  std::string vllm_quantization;
   CompileMode compile = CompileMode::kNone;
   CompileScope compile_scope = CompileScope::kModel;
   Float8Options float8;                     // torchao float8 linears (recipe kNone: none)

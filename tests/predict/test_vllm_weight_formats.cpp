@@ -95,3 +95,24 @@ TEST_CASE("vllm formats: every fp8 KV-cache dtype is one byte an element", "[qui
   bad.kv_cache_dtype = "int8";
   CHECK_THROWS_AS(make_request(bad), InputError);
 }
+
+TEST_CASE("vllm formats: the served batch holds the weights in the format they were loaded in",
+          "[quick][predict]") {
+  // After the start-up, the engine serves from the weights it loaded: the served batch's parameters are the
+  // same bytes as "Model loading took" without get_rope's cos_sin_cache (a buffer, not a parameter). For
+  // per-tensor FP8 (Fp8LinearMethod): 32 x (218,103,808 one-byte elements + 7 float32 scales) + the bf16
+  // embeddings, head and norms 2,101,878,784 B = 9,081,201,536 B, where bf16 weights would be
+  // 32 x 218,103,808 x 2 + 2,101,878,784 = 16,060,522,496 B (the figure the served batch held before it
+  // followed the format, so that a served FP8 model needed its bf16 bytes on top of the cache).
+  const Prediction fp8 = predict(make_request(llama31_8b_h100("fp8")));
+  CHECK(fp8.bill.parameters == kLayers * (kLinearElements + 7 * 4) + 2101878784);
+  CHECK(fp8.bill.parameters == 9081201536);
+  CHECK(fp8.generation->paged->v1->weights_bytes - fp8.bill.parameters == 33554432);
+  // W4A16: 32 x 112,459,776 B of Marlin weights and group scales, the rest bf16.
+  const Prediction w4 = predict(make_request(llama31_8b_h100("w4a16")));
+  CHECK(w4.bill.parameters == kLayers * (109051904 + 3407872) + 2101878784);
+  // Unquantized: every parameter in bf16, as before.
+  const Prediction bf16 = predict(make_request(llama31_8b_h100("")));
+  CHECK(bf16.bill.parameters == kLayers * kLinearElements * 2 + 2101878784);
+  CHECK(bf16.bill.parameters == 16060522496);
+}
