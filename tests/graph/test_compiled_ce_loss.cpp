@@ -8,6 +8,7 @@
 #include <string>
 
 #include "graph_test_util.h"
+#include "moe_test_util.h"
 #include "sim/graph/tensor_lifetime.h"
 #include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
@@ -196,4 +197,32 @@ TEST_CASE("compiled ce loss alone: --compile-loss on without --compile", "[quick
   a.pp = 2;  // not modelled in a pipeline's last stage
   a.world_size = 2;
   CHECK_THROWS_WITH(make_request(a), Catch::StartsWith("--compile-loss on: compiles"));
+}
+
+// The same with torchtitan's MoE blocks (deepseek_v3_16b.toml's case): the compiled loss acts on the logits
+// only, so the MoE forward is the eager one, event for event, and the loss holds no fp32 logits. The tiny
+// Mixtral's logits: batch 2 x seq 32 x vocabulary 512 = 32,768 elements, 65,536 B in bf16.
+TEST_CASE("compiled ce loss alone: with torchtitan's MoE the blocks stay eager", "[quick][graph]") {
+  const auto build = [](bool compile_loss) {
+    TrainingOptions o = test::moe_options(MoeImpl::kTorchtitan, 1, 1.0, "none", 1);
+    o.precision = Precision::kBf16;
+    o.free_logits_before_backward = true;
+    o.compile_loss = compile_loss;
+    Run r{build_training_steps(test::tiny_mixtral(2), o), {}};
+    r.schedule = build_allocation_schedule(r.graph);
+    return r;
+  };
+  const Run eager = build(false);
+  const Run loss_alone = build(true);
+  const std::size_t loss_begin = eager.schedule.phase_begin(1, Phase::kLoss)->event_index;
+  REQUIRE(loss_alone.schedule.phase_begin(1, Phase::kLoss)->event_index == loss_begin);
+  for (std::size_t i = 0; i < loss_begin; ++i) {
+    REQUIRE(eager.schedule.events[i].action == loss_alone.schedule.events[i].action);
+    REQUIRE(eager.schedule.events[i].size_bytes == loss_alone.schedule.events[i].size_bytes);
+  }
+  CHECK(test::bytes_named(eager.graph, "loss.logits_float") == 2 * 65'536);  // `.float()`: fp32 logits
+  CHECK(test::bytes_named(eager.graph, "loss.cross_entropy.log_softmax") == 2 * 65'536);
+  CHECK(test::bytes_named(loss_alone.graph, "loss.logits_float") == 0);
+  CHECK(test::bytes_named(loss_alone.graph, "loss.cross_entropy.log_softmax") == 0);
+  CHECK(test::bytes_named(loss_alone.graph, "compiled_loss.grad_input") == 65'536);  // the bf16 gradient
 }
