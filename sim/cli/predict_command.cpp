@@ -141,6 +141,13 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
                : a.loss == "chunked-ce" ? ", each loss chunk a graph (compile_loss)"
                                         : ", the loss a graph (torchtitan's compiled loss_fn)",
                a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
+  } else if (p.compiled_loss) {  // --compile-loss on alone: torchtitan's compile.components = ["loss"]
+    fmt::print(
+        "torch.compile    mode default, the model eager, {} (Inductor; AOTAutograd's min-cut "
+        "partitioner{})\n",
+        a.loss == "chunked-ce" ? "each loss chunk a graph (compile_loss)"
+                               : "the loss a graph (torchtitan's compiled loss_fn, components [\"loss\"])",
+        a.warm == "none" ? "; first call: Triton autotuning's 256 MiB benchmark buffer" : "");
   }
   if (!p.base_weights.empty()) {
     const bool four_bit = p.base_weights != "int8";

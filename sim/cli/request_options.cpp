@@ -173,7 +173,8 @@ void add_runtime_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
          "auto|on|off: compile the loss on its own: chunked-ce's per-chunk upcast + cross-entropy "
          "(torchtune's training.compile_loss) or ce's (torchtitan's compiled loss_fn); auto: on with "
          "--compile and --loss chunked-ce (torchtune's recipes) or --compile-scope layer and --loss ce "
-         "(torchtitan since PR 1033)")
+         "(torchtitan since PR 1033); on without --compile: the loss alone, the model eager (torchtitan's "
+         "compile.components = [\"loss\"])")
       ->capture_default_str();
   cmd->add_option("--zero-grad", a.zero_grad,
                   "set-to-none|zeros: optimizer.zero_grad() frees the gradients (PyTorch 2 default), or "

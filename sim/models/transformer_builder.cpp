@@ -279,6 +279,12 @@ VarId embeddings(EmitContext& ctx, VarId ids) {
 
 VarId layer_forward(EmitContext& ctx, EagerTape& tape, int l, VarId x, const ParameterUnit& unit);
 
+// Whether the model's code runs under torch.compile (--compile): ctx.inductor is also set when only the loss
+// is compiled (--compile-loss on without --compile: torchtitan's compile.components = ["loss"]).
+bool compiles_model(const EmitContext& ctx) {
+  return ctx.inductor != nullptr && ctx.options.compile != CompileMode::kNone;
+}
+
 // Decoder layers [first, first + count) on x; takes over the caller's reference to x and returns the last
 // layer's output.
 VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int count, DataParallelScheme& dp,
@@ -293,7 +299,7 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
     const auto run_layer = [&]() {
       return layer_forward(ctx, tape, l, x, units[static_cast<std::size_t>(l)]);
     };
-    if (ctx.inductor != nullptr && ctx.options.compile_scope == CompileScope::kLayer && !tape.capturing()) {
+    if (compiles_model(ctx) && ctx.options.compile_scope == CompileScope::kLayer && !tape.capturing()) {
       y = compiled_call(tape, layer_name(l, "compiled"), run_layer, *ctx.inductor);
     } else {
       y = run_layer();
@@ -413,7 +419,7 @@ VarId forward(EmitContext& ctx, EagerTape& tape, VarId ids, DataParallelScheme& 
   const bool model_graph =
       ctx.options.compile_scope == CompileScope::kModel ||
       (ctx.options.compile_scope == CompileScope::kModelAndLoss && ctx.options.forward_only);
-  if (ctx.inductor != nullptr && model_graph && !tape.capturing()) {
+  if (compiles_model(ctx) && model_graph && !tape.capturing()) {
     // torch.compile(model): the whole forward is one graph
     const VarId logits = compiled_call(
         tape, "compiled_model",
@@ -898,8 +904,10 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   VarId held_logits = kNoVar;  // the training loop's `logits` / `loss` variables
   VarId held_loss = kNoVar;
   std::size_t held_graph_begin = 0;
-  InductorProcess inductor;  // --compile: what the process has tuned (a warm process: everything)
-  inductor.mode = options.compile;
+  // --compile or --compile-loss: what the process has tuned (a warm process: everything). The loss compiled
+  // alone runs in torch.compile's default mode (torchtitan: `torch.compile(loss_fn)`, components ["loss"]).
+  InductorProcess inductor;
+  inductor.mode = options.compile != CompileMode::kNone ? options.compile : CompileMode::kDefault;
   inductor.autotuned_before = options.warm != WarmProcess::kNone;
   PipelineStage stage{tape, ops,       model, options, params, buffers, *dp, units, ids,   targets,
                       low,  attention, &code, chunks,  {},     {},      {},  {},    kNoVar};
@@ -929,7 +937,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       const std::size_t graph_begin = tape.node_count();
       EmitContext ctx{ops,    model,  options, params,    buffers, {},
                       kNoVar, kNoVar, kNoVar,  attention, &code,   nullptr};
-      ctx.inductor = options.compile != CompileMode::kNone ? &inductor : nullptr;
+      ctx.inductor = options.compile != CompileMode::kNone || options.compile_loss ? &inductor : nullptr;
       ctx.pixel_values = pixel_values;
       ctx.stamp = &stamp;
       tape.set_grad_enabled(!options.inference);                 // `with torch.no_grad():` around the forward
@@ -942,7 +950,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
       }
       // --compile-scope model-and-loss: the model returns its loss (labels passed); the loop keeps no logits
       const bool loss_in_graph =
-          ctx.inductor != nullptr && !forward_only && options.compile_scope == CompileScope::kModelAndLoss;
+          compiles_model(ctx) && !forward_only && options.compile_scope == CompileScope::kModelAndLoss;
       VarId logits = kNoVar;
       VarId graph_loss = kNoVar;
       if (loss_in_graph) {

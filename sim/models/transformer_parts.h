@@ -152,7 +152,8 @@ struct EmitContext {
   // --loss chunked-ce: the output projection's per-chunk logits (torchtune's model output, a list), made by
   // the forward and consumed (then deleted) by the loss.
   std::vector<VarId> logit_chunks = {};
-  // --compile: the process's Inductor state (kernels tuned so far); nullptr: eager.
+  // --compile or --compile-loss: the process's Inductor state (kernels tuned so far); nullptr: all eager.
+  // Set also when only the loss is compiled: the model's code checks options.compile as well.
   InductorProcess* inductor = nullptr;
   // A vision-language model's batch of images (b x images_per_sample, channels, side, side), fp32 as the
   // image processor makes them; kNoVar: a text-only forward.

@@ -296,9 +296,15 @@ void validate_torchtitan(const ModelConfig& model, const TrainingOptions& o) {
     refuse("PEFT and bitsandbytes wrap transformers' modules, not torchtitan's; not modelled (vramsim)");
   }
   if (o.compile != CompileMode::kNone || o.float8.recipe != Float8Recipe::kNone) {
+    // torchtitan's apply_compile compiles every TransformerBlock; an MoE one with fullgraph=False
+    // (pytorch/torchtitan#1519, August 2025: graph breaks at the token dispatch), then around the experts'
+    // FSDP graph break (#1895, October 2025), whole since #2741 (April 2026). What such graphs save around
+    // grouped_mm and the all-to-all is not modelled. The loss compiled alone (--compile-loss on,
+    // compile.components = ["loss"]) acts on the logits only and is predicted.
     refuse(
         "with --compile or --float8: torchtitan's compiled MoE blocks and float8 grouped GEMMs are not "
-        "modelled (vramsim)");
+        "modelled (vramsim; --compile-loss on alone compiles the loss, torchtitan's compile.components "
+        "[\"loss\"])");
   }
   if (o.generate_tokens > 0 || o.inference) {
     refuse("inference and generation are not modelled (vramsim models torchtitan's MoE for training)");

@@ -176,22 +176,30 @@ void apply_compile_args(const RequestArgs& a, PredictRequest& r) {
     throw InputError(
         fmt::format("--compile-loss: unknown value '{}' (expected auto, on or off)", a.compile_loss));
   }
+  // --compile-loss on without --compile: the loss compiled, the model eager (torchtitan's
+  // `[compile] enable = true, components = ["loss"]`: parallelize_fn applies apply_compile only with "model"
+  // in the components, build_cross_entropy_loss compiles loss_fn with "loss"; deepseek_v3_16b.toml since
+  // #1608).
+  const bool model_compiled = o.compile != CompileMode::kNone;
+  const bool loss_alone = !model_compiled && a.compile_loss == "on";
   // torchtune's recipes: `if self._compile: training.compile_loss(self._loss_fn)`
   const bool compiled_chunked_loss =
-      o.loss == LossKind::kChunkedCrossEntropy && o.compile != CompileMode::kNone;
+      o.loss == LossKind::kChunkedCrossEntropy && (model_compiled || loss_alone);
   // torchtitan's build_cross_entropy_loss (torchtitan/components/loss.py since pytorch/torchtitan#1033):
-  // `if job_config.training.compile: loss_fn = torch.compile(loss_fn)`, with its per-block compile. Not
-  // modelled: under loss_parallel (a DTensor loss) or in a pipeline's last stage.
-  const bool compiled_torchtitan_loss = o.loss == LossKind::kCrossEntropy &&
-                                        o.compile != CompileMode::kNone &&
-                                        o.compile_scope == CompileScope::kLayer && !a.loss_parallel &&
-                                        a.pp <= 1 && !a.inference && !a.forward_only && a.generate == 0;
+  // `if job_config.training.compile: loss_fn = torch.compile(loss_fn)`, with its per-block compile (since
+  // #1608: `if compile.enable and "loss" in compile.components`). Not modelled: under loss_parallel (a
+  // DTensor loss) or in a pipeline's last stage.
+  const bool compiled_torchtitan_loss =
+      o.loss == LossKind::kCrossEntropy &&
+      ((model_compiled && o.compile_scope == CompileScope::kLayer) || loss_alone) && !a.loss_parallel &&
+      a.pp <= 1 && !a.inference && !a.forward_only && a.generate == 0;
   if (a.compile_loss == "on" && !compiled_chunked_loss && !compiled_torchtitan_loss) {
     throw InputError(
-        "--compile-loss on: needs --compile with --loss chunked-ce (torchtune's compile_loss compiles "
-        "CEWithChunkedOutputLoss.compute_cross_entropy) or with --compile-scope layer and --loss ce "
-        "(torchtitan's compiled loss_fn; not modelled with --loss-parallel or --pp; torchtitan-chunked-ce "
-        "ran eager: torchtitan removed it when it compiled the loss, pytorch/torchtitan#1033)");
+        "--compile-loss on: compiles --loss chunked-ce (torchtune's compile_loss compiles "
+        "CEWithChunkedOutputLoss.compute_cross_entropy) or --loss ce alone or with --compile-scope layer "
+        "(torchtitan's compiled loss_fn; not modelled with --loss-parallel, --pp or without a training step; "
+        "torchtitan-chunked-ce ran eager: torchtitan removed it when it compiled the loss, "
+        "pytorch/torchtitan#1033)");
   }
   o.compile_loss = (compiled_chunked_loss || compiled_torchtitan_loss) && a.compile_loss != "off";
   if (a.zero_grad != "set-to-none" && a.zero_grad != "zeros") {

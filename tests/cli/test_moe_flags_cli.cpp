@@ -41,6 +41,8 @@ TEST_CASE("moe flags: bad values are one line and exit 2", "[quick][cli]") {
       {"--tp 2 --sequence-parallel --ep 2",
        "--ep 2: does not apply to 2 rank(s) per pipeline stage (--tp 2 x 1 data-parallel)"},
       {"--tp 2 --sequence-parallel", "--sequence-parallel: transformers' mixture-of-experts"},
+      {"--moe-impl torchtitan --compile",
+       "--moe-impl torchtitan: with --compile or --float8: torchtitan's compiled MoE blocks"},
       {"--moe-impl torchtitan --tp 2",
        "--moe-impl torchtitan: with --tp: torchtitan shards the sequence between the blocks"},
       {"--gpus 4 --fsdp2 --tp 2 --sequence-parallel --ep 2 --expert-tensor-parallel 4",
