@@ -101,6 +101,26 @@ Bytes fused_moe_slots(const ModelConfig& m, const VllmLoraOptions& o, int tp) {
   return elements(o.max_loras, experts, per_expert);
 }
 
+// What vramsim does not size: vLLM wraps these too, but their layers were not read here.
+void check_lora_modelled(const ModelConfig& m) {
+  if (m.mla.kv_lora_rank > 0) {
+    throw InputError(
+        "--enable-lora: vLLM's LoRA on multi-head latent attention (DeepseekV2ForCausalLM's "
+        "fused_qkv_a_proj, q_b_proj, kv_b_proj) is not modelled (vramsim)");
+  }
+  if (m.moe.fused_experts) {
+    throw InputError(
+        "--enable-lora: vLLM's FusedMoE3DWithLoRA (experts stored as 3-D tensors: gpt-oss, Llama 4) is not "
+        "modelled (vramsim)");
+  }
+  if (!lora_modelled(m.model_type)) {
+    throw InputError(
+        fmt::format("--enable-lora: vLLM's LoRA layers for model_type '{}' are not modelled (vramsim models "
+                    "llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral, qwen2_moe and qwen3_moe)",
+                    m.model_type));
+  }
+}
+
 }  // namespace
 
 void validate_vllm_lora(const VllmLoraOptions& o) {
@@ -129,23 +149,7 @@ VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, in
   if (!o.enabled) {
     return out;
   }
-  if (m.mla.kv_lora_rank > 0) {
-    throw InputError(
-        "--enable-lora: vLLM's LoRA on multi-head latent attention (DeepseekV2ForCausalLM's "
-        "fused_qkv_a_proj, "
-        "q_b_proj, kv_b_proj) is not modelled (vramsim)");
-  }
-  if (m.moe.fused_experts) {
-    throw InputError(
-        "--enable-lora: vLLM's FusedMoE3DWithLoRA (experts stored as 3-D tensors: gpt-oss, Llama 4) is not "
-        "modelled (vramsim)");
-  }
-  if (!lora_modelled(m.model_type)) {
-    throw InputError(
-        fmt::format("--enable-lora: vLLM's LoRA layers for model_type '{}' are not modelled (vramsim models "
-                    "llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral, qwen2_moe and qwen3_moe)",
-                    m.model_type));
-  }
+  check_lora_modelled(m);
   const std::int64_t r = o.max_lora_rank;
   const std::int64_t slots = o.max_loras;
   const std::int64_t r_a_column = o.fully_sharded ? r / tp : r;  // ColumnParallelLinearWithShardedLoRA
