@@ -20,11 +20,20 @@ constexpr std::array<std::int64_t, 9> kMaxLoraRanks = {1, 8, 16, 32, 64, 128, 25
 // How vLLM's model code holds a Hugging Face linear of a decoder layer: the slices of its packed
 // column-parallel layers (packed_modules_mapping: qkv_proj = q, k, v; gate_up_proj = gate, up) and its
 // row-parallel layers. A slice starts a new LoRA layer when it is the packed layer's first.
-enum class LoraSlice { kColumnFirst, kColumnMore, kRow, kOther };
+// A MoE block's router (Mixtral's block_sparse_moe.gate, Qwen2/3-MoE's mlp.gate) and Qwen2-MoE's
+// shared_expert_gate are ReplicatedLinear: whole on every rank. The routed experts' weights are not
+// linears of their own: their FusedMoE layer gets its slots from fused_moe_slots.
+enum class LoraSlice { kColumnFirst, kColumnMore, kRow, kReplicated, kOther };
 LoraSlice slice_of(std::string_view name) {
   const auto ends = [&name](std::string_view suffix) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
+  if (name.find(".experts.") != std::string_view::npos) {
+    return LoraSlice::kOther;
+  }
+  if (ends(".gate.weight") || ends(".shared_expert_gate.weight")) {
+    return LoraSlice::kReplicated;
+  }
   if (ends("q_proj.weight") || ends("gate_proj.weight")) {
     return LoraSlice::kColumnFirst;
   }
@@ -40,13 +49,15 @@ LoraSlice slice_of(std::string_view name) {
 // The model classes whose LoRA modules were read: LlamaForCausalLM (embedding_modules embed_tokens and
 // lm_head; MistralForCausalLM inherits them), Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and
 // Gemma2ForCausalLM (none: "Gemma does not apply LoRA to the embedding layer"; its logits use embed_tokens,
-// no lm_head module).
+// no lm_head module); of the mixture-of-experts classes MixtralForCausalLM (embed_tokens and lm_head),
+// Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (none).
 bool has_embedding_modules(const std::string& model_type) {
-  return model_type == "llama" || model_type == "mistral";
+  return model_type == "llama" || model_type == "mistral" || model_type == "mixtral";
 }
 bool lora_modelled(const std::string& model_type) {
   return has_embedding_modules(model_type) || model_type == "qwen2" || model_type == "qwen3" ||
-         model_type == "gemma" || model_type == "gemma2";
+         model_type == "gemma" || model_type == "gemma2" || model_type == "qwen2_moe" ||
+         model_type == "qwen3_moe";
 }
 
 constexpr std::string_view kWhat = "--enable-lora";
@@ -57,6 +68,58 @@ Bytes elements(std::int64_t a, std::int64_t b, std::int64_t c) {
 }
 Bytes add(Bytes a, Bytes b) { return size_add(a, b, kWhat); }
 Bytes mul(Bytes a, Bytes b) { return size_mul(a, b, kWhat); }
+
+// vllm/distributed/utils.py divide (ensure_divisibility): "{numerator} is not divisible by {denominator}".
+std::int64_t divide(std::int64_t numerator, std::int64_t denominator, std::string_view what) {
+  if (numerator % denominator != 0) {
+    throw InputError(
+        fmt::format("--fully-sharded-loras: {} {} is not divisible by {} (vLLM's divide in "
+                    "FusedMoEWithLoRA)",
+                    what, numerator, denominator));
+  }
+  return numerator / denominator;
+}
+
+// One FusedMoEWithLoRA's slots in elements (vllm/lora/layers/fused_moe.py _create_lora_a_weights and
+// _create_lora_b_weights), for E = local_num_experts, I = intermediate_size_per_partition, d = hidden_size:
+//   w13_lora_a_stacked: two slices (gate w1, up w3: is_act_and_mul) of (max_loras, E, r_a, d), r_a =
+//     max_lora_rank, or max_lora_rank / tp with fully_sharded_loras
+//   w13_lora_b_stacked: two slices of (max_loras, E, I, max_lora_rank)
+//   w2_lora_a_stacked:  (max_loras, E, max_lora_rank, I)
+//   w2_lora_b_stacked:  (max_loras, E, d, max_lora_rank), or d / tp with fully_sharded_loras
+// tp is the MoE layer's: the tensor-parallel size, or 1 under expert parallelism (FusedMoEParallelConfig:
+// each expert whole; the experts split over the ranks instead).
+Bytes fused_moe_slots(const ModelConfig& m, const VllmLoraOptions& o, int tp) {
+  const std::int64_t moe_tp = m.moe.expert_parallel > 1 ? 1 : tp;
+  const std::int64_t r = o.max_lora_rank;
+  const std::int64_t experts = m.moe.local_experts();
+  const std::int64_t d = m.d_model;
+  const std::int64_t inter = m.moe.expert_d_ff;
+  const std::int64_t r_a = o.fully_sharded ? divide(r, moe_tp, "max_lora_rank") : r;
+  const std::int64_t d_b = o.fully_sharded ? divide(d, moe_tp, "hidden_size") : d;
+  const std::int64_t per_expert = 2 * (r_a * d + inter * r) + r * inter + d_b * r;
+  return elements(o.max_loras, experts, per_expert);
+}
+
+// What vramsim does not size: vLLM wraps these too, but their layers were not read here.
+void check_lora_modelled(const ModelConfig& m) {
+  if (m.mla.kv_lora_rank > 0) {
+    throw InputError(
+        "--enable-lora: vLLM's LoRA on multi-head latent attention (DeepseekV2ForCausalLM's "
+        "fused_qkv_a_proj, q_b_proj, kv_b_proj) is not modelled (vramsim)");
+  }
+  if (m.moe.fused_experts) {
+    throw InputError(
+        "--enable-lora: vLLM's FusedMoE3DWithLoRA (experts stored as 3-D tensors: gpt-oss, Llama 4) is not "
+        "modelled (vramsim)");
+  }
+  if (!lora_modelled(m.model_type)) {
+    throw InputError(
+        fmt::format("--enable-lora: vLLM's LoRA layers for model_type '{}' are not modelled (vramsim models "
+                    "llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral, qwen2_moe and qwen3_moe)",
+                    m.model_type));
+  }
+}
 
 }  // namespace
 
@@ -86,18 +149,7 @@ VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, in
   if (!o.enabled) {
     return out;
   }
-  if (m.moe.n_experts > 0 || m.mla.kv_lora_rank > 0) {
-    throw InputError(
-        "--enable-lora: vLLM's LoRA on mixture-of-experts layers (FusedMoEWithLoRA) and multi-head latent "
-        "attention is not modelled (vramsim)");
-  }
-  if (!lora_modelled(m.model_type)) {
-    throw InputError(
-        fmt::format("--enable-lora: vLLM's LoRA layers for model_type '{}' are not modelled (vramsim models "
-                    "llama, mistral, "
-                    "qwen2, qwen3, gemma and gemma2)",
-                    m.model_type));
-  }
+  check_lora_modelled(m);
   const std::int64_t r = o.max_lora_rank;
   const std::int64_t slots = o.max_loras;
   const std::int64_t r_a_column = o.fully_sharded ? r / tp : r;  // ColumnParallelLinearWithShardedLoRA
@@ -112,7 +164,12 @@ VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, in
     const std::int64_t out_rank = s.shape[0];  // this rank's rows of the (out, in) weight
     const std::int64_t in_rank = s.shape[1];
     Bytes n = 0;
-    if (kind == LoraSlice::kRow) {
+    if (kind == LoraSlice::kReplicated) {
+      // ReplicatedLinearWithLoRA: (slots, 1, r, in) and (slots, 1, out, r), whole on every rank (never
+      // sharded, fully_sharded_loras or not)
+      n = add(elements(slots, r, in_rank), elements(slots, out_rank, r));
+      ++out.wrapped_layers;
+    } else if (kind == LoraSlice::kRow) {
       // lora_a over the rank's input slice; lora_b the whole output (its share with fully_sharded_loras)
       n = add(elements(slots, r, in_rank), elements(slots, o.fully_sharded ? out_rank / tp : out_rank, r));
       ++out.wrapped_layers;
@@ -121,6 +178,12 @@ VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, in
       out.wrapped_layers += kind == LoraSlice::kColumnFirst ? 1 : 0;
     }
     out.decoder_bytes = add(out.decoder_bytes, mul(n, dtype_bytes));
+  }
+  for (int l = stage.start_layer; l < stage.end_layer; ++l) {
+    if (m.moe.sparse(l)) {  // the layer's FusedMoE (Qwen's mlp_only_layers keep a dense MLP)
+      out.moe_bytes = add(out.moe_bytes, mul(fused_moe_slots(m, o, tp), dtype_bytes));
+      ++out.wrapped_layers;
+    }
   }
   if (has_embedding_modules(m.model_type)) {
     // VocabParallelEmbeddingWithLoRA: (slots, org_vocab_size, r) and (slots, 1, embedding_dim, r). A tied

@@ -22,23 +22,37 @@
 //   lm_head, through the logits processor (logits_processor.py LogitsProcessorWithLoRA): lora_a_stacked
 //     (max_loras, 1, max_lora_rank, hidden_size), lora_b_stacked (max_loras, 1, vocab_size, max_lora_rank),
 //     and with tp >= 2 sharded_to_full_mapping_gpu, one int64 per padded vocabulary row
+//   a MoE block's router (gate) and Qwen2-MoE's shared_expert_gate (replicated_linear.py
+//     ReplicatedLinearWithLoRA): (max_loras, 1, r, input) and (max_loras, 1, output, r), whole on every rank
+//   a MoE block's routed experts, one FusedMoEWithLoRA a layer (fused_moe.py): per local expert, two w13
+//     slices (gate, up) of lora_a (r, hidden) and lora_b (intermediate_size_per_partition, r), and w2's
+//     lora_a (r, intermediate_size_per_partition) and lora_b (hidden, r); fully_sharded_loras shards w13's
+//     lora_a rank and w2's lora_b hidden over the MoE layer's tensor-parallel ranks. With
+//     --enable-expert-parallel the MoE layer's tp_size is 1: a rank holds its local experts whole
+//     (vllm/lora/model_manager.py slices an adapter to them, _slice_moe_lora_ep; vLLM releases before that
+//     refused it: "EP support for Fused MoE LoRA is not implemented yet.")
 //
 // One rank's model is given (a tensor-parallel rank's shapes: a column-parallel weight holds its output
-// slice and the whole input, a row-parallel one its input slice and the whole output), so every decoder
-// slice takes r x (in + out) elements of that shape.
+// slice and the whole input, a row-parallel one its input slice and the whole output; its MoE layers the
+// rank's experts, vllm_expert_parallel.h), so every decoder slice takes r x (in + out) elements of that
+// shape. Qwen's shared expert (shared_expert.gate_up_proj, down_proj) is an ordinary MLP of linears.
 //
-// The embedding modules are the model class's: LlamaForCausalLM (and MistralForCausalLM, its subclass)
-// declares embed_tokens and lm_head; Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and
-// Gemma2ForCausalLM declare none. Other model types
-// are refused (their classes were not read here), as are mixture-of-experts layers (FusedMoEWithLoRA) and
-// multi-head latent attention.
+// The embedding modules are the model class's: LlamaForCausalLM (and MistralForCausalLM, its subclass) and
+// MixtralForCausalLM declare embed_tokens and lm_head; Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM,
+// Gemma2ForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM declare none. Other model types are
+// refused (their classes were not read here), as are experts stored as 3-D tensors (FusedMoE3DWithLoRA:
+// gpt-oss, Llama 4) and multi-head latent attention (DeepSeek's fused_qkv_a_proj, q_b_proj and kv_b_proj,
+// which vLLM does wrap).
 //
-// Not counted (all under 1 MiB at the defaults): the punica wrapper's index tensors
-// (punica_wrapper/punica_base.py, punica_gpu.py LoRAKernelMeta: a few int32/int64 vectors of
-// max_num_batched_tokens), and the profile run's LoRA temporaries (add_lora_linear's float32 shrink buffer
-// of n_slices x tokens x max_lora_rank per layer, freed before the MLP's widest point). The dummy adapters
-// the profile run activates are made on the host (create_dummy_lora_weights(..., "cpu")) and copied into
-// the slots.
+// Not counted (each under 1 MiB at the defaults but the last): the punica
+// wrapper's index tensors (punica_wrapper/punica_base.py, punica_gpu.py LoRAKernelMeta: a few int32/int64
+// vectors of max_num_batched_tokens), each FusedMoEWithLoRA's adapter_enabled (max_loras + 1 int32), and
+// the profile run's LoRA temporaries (add_lora_linear's float32 shrink buffer of n_slices x tokens x
+// max_lora_rank per layer, freed before the MLP's widest point; in a MoE layer fused_moe_lora's
+// a_intermediate_cache1 of n_slices x tokens x top_k x max_lora_rank in the model dtype, 4 MiB at 8,192
+// tokens, top-8, rank 16, freed when the layer returns: the base experts' own caches are larger). The
+// dummy adapters the profile run activates are made on the host (create_dummy_lora_weights(..., "cpu")) and
+// copied into the slots.
 #pragma once
 
 #include <cstdint>
@@ -65,11 +79,12 @@ void validate_vllm_lora(const VllmLoraOptions& o);
 
 // The slots one rank allocates, by kind.
 struct VllmLoraSlots {
-  Bytes decoder_bytes = 0;          // the decoder layers' linear slices
+  Bytes decoder_bytes = 0;          // the decoder layers' linear slices (routers included)
+  Bytes moe_bytes = 0;              // the FusedMoE layers' expert slots
   Bytes embedding_bytes = 0;        // embed_tokens (first stage)
   Bytes logits_bytes = 0;           // the logits processor's lm_head slots and mapping (last stage)
   std::int64_t wrapped_layers = 0;  // LoRA layers made (a packed qkv_proj is one)
-  Bytes total() const { return decoder_bytes + embedding_bytes + logits_bytes; }
+  Bytes total() const { return decoder_bytes + moe_bytes + embedding_bytes + logits_bytes; }
 };
 
 // `rank_model` is one tensor-parallel rank's model; `vocab_size` the unpadded vocabulary; `dtype_bytes` the
