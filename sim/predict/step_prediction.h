@@ -22,6 +22,7 @@
 #include "sim/inference/vllm_lora.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/nccl_groups.h"
 #include "sim/predict/step_timeline.h"
 #include "sim/serving/non_torch_memory.h"
 #include "sim/training/training_options.h"
@@ -118,6 +119,7 @@ struct MemoryBill {
   std::int64_t allocator_rounding = 0;  // allocated - requested at that event (block rounding)
   std::int64_t allocator_overhead = 0;  // peak reserved - peak allocated (cached, split, rounded-up segments)
   std::int64_t cuda_context = 0;        // outside the allocator
+  std::int64_t nccl = 0;                // NCCL communicators' buffers, outside the allocator (nccl_groups.h)
 };
 
 struct PhaseBytes {  // allocated bytes at the phase boundaries of the last simulated step
@@ -192,6 +194,10 @@ struct Prediction {
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
   std::string cuda_context_source;  // GpuMemory::context_source
+  // The process groups' NCCL communicators (nccl_groups.h), allocated outside the allocator at their first
+  // collective or send/recv, before the step's peak; nccl_bytes is the sum of the sized lines.
+  std::vector<NcclBillLine> nccl_lines;
+  std::int64_t nccl_bytes = 0;
   // total - context: what the allocator may cudaMalloc; less when per_process_memory_fraction is set
   std::int64_t allocator_capacity_bytes = 0;
   double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
@@ -642,8 +648,9 @@ struct FitResult {
   double margin = 0.0;
   std::int64_t total_bytes = 0;
   std::int64_t cuda_context_bytes = 0;
+  std::int64_t nccl_bytes = 0;  // the NCCL lines' sum (nccl_groups.h), outside the allocator like the context
   // (1 - margin) * total, and no more than context + what per_process_memory_fraction allows: peak reserved +
-  // context must stay at or below it
+  // context + NCCL must stay at or below it
   std::int64_t limit_bytes = 0;
   double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
   std::int64_t best = 0;         // 0 = even 1 does not fit
@@ -652,9 +659,10 @@ struct FitResult {
   std::vector<FitTrial> trials;  // in the order tried
 };
 
-// Fits with the margin: no OOM and peak reserved + context <= (1 - margin) * total. The largest fitting value
-// of a search from `start` (the request's batch or seq) that guesses the boundary from the trials' peaks
-// and brackets it as bisection does (sim/core/boundary_search.h); values are capped at `max_value`.
+// Fits with the margin: no OOM and peak reserved + context + NCCL <= (1 - margin) * total. The largest
+// fitting value of a search from `start` (the request's batch or seq) that guesses the boundary from the
+// trials' peaks and brackets it as bisection does (sim/core/boundary_search.h); values are capped at
+// `max_value`.
 FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::int64_t max_value = 1 << 20);
 
 }  // namespace vramsim
