@@ -96,7 +96,8 @@ std::vector<NcclGroup> training_process_groups(const TrainingOptions& o, int ten
   return groups;
 }
 
-NcclBillLine nccl_group_line(const NcclGroup& g, const std::string& gpu, int gpus_per_node) {
+NcclBillLine nccl_group_line(const NcclGroup& g, const std::string& gpu, int gpus_per_node,
+                             const NcclChannels& channels) {
   NcclBillLine line{"NCCL " + g.name, 0, false, ""};
   const std::string who = fmt::format("{} ranks; {}", g.ranks, g.created_by);
   if (g.span_gpus > gpus_per_node) {
@@ -106,37 +107,43 @@ NcclBillLine nccl_group_line(const NcclGroup& g, const std::string& gpu, int gpu
         g.span_gpus, gpus_per_node, who);
     return line;
   }
-  const int ring = g.ring ? nccl_ring_channels(gpu) : 0;
-  const int per_peer = g.p2p_send_peers + g.p2p_recv_peers > 0 ? nccl_p2p_channels_per_peer(gpu) : 0;
+  const int ring = !g.ring ? 0 : channels.ring > 0 ? channels.ring : nccl_ring_channels(gpu);
+  const int per_peer = g.ring                      ? 0
+                       : channels.p2p_per_peer > 0 ? channels.p2p_per_peer
+                                                   : nccl_p2p_channels_per_peer(gpu);
   if ((g.ring && ring == 0) || (!g.ring && per_peer == 0)) {
-    line.source = fmt::format("not sized: no public NCCL log gives the channels on {}; {}", gpu, who);
+    line.source = fmt::format("not sized: no public NCCL log gives the channels on {} ({}); {}", gpu,
+                              g.ring ? "--nccl-channels" : "--nccl-p2p-channels", who);
     return line;
   }
   const Bytes recv = nccl_connection_buffer_bytes();
   const Bytes send = nccl_send_connection_bytes();
   if (g.ring) {
     line.size_bytes = static_cast<Bytes>(ring) * (send + recv);
-    line.source = fmt::format("ring: {} channels x ({} received + {} sent); {}", ring,
-                              format_bytes_short(recv), format_bytes_short(send), who);
+    line.source = fmt::format("ring: {} channels{} x ({} received + {} sent); {}", ring,
+                              channels.ring > 0 ? " (--nccl-channels)" : "", format_bytes_short(recv),
+                              format_bytes_short(send), who);
   } else {
     line.size_bytes = static_cast<Bytes>(per_peer) * (static_cast<Bytes>(g.p2p_send_peers) * send +
                                                       static_cast<Bytes>(g.p2p_recv_peers) * recv);
-    line.source = fmt::format("send/recv: {} channels a peer x ({} peer{} x {} received + {} x {} sent); {}",
-                              per_peer, g.p2p_recv_peers, g.p2p_recv_peers == 1 ? "" : "s",
-                              format_bytes_short(recv), g.p2p_send_peers, format_bytes_short(send), who);
+    line.source =
+        fmt::format("send/recv: {} channels a peer{} x ({} peer{} x {} received + {} x {} sent); {}",
+                    per_peer, channels.p2p_per_peer > 0 ? " (--nccl-p2p-channels)" : "", g.p2p_recv_peers,
+                    g.p2p_recv_peers == 1 ? "" : "s", format_bytes_short(recv), g.p2p_send_peers,
+                    format_bytes_short(send), who);
   }
   line.sized = true;
   return line;
 }
 
 std::vector<NcclBillLine> training_nccl_lines(const TrainingOptions& o, int tensor_parallel,
-                                              const std::string& gpu) {
+                                              const std::string& gpu, const NcclChannels& channels) {
   std::vector<NcclBillLine> lines;
   if (gpu.empty()) {
     return lines;
   }
   for (const NcclGroup& g : training_process_groups(o, tensor_parallel)) {
-    lines.push_back(nccl_group_line(g, gpu, o.data_parallel.gpus_per_node));
+    lines.push_back(nccl_group_line(g, gpu, o.data_parallel.gpus_per_node, channels));
   }
   return lines;
 }

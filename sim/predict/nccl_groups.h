@@ -54,16 +54,26 @@ struct NcclBillLine {
   std::string source;  // how it was sized (channels x connections), or why not, and the group's creator
 };
 
+// The channel counts NCCL's INFO line prints for the job's GPUs ("N coll channels, ..., M p2p channels per
+// peer"), as the user read them (--nccl-channels, --nccl-p2p-channels); 0: from the public logs
+// (nccl_buffers.h), not sized where none is known.
+struct NcclChannels {
+  int ring = 0;
+  int p2p_per_peer = 0;
+};
+inline constexpr int kNcclMaxChannels = 64;  // MAXCHANNELS (src/include/device.h)
+
 // The groups of one rank of the job `o` describes, `tensor_parallel` wide, at pipeline stage
 // o.pipeline.stage. Groups of one rank (a degree of 1) have no communicator and are left out.
 std::vector<NcclGroup> training_process_groups(const TrainingOptions& o, int tensor_parallel);
 
-// `g`'s line on `gpu` (a find_gpu name) with `gpus_per_node` GPUs a node.
-NcclBillLine nccl_group_line(const NcclGroup& g, const std::string& gpu, int gpus_per_node);
+// `g`'s line on `gpu` (a find_gpu name) with `gpus_per_node` GPUs a node and the user's channel counts.
+NcclBillLine nccl_group_line(const NcclGroup& g, const std::string& gpu, int gpus_per_node,
+                             const NcclChannels& channels = {});
 
 // Every group's line; empty without a GPU (--capacity: nothing outside the allocator is counted).
 std::vector<NcclBillLine> training_nccl_lines(const TrainingOptions& o, int tensor_parallel,
-                                              const std::string& gpu);
+                                              const std::string& gpu, const NcclChannels& channels = {});
 
 // The sum of the sized lines.
 Bytes nccl_bytes(const std::vector<NcclBillLine>& lines);

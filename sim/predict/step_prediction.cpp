@@ -496,7 +496,8 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
   // communicators are its non-torch lines, sized with its cache).
   std::vector<NcclBillLine> nccl_lines;
   if (!paged) {
-    nccl_lines = training_nccl_lines(request.options, request.tensor_parallel, request.gpu);
+    nccl_lines =
+        training_nccl_lines(request.options, request.tensor_parallel, request.gpu, request.nccl_channels);
   }
   RunDevice device{request.gpu, request.capacity_bytes, request.alloc_conf, request.context,
                    request.torch_version};

@@ -88,6 +88,7 @@ struct PredictRequest {
   std::optional<std::string> alloc_conf;
   TorchVersion torch_version = kNewestModelledTorch;  // --torch-version: whose allocator rules apply
   ContextOptions context;                             // --module-loading, --cuda-context
+  NcclChannels nccl_channels;                         // --nccl-channels, --nccl-p2p-channels
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
@@ -448,6 +449,8 @@ struct RequestArgs {
   std::string cublas_workspace_config;  // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
   std::string module_loading = "lazy";  // --module-loading lazy|eager
   std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
+  int nccl_channels = 0;                // --nccl-channels N (0: NCCL's public logs for the GPU)
+  int nccl_p2p_channels = 0;            // --nccl-p2p-channels M (0: likewise)
   std::string warm = "none";            // --warm none|forward|step
   // --compile / --compile-mode default|reduce-overhead|max-autotune ("" = eager); --compile-scope model|layer
   std::string compile_mode;

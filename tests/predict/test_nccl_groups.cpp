@@ -127,3 +127,35 @@ TEST_CASE("predict: NCCL's buffers leave the allocator less room, beside the CUD
   CHECK(p.allocator_capacity_bytes == p.total_bytes - p.cuda_context_bytes - kRingBytes);
   CHECK(p.headroom_bytes == p.allocator_capacity_bytes - p.peak_reserved_bytes);
 }
+
+TEST_CASE("predict: --nccl-channels and --nccl-p2p-channels size the lines NCCL's public logs leave unsized",
+          "[quick][predict]") {
+  // What NCCL's INFO line on the user's machine prints ("16 coll channels, ..., 8 p2p channels per peer"):
+  // a ring is then 16 x (10 + 2) MiB on any GPU.
+  const NcclChannels read{16, 8};
+  const std::vector<NcclBillLine> a100 = training_nccl_lines(data_parallel("ddp", 8), 1, "a100", read);
+  REQUIRE(a100.size() == 1);
+  CHECK(a100[0].sized);
+  CHECK(a100[0].size_bytes == 16 * (kRecv + kSend));
+  TrainingOptions pp;
+  pp.pipeline.stages = 2;
+  CHECK(nccl_bytes(training_nccl_lines(pp, 1, "a100", read)) == 8 * (kRecv + kSend));
+  // Given on an H100, the user's counts replace the public logs' 24 and 32.
+  CHECK(nccl_bytes(training_nccl_lines(data_parallel("ddp", 8), 1, "h100", read)) == 16 * (kRecv + kSend));
+
+  RequestArgs a;
+  a.model = "gpt2";
+  a.gpu = "a100";
+  a.world_size = 8;
+  a.nccl_channels = 65;
+  CHECK_THROWS_WITH(make_request(a), Catch::Contains("--nccl-channels: 65 is not in 1..64"));
+  a.nccl_channels = 0;
+  a.nccl_p2p_channels = -1;
+  CHECK_THROWS_WITH(make_request(a), Catch::Contains("--nccl-p2p-channels: -1"));
+  a.nccl_p2p_channels = 0;
+  a.nccl_channels = 16;
+  CHECK(make_request(a).nccl_channels.ring == 16);
+  a.gpu.clear();
+  a.capacity = "40GiB";
+  CHECK_THROWS_WITH(make_request(a), Catch::Contains("--nccl-channels: needs --gpu"));
+}
