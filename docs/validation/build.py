@@ -34,8 +34,9 @@ def figure(row, doc):
     if row["figure"] == "peak_rise":
         before = doc["phases_requested"]["before_forward"]
         return doc["steps"][-1]["peak_requested_bytes"] - before
-    if row["figure"] == "process":  # what nvidia-smi shows of the process: the allocator's pool and the context
-        return doc["peak_reserved_bytes"] + doc["bill"]["cuda_context"]
+    if row["figure"] == "process":  # what nvidia-smi shows of the process: the allocator's pool, the context
+        # and the NCCL communicators' buffers (multi-GPU runs whose channel counts are known)
+        return doc["peak_reserved_bytes"] + doc["bill"]["cuda_context"] + doc["bill"].get("nccl", 0)
     if row["figure"].startswith("json:"):  # a dotted path into the JSON report, e.g. vLLM's start-up lines
         value = doc
         for key in row["figure"][len("json:"):].split("."):
@@ -133,7 +134,7 @@ Each row is a public measurement kept in `docs/validation/measurements.json`: it
 (`allocated` = `torch.cuda.max_memory_allocated`, `reserved` = `max_memory_reserved`, `active` =
 `memory_stats()["active_bytes.all.peak"]`, `requested (peak rise)` = the peak of live requested bytes in a
 recorded region minus those at its start, `process` = the GPU memory the process holds as `nvidia-smi` or a
-W&B system chart shows it, predicted as peak reserved + the CUDA context, without NCCL's buffers), the run's settings as vramsim arguments and the published figure in
+W&B system chart shows it, predicted as peak reserved + the CUDA context + the NCCL lines vramsim sizes), the run's settings as vramsim arguments and the published figure in
 its published unit. This build's prediction, the error (predicted − published) / published and its sign are
 written by one command, which a reader can rerun:
 

@@ -349,6 +349,9 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
         j["margin"] = r.margin;
         j["total_bytes"] = r.total_bytes;
         j["cuda_context_bytes"] = r.cuda_context_bytes;
+        if (r.nccl_bytes > 0) {
+          j["nccl_bytes"] = r.nccl_bytes;
+        }
         j["limit_bytes"] = r.limit_bytes;
         if (r.memory_fraction > 0.0) {
           j["per_process_memory_fraction"] = r.memory_fraction;
@@ -382,14 +385,16 @@ void add_fit_command(CLI::App& app, std::function<int()>& run) {
                                      pipeline_schedule_name(pp.schedule), request.options.grad_accumulation)
                        : fmt::format(", pipeline stage {} of {}", pp.stage, pp.stages));
       }
-      fmt::print("limit            peak reserved + {} context <= {} ({:.0f} % of {}{})\n",
-                 format_bytes_short(static_cast<Bytes>(r.cuda_context_bytes)),
-                 format_bytes_short(static_cast<Bytes>(r.limit_bytes)),
-                 100.0 * static_cast<double>(r.limit_bytes) / static_cast<double>(r.total_bytes),
-                 format_bytes_short(static_cast<Bytes>(r.total_bytes)),
-                 r.memory_fraction > 0.0
-                     ? fmt::format(", with per_process_memory_fraction {}", r.memory_fraction)
-                     : "");
+      fmt::print(
+          "limit            peak reserved + {} context{} <= {} ({:.0f} % of {}{})\n",
+          format_bytes_short(static_cast<Bytes>(r.cuda_context_bytes)),
+          r.nccl_bytes > 0 ? fmt::format(" + {} NCCL", format_bytes_short(static_cast<Bytes>(r.nccl_bytes)))
+                           : std::string(),
+          format_bytes_short(static_cast<Bytes>(r.limit_bytes)),
+          100.0 * static_cast<double>(r.limit_bytes) / static_cast<double>(r.total_bytes),
+          format_bytes_short(static_cast<Bytes>(r.total_bytes)),
+          r.memory_fraction > 0.0 ? fmt::format(", with per_process_memory_fraction {}", r.memory_fraction)
+                                  : "");
       for (const FitTrial& t : r.trials) {
         fmt::print("  {} {:>7}   peak reserved {:>12}   {}\n", what, t.value,
                    format_bytes_short(static_cast<Bytes>(t.peak_reserved_bytes)),

@@ -578,6 +578,15 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
       {"allocator_overhead", p.bill.allocator_overhead},
       {"cuda_context", p.bill.cuda_context},
   };
+  if (!p.nccl_lines.empty()) {  // multi-GPU runs only, so that one GPU's report keeps its keys
+    j["bill"]["nccl"] = p.bill.nccl;
+    nlohmann::ordered_json nccl = nlohmann::ordered_json::array();
+    for (const NcclBillLine& l : p.nccl_lines) {
+      nccl.push_back(
+          {{"name", l.name}, {"size_bytes", l.size_bytes}, {"sized", l.sized}, {"source", l.source}});
+    }
+    j["nccl"] = nccl;
+  }
   nlohmann::ordered_json top = nlohmann::ordered_json::array();
   for (const LiveTensor& t : p.top_tensors) {
     top.push_back({{"name", t.name},
@@ -668,9 +677,14 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   if (p.gpu_name.empty()) {
     fmt::print("device           --capacity {} (no CUDA context counted)\n", b(p.total_bytes));
   } else {
-    fmt::print("device           {}: {} total, {} CUDA context, {} for the allocator\n", p.gpu_name,
-               b(p.total_bytes), b(p.cuda_context_bytes), b(p.allocator_capacity_bytes));
+    fmt::print("device           {}: {} total, {} CUDA context, {}{} for the allocator\n", p.gpu_name,
+               b(p.total_bytes), b(p.cuda_context_bytes),
+               p.nccl_bytes > 0 ? fmt::format("{} NCCL, ", b(p.nccl_bytes)) : std::string(),
+               b(p.allocator_capacity_bytes));
     fmt::print("CUDA context     {}\n", p.cuda_context_source);
+    for (const NcclBillLine& l : p.nccl_lines) {
+      fmt::print("{:<16} {}\n", l.name, l.source);
+    }
   }
   fmt::print("\nbill at the peak of allocated memory (tensor bytes live at that event)\n");
   line("parameters", p.bill.parameters);
@@ -690,12 +704,17 @@ void print_prediction(const Prediction& p, const ReportText& text) {
   line("allocator rounding", p.bill.allocator_rounding, "allocated - requested");
   line("allocator overhead", p.bill.allocator_overhead, "peak reserved - peak allocated");
   line("CUDA context", p.bill.cuda_context, "outside the allocator");
+  for (const NcclBillLine& l : p.nccl_lines) {
+    line(l.name, static_cast<std::int64_t>(l.size_bytes), l.sized ? "outside the allocator" : "not sized");
+  }
+  const bool nccl = !p.nccl_lines.empty();
   line("total",
        p.bill.parameters + p.bill.gradients + p.bill.optimizer_states + p.bill.activations +
            p.bill.temporaries + p.bill.inputs + p.bill.communication + p.bill.kv_cache +
-           p.bill.allocator_rounding + p.bill.allocator_overhead + p.bill.cuda_context,
-       p.num_ooms > 0 ? "needed at the peak + overhead + context (OOM: not a device figure)"
-                      : "= peak reserved + context");
+           p.bill.allocator_rounding + p.bill.allocator_overhead + p.bill.cuda_context + p.bill.nccl,
+       p.num_ooms > 0 ? fmt::format("needed at the peak + overhead + context{} (OOM: not a device figure)",
+                                    nccl ? " + NCCL" : "")
+                      : fmt::format("= peak reserved + context{}", nccl ? " + NCCL" : ""));
   if (p.paged_optimizer_state_bytes > 0) {
     line("paged states", p.paged_optimizer_state_bytes,
          "unified memory, not in the total (bitsandbytes; evicted to the host when the GPU is full)");

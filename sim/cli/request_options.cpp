@@ -152,6 +152,14 @@ void add_runtime_options(CLI::App* cmd, RequestArgs& a, std::string& alloc_conf)
   cmd->add_option("--cuda-context", a.cuda_context,
                   "the CUDA context you measured, e.g. 600MiB (nvidia-smi's process memory minus "
                   "torch.cuda.memory_reserved()); default: the GPU table's figure");
+  cmd->add_option(
+      "--nccl-channels", a.nccl_channels,
+      "NCCL's ring channels as its INFO line prints them (\"N coll channels\"): sizes each process "
+      "group's ring; default: 24 on H100/H200 SXM from public logs, else the NCCL lines are not sized");
+  cmd->add_option(
+      "--nccl-p2p-channels", a.nccl_p2p_channels,
+      "NCCL's p2p channels per peer as its INFO line prints them (\"M p2p channels per peer\"): "
+      "sizes the pipeline and expert-parallel send/recv; default: 32 on H100/H200 SXM, else not sized");
   cmd->add_option("--warm", a.warm,
                   "none|forward|step: what the process ran before (its cuBLAS workspaces already exist)")
       ->capture_default_str();

@@ -37,7 +37,8 @@ PlanEvaluation evaluate_exact(const PlanRequest& r, const PlanConfig& c, std::in
     e.peak_reserved_bytes = p.peak_reserved_bytes;
     // after an OOM the device's reserved memory is capped: what the run needs is at least its allocated
     // bytes without the device limit; a pipeline's prediction is its stage with the most of both
-    e.needed_bytes = std::max(p.peak_reserved_bytes, p.peak_allocated_needed_bytes) + p.cuda_context_bytes;
+    e.needed_bytes =
+        std::max(p.peak_reserved_bytes, p.peak_allocated_needed_bytes) + p.cuda_context_bytes + p.nccl_bytes;
     e.headroom_bytes = limit_bytes - e.needed_bytes;
     e.fits = p.num_ooms == 0 && e.headroom_bytes >= 0;
     if (p.pipeline) {

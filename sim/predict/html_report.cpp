@@ -140,7 +140,8 @@ std::string html_report(const Prediction& p, const MemoryTimeline& t, const std:
            {"KV cache", b.kv_cache},
            {"allocator rounding", b.allocator_rounding},
            {"allocator overhead (reserved - allocated)", b.allocator_overhead},
-           {"CUDA context", b.cuda_context}}) {
+           {"CUDA context", b.cuda_context},
+           {"NCCL communicators (outside the allocator)", b.nccl}}) {
     rows.push_back({name, html::gib(bytes), std::to_string(bytes)});
   }
   body += html::section("The bill",

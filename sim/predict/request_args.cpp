@@ -67,6 +67,18 @@ void apply_allocator_args(const RequestArgs& a, PredictRequest& r) {
   if (!a.gpu.empty()) {
     (void)device_memory(a.gpu, 0, r.context);  // a --cuda-context larger than the GPU fails here
   }
+  for (const auto& [value, option] : {std::pair{a.nccl_channels, "--nccl-channels"},
+                                      std::pair{a.nccl_p2p_channels, "--nccl-p2p-channels"}}) {
+    if (value < 0 || value > kNcclMaxChannels) {
+      throw InputError(
+          fmt::format("{}: {} is not in 1..{} (NCCL's MAXCHANNELS)", option, value, kNcclMaxChannels));
+    }
+    if (value > 0 && a.gpu.empty()) {
+      throw InputError(
+          fmt::format("{}: needs --gpu (--capacity counts nothing outside the allocator)", option));
+    }
+  }
+  r.nccl_channels = NcclChannels{a.nccl_channels, a.nccl_p2p_channels};
 }
 
 // The work the run simulates, bounded before any of it is done (kMaxLayerPasses).

@@ -261,6 +261,14 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
   p.memory_fraction = predicted_memory_fraction(config.per_process_memory_fraction, d);
   p.allocator_capacity_bytes = allocator_limit_bytes(d, p.memory_fraction);
   config.per_process_memory_fraction.reset();
+  p.nccl_bytes = device.nccl_bytes;
+  if (d.total_bytes - d.context_bytes - p.nccl_bytes <= 0) {
+    throw InputError(
+        fmt::format("the {} bytes of the {} leave nothing after the CUDA context and NCCL's {} bytes",
+                    d.total_bytes, d.name, p.nccl_bytes));
+  }
+  p.allocator_capacity_bytes =
+      std::min(p.allocator_capacity_bytes, d.total_bytes - d.context_bytes - p.nccl_bytes);
   if (p.allocator_capacity_bytes <= 0) {
     throw InputError(fmt::format("--alloc-conf: per_process_memory_fraction {} leaves nothing of {} bytes",
                                  p.memory_fraction, d.total_bytes));
@@ -299,6 +307,7 @@ Prediction explain_run(const Workload& workload, const RunDevice& device, const 
   }
   p.bill.allocator_overhead = p.peak_reserved_bytes - p.peak_allocated_bytes;
   p.bill.cuda_context = p.cuda_context_bytes;
+  p.bill.nccl = p.nccl_bytes;
   for (const RunMarker& m : markers) {
     p.phases_step = std::max(p.phases_step, m.step);
   }

@@ -28,6 +28,9 @@ struct RunDevice {
   // Without alloc_conf: the environment's PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, read as PyTorch reads
   // them (alloc_conf_environment.h), where the run is a script PyTorch would run in this environment (trace).
   std::optional<AllocConfEnvironment> alloc_conf_environment = std::nullopt;
+  // Held outside the allocator besides the CUDA context: the NCCL communicators' buffers (nccl_groups.h),
+  // allocated before the step's peak, so the allocator may reserve that much less.
+  std::int64_t nccl_bytes = 0;
 };
 
 // The allocator settings of `device`: --alloc-conf, else its environment, else the defaults. Throws
@@ -38,10 +41,10 @@ CachingConfig run_alloc_config(const RunDevice& device);
 // it the request's op label and layer are used.
 using TensorNamer = std::function<LiveTensor(std::size_t alloc_request_index)>;
 
-// Runs `workload` through the caching allocator model on the device (its total less the CUDA context; a
-// second time without the limit when it runs out of memory, for what the run needs) and explains it at the
-// workload's markers. Sets everything in Prediction except model_name, ops and timing; `tensors` is the
-// number of allocations, `requests` the number of requests. Throws InputError.
+// Runs `workload` through the caching allocator model on the device (its total less the CUDA context and
+// NCCL; a second time without the limit when it runs out of memory, for what the run needs) and explains it
+// at the workload's markers. Sets everything in Prediction except model_name, ops and timing; `tensors` is
+// the number of allocations, `requests` the number of requests. Throws InputError.
 Prediction explain_run(const Workload& workload, const RunDevice& device, const TensorNamer& name_of = {});
 
 // The allocator model over `workload` on the device explain_run() gave `p`, for the pictures (--html,

@@ -494,10 +494,18 @@ Prediction predict_rank(const PredictRequest& original, Snapshot* trace_out) {
     const Tensor& t = graph.tensor(request_tensor[request_index]);
     return LiveTensor{t.name, t.category, t.layer, t.size_bytes};
   };
-  Prediction p = explain_run(workload,
-                             RunDevice{request.gpu, request.capacity_bytes, request.alloc_conf,
-                                       request.context, request.torch_version},
-                             name_of);
+  // The process groups' NCCL buffers lie outside the allocator, as the CUDA context does (vLLM's own
+  // communicators are its non-torch lines, sized with its cache).
+  std::vector<NcclBillLine> nccl_lines;
+  if (!paged) {
+    nccl_lines =
+        training_nccl_lines(request.options, request.tensor_parallel, request.gpu, request.nccl_channels);
+  }
+  RunDevice device{request.gpu, request.capacity_bytes, request.alloc_conf, request.context,
+                   request.torch_version};
+  device.nccl_bytes = static_cast<std::int64_t>(nccl_bytes(nccl_lines));
+  Prediction p = explain_run(workload, device, name_of);
+  p.nccl_lines = std::move(nccl_lines);
   // 4. The report: what was asked, what the graph says, the time axis, generation.
   describe_request(request, p);
   describe_graph(graph, request, p);
@@ -577,7 +585,8 @@ FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::i
     t.value = value;
     t.peak_reserved_bytes = p.peak_reserved_bytes;
     t.num_ooms = p.num_ooms;
-    const std::int64_t cost = p.peak_reserved_bytes + p.cuda_context_bytes;
+    const std::int64_t cost = p.peak_reserved_bytes + p.cuda_context_bytes + p.nccl_bytes;
+    out.nccl_bytes = p.nccl_bytes;
     t.fits = p.num_ooms == 0 && cost <= out.limit_bytes;
     out.trials.push_back(t);
     return BoundaryProbe{t.fits, cost, p.num_ooms == 0};  // an OOM's peak is capped by the device

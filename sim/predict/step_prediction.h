@@ -22,6 +22,7 @@
 #include "sim/inference/vllm_lora.h"
 #include "sim/models/model_config.h"
 #include "sim/predict/gpu_memory.h"
+#include "sim/predict/nccl_groups.h"
 #include "sim/predict/step_timeline.h"
 #include "sim/serving/non_torch_memory.h"
 #include "sim/training/training_options.h"
@@ -87,6 +88,7 @@ struct PredictRequest {
   std::optional<std::string> alloc_conf;
   TorchVersion torch_version = kNewestModelledTorch;  // --torch-version: whose allocator rules apply
   ContextOptions context;                             // --module-loading, --cuda-context
+  NcclChannels nccl_channels;                         // --nccl-channels, --nccl-p2p-channels
   int tensor_parallel = 1;  // --tp: `model` is already one tensor-parallel rank's (tensor_parallel.h)
   // --pp without --pp-stage: simulate every stage and report the one with the highest peak reserved.
   bool every_pipeline_stage = false;
@@ -118,6 +120,7 @@ struct MemoryBill {
   std::int64_t allocator_rounding = 0;  // allocated - requested at that event (block rounding)
   std::int64_t allocator_overhead = 0;  // peak reserved - peak allocated (cached, split, rounded-up segments)
   std::int64_t cuda_context = 0;        // outside the allocator
+  std::int64_t nccl = 0;                // NCCL communicators' buffers, outside the allocator (nccl_groups.h)
 };
 
 struct PhaseBytes {  // allocated bytes at the phase boundaries of the last simulated step
@@ -192,6 +195,10 @@ struct Prediction {
   std::int64_t total_bytes = 0;  // GPU total (cudaMemGetInfo) or --capacity
   std::int64_t cuda_context_bytes = 0;
   std::string cuda_context_source;  // GpuMemory::context_source
+  // The process groups' NCCL communicators (nccl_groups.h), allocated outside the allocator at their first
+  // collective or send/recv, before the step's peak; nccl_bytes is the sum of the sized lines.
+  std::vector<NcclBillLine> nccl_lines;
+  std::int64_t nccl_bytes = 0;
   // total - context: what the allocator may cudaMalloc; less when per_process_memory_fraction is set
   std::int64_t allocator_capacity_bytes = 0;
   double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
@@ -442,6 +449,8 @@ struct RequestArgs {
   std::string cublas_workspace_config;  // CUBLAS_WORKSPACE_CONFIG as the run would set it ("" = unset)
   std::string module_loading = "lazy";  // --module-loading lazy|eager
   std::string cuda_context;             // --cuda-context SIZE ("" = the GPU table's figure)
+  int nccl_channels = 0;                // --nccl-channels N (0: NCCL's public logs for the GPU)
+  int nccl_p2p_channels = 0;            // --nccl-p2p-channels M (0: likewise)
   std::string warm = "none";            // --warm none|forward|step
   // --compile / --compile-mode default|reduce-overhead|max-autotune ("" = eager); --compile-scope model|layer
   std::string compile_mode;
@@ -642,8 +651,9 @@ struct FitResult {
   double margin = 0.0;
   std::int64_t total_bytes = 0;
   std::int64_t cuda_context_bytes = 0;
+  std::int64_t nccl_bytes = 0;  // the NCCL lines' sum (nccl_groups.h), outside the allocator like the context
   // (1 - margin) * total, and no more than context + what per_process_memory_fraction allows: peak reserved +
-  // context must stay at or below it
+  // context + NCCL must stay at or below it
   std::int64_t limit_bytes = 0;
   double memory_fraction = 0.0;  // --alloc-conf per_process_memory_fraction (0: not set)
   std::int64_t best = 0;         // 0 = even 1 does not fit
@@ -652,9 +662,10 @@ struct FitResult {
   std::vector<FitTrial> trials;  // in the order tried
 };
 
-// Fits with the margin: no OOM and peak reserved + context <= (1 - margin) * total. The largest fitting value
-// of a search from `start` (the request's batch or seq) that guesses the boundary from the trials' peaks
-// and brackets it as bisection does (sim/core/boundary_search.h); values are capped at `max_value`.
+// Fits with the margin: no OOM and peak reserved + context + NCCL <= (1 - margin) * total. The largest
+// fitting value of a search from `start` (the request's batch or seq) that guesses the boundary from the
+// trials' peaks and brackets it as bisection does (sim/core/boundary_search.h); values are capped at
+// `max_value`.
 FitResult fit(const PredictRequest& request, FitVary vary, double margin, std::int64_t max_value = 1 << 20);
 
 }  // namespace vramsim

@@ -64,23 +64,6 @@ void add_tensor_parallel_lines(int tp, const std::string& gpu, bool last_stage,
 
 bool vllm_custom_all_reduce_supported(int tp) { return tp == 2 || tp == 4 || tp == 6 || tp == 8; }
 
-Bytes nccl_connection_buffer_bytes() {
-  constexpr Bytes kSimple = Bytes{1} << 22;    // DEFAULT_BUFFSIZE
-  constexpr Bytes kLl = 8 * 512 * 8 * 16;      // DEFAULT_LL_BUFFSIZE
-  constexpr Bytes kLl128 = 120 * 640 * 8 * 8;  // DEFAULT_LL128_BUFFSIZE
-  constexpr Bytes kGranule = 2 * kMiB;         // cuMem's allocation granularity
-  return (kSimple + kLl + kLl128 + kGranule - 1) / kGranule * kGranule;
-}
-
-int nccl_ring_channels(const std::string& gpu) {
-  if (gpu.empty()) {
-    return 0;
-  }
-  const GpuSpec& g = find_gpu(gpu);
-  const bool sxm = g.variant.find("SXM") != std::string_view::npos;
-  return sxm && g.compute_capability == 90 ? 24 : 0;
-}
-
 std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, const std::string& gpu) {
   return vllm_non_torch_lines(VllmParallelGroups{tp, 1, 1, true}, gpu);
 }

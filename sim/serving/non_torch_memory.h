@@ -38,8 +38,9 @@
 // public: 24 "coll channels" on H100 / H200 SXM nodes (vllm#18567 at 4 x H100, "Channel 00..23" in
 // vllm#10453). For other GPUs the NCCL lines are left out (not sized). The rest of a communicator's own
 // allocations (device-side channel and work structures, NVLS at 4+ ranks when a collective picks it, kernels
-// loaded on first use) is not sized from sources: vLLM 0.19's logged increase at TP 2 and 4 on H100
-// (2.06-2.13 GiB) is far above these lines (known miss, docs/serving.md).
+// loaded on first use) is not sized from sources. Nor is the sending side's ncclSendMem of each ring channel
+// (2 MiB a channel, sim/engine/nccl_buffers.h; training's bill counts it): vLLM 0.19's logged increase at TP
+// 2 and 4 on H100 (2.06-2.13 GiB) is far above these lines (known miss, docs/serving.md).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "sim/core/types.h"
+#include "sim/engine/nccl_buffers.h"  // nccl_connection_buffer_bytes, nccl_ring_channels
 
 namespace vramsim {
 
@@ -59,13 +61,6 @@ struct NonTorchLine {
 
 // vLLM's custom all-reduce supports these world sizes (custom_all_reduce.py _SUPPORTED_WORLD_SIZES).
 bool vllm_custom_all_reduce_supported(int tp);
-
-// One NCCL connection's buffers on a GPU (Simple + LL + LL128 at NCCL's defaults) rounded to cuMem's 2 MiB
-// granule: 10,485,760 B.
-Bytes nccl_connection_buffer_bytes();
-
-// NCCL's ring channels for `gpu` where public NCCL logs state them (24 on H100/H200 SXM), else 0.
-int nccl_ring_channels(const std::string& gpu);
 
 // The bill for one rank of a tensor-parallel group of `tp` GPUs of kind `gpu` (a find_gpu name; empty: no
 // GPU-specific lines) on one node, vLLM 0.19. Empty for tp 1.
