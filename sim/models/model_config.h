@@ -196,7 +196,10 @@ struct ModelConfig {
     // mllama: MllamaVisionConfig's shapes (mllama_parameters.h lists the parameters they make)
     struct Mllama {
       std::int64_t hidden = 0, intermediate = 0, layers = 0, global_layers = 0, channels = 3, image_size = 0,
-                   patch_size = 0, max_num_tiles = 0, aspect_ratios = 0, output_dim = 0;
+                   patch_size = 0, max_num_tiles = 0, aspect_ratios = 0, output_dim = 0, heads = 0;
+      // intermediate_layers_indices: the local transformer's hidden states (layer inputs) concatenated with
+      // the global transformer's output (mllama_vision.h)
+      std::vector<std::int64_t> intermediate_layers;
     };
     Mllama mllama;
     std::int64_t total() const {
