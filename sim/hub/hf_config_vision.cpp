@@ -472,10 +472,9 @@ std::int64_t mllama_vision_parameters(const JsonReader& v, ModelConfig::VisionPa
 
 // MllamaConfig (MllamaForConditionalGeneration): MllamaTextConfig's defaults for text_config's missing keys
 // (the 11B model's shapes: 40 layers of which cross_attention_layers [3, 8, ..., 38] are
-// MllamaCrossAttentionDecoderLayers). The step simulated is a text-only batch's (MllamaTextModel.forward
-// skips a cross-attention layer when it has no cross_attention_states and no cached ones): embed_tokens of
-// vocab_size + 8 rows, the self-attention layers (LlamaDecoderLayer's shapes), norm, lm_head of vocab_size.
-// In memory but not run (mllama_parameters.h), counted as the vision part: MllamaVisionModel, the
+// MllamaCrossAttentionDecoderLayers). The language model here is embed_tokens of vocab_size + 8 rows, the
+// self-attention layers (LlamaDecoderLayer's shapes), norm, lm_head of vocab_size; counted as the vision part
+// and run on a batch with images (mllama_vision.h; a text-only batch skips them): MllamaVisionModel, the
 // multi_modal_projector Linear(vision_output_dim, hidden, bias) and the cross-attention layers (cross_attn's
 // q/k/v/o_proj, q_norm and k_norm of head_dim, input_layernorm, cross_attn_attn_gate, the MLP,
 // post_attention_layernorm, cross_attn_mlp_gate).

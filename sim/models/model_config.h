@@ -189,8 +189,8 @@ struct ModelConfig {
     std::int64_t projector_parameters = 0;  // Gemma3MultiModalProjector
     // mllama: the language model's MllamaCrossAttentionDecoderLayers (text_config.cross_attention_layers),
     // Meta's "vision adapter": registered inside the language model, run only on image features, so counted
-    // with the vision part (0 for every other model). mllama's vision part is in memory, not run
-    // (mllama_parameters.h).
+    // with the vision part (0 for every other model). They run between the self-attention layers on a
+    // batch with images (mllama_vision.h).
     std::int64_t cross_attention_parameters = 0;
     std::vector<std::int64_t> cross_attention_layers;  // their indices among text_config's layers
     // mllama: MllamaVisionConfig's shapes (mllama_parameters.h lists the parameters they make)

@@ -468,7 +468,7 @@ bool is_projector(const std::string& name) {
 }  // namespace
 
 void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out) {
-  mllama_parameter_shapes(model, out);  // mllama: in memory, not run (mllama_parameters.h)
+  mllama_parameter_shapes(model, out);  // mllama: run by mllama_vision.h
   if (!model.vision.simulated()) {
     return;
   }
@@ -707,7 +707,7 @@ void refuse_unmodelled(const ModelConfig& model, const TrainingOptions& o) {
 void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
   if (model.vision.simulated()) {
     check_image_tokens(model, o);
-  } else if (model.vision.wrapper_model_type != "mllama") {  // mllama's parameters are in memory, not run
+  } else if (model.vision.wrapper_model_type != "mllama") {  // mllama: mllama_vision.h
     return;
   }
   refuse_unmodelled(model, o);

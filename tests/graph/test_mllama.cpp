@@ -167,6 +167,28 @@ TEST_CASE("mllama: predict runs a text-only batch with the vision part in memory
   CHECK(p.bill.parameters == 10'670'220'835 * 2);
 }
 
+TEST_CASE("mllama: predict with images trains the projector and the cross-attention layers",
+          "[quick][graph]") {
+  RequestArgs a;
+  a.model = (test::source_dir() / "tests" / "data" / "hf_configs" /
+             "meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")
+                .string();
+  a.batch = 1;
+  a.seq = 64;
+  a.steps = 1;
+  a.gpu = "H200";
+  a.precision = "bf16";
+  // (560 / 14)^2 + 1 = 1601 patches a tile, padded to 1608 (MllamaVisionModel.forward)
+  CHECK(mllama_padded_tile_patches(stored("meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")) == 1608);
+  // one image (the default): the language model, the projector and the 8 cross-attention layers train, the
+  // tower is frozen (--freeze-vision-tower's default)
+  Prediction p = predict(make_request(a));
+  CHECK(p.trainable_parameters == 8'030'294'016 + 31'461'376 + 1'744'898'064);
+  a.freeze_vision_tower = "false";
+  p = predict(make_request(a));
+  CHECK(p.trainable_parameters == 10'670'220'835);
+}
+
 TEST_CASE("mllama: a tiny Llama 3.2 Vision's image path, worked by hand", "[quick][graph]") {
   const ModelConfig m = tiny_mllama();
   TrainingOptions o = test::vision_fp32_options(true);  // batch 1 x 16 tokens, fp32, one image
