@@ -83,12 +83,24 @@ void print_run(const Prediction& p, const RequestArgs& a, const std::optional<Ch
         p.vision_tower_frozen ? "frozen" : "trained", p.vision.projector_parameters,
         p.trainable_parameters > 0 && p.lora_rank == 0 && p.peft_method.empty() ? "trained" : "frozen",
         p.images_per_sample, p.tokens_per_image);
+  } else if (p.vision.cross_attention_parameters > 0 && p.images_per_sample > 0) {
+    // mllama: the image path runs (mllama_vision.h)
+    const bool adapters_only = p.lora_rank > 0 || !p.peft_method.empty();
+    const std::int64_t side = p.vision.mllama.image_size / p.vision.mllama.patch_size;
+    fmt::print(
+        "vision part      {} of {} parameters ({} + {} layers, {}) + projector of {} + {} cross-attention "
+        "layers of {} ({}); {} image(s) per sample, {} tiles of {} patches each\n",
+        p.vision.model_type, p.vision.tower_parameters, p.vision.mllama.layers, p.vision.mllama.global_layers,
+        p.vision_tower_frozen || adapters_only ? "frozen" : "trained", p.vision.projector_parameters,
+        p.vision.cross_attention_layers.size(), p.vision.cross_attention_parameters,
+        adapters_only || p.trainable_parameters == 0 ? "frozen" : "trained", p.images_per_sample,
+        p.vision.mllama.max_num_tiles, side * side + 1);
   } else if (p.vision.cross_attention_parameters > 0) {
     // mllama: the tower, projector and cross-attention layers are loaded but a text-only batch runs none of
     // them (mllama_parameters.h)
     fmt::print(
         "vision part      {} of {} parameters + projector of {} + {} cross-attention layers of {}: in "
-        "memory, not run (a text-only batch; the image path is not modelled)\n",
+        "memory, not run (a text-only batch: --images-per-sample 0)\n",
         p.vision.model_type, p.vision.tower_parameters, p.vision.projector_parameters,
         p.vision.cross_attention_layers.size(), p.vision.cross_attention_parameters);
   } else if (p.vision.total() > 0) {

@@ -429,6 +429,23 @@ std::int64_t mllama_vision_parameters(const JsonReader& v, ModelConfig::VisionPa
     v.fail("vision_config.max_num_tiles", "must be 4 for the default supported_aspect_ratios");
   }
   const std::int64_t aspect_rows = (ratios.empty() ? 8 : static_cast<std::int64_t>(ratios.size())) + 1;
+  const std::int64_t output_dim = v.integer_or("vision_output_dim", 7680);
+  std::vector<std::int64_t> intermediate = v.integers_or_empty("intermediate_layers_indices");
+  if (!v.has("intermediate_layers_indices")) {
+    intermediate = {3, 7, 15, 23, 30};  // MllamaVisionConfig's default
+  }
+  for (const std::int64_t i : intermediate) {
+    if (i < 0 || i > layers) {  // encoder_states holds num_hidden_layers + 1 states
+      v.fail("vision_config.intermediate_layers_indices",
+             fmt::format("{} is not a hidden state of {} layers", i, layers));
+    }
+  }
+  // MllamaVisionModel.forward concatenates the last state with the intermediate ones: multi_modal_projector's
+  // Linear(vision_output_dim, ...) takes hidden_size x (1 + len(intermediate_layers_indices)) features
+  if (output_dim != h * (1 + static_cast<std::int64_t>(intermediate.size()))) {
+    v.fail("vision_output_dim", fmt::format("{} is not hidden_size {} x (1 + {} intermediate layers)",
+                                            output_dim, h, intermediate.size()));
+  }
   shape = {.hidden = h,
            .intermediate = ff,
            .layers = layers,
@@ -438,7 +455,9 @@ std::int64_t mllama_vision_parameters(const JsonReader& v, ModelConfig::VisionPa
            .patch_size = patch,
            .max_num_tiles = tiles,
            .aspect_ratios = aspect_rows - 1,
-           .output_dim = v.integer_or("vision_output_dim", 7680)};
+           .output_dim = output_dim,
+           .heads = heads,
+           .intermediate_layers = intermediate};
   const auto [mul, add] = vision_count_ops(v);
   const std::int64_t positions = add({mul(image / patch, image / patch), 1});
   const std::int64_t layer =
@@ -453,10 +472,9 @@ std::int64_t mllama_vision_parameters(const JsonReader& v, ModelConfig::VisionPa
 
 // MllamaConfig (MllamaForConditionalGeneration): MllamaTextConfig's defaults for text_config's missing keys
 // (the 11B model's shapes: 40 layers of which cross_attention_layers [3, 8, ..., 38] are
-// MllamaCrossAttentionDecoderLayers). The step simulated is a text-only batch's (MllamaTextModel.forward
-// skips a cross-attention layer when it has no cross_attention_states and no cached ones): embed_tokens of
-// vocab_size + 8 rows, the self-attention layers (LlamaDecoderLayer's shapes), norm, lm_head of vocab_size.
-// In memory but not run (mllama_parameters.h), counted as the vision part: MllamaVisionModel, the
+// MllamaCrossAttentionDecoderLayers). The language model here is embed_tokens of vocab_size + 8 rows, the
+// self-attention layers (LlamaDecoderLayer's shapes), norm, lm_head of vocab_size; counted as the vision part
+// and run on a batch with images (mllama_vision.h; a text-only batch skips them): MllamaVisionModel, the
 // multi_modal_projector Linear(vision_output_dim, hidden, bias) and the cross-attention layers (cross_attn's
 // q/k/v/o_proj, q_norm and k_norm of head_dim, input_layernorm, cross_attn_attn_gate, the MLP,
 // post_attention_layernorm, cross_attn_mlp_gate).

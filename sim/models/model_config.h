@@ -189,14 +189,17 @@ struct ModelConfig {
     std::int64_t projector_parameters = 0;  // Gemma3MultiModalProjector
     // mllama: the language model's MllamaCrossAttentionDecoderLayers (text_config.cross_attention_layers),
     // Meta's "vision adapter": registered inside the language model, run only on image features, so counted
-    // with the vision part (0 for every other model). mllama's vision part is in memory, not run
-    // (mllama_parameters.h).
+    // with the vision part (0 for every other model). They run between the self-attention layers on a
+    // batch with images (mllama_vision.h).
     std::int64_t cross_attention_parameters = 0;
     std::vector<std::int64_t> cross_attention_layers;  // their indices among text_config's layers
     // mllama: MllamaVisionConfig's shapes (mllama_parameters.h lists the parameters they make)
     struct Mllama {
       std::int64_t hidden = 0, intermediate = 0, layers = 0, global_layers = 0, channels = 3, image_size = 0,
-                   patch_size = 0, max_num_tiles = 0, aspect_ratios = 0, output_dim = 0;
+                   patch_size = 0, max_num_tiles = 0, aspect_ratios = 0, output_dim = 0, heads = 0;
+      // intermediate_layers_indices: the local transformer's hidden states (layer inputs) concatenated with
+      // the global transformer's output (mllama_vision.h)
+      std::vector<std::int64_t> intermediate_layers;
     };
     Mllama mllama;
     std::int64_t total() const {

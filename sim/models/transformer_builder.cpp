@@ -28,6 +28,7 @@
 #include "sim/training/optimizer.h"
 #include "sim/training/selective_checkpoint.h"
 #include "sim/training/te_fp8_linear.h"
+#include "sim/vision/mllama_vision.h"
 #include "sim/vision/vision_tower.h"
 
 namespace vramsim {
@@ -261,6 +262,8 @@ TrainingOptions context_parallel_rank_options(const TrainingOptions& requested) 
 // The embeddings' output: with sequence parallelism each rank keeps its slice of the sequence
 // (scatter_to_sequence_parallel_region in Megatron's LanguageModelEmbedding).
 VarId embeddings(EmitContext& ctx, VarId ids) {
+  // MllamaForConditionalGeneration.forward: the vision model and projector before the language model
+  mllama_prepare_cross_attention(ctx);
   // LlavaModel.forward: the image features scattered into the image tokens' embeddings
   VarId x = merge_image_features(ctx, emit_embeddings(ctx, ids));
   if (is_prompt_learning(ctx.options.lora)) {  // PeftModelForCausalLM.forward: the prompts in front
@@ -293,6 +296,8 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
     ctx.stamp->reset();  // each forward pass checks its layers' periodicity afresh
   }
   for (int l = first; l < first + count; ++l) {
+    tape.set_layer(-1);  // mllama's cross-attention layers belong to the root unit (the vision part's)
+    x = mllama_cross_attention_layers(ctx, l, x);
     tape.set_layer(l);
     dp.pre_forward(tape, units[static_cast<std::size_t>(l)]);
     VarId y;
@@ -309,6 +314,9 @@ VarId run_layers(EmitContext& ctx, EagerTape& tape, VarId x, int first, int coun
     dp.post_forward(tape, units[static_cast<std::size_t>(l)]);
   }
   tape.set_layer(-1);
+  if (first + count == static_cast<int>(ctx.model.n_layers)) {  // a cross-attention layer after the last
+    x = mllama_cross_attention_layers(ctx, first + count, x);
+  }
   return x;
 }
 
@@ -832,7 +840,7 @@ static OpGraph build_steps(const ModelConfig& model, const TrainingOptions& requ
   const VarId ids = tape.input("input_ids", {options.batch, options.seq}, DType::kInt64);
   const VarId targets = tape.input("labels", {options.batch, options.seq}, DType::kInt64);
   VarId pixel_values = kNoVar;
-  if (model.vision.simulated() &&
+  if ((model.vision.simulated() || model.vision.wrapper_model_type == "mllama") &&
       options.vision.images_per_sample > 0) {  // the image processor's fp32 pixels, moved with the batch
     pixel_values = tape.input("pixel_values", pixel_values_shape(model, options), DType::kFloat32);
   }

@@ -158,6 +158,10 @@ struct EmitContext {
   // A vision-language model's batch of images (b x images_per_sample, channels, side, side), fp32 as the
   // image processor makes them; kNoVar: a text-only forward.
   VarId pixel_values = kNoVar;
+  // mllama (mllama_vision.h): the projected image features the cross-attention layers attend to, the
+  // additive cross_attention_mask and full_text_row_masked_out_mask; kNoVar: a text-only forward.
+  VarId cross_attention_states = kNoVar, cross_attention_mask = kNoVar,
+        full_text_row_masked_out_mask = kNoVar;
   // Structure once, sizes many (layer_stamp.h): decoder layers stamped from the first periodic ones;
   // nullptr: every layer emitted directly.
   LayerStamp* stamp = nullptr;

@@ -331,7 +331,17 @@ void describe_request(const PredictRequest& request, Prediction& p) {
   p.sequence_parallel = request.options.sequence_parallel;
   ParameterCount count = count_parameters(request.model, request.options.lora);
   if (request.model.vision.wrapper_model_type == "mllama") {
-    count.total += request.model.vision.total();  // in memory, reached by no text-only batch: not trained
+    // in memory; with images the projector and the cross-attention layers train (the tower unless frozen)
+    // unless a PEFT method or quantized base freezes them; a text-only batch reaches none (mllama_vision.h)
+    const ModelConfig::VisionPart& v = request.model.vision;
+    count.total += v.total();
+    if (request.options.vision.images_per_sample > 0 && !request.options.lora.enabled() &&
+        request.options.bnb.format == BnbFormat::kNone) {
+      count.trainable += v.projector_parameters + v.cross_attention_parameters +
+                         (request.options.vision.freeze_tower ? 0 : v.tower_parameters);
+    }
+    p.images_per_sample = request.options.vision.images_per_sample;
+    p.vision_tower_frozen = request.options.vision.freeze_tower;
   }
   if (request.model.vision.simulated()) {
     // LlavaForConditionalGeneration's vision tower and projector (vision_tower.h): trained unless frozen; a

@@ -2,12 +2,11 @@
 // transformers registers them (models/mllama/modeling_mllama.py: MllamaVisionModel,
 // MllamaCrossAttentionDecoderLayer, MllamaModel.multi_modal_projector).
 //
-// vramsim simulates the step of a text-only batch (hf_config.cpp's mllama reader): MllamaTextModel.forward
-// skips a cross-attention layer that has no cross_attention_states and none cached, and no pixel_values
-// means no vision forward. These parameters are then in memory, loaded with the model, but reached by
-// nothing: they get no gradient, so AdamW (which skips a parameter whose grad is None) keeps no state for
-// them. The image path (the tiles through the tower, cross_attention_states, the cross-attention layers'
-// forward and backward) is not simulated.
+// A batch with images runs them (mllama_vision.h). A text-only batch (--images-per-sample 0) does not:
+// MllamaTextModel.forward skips a cross-attention layer that has no cross_attention_states and none cached,
+// and no pixel_values means no vision forward. These parameters are then in memory, loaded with the model,
+// but reached by nothing: they get no gradient, so AdamW (which skips a parameter whose grad is None) keeps
+// no state for them.
 #pragma once
 
 #include <vector>

@@ -13,6 +13,7 @@
 #include "sim/models/gemma_rms_norm.h"
 #include "sim/vision/llava_next_anyres.h"
 #include "sim/vision/mllama_parameters.h"
+#include "sim/vision/mllama_vision.h"
 #include "sim/vision/qwen2_vl_vision.h"
 
 namespace vramsim {
@@ -467,7 +468,7 @@ bool is_projector(const std::string& name) {
 }  // namespace
 
 void llava_vision_parameter_shapes(const ModelConfig& model, std::vector<ParameterShape>& out) {
-  mllama_parameter_shapes(model, out);  // mllama: in memory, not run (mllama_parameters.h)
+  mllama_parameter_shapes(model, out);  // mllama: run by mllama_vision.h
   if (!model.vision.simulated()) {
     return;
   }
@@ -526,13 +527,20 @@ VisionParams create_vision_parameters(EagerTape& tape, const ModelConfig& model,
     return p;
   }
   if (!model.vision.simulated()) {
-    // mllama's tower, projector and cross-attention layers: loaded, reached by no text-only batch, so no
-    // gradient and no optimizer state (mllama_parameters.h); frozen here, which costs the same
+    // mllama (mllama_vision.h): the tower trains unless frozen, the projector and the cross-attention layers
+    // unless a PEFT method freezes them; a text-only batch reaches none of them, so no gradient and no
+    // optimizer state (mllama_parameters.h): frozen here, which costs the same
+    const bool images = vision.images_per_sample > 0;
     for (const ParameterShape& s : shapes) {
       const VarId v =
           tape.parameter(s.name, s.shape, dtype, resident_numel ? resident_numel(numel(s.shape)) : -1);
-      tape.freeze(v);
       p.all.push_back(v);
+      const bool tower = s.name.starts_with("model.vision_model.");
+      if (images && !base_frozen && !(tower && vision.freeze_tower)) {
+        p.trainable.push_back(v);
+      } else {
+        tape.freeze(v);
+      }
     }
     return p;
   }
@@ -610,6 +618,9 @@ std::int64_t vision_tokens_per_image(const ModelConfig& model, const VisionInput
 }
 
 Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& options) {
+  if (model.vision.wrapper_model_type == "mllama") {
+    return mllama_pixel_values_shape(model, options);
+  }
   const Clip& c = model.vision.clip;
   const std::int64_t images = images_in_micro_batch(options);
   if (qwen(c)) {  // Qwen2VLImageProcessor's flatten_patches: one row per patch, fp32
@@ -696,14 +707,15 @@ void refuse_unmodelled(const ModelConfig& model, const TrainingOptions& o) {
 void check_vision_options(const ModelConfig& model, const TrainingOptions& o) {
   if (model.vision.simulated()) {
     check_image_tokens(model, o);
-  } else if (model.vision.wrapper_model_type != "mllama") {  // mllama's parameters are in memory, not run
+  } else if (model.vision.wrapper_model_type != "mllama") {  // mllama: mllama_vision.h
     return;
   }
   refuse_unmodelled(model, o);
 }
 
 VarId merge_image_features(EmitContext& ctx, VarId inputs_embeds) {
-  if (ctx.pixel_values == kNoVar) {
+  // mllama's images reach the language model through cross-attention, not its embeddings (mllama_vision.h)
+  if (ctx.pixel_values == kNoVar || ctx.model.vision.wrapper_model_type == "mllama") {
     return inputs_embeds;
   }
   TorchOps& ops = ctx.ops;

@@ -54,7 +54,7 @@ Shape pixel_values_shape(const ModelConfig& model, const TrainingOptions& option
 
 // Throws InputError for requests the simulated vision part cannot run: an image size CLIP's fixed position
 // embeddings refuse, more image tokens than --seq holds, and the techniques not modelled with it (also with
-// mllama's vision part, in memory but not run: mllama_parameters.h).
+// mllama's vision part: mllama_vision.h).
 void check_vision_options(const ModelConfig& model, const TrainingOptions& options);
 
 // LlavaModel.forward after embed_tokens: runs the tower and projector on ctx.pixel_values and returns

@@ -1,9 +1,10 @@
 // Llama 3.2 Vision (model_type mllama, transformers' MllamaForConditionalGeneration) as vramsim reads it:
 // the parameters of the real checkpoints worked by hand from modeling_mllama.py (MllamaVisionModel,
 // MllamaTextModel's self- and cross-attention decoder layers, multi_modal_projector) and checked against
-// NVIDIA's published count for Llama-3.2-11B-Vision-Instruct; what is simulated (the step of a text-only
-// batch, with the tower, the projector and the cross-attention layers in memory but not run); the
-// config.json errors.
+// NVIDIA's published count for Llama-3.2-11B-Vision-Instruct; the image path's bytes in a tiny mllama worked
+// by hand from modeling_mllama.py at befb7955722e (MllamaVisionModel.forward, _prepare_cross_attention_mask,
+// MllamaTextCrossSdpaAttention); a text-only batch (the tower, the projector and the cross-attention layers
+// in memory but not run); the config.json errors.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -13,10 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/graph_test_util.h"
 #include "graph/vision_test_util.h"
 #include "sim/core/error.h"
 #include "sim/models/model_config.h"
+#include "sim/models/transformer_builder.h"
 #include "sim/predict/step_prediction.h"
+#include "sim/vision/mllama_vision.h"
 #include "test_paths.h"
 
 using namespace vramsim;
@@ -50,6 +54,40 @@ std::int64_t vision_tower_by_hand() {
 // (gate/up/down), post_attention_layernorm, cross_attn_mlp_gate (1).
 std::int64_t cross_layer_by_hand(std::int64_t d, std::int64_t heads, std::int64_t kv, std::int64_t ff) {
   return d * heads * 128 + 2 * d * kv * 128 + heads * 128 * d + 2 * 128 + d + 1 + 3 * d * ff + d + 1;
+}
+
+// A Llama 3.2 Vision small enough to count every tensor: the language model of width 64, 4 heads of 16, 2
+// key/value heads, MLP 128, 3 layers of which layer 1 is a cross-attention layer, vocabulary 256; the tower
+// of width 32, 2 heads, MLP 64, 4 local layers and 1 global one, 28-pixel tiles of 14-pixel patches
+// (2 x 2 = 4 patches and the class token: 5), 2 tiles, the inputs of layers 1 and 3 kept
+// (vision_output_dim 32 x 3 = 96).
+ModelConfig tiny_mllama() {
+  const nlohmann::json j = {{"model_type", "mllama"},
+                            {"text_config",
+                             {{"hidden_size", 64},
+                              {"intermediate_size", 128},
+                              {"num_hidden_layers", 3},
+                              {"num_attention_heads", 4},
+                              {"num_key_value_heads", 2},
+                              {"cross_attention_layers", {1}},
+                              {"vocab_size", 256}}},
+                            {"vision_config",
+                             {{"hidden_size", 32},
+                              {"intermediate_size", 64},
+                              {"num_hidden_layers", 4},
+                              {"num_global_layers", 1},
+                              {"attention_heads", 2},
+                              {"image_size", 28},
+                              {"patch_size", 14},
+                              {"max_num_tiles", 2},
+                              {"supported_aspect_ratios", {{1, 1}, {1, 2}, {2, 1}}},
+                              {"intermediate_layers_indices", {1, 3}},
+                              {"vision_output_dim", 96}}}};
+  return model_from_hf_config_json(j.dump(), "tiny_mllama.json");
+}
+
+Bytes bytes_of(const OpGraph& g, TensorCategory category, const std::string& prefix) {
+  return test::bytes_with_prefix(g, category, prefix);
 }
 
 nlohmann::json eleven_b_json() {
@@ -119,6 +157,7 @@ TEST_CASE("mllama: predict runs a text-only batch with the vision part in memory
   a.steps = 1;
   a.gpu = "A100-80GB";
   a.precision = "bf16";
+  a.images_per_sample = 0;
   const Prediction p = predict(make_request(a));
   CHECK(p.vision.total() == 2'639'926'819);  // 863,567,379 + 31,461,376 + 1,744,898,064
   CHECK(p.total_parameters == 10'670'220'835);
@@ -126,6 +165,87 @@ TEST_CASE("mllama: predict runs a text-only batch with the vision part in memory
   CHECK(p.trainable_parameters == 8'030'294'016);
   // every parameter is in memory, in bf16 (the peak is in the optimizer step, all of them live)
   CHECK(p.bill.parameters == 10'670'220'835 * 2);
+}
+
+TEST_CASE("mllama: predict with images trains the projector and the cross-attention layers",
+          "[quick][graph]") {
+  RequestArgs a;
+  a.model = (test::source_dir() / "tests" / "data" / "hf_configs" /
+             "meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")
+                .string();
+  a.batch = 1;
+  a.seq = 64;
+  a.steps = 1;
+  a.gpu = "H200";
+  a.precision = "bf16";
+  // (560 / 14)^2 + 1 = 1601 patches a tile, padded to 1608 (MllamaVisionModel.forward)
+  CHECK(mllama_padded_tile_patches(stored("meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")) == 1608);
+  // one image (the default): the language model, the projector and the 8 cross-attention layers train, the
+  // tower is frozen (--freeze-vision-tower's default)
+  Prediction p = predict(make_request(a));
+  CHECK(p.trainable_parameters == 8'030'294'016 + 31'461'376 + 1'744'898'064);
+  a.freeze_vision_tower = "false";
+  p = predict(make_request(a));
+  CHECK(p.trainable_parameters == 10'670'220'835);
+}
+
+TEST_CASE("mllama: a tiny Llama 3.2 Vision's image path, worked by hand", "[quick][graph]") {
+  const ModelConfig m = tiny_mllama();
+  TrainingOptions o = test::vision_fp32_options(true);  // batch 1 x 16 tokens, fp32, one image
+  // MllamaVisionModel.forward: num_padding_patches = (8 - 5 % 8) % 8 = 3, so a tile runs as 8 rows and the
+  // image's two tiles as one sequence of 16
+  CHECK(mllama_padded_tile_patches(m) == 8);
+  SECTION("the tensors of the image path") {
+    const OpGraph g = build_training_steps(m, o);
+    // pixel_values (1, 1, 2, 3, 28, 28) fp32: MllamaImageProcessor pads every image to max_num_tiles
+    CHECK(test::sizes_named(g, "pixel_values") == std::vector<Bytes>{2 * 3 * 28 * 28 * 4});
+    // F.pad to (1, 2, 8, 32); the aspect-ratio mask (1, 16, 1) @ (1, 1, 16), times finfo.min: (1, 16, 16)
+    CHECK(test::sizes_named(g, "vision_model.pad") == std::vector<Bytes>{2 * 8 * 32 * 4});
+    CHECK(test::sizes_named(g, "vision_model.aspect_ratio_mask.mul_min") == std::vector<Bytes>{16 * 16 * 4});
+    // torch.stack of the two kept layer inputs (1, 16, 32) on a last dimension, then the padding sliced off
+    // (2, 5, 64) and concatenated with the global output: (1, 2, 5, 96)
+    CHECK(test::sizes_named(g, "vision_model.stack_intermediate") == std::vector<Bytes>{16 * 32 * 2 * 4});
+    CHECK(test::sizes_named(g, "vision_model.cat_intermediate") == std::vector<Bytes>{2 * 5 * 96 * 4});
+    // cross_attention_states: multi_modal_projector (96 -> 64) of 2 tiles x 5 patches
+    CHECK(test::sizes_named(g, "multi_modal_projector") == std::vector<Bytes>{2 * 5 * 64 * 4});
+    // _prepare_cross_attention_mask of (1, 16, 1, 2): repeat_interleave(5) int64 (1, 16, 1, 10), 1.0 - mask
+    // fp32, the mask in the model's dtype
+    CHECK(test::sizes_named(g, "cross_attention_mask.repeat_interleave") == std::vector<Bytes>{16 * 10 * 8});
+    CHECK(test::sizes_named(g, "cross_attention_mask") == std::vector<Bytes>{16 * 10 * 4});
+    CHECK(test::sizes_named(g, "full_text_row_masked_out_mask") == std::vector<Bytes>{16 * 4});
+    // the cross-attention layer: k_proj of the 10 image vectors to 2 key/value heads of 16, repeat_kv to 4
+    // heads (1, 4, 10, 16)
+    const std::string n = "language_model.layers.1.cross_attn.";
+    CHECK(test::sizes_named(g, n + "k_proj") == std::vector<Bytes>{10 * 32 * 4});
+    CHECK(test::sizes_named(g, n + "repeat_k") == std::vector<Bytes>{4 * 10 * 16 * 4});
+    CHECK(test::sizes_named(g, n + "repeat_v") == std::vector<Bytes>{4 * 10 * 16 * 4});
+  }
+  SECTION("frozen tower: it saves nothing; the projector saves its input, the cross-attention layer trains") {
+    const OpGraph g = build_training_steps(m, o);
+    // no tower parameter needs a gradient and the pixels do not: no graph in the tower
+    CHECK(bytes_of(g, TensorCategory::kActivation, "vision_model.") == 2 * 5 * 96 * 4);
+    CHECK(bytes_of(g, TensorCategory::kGradient, "model.vision_model.") == 0);
+    // multi_modal_projector 96 x 64 + 64; the cross-attention layer: q 64 x 64, k and v 64 x 32, o 64 x 64,
+    // q_norm and k_norm 16, two RMSNorms 64, MLP 3 x 64 x 128, two gates
+    CHECK(bytes_of(g, TensorCategory::kGradient, "model.multi_modal_projector.") == (96 * 64 + 64) * 4);
+    const Bytes cross = (64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 16 + 2 * 64 + 3 * 64 * 128 + 2) * 4;
+    CHECK(bytes_of(g, TensorCategory::kGradient, "model.language_model.layers.1.") == cross);
+  }
+  SECTION("trained tower: every tower parameter gets its gradient") {
+    o.vision.freeze_tower = false;
+    const OpGraph g = build_training_steps(m, o);
+    CHECK(bytes_of(g, TensorCategory::kActivation, "vision_model.transformer.layers.0.") > 0);
+    CHECK(bytes_of(g, TensorCategory::kGradient, "model.vision_model.") ==
+          static_cast<Bytes>(m.vision.tower_parameters) * 4);
+  }
+  SECTION("--images-per-sample 0: a text-only batch runs none of it") {
+    o.vision.images_per_sample = 0;
+    const OpGraph g = build_training_steps(m, o);
+    CHECK(test::sizes_named(g, "pixel_values").empty());
+    CHECK(test::sizes_named(g, "multi_modal_projector").empty());
+    CHECK(bytes_of(g, TensorCategory::kGradient, "model.multi_modal_projector.") == 0);
+    CHECK(bytes_of(g, TensorCategory::kGradient, "model.language_model.layers.1.") == 0);
+  }
 }
 
 TEST_CASE("mllama: config.json errors name the file and key", "[quick][graph]") {
