@@ -36,6 +36,8 @@ Bytes nccl_connection_buffer_bytes() {
 
 Bytes nccl_send_connection_bytes() { return align_ipc(kHeader); }
 
+Bytes nccl_ring_channel_bytes() { return nccl_connection_buffer_bytes() + nccl_send_connection_bytes(); }
+
 int nccl_ring_channels(const std::string& gpu) { return hopper_sxm(gpu) ? 24 : 0; }
 
 int nccl_p2p_channels_per_peer(const std::string& gpu) { return hopper_sxm(gpu) ? 32 : 0; }

@@ -38,6 +38,10 @@ Bytes nccl_connection_buffer_bytes();
 // One send connection's structure on a GPU (ncclSendMem, rounded to 2 MiB): 2,097,152 B.
 Bytes nccl_send_connection_bytes();
 
+// One ring channel's buffers on a GPU: a receive connection from the previous rank and a send connection to
+// the next, 10 MiB + 2 MiB = 12,582,912 B.
+Bytes nccl_ring_channel_bytes();
+
 // NCCL's ring ("coll") channels for `gpu` (a find_gpu name) where public NCCL logs state them: 24 on H100 /
 // H200 SXM nodes ("24 coll channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer"), else 0.
 // Empty `gpu`: 0.

@@ -119,7 +119,7 @@ NcclBillLine nccl_group_line(const NcclGroup& g, const std::string& gpu, int gpu
   const Bytes recv = nccl_connection_buffer_bytes();
   const Bytes send = nccl_send_connection_bytes();
   if (g.ring) {
-    line.size_bytes = static_cast<Bytes>(ring) * (send + recv);
+    line.size_bytes = static_cast<Bytes>(ring) * nccl_ring_channel_bytes();
     line.source = fmt::format("ring: {} channels{} x ({} received + {} sent); {}", ring,
                               channels.ring > 0 ? " (--nccl-channels)" : "", format_bytes_short(recv),
                               format_bytes_short(send), who);

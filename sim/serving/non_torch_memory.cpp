@@ -47,15 +47,15 @@ void add_tensor_parallel_lines(int tp, const std::string& gpu, bool last_stage,
   if (channels == 0) {
     return;
   }
-  const Bytes ring = static_cast<Bytes>(channels) * nccl_connection_buffer_bytes();
+  const Bytes ring = static_cast<Bytes>(channels) * nccl_ring_channel_bytes();
   lines.push_back({"NCCL ring (pynccl)", ring, false,
-                   fmt::format("pynccl.py PyNcclCommunicator warm-up all_reduce: {} channels x 10 MiB "
-                               "(NCCL init.cc buffer sizes)",
+                   fmt::format("pynccl.py PyNcclCommunicator warm-up all_reduce: {} channels x 12 MiB "
+                               "(NCCL p2p.cc: 10 MiB received + 2 MiB sent)",
                                channels)});
   if (last_stage) {
     lines.push_back({"NCCL ring (torch TP group)", ring, true,
                      fmt::format("the logits all_gather on the TP device group (base_device_communicator.py) "
-                                 "creates torch's NCCL communicator: {} channels x 10 MiB",
+                                 "creates torch's NCCL communicator: {} channels x 12 MiB",
                                  channels)});
   }
 }
@@ -71,7 +71,7 @@ std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, const std::str
 std::vector<NonTorchLine> vllm_non_torch_lines(const VllmParallelGroups& groups, const std::string& gpu) {
   std::vector<NonTorchLine> lines;
   const int channels = nccl_ring_channels(gpu);
-  const Bytes ring = static_cast<Bytes>(channels) * nccl_connection_buffer_bytes();
+  const Bytes ring = static_cast<Bytes>(channels) * nccl_ring_channel_bytes();
   if (groups.tp > 1) {
     add_tensor_parallel_lines(groups.tp, gpu, groups.last_stage, lines);
   }
@@ -80,7 +80,7 @@ std::vector<NonTorchLine> vllm_non_torch_lines(const VllmParallelGroups& groups,
     if (size > 1 && channels > 0) {
       lines.push_back({fmt::format("NCCL ring (pynccl, {} group)", group), ring, false,
                        fmt::format("parallel_state.py init_model_parallel_group(group_name=\"{}\"): "
-                                   "PyNcclCommunicator warm-up all_reduce, {} channels x 10 MiB",
+                                   "PyNcclCommunicator warm-up all_reduce, {} channels x 12 MiB",
                                    group, channels)});
     }
   };

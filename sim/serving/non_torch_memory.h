@@ -23,12 +23,14 @@
 //                       128, 128 MiB), torch's CUDASymmetricMemoryAllocator (cuMemCreate, outside the caching
 //                       allocator). Before the snapshot. Capabilities 9.0 and 10.0 only.
 //   NCCL ring (pynccl)  PyNcclCommunicator.__init__'s warm-up all_reduce connects the TP group's ring (NCCL
-//                       connects at first use, NCCL_RUNTIME_CONNECT): per channel one connection's buffers on
-//                       this GPU, Simple NCCL_BUFFSIZE 4 MiB (DEFAULT_BUFFSIZE) + LL 512 KiB
+//                       connects at first use, NCCL_RUNTIME_CONNECT): per channel the receiving side's
+//                       buffers on this GPU, Simple NCCL_BUFFSIZE 4 MiB (DEFAULT_BUFFSIZE) + LL 512 KiB
 //                       (DEFAULT_LL_BUFFSIZE: 8 lines x 512 threads x 8 steps x 16 B) + LL128 4,800 KiB
 //                       (DEFAULT_LL128_BUFFSIZE: 120 x 640 threads x 8 steps x 8 B) = 9,633,792 B, allocated
-//                       through cuMem in 2 MiB granules: 10 MiB (NCCL issue #1685's ALLOC log on 8 x H100:
-//                       10485760-byte buffers). Before the snapshot.
+//                       through cuMem in 2 MiB granules: 10 MiB, and the sending side's ncclSendMem, 2 MiB
+//                       (NCCL issue #1685's ALLOC log on 8 x H100: 10485760- and 2097152-byte buffers):
+//                       12 MiB a channel (sim/engine/nccl_buffers.h, shared with training's bill). Before the
+//                       snapshot.
 //   NCCL ring (torch)   the TP group's torch.distributed ProcessGroupNCCL communicator, created lazily by the
 //                       profile run's first logits all_gather (LogitsProcessor._gather_logits ->
 //                       DeviceCommunicatorBase.all_gather ->
@@ -38,9 +40,8 @@
 // public: 24 "coll channels" on H100 / H200 SXM nodes (vllm#18567 at 4 x H100, "Channel 00..23" in
 // vllm#10453). For other GPUs the NCCL lines are left out (not sized). The rest of a communicator's own
 // allocations (device-side channel and work structures, NVLS at 4+ ranks when a collective picks it, kernels
-// loaded on first use) is not sized from sources. Nor is the sending side's ncclSendMem of each ring channel
-// (2 MiB a channel, sim/engine/nccl_buffers.h; training's bill counts it): vLLM 0.19's logged increase at TP
-// 2 and 4 on H100 (2.06-2.13 GiB) is far above these lines (known miss, docs/serving.md).
+// loaded on first use) is not sized from sources: vLLM 0.19's logged increase at TP 2 and 4 on H100
+// (2.06-2.13 GiB) is far above these lines (known miss, docs/serving.md).
 #pragma once
 
 #include <cstdint>
@@ -71,7 +72,7 @@ std::vector<NonTorchLine> tensor_parallel_non_torch_lines(int tp, const std::str
 // the DP group of `dp` engine replicas. Only the TP group gets the custom all-reduce and symmetric memory
 // (cuda_communicator.py CudaCommunicator: `if "tp" not in unique_name: use_custom_allreduce = False;
 // use_torch_symm_mem = False`); every group of more than one rank gets a PyNcclCommunicator, whose warm-up
-// all_reduce connects its ring: channels x 10 MiB each, before the snapshot. The PP stages' send/recv
+// all_reduce connects its ring: channels x 12 MiB each, before the snapshot. The PP stages' send/recv
 // (p2p) connections are made at the first real step, not in the profile run (not on the bill). The torch
 // TP-group communicator is created by the logits all_gather, which only the last stage runs.
 struct VllmParallelGroups {

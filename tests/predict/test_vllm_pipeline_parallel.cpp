@@ -124,9 +124,10 @@ TEST_CASE("vllm pp: Llama-3.1-8B over two H100s, stage by stage, and the engine'
   // sampler with the received buffer 2,048,393,216 + 33,554,432.
   CHECK(v.stages[0].torch_peak_increase_bytes == 905969664 + 33554432);
   CHECK(v.stages[1].torch_peak_increase_bytes == 2048393216 + 33554432);
-  // Non-torch: the PP group's pynccl ring (24 x 10 MiB) is connected before the snapshot: no increase.
+  // Non-torch: the PP group's pynccl ring (24 x 12 MiB (10 MiB received + 2 MiB sent a channel, NCCL p2p.cc))
+  // is connected before the snapshot: no increase.
   CHECK(v.stages[0].non_torch_increase_bytes == 0);
-  CHECK(v.before_snapshot_bytes == 251658240);
+  CHECK(v.before_snapshot_bytes == 301989888);
   // Available = 85,045,477,376 x 0.9 (floor: 76,540,929,638) - weights - torch peak increase.
   const std::int64_t available0 = 76540929638 - 8063811584 - (905969664 + 33554432);
   const std::int64_t available1 = 76540929638 - 8063819776 - (2048393216 + 33554432);
@@ -171,15 +172,15 @@ TEST_CASE("vllm pp and dp: the process groups' communication buffers", "[quick][
   REQUIRE(first.size() == 4);  // custom all-reduce, symmetric memory, pynccl TP ring, pynccl PP ring
   REQUIRE(last.size() == 5);
   CHECK(first[3].name == "NCCL ring (pynccl, pp group)");
-  CHECK(first[3].size_bytes == 251658240);
+  CHECK(first[3].size_bytes == 301989888);
   CHECK_FALSE(first[3].after_snapshot);
   CHECK(non_torch_increase_bytes(first) == 0);
-  CHECK(non_torch_increase_bytes(last) == 251658240);
+  CHECK(non_torch_increase_bytes(last) == 301989888);
   // Engine replicas (--world-size 2 at TP 1): the DP group's ring, before the snapshot, nothing else.
   const std::vector<NonTorchLine> dp = vllm_non_torch_lines(VllmParallelGroups{1, 1, 2, true}, "h100-80gb");
   REQUIRE(dp.size() == 1);
   CHECK(dp[0].name == "NCCL ring (pynccl, dp group)");
-  CHECK(dp[0].size_bytes == 251658240);
+  CHECK(dp[0].size_bytes == 301989888);
   // GPUs whose NCCL channel count is not public: no ring lines (not sized).
   CHECK(vllm_non_torch_lines(VllmParallelGroups{1, 2, 2, true}, "a100-80gb").empty());
   // At the predict level: two replicas of Llama-3.1-8B keep each replica's start-up (the same blocks as one)
@@ -190,8 +191,8 @@ TEST_CASE("vllm pp and dp: the process groups' communication buffers", "[quick][
   const Prediction two = predict(make_request(a));
   CHECK(v1_of(two).data_parallel == 2);
   CHECK(two.generation->paged->num_gpu_blocks == one.generation->paged->num_gpu_blocks);
-  CHECK(v1_of(two).before_snapshot_bytes == 251658240);
-  CHECK(v1_of(two).process_total_bytes - v1_of(one).process_total_bytes == 251658240);
+  CHECK(v1_of(two).before_snapshot_bytes == 301989888);
+  CHECK(v1_of(two).process_total_bytes - v1_of(one).process_total_bytes == 301989888);
 }
 
 TEST_CASE("vllm pp: refusals", "[quick][predict]") {

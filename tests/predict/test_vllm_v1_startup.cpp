@@ -141,13 +141,14 @@ TEST_CASE("vllm v1: tensor parallelism, fp8 cache and fp8 weights", "[quick][pre
   // 4 KV heads a rank: 32,768 B a layer's page.
   CHECK(g2.v1->page_size_bytes == 32768);
   // Outside torch at TP 2 on H100 (vLLM 0.19): custom all-reduce 2 x min(8 MiB, 64 MiB) and the 64 MiB
-  // symmetric-memory buffer before the snapshot; pynccl's ring (24 x 10 MiB) before it; torch's TP-group
-  // communicator's ring (24 x 10 MiB = 251,658,240 B) after it, in the increase.
+  // symmetric-memory buffer before the snapshot; pynccl's ring (24 x 12 MiB (10 MiB received + 2 MiB sent a
+  // channel, NCCL p2p.cc)) before it; torch's TP-group communicator's ring (24 x 12 MiB (10 MiB received + 2
+  // MiB sent a channel, NCCL p2p.cc) = 301,989,888 B) after it, in the increase.
   REQUIRE(g2.v1->non_torch_lines.size() == 4);
   CHECK(g2.v1->non_torch_lines[0].size_bytes == 16 * 1024 * 1024);
   CHECK(g2.v1->non_torch_lines[1].size_bytes == 64 * 1024 * 1024);
-  CHECK(g2.v1->non_torch_increase_bytes == 251658240);
-  CHECK(g2.v1->before_snapshot_bytes == 16777216 + 67108864 + 251658240);
+  CHECK(g2.v1->non_torch_increase_bytes == 301989888);
+  CHECK(g2.v1->before_snapshot_bytes == 16777216 + 67108864 + 301989888);
   // Half the weights and half the page: more than twice the tokens of TP 1 on each rank.
   CHECK(g2.v1->kv_cache_tokens > 2 * one.generation->paged->v1->kv_cache_tokens);
 
@@ -236,10 +237,10 @@ TEST_CASE("non-torch memory: vLLM 0.19's communication buffers by TP size and GP
   CHECK(eight[0].size_bytes == 524288);
   CHECK_FALSE(eight[0].after_snapshot);
   CHECK(eight[1].size_bytes == 67108864);
-  CHECK(eight[2].size_bytes == 251658240);
+  CHECK(eight[2].size_bytes == 301989888);
   CHECK_FALSE(eight[2].after_snapshot);
   CHECK(eight[3].after_snapshot);
-  CHECK(non_torch_increase_bytes(eight) == 251658240);
+  CHECK(non_torch_increase_bytes(eight) == 301989888);
   // TP 4: min(8 MiB, 32 MiB) = 8 MiB each; symmetric memory 32 MiB.
   const std::vector<NonTorchLine> four = tensor_parallel_non_torch_lines(4, "h100");
   CHECK(four[0].size_bytes == 16777216);
