@@ -1,4 +1,5 @@
 #include "sim/vision/mllama_vision.h"
+#include "sim/models/llama_rms_norm.h"
 
 #include <memory>
 #include <string>
@@ -52,25 +53,8 @@ VarId copy_op(TorchOps& ops, const std::string& name, const std::string& kind, c
   return t.op1(c);
 }
 
-// MllamaTextRMSNorm.forward (LlamaRMSNorm's statements): to(float32), pow(2).mean(-1), rsqrt, the product,
-// to(input_dtype), weight *.
-VarId rms_norm(TorchOps& ops, const std::string& n, VarId x, VarId w) {
-  EagerTape& t = ops.tape();
-  const DType in_dtype = t.dtype(x);
-  const VarId x32 = ops.to(n + ".to_fp32", x, DType::kFloat32);
-  const VarId sq = ops.pow2(n + ".pow", x32);
-  const VarId var = ops.mean_last(n + ".mean", sq);
-  t.drop(sq);
-  const VarId ve = ops.add_scalar(n + ".add_eps", var);
-  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
-  t.drop(ve);
-  const VarId hn = ops.mul(n + ".mul_rsqrt", x32, r);
-  t.drop({x32, r});
-  const VarId hc = ops.to(n + ".to_in_dtype", hn, in_dtype);
-  const VarId out = ops.mul(n + ".mul_weight", w, hc);
-  t.drop({hc, hn, var});
-  return out;
-}
+// MllamaTextRMSNorm.forward: LlamaRMSNorm's statements.
+VarId rms_norm(TorchOps& ops, const std::string& n, VarId x, VarId w) { return llama_rms_norm(ops, n, x, w); }
 
 // gate.tanh() * x (MllamaVisionEncoderLayer's gates, the tile embeddings', the cross-attention layers').
 VarId gated(TorchOps& ops, const std::string& n, VarId gate, VarId x) {

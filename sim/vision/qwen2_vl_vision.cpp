@@ -1,4 +1,5 @@
 #include "sim/vision/qwen2_vl_vision.h"
+#include "sim/models/llama_rms_norm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,25 +28,8 @@ void push(std::vector<ParameterShape>& out, std::string name, std::vector<std::i
   out.push_back(ParameterShape{std::move(name), std::move(shape), -1});
 }
 
-// Qwen2RMSNorm.forward (2.5-VL's norm1 / norm2 / ln_q): hidden_states.to(float32), variance =
-// pow(2).mean(-1), hidden_states * rsqrt(variance + eps), weight * hidden_states.to(input_dtype).
-VarId rms_norm(TorchOps& ops, const std::string& n, VarId x, VarId w) {
-  EagerTape& t = ops.tape();
-  const DType in_dtype = t.dtype(x);
-  const VarId x32 = ops.to(n + ".to_fp32", x, DType::kFloat32);
-  const VarId sq = ops.pow2(n + ".pow", x32);
-  const VarId var = ops.mean_last(n + ".mean", sq);
-  t.drop(sq);
-  const VarId ve = ops.add_scalar(n + ".add_eps", var);
-  const VarId r = ops.rsqrt(n + ".rsqrt", ve);
-  t.drop(ve);
-  const VarId hn = ops.mul(n + ".mul_rsqrt", x32, r);
-  t.drop({x32, r});
-  const VarId hc = ops.to(n + ".to_in_dtype", hn, in_dtype);
-  const VarId out = ops.mul(n + ".mul_weight", w, hc);
-  t.drop({hc, hn, var});
-  return out;
-}
+// Qwen2RMSNorm.forward (2.5-VL's norm1 / norm2 / ln_q): LlamaRMSNorm's statements.
+VarId rms_norm(TorchOps& ops, const std::string& n, VarId x, VarId w) { return llama_rms_norm(ops, n, x, w); }
 
 VarId block_norm(TorchOps& ops, const Clip& c, const std::string& n, VarId x, VarId w, VarId b) {
   return v2_5(c) ? rms_norm(ops, n, x, w) : ops.layer_norm(n, x, w, b);
