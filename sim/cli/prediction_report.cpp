@@ -371,12 +371,27 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const ReportText& te
                         {"projector_parameters", p.vision.projector_parameters},
                         {"images_per_sample", p.images_per_sample},
                         {"tokens_per_image", p.tokens_per_image}};
+  } else if (p.vision.cross_attention_parameters > 0 && p.images_per_sample > 0) {
+    // mllama with images: the tower, projector and cross-attention layers run (mllama_vision.h)
+    const std::int64_t side = p.vision.mllama.image_size / p.vision.mllama.patch_size;
+    j["vision_part"] = {{"model_type", p.vision.model_type},
+                        {"tower_parameters", p.vision.tower_parameters},
+                        {"tower_layers", p.vision.mllama.layers},
+                        {"tower_global_layers", p.vision.mllama.global_layers},
+                        {"tower_frozen", p.vision_tower_frozen || p.lora_rank > 0 || !p.peft_method.empty()},
+                        {"projector_parameters", p.vision.projector_parameters},
+                        {"cross_attention_parameters", p.vision.cross_attention_parameters},
+                        {"cross_attention_layers", p.vision.cross_attention_layers},
+                        {"images_per_sample", p.images_per_sample},
+                        {"tiles_per_image", p.vision.mllama.max_num_tiles},
+                        {"patches_per_tile", side * side + 1}};
   } else if (p.vision.total() > 0) {
     j["vision_part_not_simulated"] = {{"model_type", p.vision.model_type},
                                       {"tower_parameters", p.vision.tower_parameters},
                                       {"projector_parameters", p.vision.projector_parameters},
                                       {"parameters", p.vision.total()}};
-    if (p.vision.cross_attention_parameters > 0) {  // mllama: in memory (in the bill), not run
+    if (p.vision.cross_attention_parameters >
+        0) {  // mllama, a text-only batch: in memory (in the bill), not run
       j["vision_part_not_simulated"]["cross_attention_parameters"] = p.vision.cross_attention_parameters;
       j["vision_part_not_simulated"]["cross_attention_layers"] = p.vision.cross_attention_layers;
       j["vision_part_not_simulated"]["in_memory"] = true;

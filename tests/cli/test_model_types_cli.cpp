@@ -314,3 +314,33 @@ TEST_CASE("llava: the vision tower, projector and language model in the step, fr
   CHECK_THAT(r.err, Catch::Matchers::Contains(
                         "--images-per-sample 2: 1152 image tokens (576 per image) do not fit in --seq 640"));
 }
+
+TEST_CASE("mllama: --json names the vision part that runs with images, and the one only in memory without",
+          "[cli]") {
+  // Llama-3.2-11B-Vision-Instruct, counted by hand in tests/graph/test_mllama.cpp and docs/vlm.md: the
+  // tower 863,567,379 parameters (32 local + 8 global layers), the projector 7680 x 4096 + 4096 =
+  // 31,461,376, 8 cross-attention layers of 218,112,258 = 1,744,898,064; MllamaImageProcessor pads every
+  // image to max_num_tiles 4 tiles of (560 / 14)^2 + 1 = 1601 patches.
+  const std::string model = "--model " + stored("meta-llama__Llama-3.2-11B-Vision-Instruct.config.json") +
+                            " --capacity 2000GiB --precision bf16 --batch 1 --seq 256 --checkpointing full "
+                            "--lora-rank 8 --lora-targets q_proj,v_proj";
+  const nlohmann::json with_images = predict_json(model + " --images-per-sample 1");
+  REQUIRE(with_images.contains("vision_part"));
+  CHECK_FALSE(with_images.contains("vision_part_not_simulated"));
+  const nlohmann::json& v = with_images.at("vision_part");
+  CHECK(v.at("model_type") == "mllama_vision_model");
+  CHECK(v.at("tower_parameters").get<std::int64_t>() == 863'567'379);
+  CHECK(v.at("tower_layers") == 32);
+  CHECK(v.at("tower_global_layers") == 8);
+  CHECK(v.at("projector_parameters").get<std::int64_t>() == 31'461'376);
+  CHECK(v.at("cross_attention_parameters").get<std::int64_t>() == 1'744'898'064);
+  CHECK(v.at("cross_attention_layers").size() == 8);
+  CHECK(v.at("tower_frozen") == true);  // PEFT freezes every base parameter
+  CHECK(v.at("images_per_sample") == 1);
+  CHECK(v.at("tiles_per_image") == 4);
+  CHECK(v.at("patches_per_tile") == 1601);
+  // a text-only batch runs none of it: the parts are in memory only
+  const nlohmann::json text_only = predict_json(model + " --images-per-sample 0");
+  CHECK_FALSE(text_only.contains("vision_part"));
+  CHECK(text_only.at("vision_part_not_simulated").at("in_memory") == true);
+}
