@@ -179,11 +179,14 @@ VllmLoraSlots vllm_lora_slots(const ModelConfig& m, const VllmLoraOptions& o, in
     }
     out.decoder_bytes = add(out.decoder_bytes, mul(n, dtype_bytes));
   }
+  // the stage's FusedMoE layers (Qwen's mlp_only_layers keep a dense MLP), every one with the same slots
+  std::int64_t moe_layers = 0;
   for (int l = stage.start_layer; l < stage.end_layer; ++l) {
-    if (m.moe.sparse(l)) {  // the layer's FusedMoE (Qwen's mlp_only_layers keep a dense MLP)
-      out.moe_bytes = add(out.moe_bytes, mul(fused_moe_slots(m, o, tp), dtype_bytes));
-      ++out.wrapped_layers;
-    }
+    moe_layers += m.moe.sparse(l) ? 1 : 0;
+  }
+  if (moe_layers > 0) {
+    out.moe_bytes = mul(static_cast<Bytes>(moe_layers), mul(fused_moe_slots(m, o, tp), dtype_bytes));
+    out.wrapped_layers += moe_layers;
   }
   if (has_embedding_modules(m.model_type)) {
     // VocabParallelEmbeddingWithLoRA: (slots, org_vocab_size, r) and (slots, 1, embedding_dim, r). A tied

@@ -29,6 +29,20 @@ namespace {
 
 ModelConfig stored(const std::string& file) { return test::stored_hf_config(file); }
 
+// Llama-3.2-11B-Vision-Instruct, one bf16 step of batch 1 x 64 on `gpu`.
+RequestArgs eleven_b_request(const std::string& gpu) {
+  RequestArgs a;
+  a.model = (test::source_dir() / "tests" / "data" / "hf_configs" /
+             "meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")
+                .string();
+  a.batch = 1;
+  a.seq = 64;
+  a.steps = 1;
+  a.gpu = gpu;
+  a.precision = "bf16";
+  return a;
+}
+
 // MllamaVisionModel with MllamaVisionConfig's shapes of both released checkpoints (hidden 1280, MLP 5120,
 // 14-pixel patches of 560-pixel tiles, 4 tiles, 8 aspect ratios, 32 + 8 layers), term by term:
 std::int64_t vision_tower_by_hand() {
@@ -148,15 +162,7 @@ TEST_CASE("mllama: Llama-3.2-90B-Vision's parameters by hand, from the class def
 }
 
 TEST_CASE("mllama: predict runs a text-only batch with the vision part in memory", "[quick][graph]") {
-  RequestArgs a;
-  a.model = (test::source_dir() / "tests" / "data" / "hf_configs" /
-             "meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")
-                .string();
-  a.batch = 1;
-  a.seq = 64;
-  a.steps = 1;
-  a.gpu = "A100-80GB";
-  a.precision = "bf16";
+  RequestArgs a = eleven_b_request("A100-80GB");
   a.images_per_sample = 0;
   const Prediction p = predict(make_request(a));
   CHECK(p.vision.total() == 2'639'926'819);  // 863,567,379 + 31,461,376 + 1,744,898,064
@@ -169,15 +175,7 @@ TEST_CASE("mllama: predict runs a text-only batch with the vision part in memory
 
 TEST_CASE("mllama: predict with images trains the projector and the cross-attention layers",
           "[quick][graph]") {
-  RequestArgs a;
-  a.model = (test::source_dir() / "tests" / "data" / "hf_configs" /
-             "meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")
-                .string();
-  a.batch = 1;
-  a.seq = 64;
-  a.steps = 1;
-  a.gpu = "H200";
-  a.precision = "bf16";
+  RequestArgs a = eleven_b_request("H200");
   // (560 / 14)^2 + 1 = 1601 patches a tile, padded to 1608 (MllamaVisionModel.forward)
   CHECK(mllama_padded_tile_patches(stored("meta-llama__Llama-3.2-11B-Vision-Instruct.config.json")) == 1608);
   // one image (the default): the language model, the projector and the 8 cross-attention layers train, the
